@@ -1,0 +1,24 @@
+"""autoplace: place the ops of an ML training graph on CPUs and GPUs so that a step is fast and fits.
+
+The pieces, each its own module:
+
+* :mod:`autoplace.graph` — the dataflow-graph IR (:class:`Graph`, :class:`Op`);
+* :mod:`autoplace.cluster` — devices, links and presets (:func:`get_cluster`);
+* :mod:`autoplace.cost` — per-op time on each device (measured cost or roofline);
+* :mod:`autoplace.sim` — the execution simulator (:func:`simulate`, :func:`simulate_batch`);
+* :mod:`autoplace.placers` — placement algorithms by name (:func:`place`);
+* :mod:`autoplace.formats` — the versioned JSON formats;
+* :mod:`autoplace.zoo` — built-in graphs.
+"""
+
+__version__ = "0.1.0"
+
+from autoplace.cluster import Cluster, Device, Link, LinkSpec, get_cluster  # noqa: E402
+from autoplace.errors import AutoplaceError  # noqa: E402
+from autoplace.graph import Graph, Op, TensorSpec  # noqa: E402
+from autoplace.placement import Placement  # noqa: E402
+
+__all__ = [
+    "__version__", "AutoplaceError", "Graph", "Op", "TensorSpec", "Cluster", "Device", "Link", "LinkSpec",
+    "Placement", "get_cluster",
+]

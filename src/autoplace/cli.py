@@ -1,0 +1,351 @@
+"""The ``autoplace`` command line.
+
+Every verb that takes GRAPH accepts a graph file (``.json`` or ``.json.gz``) or a built-in model name
+(``autoplace zoo list``); CLUSTER is a cluster file or a preset (``autoplace clusters``). Bad input
+prints one line ``autoplace: error: ...`` and exits 2 (3: no feasible placement); outputs are written
+only after everything succeeded, atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoplace import __version__
+from autoplace.cluster import CLUSTER_PRESETS, Cluster, get_cluster
+from autoplace.errors import AutoplaceError, FormatError
+from autoplace.graph import Graph
+
+__all__ = ["main", "resolve_graph", "resolve_cluster"]
+
+
+# ---------------------------------------------------------------------- argument resolution
+def _looks_like_file(arg: str) -> bool:
+    return os.path.exists(arg) or arg.endswith((".json", ".gz")) or os.sep in arg
+
+
+def _parse_params(pairs: list[str] | None) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise FormatError(f"--param {pair!r}: expected KEY=VALUE")
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    return params
+
+
+def resolve_graph(arg: str, params: dict[str, Any] | None = None) -> Graph:
+    """A graph file path or a built-in model name (with optional parameters)."""
+    from autoplace.formats import load_graph
+    from autoplace.zoo import build_graph
+
+    if _looks_like_file(arg):
+        if params:
+            raise FormatError("--param applies to built-in models, not to graph files")
+        return load_graph(arg)
+    return build_graph(arg, **(params or {}))
+
+
+def resolve_cluster(arg: str) -> Cluster:
+    """A cluster file path or a preset name."""
+    from autoplace.formats import load_cluster
+
+    if arg not in CLUSTER_PRESETS and _looks_like_file(arg):
+        return load_cluster(arg)
+    return get_cluster(arg)
+
+
+def _check_output(path: str | None) -> None:
+    """Fail early (before any work) if ``path``'s folder does not exist."""
+    if path and path != "-":
+        parent = Path(path).parent
+        if not parent.is_dir():
+            raise FormatError(f"{path}: folder {str(parent)!r} does not exist")
+
+
+def _console():
+    from rich.console import Console
+
+    # A pipe or a CI log gets a wide table rather than rich's 80-column default.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, allow_nan=False, default=_json_default))
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+# ---------------------------------------------------------------------- verbs
+def cmd_clusters(args: argparse.Namespace) -> int:
+    from autoplace.formats import cluster_to_dict, save_cluster
+    from autoplace.report import fmt_bytes, fmt_flops, fmt_rate
+
+    if args.name:
+        cluster = resolve_cluster(args.name)
+        if args.output:
+            _check_output(args.output)
+            save_cluster(cluster, args.output)
+            return 0
+        if args.json:
+            _print_json(cluster_to_dict(cluster))
+            return 0
+        clusters = [cluster]
+    else:
+        clusters = [get_cluster(name) for name in CLUSTER_PRESETS]
+    if args.json:
+        _print_json([cluster_to_dict(c) for c in clusters])
+        return 0
+    from rich.table import Table
+
+    table = Table(title="cluster presets" if not args.name else None)
+    for col in ("cluster", "device", "type", "model", "memory", "peak FP32", "mem bandwidth"):
+        table.add_column(col)
+    for c in clusters:
+        for i, d in enumerate(c.devices):
+            table.add_row(c.name if i == 0 else "", d.name, d.type, str(d.meta.get("model", "")),
+                          fmt_bytes(d.memory_bytes), fmt_flops(d.peak_flops) + "/s",
+                          fmt_rate(d.memory_bandwidth), end_section=i == len(c.devices) - 1)
+    _console().print(table)
+    return 0
+
+
+def _sim_table(graph: Graph, cluster: Cluster, result: Any, title: str):
+    from rich.table import Table
+
+    from autoplace.report import fmt_bytes, fmt_time
+
+    table = Table(title=title)
+    for col in ("device", "busy", "utilisation", "peak memory", "capacity", "OOM"):
+        table.add_column(col, justify="right" if col != "device" else "left")
+    for d, name in enumerate(result.device_names):
+        busy = result.busy_time[d]
+        util = busy / result.step_time if result.step_time > 0 else 0.0
+        table.add_row(name, fmt_time(busy), f"{100 * util:.0f}%", fmt_bytes(result.peak_memory[d]),
+                      fmt_bytes(result.memory_capacity[d]),
+                      "[bold red]OOM[/]" if result.peak_memory[d] > result.memory_capacity[d] else "")
+    return table
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from autoplace.formats import load_placement, write_json
+    from autoplace.report import fmt_bytes, fmt_time
+    from autoplace.sim import simulate
+    from autoplace.sim.trace import chrome_trace
+
+    _check_output(args.trace)
+    graph = resolve_graph(args.graph, _parse_params(args.param))
+    cluster = resolve_cluster(args.cluster)
+    placement = load_placement(args.placement)
+    result = simulate(graph, cluster, placement, trace=bool(args.trace))
+    if args.trace:
+        write_json(args.trace, chrome_trace(graph, cluster, result), indent=None)
+    if args.json:
+        _print_json({"graph": graph.name, "cluster": cluster.name, "method": placement.method,
+                     **result.to_dict()})
+        return 0
+    con = _console()
+    status = "[bold red]FAILING (OOM on " + ", ".join(result.oom_devices) + ")[/]" if not result.ok else "ok"
+    con.print(f"[bold]{graph.name}[/] on [bold]{cluster.name}[/] ({placement.method}): "
+              f"step time [bold]{fmt_time(result.step_time)}[/], {status}")
+    con.print(_sim_table(graph, cluster, result, title=""))
+    con.print(f"{result.n_transfers} transfers, {fmt_bytes(result.transfer_bytes)}, link busy "
+              f"{fmt_time(result.transfer_time)}")
+    if args.trace:
+        con.print(f"trace written to {args.trace} (open in https://ui.perfetto.dev)")
+    return 0
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    from autoplace.formats import save_placement
+    from autoplace.placers import get_placer, place
+    from autoplace.report import fmt_time
+    from autoplace.sim import simulate
+
+    _check_output(args.output)
+    get_placer(args.method)  # unknown method: fail before loading anything big
+    graph = resolve_graph(args.graph, _parse_params(args.param))
+    cluster = resolve_cluster(args.cluster)
+    placement = place(graph, cluster, args.method, seed=args.seed, budget=args.budget)
+    result = simulate(graph, cluster, placement)
+    save_placement(placement, args.output, result)
+    if args.json:
+        _print_json({"placement": args.output, **result.to_dict()})
+    else:
+        counts = ", ".join(f"{d}: {n}" for d, n in sorted(placement.counts().items()))
+        status = "ok" if result.ok else "FAILING (OOM on " + ", ".join(result.oom_devices) + ")"
+        _console().print(f"{args.method}: step time {fmt_time(result.step_time)}, {status}; ops per device "
+                         f"{counts}; written to {args.output}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from autoplace.compare import compare, speedup
+    from autoplace.placers import available_placers, get_placer
+    from autoplace.report import fmt_bytes, fmt_ratio, fmt_time, markdown_table
+
+    methods = [m.strip() for m in args.methods.split(",")] if args.methods else available_placers()
+    for m in methods:
+        get_placer(m)
+    graph = resolve_graph(args.graph, _parse_params(args.param))
+    cluster = resolve_cluster(args.cluster)
+    rows = compare(graph, cluster, methods, seed=args.seed, budget=args.budget)
+    base = {r.method: r.step_time for r in rows}
+    gpu_time = base.get("single-gpu", float("nan"))
+    names = cluster.device_names
+
+    if args.json:
+        _print_json({"graph": graph.name, "cluster": cluster.name, "ops": graph.n_ops, "rows": [
+            {"method": r.method, "step_time_s": r.result.step_time if r.result else None,
+             "ok": bool(r.result is not None and r.result.ok), "error": r.error,
+             "speedup_vs_single_gpu": _finite_or_none(speedup(gpu_time, r.step_time)),
+             "search_time_s": r.search_time_s,
+             "peak_memory_bytes": ({n: int(p) for n, p in zip(names, r.result.peak_memory)} if r.result else None),
+             "oom_devices": list(r.result.oom_devices) if r.result else []} for r in rows]})
+        return 0
+    header = ["method", "step time", "vs single-gpu", *[f"peak {n}" for n in names], "status", "search"]
+    table_rows = []
+    for r in rows:
+        if r.result is None:
+            table_rows.append([r.method, "-", "-", *["-"] * len(names), f"no placement: {r.error}",
+                               fmt_time(r.search_time_s)])
+            continue
+        status = "OOM: " + ", ".join(r.result.oom_devices) if not r.result.ok else "ok"
+        table_rows.append([r.method, fmt_time(r.result.step_time) if r.result.ok else "OOM",
+                           fmt_ratio(speedup(gpu_time, r.step_time)),
+                           *[fmt_bytes(p) if p else "-" for p in r.result.peak_memory], status,
+                           fmt_time(r.search_time_s)])
+    if args.markdown:
+        print(markdown_table(header, table_rows))
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"{graph.name} ({graph.n_ops} ops) on {cluster.name}: simulated training step")
+    for col in header:
+        table.add_column(col, justify="left" if col in ("method", "status") else "right")
+    for row in table_rows:
+        table.add_row(*row)
+    _console().print(table)
+    return 0
+
+
+def _finite_or_none(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+def cmd_zoo(args: argparse.Namespace) -> int:
+    from autoplace.formats import save_graph
+    from autoplace.zoo import build_graph, get_model, zoo_names
+
+    if args.zoo_cmd == "export":
+        _check_output(args.output)
+        get_model(args.name)
+        graph = build_graph(args.name, **_parse_params(args.param))
+        save_graph(graph, args.output)
+        _console().print(f"{args.name}: {graph.n_ops} ops, {graph.n_edges} edges -> {args.output}")
+        return 0
+    if args.json:
+        _print_json([{"name": n, "description": get_model(n).description, "paper": get_model(n).paper,
+                      "defaults": get_model(n).defaults} for n in zoo_names()])
+        return 0
+    from rich.table import Table
+
+    table = Table(title="built-in graphs")
+    for col in ("name", "description", "parameters"):
+        table.add_column(col)
+    for n in zoo_names():
+        info = get_model(n)
+        table.add_row(n, info.description, ", ".join(f"{k}={v}" for k, v in info.defaults.items()))
+    _console().print(table)
+    return 0
+
+
+# ---------------------------------------------------------------------- parser
+def _add_graph_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("graph", metavar="GRAPH", help="graph file (.json/.json.gz) or built-in model name")
+    p.add_argument("--cluster", "-c", required=True, metavar="CLUSTER", help="cluster file or preset name")
+    p.add_argument("--param", "-P", action="append", metavar="KEY=VALUE",
+                   help="parameter of a built-in model (repeatable), e.g. -P batch=32")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autoplace", description="Device placement for ML dataflow graphs.")
+    parser.add_argument("--version", action="version", version=f"autoplace {__version__}")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("simulate", help="simulate one training step of a placement")
+    _add_graph_args(p)
+    p.add_argument("--placement", "-p", required=True, metavar="P", help="placement file")
+    p.add_argument("--trace", metavar="OUT", help="write the timeline as a Chrome trace (Perfetto)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("place", help="place a graph with a method and write the placement")
+    _add_graph_args(p)
+    p.add_argument("--method", "-m", required=True, help="placement method (see 'autoplace compare')")
+    p.add_argument("--output", "-o", required=True, metavar="P", help="placement file to write")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget", type=float, default=None, help="search budget in seconds")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_place)
+
+    p = sub.add_parser("compare", help="compare placement methods on one graph and cluster")
+    _add_graph_args(p)
+    p.add_argument("--methods", help="comma-separated methods (default: all)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget", type=float, default=None, help="search budget per method, seconds")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true")
+    fmt.add_argument("--markdown", action="store_true")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("clusters", help="list cluster presets, or show/export one")
+    p.add_argument("name", nargs="?", help="a preset or cluster file to show")
+    p.add_argument("--output", "-o", help="write the cluster as autoplace.cluster/v1 JSON")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_clusters)
+
+    p = sub.add_parser("zoo", help="built-in graphs")
+    zsub = p.add_subparsers(dest="zoo_cmd", required=True, metavar="ZOO_COMMAND")
+    zl = zsub.add_parser("list", help="list built-in graphs")
+    zl.add_argument("--json", action="store_true")
+    ze = zsub.add_parser("export", help="write a built-in graph as autoplace.graph/v1 JSON")
+    ze.add_argument("name")
+    ze.add_argument("--output", "-o", required=True)
+    ze.add_argument("--param", "-P", action="append", metavar="KEY=VALUE")
+    p.set_defaults(func=cmd_zoo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except AutoplaceError as e:
+        print(f"autoplace: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except OSError as e:
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"autoplace: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("autoplace: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

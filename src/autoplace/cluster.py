@@ -1,0 +1,343 @@
+"""Cluster model: devices, directed links, and the papers' machines as presets.
+
+A :class:`Cluster` is immutable and compiles to arrays the simulator reads: ``bandwidth[s, d]`` and
+``latency[s, d]`` for every ordered pair of devices (a :class:`Link` entry is one direction; the
+cluster's ``default_link`` covers every pair without one). Presets cite their vendor figures in
+``docs/formats.md#cluster-presets``; ``localhost`` is detected from this machine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autoplace.errors import ClusterError, UnknownNameError
+
+__all__ = ["Device", "Link", "LinkSpec", "Cluster", "CLUSTER_PRESETS", "get_cluster", "preset_names"]
+
+GB = 10**9
+GiB = 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One compute device. Units: bytes, FLOP/s, bytes/s, seconds.
+
+    ``concurrency`` is how many ops the device runs at once (TensorFlow's inter-op parallelism);
+    ``op_overhead_s`` is added to every roofline-estimated op (kernel launch, dispatch).
+    """
+
+    name: str
+    type: str
+    memory_bytes: int
+    peak_flops: float
+    memory_bandwidth: float
+    op_overhead_s: float = 0.0
+    concurrency: int = 1
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        """Lower-case device type (``"cpu"``, ``"gpu"``): the key ``cost`` and ``device_types`` match."""
+        return self.type.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSpec:
+    """Bandwidth (bytes/s) and latency (s) of a directed channel."""
+
+    bandwidth: float
+    latency_s: float = 0.0
+
+    def transfer_time(self, nbytes: float) -> float:
+        return self.latency_s + nbytes / self.bandwidth
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A directed link ``src -> dst``."""
+
+    src: str
+    dst: str
+    bandwidth: float
+    latency_s: float = 0.0
+
+
+def _positive(what: str, value: Any, *, allow_zero: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not allow_zero):
+        bound = "non-negative" if allow_zero else "positive"
+        raise ClusterError(f"{what} must be a finite {bound} number, got {value!r}")
+
+
+class Cluster:
+    """Devices plus a complete directed link matrix. Linted on construction."""
+
+    def __init__(self, name: str, devices: Iterable[Device], links: Iterable[Link] = (),
+                 default_link: LinkSpec | None = None, meta: Mapping[str, Any] | None = None):
+        self.name = str(name)
+        self.devices: tuple[Device, ...] = tuple(devices)
+        self.links: tuple[Link, ...] = tuple(links)
+        self.default_link = default_link
+        self.meta: dict[str, Any] = dict(meta or {})
+        self._index: dict[str, int] = {}
+        if not self.devices:
+            raise ClusterError(f"cluster {self.name!r} has no devices")
+        for i, d in enumerate(self.devices):
+            if d.name in self._index:
+                raise ClusterError(f"cluster {self.name!r}: duplicate device name {d.name!r}")
+            self._index[d.name] = i
+            where = f"cluster {self.name!r}: device {d.name!r}:"
+            _positive(f"{where} memory_bytes", d.memory_bytes)
+            _positive(f"{where} peak_flops", d.peak_flops)
+            _positive(f"{where} memory_bandwidth", d.memory_bandwidth)
+            _positive(f"{where} op_overhead_s", d.op_overhead_s, allow_zero=True)
+            if not isinstance(d.concurrency, int) or isinstance(d.concurrency, bool) or d.concurrency < 1:
+                raise ClusterError(f"{where} concurrency must be an integer >= 1, got {d.concurrency!r}")
+            if not d.type:
+                raise ClusterError(f"{where} type is empty")
+        D = len(self.devices)
+        self.bandwidth = np.full((D, D), np.nan)
+        self.latency = np.full((D, D), np.nan)
+        if default_link is not None:
+            _positive(f"cluster {self.name!r}: default_link bandwidth", default_link.bandwidth)
+            _positive(f"cluster {self.name!r}: default_link latency_s", default_link.latency_s, allow_zero=True)
+            self.bandwidth[:] = default_link.bandwidth
+            self.latency[:] = default_link.latency_s
+        for link in self.links:
+            where = f"cluster {self.name!r}: link {link.src!r} -> {link.dst!r}"
+            for end in (link.src, link.dst):
+                if end not in self._index:
+                    raise ClusterError(f"{where} names an unknown device {end!r}")
+            if link.src == link.dst:
+                raise ClusterError(f"{where} connects a device to itself")
+            _positive(f"{where} bandwidth", link.bandwidth)
+            _positive(f"{where} latency_s", link.latency_s, allow_zero=True)
+            s, d = self._index[link.src], self._index[link.dst]
+            self.bandwidth[s, d] = link.bandwidth
+            self.latency[s, d] = link.latency_s
+        np.fill_diagonal(self.bandwidth, np.inf)
+        np.fill_diagonal(self.latency, 0.0)
+        missing = np.argwhere(np.isnan(self.bandwidth))
+        if len(missing):
+            s, d = missing[0]
+            raise ClusterError(
+                f"cluster {self.name!r}: no link from {self.devices[s].name!r} to {self.devices[d].name!r} "
+                f"and no default_link")
+        self.memory_bytes = np.array([d.memory_bytes for d in self.devices], dtype=np.int64)
+        self.peak_flops = np.array([d.peak_flops for d in self.devices], dtype=np.float64)
+        self.memory_bandwidth = np.array([d.memory_bandwidth for d in self.devices], dtype=np.float64)
+        self.op_overhead = np.array([d.op_overhead_s for d in self.devices], dtype=np.float64)
+        self.concurrency = np.array([d.concurrency for d in self.devices], dtype=np.int64)
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def n_devices(self) -> int:
+        return len(self.devices)
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def __repr__(self) -> str:
+        return f"Cluster({self.name!r}, devices={[d.name for d in self.devices]})"
+
+    @property
+    def device_names(self) -> list[str]:
+        return [d.name for d in self.devices]
+
+    def index(self, name: str) -> int:
+        try:
+            return self._index[name]
+        except KeyError:
+            known = ", ".join(self.device_names)
+            raise ClusterError(f"cluster {self.name!r} has no device {name!r} (it has: {known})") from None
+
+    def device(self, name: str) -> Device:
+        return self.devices[self.index(name)]
+
+    def devices_of_kind(self, kind: str) -> list[int]:
+        """Indices of the devices whose type is ``kind`` (case-insensitive), in cluster order."""
+        return [i for i, d in enumerate(self.devices) if d.kind == kind.lower()]
+
+    def link(self, src: str | int, dst: str | int) -> LinkSpec:
+        s = src if isinstance(src, int) else self.index(src)
+        d = dst if isinstance(dst, int) else self.index(dst)
+        return LinkSpec(float(self.bandwidth[s, d]), float(self.latency[s, d]))
+
+    def without(self, names: Iterable[str], name: str | None = None) -> Cluster:
+        """This cluster minus some devices (MinCut's "no CPU" target, say)."""
+        drop = set(names)
+        for n in drop:
+            self.index(n)
+        keep = [d for d in self.devices if d.name not in drop]
+        links = [ln for ln in self.links if ln.src not in drop and ln.dst not in drop]
+        return Cluster(name or f"{self.name}-without-{'-'.join(sorted(drop))}", keep, links,
+                       self.default_link, self.meta)
+
+
+# ---------------------------------------------------------------------- presets
+# Vendor figures (cited per preset in docs/formats.md). FP32 peaks: cores x clock x FLOP/cycle.
+
+
+def _cpu(name: str, model: str, cores: int, ghz: float, flop_per_cycle: int, mem: int, bw: float,
+         overhead: float = 5e-6) -> Device:
+    return Device(name, "cpu", mem, cores * ghz * 1e9 * flop_per_cycle, bw, overhead, 1,
+                  {"model": model, "cores": cores})
+
+
+def _gpus(n: int, model: str, mem: int, flops: float, bw: float, overhead: float = 10e-6) -> list[Device]:
+    return [Device(f"gpu:{i}", "gpu", mem, flops, bw, overhead, 1, {"model": model}) for i in range(n)]
+
+
+def _star(devices: list[Device], host: str, host_link: LinkSpec, peer_link: LinkSpec) -> list[Link]:
+    """Host <-> every GPU over ``host_link``; GPU <-> GPU over ``peer_link``; both directions."""
+    links = []
+    for a in devices:
+        for b in devices:
+            if a.name == b.name:
+                continue
+            spec = host_link if host in (a.name, b.name) else peer_link
+            links.append(Link(a.name, b.name, spec.bandwidth, spec.latency_s))
+    return links
+
+
+PCIE3_X16 = LinkSpec(15.75 * GB, 10e-6)  # PCIe 3.0 x16: 8 GT/s x 16 lanes x 128b/130b per direction
+PCIE3_X8 = LinkSpec(7.88 * GB, 10e-6)
+PCIE5_X16 = LinkSpec(63.0 * GB, 5e-6)
+NVLINK4 = LinkSpec(450.0 * GB, 2e-6)  # H100 SXM5: 900 GB/s bidirectional per GPU through NVSwitch
+
+
+def _k80(n: int) -> Cluster:
+    # Haswell E5-2699 v3: 18 cores, 2.3 GHz, AVX2 2xFMA = 32 FP32 FLOP/cycle; DDR4-2133 x4 = 68 GB/s.
+    # Mirhoseini et al. 2017 §4.1: "We allow 50 GB of RAM for all models".
+    cpu = _cpu("cpu:0", "Intel Xeon E5-2699 v3", 18, 2.3, 32, 50 * GB, 68 * GB)
+    # Tesla K80 = two GK210 dies; per die 12 GB GDDR5, 240 GB/s, 4.37 TFLOPS FP32 (boost 875 MHz).
+    gpus = _gpus(n, "Tesla K80 (one GK210 die)", 12 * GiB, 4.37e12, 240 * GB)
+    devs = [cpu, *gpus]
+    return Cluster(f"k80x{n}", devs, _star(devs, "cpu:0", PCIE3_X16, PCIE3_X16),
+                   meta={"paper": "Mirhoseini et al. 2017, §4.1"})
+
+
+def _p100(n: int) -> Cluster:
+    # Broadwell E5-2698 v4: 20 cores, 2.2 GHz, AVX2 2xFMA; DDR4-2400 x4 = 76.8 GB/s.
+    cpu = _cpu("cpu:0", "Intel Xeon E5-2698 v4", 20, 2.2, 32, 256 * GB, 76.8 * GB)
+    # Tesla P100 PCIe 16 GB: 9.3 TFLOPS FP32, 732 GB/s HBM2.
+    gpus = _gpus(n, "Tesla P100 PCIe 16GB", 16 * GiB, 9.3e12, 732 * GB)
+    devs = [cpu, *gpus]
+    return Cluster(f"p100x{n}", devs, _star(devs, "cpu:0", PCIE3_X16, PCIE3_X16),
+                   meta={"paper": "Addanki et al. (GDP), Zhou et al."})
+
+
+def _gtx1050ti() -> Cluster:
+    # i7-7700: 4 cores, 3.6 GHz, AVX2 2xFMA; DDR4-2400 x2 = 38.4 GB/s.
+    cpu = _cpu("cpu:0", "Intel Core i7-7700", 4, 3.6, 32, 16 * GB, 38.4 * GB)
+    # GTX 1050 Ti: 768 CUDA cores x 1392 MHz boost x 2 = 2.138 TFLOPS, 4 GB GDDR5 at 112 GB/s.
+    gpus = _gpus(2, "GeForce GTX 1050 Ti", 4 * GiB, 2.138e12, 112 * GB)
+    devs = [cpu, *gpus]
+    # Two cards on a consumer board share the CPU's 16 lanes: x8 each.
+    return Cluster("gtx1050tix2", devs, _star(devs, "cpu:0", PCIE3_X8, PCIE3_X8),
+                   meta={"paper": "HTF-MPR"})
+
+
+def _h100x8() -> Cluster:
+    # DGX H100 host: 2x Xeon Platinum 8480C (56 cores, 2.0 GHz, AVX-512 2xFMA = 64 FP32 FLOP/cycle),
+    # 8 channels DDR5-4800 per socket = 614 GB/s; modelled as one CPU device.
+    cpu = _cpu("cpu:0", "2x Intel Xeon Platinum 8480C", 112, 2.0, 64, 2 * 10**12, 614 * GB)
+    # H100 SXM5 80 GB: 67 TFLOPS FP32 (non-tensor), 3.35 TB/s HBM3.
+    gpus = _gpus(8, "H100 SXM5 80GB", 80 * GB, 67e12, 3350 * GB, overhead=5e-6)
+    devs = [cpu, *gpus]
+    return Cluster("h100x8", devs, _star(devs, "cpu:0", PCIE5_X16, NVLINK4), meta={"paper": "modern"})
+
+
+def _meminfo_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 * GiB
+
+
+def _cpu_flop_per_cycle_and_ghz() -> tuple[int, float]:
+    flags: set[str] = set()
+    mhz = 0.0
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+                elif line.startswith("cpu MHz") and not mhz:
+                    mhz = float(line.split(":", 1)[1])
+    except (OSError, ValueError):
+        pass
+    if "avx512f" in flags:
+        fpc = 64
+    elif "fma" in flags and "avx2" in flags:
+        fpc = 32
+    elif "avx" in flags:
+        fpc = 16
+    else:
+        fpc = 8
+    return fpc, (mhz / 1000.0 if mhz else 2.5)
+
+
+def _localhost() -> Cluster:
+    """This machine: one CPU device per core (issue 5's worker processes), GPUs through torch if any.
+
+    Figures are estimates from /proc (cores x clock x SIMD width); ``autoplace cluster detect``
+    (issue 5) replaces them with measurements.
+    """
+    cores = os.cpu_count() or 1
+    fpc, ghz = _cpu_flop_per_cycle_and_ghz()
+    mem = _meminfo_bytes()
+    model = platform.processor() or platform.machine()
+    devs = [Device(f"cpu:{i}", "cpu", mem // cores, ghz * 1e9 * fpc, 10 * GB, 5e-6, 1,
+                   {"model": model, "cores": 1, "estimated": True}) for i in range(cores)]
+    try:  # pragma: no cover - no GPU in CI
+        import torch
+
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                p = torch.cuda.get_device_properties(i)
+                devs.append(Device(f"cuda:{i}", "gpu", int(p.total_memory),
+                                   float(p.multi_processor_count) * 128 * 2 * 1.5e9, 1000 * GB, 10e-6, 1,
+                                   {"model": p.name, "estimated": True}))
+    except ImportError:
+        pass
+    # Shared-memory exchange between worker processes; PCIe for GPUs (estimates).
+    return Cluster("localhost", devs, default_link=LinkSpec(5 * GB, 20e-6),
+                   meta={"detected": True})
+
+
+CLUSTER_PRESETS: dict[str, Callable[[], Cluster]] = {
+    "k80x2": lambda: _k80(2),
+    "k80x4": lambda: _k80(4),
+    "p100x2": lambda: _p100(2),
+    "p100x4": lambda: _p100(4),
+    "p100x8": lambda: _p100(8),
+    "gtx1050tix2": _gtx1050ti,
+    "h100x8": _h100x8,
+    "localhost": _localhost,
+}
+
+
+def preset_names() -> list[str]:
+    return list(CLUSTER_PRESETS)
+
+
+def get_cluster(name: str) -> Cluster:
+    """A preset cluster by name (``autoplace clusters`` lists them)."""
+    try:
+        factory = CLUSTER_PRESETS[name]
+    except KeyError:
+        raise UnknownNameError(
+            f"unknown cluster {name!r}: not a file and not a preset ({', '.join(CLUSTER_PRESETS)})") from None
+    return factory()

@@ -1,0 +1,73 @@
+"""Cost model: how long each op takes on each device.
+
+Op time on a device (issue #2, whitepaper §3.2.1 "cost model"):
+
+1. the graph's measured ``cost`` for that device, looked up by device name, then by device type
+   (case-insensitive) — a measured time is the whole time, no overhead is added;
+2. otherwise a roofline estimate (Williams et al. 2009)::
+
+       t = op_overhead_s + max(flops / peak_flops, bytes_touched / memory_bandwidth)
+
+   where ``bytes_touched`` is the op's explicit ``bytes_touched`` field, else its input plus output
+   bytes.
+
+An op whose ``device_types`` exclude a device's type cannot run there: its time is ``inf`` and
+:func:`feasible_devices` is False.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplace.cluster import Cluster
+from autoplace.errors import InfeasibleError
+from autoplace.graph import Graph
+
+__all__ = ["feasible_devices", "op_time_matrix", "fastest_op_times", "check_runnable"]
+
+
+def feasible_devices(graph: Graph, cluster: Cluster) -> np.ndarray:
+    """Boolean ``[n_ops, n_devices]``: may op ``i`` run on device ``d`` (its ``device_types``)."""
+    kinds = np.array([d.kind for d in cluster.devices])
+    ok = np.ones((graph.n_ops, cluster.n_devices), dtype=bool)
+    for i, op in enumerate(graph.ops):
+        if op.device_types is not None:
+            allowed = {t.lower() for t in op.device_types}
+            ok[i] = [k in allowed for k in kinds]
+    return ok
+
+
+def op_time_matrix(graph: Graph, cluster: Cluster) -> np.ndarray:
+    """Seconds ``[n_ops, n_devices]`` for every op on every device; ``inf`` where it cannot run."""
+    roofline = np.maximum(graph.flops[:, None] / cluster.peak_flops[None, :],
+                          graph.bytes_touched[:, None] / cluster.memory_bandwidth[None, :])
+    times = roofline + cluster.op_overhead[None, :]
+    names = [d.name for d in cluster.devices]
+    kinds = [d.kind for d in cluster.devices]
+    for i, op in enumerate(graph.ops):
+        if op.cost:
+            lowered = {k.lower(): float(v) for k, v in op.cost.items()}
+            for d, (name, kind) in enumerate(zip(names, kinds)):
+                if name in op.cost:
+                    times[i, d] = float(op.cost[name])
+                elif kind in lowered:
+                    times[i, d] = lowered[kind]
+    times[~feasible_devices(graph, cluster)] = np.inf
+    return times
+
+
+def check_runnable(graph: Graph, cluster: Cluster, times: np.ndarray | None = None) -> None:
+    """Raise :class:`InfeasibleError` naming the first op no device of ``cluster`` can run."""
+    times = op_time_matrix(graph, cluster) if times is None else times
+    bad = np.flatnonzero(~np.isfinite(times).any(axis=1))
+    if len(bad):
+        op = graph.ops[int(bad[0])]
+        raise InfeasibleError(
+            f"op {op.name!r} needs a device of type {'/'.join(op.device_types or ())} but cluster "
+            f"{cluster.name!r} has none ({len(bad)} such op(s))")
+
+
+def fastest_op_times(graph: Graph, cluster: Cluster, times: np.ndarray | None = None) -> np.ndarray:
+    """Each op's time on its fastest feasible device (the critical-path bound's weights)."""
+    times = op_time_matrix(graph, cluster) if times is None else times
+    return times.min(axis=1)

@@ -1,0 +1,159 @@
+"""JSON (and ``.json.gz``) reading with one-line errors, atomic writing, and typed field access."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from autoplace.errors import FormatError
+
+__all__ = ["read_json", "write_json", "Fields", "check_format"]
+
+_MISSING = object()
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Parse a JSON file (gzip-compressed if it ends in ``.gz`` or starts with the gzip magic)."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise FormatError(f"{p}: no such file") from None
+    except OSError as e:
+        raise FormatError(f"{p}: cannot read ({e.strerror or e})") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as e:
+            raise FormatError(f"{p}: corrupt gzip data ({e})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(f"{p}: not UTF-8 text (byte {e.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise FormatError(f"{p}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+
+
+def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 1) -> None:
+    """Write ``obj`` as JSON atomically (temp file + rename): a failure never leaves a partial file.
+
+    A path ending in ``.gz`` is gzip-compressed (deterministically: no timestamp in the header).
+    """
+    p = Path(path)
+    data = (json.dumps(obj, indent=indent, allow_nan=False) + "\n").encode("utf-8")
+    if p.suffix == ".gz":
+        data = gzip.compress(data, compresslevel=6, mtime=0)
+    parent = p.parent if str(p.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def check_format(obj: Any, expected: str, where: str) -> dict:
+    """The top-level object must be a dict whose ``format`` is ``expected``."""
+    if not isinstance(obj, dict):
+        raise FormatError(f"{where}: expected a JSON object with format {expected!r}, got {type(obj).__name__}")
+    fmt = obj.get("format", _MISSING)
+    if fmt is _MISSING:
+        raise FormatError(f"{where}: missing field 'format' (expected {expected!r})")
+    if fmt != expected:
+        raise FormatError(f"{where}: unknown format {fmt!r} (expected {expected!r})")
+    return obj
+
+
+class Fields:
+    """Typed access to one JSON object's fields; errors name ``where`` and the field.
+
+    ``known`` collects the names read, so :meth:`extra` can return the fields kept as metadata.
+    """
+
+    def __init__(self, obj: Any, where: str):
+        if not isinstance(obj, dict):
+            raise FormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        self.obj = obj
+        self.where = where
+        self.known: set[str] = set()
+
+    def _fail(self, key: str, expected: str, value: Any) -> FormatError:
+        return FormatError(f"{self.where}: field {key!r} must be {expected}, got {json.dumps(value)[:60]}")
+
+    def _raw(self, key: str, default: Any) -> Any:
+        self.known.add(key)
+        value = self.obj.get(key, _MISSING)
+        if value is _MISSING or value is None:
+            if default is _MISSING:
+                raise FormatError(f"{self.where}: missing field {key!r}")
+            return _MISSING
+        return value
+
+    def str(self, key: str, default: Any = _MISSING) -> Any:
+        v = self._raw(key, default)
+        if v is _MISSING:
+            return default
+        if not isinstance(v, str):
+            raise self._fail(key, "a string", v)
+        return v
+
+    def number(self, key: str, default: Any = _MISSING, *, positive: bool = False) -> Any:
+        v = self._raw(key, default)
+        if v is _MISSING:
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise self._fail(key, "a finite non-negative number", v)
+        if positive and v <= 0:
+            raise self._fail(key, "a positive number", v)
+        return v
+
+    def int(self, key: str, default: Any = _MISSING, *, minimum: int = 0) -> Any:
+        v = self._raw(key, default)
+        if v is _MISSING:
+            return default
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise self._fail(key, f"an integer >= {minimum}", v)
+        return v
+
+    def list(self, key: str, default: Any = _MISSING) -> Any:
+        v = self._raw(key, default)
+        if v is _MISSING:
+            return default
+        if not isinstance(v, list):
+            raise self._fail(key, "a list", v)
+        return v
+
+    def str_list(self, key: str, default: Any = _MISSING) -> Any:
+        v = self.list(key, default)
+        if v is default:
+            return v
+        for x in v:
+            if not isinstance(x, str):
+                raise self._fail(key, "a list of strings", v)
+        return v
+
+    def dict(self, key: str, default: Any = _MISSING) -> Any:
+        v = self._raw(key, default)
+        if v is _MISSING:
+            return default
+        if not isinstance(v, dict):
+            raise self._fail(key, "an object", v)
+        return v
+
+    def extra(self) -> dict[str, Any]:
+        """Fields not read through this object (kept as ``meta``)."""
+        return {k: v for k, v in self.obj.items() if k not in self.known}

@@ -1,0 +1,350 @@
+"""The dataflow-graph IR that every part of autoplace reads.
+
+A :class:`Graph` is an immutable list of :class:`Op` s (TensorFlow whitepaper §2: nodes with inputs,
+outputs, control dependencies and device constraints). On construction it is linted and compiled once
+into flat NumPy arrays (CSR adjacency, per-op size vectors) that the simulator and the placers use on
+their hot paths:
+
+* **tensors** — one per (producer, output index) that has at least one consumer, plus one zero-byte
+  *control tensor* per op that has control consumers. A tensor crossing devices is what Send/Recv moves.
+* **pairs** — one per distinct (tensor, consumer op); ``x + x`` reads its tensor once.
+
+Names follow networkx: ``graph.successors(i)``, ``graph.topological_order``; ops are addressed by index
+(``graph.index(name)``) on hot paths and by name at the boundary.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autoplace.errors import GraphError
+
+__all__ = ["PHASES", "DTYPE_SIZES", "dtype_size", "TensorSpec", "Op", "Graph", "parse_input"]
+
+PHASES = ("forward", "backward", "update")
+
+#: Bytes per element of the dtypes autoplace understands (names as numpy/torch print them).
+DTYPE_SIZES: dict[str, int] = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+    "complex128": 16, "complex64": 8, "complex32": 4,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+    "uint64": 8, "uint32": 4, "uint16": 2, "uint8": 1, "bool": 1,
+}
+_DTYPE_ALIASES = {
+    "double": "float64", "float": "float32", "half": "float16", "bf16": "bfloat16",
+    "fp32": "float32", "fp16": "float16", "fp64": "float64", "long": "int64", "int": "int32",
+    "short": "int16", "cfloat": "complex64", "cdouble": "complex128",
+}
+
+
+def dtype_size(dtype: str) -> int:
+    """Bytes per element of ``dtype`` (``"float32"``, ``"torch.bfloat16"``, ``"fp16"`` ...)."""
+    key = dtype.lower().removeprefix("torch.").removeprefix("np.")
+    key = _DTYPE_ALIASES.get(key, key)
+    try:
+        return DTYPE_SIZES[key]
+    except KeyError:
+        raise GraphError(f"unknown dtype {dtype!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """Shape and dtype of one op output."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * dtype_size(self.dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One node of the dataflow graph (the fields of ``autoplace.graph/v1``, see docs/formats.md).
+
+    ``inputs`` name producers as ``"producer"`` (output 0) or ``"producer:k"``; ``meta`` keeps any extra
+    fields a file carried (layer index, time step, role ...) so they survive a round trip.
+    """
+
+    name: str
+    type: str
+    inputs: tuple[str, ...] = ()
+    control_inputs: tuple[str, ...] = ()
+    outputs: tuple[TensorSpec, ...] | None = None
+    output_bytes: tuple[int, ...] | None = None
+    flops: float = 0.0
+    param_bytes: int = 0
+    cost: Mapping[str, float] = field(default_factory=dict)
+    device_types: tuple[str, ...] | None = None
+    colocation_group: str | None = None
+    scope: str | None = None
+    phase: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def out_bytes(self) -> tuple[int, ...]:
+        """Bytes of each output: ``output_bytes`` if given, else from ``outputs``, else one empty output."""
+        if self.output_bytes is not None:
+            return tuple(self.output_bytes)
+        if self.outputs is not None:
+            return tuple(t.nbytes for t in self.outputs)
+        return (0,)
+
+    @property
+    def declares_outputs(self) -> bool:
+        return self.output_bytes is not None or self.outputs is not None
+
+
+def parse_input(ref: str, names: Mapping[str, int]) -> tuple[str, int]:
+    """Split ``"producer:k"`` into ``("producer", k)``; an exact op name wins over the split."""
+    if ref in names:
+        return ref, 0
+    base, sep, k = ref.rpartition(":")
+    if sep and k.isdigit():
+        return base, int(k)
+    return ref, 0
+
+
+def _check_number(op: Op, what: str, value: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise GraphError(f"op {op.name!r}: {what} must be a finite non-negative number, got {value!r}")
+
+
+def _check_op(op: Op) -> None:
+    """Field checks of one op (sizes, costs, phase, dtypes); raise GraphError naming it."""
+    if not op.name:
+        raise GraphError("an op has an empty name")
+    if op.outputs is not None:
+        for k, t in enumerate(op.outputs):
+            if any((not isinstance(d, int)) or d < 0 for d in t.shape):
+                raise GraphError(f"op {op.name!r}: output {k} has a bad shape {list(t.shape)}")
+            try:
+                dtype_size(t.dtype)
+            except GraphError:
+                raise GraphError(f"op {op.name!r}: output {k} has unknown dtype {t.dtype!r}") from None
+    _check_number(op, "flops", op.flops)
+    _check_number(op, "param_bytes", op.param_bytes)
+    for k, b in enumerate(op.out_bytes):
+        _check_number(op, f"output {k} bytes", b)
+    for dev, sec in op.cost.items():
+        _check_number(op, f"cost[{dev!r}]", sec)
+    if op.phase is not None and op.phase not in PHASES:
+        raise GraphError(f"op {op.name!r}: phase {op.phase!r} is not one of {', '.join(PHASES)}")
+    if op.device_types is not None and len(op.device_types) == 0:
+        raise GraphError(f"op {op.name!r}: device_types is empty (no device could run it)")
+
+
+class Graph:
+    """An immutable, linted dataflow graph compiled to arrays.
+
+    Array attributes (all NumPy, indexed by op index = position in :attr:`ops`):
+
+    ``flops``, ``param_bytes``, ``bytes_touched``, ``out_bytes_total``, ``unconsumed_bytes``
+        per-op vectors (float64 / int64).
+    ``tensor_src``, ``tensor_out``, ``tensor_bytes``
+        per tensor: producer op, output index (``-1`` = control tensor), bytes.
+    ``op_tensor_ptr``
+        tensors of op ``i`` are ``op_tensor_ptr[i]:op_tensor_ptr[i+1]``.
+    ``tensor_pair_ptr``, ``pair_tensor``, ``pair_op``
+        consumers of tensor ``t`` are ``pair_op[tensor_pair_ptr[t]:tensor_pair_ptr[t+1]]``.
+    ``in_ptr``, ``in_pair``
+        pairs read by op ``c`` are ``in_pair[in_ptr[c]:in_ptr[c+1]]``.
+    ``topological_order``, ``rank``
+        a deterministic topological order (file order where it allows) and each op's position in it.
+    """
+
+    def __init__(self, ops: Iterable[Op], name: str = "graph", meta: Mapping[str, Any] | None = None):
+        self.name = str(name)
+        self.ops: tuple[Op, ...] = tuple(ops)
+        self.meta: dict[str, Any] = dict(meta or {})
+        self._index: dict[str, int] = {}
+        for i, op in enumerate(self.ops):
+            if op.name in self._index:
+                raise GraphError(f"duplicate op name {op.name!r} (ops #{self._index[op.name]} and #{i})")
+            self._index[op.name] = i
+            _check_op(op)
+        self._compile()
+
+    # ------------------------------------------------------------------ construction
+    def _compile(self) -> None:
+        ops, index = self.ops, self._index
+        n = len(ops)
+        out_bytes = [op.out_bytes for op in ops]
+        # (producer, k) -> list of consumers, in first-seen order, without duplicates.
+        consumers: dict[tuple[int, int], list[int]] = {}
+        for c, op in enumerate(ops):
+            seen: set[tuple[int, int]] = set()
+            for ref in op.inputs:
+                pname, k = parse_input(ref, index)
+                p = index.get(pname)
+                if p is None:
+                    raise GraphError(f"op {op.name!r}: input {ref!r} names an unknown op {pname!r}")
+                if k >= len(out_bytes[p]) or (k > 0 and not ops[p].declares_outputs):
+                    raise GraphError(
+                        f"op {op.name!r}: input {ref!r} names output {k} but {pname!r} has "
+                        f"{len(out_bytes[p])} output(s)")
+                if (p, k) not in seen:
+                    seen.add((p, k))
+                    consumers.setdefault((p, k), []).append(c)
+            for ref in op.control_inputs:
+                p = index.get(ref)
+                if p is None:
+                    raise GraphError(f"op {op.name!r}: control input {ref!r} names an unknown op")
+                if (p, -1) not in seen:
+                    seen.add((p, -1))
+                    consumers.setdefault((p, -1), []).append(c)
+
+        keys = sorted(consumers, key=lambda pk: (pk[0], pk[1] if pk[1] >= 0 else 1 << 30))
+        T = len(keys)
+        self.tensor_src = np.fromiter((p for p, _ in keys), np.int64, T)
+        self.tensor_out = np.fromiter((k for _, k in keys), np.int64, T)
+        self.tensor_bytes = np.fromiter((out_bytes[p][k] if k >= 0 else 0 for p, k in keys), np.int64, T)
+        self.op_tensor_ptr = np.searchsorted(self.tensor_src, np.arange(n + 1)).astype(np.int64)
+        counts = np.fromiter((len(consumers[key]) for key in keys), np.int64, T)
+        self.tensor_pair_ptr = np.zeros(T + 1, np.int64)
+        np.cumsum(counts, out=self.tensor_pair_ptr[1:])
+        P = int(self.tensor_pair_ptr[-1])
+        self.pair_op = np.fromiter((c for key in keys for c in consumers[key]), np.int64, P)
+        self.pair_tensor = np.repeat(np.arange(T, dtype=np.int64), counts)
+        order = np.argsort(self.pair_op, kind="stable")
+        self.in_pair = order.astype(np.int64)
+        self.in_ptr = np.searchsorted(self.pair_op[order], np.arange(n + 1)).astype(np.int64)
+
+        self.flops = np.array([op.flops for op in ops], dtype=np.float64)
+        self.param_bytes = np.array([op.param_bytes for op in ops], dtype=np.int64)
+        self.out_bytes_total = np.array([sum(b) for b in out_bytes], dtype=np.int64)
+        consumed = np.zeros(n, np.int64)
+        np.add.at(consumed, self.tensor_src, self.tensor_bytes)
+        self.unconsumed_bytes = self.out_bytes_total - consumed
+        in_bytes = np.zeros(n, np.int64)
+        np.add.at(in_bytes, self.pair_op, self.tensor_bytes[self.pair_tensor])
+        touched = [op.meta.get("bytes_touched") for op in ops]
+        self.bytes_touched = np.array(
+            [float(t) if t is not None else float(ib + ob)
+             for t, ib, ob in zip(touched, in_bytes, self.out_bytes_total)], dtype=np.float64)
+        self._toposort()
+
+    def _toposort(self) -> None:
+        n = self.n_ops
+        indeg = np.diff(self.in_ptr).copy()
+        heap = [i for i in range(n) if indeg[i] == 0]
+        heapq.heapify(heap)
+        order: list[int] = []
+        tptr, pptr, pop_ = self.op_tensor_ptr, self.tensor_pair_ptr, self.pair_op
+        while heap:
+            i = heapq.heappop(heap)
+            order.append(i)
+            for p in range(pptr[tptr[i]], pptr[tptr[i + 1]]):
+                c = int(pop_[p])
+                indeg[c] -= 1
+                if indeg[c] == 0:
+                    heapq.heappush(heap, c)
+        if len(order) < n:
+            raise GraphError(f"graph {self.name!r} has a cycle: {self._find_cycle(indeg)}")
+        self.topological_order = np.array(order, dtype=np.int64)
+        self.rank = np.empty(n, np.int64)
+        self.rank[self.topological_order] = np.arange(n)
+
+    def _find_cycle(self, indeg: np.ndarray) -> str:
+        """Walk predecessors among the ops Kahn's algorithm could not order until one repeats."""
+        left = set(np.flatnonzero(indeg > 0).tolist())
+        node = min(left)
+        path: list[int] = []
+        pos: dict[int, int] = {}
+        while node not in pos:
+            pos[node] = len(path)
+            path.append(node)
+            preds = [int(self.tensor_src[self.pair_tensor[q]])
+                     for q in self.in_pair[self.in_ptr[node]:self.in_ptr[node + 1]]]
+            node = min(p for p in preds if p in left)
+        cycle = path[pos[node]:][::-1]
+        names = [self.ops[i].name for i in cycle + cycle[:1]]
+        return " -> ".join(names)
+
+    # ------------------------------------------------------------------ invariants
+    def lint(self) -> None:
+        """Check the invariants every consumer of the IR relies on; raise :class:`GraphError` naming the op.
+
+        Names are unique, inputs resolve (checked while compiling), the graph is acyclic, and every size,
+        FLOP count and cost is finite and non-negative; ``phase`` is one of :data:`PHASES`.
+        """
+        for op in self.ops:
+            _check_op(op)
+        if len(self.topological_order) != self.n_ops:  # pragma: no cover - guarded by _toposort
+            raise GraphError(f"graph {self.name!r}: topological order is incomplete")
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def n_ops(self) -> int:
+        return len(self.ops)
+
+    @property
+    def n_tensors(self) -> int:
+        return len(self.tensor_src)
+
+    @property
+    def n_edges(self) -> int:
+        """Number of distinct (tensor, consumer) pairs, control dependencies included."""
+        return len(self.pair_op)
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter(self.ops)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, ops={self.n_ops}, edges={self.n_edges})"
+
+    def index(self, name: str) -> int:
+        try:
+            return self._index[name]
+        except KeyError:
+            raise GraphError(f"graph {self.name!r} has no op {name!r}") from None
+
+    def op(self, name: str) -> Op:
+        return self.ops[self.index(name)]
+
+    @property
+    def names(self) -> list[str]:
+        return [op.name for op in self.ops]
+
+    def successors(self, i: int) -> np.ndarray:
+        """Distinct consumer ops of op ``i`` (data and control)."""
+        tptr, pptr = self.op_tensor_ptr, self.tensor_pair_ptr
+        return np.unique(self.pair_op[pptr[tptr[i]]:pptr[tptr[i + 1]]])
+
+    def predecessors(self, i: int) -> np.ndarray:
+        """Distinct producer ops read by op ``i`` (data and control)."""
+        pairs = self.in_pair[self.in_ptr[i]:self.in_ptr[i + 1]]
+        return np.unique(self.tensor_src[self.pair_tensor[pairs]])
+
+    def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(src, dst, bytes)`` arrays, one row per (tensor, consumer) pair."""
+        return self.tensor_src[self.pair_tensor], self.pair_op.copy(), self.tensor_bytes[self.pair_tensor]
+
+    def longest_path(self, op_time: np.ndarray) -> float:
+        """Length of the longest path when op ``i`` takes ``op_time[i]`` and transfers are free."""
+        from autoplace.sim._kernel import longest_path  # numba kernel, shared with the bounds
+
+        return float(longest_path(self.topological_order, self.in_ptr, self.in_pair, self.pair_tensor,
+                                  self.tensor_src, np.asarray(op_time, dtype=np.float64)))
+
+    @property
+    def total_param_bytes(self) -> int:
+        return int(self.param_bytes.sum())
+
+    @property
+    def total_flops(self) -> float:
+        return float(self.flops.sum())

@@ -1,0 +1,82 @@
+"""Placements: op -> device assignments, validated against a graph and a cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autoplace.cluster import Cluster
+from autoplace.errors import PlacementError
+from autoplace.graph import Graph
+
+__all__ = ["Placement"]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """An assignment of every op of graph ``graph`` to a device of cluster ``cluster``.
+
+    ``meta`` carries what the placer reports (search time, seed, bound ...) and survives a file round
+    trip; the simulated result is added by writers, not stored here.
+    """
+
+    assignment: Mapping[str, str]
+    graph: str
+    cluster: str
+    method: str = "manual"
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_array(cls, graph: Graph, cluster: Cluster, devices: np.ndarray | list[int], method: str,
+                   **meta: Any) -> Placement:
+        """Build from a device index per op (the form placers and the simulator work in)."""
+        devices = np.asarray(devices)
+        if devices.shape != (graph.n_ops,):
+            raise PlacementError(f"placement array has shape {devices.shape}, expected ({graph.n_ops},)")
+        names = cluster.device_names
+        assignment = {op.name: names[int(d)] for op, d in zip(graph.ops, devices)}
+        return cls(assignment, graph.name, cluster.name, method, meta)
+
+    def to_array(self, graph: Graph, cluster: Cluster) -> np.ndarray:
+        """Device index per op; raises :class:`PlacementError` naming the first op or device at fault."""
+        extra = [name for name in self.assignment if name not in graph]
+        if extra:
+            raise PlacementError(f"placement names op {extra[0]!r} which is not in graph {graph.name!r}"
+                                 + (f" ({len(extra)} such ops)" if len(extra) > 1 else ""))
+        missing = [op.name for op in graph.ops if op.name not in self.assignment]
+        if missing:
+            raise PlacementError(f"placement has no device for op {missing[0]!r}"
+                                 + (f" ({len(missing)} ops missing)" if len(missing) > 1 else ""))
+        index: dict[str, int] = {}
+        out = np.empty(graph.n_ops, dtype=np.int64)
+        for i, op in enumerate(graph.ops):
+            dname = self.assignment[op.name]
+            d = index.get(dname)
+            if d is None:
+                try:
+                    d = index[dname] = cluster.index(dname)
+                except Exception:
+                    raise PlacementError(
+                        f"placement puts op {op.name!r} on unknown device {dname!r} "
+                        f"(cluster {cluster.name!r} has: {', '.join(cluster.device_names)})") from None
+            if op.device_types is not None:
+                kind = cluster.devices[d].kind
+                if kind not in {t.lower() for t in op.device_types}:
+                    raise PlacementError(
+                        f"op {op.name!r} cannot run on {dname!r} (type {cluster.devices[d].type}); "
+                        f"allowed types: {', '.join(op.device_types)}")
+            out[i] = d
+        return out
+
+    def devices_used(self) -> list[str]:
+        return sorted(set(self.assignment.values()))
+
+    def counts(self) -> dict[str, int]:
+        """Number of ops per device."""
+        out: dict[str, int] = {}
+        for d in self.assignment.values():
+            out[d] = out.get(d, 0) + 1
+        return out

@@ -1,0 +1,76 @@
+"""Placers: algorithms ``place(graph, cluster, *, seed, budget) -> Placement``, looked up by name.
+
+Each placer module registers its functions with :func:`register_placer`; the CLI and
+:func:`place` pick them from the registry (no if/elif chains). A placer never mutates its inputs and
+is deterministic for a given ``seed``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoplace.cluster import Cluster
+from autoplace.errors import UnknownNameError
+from autoplace.graph import Graph
+from autoplace.placement import Placement
+
+__all__ = ["PlacerFn", "PlacerInfo", "register_placer", "get_placer", "available_placers", "place"]
+
+PlacerFn = Callable[..., Placement]
+
+
+@dataclass(frozen=True)
+class PlacerInfo:
+    """A registered placer: its name, function, one-line description and source paper."""
+
+    name: str
+    fn: PlacerFn
+    description: str
+    paper: str = ""
+
+
+_REGISTRY: dict[str, PlacerInfo] = {}
+
+
+def register_placer(name: str, *, description: str, paper: str = "") -> Callable[[PlacerFn], PlacerFn]:
+    """Decorator adding ``fn(graph, cluster, *, seed=None, budget=None) -> Placement`` under ``name``."""
+
+    def deco(fn: PlacerFn) -> PlacerFn:
+        if name in _REGISTRY:
+            raise ValueError(f"placer {name!r} is registered twice")
+        _REGISTRY[name] = PlacerInfo(name, fn, description, paper)
+        return fn
+
+    return deco
+
+
+def get_placer(name: str) -> PlacerInfo:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownNameError(f"unknown placement method {name!r} (known: {', '.join(_REGISTRY)})") from None
+
+
+def available_placers() -> list[str]:
+    return list(_REGISTRY)
+
+
+def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.Generator | None = None,
+          budget: float | None = None) -> Placement:
+    """Run placer ``method``; the returned placement's meta records ``search_time_s`` and ``seed``."""
+    info = get_placer(method)
+    t0 = time.perf_counter()
+    placement = info.fn(graph, cluster, seed=seed, budget=budget)
+    elapsed = time.perf_counter() - t0
+    meta = {**placement.meta, "search_time_s": elapsed}
+    if isinstance(seed, int):
+        meta["seed"] = seed
+    return Placement(placement.assignment, placement.graph, placement.cluster, placement.method, meta)
+
+
+# Built-in placer modules register themselves on import.
+from autoplace.placers import baselines  # noqa: E402,F401

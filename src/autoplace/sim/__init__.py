@@ -1,0 +1,217 @@
+"""The execution simulator: step time, transfers and peak memory of a placement.
+
+The whitepaper's simulated execution with Send/Recv (§3.2.1-3.2.2), as a discrete-event simulation
+(semantics in :mod:`autoplace.sim._kernel`). Entry points::
+
+    simulate(graph, cluster, placement, trace=False) -> SimResult
+    simulate_batch(graph, cluster, placements)        -> BatchResult   # many placements, one call
+    Simulator(graph, cluster)                          # reuses the op-time matrix across calls
+
+A placement whose peak memory exceeds a device's capacity is a *failing placement*: reported in
+``SimResult.oom_devices``, never raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autoplace.cluster import Cluster
+from autoplace.cost import check_runnable, op_time_matrix
+from autoplace.errors import PlacementError
+from autoplace.graph import Graph
+from autoplace.placement import Placement
+from autoplace.sim import _kernel
+
+__all__ = ["Simulator", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch"]
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Per-op start/finish times and every transfer (tensor, src device, dst device, start, end)."""
+
+    start: np.ndarray
+    finish: np.ndarray
+    device: np.ndarray
+    transfer_tensor: np.ndarray
+    transfer_src: np.ndarray
+    transfer_dst: np.ndarray
+    transfer_start: np.ndarray
+    transfer_end: np.ndarray
+
+    @property
+    def n_transfers(self) -> int:
+        return len(self.transfer_tensor)
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """What one simulated training step of a placement costs."""
+
+    step_time: float
+    device_names: tuple[str, ...]
+    busy_time: np.ndarray
+    peak_memory: np.ndarray
+    memory_capacity: np.ndarray
+    link_time: np.ndarray
+    link_bytes: np.ndarray
+    n_transfers: int
+    timeline: Timeline | None = field(default=None, repr=False)
+
+    @property
+    def oom_devices(self) -> tuple[str, ...]:
+        """Devices whose peak memory exceeds their capacity (a failing placement if non-empty)."""
+        return tuple(n for n, p, c in zip(self.device_names, self.peak_memory, self.memory_capacity) if p > c)
+
+    @property
+    def ok(self) -> bool:
+        return not self.oom_devices
+
+    @property
+    def transfer_bytes(self) -> int:
+        return int(self.link_bytes.sum())
+
+    @property
+    def transfer_time(self) -> float:
+        return float(self.link_time.sum())
+
+    def to_dict(self) -> dict:
+        """Plain-JSON summary (what placement files and ``--json`` carry)."""
+        names = self.device_names
+        links = [{"src": names[s], "dst": names[d], "bytes": int(self.link_bytes[s, d]),
+                  "busy_s": float(self.link_time[s, d])}
+                 for s, d in zip(*np.nonzero(self.link_bytes + self.link_time))]
+        return {
+            "step_time_s": float(self.step_time),
+            "ok": self.ok,
+            "oom_devices": list(self.oom_devices),
+            "devices": [{"name": n, "busy_s": float(b), "peak_memory_bytes": int(p),
+                         "memory_bytes": int(c), "oom": bool(p > c)}
+                        for n, b, p, c in zip(names, self.busy_time, self.peak_memory, self.memory_capacity)],
+            "links": links,
+            "transfers": int(self.n_transfers),
+            "transfer_bytes": self.transfer_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """Summaries of ``B`` placements of one graph: arrays with a leading batch axis."""
+
+    step_time: np.ndarray
+    busy_time: np.ndarray
+    peak_memory: np.ndarray
+    memory_capacity: np.ndarray
+    link_time: np.ndarray
+    link_bytes: np.ndarray
+    n_transfers: np.ndarray
+
+    @property
+    def oom(self) -> np.ndarray:
+        """``[B]`` bool: does placement ``b`` exceed some device's memory."""
+        return (self.peak_memory > self.memory_capacity[None, :]).any(axis=1)
+
+    def __len__(self) -> int:
+        return len(self.step_time)
+
+
+class Simulator:
+    """A simulator bound to one graph and cluster; the op-time matrix is computed once.
+
+    ``op_times`` overrides the cost model (``[n_ops, n_devices]`` seconds), e.g. for calibration.
+    """
+
+    def __init__(self, graph: Graph, cluster: Cluster, op_times: np.ndarray | None = None):
+        self.graph = graph
+        self.cluster = cluster
+        self.op_times = op_time_matrix(graph, cluster) if op_times is None else np.asarray(op_times, float)
+        if self.op_times.shape != (graph.n_ops, cluster.n_devices):
+            raise ValueError(f"op_times has shape {self.op_times.shape}, expected "
+                             f"{(graph.n_ops, cluster.n_devices)}")
+        check_runnable(graph, cluster, self.op_times)
+        self._all_feasible = bool(np.isfinite(self.op_times).all())
+        g, c = graph, cluster
+        self._graph_args = (g.topological_order, g.rank, g.tensor_src, g.tensor_bytes, g.op_tensor_ptr,
+                            g.tensor_pair_ptr, g.pair_op, g.pair_tensor, g.in_ptr, g.in_pair,
+                            g.out_bytes_total, g.unconsumed_bytes, g.param_bytes)
+        self._cluster_args = (c.bandwidth, c.latency, c.concurrency)
+
+    # ------------------------------------------------------------------ placements as arrays
+    def as_array(self, placement: Placement | np.ndarray | Sequence[int]) -> np.ndarray:
+        """Device index per op, validated (range, device constraints)."""
+        if isinstance(placement, Placement):
+            return placement.to_array(self.graph, self.cluster)
+        dev = np.ascontiguousarray(placement, dtype=np.int64)
+        self._check_array(dev[None, :] if dev.ndim == 1 else dev)
+        return dev
+
+    def _check_array(self, devs: np.ndarray) -> None:
+        n, D = self.graph.n_ops, self.cluster.n_devices
+        if devs.ndim != 2 or devs.shape[1] != n:
+            raise PlacementError(f"placement array has shape {devs.shape[1:]}, expected ({n},) for graph "
+                                 f"{self.graph.name!r}")
+        if devs.size and (devs.min() < 0 or devs.max() >= D):
+            raise PlacementError(f"placement array has device indices outside 0..{D - 1}")
+        if self._all_feasible:
+            return
+        bad = ~np.isfinite(np.take_along_axis(self.op_times.T, devs, axis=0))
+        if bad.any():
+            b, i = np.argwhere(bad)[0]
+            op = self.graph.ops[i]
+            dev = self.cluster.devices[devs[b, i]]
+            raise PlacementError(f"op {op.name!r} cannot run on {dev.name!r} (type {dev.type}); "
+                                 f"allowed types: {', '.join(op.device_types or ())}")
+
+    # ------------------------------------------------------------------ evaluation
+    def run(self, placement: Placement | np.ndarray | Sequence[int], *, trace: bool = False) -> SimResult:
+        """Simulate one placement; ``trace=True`` keeps the full :class:`Timeline`."""
+        dev = self.as_array(placement)
+        n, D, P = self.graph.n_ops, self.cluster.n_devices, self.graph.n_edges
+        start, finish = np.empty(n), np.empty(n)
+        busy, peak = np.zeros(D), np.zeros(D, np.int64)
+        link_time, link_bytes = np.zeros((D, D)), np.zeros((D, D), np.int64)
+        xf_t, xf_s, xf_d = np.empty(P, np.int64), np.empty(P, np.int64), np.empty(P, np.int64)
+        xf_a, xf_b = np.empty(P), np.empty(P)
+        step, nx = _kernel.simulate_one(dev, self.op_times, *self._graph_args, *self._cluster_args,
+                                        start, finish, busy, peak, link_time, link_bytes,
+                                        xf_t, xf_s, xf_d, xf_a, xf_b)
+        timeline = None
+        if trace:
+            timeline = Timeline(start, finish, dev.copy(), xf_t[:nx].copy(), xf_s[:nx].copy(),
+                                xf_d[:nx].copy(), xf_a[:nx].copy(), xf_b[:nx].copy())
+        return SimResult(float(step), tuple(self.cluster.device_names), busy, peak,
+                         self.cluster.memory_bytes.copy(), link_time, link_bytes, int(nx),
+                         timeline)
+
+    def run_batch(self, placements: np.ndarray | Sequence[Placement]) -> BatchResult:
+        """Simulate ``B`` placements (``[B, n_ops]`` device indices, or Placement objects) in one call."""
+        if len(placements) and isinstance(placements[0], Placement):
+            devs = np.stack([p.to_array(self.graph, self.cluster) for p in placements])
+        else:
+            devs = np.ascontiguousarray(placements, dtype=np.int64)
+            self._check_array(devs)
+        B, D = devs.shape[0], self.cluster.n_devices
+        step, nx = np.zeros(B), np.zeros(B, np.int64)
+        busy, peak = np.zeros((B, D)), np.zeros((B, D), np.int64)
+        link_time, link_bytes = np.zeros((B, D, D)), np.zeros((B, D, D), np.int64)
+        _kernel.simulate_many(devs, self.op_times, *self._graph_args, *self._cluster_args,
+                              step, busy, peak, link_time, link_bytes, nx)
+        return BatchResult(step, busy, peak, self.cluster.memory_bytes.copy(), link_time, link_bytes, nx)
+
+    # ------------------------------------------------------------------ bounds
+    def critical_path(self) -> float:
+        """Longest path with every op on its fastest feasible device and free transfers."""
+        return self.graph.longest_path(self.op_times.min(axis=1))
+
+
+def simulate(graph: Graph, cluster: Cluster, placement: Placement | np.ndarray | Sequence[int], *,
+             trace: bool = False) -> SimResult:
+    """Simulate one training step of ``graph`` on ``cluster`` under ``placement``."""
+    return Simulator(graph, cluster).run(placement, trace=trace)
+
+
+def simulate_batch(graph: Graph, cluster: Cluster, placements: np.ndarray | Sequence[Placement]) -> BatchResult:
+    """Simulate many placements of one graph in one call (see :meth:`Simulator.run_batch`)."""
+    return Simulator(graph, cluster).run_batch(placements)
