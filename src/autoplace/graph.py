@@ -266,6 +266,8 @@ class Graph:
                      for q in self.in_pair[self.in_ptr[node]:self.in_ptr[node + 1]]]
             node = min(p for p in preds if p in left)
         cycle = path[pos[node]:][::-1]
+        k = cycle.index(min(cycle))  # start the report at the cycle's first op in file order
+        cycle = cycle[k:] + cycle[:k]
         names = [self.ops[i].name for i in cycle + cycle[:1]]
         return " -> ".join(names)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoplace.cluster import Cluster
+from autoplace.cost import check_runnable
 from autoplace.errors import UnknownNameError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
@@ -63,6 +64,7 @@ def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.
           budget: float | None = None) -> Placement:
     """Run placer ``method``; the returned placement's meta records ``search_time_s`` and ``seed``."""
     info = get_placer(method)
+    check_runnable(graph, cluster)  # one message for "no device can run op X", whatever the placer
     t0 = time.perf_counter()
     placement = info.fn(graph, cluster, seed=seed, budget=budget)
     elapsed = time.perf_counter() - t0

@@ -1,0 +1,34 @@
+"""Shared helpers: tiny graphs and clusters with round numbers, so expected values can be done by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoplace.cluster import Cluster, Device, Link, LinkSpec
+from autoplace.graph import Graph, Op
+
+
+def op(name, inputs=(), cost=1.0, out=0, params=0, **kw):
+    """An op with the same measured ``cost`` (seconds) on both device types and ``out`` output bytes."""
+    costs = cost if isinstance(cost, dict) else {"cpu": cost, "gpu": cost}
+    return Op(name, kw.pop("type", "op"), tuple(inputs), output_bytes=(out,), cost=costs, param_bytes=params, **kw)
+
+
+def two_devices(bandwidth=1000.0, latency=0.5, memory=10**9, concurrency=1) -> Cluster:
+    """Devices ``A`` (cpu) and ``B`` (gpu) joined by links of ``bandwidth`` B/s and ``latency`` s."""
+    devs = [Device("A", "cpu", memory, 1e9, 1e9, 0.0, concurrency), Device("B", "gpu", memory, 1e9, 1e9, 0.0, concurrency)]
+    return Cluster("two", devs, [Link("A", "B", bandwidth, latency), Link("B", "A", bandwidth, latency)])
+
+
+def uniform_cluster(n: int, bandwidth=1e9, latency=1e-5, memory=10**12, kind="gpu") -> Cluster:
+    devs = [Device(f"d{i}", kind, memory, 1e12, 1e11, 1e-6) for i in range(n)]
+    return Cluster(f"uniform{n}", devs, default_link=LinkSpec(bandwidth, latency))
+
+
+@pytest.fixture
+def two():
+    return two_devices()
+
+
+def chain(n: int = 3, cost=1.0, out=100) -> Graph:
+    return Graph([op(f"n{i}", [f"n{i-1}"] if i else [], cost, out) for i in range(n)], name="chain")

@@ -1,0 +1,151 @@
+"""The command line: happy paths, and bad input -> one line naming the culprit, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoplace.cli import main
+
+GOLDEN = Path(__file__).parent / "golden"
+GRAPH, CLUSTER = str(GOLDEN / "graph_v1.json"), str(GOLDEN / "cluster_v1.json")
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def write(tmp_path, name, obj):
+    f = tmp_path / name
+    f.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return str(f)
+
+
+def test_place_then_simulate_with_trace(tmp_path, capsys):
+    p, trace = str(tmp_path / "p.json"), str(tmp_path / "t.json")
+    rc, out, _ = run(capsys, "place", "toy-mlp", "-c", "k80x2", "-m", "single-gpu", "-o", p, "-P", "layers=2")
+    assert rc == 0 and "single-gpu" in out
+    placement = json.loads(Path(p).read_text())
+    assert placement["format"] == "autoplace.placement/v1" and placement["result"]["ok"]
+    assert set(placement["assignment"].values()) == {"gpu:0"}
+    rc, out, _ = run(capsys, "simulate", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "-p", p, "--trace", trace)
+    assert rc == 0 and "step time" in out
+    events = json.loads(Path(trace).read_text())["traceEvents"]
+    assert sum(e["ph"] == "X" for e in events) == len(placement["assignment"])
+    rc, out, _ = run(capsys, "simulate", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "-p", p, "--json")
+    assert json.loads(out)["step_time_s"] == pytest.approx(placement["result"]["step_time_s"])
+
+
+def test_compare_table_json_markdown(capsys):
+    rc, out, _ = run(capsys, "compare", GRAPH, "-c", CLUSTER)
+    assert rc == 0 and "single-cpu" in out and "single-gpu" in out
+    rc, out, _ = run(capsys, "compare", GRAPH, "-c", CLUSTER, "--json")
+    rows = {r["method"]: r for r in json.loads(out)["rows"]}
+    assert rows["single-gpu"]["speedup_vs_single_gpu"] == 1.0
+    rc, out, _ = run(capsys, "compare", GRAPH, "-c", CLUSTER, "--markdown", "--methods", "single-gpu")
+    assert out.startswith("| method |")
+
+
+def test_listings_and_exports(tmp_path, capsys):
+    rc, out, _ = run(capsys, "clusters")
+    assert rc == 0 and "k80x4" in out and "h100x8" in out
+    rc, out, _ = run(capsys, "clusters", "k80x2", "--json")
+    assert json.loads(out)["format"] == "autoplace.cluster/v1"
+    c = str(tmp_path / "c.json")
+    assert run(capsys, "clusters", "p100x4", "-o", c)[0] == 0
+    assert run(capsys, "compare", "toy-mlp", "-P", "layers=1", "-c", c, "--json")[0] == 0
+    rc, out, _ = run(capsys, "zoo", "list")
+    assert "toy-mlp" in out
+    g = str(tmp_path / "g.json.gz")
+    assert run(capsys, "zoo", "export", "toy-mlp", "-o", g, "-P", "layers=3")[0] == 0
+    assert run(capsys, "place", g, "-c", "k80x2", "-m", "single-cpu", "-o", str(tmp_path / "p.json"))[0] == 0
+
+
+OPS_OK = [{"name": "a", "type": "t", "output_bytes": [8]}, {"name": "b", "type": "t", "inputs": ["a"]}]
+
+
+def graph_doc(ops, fmt="autoplace.graph/v1"):
+    return {"format": fmt, "name": "g", "ops": ops}
+
+
+BAD_GRAPHS = {
+    "cycle": (graph_doc([{"name": "a", "type": "t", "inputs": ["b"]}, {"name": "b", "type": "t", "inputs": ["a"]}]),
+              "cycle: a -> b -> a"),
+    "unknown-op": (graph_doc([{"name": "a", "type": "t", "inputs": ["zz"]}]), "unknown op 'zz'"),
+    "unknown-output": (graph_doc([OPS_OK[0], {"name": "b", "type": "t", "inputs": ["a:2"]}]), "names output 2"),
+    "duplicate": (graph_doc([OPS_OK[0], OPS_OK[0]]), "duplicate op name 'a'"),
+    "negative": (graph_doc([{"name": "a", "type": "t", "param_bytes": -3}]), "'param_bytes'"),
+    "nonfinite": ('{"format": "autoplace.graph/v1", "name": "g", "ops": [{"name": "a", "type": "t", "cost": {"gpu": Infinity}}]}',
+                  "cost['gpu']"),
+    "malformed": ('{"format": "autoplace.graph/v1", "name": ', "malformed JSON"),
+    "version": (graph_doc(OPS_OK, "autoplace.graph/v9"), "unknown format 'autoplace.graph/v9'"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_GRAPHS))
+def test_bad_graph_exit_2_nothing_written(tmp_path, capsys, case):
+    doc, message = BAD_GRAPHS[case]
+    g = write(tmp_path, "g.json", doc)
+    out = tmp_path / "p.json"
+    rc, _, err = run(capsys, "place", g, "-c", CLUSTER, "-m", "single-gpu", "-o", str(out))
+    assert rc == 2
+    assert err.startswith("autoplace: error: ") and err.count("\n") == 1 and message in err
+    assert not out.exists()
+
+
+def placement_doc(assignment):
+    return {"format": "autoplace.placement/v1", "graph": "g", "cluster": "c", "method": "manual",
+            "assignment": assignment}
+
+
+@pytest.mark.parametrize("assignment, message", [
+    ({"a": "gpu:0", "b": "gpu:7"}, "unknown device 'gpu:7'"),
+    ({"a": "gpu:0"}, "no device for op 'b'"),
+    ({"a": "gpu:0", "b": "gpu:0", "c": "gpu:0"}, "op 'c' which is not in graph"),
+    ({"a": "gpu:0", "b": 3}, "assignment['b'] must be a device name"),
+])
+def test_bad_placement(tmp_path, capsys, assignment, message):
+    g = write(tmp_path, "g.json", graph_doc(OPS_OK))
+    p = write(tmp_path, "p.json", placement_doc(assignment))
+    trace = tmp_path / "t.json"
+    rc, _, err = run(capsys, "simulate", g, "-c", CLUSTER, "-p", p, "--trace", str(trace))
+    assert rc == 2 and message in err and err.count("\n") == 1
+    assert not trace.exists()
+
+
+def test_op_on_a_device_type_it_cannot_run_on(tmp_path, capsys):
+    g = write(tmp_path, "g.json", graph_doc([{"name": "a", "type": "t", "device_types": ["cpu"]}]))
+    p = write(tmp_path, "p.json", placement_doc({"a": "gpu:1"}))
+    rc, _, err = run(capsys, "simulate", g, "-c", CLUSTER, "-p", p)
+    assert rc == 2 and "op 'a' cannot run on 'gpu:1' (type gpu); allowed types: cpu" in err
+
+
+@pytest.mark.parametrize("argv, message, code", [
+    (["place", "toy-mlp", "-c", "k80x2", "-m", "nonsense", "-o", "{out}"], "unknown placement method 'nonsense'", 2),
+    (["place", "toy-mlp", "-c", "k80x9", "-m", "single-gpu", "-o", "{out}"], "unknown cluster 'k80x9'", 2),
+    (["place", "resnet-9000", "-c", "k80x2", "-m", "single-gpu", "-o", "{out}"], "unknown graph 'resnet-9000'", 2),
+    (["place", "toy-mlp", "-P", "depth=3", "-c", "k80x2", "-m", "single-gpu", "-o", "{out}"], "no parameter 'depth'", 2),
+    (["place", "toy-mlp", "-c", "k80x2", "-m", "single-gpu", "-o", "/no/such/dir/p.json"], "does not exist", 2),
+    (["place", "{gpuonly}", "-c", "k80x2", "-m", "single-gpu", "-o", "{out}"], "needs a device of type tpu", 3),
+])
+def test_bad_names_and_infeasible(tmp_path, capsys, argv, message, code):
+    out = tmp_path / "p.json"
+    gpuonly = write(tmp_path, "g.json", graph_doc([{"name": "a", "type": "t", "device_types": ["tpu"]}]))
+    argv = [a.format(out=out, gpuonly=gpuonly) for a in argv]
+    rc, _, err = run(capsys, *argv)
+    assert rc == code and message in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_console_script_exit_code_and_no_traceback(tmp_path):
+    g = write(tmp_path, "g.json", "{oops")
+    proc = subprocess.run([sys.executable, "-m", "autoplace.cli", "place", g, "-c", "k80x2", "-m", "single-gpu",
+                           "-o", str(tmp_path / "p.json")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and proc.stderr.startswith("autoplace: error:")

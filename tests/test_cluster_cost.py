@@ -1,0 +1,72 @@
+"""Cluster presets and validation; the cost model (measured cost, roofline, device constraints)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autoplace.cluster import CLUSTER_PRESETS, Cluster, Device, Link, LinkSpec, get_cluster
+from autoplace.cost import check_runnable, feasible_devices, op_time_matrix
+from autoplace.errors import ClusterError, InfeasibleError, UnknownNameError
+from autoplace.graph import Graph, Op
+
+
+@pytest.mark.parametrize("name", list(CLUSTER_PRESETS))
+def test_presets_are_complete(name):
+    c = get_cluster(name)
+    assert c.name == name
+    off = ~np.eye(c.n_devices, dtype=bool)  # a device to itself is free (infinite bandwidth)
+    assert np.isfinite(c.bandwidth[off]).all() and (c.bandwidth[off] > 0).all()
+    assert c.devices_of_kind("cpu")
+
+
+def test_paper_machines():
+    k80 = get_cluster("k80x4")
+    assert k80.device_names == ["cpu:0", "gpu:0", "gpu:1", "gpu:2", "gpu:3"]
+    assert k80.device("gpu:0").memory_bytes == 12 * 2**30
+    assert k80.device("cpu:0").memory_bytes == 50 * 10**9
+    assert len(get_cluster("p100x8").devices_of_kind("gpu")) == 8
+    h = get_cluster("h100x8")
+    assert h.link("gpu:0", "gpu:7").bandwidth > h.link("cpu:0", "gpu:0").bandwidth  # NVLink beats PCIe
+
+
+def test_unknown_preset():
+    with pytest.raises(UnknownNameError, match="unknown cluster 'k80x3'"):
+        get_cluster("k80x3")
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: Cluster("c", []), "has no devices"),
+    (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1), Device("a", "gpu", 1, 1, 1)]), "duplicate device name 'a'"),
+    (lambda: Cluster("c", [Device("a", "gpu", 0, 1, 1)]), "memory_bytes must be a finite positive"),
+    (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1), Device("b", "gpu", 1, 1, 1)]),
+     "no link from 'a' to 'b' and no default_link"),
+    (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1)], [Link("a", "z", 1, 0)]), "unknown device 'z'"),
+    (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1, concurrency=0)]), "concurrency must be an integer >= 1"),
+    (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1), Device("b", "gpu", 1, 1, 1)],
+                     default_link=LinkSpec(-1, 0)), "bandwidth must be a finite positive"),
+])
+def test_cluster_validation(build, message):
+    with pytest.raises(ClusterError, match=message):
+        build()
+
+
+def test_cost_model_measured_roofline_and_constraints():
+    c = Cluster("c", [Device("cpu:0", "CPU", 10, 1e9, 1e8, 1e-6), Device("gpu:0", "gpu", 10, 1e10, 1e9, 2e-6)],
+                default_link=LinkSpec(1e9))
+    g = Graph([
+        Op("measured", "t", cost={"cpu": 0.5, "gpu:0": 0.25}),   # by type (case-insensitive) and by name
+        Op("roof", "t", flops=1e9, output_bytes=(10**8,)),
+        Op("cpu_only", "t", device_types=("cpu",), flops=1e9),
+        Op("touch", "t", flops=0.0, meta={"bytes_touched": 1e9}),
+    ])
+    t = op_time_matrix(g, c)
+    assert t[0].tolist() == [0.5, 0.25]                       # measured: no overhead added
+    assert t[1, 0] == pytest.approx(1e-6 + max(1.0, 1.0))      # 1 s of FLOPs, 1 s of bytes
+    assert t[1, 1] == pytest.approx(2e-6 + max(0.1, 0.1))
+    assert t[2, 1] == np.inf and np.isfinite(t[2, 0])
+    assert t[3, 0] == pytest.approx(1e-6 + 10.0)
+    assert feasible_devices(g, c)[2].tolist() == [True, False]
+    gpu_only = Cluster("g", [Device("gpu:0", "gpu", 10, 1e9, 1e9)])
+    with pytest.raises(InfeasibleError, match="op 'cpu_only' needs a device of type cpu"):
+        check_runnable(g, gpu_only)

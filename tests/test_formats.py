@@ -1,0 +1,123 @@
+"""The three v1 formats: golden files, the issue's minimal examples, round trips, gzip, bad files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from autoplace.errors import FormatError, GraphError
+from autoplace.formats import (cluster_from_dict, cluster_to_dict, graph_from_dict, graph_to_dict, load_cluster,
+                               load_graph, load_placement, placement_to_dict, save_graph, save_placement)
+from autoplace.sim import simulate
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def golden(name):
+    return json.loads((GOLDEN / name).read_text())
+
+
+def test_graph_golden_round_trip():
+    g = load_graph(GOLDEN / "graph_v1.json")
+    assert g.n_ops == 8 and g.name == "golden-tiny-train"
+    assert g.op("mm").meta == {"layer": 0}          # extra op fields kept
+    assert g.meta == {"source": "hand-written example of every graph/v1 field"}
+    assert g.op("split").out_bytes == (4096, 4096)
+    assert g.op("x").out_bytes == (32 * 128 * 4,)
+    assert g.op("lookup").device_types == ("cpu",)
+    again = graph_from_dict(graph_to_dict(g))
+    assert graph_to_dict(again) == graph_to_dict(g)
+    raw = golden("graph_v1.json")
+    assert graph_to_dict(g)["ops"] == raw["ops"]     # written exactly as the golden file
+
+
+def test_cluster_and_placement_golden_round_trip():
+    c = load_cluster(GOLDEN / "cluster_v1.json")
+    assert c.device("cpu:0").concurrency == 2 and c.device("cpu:0").meta == {"model": "Intel Core i7-7700"}
+    assert c.link("cpu:0", "gpu:1").bandwidth == 7.88e9  # from default_link
+    assert cluster_to_dict(cluster_from_dict(cluster_to_dict(c))) == cluster_to_dict(c)
+    p = load_placement(GOLDEN / "placement_v1.json")
+    assert p.meta == {"note": "extra fields survive a round trip"}
+    d = placement_to_dict(p)
+    assert d["assignment"] == golden("placement_v1.json")["assignment"] and d["note"] == p.meta["note"]
+
+
+def test_simulated_result_matches_golden():
+    g, c = load_graph(GOLDEN / "graph_v1.json"), load_cluster(GOLDEN / "cluster_v1.json")
+    p = load_placement(GOLDEN / "placement_v1_with_result.json")
+    expected = golden("placement_v1_with_result.json")["result"]
+    got = simulate(g, c, p).to_dict()
+    assert got["step_time_s"] == pytest.approx(expected["step_time_s"], rel=1e-12)
+    assert got["devices"] == expected["devices"] and got["transfers"] == expected["transfers"]
+
+
+def test_minimal_documents_from_the_issue_are_accepted():
+    g = graph_from_dict({"format": "autoplace.graph/v1", "name": "m", "ops": [
+        {"name": "a", "type": "t", "inputs": []}, {"name": "b", "type": "t", "inputs": ["a", "a:0"]}]})
+    assert g.n_edges == 1 and g.op("a").out_bytes == (0,)
+    c = cluster_from_dict({"format": "autoplace.cluster/v1", "name": "c", "devices": [
+        {"name": "d", "type": "gpu", "memory_bytes": 1, "peak_flops": 1, "memory_bandwidth": 1}], "links": []})
+    assert c.n_devices == 1
+
+
+def test_gzip_and_plain_are_equivalent(tmp_path):
+    g = load_graph(GOLDEN / "graph_v1.json")
+    save_graph(g, tmp_path / "g.json.gz")
+    assert gzip.decompress((tmp_path / "g.json.gz").read_bytes())  # really compressed
+    assert graph_to_dict(load_graph(tmp_path / "g.json.gz")) == graph_to_dict(g)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "malformed JSON at line 1 column 2"),
+    ('{"format": "autoplace.graph/v2", "name": "x", "ops": []}', "unknown format 'autoplace.graph/v2'"),
+    ('{"name": "x", "ops": []}', "missing field 'format'"),
+    ('[1, 2]', "expected a JSON object"),
+    ('{"format": "autoplace.graph/v1", "name": "x", "ops": [{"name": "a", "type": "t", "flops": -1}]}',
+     "op #0 ('a'): field 'flops' must be a finite non-negative number"),
+    ('{"format": "autoplace.graph/v1", "name": "x", "ops": [{"name": "a", "type": "t", "flops": NaN}]}',
+     "field 'flops' must be a finite non-negative number"),
+    ('{"format": "autoplace.graph/v1", "name": "x", "ops": [{"name": "a", "type": "t", "output_bytes": [-4]}]}',
+     "'output_bytes' must list non-negative sizes"),
+    ('{"format": "autoplace.graph/v1", "name": "x", "ops": [{"name": "a"}]}', "missing field 'type'"),
+])
+def test_bad_graph_files_name_the_culprit(tmp_path, text, message):
+    f = tmp_path / "g.json"
+    f.write_text(text)
+    with pytest.raises(FormatError) as e:
+        load_graph(f)
+    assert message in str(e.value) and str(f) in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_graph_errors_are_prefixed_with_the_file(tmp_path):
+    f = tmp_path / "g.json"
+    f.write_text(json.dumps({"format": "autoplace.graph/v1", "name": "x", "ops": [
+        {"name": "a", "type": "t", "inputs": ["b"]}, {"name": "b", "type": "t", "inputs": ["a"]}]}))
+    with pytest.raises(GraphError, match=r"g.json: graph 'x' has a cycle: a -> b -> a"):
+        load_graph(f)
+
+
+def test_missing_file_and_corrupt_gzip(tmp_path):
+    with pytest.raises(FormatError, match="no such file"):
+        load_graph(tmp_path / "nope.json")
+    (tmp_path / "bad.json.gz").write_bytes(b"\x1f\x8bnot really gzip")
+    with pytest.raises(FormatError, match="corrupt gzip"):
+        load_graph(tmp_path / "bad.json.gz")
+
+
+def test_writes_are_atomic(tmp_path):
+    p = load_placement(GOLDEN / "placement_v1.json")
+    out = tmp_path / "p.json"
+    out.write_text("previous")
+
+    class Unserialisable:
+        pass
+
+    bad = type(p)(p.assignment, p.graph, p.cluster, p.method, {"x": Unserialisable()})
+    with pytest.raises(TypeError):
+        save_placement(bad, out)
+    assert out.read_text() == "previous"                   # old file untouched
+    assert [f.name for f in tmp_path.iterdir()] == ["p.json"]  # no temp file left behind
