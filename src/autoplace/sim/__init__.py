@@ -23,9 +23,11 @@ from autoplace.cost import check_runnable, op_time_matrix
 from autoplace.errors import PlacementError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
-from autoplace.sim import _kernel
+from autoplace.sim import _cbackend, _kernel
 
-__all__ = ["Simulator", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch"]
+__all__ = ["Simulator", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch", "BACKEND"]
+
+BACKEND = _cbackend.BACKEND  # "c" (the built extension) or "numba" (the reference kernel)
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,8 @@ class Simulator:
     def __init__(self, graph: Graph, cluster: Cluster, op_times: np.ndarray | None = None):
         self.graph = graph
         self.cluster = cluster
-        self.op_times = op_time_matrix(graph, cluster) if op_times is None else np.asarray(op_times, float)
+        self.op_times = np.ascontiguousarray(op_time_matrix(graph, cluster) if op_times is None else op_times,
+                                             dtype=np.float64)
         if self.op_times.shape != (graph.n_ops, cluster.n_devices):
             raise ValueError(f"op_times has shape {self.op_times.shape}, expected "
                              f"{(graph.n_ops, cluster.n_devices)}")
@@ -165,25 +168,36 @@ class Simulator:
                                  f"allowed types: {', '.join(op.device_types or ())}")
 
     # ------------------------------------------------------------------ evaluation
+    def _execute(self, devs: np.ndarray) -> tuple[BatchResult, Timeline]:
+        """Run the event loop on every row of ``devs`` (C if built, else numba); the timeline is the last row's."""
+        B, n = devs.shape
+        D, P = self.cluster.n_devices, self.graph.n_edges
+        start, finish = np.empty(n), np.empty(n)
+        step, nx = np.zeros(B), np.zeros(B, np.int64)
+        busy, peak = np.zeros((B, D)), np.zeros((B, D), np.int64)
+        link_time, link_bytes = np.zeros((B, D, D)), np.zeros((B, D, D), np.int64)
+        xf_t, xf_s, xf_d = np.empty(P, np.int64), np.empty(P, np.int64), np.empty(P, np.int64)
+        xf_a, xf_b = np.empty(P), np.empty(P)
+        if _cbackend.BACKEND == "c":
+            _cbackend.simulate(B, n, self.graph.n_tensors, P, D, (
+                devs, self.op_times, *self._graph_args, *self._cluster_args, start, finish, step, busy, peak,
+                link_time, link_bytes, nx, xf_t, xf_s, xf_d, xf_a, xf_b))
+        else:
+            for b in range(B):
+                step[b], nx[b] = _kernel.simulate_one(
+                    devs[b], self.op_times, *self._graph_args, *self._cluster_args, start, finish, busy[b],
+                    peak[b], link_time[b], link_bytes[b], xf_t, xf_s, xf_d, xf_a, xf_b)
+        k = int(nx[-1]) if B else 0
+        timeline = Timeline(start, finish, devs[-1] if B else devs, xf_t[:k], xf_s[:k], xf_d[:k], xf_a[:k], xf_b[:k])
+        return BatchResult(step, busy, peak, self.cluster.memory_bytes.copy(), link_time, link_bytes, nx), timeline
+
     def run(self, placement: Placement | np.ndarray | Sequence[int], *, trace: bool = False) -> SimResult:
         """Simulate one placement; ``trace=True`` keeps the full :class:`Timeline`."""
         dev = self.as_array(placement)
-        n, D, P = self.graph.n_ops, self.cluster.n_devices, self.graph.n_edges
-        start, finish = np.empty(n), np.empty(n)
-        busy, peak = np.zeros(D), np.zeros(D, np.int64)
-        link_time, link_bytes = np.zeros((D, D)), np.zeros((D, D), np.int64)
-        xf_t, xf_s, xf_d = np.empty(P, np.int64), np.empty(P, np.int64), np.empty(P, np.int64)
-        xf_a, xf_b = np.empty(P), np.empty(P)
-        step, nx = _kernel.simulate_one(dev, self.op_times, *self._graph_args, *self._cluster_args,
-                                        start, finish, busy, peak, link_time, link_bytes,
-                                        xf_t, xf_s, xf_d, xf_a, xf_b)
-        timeline = None
-        if trace:
-            timeline = Timeline(start, finish, dev.copy(), xf_t[:nx].copy(), xf_s[:nx].copy(),
-                                xf_d[:nx].copy(), xf_a[:nx].copy(), xf_b[:nx].copy())
-        return SimResult(float(step), tuple(self.cluster.device_names), busy, peak,
-                         self.cluster.memory_bytes.copy(), link_time, link_bytes, int(nx),
-                         timeline)
+        batch, timeline = self._execute(dev[None, :])
+        return SimResult(float(batch.step_time[0]), tuple(self.cluster.device_names), batch.busy_time[0],
+                         batch.peak_memory[0], batch.memory_capacity, batch.link_time[0], batch.link_bytes[0],
+                         int(batch.n_transfers[0]), timeline if trace else None)
 
     def run_batch(self, placements: np.ndarray | Sequence[Placement]) -> BatchResult:
         """Simulate ``B`` placements (``[B, n_ops]`` device indices, or Placement objects) in one call."""
@@ -192,13 +206,7 @@ class Simulator:
         else:
             devs = np.ascontiguousarray(placements, dtype=np.int64)
             self._check_array(devs)
-        B, D = devs.shape[0], self.cluster.n_devices
-        step, nx = np.zeros(B), np.zeros(B, np.int64)
-        busy, peak = np.zeros((B, D)), np.zeros((B, D), np.int64)
-        link_time, link_bytes = np.zeros((B, D, D)), np.zeros((B, D, D), np.int64)
-        _kernel.simulate_many(devs, self.op_times, *self._graph_args, *self._cluster_args,
-                              step, busy, peak, link_time, link_bytes, nx)
-        return BatchResult(step, busy, peak, self.cluster.memory_bytes.copy(), link_time, link_bytes, nx)
+        return self._execute(devs)[0]
 
     # ------------------------------------------------------------------ bounds
     def critical_path(self) -> float:

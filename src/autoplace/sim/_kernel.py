@@ -256,30 +256,6 @@ def simulate_one(dev, optime, order, rank, tensor_src, tensor_bytes, op_tensor_p
 
 
 @njit(cache=True)
-def simulate_many(devs, optime, order, rank, tensor_src, tensor_bytes, op_tensor_ptr, tensor_pair_ptr,
-                  pair_op, pair_tensor, in_ptr, in_pair, out_bytes_total, unconsumed_bytes, param_bytes,
-                  bandwidth, latency, concurrency,
-                  step_time, busy_time, peak, link_time, link_bytes, n_transfers):
-    """Simulate each row of ``devs`` ``[B, n]``; per-placement summaries go to the ``[B, ...]`` outputs."""
-    B, n = devs.shape
-    P = pair_op.shape[0]
-    start = np.empty(n, np.float64)
-    finish = np.empty(n, np.float64)
-    xf_tensor = np.empty(P, np.int64)
-    xf_src = np.empty(P, np.int64)
-    xf_dst = np.empty(P, np.int64)
-    xf_start = np.empty(P, np.float64)
-    xf_end = np.empty(P, np.float64)
-    for b in range(B):
-        step_time[b], n_transfers[b] = simulate_one(
-            devs[b], optime, order, rank, tensor_src, tensor_bytes, op_tensor_ptr, tensor_pair_ptr,
-            pair_op, pair_tensor, in_ptr, in_pair, out_bytes_total, unconsumed_bytes, param_bytes,
-            bandwidth, latency, concurrency,
-            start, finish, busy_time[b], peak[b], link_time[b], link_bytes[b],
-            xf_tensor, xf_src, xf_dst, xf_start, xf_end)
-
-
-@njit(cache=True)
 def longest_path(order, in_ptr, in_pair, pair_tensor, tensor_src, weight):
     """Longest node-weighted path through the DAG (the critical path with free transfers)."""
     n = order.shape[0]

@@ -1,0 +1,39 @@
+"""ctypes binding of the C event loop (``_csim.c``); ``None`` when it was not built.
+
+``AUTOPLACE_SIM_BACKEND=numba`` forces the numba kernel (the reference implementation).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+__all__ = ["load", "BACKEND"]
+
+
+def load() -> ctypes.CDLL | None:
+    if os.environ.get("AUTOPLACE_SIM_BACKEND", "").lower() == "numba":
+        return None
+    here = Path(__file__).parent
+    for path in sorted(here.glob("_csim*.so")) + sorted(here.glob("_csim*.pyd")):
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError:
+            continue
+        fn = lib.ap_simulate
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 31
+        return lib
+    return None
+
+
+_LIB = load()
+BACKEND = "c" if _LIB is not None else "numba"
+
+
+def simulate(B, n, T, P, D, arrays) -> None:
+    """Call ``ap_simulate`` with the contiguous arrays in its argument order (after the sizes)."""
+    rc = _LIB.ap_simulate(B, n, T, P, D, *[a.ctypes.data for a in arrays])
+    if rc != 0:
+        raise MemoryError("the simulator could not allocate its work space")

@@ -1,0 +1,280 @@
+/* The simulator's event loop in C: the same algorithm, event order and arithmetic as
+ * autoplace/sim/_kernel.py (the numba kernel, which stays as the portable fallback and as the
+ * reference the tests compare this one against). Loaded with ctypes; no Python API is used.
+ *
+ * Events are ordered by (time, kind, id): FINISH(op)=0, XFER(transfer)=1, DISPATCH(device)=2.
+ * See _kernel.py's module docstring for the semantics.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int64_t i64;
+
+#define FINISH 0
+#define XFER 1
+#define DISPATCH 2
+#define KSHIFT 40
+#define KMASK ((((i64)1) << KSHIFT) - 1)
+
+/* Binary min-heap on (t, k) pairs stored in ht/hk; returns the new size. */
+static inline i64 heap_push(double *ht, i64 *hk, i64 size, double t, i64 k) {
+    i64 i = size;
+    while (i > 0) {
+        i64 parent = (i - 1) >> 1;
+        double pt = ht[parent];
+        if (pt < t || (pt == t && hk[parent] <= k)) break;
+        ht[i] = pt;
+        hk[i] = hk[parent];
+        i = parent;
+    }
+    ht[i] = t;
+    hk[i] = k;
+    return size + 1;
+}
+
+static inline i64 heap_pop(double *ht, i64 *hk, i64 size) {
+    size -= 1;
+    if (size == 0) return 0;
+    double t = ht[size];
+    i64 k = hk[size];
+    i64 i = 0;
+    for (;;) {
+        i64 c = 2 * i + 1;
+        if (c >= size) break;
+        if (c + 1 < size) {
+            double t1 = ht[c + 1], t0 = ht[c];
+            if (t1 < t0 || (t1 == t0 && hk[c + 1] < hk[c])) c += 1;
+        }
+        double tc = ht[c];
+        if (tc < t || (tc == t && hk[c] < k)) {
+            ht[i] = tc;
+            hk[i] = hk[c];
+            i = c;
+        } else {
+            break;
+        }
+    }
+    ht[i] = t;
+    hk[i] = k;
+    return size;
+}
+
+typedef struct {
+    /* graph */
+    i64 n, T, P, D;
+    const double *optime; /* [n, D] */
+    const i64 *order, *rank, *tensor_src, *tensor_bytes, *op_tensor_ptr, *tensor_pair_ptr, *pair_op,
+        *pair_tensor, *in_ptr, *in_pair, *out_bytes_total, *unconsumed_bytes, *param_bytes;
+    /* cluster */
+    const double *bandwidth, *latency; /* [D, D] */
+    const i64 *concurrency;
+} Problem;
+
+typedef struct {
+    i64 *qbase, *qsize, *qk, *ek, *cnt, *busy, *ref_src, *ref_x, *pair_copy, *stamp, *xid_of, *mem;
+    double *qt, *et, *ready, *pend, *link_free;
+    void *block;
+} Work;
+
+static int work_alloc(Work *w, const Problem *p) {
+    i64 n = p->n, T = p->T, P = p->P, D = p->D, cap = 2 * n + P + D + 1;
+    size_t ints = (size_t)((D + 1) + D + n + cap + n + D + T + P + P + D + D + D);
+    size_t dbls = (size_t)(n + cap + n + D + D * D);
+    char *b = malloc(ints * sizeof(i64) + dbls * sizeof(double) + 64);
+    if (!b) return -1;
+    w->block = b;
+    i64 *ip = (i64 *)b;
+    w->qbase = ip; ip += D + 1;
+    w->qsize = ip; ip += D;
+    w->qk = ip; ip += n;
+    w->ek = ip; ip += cap;
+    w->cnt = ip; ip += n;
+    w->busy = ip; ip += D;
+    w->ref_src = ip; ip += T;
+    w->ref_x = ip; ip += P;
+    w->pair_copy = ip; ip += P;
+    w->stamp = ip; ip += D;
+    w->xid_of = ip; ip += D;
+    w->mem = ip; ip += D;
+    double *dp = (double *)ip;
+    w->qt = dp; dp += n;
+    w->et = dp; dp += cap;
+    w->ready = dp; dp += n;
+    w->pend = dp; dp += D;
+    w->link_free = dp;
+    return 0;
+}
+
+/* Start ready ops on device d at time t; keep a DISPATCH pending for the earliest later one. */
+static inline i64 dispatch(const Problem *p, Work *w, i64 d, double t, i64 esize, double *start, double *finish,
+                           double *busy_time, i64 *peak) {
+    i64 D = p->D, b0 = w->qbase[d];
+    double *qt = w->qt + b0;
+    i64 *qk = w->qk + b0;
+    while (w->busy[d] < p->concurrency[d] && w->qsize[d] > 0 && qt[0] <= t) {
+        i64 c = p->order[qk[0]];
+        w->qsize[d] = heap_pop(qt, qk, w->qsize[d]);
+        double dt = p->optime[c * D + d];
+        start[c] = t;
+        finish[c] = t + dt;
+        w->busy[d] += 1;
+        busy_time[d] += dt;
+        w->mem[d] += p->out_bytes_total[c];
+        if (w->mem[d] > peak[d]) peak[d] = w->mem[d];
+        esize = heap_push(w->et, w->ek, esize, t + dt, ((i64)FINISH << KSHIFT) + c);
+    }
+    if (w->busy[d] < p->concurrency[d] && w->qsize[d] > 0 && qt[0] < w->pend[d]) {
+        esize = heap_push(w->et, w->ek, esize, qt[0], ((i64)DISPATCH << KSHIFT) + d);
+        w->pend[d] = qt[0];
+    }
+    return esize;
+}
+
+static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, double *finish, double *busy_time,
+                      i64 *peak, double *link_time, i64 *link_bytes, i64 *xf_tensor, i64 *xf_src, i64 *xf_dst,
+                      double *xf_start, double *xf_end, i64 *n_transfers) {
+    i64 n = p->n, D = p->D, T = p->T, P = p->P;
+    i64 esize = 0, nx = 0;
+    memset(w->qbase, 0, sizeof(i64) * (D + 1));
+    for (i64 i = 0; i < n; i++) w->qbase[dev[i] + 1] += 1;
+    for (i64 d = 0; d < D; d++) w->qbase[d + 1] += w->qbase[d];
+    memset(w->qsize, 0, sizeof(i64) * D);
+    memset(w->ready, 0, sizeof(double) * n);
+    memset(w->busy, 0, sizeof(i64) * D);
+    memset(w->ref_src, 0, sizeof(i64) * T);
+    memset(w->ref_x, 0, sizeof(i64) * P);
+    memset(w->mem, 0, sizeof(i64) * D);
+    memset(w->link_free, 0, sizeof(double) * D * D);
+    for (i64 d = 0; d < D; d++) {
+        w->pend[d] = INFINITY;
+        w->stamp[d] = -1;
+        w->xid_of[d] = 0;
+    }
+    for (i64 i = 0; i < n; i++) w->mem[dev[i]] += p->param_bytes[i];
+    for (i64 d = 0; d < D; d++) peak[d] = w->mem[d];
+    for (i64 i = 0; i < n; i++) {
+        w->cnt[i] = p->in_ptr[i + 1] - p->in_ptr[i];
+        if (w->cnt[i] == 0) {
+            i64 d = dev[i], b0 = w->qbase[d];
+            w->qsize[d] = heap_push(w->qt + b0, w->qk + b0, w->qsize[d], 0.0, p->rank[i]);
+        }
+    }
+    for (i64 d = 0; d < D; d++) {
+        if (w->qsize[d] > 0) {
+            esize = heap_push(w->et, w->ek, esize, 0.0, ((i64)DISPATCH << KSHIFT) + d);
+            w->pend[d] = 0.0;
+        }
+    }
+    double makespan = 0.0;
+    while (esize > 0) {
+        double t = w->et[0];
+        i64 key = w->ek[0];
+        esize = heap_pop(w->et, w->ek, esize);
+        i64 kind = key >> KSHIFT, ident = key & KMASK;
+        if (kind == FINISH) {
+            i64 i = ident, d = dev[i];
+            w->busy[d] -= 1;
+            if (t > makespan) makespan = t;
+            for (i64 q = p->in_ptr[i]; q < p->in_ptr[i + 1]; q++) {
+                i64 pr = p->in_pair[q], x = w->pair_copy[pr];
+                if (x < 0) {
+                    i64 tt = p->pair_tensor[pr];
+                    if (--w->ref_src[tt] == 0) w->mem[d] -= p->tensor_bytes[tt];
+                } else if (--w->ref_x[x] == 0) {
+                    w->mem[d] -= p->tensor_bytes[xf_tensor[x]];
+                }
+            }
+            w->mem[d] -= p->unconsumed_bytes[i];
+            for (i64 tt = p->op_tensor_ptr[i]; tt < p->op_tensor_ptr[i + 1]; tt++) {
+                i64 b = p->tensor_bytes[tt];
+                for (i64 pr = p->tensor_pair_ptr[tt]; pr < p->tensor_pair_ptr[tt + 1]; pr++) {
+                    i64 c = p->pair_op[pr], dc = dev[c];
+                    double arrival;
+                    if (dc == d) {
+                        w->pair_copy[pr] = -1;
+                        w->ref_src[tt] += 1;
+                        arrival = t;
+                    } else {
+                        if (w->stamp[dc] != tt) {
+                            w->stamp[dc] = tt;
+                            double lf = w->link_free[d * D + dc];
+                            double xs = t > lf ? t : lf;
+                            double xe = xs + p->latency[d * D + dc] + (double)b / p->bandwidth[d * D + dc];
+                            w->link_free[d * D + dc] = xe;
+                            link_time[d * D + dc] += xe - xs;
+                            link_bytes[d * D + dc] += b;
+                            xf_tensor[nx] = tt;
+                            xf_src[nx] = d;
+                            xf_dst[nx] = dc;
+                            xf_start[nx] = xs;
+                            xf_end[nx] = xe;
+                            w->ref_src[tt] += 1;
+                            w->xid_of[dc] = nx;
+                            esize = heap_push(w->et, w->ek, esize, xe, ((i64)XFER << KSHIFT) + nx);
+                            nx += 1;
+                        }
+                        i64 x = w->xid_of[dc];
+                        w->ref_x[x] += 1;
+                        w->pair_copy[pr] = x;
+                        arrival = xf_end[x];
+                    }
+                    if (arrival > w->ready[c]) w->ready[c] = arrival;
+                    if (--w->cnt[c] == 0) {
+                        i64 b0 = w->qbase[dc];
+                        w->qsize[dc] = heap_push(w->qt + b0, w->qk + b0, w->qsize[dc], w->ready[c], p->rank[c]);
+                        if (dc != d && w->busy[dc] < p->concurrency[dc] && w->ready[c] < w->pend[dc]) {
+                            esize = heap_push(w->et, w->ek, esize, w->ready[c], ((i64)DISPATCH << KSHIFT) + dc);
+                            w->pend[dc] = w->ready[c];
+                        }
+                    }
+                }
+            }
+            if (w->qsize[d] > 0) {
+                if (esize == 0 || w->et[0] > t) {
+                    esize = dispatch(p, w, d, t, esize, start, finish, busy_time, peak);
+                } else if (t < w->pend[d]) {
+                    esize = heap_push(w->et, w->ek, esize, t, ((i64)DISPATCH << KSHIFT) + d);
+                    w->pend[d] = t;
+                }
+            }
+        } else if (kind == XFER) {
+            i64 x = ident, tt = xf_tensor[x], dc = xf_dst[x];
+            w->mem[dc] += p->tensor_bytes[tt];
+            if (w->mem[dc] > peak[dc]) peak[dc] = w->mem[dc];
+            if (--w->ref_src[tt] == 0) w->mem[xf_src[x]] -= p->tensor_bytes[tt];
+        } else {
+            i64 d = ident;
+            if (w->pend[d] <= t) w->pend[d] = INFINITY;
+            esize = dispatch(p, w, d, t, esize, start, finish, busy_time, peak);
+        }
+    }
+    *n_transfers = nx;
+    return makespan;
+}
+
+/* Simulate B placements (rows of devs[B, n]). Per-placement outputs have a leading B axis;
+ * start/finish/xf_* are scratch shared by all rows (the last row's timeline is left in them).
+ * Returns 0, or -1 if memory could not be allocated. */
+int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, const i64 *devs, const double *optime, const i64 *order,
+                const i64 *rank, const i64 *tensor_src, const i64 *tensor_bytes, const i64 *op_tensor_ptr,
+                const i64 *tensor_pair_ptr, const i64 *pair_op, const i64 *pair_tensor, const i64 *in_ptr,
+                const i64 *in_pair, const i64 *out_bytes_total, const i64 *unconsumed_bytes,
+                const i64 *param_bytes, const double *bandwidth, const double *latency, const i64 *concurrency,
+                double *start, double *finish, double *step_time, double *busy_time, i64 *peak,
+                double *link_time, i64 *link_bytes, i64 *n_transfers, i64 *xf_tensor, i64 *xf_src,
+                i64 *xf_dst, double *xf_start, double *xf_end) {
+    Problem p = {n, T, P, D, optime, order, rank, tensor_src, tensor_bytes, op_tensor_ptr, tensor_pair_ptr,
+                 pair_op, pair_tensor, in_ptr, in_pair, out_bytes_total, unconsumed_bytes, param_bytes,
+                 bandwidth, latency, concurrency};
+    Work w;
+    if (work_alloc(&w, &p) != 0) return -1;
+    for (i64 b = 0; b < B; b++) {
+        step_time[b] = run_one(&p, &w, devs + b * n, start, finish, busy_time + b * D, peak + b * D,
+                               link_time + b * D * D, link_bytes + b * D * D, xf_tensor, xf_src, xf_dst,
+                               xf_start, xf_end, n_transfers + b);
+    }
+    free(w.block);
+    return 0;
+}
