@@ -65,7 +65,7 @@ typedef struct {
     /* graph */
     i64 n, T, P, D;
     const double *optime; /* [n, D] */
-    const i64 *order, *rank, *tensor_src, *tensor_bytes, *op_tensor_ptr, *tensor_pair_ptr, *pair_op,
+    const i64 *order, *tensor_src, *tensor_bytes, *op_tensor_ptr, *tensor_pair_ptr, *pair_op,
         *pair_tensor, *in_ptr, *in_pair, *out_bytes_total, *unconsumed_bytes, *param_bytes;
     /* cluster */
     const double *bandwidth, *latency; /* [D, D] */
@@ -73,15 +73,19 @@ typedef struct {
 } Problem;
 
 typedef struct {
-    i64 *qbase, *qsize, *qk, *ek, *cnt, *busy, *ref_src, *ref_x, *pair_copy, *stamp, *xid_of, *mem;
-    double *qt, *et, *ready, *pend, *link_free;
+    /* per device d, ops ready later than the instant they were released wait in a heap
+     * (qt/qk[qbase[d]:], key = (ready time, release seq)); ops ready at once wait in a FIFO
+     * (ft/fs/fop[qbase[d] + fhead[d] : qbase[d] + ftail[d]]), already in (ready time, seq) order. */
+    i64 *qbase, *qsize, *qk, *fs, *fop, *fhead, *ftail, *seq_op, *ek, *cnt, *busy, *ref_src, *ref_x, *pair_copy,
+        *stamp, *xid_of, *mem, *xf_next, *link_tail;
+    double *qt, *ft, *et, *ready, *pend, *link_free;
     void *block;
 } Work;
 
 static int work_alloc(Work *w, const Problem *p) {
     i64 n = p->n, T = p->T, P = p->P, D = p->D, cap = 2 * n + P + D + 1;
-    size_t ints = (size_t)((D + 1) + D + n + cap + n + D + T + P + P + D + D + D);
-    size_t dbls = (size_t)(n + cap + n + D + D * D);
+    size_t ints = (size_t)((D + 1) + D + n + n + n + D + D + n + cap + n + D + T + P + P + D + D + D + P + D * D);
+    size_t dbls = (size_t)(n + n + cap + n + D + D * D);
     char *b = malloc(ints * sizeof(i64) + dbls * sizeof(double) + 64);
     if (!b) return -1;
     w->block = b;
@@ -89,6 +93,11 @@ static int work_alloc(Work *w, const Problem *p) {
     w->qbase = ip; ip += D + 1;
     w->qsize = ip; ip += D;
     w->qk = ip; ip += n;
+    w->fs = ip; ip += n;
+    w->fop = ip; ip += n;
+    w->fhead = ip; ip += D;
+    w->ftail = ip; ip += D;
+    w->seq_op = ip; ip += n;
     w->ek = ip; ip += cap;
     w->cnt = ip; ip += n;
     w->busy = ip; ip += D;
@@ -98,8 +107,11 @@ static int work_alloc(Work *w, const Problem *p) {
     w->stamp = ip; ip += D;
     w->xid_of = ip; ip += D;
     w->mem = ip; ip += D;
+    w->xf_next = ip; ip += P;
+    w->link_tail = ip; ip += D * D;
     double *dp = (double *)ip;
     w->qt = dp; dp += n;
+    w->ft = dp; dp += n;
     w->et = dp; dp += cap;
     w->ready = dp; dp += n;
     w->pend = dp; dp += D;
@@ -107,15 +119,49 @@ static int work_alloc(Work *w, const Problem *p) {
     return 0;
 }
 
-/* Start ready ops on device d at time t; keep a DISPATCH pending for the earliest later one. */
+/* Release op c on device dc, ready at time r (>= t): FIFO if r == t, else the heap. */
+static inline void enqueue(Work *w, i64 c, i64 dc, double r, double t, i64 seq) {
+    i64 b0 = w->qbase[dc];
+    w->seq_op[seq] = c;
+    if (r <= t) {
+        i64 k = b0 + w->ftail[dc]++;
+        w->ft[k] = r;
+        w->fs[k] = seq;
+    } else {
+        w->qsize[dc] = heap_push(w->qt + b0, w->qk + b0, w->qsize[dc], r, seq);
+    }
+}
+
+static inline int has_queued(const Work *w, i64 d) { return w->qsize[d] > 0 || w->fhead[d] < w->ftail[d]; }
+
+static inline int ready_now(const Work *w, i64 d, double t) {
+    return w->fhead[d] < w->ftail[d] || (w->qsize[d] > 0 && w->qt[w->qbase[d]] <= t);
+}
+
+/* Start ready ops on device d at time t (earliest ready first, ties by release order) while it has
+ * a free slot; keep a DISPATCH pending for the earliest op that becomes ready later. */
 static inline i64 dispatch(const Problem *p, Work *w, i64 d, double t, i64 esize, double *start, double *finish,
                            double *busy_time, i64 *peak) {
     i64 D = p->D, b0 = w->qbase[d];
     double *qt = w->qt + b0;
     i64 *qk = w->qk + b0;
-    while (w->busy[d] < p->concurrency[d] && w->qsize[d] > 0 && qt[0] <= t) {
-        i64 c = p->order[qk[0]];
-        w->qsize[d] = heap_pop(qt, qk, w->qsize[d]);
+    while (w->busy[d] < p->concurrency[d]) {
+        int from_fifo;
+        i64 fh = b0 + w->fhead[d];
+        int fifo = w->fhead[d] < w->ftail[d];
+        int heap = w->qsize[d] > 0 && qt[0] <= t;
+        if (fifo && heap) from_fifo = w->ft[fh] < qt[0] || (w->ft[fh] == qt[0] && w->fs[fh] < qk[0]);
+        else if (fifo) from_fifo = 1;
+        else if (heap) from_fifo = 0;
+        else break;
+        i64 c;
+        if (from_fifo) {
+            c = w->seq_op[w->fs[fh]];
+            w->fhead[d] += 1;
+        } else {
+            c = w->seq_op[qk[0]];
+            w->qsize[d] = heap_pop(qt, qk, w->qsize[d]);
+        }
         double dt = p->optime[c * D + d];
         start[c] = t;
         finish[c] = t + dt;
@@ -125,10 +171,7 @@ static inline i64 dispatch(const Problem *p, Work *w, i64 d, double t, i64 esize
         if (w->mem[d] > peak[d]) peak[d] = w->mem[d];
         esize = heap_push(w->et, w->ek, esize, t + dt, ((i64)FINISH << KSHIFT) + c);
     }
-    if (w->busy[d] < p->concurrency[d] && w->qsize[d] > 0 && qt[0] < w->pend[d]) {
-        esize = heap_push(w->et, w->ek, esize, qt[0], ((i64)DISPATCH << KSHIFT) + d);
-        w->pend[d] = qt[0];
-    }
+    /* Ops left in the heap become ready when a transfer lands; its XFER event dispatches d then. */
     return esize;
 }
 
@@ -141,12 +184,16 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
     for (i64 i = 0; i < n; i++) w->qbase[dev[i] + 1] += 1;
     for (i64 d = 0; d < D; d++) w->qbase[d + 1] += w->qbase[d];
     memset(w->qsize, 0, sizeof(i64) * D);
+    memset(w->fhead, 0, sizeof(i64) * D);
+    memset(w->ftail, 0, sizeof(i64) * D);
+    i64 seq = 0;
     memset(w->ready, 0, sizeof(double) * n);
     memset(w->busy, 0, sizeof(i64) * D);
     memset(w->ref_src, 0, sizeof(i64) * T);
     memset(w->ref_x, 0, sizeof(i64) * P);
     memset(w->mem, 0, sizeof(i64) * D);
     memset(w->link_free, 0, sizeof(double) * D * D);
+    for (i64 l = 0; l < D * D; l++) w->link_tail[l] = -1;
     for (i64 d = 0; d < D; d++) {
         w->pend[d] = INFINITY;
         w->stamp[d] = -1;
@@ -156,13 +203,13 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
     for (i64 d = 0; d < D; d++) peak[d] = w->mem[d];
     for (i64 i = 0; i < n; i++) {
         w->cnt[i] = p->in_ptr[i + 1] - p->in_ptr[i];
-        if (w->cnt[i] == 0) {
-            i64 d = dev[i], b0 = w->qbase[d];
-            w->qsize[d] = heap_push(w->qt + b0, w->qk + b0, w->qsize[d], 0.0, p->rank[i]);
-        }
+    }
+    for (i64 j = 0; j < n; j++) {  /* sources, in topological order */
+        i64 i = p->order[j];
+        if (w->cnt[i] == 0) enqueue(w, i, dev[i], 0.0, 0.0, seq++);
     }
     for (i64 d = 0; d < D; d++) {
-        if (w->qsize[d] > 0) {
+        if (has_queued(w, d)) {
             esize = heap_push(w->et, w->ek, esize, 0.0, ((i64)DISPATCH << KSHIFT) + d);
             w->pend[d] = 0.0;
         }
@@ -212,7 +259,16 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
                             xf_end[nx] = xe;
                             w->ref_src[tt] += 1;
                             w->xid_of[dc] = nx;
-                            esize = heap_push(w->et, w->ek, esize, xe, ((i64)XFER << KSHIFT) + nx);
+                            /* A link's arrivals come in FIFO order, so only its oldest pending one needs
+                             * to be in the event heap; the rest wait on a list (same event order). */
+                            w->xf_next[nx] = -1;
+                            i64 l = d * D + dc;
+                            if (w->link_tail[l] < 0) {
+                                esize = heap_push(w->et, w->ek, esize, xe, ((i64)XFER << KSHIFT) + nx);
+                            } else {
+                                w->xf_next[w->link_tail[l]] = nx;
+                            }
+                            w->link_tail[l] = nx;
                             nx += 1;
                         }
                         i64 x = w->xid_of[dc];
@@ -221,17 +277,12 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
                         arrival = xf_end[x];
                     }
                     if (arrival > w->ready[c]) w->ready[c] = arrival;
-                    if (--w->cnt[c] == 0) {
-                        i64 b0 = w->qbase[dc];
-                        w->qsize[dc] = heap_push(w->qt + b0, w->qk + b0, w->qsize[dc], w->ready[c], p->rank[c]);
-                        if (dc != d && w->busy[dc] < p->concurrency[dc] && w->ready[c] < w->pend[dc]) {
-                            esize = heap_push(w->et, w->ek, esize, w->ready[c], ((i64)DISPATCH << KSHIFT) + dc);
-                            w->pend[dc] = w->ready[c];
-                        }
-                    }
+                    /* No DISPATCH event for a remote device: the op's last input is a transfer to dc
+                     * whose XFER event lands exactly at ready[c], and that event dispatches dc. */
+                    if (--w->cnt[c] == 0) enqueue(w, c, dc, w->ready[c], t, seq++);
                 }
             }
-            if (w->qsize[d] > 0) {
+            if (has_queued(w, d)) {
                 if (esize == 0 || w->et[0] > t) {
                     esize = dispatch(p, w, d, t, esize, start, finish, busy_time, peak);
                 } else if (t < w->pend[d]) {
@@ -240,10 +291,23 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
                 }
             }
         } else if (kind == XFER) {
-            i64 x = ident, tt = xf_tensor[x], dc = xf_dst[x];
+            i64 x = ident, tt = xf_tensor[x], dc = xf_dst[x], nxt = w->xf_next[x];
+            if (nxt >= 0) {
+                esize = heap_push(w->et, w->ek, esize, xf_end[nxt], ((i64)XFER << KSHIFT) + nxt);
+            } else {
+                w->link_tail[xf_src[x] * D + dc] = -1;
+            }
             w->mem[dc] += p->tensor_bytes[tt];
             if (w->mem[dc] > peak[dc]) peak[dc] = w->mem[dc];
             if (--w->ref_src[tt] == 0) w->mem[xf_src[x]] -= p->tensor_bytes[tt];
+            if (w->busy[dc] < p->concurrency[dc] && ready_now(w, dc, t)) {
+                if (esize == 0 || w->et[0] > t) {
+                    esize = dispatch(p, w, dc, t, esize, start, finish, busy_time, peak);
+                } else if (t < w->pend[dc]) {
+                    esize = heap_push(w->et, w->ek, esize, t, ((i64)DISPATCH << KSHIFT) + dc);
+                    w->pend[dc] = t;
+                }
+            }
         } else {
             i64 d = ident;
             if (w->pend[d] <= t) w->pend[d] = INFINITY;
@@ -258,14 +322,14 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
  * start/finish/xf_* are scratch shared by all rows (the last row's timeline is left in them).
  * Returns 0, or -1 if memory could not be allocated. */
 int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, const i64 *devs, const double *optime, const i64 *order,
-                const i64 *rank, const i64 *tensor_src, const i64 *tensor_bytes, const i64 *op_tensor_ptr,
+                const i64 *tensor_src, const i64 *tensor_bytes, const i64 *op_tensor_ptr,
                 const i64 *tensor_pair_ptr, const i64 *pair_op, const i64 *pair_tensor, const i64 *in_ptr,
                 const i64 *in_pair, const i64 *out_bytes_total, const i64 *unconsumed_bytes,
                 const i64 *param_bytes, const double *bandwidth, const double *latency, const i64 *concurrency,
                 double *start, double *finish, double *step_time, double *busy_time, i64 *peak,
                 double *link_time, i64 *link_bytes, i64 *n_transfers, i64 *xf_tensor, i64 *xf_src,
                 i64 *xf_dst, double *xf_start, double *xf_end) {
-    Problem p = {n, T, P, D, optime, order, rank, tensor_src, tensor_bytes, op_tensor_ptr, tensor_pair_ptr,
+    Problem p = {n, T, P, D, optime, order, tensor_src, tensor_bytes, op_tensor_ptr, tensor_pair_ptr,
                  pair_op, pair_tensor, in_ptr, in_pair, out_bytes_total, unconsumed_bytes, param_bytes,
                  bandwidth, latency, concurrency};
     Work w;

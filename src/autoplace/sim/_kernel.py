@@ -10,8 +10,10 @@ Events, processed in ``(time, kind, id)`` order so that every run is determinist
 * ``XFER(x)``      (kind 1) a transfer lands: the received copy is allocated on the destination and the
   source copy is released if nothing else needs it.
 * ``DISPATCH(d)``  (kind 2) device ``d`` starts ready ops while it has a free slot (``concurrency``),
-  taking the one that became ready first, ties by topological rank. Dispatch runs after all finishes
-  and arrivals of the same instant, so the choice never depends on event order within an instant.
+  taking the one with the earliest ready time, ties by release order (the order in which ops had their
+  last input resolved; sources in topological order). Dispatch runs after all finishes and arrivals of
+  the same instant. Ops ready at the instant they are released wait in a per-device FIFO (already in
+  that order), ops waiting for a later arrival in a per-device heap.
 
 Memory: parameters are resident all step; an op's outputs are allocated when it starts; a tensor's
 buffer is released after the last consumer on that device finishes (the source copy also waits for its
@@ -76,16 +78,41 @@ def _heap_pop(ht, hk, base, size):
 
 
 @njit(cache=True, inline="always")
-def _dispatch(d, t, order, optime, out_bytes_total, qt, qk, qbase, qsize, busy, concurrency, pend,
-              start, finish, busy_time, mem, peak, et, ek, esize, KB):
-    """Start ready ops on device ``d`` at time ``t`` while it has a free slot; return the event heap size.
+def _enqueue(c, dc, r, t, seq, qbase, qt, qk, qsize, ft, fs, ftail, seq_op):
+    """Release op ``c`` on device ``dc``, ready at ``r >= t``: the FIFO if ``r == t``, else the heap."""
+    b0 = qbase[dc]
+    seq_op[seq] = c
+    if r <= t:
+        k = b0 + ftail[dc]
+        ftail[dc] += 1
+        ft[k] = r
+        fs[k] = seq
+    else:
+        qsize[dc] = _heap_push(qt, qk, b0, qsize[dc], r, seq)
 
-    If ops are queued that become ready later, make sure a DISPATCH event is pending for the earliest.
-    """
+
+@njit(cache=True, inline="always")
+def _dispatch(d, t, optime, out_bytes_total, qt, qk, qbase, qsize, ft, fs, fhead, ftail, seq_op, busy,
+              concurrency, pend, start, finish, busy_time, mem, peak, et, ek, esize, KB):
+    """Start ready ops on device ``d`` at time ``t`` (earliest ready first, ties by release order) while it
+    has a free slot; keep a DISPATCH pending for the earliest op that becomes ready later. Returns the
+    event heap's size."""
     b0 = qbase[d]
-    while busy[d] < concurrency[d] and qsize[d] > 0 and qt[b0] <= t:
-        c = order[qk[b0]]
-        qsize[d] = _heap_pop(qt, qk, b0, qsize[d])
+    while busy[d] < concurrency[d]:
+        fh = b0 + fhead[d]
+        from_fifo = 0
+        if fhead[d] < ftail[d]:
+            from_fifo = 1
+            if qsize[d] > 0 and (qt[b0] < ft[fh] or (qt[b0] == ft[fh] and qk[b0] < fs[fh])):
+                from_fifo = 0
+        elif qsize[d] == 0 or qt[b0] > t:
+            break
+        if from_fifo == 1:
+            c = seq_op[fs[fh]]
+            fhead[d] += 1
+        else:
+            c = seq_op[qk[b0]]
+            qsize[d] = _heap_pop(qt, qk, b0, qsize[d])
         dt = optime[c, d]
         start[c] = t
         finish[c] = t + dt
@@ -102,7 +129,7 @@ def _dispatch(d, t, order, optime, out_bytes_total, qt, qk, qbase, qsize, busy, 
 
 
 @njit(cache=True)
-def simulate_one(dev, optime, order, rank, tensor_src, tensor_bytes, op_tensor_ptr, tensor_pair_ptr,
+def simulate_one(dev, optime, order, tensor_src, tensor_bytes, op_tensor_ptr, tensor_pair_ptr,
                  pair_op, pair_tensor, in_ptr, in_pair, out_bytes_total, unconsumed_bytes, param_bytes,
                  bandwidth, latency, concurrency,
                  start, finish, busy_time, peak, link_time, link_bytes,
@@ -127,6 +154,12 @@ def simulate_one(dev, optime, order, rank, tensor_src, tensor_bytes, op_tensor_p
     qsize = np.zeros(D, np.int64)
     qt = np.empty(n, np.float64)
     qk = np.empty(n, np.int64)
+    ft = np.empty(n, np.float64)
+    fs = np.empty(n, np.int64)
+    fhead = np.zeros(D, np.int64)
+    ftail = np.zeros(D, np.int64)
+    seq_op = np.empty(n, np.int64)
+    seq = 0
 
     cap = 2 * n + P + D + 1
     et = np.empty(cap, np.float64)
@@ -151,11 +184,13 @@ def simulate_one(dev, optime, order, rank, tensor_src, tensor_bytes, op_tensor_p
         peak[d] = mem[d]
     for i in range(n):
         cnt[i] = in_ptr[i + 1] - in_ptr[i]
+    for j in range(n):  # sources, in topological order
+        i = order[j]
         if cnt[i] == 0:
-            d = dev[i]
-            qsize[d] = _heap_push(qt, qk, qbase[d], qsize[d], 0.0, rank[i])
+            _enqueue(i, dev[i], 0.0, 0.0, seq, qbase, qt, qk, qsize, ft, fs, ftail, seq_op)
+            seq += 1
     for d in range(D):
-        if qsize[d] > 0:
+        if qsize[d] > 0 or fhead[d] < ftail[d]:
             esize = _heap_push(et, ek, 0, esize, 0.0, DISPATCH * KB + d)
             pend[d] = 0.0
 
@@ -222,17 +257,18 @@ def simulate_one(dev, optime, order, rank, tensor_src, tensor_bytes, op_tensor_p
                         ready[c] = arrival
                     cnt[c] -= 1
                     if cnt[c] == 0:
-                        qsize[dc] = _heap_push(qt, qk, qbase[dc], qsize[dc], ready[c], rank[c])
+                        _enqueue(c, dc, ready[c], t, seq, qbase, qt, qk, qsize, ft, fs, ftail, seq_op)
+                        seq += 1
                         # device d itself is dispatched below, once, after all deliveries
                         if dc != d and busy[dc] < concurrency[dc] and ready[c] < pend[dc]:
                             esize = _heap_push(et, ek, 0, esize, ready[c], DISPATCH * KB + dc)
                             pend[dc] = ready[c]
-            if qsize[d] > 0:
+            if qsize[d] > 0 or fhead[d] < ftail[d]:
                 if esize == 0 or et[0] > t:
                     # nothing else happens at this instant: dispatch now instead of via an event
-                    esize = _dispatch(d, t, order, optime, out_bytes_total, qt, qk, qbase, qsize, busy,
-                                      concurrency, pend, start, finish, busy_time, mem, peak, et, ek,
-                                      esize, KB)
+                    esize = _dispatch(d, t, optime, out_bytes_total, qt, qk, qbase, qsize, ft, fs, fhead, ftail,
+                                      seq_op, busy, concurrency, pend, start, finish, busy_time, mem, peak, et,
+                                      ek, esize, KB)
                 elif t < pend[d]:
                     esize = _heap_push(et, ek, 0, esize, t, DISPATCH * KB + d)
                     pend[d] = t
@@ -250,8 +286,8 @@ def simulate_one(dev, optime, order, rank, tensor_src, tensor_bytes, op_tensor_p
             d = ident
             if pend[d] <= t:
                 pend[d] = np.inf
-            esize = _dispatch(d, t, order, optime, out_bytes_total, qt, qk, qbase, qsize, busy, concurrency,
-                              pend, start, finish, busy_time, mem, peak, et, ek, esize, KB)
+            esize = _dispatch(d, t, optime, out_bytes_total, qt, qk, qbase, qsize, ft, fs, fhead, ftail, seq_op,
+                              busy, concurrency, pend, start, finish, busy_time, mem, peak, et, ek, esize, KB)
     return makespan, nx
 
 
