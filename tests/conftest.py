@@ -16,7 +16,8 @@ def op(name, inputs=(), cost=1.0, out=0, params=0, **kw):
 
 def two_devices(bandwidth=1000.0, latency=0.5, memory=10**9, concurrency=1) -> Cluster:
     """Devices ``A`` (cpu) and ``B`` (gpu) joined by links of ``bandwidth`` B/s and ``latency`` s."""
-    devs = [Device("A", "cpu", memory, 1e9, 1e9, 0.0, concurrency), Device("B", "gpu", memory, 1e9, 1e9, 0.0, concurrency)]
+    devs = [Device("A", "cpu", memory, 1e9, 1e9, 0.0, concurrency),
+            Device("B", "gpu", memory, 1e9, 1e9, 0.0, concurrency)]
     return Cluster("two", devs, [Link("A", "B", bandwidth, latency), Link("B", "A", bandwidth, latency)])
 
 

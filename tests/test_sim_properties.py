@@ -125,8 +125,9 @@ def test_memory_peak_bounds(case):
     for d in range(cluster.n_devices):
         on = dev == d
         resident = graph.param_bytes[on].sum()
+        ptr = graph.tensor_pair_ptr
         received = sum(graph.tensor_bytes[t] for t in range(graph.n_tensors)
-                       if dev[graph.tensor_src[t]] != d and any(dev[graph.pair_op[graph.tensor_pair_ptr[t]:graph.tensor_pair_ptr[t + 1]]] == d))
+                       if dev[graph.tensor_src[t]] != d and any(dev[graph.pair_op[ptr[t]:ptr[t + 1]]] == d))
         assert resident <= r.peak_memory[d] <= resident + graph.out_bytes_total[on].sum() + received
         if on.any():
             assert r.peak_memory[d] >= resident + graph.out_bytes_total[on].max()

@@ -231,7 +231,7 @@ def _p100(n: int) -> Cluster:
     gpus = _gpus(n, "Tesla P100 PCIe 16GB", 16 * GiB, 9.3e12, 732 * GB)
     devs = [cpu, *gpus]
     return Cluster(f"p100x{n}", devs, _star(devs, "cpu:0", PCIE3_X16, PCIE3_X16),
-                   meta={"paper": "Addanki et al. (GDP), Zhou et al."})
+                   meta={"paper": "GDP §4: one Intel Broadwell CPU and up to eight Nvidia P100 GPUs"})
 
 
 def _gtx1050ti() -> Cluster:
@@ -242,7 +242,7 @@ def _gtx1050ti() -> Cluster:
     devs = [cpu, *gpus]
     # Two cards on a consumer board share the CPU's 16 lanes: x8 each.
     return Cluster("gtx1050tix2", devs, _star(devs, "cpu:0", PCIE3_X8, PCIE3_X8),
-                   meta={"paper": "HTF-MPR"})
+                   meta={"paper": "HTF-MPR: i7-7700 and 2x GTX 1050 Ti"})
 
 
 def _h100x8() -> Cluster:
@@ -252,7 +252,8 @@ def _h100x8() -> Cluster:
     # H100 SXM5 80 GB: 67 TFLOPS FP32 (non-tensor), 3.35 TB/s HBM3.
     gpus = _gpus(8, "H100 SXM5 80GB", 80 * GB, 67e12, 3350 * GB, overhead=5e-6)
     devs = [cpu, *gpus]
-    return Cluster("h100x8", devs, _star(devs, "cpu:0", PCIE5_X16, NVLINK4), meta={"paper": "modern"})
+    return Cluster("h100x8", devs, _star(devs, "cpu:0", PCIE5_X16, NVLINK4),
+                   meta={"paper": "none: a current 8-GPU machine (DGX H100)"})
 
 
 def _meminfo_bytes() -> int:

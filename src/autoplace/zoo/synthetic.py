@@ -33,23 +33,23 @@ def mlp_training_graph(batch: int = 512, hidden: int = 4096, layers: int = 8, in
     ]
     h = "x"
     acts = []  # (input activation, relu output or None) per layer
-    for l in range(layers):
-        I, O = dims[l], dims[l + 1]
-        s = f"layers.{l}"
-        meta = {"layer": l}
+    for k in range(layers):
+        d_in, d_out = dims[k], dims[k + 1]
+        s = f"layers.{k}"
+        meta = {"layer": k}
         ops += [
-            Op(f"{s}.weight", "parameter", outputs=_t(I, O), param_bytes=4 * I * O, phase="forward",
+            Op(f"{s}.weight", "parameter", outputs=_t(d_in, d_out), param_bytes=4 * d_in * d_out, phase="forward",
                colocation_group=f"{s}.weight", scope=s, meta=meta),
-            Op(f"{s}.bias", "parameter", outputs=_t(O), param_bytes=4 * O, phase="forward",
+            Op(f"{s}.bias", "parameter", outputs=_t(d_out), param_bytes=4 * d_out, phase="forward",
                colocation_group=f"{s}.bias", scope=s, meta=meta),
-            Op(f"{s}.matmul", "mm", [h, f"{s}.weight"], outputs=_t(B, O), flops=2.0 * B * I * O,
+            Op(f"{s}.matmul", "mm", [h, f"{s}.weight"], outputs=_t(B, d_out), flops=2.0 * B * d_in * d_out,
                phase="forward", scope=s, meta=meta),
-            Op(f"{s}.add", "add", [f"{s}.matmul", f"{s}.bias"], outputs=_t(B, O), flops=float(B * O),
+            Op(f"{s}.add", "add", [f"{s}.matmul", f"{s}.bias"], outputs=_t(B, d_out), flops=float(B * d_out),
                phase="forward", scope=s, meta=meta),
         ]
         out = f"{s}.add"
-        if l < layers - 1:
-            ops.append(Op(f"{s}.relu", "relu", [out], outputs=_t(B, O), flops=float(B * O), phase="forward",
+        if k < layers - 1:
+            ops.append(Op(f"{s}.relu", "relu", [out], outputs=_t(B, d_out), flops=float(B * d_out), phase="forward",
                           scope=s, meta=meta))
             out = f"{s}.relu"
         acts.append((h, out))
@@ -62,28 +62,28 @@ def mlp_training_graph(batch: int = 512, hidden: int = 4096, layers: int = 8, in
            flops=5.0 * B * C, phase="backward", scope="loss"),
     ]
     grad = "loss.grad"
-    for l in reversed(range(layers)):
-        I, O = dims[l], dims[l + 1]
-        s = f"layers.{l}"
-        meta = {"layer": l}
-        x_in, out = acts[l]
-        if l < layers - 1:
-            ops.append(Op(f"{s}.relu.grad", "threshold_backward", [grad, out], outputs=_t(B, O),
-                          flops=float(B * O), phase="backward", scope=s, meta=meta))
+    for k in reversed(range(layers)):
+        d_in, d_out = dims[k], dims[k + 1]
+        s = f"layers.{k}"
+        meta = {"layer": k}
+        x_in, out = acts[k]
+        if k < layers - 1:
+            ops.append(Op(f"{s}.relu.grad", "threshold_backward", [grad, out], outputs=_t(B, d_out),
+                          flops=float(B * d_out), phase="backward", scope=s, meta=meta))
             grad = f"{s}.relu.grad"
         ops += [
-            Op(f"{s}.bias.grad", "sum", [grad], outputs=_t(O), flops=float(B * O), phase="backward",
+            Op(f"{s}.bias.grad", "sum", [grad], outputs=_t(d_out), flops=float(B * d_out), phase="backward",
                colocation_group=f"{s}.bias", scope=s, meta=meta),
-            Op(f"{s}.weight.grad", "mm", [x_in, grad], outputs=_t(I, O), flops=2.0 * B * I * O,
+            Op(f"{s}.weight.grad", "mm", [x_in, grad], outputs=_t(d_in, d_out), flops=2.0 * B * d_in * d_out,
                phase="backward", colocation_group=f"{s}.weight", scope=s, meta=meta),
             Op(f"{s}.weight.update", "sgd_update", [f"{s}.weight", f"{s}.weight.grad"], output_bytes=(0,),
-               flops=2.0 * I * O, phase="update", colocation_group=f"{s}.weight", scope=s, meta=meta),
+               flops=2.0 * d_in * d_out, phase="update", colocation_group=f"{s}.weight", scope=s, meta=meta),
             Op(f"{s}.bias.update", "sgd_update", [f"{s}.bias", f"{s}.bias.grad"], output_bytes=(0,),
-               flops=2.0 * O, phase="update", colocation_group=f"{s}.bias", scope=s, meta=meta),
+               flops=2.0 * d_out, phase="update", colocation_group=f"{s}.bias", scope=s, meta=meta),
         ]
-        if l > 0:
-            ops.append(Op(f"{s}.input.grad", "mm", [grad, f"{s}.weight"], outputs=_t(B, I),
-                          flops=2.0 * B * I * O, phase="backward", scope=s, meta=meta))
+        if k > 0:
+            ops.append(Op(f"{s}.input.grad", "mm", [grad, f"{s}.weight"], outputs=_t(B, d_in),
+                          flops=2.0 * B * d_in * d_out, phase="backward", scope=s, meta=meta))
             grad = f"{s}.input.grad"
     return Graph(ops, name="toy-mlp", meta={"model": {"batch": batch, "hidden": hidden, "layers": layers,
                                                       "inputs": inputs, "classes": classes}})
