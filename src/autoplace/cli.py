@@ -273,6 +273,21 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_capture(args: argparse.Namespace) -> int:
+    from autoplace.capture import capture_from_factory
+    from autoplace.formats import save_graph
+    from autoplace.report import fmt_bytes, fmt_flops
+
+    _check_output(args.output)
+    graph = capture_from_factory(args.factory, inference=args.inference, name=args.name)
+    save_graph(graph, args.output)
+    phases = {p: sum(op.phase == p for op in graph.ops) for p in ("forward", "backward", "update")}
+    _console().print(f"{graph.name}: {graph.n_ops} ops ({', '.join(f'{n} {p}' for p, n in phases.items() if n)}), "
+                     f"{graph.n_edges} edges, {fmt_bytes(graph.total_param_bytes)} resident, "
+                     f"{fmt_flops(graph.total_flops)} per step -> {args.output}")
+    return 0
+
+
 # ---------------------------------------------------------------------- parser
 def _add_graph_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("graph", metavar="GRAPH", help="graph file (.json/.json.gz) or built-in model name")
@@ -311,6 +326,14 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--markdown", action="store_true")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("capture", help="capture a PyTorch training step (or forward pass) as a graph")
+    p.add_argument("factory", metavar="MODULE:FUNCTION",
+                   help="callable returning (model, example_inputs, loss_fn, optimizer[, targets])")
+    p.add_argument("--output", "-o", required=True, metavar="GRAPH", help="graph file to write (.json or .json.gz)")
+    p.add_argument("--inference", action="store_true", help="capture the forward pass only")
+    p.add_argument("--name", help="graph name (default: the function's name)")
+    p.set_defaults(func=cmd_capture)
 
     p = sub.add_parser("clusters", help="list cluster presets, or show/export one")
     p.add_argument("name", nargs="?", help="a preset or cluster file to show")

@@ -1,0 +1,503 @@
+"""Trace a PyTorch training step with fake tensors and convert the aten graph to an autoplace Graph.
+
+How (issue #3): ``make_fx(..., tracing_mode="fake")`` runs a function that calls the model through
+``torch.func.functional_call``, differentiates the loss with ``torch.autograd.grad`` (autograd's backward
+is traced as aten ops), and runs the user's optimizer class with ``foreach=False`` so that every
+parameter gets its own update ops. The optimizer's state (Adam's moments, step counters ...) is found by
+one step on fake tensors and passed in as graph inputs, so the captured update is the steady-state one.
+
+Metadata: ``torch.fx.traceback.annotate`` tags every traced node with its ``phase`` and the owning
+module path (``scope``, from forward hooks; backward ops inherit the scope of the forward op they
+differentiate, through autograd-node hooks). Model code may add its own tags (layer, time step, role)
+with :func:`tag`; they land in each op's metadata.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from autoplace.errors import AutoplaceError
+from autoplace.graph import Graph, Op, TensorSpec
+
+__all__ = [
+    "CaptureError", "capture_training_step", "capture_inference", "capture_from_factory", "load_factory", "tag",
+]
+
+#: aten ops that only re-describe memory: no FLOPs, no bytes moved on their device.
+VIEW_OPS = {
+    "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "squeeze", "unsqueeze",
+    "slice", "select", "as_strided", "detach", "alias", "unfold", "split", "split_with_sizes", "chunk",
+    "unbind", "lift_fresh_copy", "_reshape_alias", "view_as", "narrow", "diagonal", "expand_as",
+}
+#: aten ops whose work scales with their input, not their (smaller) output.
+REDUCTION_OPS = {
+    "sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "var", "std", "prod", "norm",
+    "logsumexp", "var_mean", "linalg_vector_norm", "_log_softmax", "_softmax", "nll_loss_forward",
+    "nll_loss2d_forward",
+}
+_OPTIMIZER_FLAGS = ("foreach", "fused", "capturable", "differentiable")
+
+
+class CaptureError(AutoplaceError):
+    """The model could not be traced (data-dependent control flow, an op fake tensors cannot run ...)."""
+
+
+def tag(**meta: Any) -> contextlib.AbstractContextManager:
+    """Context manager adding ``meta`` (layer, step, role ...) to every op traced inside it.
+
+    In eager mode it only sets a dict; model code can use it unconditionally::
+
+        with tag(layer=l, step=t, role="lstm"):
+            h, c = cell(x, (h, c))
+    """
+    import torch.fx.traceback as fxt
+
+    return fxt.annotate(meta)
+
+
+# ---------------------------------------------------------------------- scope tracking
+class _Scopes:
+    """Forward hooks that keep the current module path in the traced nodes' ``custom`` meta."""
+
+    def __init__(self, model):
+        import torch.fx.traceback as fxt
+
+        self._fxt = fxt
+        self.names: list[str] = []
+        self._ctx: list[Any] = []
+        self._handles = []
+        for name, module in model.named_modules():
+            if not name:
+                continue
+            self._handles.append(module.register_forward_pre_hook(self._enter(name)))
+            self._handles.append(module.register_forward_hook(self._leave))
+
+    def _enter(self, name: str):
+        def hook(module, args):
+            ctx = self._fxt.annotate({"scope": name})
+            ctx.__enter__()
+            self._ctx.append(ctx)
+            self.names.append(name)
+        return hook
+
+    def _leave(self, module, args, output):
+        self.names.pop()
+        self._ctx.pop().__exit__(None, None, None)
+
+    @property
+    def current(self) -> str | None:
+        return self.names[-1] if self.names else None
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+def _grad_fn_tagger(scopes: _Scopes):
+    """A TorchFunctionMode recording, on each new autograd node, the module scope that created it."""
+    import torch
+    import torch.fx.traceback as fxt
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_leaves
+
+    class TagGradFn(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            scope = (fxt.current_meta.get("custom") or {}).get("scope", scopes.current)
+            if scope is not None:
+                for t in tree_leaves(out):
+                    if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                        t.grad_fn.metadata.setdefault("autoplace_scope", scope)
+            return out
+
+    return TagGradFn()
+
+
+def _scope_backward(roots: Sequence[Any]) -> None:
+    """Hook every autograd node reachable from ``roots`` so its backward ops carry its forward scope.
+
+    Nodes created inside C++ composites (``log_softmax`` within ``cross_entropy``) were never seen by
+    Python; they inherit the scope of the node whose gradient feeds them."""
+    import torch.fx.traceback as fxt
+
+    seen: set[int] = set()
+    stack = [(r, None) for r in roots]
+    while stack:
+        node, inherited = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        scope = node.metadata.get("autoplace_scope", inherited) if hasattr(node, "metadata") else inherited
+        if scope is not None:
+            held: list[Any] = []
+
+            def pre(grad_outputs, scope=scope, held=held):
+                ctx = fxt.annotate({"scope": scope})
+                ctx.__enter__()
+                held.append(ctx)
+
+            def post(grad_inputs, grad_outputs, held=held):
+                if held:
+                    held.pop().__exit__(None, None, None)
+
+            node.register_prehook(pre)
+            node.register_hook(post)
+        stack.extend((nxt, scope) for nxt, _ in node.next_functions)
+
+
+# ---------------------------------------------------------------------- tracing
+def _optimizer_groups(model, optimizer) -> tuple[type, list[tuple[list[str], dict[str, Any]]]]:
+    """The optimizer's class and, per param group, the parameter names and hyper-parameters."""
+    by_id = {id(p): n for n, p in model.named_parameters()}
+    groups = []
+    for g in optimizer.param_groups:
+        names = []
+        for p in g["params"]:
+            if id(p) not in by_id:
+                raise CaptureError("the optimizer holds a tensor that is not a parameter of the model")
+            names.append(by_id[id(p)])
+        hyper = {k: v for k, v in g.items() if k != "params" and k not in _OPTIMIZER_FLAGS}
+        groups.append((names, hyper))
+    return type(optimizer), groups
+
+
+def _state_layout(opt_cls, groups, params: dict) -> dict[str, dict[str, tuple]]:
+    """Run one optimizer step on fake tensors to learn each parameter's state (key -> shape, dtype)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fake = {n: torch.empty_like(p).requires_grad_() for n, p in params.items()}
+        opt = opt_cls([{"params": [fake[n] for n in names], **hyper} for names, hyper in groups], foreach=False)
+        for p in fake.values():
+            p.grad = torch.zeros_like(p)
+        opt.step()
+        return {n: {k: (tuple(v.shape), v.dtype) for k, v in opt.state[fake[n]].items() if isinstance(v, torch.Tensor)}
+                for n in fake}
+
+
+def _trace(fn: Callable, args: tuple, what: str):
+    import torch.fx.traceback as fxt
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    try:
+        with fxt.preserve_node_meta():
+            return make_fx(fn, tracing_mode="fake")(*args)
+    except AutoplaceError:
+        raise
+    except Exception as e:  # noqa: BLE001 - torch raises many kinds; all mean "cannot trace"
+        text = " ".join(str(e).split())
+        if "data-dependent" in text or "DataDependent" in type(e).__name__ or "GuardOnDataDependent" in type(e).__name__:
+            why = "data-dependent Python control flow or output shape"
+        else:
+            why = type(e).__name__
+        raise CaptureError(f"cannot trace {what}: {why}: {text[:200]}") from None
+
+
+def _as_tuple(x: Any) -> tuple:
+    if x is None:
+        return ()
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimizer, *,
+                          targets: Any = None, name: str | None = None) -> Graph:
+    """Capture one training step of ``model`` as an autoplace Graph (nothing is computed).
+
+    ``loss_fn(outputs, *targets)`` must return a scalar; ``optimizer`` is a configured
+    ``torch.optim`` optimizer over (some of) the model's parameters — its class and per-group
+    hyper-parameters are reused with ``foreach=False`` so each parameter gets its own update ops.
+    Parameters and optimizer state become ops with ``param_bytes``; each parameter's gradient and update
+    ops share its ``colocation_group``.
+    """
+    import torch
+
+    inputs, targets = _as_tuple(example_inputs), _as_tuple(targets)
+    opt_cls, groups = _optimizer_groups(model, optimizer)
+    trained = [n for names, _ in groups for n in names]
+    all_params = dict(model.named_parameters())
+    params = {n: all_params[n].detach() for n in trained}
+    frozen = {n: p.detach() for n, p in all_params.items() if n not in params}
+    buffers = {n: b.detach() for n, b in model.named_buffers()}
+    layout = _state_layout(opt_cls, groups, params)
+    state = {n: {k: torch.zeros(shape, dtype=dtype) for k, (shape, dtype) in layout[n].items()} for n in trained}
+    scopes = _Scopes(model)
+
+    def step(params, frozen, buffers, state, inputs, targets):
+        import torch.fx.traceback as fxt
+
+        live = {n: p.requires_grad_() for n, p in params.items()}
+        with fxt.annotate({"phase": "forward"}), _grad_fn_tagger(scopes):
+            out = torch.func.functional_call(model, {**live, **frozen, **buffers}, inputs)
+            with fxt.annotate({"scope": "loss"}):
+                loss = loss_fn(out, *targets)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise CaptureError("loss_fn must return a scalar tensor")
+        with fxt.annotate({"phase": "backward"}):
+            _scope_backward([loss.grad_fn])
+            grads = torch.autograd.grad(loss, list(live.values()), allow_unused=True)
+        with fxt.annotate({"phase": "update", "scope": "optimizer"}), torch.no_grad():
+            opt = opt_cls([{"params": [live[n] for n in names], **hyper} for names, hyper in groups], foreach=False)
+            for (n, p), g in zip(live.items(), grads):
+                p.grad = g if g is not None else torch.zeros_like(p)
+                opt.state[p] = dict(state[n])
+            opt.step()
+        return loss, [g for g in grads]
+
+    try:
+        gm = _trace(step, (params, frozen, buffers, state, inputs, targets), f"{type(model).__name__} training step")
+    finally:
+        scopes.remove()
+    return _to_graph(gm, name or type(model).__name__, trained, list(frozen), list(buffers), layout, training=True)
+
+
+def capture_inference(model, example_inputs: Any, *, name: str | None = None) -> Graph:
+    """Capture the forward pass of ``model`` (no backward, no update) as an autoplace Graph."""
+    import torch
+
+    inputs = _as_tuple(example_inputs)
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    buffers = {n: b.detach() for n, b in model.named_buffers()}
+    scopes = _Scopes(model)
+
+    def forward(params, buffers, inputs):
+        import torch.fx.traceback as fxt
+
+        with fxt.annotate({"phase": "forward"}), torch.no_grad():
+            return torch.func.functional_call(model, {**params, **buffers}, inputs)
+
+    try:
+        gm = _trace(forward, (params, buffers, inputs), f"{type(model).__name__} forward")
+    finally:
+        scopes.remove()
+    return _to_graph(gm, name or type(model).__name__, [], list(params), list(buffers), {}, training=False)
+
+
+# ---------------------------------------------------------------------- fx -> autoplace
+def _tensors(val: Any) -> list | None:
+    """The tensors of a node's value (one, or a tuple/list of them); None if it holds none."""
+    import torch
+
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if isinstance(val, (tuple, list)) and val and all(isinstance(v, torch.Tensor) or v is None for v in val):
+        return [v for v in val]
+    return None
+
+
+def _spec(t) -> TensorSpec:
+    if t is None:
+        return TensorSpec((0,), "float32")
+    return TensorSpec(tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."))
+
+
+def _numel(t) -> int:
+    return math.prod(int(d) for d in t.shape) if t is not None else 0
+
+
+def _op_flops(node, name: str, outs: list) -> float:
+    from torch.utils.flop_counter import flop_registry
+
+    packet = node.target.overloadpacket
+    if packet in flop_registry:
+        import torch.fx as fx
+        from torch.utils._pytree import tree_map
+
+        args = tree_map(lambda a: a.meta.get("val") if isinstance(a, fx.Node) else a, node.args)
+        kwargs = tree_map(lambda a: a.meta.get("val") if isinstance(a, fx.Node) else a, node.kwargs)
+        out_val = node.meta.get("val")
+        try:
+            return float(flop_registry[packet](*args, **kwargs, out_val=out_val))
+        except Exception:  # noqa: BLE001 - fall back to element counting for odd overloads
+            pass
+    if name in VIEW_OPS:
+        return 0.0
+    if name in REDUCTION_OPS:
+        ins = [a.meta.get("val") for a in node.all_input_nodes]
+        return float(max((_numel(v) for v in ins if hasattr(v, "shape")), default=0))
+    return float(sum(_numel(t) for t in outs))
+
+
+def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: list[str],
+              layout: dict[str, dict[str, tuple]], *, training: bool) -> Graph:
+    import torch
+    import torch.fx as fx
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    kinds: list[tuple[str, str, str | None]] = []  # (op name, type, colocation group)
+    for n in trained:
+        kinds.append((n, "parameter", n))
+    for n in frozen:
+        kinds.append((n, "parameter", n))
+    for n in buffers:
+        kinds.append((n, "buffer", n))
+    for n in trained:
+        for key in layout.get(n, {}):
+            kinds.append((f"{n}.{key}", "optimizer_state", n))
+    n_inputs = len(placeholders) - len(kinds)
+    kinds += [(f"input{i}", "input", None) for i in range(n_inputs)]
+
+    ops: list[Op] = []
+    ref: dict[fx.Node, list[str]] = {}        # node -> producer refs ("op" or "op:k") it stands for
+    control: dict[fx.Node, list[str]] = {}    # non-tensor nodes -> the ops they depend on
+    group_of: dict[str, str] = {}
+    scope_of_param = {}
+
+    for node, (opname, kind, group) in zip(placeholders, kinds):
+        val = node.meta.get("val")
+        spec = _spec(val)
+        resident = spec.nbytes if kind != "input" else 0
+        phase = "update" if kind == "optimizer_state" else "forward"
+        scope = opname.rsplit(".", 1)[0] if "." in opname and kind != "input" else None
+        if kind == "optimizer_state":
+            scope = group.rsplit(".", 1)[0] if "." in group else group
+        ops.append(Op(opname, kind, outputs=(spec,), param_bytes=resident, colocation_group=group, scope=scope,
+                      phase=phase))
+        ref[node] = [opname]
+        if group:
+            group_of[opname] = group
+            scope_of_param[group] = scope
+
+    def deps(arg) -> tuple[list[str], list[str]]:
+        data, ctrl = [], []
+        for a in _flatten(arg):
+            if not isinstance(a, fx.Node):
+                continue
+            if a in ref:
+                data.extend(ref[a])
+            elif a in control:
+                ctrl.extend(control[a])
+        return data, ctrl
+
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        val = node.meta.get("val")
+        data, ctrl = deps((node.args, node.kwargs))
+        target = node.target
+        if target is __import__("operator").getitem and node.args[0] in ref:
+            src = node.args[0]
+            base = ref[src][0].split(":")[0]
+            if len(_tensors(src.meta.get("val")) or []) > 1:
+                ref[node] = [f"{base}:{int(node.args[1])}"]
+            else:
+                ref[node] = ref[src]
+            continue
+        outs = _tensors(val)
+        if outs is None or not isinstance(target, torch._ops.OpOverload) or getattr(target, "namespace", "") != "aten":
+            control[node] = sorted(set(data + ctrl))  # python scalars, profiler markers: dependencies only
+            continue
+        opname = node.name
+        short = target.overloadpacket.__name__
+        custom = dict(node.meta.get("custom") or {})
+        phase = custom.pop("phase", None)
+        scope = custom.pop("scope", None)
+        specs = tuple(_spec(t) for t in outs)
+        flops = _op_flops(node, short, outs)
+        meta = {k: v for k, v in custom.items() if isinstance(v, (str, int, float, bool))}
+        if short in VIEW_OPS:
+            meta["bytes_touched"] = 0
+            meta["view"] = True
+        group = None
+        if phase == "update":
+            group = next((group_of[d.split(":")[0]] for d in data + ctrl if d.split(":")[0] in group_of), None)
+            if group is not None:
+                scope = scope_of_param.get(group, scope)
+        seen_data = list(dict.fromkeys(data))
+        ops.append(Op(opname, f"aten.{short}", tuple(seen_data), tuple(sorted(set(ctrl) - {d.split(':')[0] for d in seen_data})),
+                      outputs=specs, flops=flops, colocation_group=group, scope=scope, phase=phase, meta=meta))
+        if group is not None:
+            group_of[opname] = group
+        ref[node] = [opname]
+
+    # the gradient each parameter receives is co-located with it (TensorFlow's default)
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    if training:
+        grads = list(_flatten(out_node.args[0]))[1:1 + len(trained)]  # make_fx flattens (loss, grads)
+        by_name = {op.name: i for i, op in enumerate(ops)}
+        for pname, g in zip(trained, grads):
+            if isinstance(g, fx.Node) and g in ref:
+                producer = ref[g][0].split(":")[0]
+                i = by_name.get(producer)
+                if i is not None and ops[i].phase == "backward" and ops[i].colocation_group is None:
+                    ops[i] = _replace(ops[i], colocation_group=pname)
+    return Graph(ops, name=name, meta={"captured_from": "pytorch", "training": training})
+
+
+def _flatten(x: Any) -> Iterator[Any]:
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _flatten(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _flatten(y)
+    else:
+        yield x
+
+
+def _replace(op: Op, **changes: Any) -> Op:
+    from dataclasses import replace
+
+    return replace(op, **changes)
+
+
+# ---------------------------------------------------------------------- user factories
+def load_factory(spec: str) -> Callable[[], Any]:
+    """``"package.module:function"`` or ``"path/to/file.py:function"`` -> the callable."""
+    import importlib
+    import importlib.util
+    import os
+
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        raise CaptureError(f"factory {spec!r}: expected MODULE:FUNCTION or FILE.py:FUNCTION")
+    try:
+        if target.endswith(".py") or os.sep in target:
+            if not os.path.exists(target):
+                raise CaptureError(f"factory {spec!r}: no such file {target!r}")
+            mod_spec = importlib.util.spec_from_file_location(f"_autoplace_factory_{abs(hash(target))}", target)
+            module = importlib.util.module_from_spec(mod_spec)
+            mod_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(target)
+    except CaptureError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever the user's module raises on import
+        raise CaptureError(f"factory {spec!r}: importing {target!r} raised {type(e).__name__}: {e}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise CaptureError(f"factory {spec!r}: {target!r} has no callable {attr!r}")
+    return fn
+
+
+def capture_from_factory(spec: str, *, inference: bool = False, name: str | None = None) -> Graph:
+    """Call a user factory and capture what it returns.
+
+    The factory returns ``(model, example_inputs, loss_fn, optimizer[, targets])`` for a training step,
+    or ``(model, example_inputs)`` (or the training tuple) with ``inference=True``; a dict with those keys
+    (``model``, ``inputs``, ``loss_fn``, ``optimizer``, ``targets``) works too.
+    """
+    fn = load_factory(spec)
+    try:
+        made = fn()
+    except Exception as e:  # noqa: BLE001 - report the user's error in one line
+        raise CaptureError(f"factory {spec!r} raised {type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
+    keys = ("model", "inputs", "loss_fn", "optimizer", "targets")
+    if isinstance(made, dict):
+        parts = {k: made.get(k) for k in keys}
+    elif isinstance(made, (tuple, list)) and 2 <= len(made) <= 5:
+        parts = dict(zip(keys, made))
+    else:
+        raise CaptureError(f"factory {spec!r} must return (model, inputs, loss_fn, optimizer[, targets])")
+    default = name or spec.rpartition(":")[2]
+    if parts.get("model") is None or parts.get("inputs") is None:
+        raise CaptureError(f"factory {spec!r} returned no model or no example inputs")
+    if inference:
+        return capture_inference(parts["model"], parts["inputs"], name=default)
+    if parts.get("loss_fn") is None or parts.get("optimizer") is None:
+        raise CaptureError(f"factory {spec!r} returned no loss_fn/optimizer (use --inference for forward only)")
+    return capture_training_step(parts["model"], parts["inputs"], parts["loss_fn"], parts["optimizer"],
+                                 targets=parts.get("targets"), name=default)

@@ -1,0 +1,213 @@
+"""PyTorch capture: analytic FLOPs and bytes, phases, co-location, inference-only, untraceable models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from autoplace.capture import CaptureError, capture_inference, capture_training_step, tag  # noqa: E402
+from autoplace.cluster import get_cluster  # noqa: E402
+from autoplace.placers import place  # noqa: E402
+from autoplace.sim import simulate  # noqa: E402
+
+B, I, H, C = 8, 16, 32, 4
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(I, H), nn.ReLU(), nn.Linear(H, C))
+
+
+def train(model, x, target, opt_cls=torch.optim.SGD, loss=nn.functional.cross_entropy, **opt_kw):
+    opt = opt_cls(model.parameters(), lr=0.01, **opt_kw)
+    return capture_training_step(model, x, loss, opt, targets=target, name="m")
+
+
+def by_type(g, t):
+    return [op for op in g.ops if op.type == t]
+
+
+def test_mlp_flops_bytes_phases_and_colocation():
+    g = train(mlp(), torch.randn(B, I), torch.randint(0, C, (B,)))
+    phases = {op.phase for op in g.ops}
+    assert phases == {"forward", "backward", "update"}
+    # forward: addmm = 2*B*I*H and 2*B*H*C; backward: weight grads of both layers + input grad of layer 2
+    fwd = sorted(op.flops for op in by_type(g, "aten.addmm"))
+    assert fwd == [2 * B * H * C, 2 * B * I * H]
+    bwd_mm = sorted(op.flops for op in by_type(g, "aten.mm") if op.phase == "backward")
+    assert bwd_mm == sorted([2 * B * H * C, 2 * B * H * C, 2 * B * I * H])
+    relu = by_type(g, "aten.relu")[0]
+    assert relu.flops == B * H and relu.out_bytes == (B * H * 4,)  # elementwise: its elements; fp32 bytes
+    # parameters hold their bytes; each parameter's gradient and update ops share its group
+    params = {op.name: op for op in by_type(g, "parameter")}
+    assert params["0.weight"].param_bytes == I * H * 4 and params["2.bias"].param_bytes == C * 4
+    for op in g.ops:
+        if op.phase == "update":
+            assert op.colocation_group in params, op.name
+    grads = [op for op in g.ops if op.phase == "backward" and op.colocation_group]
+    assert {op.colocation_group for op in grads} == set(params)
+    assert {op.scope for op in g.ops if op.phase == "forward" and op.type.startswith("aten.")} >= {"0", "1", "2", "loss"}
+
+
+def test_adam_state_is_resident_and_updates_are_per_parameter():
+    g = train(mlp(), torch.randn(B, I), torch.randint(0, C, (B,)), torch.optim.Adam)
+    state = by_type(g, "optimizer_state")
+    assert {op.name for op in state} >= {"0.weight.exp_avg", "0.weight.exp_avg_sq", "2.bias.step"}
+    assert all(op.colocation_group == op.name.rsplit(".", 1)[0] for op in state)
+    assert sum(op.param_bytes for op in state if op.name.startswith("0.weight.exp_avg")) == 2 * I * H * 4
+    # one final addcdiv_ per parameter: no multi-tensor kernels
+    assert len(by_type(g, "aten.addcdiv_")) == 4
+
+
+def test_conv_net_flops():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 5))
+    g = train(model, torch.randn(2, 3, 6, 6), torch.randint(0, 5, (2,)))
+    conv = [op for op in g.ops if op.type == "aten.convolution"]
+    assert len(conv) == 1 and conv[0].flops == 2 * 2 * 6 * 6 * 8 * 3 * 3 * 3  # 2 * N*H*W*Cout * Cin*k*k
+    conv_bwd = [op for op in g.ops if op.type == "aten.convolution_backward"]
+    assert conv_bwd and conv_bwd[0].phase == "backward"
+
+
+class TwoStepLSTM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.LSTMCell(I, H)
+        self.out = nn.Linear(H, C)
+
+    def forward(self, x):
+        h = c = torch.zeros(x.shape[1], H)
+        for t in range(x.shape[0]):
+            with tag(step=t, role="lstm"):
+                h, c = self.cell(x[t], (h, c))
+        return self.out(h)
+
+
+def test_two_step_lstm_cell_keeps_step_tags():
+    g = train(TwoStepLSTM(), torch.randn(2, B, I), torch.randint(0, C, (B,)))
+    steps = {op.meta.get("step") for op in g.ops if op.meta.get("role") == "lstm"}
+    assert steps == {0, 1}
+    gate_mms = [op for op in g.ops if op.type in ("aten.mm", "aten.addmm") and op.phase == "forward"
+                and op.scope == "cell"]
+    assert len(gate_mms) == 4  # input and hidden projections, two steps
+    assert sorted({op.flops for op in gate_mms}) == sorted({2 * B * I * 4 * H, 2 * B * H * 4 * H})
+    assert any(op.phase == "backward" and op.scope == "cell" for op in g.ops)
+
+
+class Attention(nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        w = torch.softmax(q @ k.transpose(1, 2) / 4.0, dim=-1)
+        return (w @ v).sum(dim=1)
+
+
+def test_small_attention_bmm_flops():
+    b, n, d = 2, 5, 16
+    g = train(Attention(d), torch.randn(b, n, d), torch.randint(0, d, (b,)))
+    fwd_bmm = [op.flops for op in g.ops if op.type == "aten.bmm" and op.phase == "forward"]
+    assert sorted(fwd_bmm) == [2 * b * n * n * d, 2 * b * n * n * d]  # QK^T and WV
+
+
+def test_inference_capture_has_no_backward_or_update():
+    g = capture_inference(mlp(), torch.randn(B, I))
+    assert {op.phase for op in g.ops} == {"forward"}
+    assert not [op for op in g.ops if "backward" in op.type]
+
+
+def test_captured_graph_simulates():
+    g = train(mlp(), torch.randn(B, I), torch.randint(0, C, (B,)), torch.optim.Adam)
+    cluster = get_cluster("k80x2")
+    r = simulate(g, cluster, place(g, cluster, "single-gpu"))
+    assert r.ok and r.step_time > 0
+    assert r.peak_memory[1] >= sum(op.param_bytes for op in g.ops)
+    assert np.isclose(r.step_time, simulate(g, cluster, place(g, cluster, "single-gpu")).step_time)
+
+
+class DataDependent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(I, C)
+
+    def forward(self, x):
+        if x.sum() > 0:  # Python branch on a tensor value
+            return self.fc(x)
+        return self.fc(-x)
+
+
+def test_data_dependent_control_flow_is_a_clear_error():
+    with pytest.raises(CaptureError, match="cannot trace DataDependent"):
+        train(DataDependent(), torch.randn(B, I), torch.randint(0, C, (B,)))
+
+
+def test_non_scalar_loss_is_rejected():
+    with pytest.raises(CaptureError, match="scalar"):
+        train(mlp(), torch.randn(B, I), torch.randint(0, C, (B,)), loss=lambda out, y: out)
+
+
+FACTORY = '''
+import torch
+
+
+def make():
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    return (m, torch.randn(4, 8), torch.nn.functional.cross_entropy, torch.optim.SGD(m.parameters(), lr=0.1),
+            torch.randint(0, 3, (4,)))
+
+
+def branchy():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.fc(x) if x.max() > 0 else self.fc(x * 2)
+    m = M()
+    return m, torch.randn(4, 8), torch.nn.functional.cross_entropy, torch.optim.SGD(m.parameters(), lr=0.1), \\
+        torch.randint(0, 3, (4,))
+
+
+def broken():
+    raise RuntimeError("dataset missing")
+'''
+
+
+def test_cli_capture(tmp_path, capsys):
+    import json
+
+    from autoplace.cli import main
+    from autoplace.formats import load_graph
+
+    f = tmp_path / "factory.py"
+    f.write_text(FACTORY)
+    out = tmp_path / "g.json.gz"
+    assert main(["capture", f"{f}:make", "-o", str(out)]) == 0
+    g = load_graph(out)
+    assert {op.phase for op in g.ops} == {"forward", "backward", "update"}
+    assert main(["capture", f"{f}:make", "--inference", "-o", str(tmp_path / "fwd.json")]) == 0
+    assert {op.phase for op in load_graph(tmp_path / "fwd.json").ops} == {"forward"}
+    capsys.readouterr()
+    for spec, message in ((f"{f}:broken", "raised RuntimeError: dataset missing"),
+                          (f"{f}:branchy", "cannot trace M training step: data-dependent"),
+                          (f"{f}:nothing", "has no callable 'nothing'"),
+                          ("no_such_module_xyz:make", "ModuleNotFoundError"),
+                          ("justaname", "expected MODULE:FUNCTION")):
+        bad = tmp_path / "bad.json"
+        assert main(["capture", spec, "-o", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+        assert not bad.exists()
+    json.loads(gzip_text(out))
+
+
+def gzip_text(path):
+    import gzip
+
+    return gzip.decompress(path.read_bytes()).decode()
