@@ -48,9 +48,13 @@ def resolve_graph(arg: str, params: dict[str, Any] | None = None) -> Graph:
     from autoplace.formats import load_graph
     from autoplace.zoo import build_graph
 
-    if _looks_like_file(arg):
+    if _looks_like_file(arg) or arg.endswith(".onnx"):
         if params:
             raise FormatError("--param applies to built-in models, not to graph files")
+        if arg.endswith(".onnx"):
+            from autoplace.capture.onnx_import import import_onnx
+
+            return import_onnx(arg)
         return load_graph(arg)
     return build_graph(arg, **(params or {}))
 
@@ -273,6 +277,20 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from autoplace.capture.onnx_import import import_onnx
+    from autoplace.formats import save_graph
+    from autoplace.report import fmt_bytes, fmt_flops
+
+    _check_output(args.output)
+    graph = import_onnx(args.model, name=args.name)
+    save_graph(graph, args.output)
+    _console().print(f"{graph.name}: {graph.n_ops} ops, {graph.n_edges} edges, "
+                     f"{fmt_bytes(graph.total_param_bytes)} of parameters, {fmt_flops(graph.total_flops)} "
+                     f"per forward pass -> {args.output}")
+    return 0
+
+
 def cmd_capture(args: argparse.Namespace) -> int:
     from autoplace.capture import capture_from_factory
     from autoplace.formats import save_graph
@@ -334,6 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inference", action="store_true", help="capture the forward pass only")
     p.add_argument("--name", help="graph name (default: the function's name)")
     p.set_defaults(func=cmd_capture)
+
+    p = sub.add_parser("import", help="import an ONNX model (shape-inferred, forward pass) as a graph")
+    p.add_argument("model", metavar="MODEL.onnx")
+    p.add_argument("--output", "-o", required=True, metavar="GRAPH", help="graph file to write (.json or .json.gz)")
+    p.add_argument("--name", help="graph name (default: the ONNX graph's name)")
+    p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("clusters", help="list cluster presets, or show/export one")
     p.add_argument("name", nargs="?", help="a preset or cluster file to show")
