@@ -19,7 +19,7 @@ def test_arrays_of_a_small_graph():
     assert g.tensor_bytes.tolist() == [10, 20, 0, 0]
     assert g.n_edges == 5
     assert g.successors(0).tolist() == [1, 2] and g.predecessors(2).tolist() == [0, 1]
-    assert g.unconsumed_bytes.tolist() == [0, 0, 0, 0]
+    assert g.unconsumed_alloc.tolist() == [0, 0, 0, 0]
     assert g.topological_order.tolist() == [0, 1, 2, 3]
     src, dst, nbytes = g.edges()
     assert sorted(zip(src.tolist(), dst.tolist(), nbytes.tolist())) == [

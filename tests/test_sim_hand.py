@@ -143,3 +143,15 @@ def test_default_link_covers_missing_pairs():
     cl = Cluster("d", devs, default_link=LinkSpec(100.0, 0.0))
     g = Graph([op("a", [], 1, 100), op("b", ["a"], 1, 0)])
     assert simulate(g, cl, np.array([0, 1])).step_time == pytest.approx(3.0)
+
+
+def test_views_take_no_memory_but_transfer_their_bytes(two):
+    # a (1000 B) -> v = view(a) -> b (10 B). On one device the view allocates nothing: peak 1000.
+    from autoplace.graph import Op
+
+    g = Graph([op("a", [], 1, 1000), Op("v", "view", ("a",), output_bytes=(1000,), cost={"cpu": 0, "gpu": 0},
+                                         meta={"view": True}), op("b", ["v"], 1, 10)])
+    assert run(g, two, "AAA").peak_memory.tolist() == [1000, 0]
+    # v on A, b on B: the transfer moves v's full 1000 bytes, which land as a real copy on B
+    r = run(g, two, "AAB")
+    assert r.link_bytes[0, 1] == 1000 and r.peak_memory.tolist() == [1000, 1010]

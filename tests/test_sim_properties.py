@@ -128,6 +128,6 @@ def test_memory_peak_bounds(case):
         ptr = graph.tensor_pair_ptr
         received = sum(graph.tensor_bytes[t] for t in range(graph.n_tensors)
                        if dev[graph.tensor_src[t]] != d and any(dev[graph.pair_op[ptr[t]:ptr[t + 1]]] == d))
-        assert resident <= r.peak_memory[d] <= resident + graph.out_bytes_total[on].sum() + received
+        assert resident <= r.peak_memory[d] <= resident + graph.out_alloc_total[on].sum() + received
         if on.any():
-            assert r.peak_memory[d] >= resident + graph.out_bytes_total[on].max()
+            assert r.peak_memory[d] >= resident + graph.out_alloc_total[on].max()

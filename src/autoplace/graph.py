@@ -147,10 +147,12 @@ class Graph:
 
     Array attributes (all NumPy, indexed by op index = position in :attr:`ops`):
 
-    ``flops``, ``param_bytes``, ``bytes_touched``, ``out_bytes_total``, ``unconsumed_bytes``
+    ``flops``, ``param_bytes``, ``bytes_touched``, ``out_bytes_total``
         per-op vectors (float64 / int64).
-    ``tensor_src``, ``tensor_out``, ``tensor_bytes``
-        per tensor: producer op, output index (``-1`` = control tensor), bytes.
+    ``out_alloc_total``, ``unconsumed_alloc``, ``is_view``
+        device memory an op's outputs take (0 for views), and the part no op reads.
+    ``tensor_src``, ``tensor_out``, ``tensor_bytes``, ``tensor_alloc``
+        per tensor: producer op, output index (``-1`` = control tensor), bytes moved, bytes allocated.
     ``op_tensor_ptr``
         tensors of op ``i`` are ``op_tensor_ptr[i]:op_tensor_ptr[i+1]``.
     ``tensor_pair_ptr``, ``pair_tensor``, ``pair_op``
@@ -221,9 +223,14 @@ class Graph:
         self.flops = np.array([op.flops for op in ops], dtype=np.float64)
         self.param_bytes = np.array([op.param_bytes for op in ops], dtype=np.int64)
         self.out_bytes_total = np.array([sum(b) for b in out_bytes], dtype=np.int64)
+        # Memory an op's outputs take on its device: nothing for views (``"view": true``), which alias
+        # their input; a view sent to another device still moves (and lands as) its full bytes.
+        self.is_view = np.array([bool(op.meta.get("view", False)) for op in ops], dtype=bool)
+        self.tensor_alloc = np.where(self.is_view[self.tensor_src], 0, self.tensor_bytes).astype(np.int64)
+        self.out_alloc_total = np.where(self.is_view, 0, self.out_bytes_total).astype(np.int64)
         consumed = np.zeros(n, np.int64)
-        np.add.at(consumed, self.tensor_src, self.tensor_bytes)
-        self.unconsumed_bytes = self.out_bytes_total - consumed
+        np.add.at(consumed, self.tensor_src, self.tensor_alloc)
+        self.unconsumed_alloc = self.out_alloc_total - consumed
         in_bytes = np.zeros(n, np.int64)
         np.add.at(in_bytes, self.pair_op, self.tensor_bytes[self.pair_tensor])
         touched = [op.meta.get("bytes_touched") for op in ops]

@@ -97,7 +97,7 @@ class _Scopes:
 
 
 def _grad_fn_tagger(scopes: _Scopes):
-    """A TorchFunctionMode recording, on each new autograd node, the module scope that created it."""
+    """A TorchFunctionMode recording, on each new autograd node, the scope and tags it was created under."""
     import torch
     import torch.fx.traceback as fxt
     from torch.overrides import TorchFunctionMode
@@ -106,11 +106,12 @@ def _grad_fn_tagger(scopes: _Scopes):
     class TagGradFn(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            scope = (fxt.current_meta.get("custom") or {}).get("scope", scopes.current)
-            if scope is not None:
+            custom = {k: v for k, v in (fxt.current_meta.get("custom") or {}).items() if k != "phase"}
+            custom.setdefault("scope", scopes.current)
+            if custom["scope"] is not None:
                 for t in tree_leaves(out):
                     if isinstance(t, torch.Tensor) and t.grad_fn is not None:
-                        t.grad_fn.metadata.setdefault("autoplace_scope", scope)
+                        t.grad_fn.metadata.setdefault("autoplace_scope", custom)
             return out
 
     return TagGradFn()
@@ -135,7 +136,7 @@ def _scope_backward(roots: Sequence[Any]) -> None:
             held: list[Any] = []
 
             def pre(grad_outputs, scope=scope, held=held):
-                ctx = fxt.annotate({"scope": scope})
+                ctx = fxt.annotate(dict(scope))  # the forward op's scope and tags (step, layer, role)
                 ctx.__enter__()
                 held.append(ctx)
 
@@ -165,7 +166,7 @@ def _optimizer_groups(model, optimizer) -> tuple[type, list[tuple[list[str], dic
 
 
 def _state_layout(opt_cls, groups, params: dict) -> dict[str, dict[str, tuple]]:
-    """Run one optimizer step on fake tensors to learn each parameter's state (key -> shape, dtype)."""
+    """Run one optimizer step on fake tensors to learn each parameter's state (key -> shape, dtype, device)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -175,8 +176,8 @@ def _state_layout(opt_cls, groups, params: dict) -> dict[str, dict[str, tuple]]:
         for p in fake.values():
             p.grad = torch.zeros_like(p)
         opt.step()
-        return {n: {k: (tuple(v.shape), v.dtype) for k, v in opt.state[fake[n]].items() if isinstance(v, torch.Tensor)}
-                for n in fake}
+        return {n: {k: (tuple(v.shape), v.dtype, v.device) for k, v in opt.state[fake[n]].items()
+                    if isinstance(v, torch.Tensor)} for n in fake}
 
 
 def _trace(fn: Callable, args: tuple, what: str):
@@ -223,7 +224,8 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     frozen = {n: p.detach() for n, p in all_params.items() if n not in params}
     buffers = {n: b.detach() for n, b in model.named_buffers()}
     layout = _state_layout(opt_cls, groups, params)
-    state = {n: {k: torch.zeros(shape, dtype=dtype) for k, (shape, dtype) in layout[n].items()} for n in trained}
+    state = {n: {k: torch.zeros(shape, dtype=dtype, device=device) for k, (shape, dtype, device) in layout[n].items()}
+             for n in trained}
     scopes = _Scopes(model)
 
     def step(params, frozen, buffers, state, inputs, targets):
@@ -398,6 +400,8 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
         specs = tuple(_spec(t) for t in outs)
         flops = _op_flops(node, short, outs)
         meta = {k: v for k, v in custom.items() if isinstance(v, (str, int, float, bool))}
+        if scope is not None and "step" in meta:
+            scope = f"{scope}.t{meta['step']}"  # unrolled recurrences: encoder.layers.1.t17
         if short in VIEW_OPS:
             meta["bytes_touched"] = 0
             meta["view"] = True

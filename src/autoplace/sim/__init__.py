@@ -136,9 +136,9 @@ class Simulator:
         check_runnable(graph, cluster, self.op_times)
         self._all_feasible = bool(np.isfinite(self.op_times).all())
         g, c = graph, cluster
-        self._graph_args = (g.topological_order, g.tensor_src, g.tensor_bytes, g.op_tensor_ptr,
+        self._graph_args = (g.topological_order, g.tensor_src, g.tensor_bytes, g.tensor_alloc, g.op_tensor_ptr,
                             g.tensor_pair_ptr, g.pair_op, g.pair_tensor, g.in_ptr, g.in_pair,
-                            g.out_bytes_total, g.unconsumed_bytes, g.param_bytes)
+                            g.out_alloc_total, g.unconsumed_alloc, g.param_bytes)
         self._cluster_args = (c.bandwidth, c.latency, c.concurrency)
 
     # ------------------------------------------------------------------ placements as arrays

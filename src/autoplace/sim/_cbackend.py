@@ -23,7 +23,7 @@ def load() -> ctypes.CDLL | None:
             continue
         fn = lib.ap_simulate
         fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 30
+        fn.argtypes = [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 31
         return lib
     return None
 

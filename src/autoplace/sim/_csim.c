@@ -65,8 +65,8 @@ typedef struct {
     /* graph */
     i64 n, T, P, D;
     const double *optime; /* [n, D] */
-    const i64 *order, *tensor_src, *tensor_bytes, *op_tensor_ptr, *tensor_pair_ptr, *pair_op,
-        *pair_tensor, *in_ptr, *in_pair, *out_bytes_total, *unconsumed_bytes, *param_bytes;
+    const i64 *order, *tensor_src, *tensor_bytes, *tensor_alloc, *op_tensor_ptr, *tensor_pair_ptr, *pair_op,
+        *pair_tensor, *in_ptr, *in_pair, *out_alloc_total, *unconsumed_alloc, *param_bytes;
     /* cluster */
     const double *bandwidth, *latency; /* [D, D] */
     const i64 *concurrency;
@@ -167,7 +167,7 @@ static inline i64 dispatch(const Problem *p, Work *w, i64 d, double t, i64 esize
         finish[c] = t + dt;
         w->busy[d] += 1;
         busy_time[d] += dt;
-        w->mem[d] += p->out_bytes_total[c];
+        w->mem[d] += p->out_alloc_total[c];
         if (w->mem[d] > peak[d]) peak[d] = w->mem[d];
         esize = heap_push(w->et, w->ek, esize, t + dt, ((i64)FINISH << KSHIFT) + c);
     }
@@ -228,12 +228,12 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
                 i64 pr = p->in_pair[q], x = w->pair_copy[pr];
                 if (x < 0) {
                     i64 tt = p->pair_tensor[pr];
-                    if (--w->ref_src[tt] == 0) w->mem[d] -= p->tensor_bytes[tt];
+                    if (--w->ref_src[tt] == 0) w->mem[d] -= p->tensor_alloc[tt];
                 } else if (--w->ref_x[x] == 0) {
                     w->mem[d] -= p->tensor_bytes[xf_tensor[x]];
                 }
             }
-            w->mem[d] -= p->unconsumed_bytes[i];
+            w->mem[d] -= p->unconsumed_alloc[i];
             for (i64 tt = p->op_tensor_ptr[i]; tt < p->op_tensor_ptr[i + 1]; tt++) {
                 i64 b = p->tensor_bytes[tt];
                 for (i64 pr = p->tensor_pair_ptr[tt]; pr < p->tensor_pair_ptr[tt + 1]; pr++) {
@@ -299,7 +299,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
             }
             w->mem[dc] += p->tensor_bytes[tt];
             if (w->mem[dc] > peak[dc]) peak[dc] = w->mem[dc];
-            if (--w->ref_src[tt] == 0) w->mem[xf_src[x]] -= p->tensor_bytes[tt];
+            if (--w->ref_src[tt] == 0) w->mem[xf_src[x]] -= p->tensor_alloc[tt];
             if (w->busy[dc] < p->concurrency[dc] && ready_now(w, dc, t)) {
                 if (esize == 0 || w->et[0] > t) {
                     esize = dispatch(p, w, dc, t, esize, start, finish, busy_time, peak);
@@ -322,15 +322,15 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
  * start/finish/xf_* are scratch shared by all rows (the last row's timeline is left in them).
  * Returns 0, or -1 if memory could not be allocated. */
 int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, const i64 *devs, const double *optime, const i64 *order,
-                const i64 *tensor_src, const i64 *tensor_bytes, const i64 *op_tensor_ptr,
+                const i64 *tensor_src, const i64 *tensor_bytes, const i64 *tensor_alloc, const i64 *op_tensor_ptr,
                 const i64 *tensor_pair_ptr, const i64 *pair_op, const i64 *pair_tensor, const i64 *in_ptr,
-                const i64 *in_pair, const i64 *out_bytes_total, const i64 *unconsumed_bytes,
+                const i64 *in_pair, const i64 *out_alloc_total, const i64 *unconsumed_alloc,
                 const i64 *param_bytes, const double *bandwidth, const double *latency, const i64 *concurrency,
                 double *start, double *finish, double *step_time, double *busy_time, i64 *peak,
                 double *link_time, i64 *link_bytes, i64 *n_transfers, i64 *xf_tensor, i64 *xf_src,
                 i64 *xf_dst, double *xf_start, double *xf_end) {
-    Problem p = {n, T, P, D, optime, order, tensor_src, tensor_bytes, op_tensor_ptr, tensor_pair_ptr,
-                 pair_op, pair_tensor, in_ptr, in_pair, out_bytes_total, unconsumed_bytes, param_bytes,
+    Problem p = {n, T, P, D, optime, order, tensor_src, tensor_bytes, tensor_alloc, op_tensor_ptr, tensor_pair_ptr,
+                 pair_op, pair_tensor, in_ptr, in_pair, out_alloc_total, unconsumed_alloc, param_bytes,
                  bandwidth, latency, concurrency};
     Work w;
     if (work_alloc(&w, &p) != 0) return -1;

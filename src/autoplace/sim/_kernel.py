@@ -92,7 +92,7 @@ def _enqueue(c, dc, r, t, seq, qbase, qt, qk, qsize, ft, fs, ftail, seq_op):
 
 
 @njit(cache=True, inline="always")
-def _dispatch(d, t, optime, out_bytes_total, qt, qk, qbase, qsize, ft, fs, fhead, ftail, seq_op, busy,
+def _dispatch(d, t, optime, out_alloc_total, qt, qk, qbase, qsize, ft, fs, fhead, ftail, seq_op, busy,
               concurrency, pend, start, finish, busy_time, mem, peak, et, ek, esize, KB):
     """Start ready ops on device ``d`` at time ``t`` (earliest ready first, ties by release order) while it
     has a free slot; keep a DISPATCH pending for the earliest op that becomes ready later. Returns the
@@ -118,7 +118,7 @@ def _dispatch(d, t, optime, out_bytes_total, qt, qk, qbase, qsize, ft, fs, fhead
         finish[c] = t + dt
         busy[d] += 1
         busy_time[d] += dt
-        mem[d] += out_bytes_total[c]
+        mem[d] += out_alloc_total[c]
         if mem[d] > peak[d]:
             peak[d] = mem[d]
         esize = _heap_push(et, ek, 0, esize, t + dt, FINISH * KB + c)
@@ -129,8 +129,8 @@ def _dispatch(d, t, optime, out_bytes_total, qt, qk, qbase, qsize, ft, fs, fhead
 
 
 @njit(cache=True)
-def simulate_one(dev, optime, order, tensor_src, tensor_bytes, op_tensor_ptr, tensor_pair_ptr,
-                 pair_op, pair_tensor, in_ptr, in_pair, out_bytes_total, unconsumed_bytes, param_bytes,
+def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, op_tensor_ptr, tensor_pair_ptr,
+                 pair_op, pair_tensor, in_ptr, in_pair, out_alloc_total, unconsumed_alloc, param_bytes,
                  bandwidth, latency, concurrency,
                  start, finish, busy_time, peak, link_time, link_bytes,
                  xf_tensor, xf_src, xf_dst, xf_start, xf_end):
@@ -216,12 +216,12 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, op_tensor_ptr, te
                     tt = pair_tensor[p]
                     ref_src[tt] -= 1
                     if ref_src[tt] == 0:
-                        mem[d] -= tensor_bytes[tt]
+                        mem[d] -= tensor_alloc[tt]
                 else:
                     ref_x[x] -= 1
                     if ref_x[x] == 0:
                         mem[d] -= tensor_bytes[xf_tensor[x]]
-            mem[d] -= unconsumed_bytes[i]
+            mem[d] -= unconsumed_alloc[i]
             # deliver each output tensor: locally at once, remotely once per destination device
             for tt in range(op_tensor_ptr[i], op_tensor_ptr[i + 1]):
                 b = tensor_bytes[tt]
@@ -266,7 +266,7 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, op_tensor_ptr, te
             if qsize[d] > 0 or fhead[d] < ftail[d]:
                 if esize == 0 or et[0] > t:
                     # nothing else happens at this instant: dispatch now instead of via an event
-                    esize = _dispatch(d, t, optime, out_bytes_total, qt, qk, qbase, qsize, ft, fs, fhead, ftail,
+                    esize = _dispatch(d, t, optime, out_alloc_total, qt, qk, qbase, qsize, ft, fs, fhead, ftail,
                                       seq_op, busy, concurrency, pend, start, finish, busy_time, mem, peak, et,
                                       ek, esize, KB)
                 elif t < pend[d]:
@@ -281,12 +281,12 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, op_tensor_ptr, te
                 peak[dc] = mem[dc]
             ref_src[tt] -= 1
             if ref_src[tt] == 0:
-                mem[xf_src[x]] -= tensor_bytes[tt]
+                mem[xf_src[x]] -= tensor_alloc[tt]
         else:
             d = ident
             if pend[d] <= t:
                 pend[d] = np.inf
-            esize = _dispatch(d, t, optime, out_bytes_total, qt, qk, qbase, qsize, ft, fs, fhead, ftail, seq_op,
+            esize = _dispatch(d, t, optime, out_alloc_total, qt, qk, qbase, qsize, ft, fs, fhead, ftail, seq_op,
                               busy, concurrency, pend, start, finish, busy_time, mem, peak, et, ek, esize, KB)
     return makespan, nx
 

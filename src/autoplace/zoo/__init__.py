@@ -64,4 +64,4 @@ def build_graph(name: str, **params: Any) -> Graph:
     return info.factory(**{**info.defaults, **params})
 
 
-from autoplace.zoo import synthetic  # noqa: E402,F401  (registers the synthetic graphs)
+from autoplace.zoo import papers, synthetic  # noqa: E402,F401  (register the built-in graphs)

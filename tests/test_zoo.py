@@ -1,0 +1,67 @@
+"""Zoo models (small sizes) and the capture cache: rebuilt, never trusted, when the key changes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from autoplace.cluster import get_cluster  # noqa: E402
+from autoplace.placers import place  # noqa: E402
+from autoplace.sim import simulate  # noqa: E402
+from autoplace.zoo import build_graph, zoo_names  # noqa: E402
+from autoplace.zoo import _cache  # noqa: E402
+
+SMALL_RNNLM = dict(vocab=50, hidden=16, layers=2, steps=3, batch=4)
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOPLACE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_paper_models_are_registered():
+    assert {"rnnlm-2", "rnnlm-2-large", "rnnlm-4", "rnnlm-8", "toy-mlp", "layered-dag"} <= set(zoo_names())
+
+
+def test_rnnlm_structure_and_metadata():
+    g = build_graph("rnnlm-2", **SMALL_RNNLM)
+    roles = {(op.meta.get("role"), op.phase) for op in g.ops if op.meta.get("role")}
+    assert {("lstm", "forward"), ("lstm", "backward"), ("softmax", "forward"), ("embedding", "forward")} <= roles
+    cells = {(op.meta["layer"], op.meta["step"]) for op in g.ops if op.meta.get("role") == "lstm"}
+    assert cells == {(k, t) for k in range(2) for t in range(3)}  # unrolled: one cell per layer and step
+    assert any(op.scope == "layers.1.t2" for op in g.ops)
+    r = simulate(g, get_cluster("k80x2"), place(g, get_cluster("k80x2"), "single-gpu"))
+    assert r.ok and r.step_time > 0
+
+
+def test_more_layers_is_slower():
+    cluster = get_cluster("k80x2")
+
+    def step(layers):
+        g = build_graph("rnnlm-2", **{**SMALL_RNNLM, "layers": layers})
+        return simulate(g, cluster, place(g, cluster, "single-gpu")).step_time
+
+    assert step(4) > step(2)
+
+
+def test_cache_hit_rebuild_and_corruption(cache):
+    g1 = build_graph("rnnlm-2", **SMALL_RNNLM)
+    files = list(cache.glob("rnnlm-2-*.json.gz"))
+    assert len(files) == 1
+    stored = json.loads(gzip.decompress(files[0].read_bytes()))
+    assert stored["cache_key"]["params"] == SMALL_RNNLM and stored["cache_key"]["capture_version"] == _cache.CAPTURE_VERSION
+    assert build_graph("rnnlm-2", **SMALL_RNNLM).n_ops == g1.n_ops          # served from the cache
+    build_graph("rnnlm-2", **{**SMALL_RNNLM, "steps": 2})                  # other parameters: another entry
+    assert len(list(cache.glob("rnnlm-2-*.json.gz"))) == 2
+    files[0].write_bytes(b"\x1f\x8bgarbage")                                # corrupt entry: rebuilt
+    assert build_graph("rnnlm-2", **SMALL_RNNLM).n_ops == g1.n_ops
+    stored["cache_key"]["capture_version"] = -1                             # a foreign key inside: not trusted
+    files[0].write_bytes(gzip.compress(json.dumps(stored).encode()))
+    assert build_graph("rnnlm-2", **SMALL_RNNLM).n_ops == g1.n_ops
+    fresh = json.loads(gzip.decompress(files[0].read_bytes()))
+    assert fresh["cache_key"]["capture_version"] == _cache.CAPTURE_VERSION
