@@ -65,3 +65,27 @@ def test_cache_hit_rebuild_and_corruption(cache):
     assert build_graph("rnnlm-2", **SMALL_RNNLM).n_ops == g1.n_ops
     fresh = json.loads(gzip.decompress(files[0].read_bytes()))
     assert fresh["cache_key"]["capture_version"] == _cache.CAPTURE_VERSION
+
+
+SMALL_S2S = dict(vocab=50, hidden=16, src_len=3, tgt_len=3, batch=4)
+
+
+@pytest.mark.parametrize("name", ["nmt-2", "gnmt-2"])
+def test_seq2seq_structure(name):
+    g = build_graph(name, **SMALL_S2S)
+    tagged = [op for op in g.ops if op.meta.get("role")]
+    assert {op.meta.get("part") for op in tagged} >= {"encoder", "decoder"}  # the loss is untagged by part
+    attention_steps = {op.meta["step"] for op in tagged if op.meta["role"] == "attention" and "step" in op.meta}
+    assert attention_steps == {0, 1, 2}
+    assert {op.meta["role"] for op in tagged} == {"embedding", "lstm", "attention", "softmax"}
+    if name == "gnmt-2":
+        assert any(op.meta.get("direction") == "reverse" for op in tagged)  # bidirectional first layer
+
+
+def test_gnmt_depth_ordering():
+    cluster = get_cluster("k80x2")
+    times = []
+    for layers in (2, 4):
+        g = build_graph(f"gnmt-{layers}", **SMALL_S2S)
+        times.append(simulate(g, cluster, place(g, cluster, "single-gpu")).step_time)
+    assert times[1] > times[0]

@@ -50,3 +50,31 @@ _register_rnnlm("rnnlm-2-large", "Mirhoseini et al. 2017 §4.3 (fits no single d
                 vocab=10000, hidden=4096, layers=2, steps=40, batch=256)
 _register_rnnlm("rnnlm-4", "GDP §4 (Zhou et al.)", vocab=10000, hidden=2048, layers=4, steps=40, batch=64)
 _register_rnnlm("rnnlm-8", "GDP §4 (Zhou et al.)", vocab=10000, hidden=2048, layers=8, steps=40, batch=64)
+
+
+def _seq2seq(vocab: int, hidden: int, layers: int, src_len: int, tgt_len: int, batch: int, gnmt: bool = False):
+    import torch
+
+    from autoplace.zoo.torch_models import Seq2Seq, sequence_loss
+
+    model = Seq2Seq(vocab, hidden, layers, src_len, tgt_len, gnmt=gnmt)
+    src = torch.zeros(src_len, batch, dtype=torch.int64)
+    tgt = torch.zeros(tgt_len, batch, dtype=torch.int64)
+    return model, (src, tgt), sequence_loss, torch.optim.Adam(model.parameters(), lr=1e-3), tgt
+
+
+def _register_seq2seq(name: str, paper: str, gnmt: bool, **defaults: Any) -> None:
+    kind = "GNMT (bidirectional first layer, residuals)" if gnmt else "attentional NMT"
+    @register_model(name, description=f"{kind}, {defaults['layers']} LSTM layers of {defaults['hidden']}, "
+                    f"lengths {defaults['src_len']}/{defaults['tgt_len']}, batch {defaults['batch']}",
+                    paper=paper, **defaults)
+    def factory(**params: Any) -> Graph:
+        return _captured(name, params, lambda **p: _seq2seq(**p, gnmt=gnmt))
+
+
+_S2S = dict(vocab=32000, hidden=1024, layers=2, src_len=40, tgt_len=40, batch=64)
+_register_seq2seq("nmt-2", "Mirhoseini et al. 2017 §4.1", False, **_S2S)
+_register_seq2seq("nmt-2-large", "Mirhoseini et al. 2017 §4.3 (fits no single device)", False,
+                  **{**_S2S, "hidden": 2048, "batch": 256})
+for _layers in (2, 4, 8):
+    _register_seq2seq(f"gnmt-{_layers}", "GDP §4 (Wu et al. 2016 architecture)", True, **{**_S2S, "layers": _layers})

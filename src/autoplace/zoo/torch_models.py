@@ -14,7 +14,7 @@ from torch import nn
 
 from autoplace.capture import tag
 
-__all__ = ["LSTMCell", "RNNLM"]
+__all__ = ["LSTMCell", "RNNLM", "Seq2Seq", "sequence_loss"]
 
 
 class LSTMCell(nn.Module):
@@ -75,3 +75,106 @@ def sequence_loss(logits, targets):
         with tag(step=t, role="softmax"):
             total = total + F.cross_entropy(step_logits, targets[t])
     return total / len(logits)
+
+
+class Seq2Seq(nn.Module):
+    """Attentional encoder-decoder for translation, unrolled per step and per layer.
+
+    ``gnmt=False`` — NMT as in Mirhoseini et al. 2017 (Bahdanau et al. 2015; Luong-style multiplicative
+    attention with input feeding): ``layers`` encoder and decoder LSTM layers, attention and softmax on
+    the top decoder layer.
+
+    ``gnmt=True`` — GNMT (Wu et al. 2016): bidirectional first encoder layer, residual connections from
+    the third layer up, attention computed from the bottom decoder layer's output and fed to every
+    decoder layer above it.
+
+    Inputs: ``src [src_len, batch]`` and ``tgt [tgt_len, batch]`` token ids.
+    """
+
+    def __init__(self, vocab: int, hidden: int, layers: int, src_len: int, tgt_len: int, gnmt: bool = False):
+        super().__init__()
+        self.gnmt, self.src_len, self.tgt_len, self.hidden = gnmt, src_len, tgt_len, hidden
+        H = hidden
+        self.src_embedding = nn.Embedding(vocab, H)
+        self.tgt_embedding = nn.Embedding(vocab, H)
+        enc_in = [H] + [2 * H if gnmt else H] + [H] * (layers - 2)
+        self.encoder = nn.ModuleList(LSTMCell(enc_in[k], H) for k in range(layers))
+        self.encoder_reverse = LSTMCell(H, H) if gnmt else None
+        if gnmt:  # bottom layer: [embedding; previous context]; upper layers: [below; context]
+            dec_in = [2 * H] * layers
+        else:     # input feeding on the bottom layer only
+            dec_in = [2 * H] + [H] * (layers - 1)
+        self.decoder = nn.ModuleList(LSTMCell(dec_in[k], H) for k in range(layers))
+        self.attention = nn.Linear(H, H, bias=False)   # score(h, e) = e . W h
+        self.attention_out = nn.Linear(2 * H, H)       # attentional hidden state tanh(W [c; h])
+        self.softmax = nn.Linear(H, vocab)
+
+    def _encode(self, src):
+        B, H, L = src.shape[1], self.hidden, len(self.encoder)
+        zeros = src.new_zeros(B, H, dtype=torch.float32)
+        emb = []
+        for t in range(self.src_len):
+            with tag(part="encoder", role="embedding", layer=0, step=t):
+                emb.append(self.src_embedding(src[t]))
+        reverse = [None] * self.src_len
+        if self.gnmt:
+            h = c = zeros
+            for t in reversed(range(self.src_len)):
+                with tag(part="encoder", role="lstm", layer=0, step=t, direction="reverse"):
+                    h, c = self.encoder_reverse(emb[t], h, c)
+                reverse[t] = h
+        h, c = [zeros] * L, [zeros] * L
+        outputs = []
+        for t in range(self.src_len):
+            x = emb[t]
+            for k, cell in enumerate(self.encoder):
+                with tag(part="encoder", role="lstm", layer=k, step=t):
+                    if self.gnmt and k == 1:
+                        x = torch.cat([x, reverse[t]], dim=1)
+                    h[k], c[k] = cell(x, h[k], c[k])
+                    x = h[k] + x if self.gnmt and k >= 2 else h[k]
+            outputs.append(x)
+        with tag(part="encoder", role="attention", layer=L - 1):
+            return torch.stack(outputs, dim=1)  # [batch, src_len, hidden]
+
+    def _attend(self, memory, query):
+        scores = torch.bmm(memory, self.attention(query).unsqueeze(2)).squeeze(2)
+        weights = torch.softmax(scores, dim=1)
+        return torch.bmm(weights.unsqueeze(1), memory).squeeze(1)
+
+    def forward(self, src, tgt):
+        memory = self._encode(src)
+        B, H, L = src.shape[1], self.hidden, len(self.decoder)
+        zeros = src.new_zeros(B, H, dtype=torch.float32)
+        h, c = [zeros] * L, [zeros] * L
+        feed = zeros
+        logits = []
+        top = L - 1
+        for t in range(self.tgt_len):
+            with tag(part="decoder", role="embedding", layer=0, step=t):
+                y = self.tgt_embedding(tgt[t])
+            if self.gnmt:
+                with tag(part="decoder", role="lstm", layer=0, step=t):
+                    h[0], c[0] = self.decoder[0](torch.cat([y, feed], dim=1), h[0], c[0])
+                with tag(part="decoder", role="attention", layer=0, step=t):
+                    context = self._attend(memory, h[0])
+                x = h[0]
+                for k in range(1, L):
+                    with tag(part="decoder", role="lstm", layer=k, step=t):
+                        h[k], c[k] = self.decoder[k](torch.cat([x, context], dim=1), h[k], c[k])
+                        x = h[k] + x if k >= 2 else h[k]
+                feed = context
+                with tag(part="decoder", role="attention", layer=top, step=t):
+                    out = torch.tanh(self.attention_out(torch.cat([context, x], dim=1)))
+            else:
+                x = torch.cat([y, feed], dim=1)
+                for k, cell in enumerate(self.decoder):
+                    with tag(part="decoder", role="lstm", layer=k, step=t):
+                        h[k], c[k] = cell(x, h[k], c[k])
+                    x = h[k]
+                with tag(part="decoder", role="attention", layer=top, step=t):
+                    context = self._attend(memory, x)
+                    out = feed = torch.tanh(self.attention_out(torch.cat([context, x], dim=1)))
+            with tag(part="decoder", role="softmax", layer=top, step=t):
+                logits.append(self.softmax(out))
+        return logits
