@@ -89,3 +89,14 @@ def test_gnmt_depth_ordering():
         g = build_graph(f"gnmt-{layers}", **SMALL_S2S)
         times.append(simulate(g, cluster, place(g, cluster, "single-gpu")).step_time)
     assert times[1] > times[0]
+
+
+def test_inception_blocks_and_branches():
+    g = build_graph("inception-v3", batch=2, image=75, classes=10)
+    branches = {(op.meta["block"], op.meta["branch"]) for op in g.ops if "branch" in op.meta}
+    assert {b for b, _ in branches} == {"Mixed_5b", "Mixed_5c", "Mixed_5d", "Mixed_6a", "Mixed_6b", "Mixed_6c",
+                                        "Mixed_6d", "Mixed_6e", "Mixed_7a", "Mixed_7b", "Mixed_7c"}
+    assert ("Mixed_5b", 3) in branches and ("Mixed_6a", 3) not in branches  # 4 branches in A, 3 in B
+    convs = [op for op in g.ops if op.type == "aten.convolution"]
+    assert len(convs) == 94  # Inception-V3 without the auxiliary head has 94 convolutions
+    assert any(op.type == "optimizer_state" and op.name.endswith("square_avg") for op in g.ops)  # RMSProp

@@ -78,3 +78,22 @@ _register_seq2seq("nmt-2-large", "Mirhoseini et al. 2017 §4.3 (fits no single d
                   **{**_S2S, "hidden": 2048, "batch": 256})
 for _layers in (2, 4, 8):
     _register_seq2seq(f"gnmt-{_layers}", "GDP §4 (Wu et al. 2016 architecture)", True, **{**_S2S, "layers": _layers})
+
+
+def _inception(batch: int, image: int, classes: int):
+    import torch
+
+    from autoplace.zoo.torch_models import InceptionV3
+
+    model = InceptionV3(classes)
+    x = torch.zeros(batch, 3, image, image)
+    y = torch.zeros(batch, dtype=torch.int64)
+    # RMSProp as in Mirhoseini et al. 2017 §4.1 (Szegedy et al.: decay 0.9, epsilon 1.0)
+    opt = torch.optim.RMSprop(model.parameters(), lr=0.045, alpha=0.9, eps=1.0)
+    return model, x, torch.nn.functional.cross_entropy, opt, y
+
+
+@register_model("inception-v3", description="Inception-V3 image classifier, RMSProp",
+                paper="Mirhoseini et al. 2017 §4.1; GDP §4", batch=32, image=299, classes=1000)
+def inception_v3(**params: Any) -> Graph:
+    return _captured("inception-v3", params, _inception)

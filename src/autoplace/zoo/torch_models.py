@@ -14,7 +14,7 @@ from torch import nn
 
 from autoplace.capture import tag
 
-__all__ = ["LSTMCell", "RNNLM", "Seq2Seq", "sequence_loss"]
+__all__ = ["LSTMCell", "RNNLM", "Seq2Seq", "sequence_loss", "InceptionV3"]
 
 
 class LSTMCell(nn.Module):
@@ -178,3 +178,126 @@ class Seq2Seq(nn.Module):
             with tag(part="decoder", role="softmax", layer=top, step=t):
                 logits.append(self.softmax(out))
         return logits
+
+
+# ---------------------------------------------------------------------- Inception-V3 (Szegedy et al. 2016)
+class BasicConv2d(nn.Module):
+    """Convolution (no bias) + batch norm + ReLU, the unit every Inception branch is built of."""
+
+    def __init__(self, cin: int, cout: int, **conv):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, bias=False, **conv)
+        self.bn = nn.BatchNorm2d(cout, eps=0.001)
+
+    def forward(self, x):
+        return F.relu(self.bn(self.conv(x)))
+
+
+class _Block(nn.Module):
+    """An Inception block: parallel branches (each a list of layers) concatenated on channels.
+
+    Every op of branch ``k`` is tagged ``block=<name>, branch=k`` (the papers group each branch).
+    """
+
+    def __init__(self, name: str, branches: list[list[nn.Module]], split: dict[int, list[nn.Module]] | None = None):
+        super().__init__()
+        self.block = name
+        self.branches = nn.ModuleList(nn.Sequential(*b) for b in branches)
+        # branches that fork at their end into two parallel convs (InceptionE's 1x3 / 3x1 pairs)
+        self.forks = nn.ModuleDict({str(k): nn.ModuleList(v) for k, v in (split or {}).items()})
+
+    def forward(self, x):
+        outs = []
+        for k, branch in enumerate(self.branches):
+            with tag(block=self.block, branch=k, role="inception"):
+                y = branch(x)
+                if str(k) in self.forks:
+                    y = torch.cat([m(y) for m in self.forks[str(k)]], dim=1)
+            outs.append(y)
+        with tag(block=self.block, role="inception"):
+            return torch.cat(outs, dim=1)
+
+
+class _Pool(nn.Module):
+    def __init__(self, kind: str, k: int, stride: int = 1, padding: int = 0):
+        super().__init__()
+        self.kind, self.k, self.stride, self.padding = kind, k, stride, padding
+
+    def forward(self, x):
+        pool = F.avg_pool2d if self.kind == "avg" else F.max_pool2d
+        return pool(x, self.k, stride=self.stride, padding=self.padding)
+
+
+def _inception_a(name, cin, pool):
+    C = BasicConv2d
+    return _Block(name, [[C(cin, 64, kernel_size=1)],
+                         [C(cin, 48, kernel_size=1), C(48, 64, kernel_size=5, padding=2)],
+                         [C(cin, 64, kernel_size=1), C(64, 96, kernel_size=3, padding=1),
+                          C(96, 96, kernel_size=3, padding=1)],
+                         [_Pool("avg", 3, 1, 1), C(cin, pool, kernel_size=1)]])
+
+
+def _inception_b(name, cin):
+    C = BasicConv2d
+    return _Block(name, [[C(cin, 384, kernel_size=3, stride=2)],
+                         [C(cin, 64, kernel_size=1), C(64, 96, kernel_size=3, padding=1),
+                          C(96, 96, kernel_size=3, stride=2)],
+                         [_Pool("max", 3, 2)]])
+
+
+def _inception_c(name, cin, c7):
+    C = BasicConv2d
+    return _Block(name, [[C(cin, 192, kernel_size=1)],
+                         [C(cin, c7, kernel_size=1), C(c7, c7, kernel_size=(1, 7), padding=(0, 3)),
+                          C(c7, 192, kernel_size=(7, 1), padding=(3, 0))],
+                         [C(cin, c7, kernel_size=1), C(c7, c7, kernel_size=(7, 1), padding=(3, 0)),
+                          C(c7, c7, kernel_size=(1, 7), padding=(0, 3)), C(c7, c7, kernel_size=(7, 1), padding=(3, 0)),
+                          C(c7, 192, kernel_size=(1, 7), padding=(0, 3))],
+                         [_Pool("avg", 3, 1, 1), C(cin, 192, kernel_size=1)]])
+
+
+def _inception_d(name, cin):
+    C = BasicConv2d
+    return _Block(name, [[C(cin, 192, kernel_size=1), C(192, 320, kernel_size=3, stride=2)],
+                         [C(cin, 192, kernel_size=1), C(192, 192, kernel_size=(1, 7), padding=(0, 3)),
+                          C(192, 192, kernel_size=(7, 1), padding=(3, 0)), C(192, 192, kernel_size=3, stride=2)],
+                         [_Pool("max", 3, 2)]])
+
+
+def _inception_e(name, cin):
+    C = BasicConv2d
+
+    def fork(c):
+        return [C(c, 384, kernel_size=(1, 3), padding=(0, 1)), C(c, 384, kernel_size=(3, 1), padding=(1, 0))]
+
+    return _Block(name, [[C(cin, 320, kernel_size=1)],
+                         [C(cin, 384, kernel_size=1)],
+                         [C(cin, 448, kernel_size=1), C(448, 384, kernel_size=3, padding=1)],
+                         [_Pool("avg", 3, 1, 1), C(cin, 192, kernel_size=1)]],
+                  split={1: fork(384), 2: fork(384)})
+
+
+class InceptionV3(nn.Module):
+    """Inception-V3 (Szegedy et al. 2016) without the auxiliary head: stem, 3x InceptionA, InceptionB,
+    4x InceptionC, InceptionD, 2x InceptionE, global pooling and the classifier. Input ``[N, 3, 299, 299]``."""
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        C = BasicConv2d
+        self.stem = nn.Sequential(C(3, 32, kernel_size=3, stride=2), C(32, 32, kernel_size=3),
+                                  C(32, 64, kernel_size=3, padding=1), _Pool("max", 3, 2),
+                                  C(64, 80, kernel_size=1), C(80, 192, kernel_size=3), _Pool("max", 3, 2))
+        self.blocks = nn.Sequential(
+            _inception_a("Mixed_5b", 192, 32), _inception_a("Mixed_5c", 256, 64), _inception_a("Mixed_5d", 288, 64),
+            _inception_b("Mixed_6a", 288),
+            _inception_c("Mixed_6b", 768, 128), _inception_c("Mixed_6c", 768, 160),
+            _inception_c("Mixed_6d", 768, 160), _inception_c("Mixed_6e", 768, 192),
+            _inception_d("Mixed_7a", 768), _inception_e("Mixed_7b", 1280), _inception_e("Mixed_7c", 2048))
+        self.fc = nn.Linear(2048, classes)
+
+    def forward(self, x):
+        with tag(block="stem", role="stem"):
+            x = self.stem(x)
+        x = self.blocks(x)
+        with tag(block="logits", role="softmax"):
+            return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
