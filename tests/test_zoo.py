@@ -100,3 +100,14 @@ def test_inception_blocks_and_branches():
     convs = [op for op in g.ops if op.type == "aten.convolution"]
     assert len(convs) == 94  # Inception-V3 without the auxiliary head has 94 convolutions
     assert any(op.type == "optimizer_state" and op.name.endswith("square_avg") for op in g.ops)  # RMSProp
+
+
+def test_htf_mpr_models():
+    mnist = build_graph("mnist-softmax", batch=10)
+    mm = [op for op in mnist.ops if op.type == "aten.addmm" and op.phase == "forward"]
+    assert len(mm) == 1 and mm[0].flops == 2 * 10 * 784 * 10
+    alex = build_graph("alexnet", batch=2, image=224, classes=10)
+    assert sum(op.type == "aten.convolution" for op in alex.ops) == 5
+    vgg = build_graph("vgg16", batch=1, image=64, classes=10)
+    assert sum(op.type == "aten.convolution" for op in vgg.ops) == 13
+    assert {op.meta["layer"] for op in vgg.ops if op.meta.get("role") == "conv"} == {0, 1, 2, 3, 4}

@@ -97,3 +97,42 @@ def _inception(batch: int, image: int, classes: int):
                 paper="Mirhoseini et al. 2017 §4.1; GDP §4", batch=32, image=299, classes=1000)
 def inception_v3(**params: Any) -> Graph:
     return _captured("inception-v3", params, _inception)
+
+
+def _image_classifier(cls_name: str, batch: int, image: int, classes: int, lr: float):
+    import torch
+
+    from autoplace.zoo import torch_models
+
+    model = getattr(torch_models, cls_name)(classes)
+    x = torch.zeros(batch, 3, image, image)
+    y = torch.zeros(batch, dtype=torch.int64)
+    return model, x, torch.nn.functional.cross_entropy, torch.optim.SGD(model.parameters(), lr=lr), y
+
+
+@register_model("alexnet", description="AlexNet (TensorFlow alexnet_benchmark), SGD",
+                paper="HTF-MPR §V", batch=128, image=224, classes=1000)
+def alexnet(**params: Any) -> Graph:
+    return _captured("alexnet", params, lambda **p: _image_classifier("AlexNet", lr=0.01, **p))
+
+
+@register_model("vgg16", description="VGG-16 (configuration D), SGD", paper="HTF-MPR §V",
+                batch=32, image=224, classes=1000)
+def vgg16(**params: Any) -> Graph:
+    return _captured("vgg16", params, lambda **p: _image_classifier("VGG16", lr=0.01, **p))
+
+
+def _mnist_softmax(batch: int):
+    import torch
+
+    from autoplace.zoo.torch_models import SoftmaxRegression
+
+    model = SoftmaxRegression()
+    x, y = torch.zeros(batch, 784), torch.zeros(batch, dtype=torch.int64)
+    return model, x, torch.nn.functional.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.5), y
+
+
+@register_model("mnist-softmax", description="MNIST softmax regression (TensorFlow tutorial), SGD",
+                paper="HTF-MPR §V", batch=100)
+def mnist_softmax(**params: Any) -> Graph:
+    return _captured("mnist-softmax", params, _mnist_softmax)

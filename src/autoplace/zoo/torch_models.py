@@ -14,7 +14,7 @@ from torch import nn
 
 from autoplace.capture import tag
 
-__all__ = ["LSTMCell", "RNNLM", "Seq2Seq", "sequence_loss", "InceptionV3"]
+__all__ = ["LSTMCell", "RNNLM", "Seq2Seq", "sequence_loss", "InceptionV3", "AlexNet", "VGG16", "SoftmaxRegression"]
 
 
 class LSTMCell(nn.Module):
@@ -301,3 +301,66 @@ class InceptionV3(nn.Module):
         x = self.blocks(x)
         with tag(block="logits", role="softmax"):
             return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+# ---------------------------------------------------------------------- HTF-MPR's benchmarks
+class AlexNet(nn.Module):
+    """AlexNet as in TensorFlow's ``alexnet_benchmark`` (Krizhevsky 2014 single-tower variant):
+    five convolutions (64, 192, 384, 256, 256), three max-pools, three fully connected layers."""
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 64, 11, stride=4, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2),
+            nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2),
+            nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2))
+        self.classifier = nn.Sequential(nn.AdaptiveAvgPool2d((6, 6)), nn.Flatten(), nn.Linear(256 * 6 * 6, 4096), nn.ReLU(),
+                                        nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, classes))
+
+    def forward(self, x):
+        for k, layer in enumerate(self.features):
+            with tag(layer=k, role="conv"):
+                x = layer(x)
+        with tag(role="classifier"):
+            return self.classifier(x)
+
+
+class VGG16(nn.Module):
+    """VGG-16 (Simonyan & Zisserman 2015, configuration D): 13 3x3 convolutions in 5 stages, 3 FC layers."""
+
+    STAGES = ((64, 64), (128, 128), (256, 256, 256), (512, 512, 512), (512, 512, 512))
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        layers, cin = [], 3
+        for widths in self.STAGES:
+            for w in widths:
+                layers += [nn.Conv2d(cin, w, 3, padding=1), nn.ReLU()]
+                cin = w
+            layers.append(nn.MaxPool2d(2))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.AdaptiveAvgPool2d((7, 7)), nn.Flatten(), nn.Linear(512 * 7 * 7, 4096), nn.ReLU(),
+                                        nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, classes))
+
+    def forward(self, x):
+        stage = 0
+        for layer in self.features:
+            with tag(layer=stage, role="conv"):
+                x = layer(x)
+            stage += isinstance(layer, nn.MaxPool2d)
+        with tag(role="classifier"):
+            return self.classifier(x)
+
+
+class SoftmaxRegression(nn.Module):
+    """TensorFlow's MNIST softmax tutorial: ``y = softmax(x W + b)``."""
+
+    def __init__(self, inputs: int = 784, classes: int = 10):
+        super().__init__()
+        self.fc = nn.Linear(inputs, classes)
+
+    def forward(self, x):
+        with tag(role="softmax"):
+            return self.fc(x)
