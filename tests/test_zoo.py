@@ -111,3 +111,19 @@ def test_htf_mpr_models():
     vgg = build_graph("vgg16", batch=1, image=64, classes=10)
     assert sum(op.type == "aten.convolution" for op in vgg.ops) == 13
     assert {op.meta["layer"] for op in vgg.ops if op.meta.get("role") == "conv"} == {0, 1, 2, 3, 4}
+
+
+def test_transformer_xl_and_wavenet():
+    txl = [build_graph(f"transformer-xl-{n}", vocab=50, d_model=16, heads=2, d_inner=32, seg_len=4, mem_len=4,
+                       batch=2) for n in (2, 4)]
+    assert {op.meta["layer"] for op in txl[1].ops if op.meta.get("role") == "transformer"} == {0, 1, 2, 3}
+    assert txl[1].n_ops > txl[0].n_ops
+    # attention scores over memory + segment: [B, H, seg, mem + seg] content term is a batched matmul
+    scores = [op for op in txl[0].ops if op.phase == "forward" and op.type in ("aten.bmm", "aten.matmul")]
+    assert scores
+    wn = build_graph("wavenet-2x18", layers_per_stack=3, residual=4, skip=8, classes=16, length=32, batch=2)
+    layers = {(op.meta["stack"], op.meta["layer"]) for op in wn.ops if op.meta.get("role") == "wavenet"}
+    assert layers == {(k // 3, k) for k in range(6)}
+    dilated = [op for op in wn.ops if op.type == "aten.convolution" and op.phase == "forward"
+               and op.meta.get("role") == "wavenet"]
+    assert len(dilated) == 6 * 3  # dilated, residual and skip convolutions per layer

@@ -136,3 +136,49 @@ def _mnist_softmax(batch: int):
                 paper="HTF-MPR §V", batch=100)
 def mnist_softmax(**params: Any) -> Graph:
     return _captured("mnist-softmax", params, _mnist_softmax)
+
+
+def _transformer_xl(vocab: int, d_model: int, heads: int, d_inner: int, layers: int, seg_len: int, mem_len: int,
+                    batch: int):
+    import torch
+
+    from autoplace.zoo.torch_models import TransformerXL
+
+    model = TransformerXL(vocab, d_model, heads, d_inner, layers, seg_len, mem_len)
+    tokens = torch.zeros(seg_len, batch, dtype=torch.int64)
+    mems = torch.zeros(layers, mem_len, batch, d_model)
+
+    def loss(logits, targets):
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    return model, (tokens, mems), loss, torch.optim.Adam(model.parameters(), lr=2.5e-4), tokens
+
+
+for _layers in (2, 4, 8):
+    register_model(f"transformer-xl-{_layers}", description=f"Transformer-XL language model, {_layers} layers "
+                   "(d_model 512, 8 heads, segment 128 + memory 128)", paper="GDP §4 (Dai et al. 2019)",
+                   vocab=32000, d_model=512, heads=8, d_inner=2048, layers=_layers, seg_len=128, mem_len=128,
+                   batch=32)(lambda _n=f"transformer-xl-{_layers}", **p: _captured(_n, p, _transformer_xl))
+
+
+def _wavenet(stacks: int, layers_per_stack: int, residual: int, skip: int, classes: int, length: int, batch: int):
+    import torch
+
+    from autoplace.zoo.torch_models import WaveNet
+
+    model = WaveNet(stacks, layers_per_stack, residual, skip, classes)
+    x = torch.zeros(batch, classes, length)
+    y = torch.zeros(batch, length, dtype=torch.int64)
+
+    def loss(logits, targets):
+        return torch.nn.functional.cross_entropy(logits, targets)
+
+    return model, x, loss, torch.optim.Adam(model.parameters(), lr=1e-3), y
+
+
+for _stacks, _total in ((2, 18), (4, 36)):
+    register_model(f"wavenet-{_stacks}x{_total}", description=f"WaveNet, {_stacks} stacks of {_total // _stacks} "
+                   "dilated layers (residual 64, skip 256, 256 classes, 8192 samples)",
+                   paper="GDP §4 (van den Oord et al. 2016)", stacks=_stacks, layers_per_stack=_total // _stacks,
+                   residual=64, skip=256, classes=256, length=8192, batch=4)(
+        lambda _n=f"wavenet-{_stacks}x{_total}", **p: _captured(_n, p, _wavenet))

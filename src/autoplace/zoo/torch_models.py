@@ -14,7 +14,8 @@ from torch import nn
 
 from autoplace.capture import tag
 
-__all__ = ["LSTMCell", "RNNLM", "Seq2Seq", "sequence_loss", "InceptionV3", "AlexNet", "VGG16", "SoftmaxRegression"]
+__all__ = ["LSTMCell", "RNNLM", "Seq2Seq", "sequence_loss", "InceptionV3", "AlexNet", "VGG16", "SoftmaxRegression",
+           "TransformerXL", "WaveNet"]
 
 
 class LSTMCell(nn.Module):
@@ -364,3 +365,114 @@ class SoftmaxRegression(nn.Module):
     def forward(self, x):
         with tag(role="softmax"):
             return self.fc(x)
+
+
+# ---------------------------------------------------------------------- Transformer-XL (Dai et al. 2019)
+class RelMultiHeadAttention(nn.Module):
+    """Transformer-XL attention over ``[memory; segment]`` with relative positions (Dai et al. 2019, §3.3)::
+
+        A_ij = (q_i + u)^T k_j  +  (q_i + v)^T W_R R_{i-j}
+
+    The second term is computed for all distances and aligned with the usual "relative shift".
+    """
+
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        self.h, self.dh = heads, d_model // heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.r_net = nn.Linear(d_model, d_model, bias=False)
+        self.u = nn.Parameter(torch.zeros(heads, self.dh))
+        self.v = nn.Parameter(torch.zeros(heads, self.dh))
+        self.out = nn.Linear(d_model, d_model, bias=False)
+
+    @staticmethod
+    def _rel_shift(x):  # [B, H, Q, K] -> entry (i, j) now holds distance (Q - 1 - i) + j offset
+        b, h, q, k = x.shape
+        x = F.pad(x, (1, 0))
+        return x.view(b, h, k + 1, q)[:, :, 1:].view(b, h, q, k)
+
+    def forward(self, x, mem, pos):
+        seg, batch, d = x.shape
+        cat = torch.cat([mem, x], dim=0)
+        q, k, v = self.qkv(cat).chunk(3, dim=-1)
+        q = q[-seg:]
+        heads = lambda t: t.view(t.shape[0], batch, self.h, self.dh).permute(1, 2, 0, 3)  # noqa: E731
+        q, k, v = heads(q), heads(k), heads(v)
+        r = self.r_net(pos).view(pos.shape[0], self.h, self.dh).permute(1, 0, 2)            # [H, K, dh]
+        content = torch.matmul(q + self.u[None, :, None], k.transpose(-1, -2))
+        position = self._rel_shift(torch.matmul(q + self.v[None, :, None], r.transpose(-1, -2).unsqueeze(0)))
+        w = torch.softmax((content + position) * self.dh ** -0.5, dim=-1)
+        y = torch.matmul(w, v).permute(2, 0, 1, 3).reshape(seg, batch, d)
+        return self.out(y)
+
+
+class TransformerXLLayer(nn.Module):
+    def __init__(self, d_model: int, heads: int, d_inner: int):
+        super().__init__()
+        self.attn = RelMultiHeadAttention(d_model, heads)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.ff = nn.Sequential(nn.Linear(d_model, d_inner), nn.ReLU(), nn.Linear(d_inner, d_model))
+
+    def forward(self, x, mem, pos):
+        x = self.norm1(x + self.attn(x, mem, pos))
+        return self.norm2(x + self.ff(x))
+
+
+class TransformerXL(nn.Module):
+    """Transformer-XL language model: ``layers`` layers over a segment of ``seg_len`` tokens with
+    ``mem_len`` cached hidden states per layer (inputs, no gradient), full softmax over ``vocab``.
+    Inputs: ``tokens [seg_len, batch]`` and ``mems [layers, mem_len, batch, d_model]``."""
+
+    def __init__(self, vocab: int, d_model: int, heads: int, d_inner: int, layers: int, seg_len: int, mem_len: int):
+        super().__init__()
+        self.d_model, self.klen = d_model, seg_len + mem_len
+        self.embedding = nn.Embedding(vocab, d_model)
+        self.layers = nn.ModuleList(TransformerXLLayer(d_model, heads, d_inner) for _ in range(layers))
+        self.softmax = nn.Linear(d_model, vocab)
+
+    def forward(self, tokens, mems):
+        with tag(role="embedding", layer=0):
+            x = self.embedding(tokens)
+            dist = torch.arange(self.klen - 1, -1, -1.0, device=tokens.device)
+            inv = 1.0 / (10000 ** (torch.arange(0, self.d_model, 2.0, device=tokens.device) / self.d_model))
+            angles = dist[:, None] * inv[None, :]
+            pos = torch.cat([angles.sin(), angles.cos()], dim=-1)
+        for k, layer in enumerate(self.layers):
+            with tag(role="transformer", layer=k):
+                x = layer(x, mems[k], pos)
+        with tag(role="softmax", layer=len(self.layers) - 1):
+            return self.softmax(x)
+
+
+# ---------------------------------------------------------------------- WaveNet (van den Oord et al. 2016)
+class WaveNet(nn.Module):
+    """WaveNet: ``stacks`` x ``layers_per_stack`` gated dilated causal convolutions (dilations 1, 2, 4, ...
+    per stack), residual and skip 1x1 convolutions, and a softmax over ``classes`` quantised amplitudes::
+
+        z = tanh(W_f * x) . sigmoid(W_g * x);   x' = x + W_r z;   skip += W_s z
+    """
+
+    def __init__(self, stacks: int, layers_per_stack: int, residual: int, skip: int, classes: int):
+        super().__init__()
+        self.stacks, self.per_stack = stacks, layers_per_stack
+        self.embed = nn.Conv1d(classes, residual, 1)
+        n = stacks * layers_per_stack
+        self.dilated = nn.ModuleList(nn.Conv1d(residual, 2 * residual, 2, dilation=2 ** (k % layers_per_stack))
+                                     for k in range(n))
+        self.res = nn.ModuleList(nn.Conv1d(residual, residual, 1) for _ in range(n))
+        self.skip = nn.ModuleList(nn.Conv1d(residual, skip, 1) for _ in range(n))
+        self.head = nn.Sequential(nn.ReLU(), nn.Conv1d(skip, skip, 1), nn.ReLU(), nn.Conv1d(skip, classes, 1))
+
+    def forward(self, x):  # x: one-hot [batch, classes, length]
+        with tag(role="embedding", layer=0):
+            x = self.embed(x)
+        skips = 0
+        for k in range(len(self.dilated)):
+            with tag(role="wavenet", layer=k, stack=k // self.per_stack):
+                d = self.dilated[k].dilation[0]
+                f, g = self.dilated[k](F.pad(x, (d, 0))).chunk(2, dim=1)
+                z = torch.tanh(f) * torch.sigmoid(g)
+                skips = skips + self.skip[k](z)
+                x = x + self.res[k](z)
+        with tag(role="softmax", layer=len(self.dilated) - 1):
+            return self.head(skips)
