@@ -127,3 +127,13 @@ def test_transformer_xl_and_wavenet():
     dilated = [op for op in wn.ops if op.type == "aten.convolution" and op.phase == "forward"
                and op.meta.get("role") == "wavenet"]
     assert len(dilated) == 6 * 3  # dilated, residual and skip convolutions per layer
+
+
+def test_amoebanet_cells():
+    g = build_graph("amoebanet", cells=1, filters=16, batch=2, image=64, classes=10)
+    cells = {op.meta["cell"] for op in g.ops if op.meta.get("role") == "amoeba"}
+    assert cells == set(range(2 + 3 * 1 + 2))  # 2 stem reductions, 3 stacks of 1 normal cell, 2 reductions
+    steps = {op.meta["step"] for op in g.ops if op.meta.get("role") == "amoeba" and "step" in op.meta}
+    assert steps == set(range(5))
+    depthwise = [op for op in g.ops if op.type == "aten.convolution" and op.phase == "forward"]
+    assert depthwise and all(op.flops > 0 for op in depthwise)

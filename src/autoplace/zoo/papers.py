@@ -182,3 +182,20 @@ for _stacks, _total in ((2, 18), (4, 36)):
                    paper="GDP §4 (van den Oord et al. 2016)", stacks=_stacks, layers_per_stack=_total // _stacks,
                    residual=64, skip=256, classes=256, length=8192, batch=4)(
         lambda _n=f"wavenet-{_stacks}x{_total}", **p: _captured(_n, p, _wavenet))
+
+
+def _amoebanet(cells: int, filters: int, batch: int, image: int, classes: int):
+    import torch
+
+    from autoplace.zoo.torch_models import AmoebaNet
+
+    model = AmoebaNet(cells, filters, classes)
+    x, y = torch.zeros(batch, 3, image, image), torch.zeros(batch, dtype=torch.int64)
+    opt = torch.optim.RMSprop(model.parameters(), lr=0.256, alpha=0.9, eps=1.0)  # Real et al. 2018 §A
+    return model, x, torch.nn.functional.cross_entropy, opt, y
+
+
+@register_model("amoebanet", description="AmoebaNet-A (3 stacks of 4 normal cells, 64 filters), RMSProp",
+                paper="GDP §4 (Real et al. 2018)", cells=4, filters=64, batch=32, image=224, classes=1000)
+def amoebanet(**params: Any) -> Graph:
+    return _captured("amoebanet", params, _amoebanet)

@@ -15,7 +15,7 @@ from torch import nn
 from autoplace.capture import tag
 
 __all__ = ["LSTMCell", "RNNLM", "Seq2Seq", "sequence_loss", "InceptionV3", "AlexNet", "VGG16", "SoftmaxRegression",
-           "TransformerXL", "WaveNet"]
+           "TransformerXL", "WaveNet", "AmoebaNet"]
 
 
 class LSTMCell(nn.Module):
@@ -476,3 +476,99 @@ class WaveNet(nn.Module):
                 x = x + self.res[k](z)
         with tag(role="softmax", layer=len(self.dilated) - 1):
             return self.head(skips)
+
+
+# ---------------------------------------------------------------------- AmoebaNet-A (Real et al. 2018)
+#: AmoebaNet-A's cells as published (Real et al. 2018, Fig. 4): per step, two (operation, input) pairs
+#: whose results are summed into a new hidden state; the cell outputs the unused states, concatenated.
+AMOEBA_NORMAL = (("avg_pool_3x3", 0), ("max_pool_3x3", 0), ("separable_3x3_2", 1), ("none", 1),
+                 ("none", 0), ("avg_pool_3x3", 1), ("separable_3x3_2", 0), ("separable_5x5_2", 2),
+                 ("avg_pool_3x3", 5), ("separable_3x3_2", 0))
+AMOEBA_NORMAL_USED = (1, 0, 1, 0, 0, 1, 0)
+AMOEBA_REDUCTION = (("separable_3x3_2", 1), ("avg_pool_3x3", 0), ("max_pool_3x3", 0), ("separable_7x7_2", 2),
+                    ("max_pool_3x3", 1), ("max_pool_3x3", 0), ("separable_3x3_2", 4), ("1x7_7x1", 0),
+                    ("avg_pool_3x3", 1), ("separable_7x7_2", 0))
+AMOEBA_REDUCTION_USED = (1, 1, 0, 0, 0, 0, 0)
+
+
+class _ReluConvBn(nn.Sequential):
+    def __init__(self, cin: int, cout: int, k: int | tuple = 1, stride: int = 1, padding: int | tuple = 0):
+        super().__init__(nn.ReLU(), nn.Conv2d(cin, cout, k, stride=stride, padding=padding, bias=False),
+                         nn.BatchNorm2d(cout))
+
+
+def _amoeba_op(name: str, c: int, stride: int) -> nn.Module:
+    if name.startswith("separable"):
+        k = int(name.split("_")[1][0])
+        layers = []
+        for rep in range(2):  # "_2": the separable convolution is applied twice
+            s = stride if rep == 0 else 1
+            layers += [nn.ReLU(), nn.Conv2d(c, c, k, stride=s, padding=k // 2, groups=c, bias=False),
+                       nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c)]
+        return nn.Sequential(*layers)
+    if name == "1x7_7x1":
+        return nn.Sequential(nn.ReLU(), nn.Conv2d(c, c, (1, 7), stride=(1, stride), padding=(0, 3), bias=False),
+                             nn.Conv2d(c, c, (7, 1), stride=(stride, 1), padding=(3, 0), bias=False),
+                             nn.BatchNorm2d(c))
+    if name in ("avg_pool_3x3", "max_pool_3x3"):
+        return _Pool(name[:3], 3, stride, 1)
+    if name == "none":
+        return nn.Identity() if stride == 1 else _ReluConvBn(c, c, 1, stride)
+    raise ValueError(f"unknown AmoebaNet operation {name!r}")
+
+
+class AmoebaCell(nn.Module):
+    """A NASNet-style cell: inputs (previous two cell outputs) are brought to ``c`` channels; five steps
+    each sum two operations of earlier states; the unused states are concatenated (``len(unused) * c``)."""
+
+    def __init__(self, spec, used, c_prev_prev: int, c_prev: int, c: int, reduction: bool, prev_reduced: bool,
+                 index: int):
+        super().__init__()
+        self.index, self.used, self.spec = index, used, spec
+        self.pre0 = _ReluConvBn(c_prev_prev, c, 1, 2 if prev_reduced else 1)  # match the spatial size
+        self.pre1 = _ReluConvBn(c_prev, c, 1)
+        self.ops = nn.ModuleList(_amoeba_op(name, c, 2 if reduction and src < 2 else 1) for name, src in spec)
+        self.out_channels = c * sum(1 for u in used if not u)
+
+    def forward(self, s0, s1):
+        with tag(cell=self.index, role="amoeba"):
+            states = [self.pre0(s0), self.pre1(s1)]
+            for step in range(5):
+                with tag(cell=self.index, step=step, role="amoeba"):
+                    a = self.ops[2 * step](states[self.spec[2 * step][1]])
+                    b = self.ops[2 * step + 1](states[self.spec[2 * step + 1][1]])
+                    states.append(a + b)
+            return torch.cat([s for s, u in zip(states, self.used) if not u], dim=1)
+
+
+class AmoebaNet(nn.Module):
+    """AmoebaNet-A for ImageNet (Real et al. 2018): a 3x3 stem, two reduction cells, then three stacks
+    of ``cells`` normal cells separated by reduction cells (channels double at each reduction)."""
+
+    def __init__(self, cells: int, filters: int, classes: int = 1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, filters // 2, 3, stride=2, padding=1, bias=False),
+                                  nn.BatchNorm2d(filters // 2))
+        plan = ["R", "R"] + (["N"] * cells + ["R"]) * 2 + ["N"] * cells
+        c_pp = c_p = filters // 2
+        c, prev_reduced = filters // 4, False
+        built = []
+        for i, kind in enumerate(plan):
+            reduction = kind == "R"
+            if reduction:
+                c *= 2
+            spec, used = (AMOEBA_REDUCTION, AMOEBA_REDUCTION_USED) if reduction else (AMOEBA_NORMAL, AMOEBA_NORMAL_USED)
+            # the first cell sees the stem twice; after a reduction, s0 is one resolution larger than s1
+            cell = AmoebaCell(spec, used, c_pp, c_p, c, reduction, prev_reduced and i > 0, i)
+            built.append(cell)
+            c_pp, c_p, prev_reduced = c_p, cell.out_channels, reduction
+        self.cells = nn.ModuleList(built)
+        self.classifier = nn.Linear(c_p, classes)
+
+    def forward(self, x):
+        with tag(role="stem"):
+            s0 = s1 = self.stem(x)
+        for cell in self.cells:
+            s0, s1 = s1, cell(s0, s1)
+        with tag(role="softmax"):
+            return self.classifier(torch.flatten(F.adaptive_avg_pool2d(F.relu(s1), 1), 1))
