@@ -28,6 +28,10 @@ MODELS = ["rnnlm-2", "rnnlm-2-large", "rnnlm-4", "rnnlm-8", "nmt-2", "nmt-2-larg
           "wavenet-2x18", "wavenet-4x36", "alexnet", "vgg16", "mnist-softmax"]
 
 
+def _gflop(x: float) -> str:
+    return f"{x:,.0f}" if x >= 1 else f"{x:.3g}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", help="comma-separated subset")
@@ -66,7 +70,7 @@ def main(argv=None) -> int:
         peak = f"{r['single_gpu_peak_gib']:.1f} GiB" + (" **OOM**" if r["single_gpu_oom"] else "")
         paper = f"{r['paper_ops']} ({r['paper_source']})" if r["paper_source"] else "-"
         print(f"| {r['model']} | {r['ops']:,} | {r['edges']:,} | {r['param_bytes'] / 2**30:.2f} GiB | "
-              f"{r['gflop']:,.4g} | {r['capture_s']:.1f} s | {paper} | {r['single_gpu_step_s']:.3f} s | {peak} |")
+              f"{_gflop(r['gflop'])} | {r['capture_s']:.1f} s | {paper} | {r['single_gpu_step_s']:.3f} s | {peak} |")
     return 0
 
 
