@@ -85,7 +85,7 @@ def test_seq2seq_structure(name):
 def test_gnmt_depth_ordering():
     cluster = get_cluster("k80x2")
     times = []
-    for layers in (2, 4):
+    for layers in (2, 8):
         g = build_graph(f"gnmt-{layers}", **SMALL_S2S)
         times.append(simulate(g, cluster, place(g, cluster, "single-gpu")).step_time)
     assert times[1] > times[0]
