@@ -1,0 +1,224 @@
+"""Co-location groups: ops that must (or should) share a device, and the grouped graph placers work on.
+
+Sources of groups (issue #4), combined with one union-find (TensorFlow whitepaper §4.3: "union-find on
+the co-location constraint graph"):
+
+* ``colocation`` — the graph's own ``colocation_group`` fields (always honoured: they are constraints);
+* ``single-consumer`` — Mirhoseini et al. 2017 §3.3: an op whose output is consumed by exactly one op is
+  co-located with that op, applied recursively (follows chains);
+* ``structure`` — the capture metadata: each LSTM cell (``role=lstm`` at one ``layer`` and ``step``),
+  each attention step, each softmax step, each embedding lookup, each Inception branch, each AmoebaNet
+  cell step, else each ``layer`` (Mirhoseini §4.1's groups).
+
+A :class:`Grouping` maps ops to groups; :func:`grouped_graph` aggregates a graph over it (FLOPs, bytes,
+parameters, per-device times as the sum of the members') so any placer can place groups, and
+:meth:`Grouping.expand` turns a group placement back into an op placement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoplace.cluster import Cluster
+from autoplace.cost import op_time_matrix
+from autoplace.errors import InfeasibleError, UnknownNameError
+from autoplace.graph import Graph, Op
+
+__all__ = ["RULES", "Grouping", "GroupGraph", "group_ops", "grouped_graph", "structural_key"]
+
+RULES = ("colocation", "single-consumer", "structure")
+
+
+class _UnionFind:
+    def __init__(self, n: int):
+        self.parent = np.arange(n)
+
+    def find(self, i: int) -> int:
+        p = self.parent
+        root = i
+        while p[root] != root:
+            root = p[root]
+        while p[i] != root:  # path compression
+            p[i], i = root, p[i]
+        return int(root)
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            # keep the smaller index as the root so group numbering follows file order
+            if ra < rb:
+                self.parent[rb] = ra
+            else:
+                self.parent[ra] = rb
+
+
+def structural_key(op: Op) -> tuple | None:
+    """The structural group an op belongs to (Mirhoseini §4.1), or None if its metadata names none."""
+    m = op.meta
+    role = m.get("role")
+    if role in ("lstm", "attention", "softmax", "embedding") and "step" in m:
+        return (role, m.get("part"), m.get("layer"), m.get("step"), m.get("direction"))
+    if "block" in m and "branch" in m:
+        return ("branch", m["block"], m["branch"])
+    if "cell" in m:
+        return ("cell", m["cell"], m.get("step"))
+    if "layer" in m:
+        return ("layer", role, m.get("part"), m["layer"], m.get("stack"))
+    return None
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """``group[i]`` is op ``i``'s group (0..n_groups-1, numbered in file order of each group's first op)."""
+
+    group: np.ndarray
+    names: tuple[str, ...]
+    rules: tuple[str, ...]
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.names)
+
+    def members(self, g: int) -> np.ndarray:
+        return np.flatnonzero(self.group == g)
+
+    def sizes(self) -> np.ndarray:
+        return np.bincount(self.group, minlength=self.n_groups)
+
+    def expand(self, group_devices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Op placement (device index per op) from a group placement (device index per group)."""
+        group_devices = np.asarray(group_devices, dtype=np.int64)
+        if group_devices.shape != (self.n_groups,):
+            raise ValueError(f"expected {self.n_groups} group devices, got shape {group_devices.shape}")
+        return group_devices[self.group]
+
+
+def group_ops(graph: Graph, rules: Iterable[str] = RULES) -> Grouping:
+    """Co-location groups of ``graph`` under ``rules`` (any of :data:`RULES`; ``colocation`` is always on)."""
+    rules = tuple(dict.fromkeys(("colocation", *rules)))
+    for r in rules:
+        if r not in RULES:
+            raise UnknownNameError(f"unknown grouping rule {r!r} (known: {', '.join(RULES)})")
+    n = graph.n_ops
+    uf = _UnionFind(n)
+    by_key: dict[object, int] = {}
+    for i, op in enumerate(graph.ops):
+        keys = []
+        if op.colocation_group is not None:
+            keys.append(("colocation", op.colocation_group))
+        if "structure" in rules:
+            k = structural_key(op)
+            if k is not None:
+                keys.append(("structure", k))
+        for key in keys:
+            j = by_key.setdefault(key, i)
+            uf.union(i, j)
+    if "structure" in rules:
+        # An op without structural metadata joins the structural group of its readers when they all belong
+        # to one: a parameter (with its gradient and update ops) read by one Inception branch, autograd's
+        # gradient accumulation feeding one LSTM cell's backward. Shared weights stay apart.
+        for i, op in enumerate(graph.ops):
+            if structural_key(op) is not None:
+                continue
+            keys = {structural_key(graph.ops[c]) for c in graph.successors(i) if graph.ops[c].phase != "update"}
+            keys.discard(None)
+            if len(keys) == 1:
+                uf.union(i, by_key[("structure", keys.pop())])
+    if "single-consumer" in rules:
+        # Every output of op i (control included) is read by exactly one op c: co-locate i with c, unless
+        # that would join two structural groups (a gradient accumulated across time steps would otherwise
+        # chain every step's LSTM cell together) or two distinct colocation groups.
+        structure = "structure" in rules
+        skey = [structural_key(op) if structure else None for op in graph.ops]
+        tptr, pptr, pair_op = graph.op_tensor_ptr, graph.tensor_pair_ptr, graph.pair_op
+        for i in range(n):
+            lo, hi = pptr[tptr[i]], pptr[tptr[i + 1]]
+            if hi > lo:
+                consumers = np.unique(pair_op[lo:hi])
+                if len(consumers) != 1:
+                    continue
+                c = int(consumers[0])
+                if skey[i] is not None and skey[c] != skey[i]:
+                    continue
+                ci, cc = graph.ops[i].colocation_group, graph.ops[c].colocation_group
+                if ci is not None and cc is not None and ci != cc:
+                    continue
+                uf.union(i, c)
+    roots = np.array([uf.find(i) for i in range(n)])
+    _, first, inverse = np.unique(roots, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")         # number groups by their first op's position
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    group = rank[inverse].astype(np.int64)
+    firsts = np.sort(first)
+    names = tuple(_group_name(graph, graph.ops[f]) for f in firsts)
+    return Grouping(group, names, rules)
+
+
+def _group_name(graph: Graph, op: Op) -> str:
+    return op.colocation_group or op.scope or op.name
+
+
+@dataclass(frozen=True)
+class GroupGraph:
+    """A graph over groups, for placers that decide per group (partitioners, learned policies).
+
+    Contracting ops into groups generally creates cycles (a parameter's group holds its source op and its
+    late gradient/update ops), so this is not a :class:`Graph`: it is arrays. Schedulers that need a DAG
+    place groups but schedule the op graph (``Grouping.expand``).
+
+    ``edge_src/edge_dst/edge_bytes``: one row per ordered pair of groups joined by data, with the bytes of
+    the distinct tensors crossing. ``times[g, d]`` is the sum of group ``g``'s member op times on device
+    ``d`` (``inf`` where a member cannot run), ``feasible`` its finite entries.
+    """
+
+    grouping: Grouping
+    flops: np.ndarray
+    param_bytes: np.ndarray
+    out_bytes: np.ndarray
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    edge_bytes: np.ndarray
+    times: np.ndarray | None = None
+    feasible: np.ndarray | None = None
+
+    @property
+    def n_groups(self) -> int:
+        return self.grouping.n_groups
+
+
+def grouped_graph(graph: Graph, grouping: Grouping, cluster: Cluster | None = None) -> GroupGraph:
+    """Aggregate ``graph`` over ``grouping`` (see :class:`GroupGraph`); with a ``cluster``, per-device times.
+
+    A group whose members no single device can all run raises :class:`InfeasibleError` naming it.
+    """
+    G = grouping.n_groups
+    g_of = grouping.group
+    src, dst, _ = graph.edges()
+    gs, gd, tensors = g_of[src], g_of[dst], graph.pair_tensor
+    cross = gs != gd
+    triples = np.unique(np.stack([gs[cross], gd[cross], tensors[cross]], axis=1), axis=0)
+    pairs, inverse = np.unique(triples[:, :2], axis=0, return_inverse=True)
+    edge_bytes = np.zeros(len(pairs), dtype=np.int64)
+    np.add.at(edge_bytes, inverse.ravel(), graph.tensor_bytes[triples[:, 2]])
+    times = feasible = None
+    if cluster is not None:
+        op_times = op_time_matrix(graph, cluster)
+        times = np.zeros((G, cluster.n_devices))
+        np.add.at(times, g_of, op_times)
+        feasible = np.isfinite(times)
+        bad = np.flatnonzero(~feasible.any(axis=1))
+        if len(bad):
+            raise InfeasibleError(f"group {grouping.names[bad[0]]!r} mixes ops that no single device of "
+                                  f"cluster {cluster.name!r} can run together")
+    return GroupGraph(
+        grouping=grouping,
+        flops=np.bincount(g_of, weights=graph.flops, minlength=G),
+        param_bytes=np.bincount(g_of, weights=graph.param_bytes, minlength=G).astype(np.int64),
+        out_bytes=np.bincount(g_of, weights=graph.out_alloc_total, minlength=G).astype(np.int64),
+        edge_src=pairs[:, 0].astype(np.int64) if len(pairs) else np.zeros(0, np.int64),
+        edge_dst=pairs[:, 1].astype(np.int64) if len(pairs) else np.zeros(0, np.int64),
+        edge_bytes=edge_bytes, times=times, feasible=feasible)
