@@ -32,18 +32,23 @@ class PlacerInfo:
     fn: PlacerFn
     description: str
     paper: str = ""
+    memory_aware: bool = False
 
 
 _REGISTRY: dict[str, PlacerInfo] = {}
 
 
-def register_placer(name: str, *, description: str, paper: str = "") -> Callable[[PlacerFn], PlacerFn]:
-    """Decorator adding ``fn(graph, cluster, *, seed=None, budget=None) -> Placement`` under ``name``."""
+def register_placer(name: str, *, description: str, paper: str = "",
+                    memory_aware: bool = False) -> Callable[[PlacerFn], PlacerFn]:
+    """Decorator adding ``fn(graph, cluster, *, seed=None, budget=None) -> Placement`` under ``name``.
+
+    ``memory_aware`` placers promise that the parameters and outputs they put on a device fit its memory
+    (or raise :class:`InfeasibleError`); the conformance suite holds them to it."""
 
     def deco(fn: PlacerFn) -> PlacerFn:
         if name in _REGISTRY:
             raise ValueError(f"placer {name!r} is registered twice")
-        _REGISTRY[name] = PlacerInfo(name, fn, description, paper)
+        _REGISTRY[name] = PlacerInfo(name, fn, description, paper, memory_aware)
         return fn
 
     return deco
@@ -75,4 +80,4 @@ def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.
 
 
 # Built-in placer modules register themselves on import.
-from autoplace.placers import baselines  # noqa: E402,F401
+from autoplace.placers import baselines, list_scheduling  # noqa: E402,F401

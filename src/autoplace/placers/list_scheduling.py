@@ -1,0 +1,274 @@
+"""List-scheduling placers: the whitepaper's greedy placer, HEFT, and Baechi's m-TOPO and m-ETF.
+
+All four walk the op graph and decide each op's device with a running schedule (:class:`_Schedule`):
+per-device ready time, each placed op's finish time, and an op's earliest start on a device counting the
+transfer of every input produced elsewhere (``latency + bytes / bandwidth``; links are not contended in
+this estimate — the simulator scores the result exactly). Co-location groups are honoured: the first
+member of a group fixes the device of all members. The ``m-`` placers (Baechi, Jeon et al. 2020) also
+keep each device's memory — the parameters and outputs of the ops placed on it — within capacity.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from autoplace.cluster import Cluster
+from autoplace.cost import feasible_devices, op_time_matrix
+from autoplace.errors import InfeasibleError
+from autoplace.graph import Graph
+from autoplace.placement import Placement
+from autoplace.placers import register_placer
+
+__all__ = ["tf_greedy", "heft", "m_topo", "m_etf"]
+
+
+class _Schedule:
+    """Running state shared by the list schedulers."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, *, memory: bool):
+        self.g, self.c = graph, cluster
+        self.times = op_time_matrix(graph, cluster)
+        self.ok = feasible_devices(graph, cluster) & np.isfinite(self.times)
+        n, D = graph.n_ops, cluster.n_devices
+        self.dev = np.full(n, -1, dtype=np.int64)
+        self.finish = np.zeros(n)
+        self.free = np.zeros(D)
+        self.memory = memory
+        self.used = np.zeros(D, dtype=np.int64)
+        self.cap = cluster.memory_bytes
+        self.need = graph.param_bytes + graph.out_alloc_total  # Baechi: permanent + output memory
+        # co-location groups: ops sharing a colocation_group move together
+        groups: dict[str, list[int]] = {}
+        for i, op in enumerate(graph.ops):
+            if op.colocation_group is not None:
+                groups.setdefault(op.colocation_group, []).append(i)
+        self.group_of = np.full(n, -1, dtype=np.int64)
+        self.group_members: list[np.ndarray] = []
+        for members in groups.values():
+            self.group_of[members] = len(self.group_members)
+            self.group_members.append(np.array(members))
+        self.group_dev = np.full(len(self.group_members), -1, dtype=np.int64)
+        self.group_need = np.array([self.need[m].sum() for m in self.group_members], dtype=np.int64)
+        self.group_ok = np.array([self.ok[m].all(axis=0) for m in self.group_members]).reshape(-1, D)
+        # inputs of each op: (producer, bytes)
+        self.inputs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        src, dst, nbytes = graph.edges()
+        for s, d, b in zip(src.tolist(), dst.tolist(), nbytes.tolist()):
+            self.inputs[d].append((s, b))
+
+    def candidates(self, i: int) -> np.ndarray:
+        """Devices op ``i`` may go to: its group's device if fixed, else feasible (and with room)."""
+        gi = self.group_of[i]
+        if gi >= 0 and self.group_dev[gi] >= 0:
+            return np.array([self.group_dev[gi]])
+        ok = self.group_ok[gi] if gi >= 0 else self.ok[i]
+        if self.memory:
+            need = self.group_need[gi] if gi >= 0 else self.need[i]
+            ok = ok & (self.used + need <= self.cap)
+        return np.flatnonzero(ok)
+
+    def ready_time(self, i: int, d: int) -> float:
+        """When all of op ``i``'s inputs can be on device ``d``."""
+        t = 0.0
+        bw, lat = self.c.bandwidth, self.c.latency
+        for s, b in self.inputs[i]:
+            ds = self.dev[s]
+            arrive = self.finish[s] if ds == d else self.finish[s] + lat[ds, d] + b / bw[ds, d]
+            if arrive > t:
+                t = arrive
+        return t
+
+    def start_time(self, i: int, d: int) -> float:
+        return max(self.free[d], self.ready_time(i, d))
+
+    def assign(self, i: int, d: int, start: float | None = None) -> None:
+        start = self.start_time(i, d) if start is None else start
+        self.dev[i] = d
+        self.finish[i] = start + self.times[i, d]
+        self.free[d] = self.finish[i]
+        gi = self.group_of[i]
+        if gi >= 0:
+            if self.group_dev[gi] < 0:
+                self.group_dev[gi] = d
+                self.used[d] += self.group_need[gi]
+        else:
+            self.used[d] += self.need[i]
+
+    def fail(self, i: int, method: str) -> InfeasibleError:
+        op = self.g.ops[i]
+        why = "memory" if self.memory else "device constraints"
+        return InfeasibleError(f"{method}: no device can take op {op.name!r} ({why}; cluster {self.c.name!r})")
+
+    def placement(self, method: str, **meta) -> Placement:
+        return Placement.from_array(self.g, self.c, self.dev, method, **meta)
+
+
+def _predecessor_counts(graph: Graph) -> np.ndarray:
+    """Number of distinct producer ops of each op (an op reading two outputs of one producer counts it once)."""
+    src, dst, _ = graph.edges()
+    pairs = np.unique(src * graph.n_ops + dst)
+    return np.bincount(pairs % graph.n_ops, minlength=graph.n_ops).astype(np.int64)
+
+
+def _earliest_finish_in_order(graph: Graph, cluster: Cluster, order, method: str, memory: bool) -> Placement:
+    s = _Schedule(graph, cluster, memory=memory)
+    for i in order:
+        i = int(i)
+        best, best_d = np.inf, -1
+        for d in s.candidates(i):
+            f = s.start_time(i, int(d)) + s.times[i, d]
+            if f < best:
+                best, best_d = f, int(d)
+        if best_d < 0:
+            raise s.fail(i, method)
+        s.assign(i, best_d)
+    return s.placement(method, estimated_step_time_s=float(s.finish.max(initial=0.0)))
+
+
+@register_placer("tf-greedy", description="whitepaper's simulated greedy placer: each op, in topological order, "
+                 "to the device where it finishes earliest counting transfers", paper="TensorFlow whitepaper §3.2.1")
+def tf_greedy(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    return _earliest_finish_in_order(graph, cluster, graph.topological_order, "tf-greedy", memory=False)
+
+
+def _upward_rank(graph: Graph, cluster: Cluster, times: np.ndarray) -> np.ndarray:
+    """HEFT's rank_u: mean op time plus the longest mean-cost path to an exit (Topcuoglu et al. 2002, eq. 8)."""
+    finite = np.where(np.isfinite(times), times, np.nan)
+    w = np.nanmean(finite, axis=1)
+    off = ~np.eye(cluster.n_devices, dtype=bool)
+    mean_bw = cluster.bandwidth[off].mean() if off.any() else np.inf
+    mean_lat = cluster.latency[off].mean() if off.any() else 0.0
+    rank = np.zeros(graph.n_ops)
+    src, dst, nbytes = graph.edges()
+    succ: list[list[tuple[int, float]]] = [[] for _ in range(graph.n_ops)]
+    for s_, d_, b in zip(src.tolist(), dst.tolist(), nbytes.tolist()):
+        succ[s_].append((d_, mean_lat + b / mean_bw if cluster.n_devices > 1 else 0.0))
+    for i in graph.topological_order[::-1]:
+        i = int(i)
+        rank[i] = w[i] + max((c + rank[j] for j, c in succ[i]), default=0.0)
+    return rank
+
+
+@register_placer("heft", description="HEFT: ops by decreasing upward rank, each to its earliest-finish device",
+                 paper="Topcuoglu, Hariri & Wu 2002")
+def heft(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    rank = _upward_rank(graph, cluster, op_time_matrix(graph, cluster))
+    # decreasing rank is a topological order when every op takes positive time; ties by topological rank
+    order = np.lexsort((graph.rank, -rank))
+    pos = np.empty(graph.n_ops, dtype=np.int64)
+    pos[order] = np.arange(graph.n_ops)
+    if any(pos[s] > pos[d] for s, d in zip(*graph.edges()[:2])):  # zero-time ops can break it
+        order = graph.topological_order[np.argsort(-rank[graph.topological_order], kind="stable")]
+        order = _topological_repair(graph, order)
+    return _earliest_finish_in_order(graph, cluster, order, "heft", memory=False)
+
+
+def _topological_repair(graph: Graph, priority_order: np.ndarray) -> np.ndarray:
+    """A topological order that follows ``priority_order`` wherever dependencies allow."""
+    prio = np.empty(graph.n_ops, dtype=np.int64)
+    prio[priority_order] = np.arange(graph.n_ops)
+    indeg = _predecessor_counts(graph)
+    heap = [(int(prio[i]), i) for i in range(graph.n_ops) if indeg[i] == 0]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        _, i = heapq.heappop(heap)
+        out.append(i)
+        for c in graph.successors(i):
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                heapq.heappush(heap, (int(prio[c]), int(c)))
+    return np.array(out, dtype=np.int64)
+
+
+@register_placer("m-topo", description="Baechi m-TOPO: topological order, filling the fastest device first up "
+                 "to its share of the work, never past a device's memory", paper="Jeon et al. 2020 (Baechi) §4.1", memory_aware=True)
+def m_topo(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    """Walk the ops in topological order and fill devices one after another (fastest first). A device
+    takes ops until it holds its share of the total work — in proportion to its speed — or its memory is
+    full; ops that cannot run on the current device go to the first later device that can take them."""
+    s = _Schedule(graph, cluster, memory=True)
+    order = sorted(range(cluster.n_devices), key=lambda d: (-cluster.peak_flops[d], d))
+    fastest = s.times.min(axis=1)
+    speed = cluster.peak_flops[order] / cluster.peak_flops[order].sum()
+    share = fastest.sum() * speed        # work each device should take, in device-fill order
+    k, load = 0, 0.0
+    for i in graph.topological_order:
+        i = int(i)
+        cands = set(s.candidates(i).tolist())
+        if not cands:
+            raise s.fail(i, "m-topo")
+        while order[k] in cands and load >= share[k] and k + 1 < len(order):
+            k, load = k + 1, 0.0           # this device has its share: move on
+        if order[k] in cands:
+            d = order[k]
+        else:                              # e.g. a CPU-only op, or the device is full
+            later = [x for x in order[k:] if x in cands] or [x for x in order if x in cands]
+            d = later[0]
+            if d != order[k] and d in order[k:] and s.used[order[k]] + s.need[i] > s.cap[order[k]]:
+                k, load = order.index(d), 0.0
+        s.assign(i, d)
+        if d == order[k]:
+            load += fastest[i]
+    return s.placement("m-topo")
+
+
+@register_placer("m-etf", description="Baechi m-ETF: repeatedly start the ready op that can start earliest "
+                 "on any device with memory left", paper="Jeon et al. 2020 (Baechi) §4.2", memory_aware=True)
+def m_etf(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    """Earliest Task First with memory. One heap per device holds the ready ops keyed by when their inputs
+    can be there; the next (op, device) is the pair with the earliest start ``max(device free, inputs
+    there)``, ties to the smaller data-ready time, then topological rank. Memory only grows, so an op that
+    no longer fits a device is dropped from that device's heap for good. O(n D log n)."""
+    s = _Schedule(graph, cluster, memory=True)
+    D = cluster.n_devices
+    indeg = _predecessor_counts(graph)
+    heaps: list[list[tuple[float, int, int]]] = [[] for _ in range(D)]
+    rank = graph.rank
+    waiting = np.zeros(graph.n_ops, dtype=np.int64)  # devices an op is still queued on
+
+    def release(i: int) -> None:
+        cands = s.candidates(i)
+        if len(cands) == 0:
+            raise s.fail(i, "m-etf")
+        for d in cands:
+            heapq.heappush(heaps[d], (s.ready_time(i, int(d)), int(rank[i]), i))
+        waiting[i] = len(cands)
+
+    for i in graph.topological_order:
+        if indeg[i] == 0:
+            release(int(i))
+    placed = 0
+    while placed < graph.n_ops:
+        best = None
+        for d in range(D):
+            h = heaps[d]
+            while h:
+                r, rk, i = h[0]
+                if s.dev[i] >= 0:                      # placed elsewhere already
+                    heapq.heappop(h)
+                    continue
+                if d not in s.candidates(i):           # no room left (or its group went elsewhere)
+                    heapq.heappop(h)
+                    waiting[i] -= 1
+                    if waiting[i] == 0:
+                        raise s.fail(i, "m-etf")
+                    continue
+                key = (max(s.free[d], r), r, rk, d)
+                if best is None or key < best[0]:
+                    best = (key, i)
+                break
+        if best is None:
+            raise InfeasibleError(f"m-etf: {graph.n_ops - placed} ops could not be scheduled on cluster "
+                                  f"{cluster.name!r}")
+        (start, _, _, d), i = best
+        heapq.heappop(heaps[d])
+        s.assign(i, d, start)
+        placed += 1
+        for c in graph.successors(i):
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                release(int(c))
+    return s.placement("m-etf", estimated_step_time_s=float(s.finish.max(initial=0.0)))

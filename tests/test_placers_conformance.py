@@ -1,0 +1,109 @@
+"""One conformance suite, run against every registered placer (like Optuna's sampler tests).
+
+Each placer must: place every op on a known device; honour device constraints (``device_types``) and
+co-location groups; be deterministic for a seed; return within its budget; and, if it says it is
+memory-aware, keep what it puts on each device within that device's memory or raise InfeasibleError.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster
+from autoplace.errors import InfeasibleError
+from autoplace.graph import Graph, Op
+from autoplace.placers import available_placers, get_placer, place
+from autoplace.sim import simulate
+from autoplace.zoo import build_graph
+
+PLACERS = available_placers()
+
+
+def constrained_graph() -> Graph:
+    """A small training-like graph with co-location groups, a CPU-only op and a GPU-only op."""
+    ops = [Op("x", "input", output_bytes=(4096,)),
+           Op("w1", "parameter", output_bytes=(65536,), param_bytes=65536, colocation_group="w1"),
+           Op("w2", "parameter", output_bytes=(65536,), param_bytes=65536, colocation_group="w2"),
+           Op("lookup", "embedding", ("x",), output_bytes=(8192,), flops=1e6, device_types=("cpu",)),
+           Op("mm1", "mm", ("lookup", "w1"), output_bytes=(8192,), flops=5e8),
+           Op("mm2", "mm", ("mm1", "w2"), output_bytes=(8192,), flops=5e8),
+           Op("fused", "custom_gpu_kernel", ("mm2",), output_bytes=(8192,), flops=1e8, device_types=("gpu",)),
+           Op("loss", "loss", ("fused",), output_bytes=(4,), flops=1e4),
+           Op("g2", "mm", ("loss", "mm1"), output_bytes=(65536,), flops=5e8, colocation_group="w2"),
+           Op("g1", "mm", ("loss", "lookup"), output_bytes=(65536,), flops=5e8, colocation_group="w1"),
+           Op("u1", "update", ("w1", "g1"), output_bytes=(0,), flops=1e5, colocation_group="w1"),
+           Op("u2", "update", ("w2", "g2"), output_bytes=(0,), flops=1e5, colocation_group="w2")]
+    return Graph(ops, name="constrained")
+
+
+@pytest.fixture(scope="module")
+def small_rnnlm(tmp_path_factory):
+    pytest.importorskip("torch")
+    import os
+
+    os.environ["AUTOPLACE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    return build_graph("rnnlm-2", vocab=50, hidden=32, layers=2, steps=4, batch=4)
+
+
+def check(graph: Graph, cluster: Cluster, method: str, seed: int = 0):
+    p = place(graph, cluster, method, seed=seed, budget=5.0)
+    dev = p.to_array(graph, cluster)                     # every op, known devices (validates)
+    for i, op in enumerate(graph.ops):
+        if op.device_types is not None:
+            assert cluster.devices[dev[i]].kind in op.device_types, (method, op.name)
+    groups: dict[str, set[int]] = {}
+    for i, op in enumerate(graph.ops):
+        if op.colocation_group is not None:
+            groups.setdefault(op.colocation_group, set()).add(int(dev[i]))
+    assert all(len(d) == 1 for d in groups.values()), (method, groups)
+    return p, dev
+
+
+@pytest.mark.parametrize("method", PLACERS)
+def test_valid_constrained_and_colocated(method):
+    graph, cluster = constrained_graph(), get_cluster("k80x2")
+    p, dev = check(graph, cluster, method)
+    assert p.method == method and p.graph == graph.name and p.cluster == cluster.name
+    assert simulate(graph, cluster, p).step_time > 0
+
+
+@pytest.mark.parametrize("method", PLACERS)
+def test_captured_model(method, small_rnnlm):
+    check(small_rnnlm, get_cluster("k80x4"), method)
+
+
+@pytest.mark.parametrize("method", PLACERS)
+def test_deterministic_for_a_seed(method):
+    graph, cluster = constrained_graph(), get_cluster("k80x4")
+    a = place(graph, cluster, method, seed=3).assignment
+    b = place(graph, cluster, method, seed=3).assignment
+    assert a == b
+
+
+@pytest.mark.parametrize("method", PLACERS)
+def test_honours_budget(method):
+    graph, cluster = build_graph("layered-dag", ops=2000, width=32), get_cluster("k80x4")
+    t0 = time.perf_counter()
+    place(graph, cluster, method, seed=0, budget=1.0)
+    assert time.perf_counter() - t0 < 1.0 + 5.0  # budget plus setup slack on this 2-core machine
+
+
+@pytest.mark.parametrize("method", [m for m in PLACERS if get_placer(m).memory_aware])
+def test_memory_aware_placers_respect_capacity(method):
+    graph = constrained_graph()
+    need = graph.param_bytes + graph.out_alloc_total
+    # GPUs that each hold about 60 % of the graph: a feasible placement must use both
+    cap = int(need.sum() * 0.6)
+    devs = [Device("cpu:0", "cpu", int(need[3] + need[0] + 1024), 1e11, 1e10),
+            Device("gpu:0", "gpu", cap, 1e12, 1e11), Device("gpu:1", "gpu", cap, 1e12, 1e11)]
+    cluster = Cluster("tight", devs, default_link=LinkSpec(1e10, 1e-5))
+    _, dev = check(graph, cluster, method)
+    used = np.bincount(dev, weights=need, minlength=3)
+    assert (used <= cluster.memory_bytes).all(), used
+    tiny = Cluster("tiny", [Device(d.name, d.type, 1000, d.peak_flops, d.memory_bandwidth) for d in devs],
+                   default_link=LinkSpec(1e10, 1e-5))
+    with pytest.raises(InfeasibleError):
+        place(graph, tiny, method)
