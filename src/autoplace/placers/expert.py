@@ -1,0 +1,140 @@
+"""The papers' human-expert placements, from the structural metadata capture puts on every op.
+
+Rules (Mirhoseini et al. 2017 §4.2; Wu et al. 2016 for GNMT):
+
+* **recurrent models** (ops with ``role=lstm``): LSTM layer ``k`` — of the encoder and of the decoder —
+  on GPU ``k mod G``; attention and softmax with the top layer; embeddings with the first layer;
+* **Inception** (ops with ``block``): the blocks in network order cut into ``G`` contiguous parts with
+  roughly equal numbers of convolution layers;
+* **everything else with a ``layer``/``cell`` index** (Transformer-XL, WaveNet, AmoebaNet, VGG, ...):
+  contiguous layer ranges with roughly equal FLOPs, one per GPU.
+
+Ops without such metadata (parameters, optimizer updates, the loss) follow their co-location group, else
+the producer (or consumer) they exchange most bytes with. Ops a GPU cannot run go to the CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplace.cluster import Cluster
+from autoplace.cost import feasible_devices
+from autoplace.errors import InfeasibleError
+from autoplace.graph import Graph
+from autoplace.placement import Placement
+from autoplace.placers import register_placer
+
+__all__ = ["expert"]
+
+
+def _contiguous(weights: list[float], parts: int) -> list[int]:
+    """Cut a sequence into ``parts`` contiguous runs of roughly equal total weight; part index per item."""
+    total = float(sum(weights)) or 1.0
+    out, acc = [], 0.0
+    for w in weights:
+        out.append(min(parts - 1, int(acc / total * parts)))
+        acc += w
+    return out
+
+
+def _units(graph: Graph) -> tuple[str, dict[int, object]]:
+    """Which rule applies, and each tagged op's unit (layer index, block name, ...)."""
+    metas = [op.meta for op in graph.ops]
+    if any(m.get("role") == "lstm" for m in metas):
+        return "recurrent", {i: m.get("layer") for i, m in enumerate(metas) if m.get("layer") is not None}
+    if any("block" in m for m in metas):
+        return "blocks", {i: m["block"] for i, m in enumerate(metas) if "block" in m}
+    for key in ("layer", "cell"):
+        if any(key in m for m in metas):
+            return "layers", {i: m[key] for i, m in enumerate(metas) if key in m}
+    return "none", {}
+
+
+@register_placer("expert", description="the papers' human placements: one LSTM layer per GPU, Inception in "
+                 "contiguous parts, layer ranges otherwise", paper="Mirhoseini et al. 2017 §4.2")
+def expert(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    gpus = cluster.devices_of_kind("gpu") or list(range(cluster.n_devices))
+    cpus = cluster.devices_of_kind("cpu")
+    G = len(gpus)
+    ok = feasible_devices(graph, cluster)
+    dev = np.full(graph.n_ops, -1, dtype=np.int64)
+    rule, unit = _units(graph)
+    if rule == "recurrent":
+        layers = sorted({u for u in unit.values() if isinstance(u, int)})
+        top = max(layers) if layers else 0
+        for i, layer in unit.items():
+            role = graph.ops[i].meta.get("role")
+            k = top if role in ("attention", "softmax") else (0 if role == "embedding" else layer)
+            dev[i] = gpus[int(k) % G]
+    elif rule in ("blocks", "layers"):
+        order: list[object] = []
+        for i in graph.topological_order:  # units in network order (first forward appearance)
+            u = unit.get(int(i))
+            if u is not None and u not in order and graph.ops[int(i)].phase in (None, "forward"):
+                order.append(u)
+        for u in unit.values():
+            if u not in order:
+                order.append(u)
+        if rule == "blocks":  # equal numbers of convolution layers (Mirhoseini: "roughly the same number of layers")
+            w = {u: 0.0 for u in order}
+            for i, u in unit.items():
+                if "conv" in graph.ops[i].type and graph.ops[i].phase in (None, "forward"):
+                    w[u] += 1.0
+        else:                 # equal FLOPs per part
+            w = {u: 0.0 for u in order}
+            for i, u in unit.items():
+                w[u] += graph.flops[i]
+        part = dict(zip(order, _contiguous([w[u] for u in order], G)))
+        for i, u in unit.items():
+            dev[i] = gpus[part[u]]
+    _follow_groups_and_neighbours(graph, dev, gpus[0])
+    for i in np.flatnonzero(~ok[np.arange(graph.n_ops), dev]):  # no kernel there: CPU, else anywhere
+        choice = next((d for d in [*cpus, *range(cluster.n_devices)] if ok[i, d]), None)
+        if choice is None:
+            raise InfeasibleError(f"expert: no device of cluster {cluster.name!r} can run op {graph.ops[i].name!r}")
+        dev[i] = choice
+    _unify_groups(graph, dev, ok)
+    return Placement.from_array(graph, cluster, dev, "expert", rule=rule)
+
+
+def _follow_groups_and_neighbours(graph: Graph, dev: np.ndarray, default: int) -> None:
+    groups: dict[str, list[int]] = {}
+    for i, op in enumerate(graph.ops):
+        if op.colocation_group is not None:
+            groups.setdefault(op.colocation_group, []).append(i)
+    for members in groups.values():
+        placed = [dev[i] for i in members if dev[i] >= 0]
+        if placed:
+            d = np.bincount(placed).argmax()
+            for i in members:
+                if dev[i] < 0:
+                    dev[i] = d
+    # neighbours with the bytes exchanged: producers (inputs) and consumers (outputs) of each op
+    src, dst, nbytes = graph.edges()
+    ins: list[list[tuple[int, int]]] = [[] for _ in range(graph.n_ops)]
+    outs: list[list[tuple[int, int]]] = [[] for _ in range(graph.n_ops)]
+    for s_, d_, b in zip(src.tolist(), dst.tolist(), nbytes.tolist()):
+        ins[d_].append((b, s_))
+        outs[s_].append((b, d_))
+    for _ in range(2):  # forward along producers, then back from consumers, twice
+        for neighbours, order in ((ins, graph.topological_order), (outs, graph.topological_order[::-1])):
+            for i in order:
+                if dev[i] < 0:
+                    placed = [(b, j) for b, j in neighbours[i] if dev[j] >= 0]
+                    if placed:
+                        dev[i] = dev[max(placed)[1]]  # the neighbour it exchanges most bytes with
+    dev[dev < 0] = default
+
+
+def _unify_groups(graph: Graph, dev: np.ndarray, ok: np.ndarray) -> None:
+    """Co-location groups end on one device: the most common feasible one among their members."""
+    groups: dict[str, list[int]] = {}
+    for i, op in enumerate(graph.ops):
+        if op.colocation_group is not None:
+            groups.setdefault(op.colocation_group, []).append(i)
+    for name, members in groups.items():
+        feasible = ok[members].all(axis=0)
+        counts = np.bincount(dev[members], minlength=ok.shape[1]) * feasible
+        if not feasible.any():
+            raise InfeasibleError(f"expert: no single device can run all of co-location group {name!r}")
+        dev[members] = int(np.argmax(counts)) if counts.any() else int(np.flatnonzero(feasible)[0])
