@@ -5,8 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.autoplace-installed
 TORCH_PIN := torch==2.13.0
-# Debian packages the tests use (issue 4 adds scotch here).
-APT_PACKAGES :=
+# Debian packages the tests use (scotch: the Scotch static mapper tools).
+APT_PACKAGES := scotch
 
 .PHONY: demo test bench venv system-deps clean
 

@@ -149,3 +149,14 @@ def test_console_script_exit_code_and_no_traceback(tmp_path):
                            "-o", str(tmp_path / "p.json")], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stderr.startswith("autoplace: error:")
+
+
+def test_missing_scotch_binary_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    import shutil
+
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name: None if "gmap" in name or name == "amk_grf" else real_which(name))
+    out = tmp_path / "p.json"
+    rc, _, err = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "-m", "scotch", "-o", str(out))
+    assert rc == 2 and "Scotch tools (scotch_gmap, amk_grf) are not installed" in err and err.count("\n") == 1
+    assert not out.exists()

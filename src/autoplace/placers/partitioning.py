@@ -1,0 +1,172 @@
+"""Graph-partitioning placers: Scotch's static mapper, MinCut, and METIS.
+
+All three partition the op graph contracted by its co-location groups (partitioners cannot express
+"these ops must share a device"), weighted as Mirhoseini et al. 2017 §4.2 describe: a group's vertex
+weight is its compute time (microseconds on its fastest feasible device), an edge's weight the bytes that
+cross it (KiB, both directions summed). Groups that land on a device that cannot run them move to their
+fastest feasible device. None of them looks at memory: a placement that does not fit is reported OOM.
+
+* ``scotch`` — the Scotch static mapper (Pellegrini 2009) through its command-line tools: the target
+  architecture is a complete graph of the cluster's devices, vertex weights = relative speed, edge
+  weights = relative communication cost (the inverse of link bandwidth), turned into a
+  decomposition-defined target by ``amk_grf`` and mapped onto by ``scotch_gmap``;
+* ``mincut`` — the same without the CPU in the target (ops that need the CPU go there afterwards);
+* ``metis`` — METIS k-way partitioning (Karypis & Kumar 1998, through pymetis) into one part per GPU,
+  compute-balanced; the most loaded part goes to the fastest device.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from autoplace.cluster import Cluster
+from autoplace.errors import AutoplaceError, InfeasibleError
+from autoplace.graph import Graph
+from autoplace.grouping import GroupGraph, group_ops, grouped_graph
+from autoplace.placement import Placement
+from autoplace.placers import register_placer
+
+__all__ = ["scotch", "mincut", "metis", "ScotchMissingError", "weighted_csr"]
+
+
+class ScotchMissingError(AutoplaceError):
+    """The Scotch command-line tools are not installed (Debian package ``scotch``)."""
+
+
+def weighted_csr(gg: GroupGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Undirected CSR of a group graph: ``(xadj, adjncy, vertex_weights, edge_weights)``, all positive ints."""
+    G = gg.n_groups
+    times = np.where(gg.feasible, gg.times, np.inf).min(axis=1) if gg.times is not None else gg.flops
+    vw = np.maximum(1, np.round(np.asarray(times) * 1e6)).astype(np.int64)
+    a, b = np.minimum(gg.edge_src, gg.edge_dst), np.maximum(gg.edge_src, gg.edge_dst)
+    key, inv = np.unique(a * G + b, return_inverse=True)
+    kib = np.zeros(len(key))
+    np.add.at(kib, inv.ravel(), gg.edge_bytes / 1024.0)
+    u, v = key // G, key % G
+    w = np.maximum(1, np.round(kib)).astype(np.int64)
+    src = np.concatenate([u, v])
+    dst = np.concatenate([v, u])
+    ew = np.concatenate([w, w])
+    order = np.lexsort((dst, src))
+    src, dst, ew = src[order], dst[order], ew[order]
+    xadj = np.zeros(G + 1, dtype=np.int64)
+    np.add.at(xadj, src + 1, 1)
+    return np.cumsum(xadj), dst.astype(np.int64), vw, ew
+
+
+def _finish(graph: Graph, cluster: Cluster, gg: GroupGraph, group_dev: np.ndarray, method: str, **meta) -> Placement:
+    """Move groups off devices that cannot run them (to their fastest feasible device) and expand to ops."""
+    bad = ~gg.feasible[np.arange(gg.n_groups), group_dev]
+    for g in np.flatnonzero(bad):
+        group_dev[g] = int(np.argmin(np.where(gg.feasible[g], gg.times[g], np.inf)))
+    return Placement.from_array(graph, cluster, gg.grouping.expand(group_dev), method,
+                                groups=gg.n_groups, moved_for_constraints=int(bad.sum()), **meta)
+
+
+def _group(graph: Graph, cluster: Cluster) -> GroupGraph:
+    return grouped_graph(graph, group_ops(graph, rules=("colocation",)), cluster)
+
+
+# ---------------------------------------------------------------------- Scotch
+def _scotch_tools() -> tuple[str, str]:
+    gmap, amk = shutil.which("scotch_gmap") or shutil.which("gmap"), shutil.which("amk_grf")
+    if not gmap or not amk:
+        raise ScotchMissingError("the Scotch tools (scotch_gmap, amk_grf) are not installed: "
+                                 "apt-get install scotch (make test/demo do this)")
+    return gmap, amk
+
+
+def _write_grf(path: Path, xadj, adjncy, vw, ew) -> None:
+    """Scotch source graph format: version, sizes, base + flags ('011': edge and vertex weights), vertices."""
+    n = len(xadj) - 1
+    lines = ["0", f"{n} {len(adjncy)}", "0 011"]
+    for i in range(n):
+        lo, hi = xadj[i], xadj[i + 1]
+        pairs = " ".join(f"{ew[k]} {adjncy[k]}" for k in range(lo, hi))
+        lines.append(f"{vw[i]} {hi - lo} {pairs}".rstrip())
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _scotch_map(gg: GroupGraph, cluster: Cluster, devices: list[int], seed) -> np.ndarray:
+    """Map the group graph onto ``devices`` with scotch_gmap; device index per group."""
+    gmap, amk = _scotch_tools()
+    D = len(devices)
+    speed = cluster.peak_flops[devices]
+    arch_vw = np.maximum(1, np.round(speed / speed.min())).astype(np.int64)
+    bw = cluster.bandwidth[np.ix_(devices, devices)]
+    fastest = bw[~np.eye(D, dtype=bool)].max() if D > 1 else 1.0
+    arch_adj, arch_ew, arch_xadj = [], [], [0]
+    for a in range(D):
+        for b in range(D):
+            if a != b:
+                # a link's cost: how many times slower than the fastest link (symmetrised)
+                arch_adj.append(b)
+                arch_ew.append(max(1, int(round(fastest / min(bw[a, b], bw[b, a])))))
+        arch_xadj.append(len(arch_adj))
+    xadj, adjncy, vw, ew = weighted_csr(gg)
+    with tempfile.TemporaryDirectory(prefix="autoplace-scotch-") as tmp:
+        t = Path(tmp)
+        _write_grf(t / "arch.grf", np.array(arch_xadj), np.array(arch_adj), arch_vw, np.array(arch_ew))
+        _write_grf(t / "graph.grf", xadj, adjncy, vw, ew)
+        env = {**os.environ}
+        run = dict(capture_output=True, text=True, env=env, timeout=600)
+        r = subprocess.run([amk, str(t / "arch.grf"), str(t / "arch.tgt")], **run)
+        if r.returncode != 0:
+            raise AutoplaceError(f"amk_grf failed: {' '.join(r.stderr.split())[:200]}")
+        args = [gmap]
+        if seed is not None:
+            args.append(f"-s{int(seed) if not isinstance(seed, np.random.Generator) else 0}")
+        r = subprocess.run([*args, str(t / "graph.grf"), str(t / "arch.tgt"), str(t / "out.map")], **run)
+        if r.returncode != 0:
+            raise AutoplaceError(f"scotch_gmap failed: {' '.join(r.stderr.split())[:200]}")
+        rows = (t / "out.map").read_text().split()
+    n = int(rows[0])
+    pairs = np.array(rows[1:1 + 2 * n], dtype=np.int64).reshape(n, 2)
+    out = np.empty(gg.n_groups, dtype=np.int64)
+    out[pairs[:, 0]] = np.array(devices)[pairs[:, 1]]
+    return out
+
+
+@register_placer("scotch", description="Scotch static mapping onto the devices weighted by speed and link "
+                 "bandwidth", paper="Pellegrini 2009; Mirhoseini et al. 2017 §4.2")
+def scotch(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    gg = _group(graph, cluster)
+    return _finish(graph, cluster, gg, _scotch_map(gg, cluster, list(range(cluster.n_devices)), seed), "scotch")
+
+
+@register_placer("mincut", description="Scotch static mapping onto the GPUs only (the CPU left out)",
+                 paper="Mirhoseini et al. 2017 §4.2")
+def mincut(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    gpus = cluster.devices_of_kind("gpu")
+    if not gpus:
+        raise InfeasibleError(f"mincut: cluster {cluster.name!r} has no GPU")
+    gg = _group(graph, cluster)
+    return _finish(graph, cluster, gg, _scotch_map(gg, cluster, gpus, seed), "mincut")
+
+
+# ---------------------------------------------------------------------- METIS
+@register_placer("metis", description="METIS k-way partition into one compute-balanced part per GPU",
+                 paper="Karypis & Kumar 1998; GDP §4")
+def metis(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    import pymetis
+
+    targets = cluster.devices_of_kind("gpu") or list(range(cluster.n_devices))
+    gg = _group(graph, cluster)
+    if len(targets) == 1 or gg.n_groups < 2:
+        return _finish(graph, cluster, gg, np.full(gg.n_groups, targets[0], dtype=np.int64), "metis")
+    xadj, adjncy, vw, ew = weighted_csr(gg)
+    opts = pymetis.Options(seed=int(seed) if isinstance(seed, (int, np.integer)) else 0)
+    _, parts = pymetis.part_graph(len(targets), adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=vw,
+                                  eweights=ew, options=opts)
+    parts = np.asarray(parts, dtype=np.int64)
+    load = np.bincount(parts, weights=vw, minlength=len(targets))
+    by_speed = sorted(targets, key=lambda d: (-cluster.peak_flops[d], d))
+    part_to_dev = np.empty(len(targets), dtype=np.int64)
+    part_to_dev[np.argsort(-load, kind="stable")] = by_speed
+    return _finish(graph, cluster, gg, part_to_dev[parts], "metis")
