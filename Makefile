@@ -29,7 +29,7 @@ system-deps:
 	fi
 
 demo: $(STAMP)
-	$(VENV)/bin/autoplace compare toy-mlp --cluster k80x4
+	$(VENV)/bin/autoplace compare inception-v3 --cluster k80x4
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 tests

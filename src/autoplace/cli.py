@@ -197,6 +197,8 @@ def cmd_place(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
     from autoplace.compare import compare, speedup
     from autoplace.placers import available_placers, get_placer
     from autoplace.report import fmt_bytes, fmt_ratio, fmt_time, markdown_table
@@ -206,38 +208,56 @@ def cmd_compare(args: argparse.Namespace) -> int:
         get_placer(m)
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
-    rows = compare(graph, cluster, methods, seed=args.seed, budget=args.budget)
-    base = {r.method: r.step_time for r in rows}
-    gpu_time = base.get("single-gpu", float("nan"))
+    with Progress(transient=True, disable=args.json or args.markdown or not sys.stderr.isatty()) as bar:
+        task = bar.add_task("placing", total=len(methods))
+
+        def advance(method: str) -> None:
+            bar.update(task, description=f"placing with {method}", completed=methods.index(method))
+
+        result = compare(graph, cluster, methods, seed=args.seed, budget=args.budget, progress=advance)
+    rows, bounds = result.rows, result.bounds
+    gpu_time, expert_time = result.step_time("single-gpu"), result.step_time("expert")
     names = cluster.device_names
 
     if args.json:
-        _print_json({"graph": graph.name, "cluster": cluster.name, "ops": graph.n_ops, "rows": [
+        _print_json({"graph": graph.name, "cluster": cluster.name, "ops": graph.n_ops,
+                     "bounds": {"critical_path_s": bounds.critical_path, "load_s": bounds.load,
+                                "best_s": bounds.best},
+                     "rows": [
             {"method": r.method, "step_time_s": r.result.step_time if r.result else None,
              "ok": bool(r.result is not None and r.result.ok), "error": r.error,
              "speedup_vs_single_gpu": _finite_or_none(speedup(gpu_time, r.step_time)),
+             "speedup_vs_expert": _finite_or_none(speedup(expert_time, r.step_time)),
+             "gap_to_bound": _finite_or_none(bounds.gap(r.step_time)),
              "search_time_s": r.search_time_s,
              "peak_memory_bytes": ({n: int(p) for n, p in zip(names, r.result.peak_memory)} if r.result else None),
              "oom_devices": list(r.result.oom_devices) if r.result else []} for r in rows]})
         return 0
-    header = ["method", "step time", "vs single-gpu", *[f"peak {n}" for n in names], "status", "search"]
+    header = ["method", "step time", "vs single-gpu", "vs expert", "gap to bound",
+              *[f"peak {n}" for n in names], "status", "search"]
     table_rows = []
     for r in rows:
         if r.result is None:
-            table_rows.append([r.method, "-", "-", *["-"] * len(names), f"no placement: {r.error}",
+            table_rows.append([r.method, "-", "-", "-", "-", *["-"] * len(names), f"no placement: {r.error}",
                                fmt_time(r.search_time_s)])
             continue
         status = "OOM: " + ", ".join(r.result.oom_devices) if not r.result.ok else "ok"
+        gap = bounds.gap(r.step_time)
         table_rows.append([r.method, fmt_time(r.result.step_time) if r.result.ok else "OOM",
-                           fmt_ratio(speedup(gpu_time, r.step_time)),
+                           fmt_ratio(speedup(gpu_time, r.step_time)), fmt_ratio(speedup(expert_time, r.step_time)),
+                           f"{100 * gap:.0f}%" if np.isfinite(gap) else "-",
                            *[fmt_bytes(p) if p else "-" for p in r.result.peak_memory], status,
                            fmt_time(r.search_time_s)])
+    footer = (f"lower bounds: critical path {fmt_time(bounds.critical_path)}, load {fmt_time(bounds.load)}; "
+              f"gap = step time / best bound - 1")
     if args.markdown:
         print(markdown_table(header, table_rows))
+        print(f"\n{footer}")
         return 0
     from rich.table import Table
 
-    table = Table(title=f"{graph.name} ({graph.n_ops} ops) on {cluster.name}: simulated training step")
+    table = Table(title=f"{graph.name} ({graph.n_ops} ops) on {cluster.name}: simulated training step",
+                  caption=footer)
     for col in header:
         table.add_column(col, justify="left" if col in ("method", "status") else "right")
     for row in table_rows:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoplace.bounds import Bounds, lower_bounds
 from autoplace.cluster import Cluster
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
@@ -20,7 +21,7 @@ from autoplace.placement import Placement
 from autoplace.placers import available_placers, place
 from autoplace.sim import SimResult, Simulator
 
-__all__ = ["ComparisonRow", "compare", "speedup"]
+__all__ = ["ComparisonRow", "Comparison", "compare", "speedup"]
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,31 @@ def speedup(baseline: float, value: float) -> float:
     return baseline / value
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """The rows of a comparison and the step-time lower bounds they are measured against."""
+
+    rows: list[ComparisonRow]
+    bounds: Bounds
+
+    def step_time(self, method: str) -> float:
+        return next((r.step_time for r in self.rows if r.method == method), float("nan"))
+
+    def __iter__(self):
+        return iter(self.rows)
+
+
 def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None, *, seed: int = 0,
-            budget: float | None = None) -> list[ComparisonRow]:
-    """Place ``graph`` on ``cluster`` with each method (default: every registered placer) and simulate."""
+            budget: float | None = None, progress=None) -> Comparison:
+    """Place ``graph`` on ``cluster`` with each method (default: every registered placer) and simulate.
+
+    ``progress(method)`` is called before each method (the CLI shows a progress bar with it)."""
     sim = Simulator(graph, cluster)
+    bounds = lower_bounds(graph, cluster, sim.op_times)
     rows = []
     for method in methods or available_placers():
+        if progress is not None:
+            progress(method)
         t0 = time.perf_counter()
         try:
             placement = place(graph, cluster, method, seed=seed, budget=budget)
@@ -62,4 +82,4 @@ def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None
             continue
         elapsed = float(placement.meta.get("search_time_s", time.perf_counter() - t0))
         rows.append(ComparisonRow(method, placement, sim.run(placement), elapsed))
-    return rows
+    return Comparison(rows, bounds)
