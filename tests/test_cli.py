@@ -160,3 +160,13 @@ def test_missing_scotch_binary_is_a_clear_error(tmp_path, capsys, monkeypatch):
     rc, _, err = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "-m", "scotch", "-o", str(out))
     assert rc == 2 and "Scotch tools (scotch_gmap, amk_grf) are not installed" in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_place_refine(tmp_path, capsys):
+    base, refined = tmp_path / "a.json", tmp_path / "b.json"
+    args = ["place", "toy-mlp", "-P", "layers=3", "-c", "k80x4", "-m", "metis", "--seed", "1"]
+    assert main([*args, "-o", str(base)]) == 0
+    assert main([*args, "--refine", "--refine-budget", "5", "-o", str(refined)]) == 0
+    a, b = json.loads(base.read_text()), json.loads(refined.read_text())
+    assert b["method"] == "metis+ls" and b["refined_from"] == "metis"
+    assert b["result"]["step_time_s"] <= a["result"]["step_time_s"] * (1 + 1e-9)

@@ -184,6 +184,10 @@ def cmd_place(args: argparse.Namespace) -> int:
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
     placement = place(graph, cluster, args.method, seed=args.seed, budget=args.budget)
+    if args.refine:
+        from autoplace.placers.local_search import refine
+
+        placement = refine(graph, cluster, placement, seed=args.seed, budget=args.refine_budget)
     result = simulate(graph, cluster, placement)
     save_placement(placement, args.output, result)
     if args.json:
@@ -352,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", required=True, metavar="P", help="placement file to write")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget", type=float, default=None, help="search budget in seconds")
+    p.add_argument("--refine", action="store_true", help="improve the result by local search under the simulator")
+    p.add_argument("--refine-budget", type=float, default=None, help="local-search budget in seconds (default 10)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_place)
 

@@ -88,6 +88,10 @@ class Grouping:
     def sizes(self) -> np.ndarray:
         return np.bincount(self.group, minlength=self.n_groups)
 
+    def expand_many(self, group_devices: np.ndarray) -> np.ndarray:
+        """``[B, n_groups]`` group placements -> ``[B, n_ops]`` op placements."""
+        return np.ascontiguousarray(np.asarray(group_devices, dtype=np.int64)[:, self.group])
+
     def expand(self, group_devices: Sequence[int] | np.ndarray) -> np.ndarray:
         """Op placement (device index per op) from a group placement (device index per group)."""
         group_devices = np.asarray(group_devices, dtype=np.int64)

@@ -80,4 +80,4 @@ def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.
 
 
 # Built-in placer modules register themselves on import.
-from autoplace.placers import baselines, cpsat, expert, list_scheduling, partitioning  # noqa: E402,F401
+from autoplace.placers import baselines, cpsat, expert, list_scheduling, local_search, partitioning  # noqa: E402,F401,I001
