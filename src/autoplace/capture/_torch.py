@@ -356,8 +356,9 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
         scope = opname.rsplit(".", 1)[0] if "." in opname and kind != "input" else None
         if kind == "optimizer_state":
             scope = group.rsplit(".", 1)[0] if "." in group else group
+        # a parameter's output *is* its resident memory: mark it a view so it is not allocated twice
         ops.append(Op(opname, kind, outputs=(spec,), param_bytes=resident, colocation_group=group, scope=scope,
-                      phase=phase))
+                      phase=phase, meta={"view": True} if resident else {}))
         ref[node] = [opname]
         if group:
             group_of[opname] = group

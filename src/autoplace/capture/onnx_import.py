@@ -118,7 +118,7 @@ def import_onnx(path: str | os.PathLike, *, name: str | None = None) -> Graph:
         spec = TensorSpec(tuple(int(d) for d in init.dims), dtype)
         opname = unique(init.name)
         ops.append(Op(opname, "parameter", outputs=(spec,), param_bytes=spec.nbytes, colocation_group=opname,
-                      phase="forward"))
+                      phase="forward", meta={"view": True}))  # its output is its resident bytes
         specs[init.name], producer[init.name] = spec, opname
     for inp in g.input:
         if inp.name in producer:

@@ -5,7 +5,9 @@ per-device ready time, each placed op's finish time, and an op's earliest start 
 transfer of every input produced elsewhere (``latency + bytes / bandwidth``; links are not contended in
 this estimate — the simulator scores the result exactly). Co-location groups are honoured: the first
 member of a group fixes the device of all members. The ``m-`` placers (Baechi, Jeon et al. 2020) also
-keep each device's memory — the parameters and outputs of the ops placed on it — within capacity.
+keep each device's memory within capacity, counted as the ops are placed (in about execution order):
+parameters stay resident (a group reserves all its members' parameters when its first member is
+placed); an op's outputs are live from the op until their last reader is placed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.placers import register_placer
 
-__all__ = ["tf_greedy", "heft", "m_topo", "m_etf"]
+__all__ = ["tf_greedy", "heft", "m_topo", "m_etf", "m_sct", "favourite_children"]
 
 
 class _Schedule:
@@ -36,9 +38,12 @@ class _Schedule:
         self.finish = np.zeros(n)
         self.free = np.zeros(D)
         self.memory = memory
+        # Memory as the ops are placed in (roughly) execution order: parameters stay resident, an output
+        # is live from its op until its last consumer is placed (then it is released on its device).
         self.used = np.zeros(D, dtype=np.int64)
         self.cap = cluster.memory_bytes
-        self.need = graph.param_bytes + graph.out_alloc_total  # Baechi: permanent + output memory
+        self.need = graph.param_bytes + graph.out_alloc_total
+        self.readers_left = np.diff(graph.tensor_pair_ptr).astype(np.int64)
         # co-location groups: ops sharing a colocation_group move together
         groups: dict[str, list[int]] = {}
         for i, op in enumerate(graph.ops):
@@ -50,7 +55,7 @@ class _Schedule:
             self.group_of[members] = len(self.group_members)
             self.group_members.append(np.array(members))
         self.group_dev = np.full(len(self.group_members), -1, dtype=np.int64)
-        self.group_need = np.array([self.need[m].sum() for m in self.group_members], dtype=np.int64)
+        self.group_need = np.array([graph.param_bytes[m].sum() for m in self.group_members], dtype=np.int64)
         self.group_ok = np.array([self.ok[m].all(axis=0) for m in self.group_members]).reshape(-1, D)
         # inputs of each op: (producer, bytes)
         self.inputs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
@@ -65,7 +70,8 @@ class _Schedule:
             return np.array([self.group_dev[gi]])
         ok = self.group_ok[gi] if gi >= 0 else self.ok[i]
         if self.memory:
-            need = self.group_need[gi] if gi >= 0 else self.need[i]
+            # a group reserves all its members' parameters when its first member is placed
+            need = self.g.out_alloc_total[i] + (self.group_need[gi] if gi >= 0 else self.g.param_bytes[i])
             ok = ok & (self.used + need <= self.cap)
         return np.flatnonzero(ok)
 
@@ -88,13 +94,20 @@ class _Schedule:
         self.dev[i] = d
         self.finish[i] = start + self.times[i, d]
         self.free[d] = self.finish[i]
+        g = self.g
         gi = self.group_of[i]
         if gi >= 0:
             if self.group_dev[gi] < 0:
                 self.group_dev[gi] = d
                 self.used[d] += self.group_need[gi]
         else:
-            self.used[d] += self.need[i]
+            self.used[d] += g.param_bytes[i]
+        self.used[d] += g.out_alloc_total[i] - g.unconsumed_alloc[i]  # outputs nobody reads die at once
+        for q in g.in_pair[g.in_ptr[i]:g.in_ptr[i + 1]]:              # inputs whose last reader this is
+            t = g.pair_tensor[q]
+            self.readers_left[t] -= 1
+            if self.readers_left[t] == 0:
+                self.used[self.dev[g.tensor_src[t]]] -= g.tensor_alloc[t]
 
     def fail(self, i: int, method: str) -> InfeasibleError:
         op = self.g.ops[i]
@@ -215,13 +228,15 @@ def m_topo(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
     return s.placement("m-topo")
 
 
-@register_placer("m-etf", description="Baechi m-ETF: repeatedly start the ready op that can start earliest "
-                 "on any device with memory left", paper="Jeon et al. 2020 (Baechi) §4.2", memory_aware=True)
-def m_etf(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+def _m_etf(graph: Graph, cluster: Cluster, method: str, favourite_parent: np.ndarray | None = None,
+           **meta) -> Placement:
     """Earliest Task First with memory. One heap per device holds the ready ops keyed by when their inputs
     can be there; the next (op, device) is the pair with the earliest start ``max(device free, inputs
     there)``, ties to the smaller data-ready time, then topological rank. Memory only grows, so an op that
-    no longer fits a device is dropped from that device's heap for good. O(n D log n)."""
+    no longer fits a device is dropped from that device's heap for good. O(n D log n).
+
+    With ``favourite_parent`` (m-SCT), an op whose favourite parent is placed goes to that parent's device
+    when it has room there, hiding the transfer between them."""
     s = _Schedule(graph, cluster, memory=True)
     D = cluster.n_devices
     indeg = _predecessor_counts(graph)
@@ -229,10 +244,16 @@ def m_etf(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placemen
     rank = graph.rank
     waiting = np.zeros(graph.n_ops, dtype=np.int64)  # devices an op is still queued on
 
-    def release(i: int) -> None:
+    pinned = np.zeros(graph.n_ops, dtype=bool)
+
+    def release(i: int, pin: bool = True) -> None:
         cands = s.candidates(i)
         if len(cands) == 0:
-            raise s.fail(i, "m-etf")
+            raise s.fail(i, method)
+        if pin and favourite_parent is not None and favourite_parent[i] >= 0:
+            home = s.dev[favourite_parent[i]]
+            if home in cands and len(cands) > 1:
+                cands, pinned[i] = np.array([home]), True
         for d in cands:
             heapq.heappush(heaps[d], (s.ready_time(i, int(d)), int(rank[i]), i))
         waiting[i] = len(cands)
@@ -254,14 +275,17 @@ def m_etf(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placemen
                     heapq.heappop(h)
                     waiting[i] -= 1
                     if waiting[i] == 0:
-                        raise s.fail(i, "m-etf")
+                        if not pinned[i]:
+                            raise s.fail(i, method)
+                        pinned[i] = False   # the favourite parent's device filled up: go anywhere
+                        release(i, pin=False)
                     continue
                 key = (max(s.free[d], r), r, rk, d)
                 if best is None or key < best[0]:
                     best = (key, i)
                 break
         if best is None:
-            raise InfeasibleError(f"m-etf: {graph.n_ops - placed} ops could not be scheduled on cluster "
+            raise InfeasibleError(f"{method}: {graph.n_ops - placed} ops could not be scheduled on cluster "
                                   f"{cluster.name!r}")
         (start, _, _, d), i = best
         heapq.heappop(heaps[d])
@@ -271,4 +295,92 @@ def m_etf(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placemen
             indeg[c] -= 1
             if indeg[c] == 0:
                 release(int(c))
-    return s.placement("m-etf", estimated_step_time_s=float(s.finish.max(initial=0.0)))
+    return s.placement(method, estimated_step_time_s=float(s.finish.max(initial=0.0)), **meta)
+
+
+@register_placer("m-etf", description="Baechi m-ETF: repeatedly start the ready op that can start earliest "
+                 "on any device with memory left", paper="Jeon et al. 2020 (Baechi) §4.2", memory_aware=True)
+def m_etf(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    return _m_etf(graph, cluster, "m-etf")
+
+
+def favourite_children(graph: Graph, cluster: Cluster, *, budget: float | None = None) -> tuple[np.ndarray, str]:
+    """Each op's favourite parent (or -1) for m-SCT, and how it was found (``"lp"`` or ``"greedy"``).
+
+    The SCT relaxation (Hanen & Munier 1995, as in Baechi §4.3): for every data edge i->j a variable
+    ``x_ij`` in [0, 1] (0: j is i's favourite child, the transfer is hidden), with at most one favourite
+    child per op and one favourite parent per op (``sum_j x_ij >= |succ(i)| - 1``,
+    ``sum_i x_ij >= |pred(j)| - 1``), ``s_j >= s_i + p_i + c_ij x_ij`` and ``w >= s_i + p_i``; minimise
+    ``w``; ``x_ij < 1/2`` makes j the favourite. Solved with GLOP within half the budget; where it does not
+    finish (large graphs) the favourites are a greedy matching of the edges by decreasing transfer time
+    under the same one-child/one-parent limits.
+    """
+    times = op_time_matrix(graph, cluster)
+    p = np.nanmean(np.where(np.isfinite(times), times, np.nan), axis=1)
+    src, dst, nbytes = graph.edges()
+    n = graph.n_ops
+    key, inv = np.unique(src * n + dst, return_inverse=True)
+    es, ed = key // n, key % n
+    eb = np.zeros(len(key))
+    np.add.at(eb, inv.ravel(), nbytes)
+    off = ~np.eye(cluster.n_devices, dtype=bool)
+    comm = (cluster.latency[off].mean() + eb / cluster.bandwidth[off].mean()) if off.any() else np.zeros(len(key))
+    fav_parent = np.full(n, -1, dtype=np.int64)
+    x = _sct_lp(n, es, ed, p, comm, time_limit=0.5 * (budget if budget is not None else 60.0))
+    how = "lp"
+    if x is None:
+        how, x = "greedy", None
+    if x is not None:
+        order = np.argsort(x, kind="stable")
+        chosen = order[x[order] < 0.5]
+    else:
+        chosen = np.argsort(-comm, kind="stable")
+    has_child = np.zeros(n, dtype=bool)
+    for e in chosen:
+        a, b = int(es[e]), int(ed[e])
+        if not has_child[a] and fav_parent[b] < 0:
+            has_child[a], fav_parent[b] = True, a
+    return fav_parent, how
+
+
+def _sct_lp(n, es, ed, p, comm, *, time_limit: float, max_edges: int = 20000) -> np.ndarray | None:
+    """The SCT LP with GLOP; None if it is too large or unsolved within ``time_limit`` seconds."""
+    if len(es) > max_edges:
+        return None
+    from ortools.linear_solver import pywraplp
+
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    inf = solver.infinity()
+    S = [solver.NumVar(0, inf, "") for _ in range(n)]
+    X = [solver.NumVar(0, 1, "") for _ in range(len(es))]
+    W = solver.NumVar(0, inf, "w")
+    succ: list[list[int]] = [[] for _ in range(n)]
+    pred: list[list[int]] = [[] for _ in range(n)]
+    for e, (a, b) in enumerate(zip(es.tolist(), ed.tolist())):
+        ct = solver.Constraint(float(p[a]), inf)
+        ct.SetCoefficient(S[b], 1)
+        ct.SetCoefficient(S[a], -1)
+        ct.SetCoefficient(X[e], -float(comm[e]))
+        succ[a].append(e)
+        pred[b].append(e)
+    for i in range(n):
+        for edges in (succ[i], pred[i]):
+            if edges:
+                ct = solver.Constraint(len(edges) - 1, inf)
+                for e in edges:
+                    ct.SetCoefficient(X[e], 1)
+        ct = solver.Constraint(float(p[i]), inf)
+        ct.SetCoefficient(W, 1)
+        ct.SetCoefficient(S[i], -1)
+    solver.Minimize(W)
+    solver.SetTimeLimit(int(max(time_limit, 0.1) * 1000))
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        return None
+    return np.array([v.solution_value() for v in X])
+
+
+@register_placer("m-sct", description="Baechi m-SCT: m-ETF where each op's favourite child (from the SCT LP) "
+                 "joins its device", paper="Jeon et al. 2020 (Baechi) §4.3; Hanen & Munier 1995", memory_aware=True)
+def m_sct(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    fav_parent, how = favourite_children(graph, cluster, budget=budget)
+    return _m_etf(graph, cluster, "m-sct", fav_parent, favourites=how)

@@ -39,9 +39,9 @@ def mlp_training_graph(batch: int = 512, hidden: int = 4096, layers: int = 8, in
         meta = {"layer": k}
         ops += [
             Op(f"{s}.weight", "parameter", outputs=_t(d_in, d_out), param_bytes=4 * d_in * d_out, phase="forward",
-               colocation_group=f"{s}.weight", scope=s, meta=meta),
+               colocation_group=f"{s}.weight", scope=s, meta={**meta, "view": True}),
             Op(f"{s}.bias", "parameter", outputs=_t(d_out), param_bytes=4 * d_out, phase="forward",
-               colocation_group=f"{s}.bias", scope=s, meta=meta),
+               colocation_group=f"{s}.bias", scope=s, meta={**meta, "view": True}),
             Op(f"{s}.matmul", "mm", [h, f"{s}.weight"], outputs=_t(B, d_out), flops=2.0 * B * d_in * d_out,
                phase="forward", scope=s, meta=meta),
             Op(f"{s}.add", "add", [f"{s}.matmul", f"{s}.bias"], outputs=_t(B, d_out), flops=float(B * d_out),
