@@ -63,3 +63,17 @@ def test_infeasible_group_and_unknown_rule():
         grouped_graph(g, group_ops(g), cl)
     with pytest.raises(UnknownNameError, match="unknown grouping rule 'magic'"):
         group_ops(g, rules=("magic",))
+
+
+def test_metis_coarsening_keeps_groups_whole():
+    from autoplace.cluster import get_cluster
+    from autoplace.grouping import coarsen
+    from autoplace.zoo import build_graph
+
+    g = build_graph("toy-mlp", layers=6)
+    base = group_ops(g)
+    coarse = coarsen(g, base, 4, get_cluster("k80x2"))
+    assert 2 <= coarse.n_groups <= 4 < base.n_groups
+    for k in range(base.n_groups):  # each original group lands in exactly one coarse group
+        assert len(set(coarse.group[base.members(k)].tolist())) == 1
+    assert coarsen(g, base, 10_000, get_cluster("k80x2")) is base

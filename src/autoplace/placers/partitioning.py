@@ -28,36 +28,15 @@ import numpy as np
 from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
-from autoplace.grouping import GroupGraph, group_ops, grouped_graph
+from autoplace.grouping import GroupGraph, group_ops, grouped_graph, weighted_csr
 from autoplace.placement import Placement
 from autoplace.placers import register_placer
 
-__all__ = ["scotch", "mincut", "metis", "ScotchMissingError", "weighted_csr"]
+__all__ = ["scotch", "mincut", "metis", "ScotchMissingError"]
 
 
 class ScotchMissingError(AutoplaceError):
     """The Scotch command-line tools are not installed (Debian package ``scotch``)."""
-
-
-def weighted_csr(gg: GroupGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Undirected CSR of a group graph: ``(xadj, adjncy, vertex_weights, edge_weights)``, all positive ints."""
-    G = gg.n_groups
-    times = np.where(gg.feasible, gg.times, np.inf).min(axis=1) if gg.times is not None else gg.flops
-    vw = np.maximum(1, np.round(np.asarray(times) * 1e6)).astype(np.int64)
-    a, b = np.minimum(gg.edge_src, gg.edge_dst), np.maximum(gg.edge_src, gg.edge_dst)
-    key, inv = np.unique(a * G + b, return_inverse=True)
-    kib = np.zeros(len(key))
-    np.add.at(kib, inv.ravel(), gg.edge_bytes / 1024.0)
-    u, v = key // G, key % G
-    w = np.maximum(1, np.round(kib)).astype(np.int64)
-    src = np.concatenate([u, v])
-    dst = np.concatenate([v, u])
-    ew = np.concatenate([w, w])
-    order = np.lexsort((dst, src))
-    src, dst, ew = src[order], dst[order], ew[order]
-    xadj = np.zeros(G + 1, dtype=np.int64)
-    np.add.at(xadj, src + 1, 1)
-    return np.cumsum(xadj), dst.astype(np.int64), vw, ew
 
 
 def _finish(graph: Graph, cluster: Cluster, gg: GroupGraph, group_dev: np.ndarray, method: str, **meta) -> Placement:

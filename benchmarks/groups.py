@@ -1,0 +1,30 @@
+"""Co-location group counts beside Mirhoseini et al. 2017 Table 1 (issue #4).
+
+    .venv/bin/python benchmarks/groups.py
+"""
+
+from __future__ import annotations
+
+import sys
+
+TABLE1 = {"rnnlm-2": (8943, 188), "nmt-2": (22097, 280), "inception-v3": (31180, 83)}
+RULESETS = [("colocation",), ("colocation", "structure"), ("colocation", "single-consumer"),
+            ("colocation", "single-consumer", "structure")]
+
+
+def main() -> int:
+    from autoplace.grouping import group_ops
+    from autoplace.zoo import build_graph
+
+    print("| model | ops (ours / paper) | colocation | + structure | + single-consumer | all rules | paper's groups |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, (paper_ops, paper_groups) in TABLE1.items():
+        g = build_graph(name)
+        counts = [group_ops(g, rules).n_groups for rules in RULESETS]
+        print(f"| {name} | {g.n_ops:,} / {paper_ops:,} | " + " | ".join(f"{c:,}" for c in counts)
+              + f" | {paper_groups} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
