@@ -170,3 +170,24 @@ def test_place_refine(tmp_path, capsys):
     a, b = json.loads(base.read_text()), json.loads(refined.read_text())
     assert b["method"] == "metis+ls" and b["refined_from"] == "metis"
     assert b["result"]["step_time_s"] <= a["result"]["step_time_s"] * (1 + 1e-9)
+
+
+def test_no_feasible_placement_exit_3(tmp_path, capsys):
+    small = {"format": "autoplace.cluster/v1", "name": "small", "devices": [
+        {"name": "cpu:0", "type": "cpu", "memory_bytes": 1000, "peak_flops": 1e11, "memory_bandwidth": 1e10},
+        {"name": "gpu:0", "type": "gpu", "memory_bytes": 1000, "peak_flops": 1e12, "memory_bandwidth": 1e11}],
+        "default_link": {"bandwidth": 1e10, "latency_s": 1e-5}}
+    c = write(tmp_path, "c.json", small)
+    out = tmp_path / "p.json"
+    rc, _, err = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", c, "-m", "m-etf", "-o", str(out))
+    assert rc == 3 and "m-etf: no device can take op" in err and "memory" in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_compare_includes_cp_sat_bound(capsys):
+    rc, out, _ = run(capsys, "compare", "toy-mlp", "-P", "layers=1", "-c", "k80x2", "--methods",
+                     "single-gpu,cp-sat", "--json", "--budget", "10")
+    doc = json.loads(out)
+    assert rc == 0 and doc["bounds"]["cp_sat_s"] is not None
+    assert doc["bounds"]["best_s"] >= doc["bounds"]["critical_path_s"]
+    assert all(r["gap_to_bound"] >= -1e-6 for r in doc["rows"])

@@ -25,10 +25,11 @@ __all__ = ["Bounds", "lower_bounds"]
 class Bounds:
     critical_path: float
     load: float
+    cp_sat: float | None = None  # CP-SAT's proven bound, when it solved an op-level model
 
     @property
     def best(self) -> float:
-        return max(self.critical_path, self.load)
+        return max(self.critical_path, self.load, self.cp_sat or 0.0)
 
     def gap(self, step_time: float) -> float:
         """How far ``step_time`` is above the best bound, as a fraction (0 = provably optimal)."""

@@ -226,7 +226,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"graph": graph.name, "cluster": cluster.name, "ops": graph.n_ops,
                      "bounds": {"critical_path_s": bounds.critical_path, "load_s": bounds.load,
-                                "best_s": bounds.best},
+                                "cp_sat_s": bounds.cp_sat, "best_s": bounds.best},
                      "rows": [
             {"method": r.method, "step_time_s": r.result.step_time if r.result else None,
              "ok": bool(r.result is not None and r.result.ok), "error": r.error,
@@ -252,8 +252,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
                            f"{100 * gap:.0f}%" if np.isfinite(gap) else "-",
                            *[fmt_bytes(p) if p else "-" for p in r.result.peak_memory], status,
                            fmt_time(r.search_time_s)])
-    footer = (f"lower bounds: critical path {fmt_time(bounds.critical_path)}, load {fmt_time(bounds.load)}; "
-              f"gap = step time / best bound - 1")
+    footer = (f"lower bounds: critical path {fmt_time(bounds.critical_path)}, load {fmt_time(bounds.load)}"
+              + (f", CP-SAT {fmt_time(bounds.cp_sat)}" if bounds.cp_sat else "")
+              + "; gap = step time / best bound - 1")
     if args.markdown:
         print(markdown_table(header, table_rows))
         print(f"\n{footer}")

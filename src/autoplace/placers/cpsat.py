@@ -159,8 +159,10 @@ def solve_cp_sat(graph: Graph, cluster: Cluster, *, budget: float | None = None,
         raise InfeasibleError(f"cp-sat: {name.lower()} within {solver.parameters.max_time_in_seconds:g} s "
                               f"(memory too small, or no solution found in time)")
     task_dev = np.array([next(d for d in range(D) if (k, d) in x and solver.Value(x[k, d])) for k in range(K)])
-    return CPSatResult(name, solver.ObjectiveValue() * unit, solver.BestObjectiveBound() * unit,
-                       task_dev[task], K)
+    # durations and delays were rounded up to whole units: a path of K tasks (and K transfers) can gain up
+    # to 2K units, so the reported bound gives them back to stay a valid lower bound in seconds
+    bound = max(0.0, (solver.BestObjectiveBound() - 2 * K) * unit)
+    return CPSatResult(name, solver.ObjectiveValue() * unit, bound, task_dev[task], K)
 
 
 @register_placer("cp-sat", description="exact placement and schedule with OR-Tools CP-SAT (ops, or up to 60 "
