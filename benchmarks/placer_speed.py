@@ -23,7 +23,7 @@ def main(argv=None) -> int:
     from autoplace.zoo import build_graph
 
     cluster = get_cluster(args.cluster)
-    print(f"| graph | ops | method | placement time | simulated step | OOM | note |")
+    print("| graph | ops | method | placement time | simulated step | OOM | note |")
     print("|---|---:|---|---:|---:|---|---|")
     for name in args.graphs.split(","):
         g = build_graph(name)

@@ -17,7 +17,6 @@ fastest feasible device. None of them looks at memory: a placement that does not
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -93,8 +92,7 @@ def _scotch_map(gg: GroupGraph, cluster: Cluster, devices: list[int], seed) -> n
         t = Path(tmp)
         _write_grf(t / "arch.grf", np.array(arch_xadj), np.array(arch_adj), arch_vw, np.array(arch_ew))
         _write_grf(t / "graph.grf", xadj, adjncy, vw, ew)
-        env = {**os.environ}
-        run = dict(capture_output=True, text=True, env=env, timeout=600)
+        run = dict(capture_output=True, text=True, timeout=600)
         r = subprocess.run([amk, str(t / "arch.grf"), str(t / "arch.tgt")], **run)
         if r.returncode != 0:
             raise AutoplaceError(f"amk_grf failed: {' '.join(r.stderr.split())[:200]}")
