@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoplace.cluster import Cluster
-from autoplace.cost import op_time_matrix
+from autoplace.cost import fastest_op_times
 from autoplace.graph import Graph
 
 __all__ = ["Bounds", "lower_bounds"]
@@ -37,7 +37,6 @@ class Bounds:
 
 
 def lower_bounds(graph: Graph, cluster: Cluster, op_times: np.ndarray | None = None) -> Bounds:
-    times = op_time_matrix(graph, cluster) if op_times is None else op_times
-    fastest = times.min(axis=1)
+    fastest = fastest_op_times(graph, cluster, op_times)
     return Bounds(critical_path=graph.longest_path(fastest),
                   load=float(fastest.sum() / cluster.concurrency.sum()))

@@ -339,6 +339,14 @@ class Graph:
         pairs = self.in_pair[self.in_ptr[i]:self.in_ptr[i + 1]]
         return np.unique(self.tensor_src[self.pair_tensor[pairs]])
 
+    def colocation_groups(self) -> dict[str, np.ndarray]:
+        """Each ``colocation_group`` name and its member ops (indices, in file order)."""
+        groups: dict[str, list[int]] = {}
+        for i, op in enumerate(self.ops):
+            if op.colocation_group is not None:
+                groups.setdefault(op.colocation_group, []).append(i)
+        return {name: np.array(members, dtype=np.int64) for name, members in groups.items()}
+
     def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(src, dst, bytes)`` arrays, one row per (tensor, consumer) pair."""
         return self.tensor_src[self.pair_tensor], self.pair_op.copy(), self.tensor_bytes[self.pair_tensor]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import replace
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -428,7 +429,7 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
                 producer = ref[g][0].split(":")[0]
                 i = by_name.get(producer)
                 if i is not None and ops[i].phase == "backward" and ops[i].colocation_group is None:
-                    ops[i] = _replace(ops[i], colocation_group=pname)
+                    ops[i] = replace(ops[i], colocation_group=pname)
     return Graph(ops, name=name, meta={"captured_from": "pytorch", "training": training})
 
 
@@ -442,11 +443,6 @@ def _flatten(x: Any) -> Iterator[Any]:
     else:
         yield x
 
-
-def _replace(op: Op, **changes: Any) -> Op:
-    from dataclasses import replace
-
-    return replace(op, **changes)
 
 
 # ---------------------------------------------------------------------- user factories

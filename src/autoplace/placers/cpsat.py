@@ -131,12 +131,8 @@ def solve_cp_sat(graph: Graph, cluster: Cluster, *, budget: float | None = None,
             for db in range(D):
                 if da != db and (a, da) in x and (b, db) in x:
                     m.Add(start[b] >= end[a] + q(c[da, db])).OnlyEnforceIf([x[a, da], x[b, db]])
-    groups: dict[str, set[int]] = {}
-    for i, op in enumerate(graph.ops):
-        if op.colocation_group is not None:
-            groups.setdefault(op.colocation_group, set()).add(int(task[i]))
-    for members in groups.values():
-        members = sorted(members)
+    for ops_of_group in graph.colocation_groups().values():
+        members = sorted(set(task[ops_of_group].tolist()))
         for k in members[1:]:
             for d in range(D):
                 a, b = x.get((members[0], d)), x.get((k, d))

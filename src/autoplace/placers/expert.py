@@ -98,11 +98,7 @@ def expert(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
 
 
 def _follow_groups_and_neighbours(graph: Graph, dev: np.ndarray, default: int) -> None:
-    groups: dict[str, list[int]] = {}
-    for i, op in enumerate(graph.ops):
-        if op.colocation_group is not None:
-            groups.setdefault(op.colocation_group, []).append(i)
-    for members in groups.values():
+    for members in graph.colocation_groups().values():
         placed = [dev[i] for i in members if dev[i] >= 0]
         if placed:
             d = np.bincount(placed).argmax()
@@ -128,11 +124,7 @@ def _follow_groups_and_neighbours(graph: Graph, dev: np.ndarray, default: int) -
 
 def _unify_groups(graph: Graph, dev: np.ndarray, ok: np.ndarray) -> None:
     """Co-location groups end on one device: the most common feasible one among their members."""
-    groups: dict[str, list[int]] = {}
-    for i, op in enumerate(graph.ops):
-        if op.colocation_group is not None:
-            groups.setdefault(op.colocation_group, []).append(i)
-    for name, members in groups.items():
+    for name, members in graph.colocation_groups().items():
         feasible = ok[members].all(axis=0)
         counts = np.bincount(dev[members], minlength=ok.shape[1]) * feasible
         if not feasible.any():

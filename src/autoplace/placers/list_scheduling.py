@@ -45,15 +45,10 @@ class _Schedule:
         self.need = graph.param_bytes + graph.out_alloc_total
         self.readers_left = np.diff(graph.tensor_pair_ptr).astype(np.int64)
         # co-location groups: ops sharing a colocation_group move together
-        groups: dict[str, list[int]] = {}
-        for i, op in enumerate(graph.ops):
-            if op.colocation_group is not None:
-                groups.setdefault(op.colocation_group, []).append(i)
+        self.group_members: list[np.ndarray] = list(graph.colocation_groups().values())
         self.group_of = np.full(n, -1, dtype=np.int64)
-        self.group_members: list[np.ndarray] = []
-        for members in groups.values():
-            self.group_of[members] = len(self.group_members)
-            self.group_members.append(np.array(members))
+        for k, members in enumerate(self.group_members):
+            self.group_of[members] = k
         self.group_dev = np.full(len(self.group_members), -1, dtype=np.int64)
         self.group_need = np.array([graph.param_bytes[m].sum() for m in self.group_members], dtype=np.int64)
         self.group_ok = np.array([self.ok[m].all(axis=0) for m in self.group_members]).reshape(-1, D)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autoplace.cluster import Cluster
-from autoplace.cost import check_runnable, op_time_matrix
+from autoplace.cost import check_runnable, fastest_op_times, op_time_matrix
 from autoplace.errors import PlacementError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
@@ -211,7 +211,7 @@ class Simulator:
     # ------------------------------------------------------------------ bounds
     def critical_path(self) -> float:
         """Longest path with every op on its fastest feasible device and free transfers."""
-        return self.graph.longest_path(self.op_times.min(axis=1))
+        return self.graph.longest_path(fastest_op_times(self.graph, self.cluster, self.op_times))
 
 
 def simulate(graph: Graph, cluster: Cluster, placement: Placement | np.ndarray | Sequence[int], *,
