@@ -346,6 +346,8 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
     ops: list[Op] = []
     ref: dict[fx.Node, list[str]] = {}        # node -> producer refs ("op" or "op:k") it stands for
     control: dict[fx.Node, list[str]] = {}    # non-tensor nodes -> the ops they depend on
+    scalars: dict[str, dict] = {}             # python-number nodes the executor recomputes (issue #5)
+    encode = _Encoder(ref, scalars)
     group_of: dict[str, str] = {}
     scope_of_param = {}
 
@@ -393,6 +395,9 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
         outs = _tensors(val)
         if outs is None or not isinstance(target, torch._ops.OpOverload) or getattr(target, "namespace", "") != "aten":
             control[node] = sorted(set(data + ctrl))  # python scalars, profiler markers: dependencies only
+            if _is_number(val):
+                scalars[node.name] = {"target": _target_name(target), "args": encode(list(node.args)),
+                                      "kwargs": encode(dict(node.kwargs))}
             continue
         opname = node.name
         short = target.overloadpacket.__name__
@@ -407,6 +412,8 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
         if short in VIEW_OPS:
             meta["bytes_touched"] = 0
             meta["view"] = True
+        meta["call"] = {"target": _target_name(target), "args": encode(list(node.args)),
+                        "kwargs": encode(dict(node.kwargs))}
         group = None
         if phase == "update":
             group = next((group_of[d.split(":")[0]] for d in data + ctrl if d.split(":")[0] in group_of), None)
@@ -430,7 +437,58 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
                 i = by_name.get(producer)
                 if i is not None and ops[i].phase == "backward" and ops[i].colocation_group is None:
                     ops[i] = replace(ops[i], colocation_group=pname)
-    return Graph(ops, name=name, meta={"captured_from": "pytorch", "training": training})
+    outputs = [encode(a) for a in _flatten(out_node.args[0]) if isinstance(a, fx.Node) and a in ref]
+    return Graph(ops, name=name, meta={"captured_from": "pytorch", "training": training,
+                                       "program": {"outputs": outputs, "scalars": scalars}})
+
+
+def _is_number(val: Any) -> bool:
+    import torch
+
+    return isinstance(val, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _target_name(target: Any) -> str:
+    """``aten.addmm.default`` for aten overloads, ``operator.pow`` for Python operators."""
+    import torch
+
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    return f"{getattr(target, '__module__', None) or 'builtins'}.{target.__name__}".replace("_operator.", "operator.")
+
+
+class _Encoder:
+    """JSON form of an fx node's arguments: ``{"ref": "op:k"}`` for tensors, ``{"scalar": name}`` for
+    Python numbers computed in the program, tagged dicts for dtypes/devices/layouts."""
+
+    def __init__(self, ref: dict, scalars: dict):
+        self.ref, self.scalars = ref, scalars
+
+    def __call__(self, a: Any) -> Any:
+        import torch
+        import torch.fx as fx
+
+        if isinstance(a, fx.Node):
+            if a in self.ref:
+                return {"ref": self.ref[a][0]}
+            if a.name in self.scalars:
+                return {"scalar": a.name}
+            return {"opaque": a.name}
+        if isinstance(a, (list, tuple)):
+            return [self(x) for x in a]
+        if isinstance(a, dict):
+            return {k: self(v) for k, v in a.items()}
+        if isinstance(a, torch.dtype):
+            return {"dtype": str(a).removeprefix("torch.")}
+        if isinstance(a, torch.device):
+            return {"device": a.type}
+        if isinstance(a, torch.layout):
+            return {"layout": str(a).removeprefix("torch.")}
+        if isinstance(a, torch.memory_format):
+            return {"memory_format": str(a).removeprefix("torch.")}
+        if a is None or isinstance(a, (bool, int, float, str)):
+            return a
+        return {"opaque": repr(a)}
 
 
 def _flatten(x: Any) -> Iterator[Any]:

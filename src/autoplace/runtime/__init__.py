@@ -1,0 +1,15 @@
+"""Real execution of placed graphs (issue #5): executor, measured env, profiling, export.
+
+- :mod:`~autoplace.runtime.program` decodes a captured graph's aten program and cuts it per device;
+- :mod:`~autoplace.runtime.workers` runs a placement on one worker process per device and measures it;
+- :mod:`~autoplace.runtime.profile` measures op costs and the links between devices;
+- :mod:`~autoplace.runtime.export` writes a placement as runnable Python and an Accelerate device map.
+"""
+
+from autoplace.runtime.program import ExecutionError, Program, plan_all, run_reference, torch_device
+from autoplace.runtime.workers import MeasuredResult, WorkerPool, measure
+
+__all__ = [
+    "ExecutionError", "Program", "plan_all", "run_reference", "torch_device",
+    "MeasuredResult", "WorkerPool", "measure",
+]

@@ -1,0 +1,397 @@
+"""The executable form of a captured graph: decoded aten calls, synthetic inputs, per-device plans.
+
+A graph captured from PyTorch (issue #3) carries its aten program: every ``aten.*`` op has
+``meta["call"]`` (the overload and its arguments, tensors named by op reference) and the graph has
+``meta["program"]`` (its outputs and the Python-number nodes, e.g. Adam's bias corrections, that the
+program computes from tensors). :class:`Program` decodes that once; :func:`plan_device` cuts it into the
+part one device runs (its ops, what it receives and sends, and the write-after-read order that
+in-place updates need); :func:`run_reference` runs the whole program unplaced in this process.
+
+Values: parameters, buffers, optimizer state and inputs are not stored in graph files, so they are
+synthesised from a seed (:meth:`Program.make_input`): parameters uniform in ±1/sqrt(fan-in), variances
+one, optimizer state zero, float inputs normal, integer inputs (token ids, class labels) uniform below
+the bound their consumers imply (an embedding's rows, a loss's classes).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autoplace.errors import AutoplaceError
+from autoplace.graph import Graph, parse_input
+
+__all__ = ["ExecutionError", "Program", "DevicePlan", "plan_device", "run_reference", "torch_device"]
+
+PLACEHOLDER_TYPES = ("parameter", "buffer", "optimizer_state", "input")
+_SCALAR_FUNCS: dict[str, Callable] = {
+    **{f"operator.{n}": getattr(operator, n) for n in (
+        "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos", "abs", "eq", "ne", "lt", "le",
+        "gt", "ge", "and_", "or_", "not_")},
+    **{f"math.{n}": getattr(math, n) for n in ("sqrt", "exp", "log", "ceil", "floor", "pow")},
+    "builtins.abs": abs, "builtins.min": min, "builtins.max": max, "builtins.round": round,
+    "builtins.int": int, "builtins.float": float,
+}
+
+
+class ExecutionError(AutoplaceError):
+    """A graph cannot be executed (no aten program, an unknown op, a device this machine lacks)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TRef:
+    """A tensor argument: output ``k`` of op ``op`` (``k`` None: the op's single value)."""
+
+    op: int
+    k: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SRef:
+    """A Python-number argument computed by scalar node ``name``."""
+
+    name: str
+
+
+class _Device:
+    """Placeholder for a ``device=`` argument: the device the op runs on."""
+
+
+DEVICE = _Device()
+
+
+@dataclass
+class Call:
+    """One decoded aten call: the overload, its argument template and which argument it writes."""
+
+    fn: Any
+    args: list
+    kwargs: dict
+    tensor_refs: tuple[TRef, ...]  # every tensor the call reads (directly or through scalar nodes)
+    scalar_refs: tuple[str, ...]
+    mutates: TRef | None           # the argument an in-place op writes (aten ``add_`` ...)
+
+
+def torch_device(name: str) -> str:
+    """The torch device a cluster device runs on: ``cpu:1`` -> ``cpu`` (a worker process), ``cuda:1``."""
+    kind, _, idx = name.partition(":")
+    kind = kind.lower()
+    if kind in ("gpu", "cuda"):
+        return f"cuda:{idx or 0}"
+    if kind == "cpu":
+        return "cpu"
+    raise ExecutionError(f"device {name!r} cannot run here: real execution supports cpu:i and cuda:i devices")
+
+
+class Program:
+    """A captured graph decoded for execution (see the module docstring)."""
+
+    def __init__(self, graph: Graph):
+        prog = graph.meta.get("program")
+        if not isinstance(prog, dict):
+            raise ExecutionError(f"graph {graph.name!r} has no aten program (only graphs captured from PyTorch "
+                                 "with autoplace >= 0.5 run; re-capture it with 'autoplace capture')")
+        self.graph = graph
+        self._index = {op.name: i for i, op in enumerate(graph.ops)}
+        self.scalars: dict[str, tuple[Callable, list, dict]] = {}
+        self._scalar_json = prog.get("scalars", {})
+        for name in self._scalar_json:
+            self._decode_scalar(name)
+        self.calls: list[Call | None] = []
+        self.placeholders: list[int] = []
+        for i, op in enumerate(graph.ops):
+            call = op.meta.get("call")
+            if call is None:
+                if op.type not in PLACEHOLDER_TYPES:
+                    raise ExecutionError(f"op {op.name!r} ({op.type}) has no aten call to execute")
+                self.placeholders.append(i)
+                self.calls.append(None)
+            else:
+                self.calls.append(self._decode_call(op.name, call))
+        self.outputs: list[TRef] = [self._decode(o, "outputs") for o in prog.get("outputs", [])]
+        self.final_versions = self._final_versions()
+        self._int_high = self._integer_bounds()
+
+    # ------------------------------------------------------------------ decoding
+    def _decode(self, a: Any, where: str) -> Any:
+        import torch
+
+        if isinstance(a, list):
+            return [self._decode(x, where) for x in a]
+        if isinstance(a, dict):
+            if "ref" in a:
+                name, k = parse_input(a["ref"], self._index) if ":" in a["ref"] else (a["ref"], None)
+                if name not in self._index:
+                    raise ExecutionError(f"{where}: unknown tensor {a['ref']!r}")
+                return TRef(self._index[name], k)
+            if "scalar" in a:
+                return SRef(a["scalar"])
+            if "dtype" in a:
+                return getattr(torch, a["dtype"])
+            if "device" in a:
+                return DEVICE
+            if "layout" in a:
+                return getattr(torch, a["layout"])
+            if "memory_format" in a:
+                return getattr(torch, a["memory_format"])
+            raise ExecutionError(f"{where}: argument {a!r} cannot be executed")
+        return a
+
+    def _decode_kwargs(self, kw: dict, where: str) -> dict:
+        return {k: self._decode(v, where) for k, v in kw.items()}
+
+    def _decode_scalar(self, name: str) -> None:
+        spec = self._scalar_json[name]
+        fn = _resolve_target(spec["target"], f"scalar {name!r}")
+        self.scalars[name] = (fn, self._decode(spec["args"], f"scalar {name!r}"),
+                              self._decode_kwargs(spec.get("kwargs", {}), f"scalar {name!r}"))
+
+    def _decode_call(self, opname: str, call: dict) -> Call:
+        fn = _resolve_target(call["target"], f"op {opname!r}")
+        args = self._decode(call.get("args", []), f"op {opname!r}")
+        kwargs = self._decode_kwargs(call.get("kwargs", {}), f"op {opname!r}")
+        trefs: list[TRef] = []
+        srefs: list[str] = []
+        self._collect([args, kwargs], trefs, srefs)
+        mutates = None
+        schema = getattr(fn, "_schema", None)
+        if schema is not None and schema.is_mutable:
+            for j, arg in enumerate(schema.arguments):
+                if arg.alias_info is not None and arg.alias_info.is_write:
+                    val = args[j] if j < len(args) else kwargs.get(arg.name)
+                    if isinstance(val, TRef):
+                        mutates = val
+                    break
+        return Call(fn, args, kwargs, tuple(dict.fromkeys(trefs)), tuple(dict.fromkeys(srefs)), mutates)
+
+    def _collect(self, a: Any, trefs: list, srefs: list) -> None:
+        if isinstance(a, TRef):
+            trefs.append(a)
+        elif isinstance(a, SRef):
+            if a.name not in self.scalars:
+                raise ExecutionError(f"unknown scalar node {a.name!r}")
+            srefs.append(a.name)
+            _, sargs, skw = self.scalars[a.name]
+            self._collect([sargs, skw], trefs, srefs)
+        elif isinstance(a, list):
+            for x in a:
+                self._collect(x, trefs, srefs)
+        elif isinstance(a, dict):
+            for x in a.values():
+                self._collect(x, trefs, srefs)
+
+    def _final_versions(self) -> dict[str, TRef]:
+        """Each placeholder's value after the step: the last in-place op writing it (or itself)."""
+        root: dict[TRef, int] = {}
+        final = {self.graph.ops[i].name: TRef(i, None) for i in self.placeholders}
+        for i, c in enumerate(self.calls):
+            if c is None:
+                continue
+            base = None
+            if c.mutates is not None:
+                base = root.get(c.mutates, c.mutates.op if self.calls[c.mutates.op] is None else None)
+            if base is not None:
+                root[TRef(i, None)] = base
+                final[self.graph.ops[base].name] = TRef(i, None)
+        return final
+
+    def _integer_bounds(self) -> dict[int, int]:
+        """For integer placeholders: the exclusive upper bound their consumers allow."""
+        g = self.graph
+        high: dict[int, int] = {}
+        alias: dict[int, int] = {i: i for i in self.placeholders}  # views of placeholders -> placeholder
+        for i, c in enumerate(self.calls):
+            if c is None:
+                continue
+            name = g.ops[i].type.removeprefix("aten.")
+            args = c.args
+            if g.ops[i].meta.get("view") and args and isinstance(args[0], TRef) and args[0].op in alias:
+                alias[i] = alias[args[0].op]
+                continue
+            bound = None
+            if name == "embedding" and len(args) > 1 and isinstance(args[1], TRef):
+                bound = (args[1], self._shape(args[0])[0])
+            elif name in ("nll_loss_forward", "nll_loss2d_forward") and len(args) > 1 and isinstance(args[1], TRef):
+                shape = self._shape(args[0]) or (1,)
+                bound = (args[1], shape[1] if len(shape) > 1 else shape[0])
+            elif name in ("index_select", "gather") and len(args) > 2 and isinstance(args[2], TRef):
+                bound = (args[2], self._shape(args[0])[int(args[1])])
+            if bound is not None and bound[0].op in alias:
+                p = alias[bound[0].op]
+                high[p] = min(high.get(p, bound[1]), bound[1])
+        return high
+
+    def _shape(self, r: Any) -> tuple[int, ...]:
+        if not isinstance(r, TRef):
+            return (1,)
+        op = self.graph.ops[r.op]
+        return tuple(op.outputs[r.k or 0].shape) if op.outputs else (1,)
+
+    # ------------------------------------------------------------------ values
+    def make_input(self, i: int, seed: int, device: str = "cpu"):
+        """The synthetic initial value of placeholder op ``i`` (deterministic for ``seed``)."""
+        import torch
+
+        op = self.graph.ops[i]
+        spec = op.outputs[0]
+        dtype = getattr(torch, spec.dtype)
+        shape = tuple(spec.shape)
+        gen = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(op.name.encode())) % 2**63)
+        if dtype.is_floating_point:
+            if op.type == "optimizer_state":
+                t = torch.zeros(shape, dtype=dtype)
+            elif op.type == "buffer":
+                t = torch.ones(shape, dtype=dtype) if op.name.endswith("var") else torch.zeros(shape, dtype=dtype)
+            elif op.type == "parameter":
+                bound = 1.0 / math.sqrt(shape[-1]) if len(shape) >= 2 and shape[-1] else 0.1
+                t = (torch.rand(shape, generator=gen, dtype=dtype) * 2 - 1) * bound
+            else:
+                t = torch.randn(shape, generator=gen, dtype=dtype)
+        elif dtype == torch.bool:
+            t = torch.zeros(shape, dtype=dtype)
+        else:
+            high = self._int_high.get(i, 1) if op.type == "input" else 1
+            t = torch.randint(0, max(1, high), shape, generator=gen, dtype=dtype) if op.type == "input" \
+                else torch.zeros(shape, dtype=dtype)
+        return t.to(device)
+
+    def resolve(self, a: Any, get: Callable[[TRef], Any], scalar: Callable[[str], Any], device: str) -> Any:
+        t = type(a)
+        if t is TRef:
+            return get(a)
+        if t is list:
+            return [self.resolve(x, get, scalar, device) for x in a]
+        if t is SRef:
+            return scalar(a.name)
+        if a is DEVICE:
+            import torch
+
+            return torch.device(device)
+        if t is dict:
+            return {k: self.resolve(v, get, scalar, device) for k, v in a.items()}
+        return a
+
+
+def _resolve_target(target: str, where: str) -> Callable:
+    if target in _SCALAR_FUNCS:
+        return _SCALAR_FUNCS[target]
+    parts = target.split(".")
+    if parts[0] == "aten" and len(parts) == 3:
+        import torch
+
+        try:
+            return getattr(getattr(torch.ops.aten, parts[1]), parts[2])
+        except (AttributeError, RuntimeError):
+            pass
+    raise ExecutionError(f"{where}: unknown callable {target!r}")
+
+
+# ---------------------------------------------------------------------- per-device plans
+@dataclass
+class DevicePlan:
+    """What one device runs in a placed step.
+
+    ``ops``: its ops in program order; ``deps[i]``: the local ops op ``i`` waits for (data and
+    write-after-read); ``recv``: tensors it receives (ref -> source device); ``send``: for each
+    local tensor, the devices it is sent to (once per destination, Send/Recv)."""
+
+    device: int
+    ops: list[int]
+    deps: dict[int, list[int]]
+    recv: dict[TRef, int]
+    recv_users: dict[TRef, list[int]]
+    send: dict[TRef, list[int]]
+
+
+def plan_device(program: Program, assignment: np.ndarray, device: int) -> DevicePlan:
+    """Cut ``program`` for ``device`` under ``assignment`` (op index -> device index)."""
+    g = program.graph
+    ops = [i for i in range(g.n_ops) if assignment[i] == device]
+    local = set(ops)
+    deps: dict[int, list[int]] = {}
+    recv: dict[TRef, int] = {}
+    recv_users: dict[TRef, list[int]] = {}
+    send: dict[TRef, list[int]] = {}
+    readers: dict[Any, list[int]] = {}   # storage root -> local readers so far (program order)
+    root: dict[Any, Any] = {}
+
+    def root_of(r: TRef) -> Any:
+        if r.op in local:
+            return root.get(r.op, ("op", r.op))
+        return ("recv", r)
+
+    for i in ops:
+        c = program.calls[i]
+        if c is None:
+            deps[i] = []
+            continue
+        mine: list[int] = []
+        for r in c.tensor_refs:
+            src = int(assignment[r.op])
+            if src == device:
+                mine.append(r.op)
+            else:
+                rr = TRef(r.op, r.k)
+                recv.setdefault(rr, src)
+                recv_users.setdefault(rr, []).append(i)
+        if c.mutates is not None:
+            rt = root_of(c.mutates)
+            mine += [j for j in readers.get(rt, []) if j != i]
+            root[i] = rt
+        elif g.ops[i].meta.get("view") and c.args and isinstance(c.args[0], TRef):
+            root[i] = root_of(c.args[0])
+        for r in c.tensor_refs:
+            readers.setdefault(root_of(r), []).append(i)
+        deps[i] = sorted(set(mine) - {i})
+    return DevicePlan(device, ops, deps, recv, recv_users, {})
+
+
+def plan_all(program: Program, assignment: np.ndarray, n_devices: int) -> list[DevicePlan]:
+    """Plans for every device; fills each plan's ``send`` from the others' ``recv``."""
+    plans = [plan_device(program, assignment, d) for d in range(n_devices)]
+    for p in plans:
+        for r, src in p.recv.items():
+            plans[src].send.setdefault(r, []).append(p.device)
+    for p in plans:
+        p.send = {r: sorted(d) for r, d in p.send.items()}
+    return plans
+
+
+def get_value(env: dict, r: TRef) -> Any:
+    v = env[r.op]
+    return v if r.k is None else v[r.k]
+
+
+def run_reference(program: Program, *, seed: int = 0, steps: int = 1, device: str = "cpu",
+                  fetch: Sequence[str] = ()) -> dict[str, Any]:
+    """Run ``program`` unplaced in this process for ``steps`` steps; return its outputs and final state.
+
+    The result maps ``"output{j}"`` to the program's outputs (the loss first) and each placeholder name
+    to its value after the last step (parameters after their update)."""
+    g = program.graph
+    env: dict[int, Any] = {i: program.make_input(i, seed, device) for i in program.placeholders}
+    for _ in range(steps):
+        scal: dict[str, Any] = {}
+
+        def scalar(name: str, env=env, scal=scal) -> Any:
+            if name not in scal:
+                fn, a, kw = program.scalars[name]
+                scal[name] = fn(*program.resolve(a, lambda r: get_value(env, r), scalar, device),
+                                **program.resolve(kw, lambda r: get_value(env, r), scalar, device))
+            return scal[name]
+
+        for i in g.topological_order:
+            c = program.calls[i]
+            if c is None:
+                continue
+            env[i] = c.fn(*program.resolve(c.args, lambda r: get_value(env, r), scalar, device),
+                          **program.resolve(c.kwargs, lambda r: get_value(env, r), scalar, device))
+    out = {f"output{j}": get_value(env, r) for j, r in enumerate(program.outputs)}
+    out.update({name: get_value(env, r) for name, r in program.final_versions.items()})
+    return out

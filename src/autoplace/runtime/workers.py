@@ -1,0 +1,630 @@
+"""Device workers: one process per device, exchanging tensors through shared memory (Send/Recv).
+
+Each cluster device becomes a worker process (``spawn``), pinned to its own core(s) with its own intra-op
+threads (``cpu:i``) or driving ``cuda:i``. For a placement, the parent cuts the program per device
+(:func:`~autoplace.runtime.program.plan_all`), lays every cross-device tensor out in one shared-memory
+buffer (one slot per tensor and destination: each tensor is sent once per destination device), and each
+worker runs its ops as they become ready — the whitepaper's executor: a ready queue fed by local
+completions and by arriving tensors. A send is a copy into the slot followed by a store to the slot's
+flag; the receiver polls the flags of the tensors it still waits for and reads the slot in place.
+
+Failures never hang or crash the caller: a worker's Python error, an out-of-memory (the device's memory
+budget, counted over the tensors it holds, or CUDA's own), a dead worker or a timeout ends the run with a
+failing :class:`MeasuredResult`, and the pool is torn down (processes terminated, then killed) and
+restarted on the next run. Workers die with their parent (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autoplace.cluster import Cluster
+from autoplace.graph import Graph
+from autoplace.placement import Placement
+from autoplace.runtime.program import (
+    ExecutionError, Program, TRef, get_value, plan_all, torch_device,
+)
+
+__all__ = ["MeasuredResult", "WorkerPool", "measure"]
+
+DEFAULT_STEPS = 10
+DEFAULT_TIMEOUT_S = 120.0
+_ALIGN = 64
+
+
+@dataclass(frozen=True)
+class MeasuredResult:
+    """A placement's measured training step (Mirhoseini et al. 2017 §3.4: run N steps, drop the first,
+    average the rest). A failing run (OOM, a crashed worker, a timeout) has ``error`` set and an
+    infinite ``step_time``."""
+
+    step_time: float
+    device_names: tuple[str, ...]
+    peak_memory: np.ndarray
+    memory_capacity: np.ndarray
+    step_times: tuple[float, ...] = ()
+    busy_time: np.ndarray | None = None
+    n_transfers: int = 0
+    transfer_bytes: int = 0
+    error: str | None = None
+    outputs: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def oom_devices(self) -> tuple[str, ...]:
+        return tuple(n for n, p, c in zip(self.device_names, self.peak_memory, self.memory_capacity) if p > c)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.oom_devices
+
+    def to_dict(self) -> dict:
+        return {"step_time_s": self.step_time if self.ok else None, "ok": self.ok, "error": self.error,
+                "step_times_s": list(self.step_times), "n_transfers": self.n_transfers,
+                "transfer_bytes": self.transfer_bytes,
+                "devices": {n: {"peak_memory_bytes": int(p), "memory_bytes": int(c),
+                                **({"busy_s": float(b)} if self.busy_time is not None else {})}
+                            for n, p, c, b in zip(self.device_names, self.peak_memory, self.memory_capacity,
+                                                  self.busy_time if self.busy_time is not None
+                                                  else [0.0] * len(self.device_names))}}
+
+
+class _WorkerFailed(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------- the worker process
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:  # pragma: no cover - not Linux
+        pass
+
+
+class _DeviceRuntime:
+    """Worker-side state for one device: the program, the current plan and the resident tensors."""
+
+    def __init__(self, name: str, device: str, cores: list[int] | None):
+        self.name, self.device = name, device
+        if cores:
+            try:
+                os.sched_setaffinity(0, cores)
+            except (OSError, AttributeError):  # pragma: no cover
+                pass
+        import torch
+
+        torch.set_num_threads(max(1, len(cores or [0])))
+        if device.startswith("cuda"):  # pragma: no cover - no GPU in CI
+            torch.cuda.set_device(torch.device(device))
+        self.torch = torch
+        self.program: Program | None = None
+
+    # -------------------------------------------------------------- set-up
+    def load(self, graph: Graph) -> None:
+        self.program = Program(graph)
+
+    def setup(self, plan, transfers, shm, flags, seed: int, capacity: float, keep: set[int]) -> int:
+        torch = self.torch
+        prog = self.program
+        self.plan = plan
+        self.capacity = capacity
+        self.shm = shm
+        self.shm_ptr = shm.untyped_storage().data_ptr() if shm.numel() else -1
+        self.flags = flags.numpy()
+        self.slots: dict[int, Any] = {}
+        for tid, (ref, src, dst, off, shape, dtype) in enumerate(transfers):
+            if src == plan.device or dst == plan.device:
+                dt = getattr(torch, dtype)
+                n = int(np.prod(shape)) * dt.itemsize
+                self.slots[tid] = shm[off:off + n].view(dt).view(shape)
+        self.send_tids: dict[TRef, list[int]] = {}
+        self.recv_tid: list[tuple[int, TRef]] = []
+        for tid, (ref, src, dst, *_rest) in enumerate(transfers):
+            if src == plan.device:
+                self.send_tids.setdefault(ref, []).append(tid)
+            elif dst == plan.device:
+                self.recv_tid.append((tid, ref))
+        self.sends_of: dict[int, list[tuple[TRef, list[int]]]] = {}
+        for ref, tids in self.send_tids.items():
+            self.sends_of.setdefault(ref.op, []).append((ref, tids))
+        # dependency counts and successors (local deps + one per received tensor read)
+        self.n_deps = {i: len(plan.deps[i]) for i in plan.ops}
+        self.succ: dict[int, list[int]] = {i: [] for i in plan.ops}
+        for i in plan.ops:
+            for j in plan.deps[i]:
+                self.succ[j].append(i)
+        self.recv_users = {r: sorted(set(u)) for r, u in plan.recv_users.items()}
+        for r, users in self.recv_users.items():
+            for u in users:
+                self.n_deps[u] += 1
+        self.initial = [i for i in plan.ops if self.n_deps[i] == 0]
+        # values are dropped once their last local reader has run (readers run in any ready order)
+        self.reads: dict[int, list[Any]] = {i: [] for i in plan.ops}
+        self.refcount: dict[Any, int] = {}
+        for i in plan.ops:
+            c = prog.calls[i]
+            if c is None:
+                continue
+            for key in dict.fromkeys(r.op if r.op in self.n_deps else TRef(r.op, r.k) for r in c.tensor_refs):
+                if isinstance(key, TRef) or (prog.calls[key] is not None and key not in keep):
+                    self.reads[i].append(key)
+                    self.refcount[key] = self.refcount.get(key, 0) + 1
+        self.drop_now = {i for i in plan.ops if prog.calls[i] is not None and i not in keep
+                         and i not in self.refcount}
+        # resident state: this device's placeholders
+        self.env: dict[Any, Any] = {}
+        self.live: dict[int, list] = {}
+        self.live_bytes = 0
+        for i in plan.ops:
+            if prog.calls[i] is None:
+                self.env[i] = prog.make_input(i, seed, self.device)
+                self._hold(self.env[i])
+        self.resident = self.live_bytes
+        if self.resident > capacity:
+            raise MemoryError(f"{self.name}: its parameters and inputs need {self.resident} bytes, "
+                              f"over its {int(capacity)}-byte memory")
+        return self.resident
+
+    # -------------------------------------------------------------- memory accounting
+    def _tensors(self, v):
+        T = self.torch.Tensor
+        if isinstance(v, T):
+            return (v,)
+        if isinstance(v, (tuple, list)):
+            return tuple(t for t in v if isinstance(t, T))
+        return ()
+
+    def _hold(self, v) -> None:
+        for t in self._tensors(v):
+            st = t.untyped_storage()
+            key = st.data_ptr()
+            if key == self.shm_ptr:
+                continue
+            e = self.live.get(key)
+            if e is None:
+                self.live[key] = [st.nbytes(), 1]
+                self.live_bytes += st.nbytes()
+            else:
+                e[1] += 1
+
+    def _release(self, v) -> None:
+        for t in self._tensors(v):
+            key = t.untyped_storage().data_ptr()
+            e = self.live.get(key)
+            if e is None:
+                continue
+            e[1] -= 1
+            if e[1] == 0:
+                self.live_bytes -= e[0]
+                del self.live[key]
+
+    # -------------------------------------------------------------- one step
+    def step(self, step_id: int, profile: bool = False) -> tuple[float, float, float, float, dict | None]:
+        prog = self.program
+        plan = self.plan
+        env = self.env
+        calls = prog.calls
+        flags = self.flags
+        slots = self.slots
+        device = self.device
+        recv_users = self.recv_users
+        n_deps = dict(self.n_deps)
+        refs = dict(self.refcount)
+        ready = deque(self.initial)
+        waiting = list(self.recv_tid)
+        received_bytes = 0
+        peak = self.live_bytes
+        busy = 0.0
+        times: dict[int, float] | None = {} if profile else None
+        scal: dict[str, Any] = {}
+        local = self.n_deps  # membership test for local ops
+        pc = time.perf_counter
+
+        def get(r: TRef):
+            if r.op in local:
+                v = env[r.op]
+                return v if r.k is None else v[r.k]
+            return env[r]
+
+        def scalar(name: str):
+            if name not in scal:
+                fn, a, kw = prog.scalars[name]
+                scal[name] = fn(*prog.resolve(a, get, scalar, device), **prog.resolve(kw, get, scalar, device))
+            return scal[name]
+
+        cuda = device.startswith("cuda")
+        t_start = pc()
+        remaining = len(plan.ops)
+        spins = 0
+        while remaining:
+            if ready:
+                i = ready.popleft()
+                t0 = pc()
+                c = calls[i]
+                if c is not None:
+                    if self.live_bytes + self._out_bytes[i] > self.capacity:
+                        raise MemoryError(f"{self.name} ran out of memory at op {prog.graph.ops[i].name!r}: "
+                                          f"{self.live_bytes + self._out_bytes[i]} bytes over its "
+                                          f"{int(self.capacity)}-byte budget")
+                    try:
+                        val = c.fn(*prog.resolve(c.args, get, scalar, device),
+                                   **prog.resolve(c.kwargs, get, scalar, device))
+                    except MemoryError:
+                        raise
+                    except Exception as e:  # noqa: BLE001
+                        raise RuntimeError(f"op {prog.graph.ops[i].name!r}: {type(e).__name__}: {e}") from None
+                    env[i] = val
+                    self._hold(val)
+                    if self.live_bytes > peak:
+                        peak = self.live_bytes
+                for ref, tids in self.sends_of.get(i, ()):
+                    v = get(ref)
+                    for tid in tids:
+                        slots[tid].copy_(v)
+                        flags[tid] = step_id
+                for key in self.reads[i]:
+                    refs[key] -= 1
+                    if refs[key] == 0:
+                        v = env.pop(key)
+                        if type(key) is TRef:
+                            self.live_bytes -= v.numel() * v.element_size()
+                        else:
+                            self._release(v)
+                if i in self.drop_now:
+                    self._release(env.pop(i))
+                for s in self.succ[i]:
+                    n_deps[s] -= 1
+                    if n_deps[s] == 0:
+                        ready.append(s)
+                remaining -= 1
+                t1 = pc()
+                busy += t1 - t0
+                if times is not None:
+                    if cuda:  # pragma: no cover
+                        self.torch.cuda.synchronize()
+                        t1 = pc()
+                    times[i] = t1 - t0
+            else:
+                arrived = False
+                for n, (tid, ref) in enumerate(waiting):
+                    if flags[tid] == step_id:
+                        del waiting[n]
+                        v = slots[tid] if not cuda else slots[tid].to(device)
+                        env[ref] = v
+                        received_bytes += v.numel() * v.element_size()
+                        self.live_bytes += v.numel() * v.element_size()
+                        if self.live_bytes > peak:
+                            peak = self.live_bytes
+                        for u in recv_users[ref]:
+                            n_deps[u] -= 1
+                            if n_deps[u] == 0:
+                                ready.append(u)
+                        arrived = True
+                        break
+                if not arrived:
+                    spins += 1
+                    if spins % 100000 == 0 and os.getppid() == 1:  # parent gone
+                        os._exit(1)
+        if cuda:  # pragma: no cover
+            self.torch.cuda.synchronize()
+        t_end = pc()
+        return t_start, t_end, float(peak), busy, times
+
+    def finish_setup(self) -> None:
+        """Output sizes per op, for the memory check before each op (the graph's declared outputs)."""
+        g = self.program.graph
+        self._out_bytes = {}
+        for i in self.plan.ops:
+            op = g.ops[i]
+            self._out_bytes[i] = 0 if op.meta.get("view") or self.program.calls[i] is None or \
+                self.program.calls[i].mutates is not None else sum(op.out_bytes)
+
+    def fetch(self, refs: list[TRef]) -> list:
+        out = []
+        for r in refs:
+            v = self.env[r.op] if r.op in self.n_deps else None
+            if v is not None and r.k is not None:
+                v = v[r.k]
+            out.append(v.detach().to("cpu").clone() if v is not None else None)
+        return out
+
+
+def _worker_main(conn, name: str, device: str, cores: list[int] | None) -> None:
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and tears us down
+    try:
+        rt = _DeviceRuntime(name, device, cores)
+        conn.send(("ready", os.getpid()))
+    except Exception as e:  # noqa: BLE001
+        conn.send(("error", f"{name}: cannot start: {type(e).__name__}: {e}"))
+        return
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        cmd = msg[0]
+        try:
+            if cmd == "exit":
+                return
+            if cmd == "load":
+                rt.load(msg[1])
+                conn.send(("ok",))
+            elif cmd == "setup":
+                resident = rt.setup(*msg[1:])
+                rt.finish_setup()
+                conn.send(("ok", resident))
+            elif cmd == "step":
+                conn.send(("done",) + rt.step(msg[1], profile=msg[2]))
+            elif cmd == "fetch":
+                conn.send(("values", rt.fetch(msg[1])))
+            elif cmd == "call":  # run a function in the worker (profiling, link tests)
+                conn.send(("ok", msg[1](rt, *msg[2:])))
+            else:
+                conn.send(("error", f"{name}: unknown command {cmd!r}"))
+        except MemoryError as e:
+            conn.send(("oom", str(e)))
+        except Exception as e:  # noqa: BLE001 - every failure becomes a failing result in the parent
+            text = " ".join(str(e).split())[:300]
+            if "out of memory" in text.lower():
+                conn.send(("oom", f"{name}: {text}"))
+            else:
+                conn.send(("error", f"{name}: {type(e).__name__}: {text}"))
+
+
+# ---------------------------------------------------------------------- the parent side
+_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:  # pragma: no cover - interpreter exit
+    for p in list(_POOLS):
+        p.close()
+
+
+def _cores_of(device, index: int) -> list[int] | None:
+    if not device.name.lower().startswith("cpu"):
+        return None
+    aff = device.meta.get("affinity")
+    if aff:
+        return [int(c) for c in aff]
+    n = os.cpu_count() or 1
+    return [int(device.name.partition(":")[2] or index) % n]
+
+
+class WorkerPool:
+    """One worker process per device of ``cluster`` (started lazily, restarted after a failure).
+
+    Use as a context manager, or call :meth:`close`; pools left open are closed at exit."""
+
+    def __init__(self, cluster: Cluster, *, timeout: float = DEFAULT_TIMEOUT_S):
+        self.cluster = cluster
+        self.timeout = float(timeout)
+        self.devices = [torch_device(d.name) for d in cluster.devices]
+        self._procs: list = []
+        self._conns: list = []
+        self._graph: Graph | None = None
+        self._loaded: int | None = None
+        _POOLS.add(self)
+
+    # -------------------------------------------------------------- lifecycle
+    @property
+    def alive(self) -> bool:
+        return bool(self._procs) and all(p.is_alive() for p in self._procs)
+
+    def start(self) -> None:
+        if self.alive:
+            return
+        self.close()
+        import torch.multiprocessing as tmp
+
+        if any(d.startswith("cuda") for d in self.devices):  # pragma: no cover - no GPU in CI
+            import torch
+
+            n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            for d in self.devices:
+                if d.startswith("cuda") and int(d.split(":")[1]) >= n:
+                    raise ExecutionError(f"device {d!r} is not on this machine ({n} CUDA devices)")
+        ctx = tmp.get_context("spawn")
+        for k, (dev, tdev) in enumerate(zip(self.cluster.devices, self.devices)):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_worker_main, args=(child, dev.name, tdev, _cores_of(dev, k)),
+                            daemon=True, name=f"autoplace-{dev.name}")
+            p.start()
+            child.close()
+            self._procs.append(p)
+            self._conns.append(parent)
+        self._gather("ready", timeout=max(self.timeout, 60.0))
+        self._loaded = None
+
+    def close(self) -> None:
+        """Stop every worker: ask, then terminate, then kill; always reaps the processes."""
+        for c in self._conns:
+            try:
+                c.send(("exit",))
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 2.0
+        for p in self._procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.terminate()
+                p.join(1.0)
+            if p.is_alive():  # pragma: no cover
+                p.kill()
+                p.join(1.0)
+        for c in self._conns:
+            c.close()
+        self._procs, self._conns, self._loaded = [], [], None
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    # -------------------------------------------------------------- messaging
+    def _gather(self, expect: str, *, timeout: float | None = None, which: list[int] | None = None) -> list:
+        """Wait for one reply from each worker in ``which``; raise _WorkerFailed on error/death/timeout."""
+        from multiprocessing.connection import wait
+
+        which = list(range(len(self._conns))) if which is None else which
+        replies: dict[int, tuple] = {}
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while len(replies) < len(which):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                slow = [self.cluster.devices[k].name for k in which if k not in replies]
+                raise _WorkerFailed(f"timeout: {', '.join(slow)} did not finish within "
+                                    f"{self.timeout if timeout is None else timeout:g} s")
+            objs = {}
+            for k in which:
+                if k not in replies:
+                    objs[self._conns[k]] = k
+                    objs[self._procs[k].sentinel] = k
+            for obj in wait(list(objs), timeout=left):
+                k = objs[obj]
+                if k in replies:
+                    continue
+                if not self._conns[k].poll():  # no reply waiting: the sentinel fired, the worker is gone
+                    self._procs[k].join(0.5)
+                    code = self._procs[k].exitcode
+                    how = f" (signal {-code})" if code is not None and code < 0 else \
+                        f" (exit code {code})" if code is not None else ""
+                    raise _WorkerFailed(f"worker {self.cluster.devices[k].name} died{how}")
+                try:
+                    msg = self._conns[k].recv()
+                except (EOFError, OSError):
+                    raise _WorkerFailed(f"worker {self.cluster.devices[k].name} died") from None
+                if msg[0] == "oom":
+                    raise _WorkerFailed(f"out of memory: {msg[1]}")
+                if msg[0] == "error":
+                    raise _WorkerFailed(msg[1])
+                replies[k] = msg
+        return [replies[k] for k in which]
+
+    def _send_all(self, msg, which: list[int] | None = None) -> None:
+        for k in (range(len(self._conns)) if which is None else which):
+            self._conns[k].send(msg)
+
+    def call(self, device: int, fn, *args, timeout: float | None = None):
+        """Run ``fn(runtime, *args)`` in worker ``device`` (a picklable module-level function)."""
+        self.start()
+        self._conns[device].send(("call", fn, *args))
+        return self._gather("ok", which=[device], timeout=timeout)[0][1]
+
+    def load(self, graph: Graph) -> None:
+        self.start()
+        if self._loaded == id(graph) and self._graph is graph:
+            return
+        Program(graph)  # decode errors are raised here, in the caller, not as worker failures
+        self._send_all(("load", graph))
+        self._gather("ok")
+        self._graph, self._loaded = graph, id(graph)
+
+    # -------------------------------------------------------------- running a placement
+    def run(self, graph: Graph, placement: Placement, *, steps: int = DEFAULT_STEPS, seed: int = 0,
+            fetch: bool = False, profile: bool = False) -> MeasuredResult:
+        """Run ``steps`` training steps of ``placement``; step time = mean of all steps but the first."""
+        cluster = self.cluster
+        assignment = placement.to_array(graph, cluster)
+        names = tuple(d.name for d in cluster.devices)
+        capacity = np.array([float(d.memory_bytes) for d in cluster.devices])
+        try:
+            self.load(graph)
+            program = Program(graph) if not hasattr(self, "_program") or self._program.graph is not graph \
+                else self._program
+            self._program = program
+            plans = plan_all(program, assignment, cluster.n_devices)
+            transfers, total = _layout(program, plans)
+            import torch
+
+            shm = torch.empty(total, dtype=torch.uint8).share_memory_()
+            flags = torch.full((len(transfers) + 1,), -1, dtype=torch.int64).share_memory_()
+            keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
+            for k, plan in enumerate(plans):
+                self._conns[k].send(("setup", plan, transfers, shm, flags, seed, float(capacity[k]), keep))
+            self._gather("ok")
+            starts, ends = np.zeros((steps, len(plans))), np.zeros((steps, len(plans)))
+            peak = np.zeros(len(plans))
+            busy = np.zeros(len(plans))
+            op_times: list[dict] = []
+            for s in range(steps):
+                self._send_all(("step", s, profile))
+                for k, msg in enumerate(self._gather("done")):
+                    _, t0, t1, pk, b, times = msg
+                    starts[s, k], ends[s, k] = t0, t1
+                    peak[k] = max(peak[k], pk)
+                    if s > 0 or steps == 1:
+                        busy[k] += b
+                    if times:
+                        op_times.append(times)
+            per_step = ends.max(axis=1) - starts.min(axis=1)
+            measured = per_step[1:] if steps > 1 else per_step
+            outputs = self._fetch(program, assignment) if fetch else None
+            if profile:
+                outputs = {"op_times": op_times}
+            return MeasuredResult(float(measured.mean()), names, peak, capacity, tuple(float(x) for x in per_step),
+                                  busy / max(1, len(measured)), len(transfers),
+                                  int(sum(_nbytes(t) for t in transfers)), None, outputs)
+        except _WorkerFailed as e:
+            self.close()
+            return MeasuredResult(float("inf"), names, np.zeros(len(names)), capacity, error=str(e))
+        except KeyboardInterrupt:
+            self.close()
+            raise
+
+    def _fetch(self, program: Program, assignment: np.ndarray) -> dict[str, Any]:
+        wanted: dict[str, TRef] = {f"output{j}": r for j, r in enumerate(program.outputs)}
+        wanted.update(program.final_versions)
+        by_dev: dict[int, list[tuple[str, TRef]]] = {}
+        for name, r in wanted.items():
+            by_dev.setdefault(int(assignment[r.op]), []).append((name, r))
+        out: dict[str, Any] = {}
+        for d, items in by_dev.items():
+            self._conns[d].send(("fetch", [r for _, r in items]))
+            (msg,) = self._gather("values", which=[d])
+            out.update({name: v for (name, _), v in zip(items, msg[1])})
+        return out
+
+
+def _nbytes(t) -> int:
+    import torch
+
+    return int(np.prod(t[4])) * getattr(torch, t[5]).itemsize
+
+
+def _layout(program: Program, plans) -> tuple[list[tuple], int]:
+    """One shared-memory slot per (tensor, destination): (ref, src, dst, offset, shape, dtype)."""
+    g = program.graph
+    out = []
+    off = 0
+    for p in plans:
+        for r, src in sorted(p.recv.items(), key=lambda x: (x[0].op, x[0].k or 0)):
+            spec = g.ops[r.op].outputs[r.k or 0]
+            t = (r, src, p.device, off, tuple(spec.shape), spec.dtype)
+            out.append(t)
+            off += (_nbytes(t) + _ALIGN - 1) // _ALIGN * _ALIGN
+    return out, max(off, _ALIGN)
+
+
+def measure(graph: Graph, cluster: Cluster, placement: Placement, *, steps: int = DEFAULT_STEPS, seed: int = 0,
+            timeout: float = DEFAULT_TIMEOUT_S, fetch: bool = False) -> MeasuredResult:
+    """Run ``placement`` for real on this machine's devices (a fresh pool, closed afterwards)."""
+    with WorkerPool(cluster, timeout=timeout) as pool:
+        return pool.run(graph, placement, steps=steps, seed=seed, fetch=fetch)
