@@ -184,18 +184,22 @@ def cmd_place(args: argparse.Namespace) -> int:
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
     placement = place(graph, cluster, args.method, seed=args.seed, budget=args.budget)
-    if args.refine:
-        from autoplace.placers.local_search import refine
+    from autoplace.env import make_env
 
-        placement = refine(graph, cluster, placement, seed=args.seed, budget=args.refine_budget)
-    result = simulate(graph, cluster, placement)
+    with make_env(args.env, graph, cluster, **_env_kwargs(args)) as env:
+        if args.refine:
+            from autoplace.placers.local_search import refine
+
+            placement = refine(graph, cluster, placement, seed=args.seed, budget=args.refine_budget,
+                               env=None if args.env == "simulated" else env)
+        result = simulate(graph, cluster, placement) if args.env == "simulated" else env.evaluate(placement)
     save_placement(placement, args.output, result)
     if args.json:
         _print_json({"placement": args.output, **result.to_dict()})
     else:
         counts = ", ".join(f"{d}: {n}" for d, n in sorted(placement.counts().items()))
-        status = "ok" if result.ok else "FAILING (OOM on " + ", ".join(result.oom_devices) + ")"
-        _console().print(f"{args.method}: step time {fmt_time(result.step_time)}, {status}; ops per device "
+        status = "ok" if result.ok else "FAILING (" + _failure(result) + ")"
+        _console().print(f"{args.method}: {args.env} step time {fmt_time(result.step_time)}, {status}; ops per device "
                          f"{counts}; written to {args.output}")
     return 0
 
@@ -218,7 +222,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         def advance(method: str) -> None:
             bar.update(task, description=f"placing with {method}", completed=methods.index(method))
 
-        result = compare(graph, cluster, methods, seed=args.seed, budget=args.budget, progress=advance)
+        env: Any = args.env
+        if env == "measured":
+            from autoplace.env import make_env
+
+            env = make_env("measured", graph, cluster, **_env_kwargs(args))
+        try:
+            result = compare(graph, cluster, methods, seed=args.seed, budget=args.budget, progress=advance, env=env)
+        finally:
+            if env != "simulated":
+                env.close()
     rows, bounds = result.rows, result.bounds
     gpu_time, expert_time = result.step_time("single-gpu"), result.step_time("expert")
     names = cluster.device_names
@@ -235,7 +248,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
              "gap_to_bound": _finite_or_none(bounds.gap(r.step_time)),
              "search_time_s": r.search_time_s,
              "peak_memory_bytes": ({n: int(p) for n, p in zip(names, r.result.peak_memory)} if r.result else None),
-             "oom_devices": list(r.result.oom_devices) if r.result else []} for r in rows]})
+             "oom_devices": list(r.result.oom_devices) if r.result else [],
+             "run_error": getattr(r.result, "error", None)} for r in rows], "env": args.env})
         return 0
     header = ["method", "step time", "vs single-gpu", "vs expert", "gap to bound",
               *[f"peak {n}" for n in names], "status", "search"]
@@ -245,9 +259,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             table_rows.append([r.method, "-", "-", "-", "-", *["-"] * len(names), f"no placement: {r.error}",
                                fmt_time(r.search_time_s)])
             continue
-        status = "OOM: " + ", ".join(r.result.oom_devices) if not r.result.ok else "ok"
+        status = _failure(r.result) if not r.result.ok else "ok"
         gap = bounds.gap(r.step_time)
-        table_rows.append([r.method, fmt_time(r.result.step_time) if r.result.ok else "OOM",
+        table_rows.append([r.method, fmt_time(r.result.step_time) if r.result.ok else "failing",
                            fmt_ratio(speedup(gpu_time, r.step_time)), fmt_ratio(speedup(expert_time, r.step_time)),
                            f"{100 * gap:.0f}%" if np.isfinite(gap) else "-",
                            *[fmt_bytes(p) if p else "-" for p in r.result.peak_memory], status,
@@ -261,13 +275,133 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    table = Table(title=f"{graph.name} ({graph.n_ops} ops) on {cluster.name}: simulated training step",
+    table = Table(title=f"{graph.name} ({graph.n_ops} ops) on {cluster.name}: {args.env} training step",
                   caption=footer)
     for col in header:
         table.add_column(col, justify="left" if col in ("method", "status") else "right")
     for row in table_rows:
         table.add_row(*row)
     _console().print(table)
+    return 0
+
+
+def _failure(result: Any) -> str:
+    """Why a result is failing: the run's error, or the devices out of memory."""
+    error = getattr(result, "error", None)
+    return error if error else "OOM: " + ", ".join(result.oom_devices)
+
+
+def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {"steps": args.steps, "timeout": args.timeout} if args.env == "measured" else {}
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    from autoplace.formats import load_placement
+    from autoplace.report import fmt_bytes, fmt_time
+    from autoplace.runtime import measure
+    from autoplace.sim import simulate
+
+    graph = resolve_graph(args.graph, _parse_params(args.param))
+    cluster = resolve_cluster(args.cluster)
+    placement = load_placement(args.placement)
+    placement.to_array(graph, cluster)  # validate before starting workers
+    from autoplace.runtime import Program
+
+    Program(graph)
+    predicted = simulate(graph, cluster, placement)
+    result = measure(graph, cluster, placement, steps=args.steps, timeout=args.timeout, seed=args.seed)
+    if args.json:
+        _print_json({"graph": graph.name, "cluster": cluster.name, "method": placement.method,
+                     "simulated_step_time_s": predicted.step_time, **result.to_dict()})
+        return 0 if result.ok else 1
+    con = _console()
+    if not result.ok:
+        con.print(f"[bold]{graph.name}[/] on [bold]{cluster.name}[/] ({placement.method}): "
+                  f"[bold red]FAILING[/]: {_failure(result)}")
+        return 1
+    con.print(f"[bold]{graph.name}[/] on [bold]{cluster.name}[/] ({placement.method}): measured step time "
+              f"[bold]{fmt_time(result.step_time)}[/] (mean of {len(result.step_times) - 1} steps after the "
+              f"first; simulated {fmt_time(predicted.step_time)})")
+    con.print(_sim_table(graph, cluster, result, title=""))
+    con.print(f"{result.n_transfers} transfers per step, {fmt_bytes(result.transfer_bytes)}")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from autoplace.formats import save_graph
+    from autoplace.runtime import Program
+    from autoplace.runtime.profile import profile_graph
+
+    _check_output(args.output)
+    graph = resolve_graph(args.graph, _parse_params(args.param))
+    cluster = resolve_cluster(args.cluster)
+    devices = [d.strip() for d in args.devices.split(",")] if args.devices else None
+    for d in devices or []:
+        cluster.index(d)
+    Program(graph)
+    err = Console(stderr=True, highlight=False)
+    with err.status("profiling") as status:
+        profiled = profile_graph(graph, cluster, steps=args.steps, devices=devices,
+                                 progress=lambda what: status.update(f"profiling {graph.name} on {what}"))
+    save_graph(profiled, args.output)
+    from autoplace.report import fmt_time
+
+    for dtype, info in profiled.meta["profiled"].items():
+        _console().print(f"{graph.name}: {graph.n_ops} ops timed on {info['device']} ({dtype}): "
+                         f"{fmt_time(info['step_s'])} per step -> {args.output}")
+    return 0
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from autoplace.formats import cluster_to_dict, save_cluster
+    from autoplace.report import fmt_flops, fmt_rate, fmt_time
+
+    _check_output(args.output)
+    from autoplace.runtime.profile import detect_cluster
+
+    base = resolve_cluster(args.base) if args.base else None
+    err = Console(stderr=True, highlight=False)
+    with err.status("measuring") as status:
+        cluster = detect_cluster(base, repeats=args.repeats,
+                                 progress=lambda what: status.update(f"measuring {what}"))
+    if args.output:
+        save_cluster(cluster, args.output)
+    if args.json:
+        _print_json(cluster_to_dict(cluster))
+        return 0
+    con = _console()
+    for d in cluster.devices:
+        con.print(f"{d.name}: {fmt_flops(d.peak_flops)}/s matmul, {fmt_rate(d.memory_bandwidth)} copy, "
+                  f"{fmt_time(d.op_overhead_s)} per op, sends at {fmt_rate(1 / d.send_cost_s_per_byte) if d.send_cost_s_per_byte else '-'}")
+    for ln in cluster.links:
+        con.print(f"{ln.src} -> {ln.dst}: latency {fmt_time(ln.latency_s)}")
+    if args.output:
+        con.print(f"written to {args.output}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from autoplace.formats import load_placement, write_json
+    from autoplace.runtime.export import device_map, export_python
+
+    _check_output(args.output)
+    _check_output(args.device_map)
+    placement = load_placement(args.placement)
+    graph = resolve_graph(args.graph, _parse_params(args.param))
+    cluster = resolve_cluster(args.cluster or placement.cluster)
+    source = export_python(graph, placement, cluster)
+    dmap = device_map(graph, placement, cluster) if args.device_map else None
+    from autoplace.formats._json import atomic_write_text
+
+    atomic_write_text(args.output, source)
+    if dmap is not None:
+        write_json(args.device_map, dmap)
+    _console().print(f"placed program ({len(source.splitlines())} lines) -> {args.output}"
+                     + (f"; device_map ({len(dmap)} entries) -> {args.device_map}" if dmap is not None else ""))
     return 0
 
 
@@ -339,6 +473,13 @@ def _add_graph_args(p: argparse.ArgumentParser) -> None:
                    help="parameter of a built-in model (repeatable), e.g. -P batch=32")
 
 
+def _add_env_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env", choices=("simulated", "measured"), default="simulated",
+                   help="score placements with the simulator (default) or by real runs on this machine")
+    p.add_argument("--steps", type=int, default=10, help="measured env: steps per run (the first is dropped)")
+    p.add_argument("--timeout", type=float, default=120.0, help="measured env: seconds before a run fails")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autoplace", description="Device placement for ML dataflow graphs.")
     parser.add_argument("--version", action="version", version=f"autoplace {__version__}")
@@ -359,6 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=None, help="search budget in seconds")
     p.add_argument("--refine", action="store_true", help="improve the result by local search under the simulator")
     p.add_argument("--refine-budget", type=float, default=None, help="local-search budget in seconds (default 10)")
+    _add_env_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_place)
 
@@ -367,10 +509,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", help="comma-separated methods (default: all)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget", type=float, default=None, help="search budget per method, seconds")
+    _add_env_args(p)
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--markdown", action="store_true")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("measure", help="run a placement on this machine's devices and measure its step")
+    _add_graph_args(p)
+    p.add_argument("--placement", "-p", required=True, metavar="P", help="placement file")
+    p.add_argument("--steps", type=int, default=10, help="steps to run (the first is dropped; default 10)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds before a run counts as failing")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic parameters and inputs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_measure)
+
+    p = sub.add_parser("profile", help="measure every op on each device type and write the costs into the graph")
+    _add_graph_args(p)
+    p.add_argument("--devices", help="comma-separated devices to profile on (default: one of each type)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per device (the first is dropped)")
+    p.add_argument("--output", "-o", required=True, metavar="GRAPH", help="graph file to write")
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("cluster", help="measure this machine: devices and links")
+    csub = p.add_subparsers(dest="cluster_cmd", required=True, metavar="CLUSTER_COMMAND")
+    cd = csub.add_parser("detect", help="measure device speeds and transfer latency/bandwidth between devices")
+    cd.add_argument("--base", help="cluster whose devices to measure (default: localhost)")
+    cd.add_argument("--repeats", type=int, default=20, help="timed repeats per transfer size")
+    cd.add_argument("--output", "-o", help="write the measured cluster as autoplace.cluster/v1 JSON")
+    cd.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cluster)
+
+    p = sub.add_parser("export", help="write a placement as runnable Python (and an Accelerate device_map)")
+    p.add_argument("placement", metavar="PLACEMENT", help="placement file")
+    p.add_argument("--graph", "-g", required=True, metavar="GRAPH", help="the captured graph it places")
+    p.add_argument("--cluster", "-c", metavar="CLUSTER", help="cluster (default: the placement's, a preset)")
+    p.add_argument("--param", "-P", action="append", metavar="KEY=VALUE")
+    p.add_argument("--output", "-o", required=True, metavar="placed.py", help="Python file to write")
+    p.add_argument("--device-map", metavar="MAP.json", help="also write an Accelerate device_map")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("capture", help="capture a PyTorch training step (or forward pass) as a graph")
     p.add_argument("factory", metavar="MODULE:FUNCTION",

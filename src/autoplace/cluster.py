@@ -30,7 +30,9 @@ class Device:
     """One compute device. Units: bytes, FLOP/s, bytes/s, seconds.
 
     ``concurrency`` is how many ops the device runs at once (TensorFlow's inter-op parallelism);
-    ``op_overhead_s`` is added to every roofline-estimated op (kernel launch, dispatch).
+    ``op_overhead_s`` is added to every roofline-estimated op (kernel launch, dispatch);
+    ``send_cost_s_per_byte`` is compute the device spends per byte it sends (a CPU worker's copy into the
+    exchange buffer; 0 where a DMA engine moves the data), charged to the producing op.
     """
 
     name: str
@@ -41,6 +43,7 @@ class Device:
     op_overhead_s: float = 0.0
     concurrency: int = 1
     meta: Mapping[str, Any] = field(default_factory=dict)
+    send_cost_s_per_byte: float = 0.0
 
     @property
     def kind(self) -> str:
@@ -98,6 +101,7 @@ class Cluster:
             _positive(f"{where} peak_flops", d.peak_flops)
             _positive(f"{where} memory_bandwidth", d.memory_bandwidth)
             _positive(f"{where} op_overhead_s", d.op_overhead_s, allow_zero=True)
+            _positive(f"{where} send_cost_s_per_byte", d.send_cost_s_per_byte, allow_zero=True)
             if not isinstance(d.concurrency, int) or isinstance(d.concurrency, bool) or d.concurrency < 1:
                 raise ClusterError(f"{where} concurrency must be an integer >= 1, got {d.concurrency!r}")
             if not d.type:
@@ -135,6 +139,7 @@ class Cluster:
         self.memory_bandwidth = np.array([d.memory_bandwidth for d in self.devices], dtype=np.float64)
         self.op_overhead = np.array([d.op_overhead_s for d in self.devices], dtype=np.float64)
         self.concurrency = np.array([d.concurrency for d in self.devices], dtype=np.int64)
+        self.send_cost = np.array([d.send_cost_s_per_byte for d in self.devices], dtype=np.float64)
 
     # ------------------------------------------------------------------ queries
     @property

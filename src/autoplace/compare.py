@@ -10,16 +10,21 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autoplace.bounds import Bounds, lower_bounds
 from autoplace.cluster import Cluster
+from autoplace.env import BaseEnv, SimulatedEnv, make_env
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.placers import available_placers, place
 from autoplace.sim import SimResult, Simulator
+
+if TYPE_CHECKING:
+    from autoplace.runtime import MeasuredResult
 
 __all__ = ["ComparisonRow", "Comparison", "compare", "speedup"]
 
@@ -30,13 +35,13 @@ class ComparisonRow:
 
     method: str
     placement: Placement | None
-    result: SimResult | None
+    result: SimResult | MeasuredResult | None
     search_time_s: float
     error: str | None = None
 
     @property
     def step_time(self) -> float:
-        """Simulated step time; ``inf`` for a failing placement (OOM) or a method that found none."""
+        """Step time; ``inf`` for a failing placement (OOM, a failed run) or a method that found none."""
         if self.result is None or not self.result.ok:
             return float("inf")
         return self.result.step_time
@@ -64,12 +69,22 @@ class Comparison:
 
 
 def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None, *, seed: int = 0,
-            budget: float | None = None, progress=None) -> Comparison:
-    """Place ``graph`` on ``cluster`` with each method (default: every registered placer) and simulate.
+            budget: float | None = None, progress=None, env: str | BaseEnv = "simulated") -> Comparison:
+    """Place ``graph`` on ``cluster`` with each method (default: every registered placer) and score each
+    placement with ``env`` (the simulator by default, or ``"measured"``: real runs, issue #5).
 
     ``progress(method)`` is called before each method (the CLI shows a progress bar with it)."""
     sim = Simulator(graph, cluster)
     bounds = lower_bounds(graph, cluster, sim.op_times)
+    scorer = SimulatedEnv(graph, cluster, simulator=sim) if env == "simulated" else make_env(env, graph, cluster)
+    try:
+        return _compare(graph, cluster, methods, seed, budget, progress, scorer, bounds)
+    finally:
+        if scorer is not env:
+            scorer.close()
+
+
+def _compare(graph, cluster, methods, seed, budget, progress, scorer: BaseEnv, bounds: Bounds) -> Comparison:
     rows = []
     for method in methods or available_placers():
         if progress is not None:
@@ -81,7 +96,7 @@ def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None
             rows.append(ComparisonRow(method, None, None, time.perf_counter() - t0, str(e)))
             continue
         elapsed = float(placement.meta.get("search_time_s", time.perf_counter() - t0))
-        rows.append(ComparisonRow(method, placement, sim.run(placement), elapsed))
+        rows.append(ComparisonRow(method, placement, scorer.evaluate(placement), elapsed))
         if placement.meta.get("tasks") == graph.n_ops and "bound_s" in placement.meta:
             # CP-SAT on the ops themselves: its proven bound holds for every placement
             bounds = Bounds(bounds.critical_path, bounds.load, float(placement.meta["bound_s"]))

@@ -486,6 +486,8 @@ class _Encoder:
             return {"layout": str(a).removeprefix("torch.")}
         if isinstance(a, torch.memory_format):
             return {"memory_format": str(a).removeprefix("torch.")}
+        if isinstance(a, float) and not math.isfinite(a):
+            return {"float": repr(a)}  # JSON has no inf/nan
         if a is None or isinstance(a, (bool, int, float, str)):
             return a
         return {"opaque": repr(a)}

@@ -12,7 +12,7 @@ from typing import Any
 
 from autoplace.errors import FormatError
 
-__all__ = ["read_json", "write_json", "Fields", "check_format"]
+__all__ = ["read_json", "write_json", "atomic_write_text", "Fields", "check_format"]
 
 _MISSING = object()
 
@@ -50,6 +50,16 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 1) -> 
     data = (json.dumps(obj, indent=indent, allow_nan=False) + "\n").encode("utf-8")
     if p.suffix == ".gz":
         data = gzip.compress(data, compresslevel=6, mtime=0)
+    atomic_write_bytes(p, data)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) atomically."""
+    atomic_write_bytes(Path(path), text.encode("utf-8"))
+
+
+def atomic_write_bytes(p: Path, data: bytes) -> None:
+    """Temp file in the same folder + rename: readers see the old file or the whole new one."""
     parent = p.parent if str(p.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
     try:

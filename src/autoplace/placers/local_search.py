@@ -38,11 +38,12 @@ def score(batch: BatchResult) -> np.ndarray:
 
 
 def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, budget: float | None = None,
-           method: str | None = None) -> Placement:
-    """Improve ``placement`` by group moves and swaps under the simulator (see the module docstring)."""
+           method: str | None = None, env=None) -> Placement:
+    """Improve ``placement`` by group moves and swaps (see the module docstring), scored by ``env``
+    (default: the simulator; a :class:`~autoplace.env.MeasuredEnv` scores by real runs)."""
     t_end = time.perf_counter() + (DEFAULT_BUDGET_S if budget is None else float(budget))
     rng = np.random.default_rng(seed if isinstance(seed, (int, np.integer)) else 0)
-    sim = Simulator(graph, cluster)
+    run_batch = Simulator(graph, cluster).run_batch if env is None else env.evaluate_batch
     dev = placement.to_array(graph, cluster)
     grouping = group_ops(graph, rules=("colocation",))
     G = grouping.n_groups
@@ -51,7 +52,7 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
     gdev[grouping.group] = dev
     ok = np.ones((G, cluster.n_devices), dtype=bool)
     np.logical_and.at(ok, grouping.group, feasible_devices(graph, cluster))
-    best = float(score(sim.run_batch(grouping.expand(gdev)[None, :]))[0])
+    best = float(score(run_batch(grouping.expand(gdev)[None, :]))[0])
     start_score, evaluations, passes, improved = best, 1, 0, True
     while improved and time.perf_counter() < t_end:
         improved, passes = False, passes + 1
@@ -74,7 +75,7 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
             if not cands:
                 continue
             batch = np.stack(cands)
-            s = score(sim.run_batch(grouping.expand_many(batch)))
+            s = score(run_batch(grouping.expand_many(batch)))
             evaluations += len(cands)
             k = int(np.argmin(s))
             if s[k] < best * (1 - 1e-9):

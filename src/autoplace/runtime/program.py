@@ -132,6 +132,8 @@ class Program:
                 return TRef(self._index[name], k)
             if "scalar" in a:
                 return SRef(a["scalar"])
+            if "float" in a:
+                return float(a["float"])
             if "dtype" in a:
                 return getattr(torch, a["dtype"])
             if "device" in a:

@@ -114,7 +114,7 @@ class _DeviceRuntime:
     def load(self, graph: Graph) -> None:
         self.program = Program(graph)
 
-    def setup(self, plan, transfers, shm, flags, seed: int, capacity: float, keep: set[int]) -> int:
+    def setup(self, plan, transfers, shm, flags, layouts, seed: int, capacity: float, keep: set[int]) -> int:
         torch = self.torch
         prog = self.program
         self.plan = plan
@@ -122,12 +122,13 @@ class _DeviceRuntime:
         self.shm = shm
         self.shm_ptr = shm.untyped_storage().data_ptr() if shm.numel() else -1
         self.flags = flags.numpy()
+        self.layouts = layouts.numpy()
         self.slots: dict[int, Any] = {}
         for tid, (ref, src, dst, off, shape, dtype) in enumerate(transfers):
             if src == plan.device or dst == plan.device:
                 dt = getattr(torch, dtype)
                 n = int(np.prod(shape)) * dt.itemsize
-                self.slots[tid] = shm[off:off + n].view(dt).view(shape)
+                self.slots[tid] = (shm[off:off + n].view(dt), tuple(shape))
         self.send_tids: dict[TRef, list[int]] = {}
         self.recv_tid: list[tuple[int, TRef]] = []
         for tid, (ref, src, dst, *_rest) in enumerate(transfers):
@@ -271,7 +272,7 @@ class _DeviceRuntime:
                 for ref, tids in self.sends_of.get(i, ()):
                     v = get(ref)
                     for tid in tids:
-                        slots[tid].copy_(v)
+                        self._send(tid, v)
                         flags[tid] = step_id
                 for key in self.reads[i]:
                     refs[key] -= 1
@@ -300,7 +301,7 @@ class _DeviceRuntime:
                 for n, (tid, ref) in enumerate(waiting):
                     if flags[tid] == step_id:
                         del waiting[n]
-                        v = slots[tid] if not cuda else slots[tid].to(device)
+                        v = self._receive(tid)
                         env[ref] = v
                         received_bytes += v.numel() * v.element_size()
                         self.live_bytes += v.numel() * v.element_size()
@@ -320,6 +321,35 @@ class _DeviceRuntime:
             self.torch.cuda.synchronize()
         t_end = pc()
         return t_start, t_end, float(peak), busy, times
+
+    def _send(self, tid: int, v) -> None:
+        """Copy ``v`` into its slot. A permuted dense tensor (a transposed weight) is sent in its memory
+        order and the permutation with it, so the copy is a memcpy and the receiver gets the same strides."""
+        flat, shape = self.slots[tid]
+        lay = self.layouts[tid]
+        if v.is_contiguous() or v.dim() > len(lay):
+            lay[0] = -1
+            flat.view(shape).copy_(v)
+            return
+        order = sorted(range(v.dim()), key=lambda d: (-v.stride(d), d))
+        p = v.permute(order)
+        if p.is_contiguous():
+            lay[:v.dim()] = order
+            flat.copy_(p.reshape(-1))
+        else:
+            lay[0] = -1
+            flat.view(shape).copy_(v)
+
+    def _receive(self, tid: int):
+        flat, shape = self.slots[tid]
+        lay = self.layouts[tid]
+        if lay[0] < 0:
+            v = flat.view(shape)
+        else:
+            order = [int(x) for x in lay[:len(shape)]]
+            inverse = [order.index(d) for d in range(len(shape))]
+            v = flat.view([shape[o] for o in order]).permute(inverse)
+        return v.to(self.device) if self.device != "cpu" else v
 
     def finish_setup(self) -> None:
         """Output sizes per op, for the memory check before each op (the graph's declared outputs)."""
@@ -556,9 +586,10 @@ class WorkerPool:
 
             shm = torch.empty(total, dtype=torch.uint8).share_memory_()
             flags = torch.full((len(transfers) + 1,), -1, dtype=torch.int64).share_memory_()
+            layouts = torch.full((len(transfers) + 1, 8), -1, dtype=torch.int64).share_memory_()
             keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
             for k, plan in enumerate(plans):
-                self._conns[k].send(("setup", plan, transfers, shm, flags, seed, float(capacity[k]), keep))
+                self._conns[k].send(("setup", plan, transfers, shm, flags, layouts, seed, float(capacity[k]), keep))
             self._gather("ok")
             starts, ends = np.zeros((steps, len(plans))), np.zeros((steps, len(plans)))
             peak = np.zeros(len(plans))

@@ -140,6 +140,7 @@ class Simulator:
                             g.tensor_pair_ptr, g.pair_op, g.pair_tensor, g.in_ptr, g.in_pair,
                             g.out_alloc_total, g.unconsumed_alloc, g.param_bytes)
         self._cluster_args = (c.bandwidth, c.latency, c.concurrency)
+        self._send_cost = c.send_cost if bool((c.send_cost > 0).any()) else None
 
     # ------------------------------------------------------------------ placements as arrays
     def as_array(self, placement: Placement | np.ndarray | Sequence[int]) -> np.ndarray:
@@ -168,8 +169,42 @@ class Simulator:
                                  f"allowed types: {', '.join(op.device_types or ())}")
 
     # ------------------------------------------------------------------ evaluation
+    def send_charges(self, dev: np.ndarray) -> np.ndarray:
+        """Seconds each op's device spends sending its outputs under placement ``dev``: bytes of every
+        (tensor, destination device) transfer times the sender's ``send_cost_s_per_byte``."""
+        g = self.graph
+        src_op = g.tensor_src[g.pair_tensor]
+        cross = dev[src_op] != dev[g.pair_op]
+        keys = np.unique(g.pair_tensor[cross] * self.cluster.n_devices + dev[g.pair_op][cross])
+        t = keys // self.cluster.n_devices
+        producers = g.tensor_src[t]
+        return np.bincount(producers, weights=g.tensor_bytes[t] * self._send_cost[dev[producers]],
+                           minlength=g.n_ops)
+
     def _execute(self, devs: np.ndarray) -> tuple[BatchResult, Timeline]:
-        """Run the event loop on every row of ``devs`` (C if built, else numba); the timeline is the last row's."""
+        """Run the event loop on every row of ``devs`` (C if built, else numba); the timeline is the last row's.
+
+        Where devices pay for their sends (``send_cost_s_per_byte``), each row runs with op times that
+        include its producers' send charges."""
+        if self._send_cost is not None and len(devs):
+            rows = []
+            base = self.op_times
+            try:
+                for b in range(len(devs)):
+                    times = base.copy()
+                    times[np.arange(len(devs[b])), devs[b]] += self.send_charges(devs[b])
+                    self.op_times = times
+                    rows.append(self._execute_rows(devs[b:b + 1]))
+            finally:
+                self.op_times = base
+            timeline = rows[-1][1]
+            cat = lambda f: np.concatenate([getattr(r[0], f) for r in rows])  # noqa: E731
+            return BatchResult(cat("step_time"), cat("busy_time"), cat("peak_memory"),
+                               self.cluster.memory_bytes.copy(), cat("link_time"), cat("link_bytes"),
+                               cat("n_transfers")), timeline
+        return self._execute_rows(devs)
+
+    def _execute_rows(self, devs: np.ndarray) -> tuple[BatchResult, Timeline]:
         B, n = devs.shape
         D, P = self.cluster.n_devices, self.graph.n_edges
         start, finish = np.empty(n), np.empty(n)

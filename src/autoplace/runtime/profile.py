@@ -1,0 +1,212 @@
+"""Measuring the machine: op costs per device type, device speeds and the links between devices.
+
+- :func:`profile_graph` runs a captured graph on one worker of each device type, timing every op inside
+  the executor's own loop (so each op's cost includes the executor's per-op bookkeeping, and the sum of
+  the costs is the single-device step), and writes the medians into each op's ``cost`` — which the cost
+  model then prefers over the roofline estimate (``autoplace profile``).
+- :func:`detect_cluster` measures each device (matrix-multiply FLOP/s, copy bandwidth, per-op
+  overhead) and each directed pair's transfer time over sizes from 64 B to 16 MiB, fitting
+  ``latency + bytes / bandwidth`` by least squares (``autoplace cluster detect``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from autoplace.cluster import Cluster, Device, Link, get_cluster
+from autoplace.errors import AutoplaceError
+from autoplace.graph import Graph
+from autoplace.placement import Placement
+from autoplace.runtime.workers import WorkerPool
+
+__all__ = ["profile_graph", "detect_cluster", "LinkFit"]
+
+LINK_SIZES = tuple(64 * 4**k for k in range(10))  # 64 B .. 16 MiB
+#: Shared-memory exchange between CPU workers: the copy is the sender's work (``send_cost_s_per_byte``);
+#: what remains on the link is its latency (the flag's visibility and the receiver's polling).
+EXCHANGE_BANDWIDTH = 1e13
+
+
+def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, pool: WorkerPool | None = None,
+                  devices: Sequence[str] | None = None, progress: Callable[[str], None] | None = None) -> Graph:
+    """A copy of ``graph`` whose ops carry measured ``cost`` (seconds) for each device type profiled.
+
+    One device of each type in ``cluster`` (or the named ``devices``) runs the whole graph ``steps``
+    times; the first step is dropped and each op's cost is the median of the rest."""
+    chosen: dict[str, int] = {}
+    names = devices or [d.name for d in cluster.devices]
+    for name in names:
+        k = cluster.index(name)
+        chosen.setdefault(cluster.devices[k].type, k)
+    own = pool is None
+    pool = pool or WorkerPool(cluster)
+    costs: dict[str, np.ndarray] = {}
+    try:
+        for dtype, k in chosen.items():
+            if progress is not None:
+                progress(f"{cluster.devices[k].name} ({dtype})")
+            assignment = np.full(graph.n_ops, k, dtype=np.int64)
+            placement = Placement.from_array(graph, cluster, assignment, "profile")
+            result = pool.run(graph, placement, steps=max(2, steps), profile=True)
+            if not result.ok:
+                raise AutoplaceError(f"profiling on {cluster.devices[k].name} failed: {result.error}")
+            per_step = result.outputs["op_times"][1:]  # drop the first (warm-up) step
+            t = np.array([[s.get(i, 0.0) for i in range(graph.n_ops)] for s in per_step])
+            cost = np.median(t, axis=0)
+            # calibration: timing every op costs time itself; scale the costs so that they add up to
+            # the step measured without per-op timers (the executor's overhead stays in the ops)
+            plain = pool.run(graph, placement, steps=max(2, steps))
+            if plain.ok and cost.sum() > 0:
+                cost *= plain.step_time / cost.sum()
+            costs[dtype] = cost
+    finally:
+        if own:
+            pool.close()
+    ops = []
+    for i, op in enumerate(graph.ops):
+        cost = dict(op.cost)
+        for dtype, c in costs.items():
+            cost[dtype] = float(c[i])
+        ops.append(replace(op, cost=cost))
+    meta = {**graph.meta, "profiled": {dtype: {"device": cluster.devices[k].name, "steps": steps,
+                                              "step_s": float(costs[dtype].sum()),
+                                              "calibrated": True}
+                                      for dtype, k in chosen.items()}}
+    return Graph(ops, name=graph.name, meta=meta)
+
+
+# ---------------------------------------------------------------------- device and link measurements
+def _device_speed(rt, repeats: int = 5) -> tuple[float, float, float]:
+    """(FLOP/s of a 512^2 fp32 matmul, copy bandwidth bytes/s over 64 MiB, seconds per tiny aten op)."""
+    torch = rt.torch
+    dev = rt.device
+    sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
+    n = 512
+    a = torch.randn(n, n, device=dev)
+    b = torch.randn(n, n, device=dev)
+    best_mm = best_cp = best_op = float("inf")
+    src = torch.empty(16 * 2**20, device=dev)  # 64 MiB
+    dst = torch.empty_like(src)
+    x = torch.ones(1, device=dev)
+    add = torch.ops.aten.add.Tensor
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        sync()
+        best_mm = min(best_mm, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        sync()
+        best_cp = min(best_cp, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for _ in range(200):
+            add(x, x)
+        sync()
+        best_op = min(best_op, (time.perf_counter() - t0) / 200)
+    return 2 * n**3 / best_mm, 2 * src.numel() * 4 / best_cp, best_op
+
+
+def _link_send(rt, buf, flags, sizes, repeats):
+    """Sender side of a link test: copy ``size`` bytes into the shared slot, raise the flag, await ack."""
+    torch = rt.torch
+    src = torch.ones(max(sizes), dtype=torch.uint8, device=rt.device)
+    f = flags.numpy()
+    starts = []
+    token = 0
+    for _ in range(repeats):
+        for n in sizes:
+            token += 1
+            t0 = time.perf_counter()
+            buf[:n].copy_(src[:n])
+            f[0] = token
+            starts.append(t0)
+            deadline = time.monotonic() + 10
+            while f[1] != token:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("link test: no acknowledgement")
+    return starts
+
+
+def _link_recv(rt, buf, flags, sizes, repeats):
+    """Receiver side: wait for each flag, note the time (as the executor does), acknowledge."""
+    f = flags.numpy()
+    ends = []
+    token = 0
+    for _ in range(repeats):
+        for n in sizes:
+            token += 1
+            deadline = time.monotonic() + 10
+            while f[0] != token:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("link test: nothing arrived")
+            t = time.perf_counter()
+            if rt.device.startswith("cuda"):  # pragma: no cover - no GPU in CI
+                buf[:n].to(rt.device)
+                rt.torch.cuda.synchronize()
+                t = time.perf_counter()
+            ends.append(t)
+            f[1] = token
+    return ends
+
+
+class LinkFit:
+    """``latency + bytes / bandwidth`` fitted to measured one-way transfer times: the bandwidth by least
+    squares over the larger half of the sizes, the latency from the smallest size."""
+
+    def __init__(self, sizes: np.ndarray, times: np.ndarray):
+        # the slope from the large sizes (where bytes dominate), the latency from the smallest one
+        big = sizes >= np.sort(sizes)[len(sizes) // 2]
+        A = np.stack([np.ones(big.sum()), sizes[big].astype(float)], axis=1)
+        (_, inv_bw), *_ = np.linalg.lstsq(A, times[big], rcond=None)
+        self.bandwidth = float(1.0 / inv_bw) if inv_bw > 0 else float(sizes.max() / times.max())
+        k = int(np.argmin(sizes))
+        self.latency_s = float(max(times[k] - sizes[k] / self.bandwidth, 0.0))
+        self.sizes, self.times = sizes, times
+
+
+def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Sequence[int] = LINK_SIZES,
+                   progress: Callable[[str], None] | None = None) -> Cluster:
+    """Measure ``base`` (default: the ``localhost`` preset) and return it with measured figures."""
+    import torch
+
+    base = base or get_cluster("localhost")
+    sizes = tuple(int(s) for s in sizes)
+    with WorkerPool(base) as pool:
+        pool.start()
+        devices = []
+        for k, d in enumerate(base.devices):
+            if progress is not None:
+                progress(f"device {d.name}")
+            flops, bw, overhead = pool.call(k, _device_speed)
+            meta = {key: v for key, v in d.meta.items() if key != "estimated"}
+            devices.append(Device(d.name, d.type, d.memory_bytes, flops, bw, overhead, d.concurrency,
+                                  {**meta, "measured": True}))
+        links = []
+        send_cost = np.zeros(len(devices))
+        buf = torch.empty(max(sizes), dtype=torch.uint8).share_memory_()
+        for s, a in enumerate(base.devices):
+            for t, b in enumerate(base.devices):
+                if s == t:
+                    continue
+                if progress is not None:
+                    progress(f"link {a.name} -> {b.name}")
+                flags = torch.zeros(2, dtype=torch.int64).share_memory_()
+                pool._conns[s].send(("call", _link_send, buf, flags, sizes, repeats))
+                pool._conns[t].send(("call", _link_recv, buf, flags, sizes, repeats))
+                (ms, mt) = pool._gather("ok", which=[s, t], timeout=120)
+                dt = (np.array(mt[1]) - np.array(ms[1])).reshape(repeats, len(sizes))
+                fit = LinkFit(np.array(sizes), np.median(dt[1:] if repeats > 1 else dt, axis=0))
+                # the sender copies into the exchange buffer and the receiver reads it in place: the
+                # per-byte part is the sender's compute, the link itself only adds its latency
+                send_cost[s] = max(send_cost[s], 1.0 / fit.bandwidth)
+                links.append(Link(a.name, b.name, EXCHANGE_BANDWIDTH, fit.latency_s))
+    devices = [replace(d, send_cost_s_per_byte=float(c)) if d.kind == "cpu" else d
+               for d, c in zip(devices, send_cost)]
+    return Cluster(base.name, devices, links, None,
+                   meta={**{k: v for k, v in base.meta.items() if k != "detected"}, "measured": True,
+                         "link_sizes": list(sizes), "link_repeats": repeats})
