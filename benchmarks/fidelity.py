@@ -1,0 +1,163 @@
+"""Simulator fidelity: simulated vs measured step time of many placements on this machine's devices.
+
+    .venv/bin/python benchmarks/fidelity.py [--steps 10] [--plot docs/fidelity.png] [--json out.json]
+
+Recipe (issue #5): measure the machine (``cluster detect``), profile each model's ops on one worker
+(``profile``), then for every placement — single-device, every heuristic placer, random group
+placements, topological-order cuts and local-search results — simulate it with the measured cluster and
+profiled costs, and run it for real (``--steps`` steps, the first dropped). Per model: mean absolute
+percentage error of the simulated step time and Kendall's tau between the two rankings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+#: models at sizes that run in well under a second per step on one CPU core
+MODELS = {
+    "rnnlm-2": dict(vocab=2000, hidden=256, layers=2, steps=10, batch=32),
+    "gnmt-2": dict(vocab=2000, hidden=256, layers=2, src_len=8, tgt_len=8, batch=32),
+    "inception-v3": dict(batch=2, image=75, classes=100),
+}
+HEURISTICS = ("tf-greedy", "heft", "m-topo", "m-etf", "m-sct", "scotch", "mincut", "metis", "expert")
+
+
+def kendall_tau(a: np.ndarray, b: np.ndarray) -> float:
+    """Kendall's tau-b of two samples (ties counted per Knight/Kendall)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    da = np.sign(a[:, None] - a[None, :])
+    db = np.sign(b[:, None] - b[None, :])
+    iu = np.triu_indices(len(a), 1)
+    s = (da * db)[iu].sum()
+    n_a, n_b = (da[iu] != 0).sum(), (db[iu] != 0).sum()
+    return float(s / np.sqrt(n_a * n_b)) if n_a and n_b else float("nan")
+
+
+def placements_for(graph, cluster, rng, n_random: int = 10, n_cuts: int = 6, n_search: int = 4):
+    from autoplace.grouping import group_ops
+    from autoplace.placement import Placement
+    from autoplace.placers import place
+    from autoplace.placers.local_search import refine
+
+    out = [Placement.from_array(graph, cluster, np.full(graph.n_ops, d), f"single {cluster.devices[d].name}")
+           for d in range(cluster.n_devices)]
+    for m in HEURISTICS:
+        try:
+            out.append(place(graph, cluster, m, seed=0, budget=10))
+        except Exception as e:  # noqa: BLE001 - a placer without a result is reported, not fatal
+            print(f"  {m}: no placement ({e})", file=sys.stderr)
+    groups = group_ops(graph, rules=("colocation",))
+    for k in range(n_random):
+        q = (k + 1) / (n_random + 1)  # share of groups on the second device
+        gdev = (rng.random(groups.n_groups) < q).astype(np.int64)
+        out.append(Placement.from_array(graph, cluster, groups.expand(gdev), f"random q={q:.2f}"))
+    order = np.empty(groups.n_groups, dtype=np.int64)
+    first = np.full(groups.n_groups, graph.n_ops)
+    rank = np.empty(graph.n_ops, dtype=np.int64)
+    rank[graph.topological_order] = np.arange(graph.n_ops)
+    np.minimum.at(first, groups.group, rank)
+    order[np.argsort(first, kind="stable")] = np.arange(groups.n_groups)
+    for k in range(n_cuts):
+        f = (k + 1) / (n_cuts + 1)
+        gdev = (order >= f * groups.n_groups).astype(np.int64)
+        out.append(Placement.from_array(graph, cluster, groups.expand(gdev), f"cut {f:.2f}"))
+    for s in range(n_search):
+        start = out[2 + s % len(HEURISTICS)]
+        out.append(refine(graph, cluster, start, seed=s, budget=5, method=f"{start.method}+ls"))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--plot", default="docs/fidelity.png")
+    ap.add_argument("--json", default=None, help="write every (simulated, measured) pair here")
+    args = ap.parse_args(argv)
+
+    from autoplace.runtime import WorkerPool
+    from autoplace.runtime.profile import detect_cluster, profile_graph
+    from autoplace.sim import Simulator
+    from autoplace.zoo import build_graph
+
+    t0 = time.perf_counter()
+    cluster = detect_cluster(repeats=20)
+    print(f"cluster detect: {time.perf_counter() - t0:.1f} s; " + "; ".join(
+        f"{d.name}: {d.peak_flops / 1e9:.0f} GFLOP/s, sends {1 / d.send_cost_s_per_byte / 1e9:.2f} GB/s"
+        for d in cluster.devices) + f"; link latency {cluster.latency[0, 1] * 1e6:.1f} µs")
+    rng = np.random.default_rng(0)
+    rows, summary = [], {}
+    with WorkerPool(cluster) as pool:
+        for model in args.models.split(","):
+            graph = build_graph(model, **MODELS[model])
+            t0 = time.perf_counter()
+            profiled = profile_graph(graph, cluster, steps=5, pool=pool)
+            print(f"{model}: {graph.n_ops} ops, profiled in {time.perf_counter() - t0:.1f} s "
+                  f"(single-device step {profiled.meta['profiled']['cpu']['step_s'] * 1e3:.1f} ms)")
+            sim = Simulator(profiled, cluster)
+            sims, meas = [], []
+            for p in placements_for(profiled, cluster, rng):
+                s = sim.run(p).step_time
+                r = pool.run(profiled, p, steps=args.steps)
+                if not r.ok:
+                    print(f"  {p.method}: failing ({r.error})")
+                    continue
+                sims.append(s)
+                meas.append(r.step_time)
+                rows.append({"model": model, "method": p.method, "simulated_s": s, "measured_s": r.step_time,
+                             "transfers": r.n_transfers})
+                print(f"  {p.method:24s} simulated {s * 1e3:8.2f} ms  measured {r.step_time * 1e3:8.2f} ms  "
+                      f"error {100 * (s - r.step_time) / r.step_time:+6.1f} %  ({r.n_transfers} transfers)")
+            sims, meas = np.array(sims), np.array(meas)
+            mape = float(np.mean(np.abs(sims - meas) / meas))
+            tau = kendall_tau(sims, meas)
+            summary[model] = {"ops": graph.n_ops, "placements": len(sims), "mape": mape, "kendall_tau": tau}
+            print(f"{model}: {len(sims)} placements, MAPE {100 * mape:.1f} %, Kendall tau {tau:.3f}")
+
+    print("\n| model | ops | placements | MAPE | Kendall tau |\n|---|---:|---:|---:|---:|")
+    for model, s in summary.items():
+        print(f"| {model} | {s['ops']} | {s['placements']} | {100 * s['mape']:.1f} % | {s['kendall_tau']:.3f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"summary": summary, "rows": rows}, f, indent=1)
+    if args.plot:
+        _plot(rows, summary, args.plot)
+        print(f"scatter plot written to {args.plot}")
+    return 0
+
+
+def _plot(rows, summary, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 6.0), dpi=110)
+    for model, s in summary.items():
+        pts = np.array([(r["measured_s"], r["simulated_s"]) for r in rows if r["model"] == model]) * 1e3
+        ax.scatter(pts[:, 0], pts[:, 1], s=18, alpha=0.8,
+                   label=f"{model}: MAPE {100 * s['mape']:.1f} %, τ {s['kendall_tau']:.2f}")
+    lo = min(min(r["measured_s"], r["simulated_s"]) for r in rows) * 1e3 * 0.9
+    hi = max(max(r["measured_s"], r["simulated_s"]) for r in rows) * 1e3 * 1.1
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="simulated = measured")
+    ax.fill_between([lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], color="grey", alpha=0.15,
+                    label="±15 %")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured step time (ms), two CPU worker processes")
+    ax.set_ylabel("simulated step time (ms), measured cluster + profiled ops")
+    ax.set_title("autoplace simulator fidelity (benchmarks/fidelity.py)")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

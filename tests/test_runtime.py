@@ -1,0 +1,314 @@
+"""Real execution (issue #5): placed runs equal unplaced ones, failures are failing results, profiling
+feeds the simulator, exports run. Two CPU worker processes stand for two devices."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from autoplace.cli import main  # noqa: E402
+from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster  # noqa: E402
+from autoplace.cost import op_time_matrix  # noqa: E402
+from autoplace.env import MeasuredEnv, make_env  # noqa: E402
+from autoplace.formats import save_graph, save_placement  # noqa: E402
+from autoplace.grouping import group_ops  # noqa: E402
+from autoplace.placement import Placement  # noqa: E402
+from autoplace.runtime import ExecutionError, Program, WorkerPool, run_reference  # noqa: E402
+from autoplace.runtime.export import device_map, export_python  # noqa: E402
+from autoplace.runtime.profile import LinkFit, profile_graph  # noqa: E402
+from autoplace.sim import simulate  # noqa: E402
+
+
+def _cpu_cluster(memory: int = 2**30) -> Cluster:
+    devs = [Device(f"cpu:{i}", "cpu", memory, 1e10, 1e10, 5e-6, 1, {"affinity": [i % (os.cpu_count() or 1)]})
+            for i in range(2)]
+    return Cluster("two-workers", devs, default_link=LinkSpec(5e9, 1e-5))
+
+
+class _MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = torch.nn.Linear(8, 16)
+        self.dec = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.dec(torch.relu(self.enc(x)))
+
+
+@pytest.fixture(scope="module")
+def mlp_graph():
+    from autoplace.capture import capture_training_step
+
+    torch.manual_seed(0)
+    model = _MLP()
+    x, y = torch.randn(5, 8), torch.randint(0, 4, (5,))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    return capture_training_step(model, x, torch.nn.functional.cross_entropy, opt, targets=y, name="mlp")
+
+
+@pytest.fixture(scope="module")
+def rnn_graph():
+    from autoplace.capture import capture_training_step
+    from autoplace.zoo import papers
+
+    with torch.device("meta"):
+        model, inputs, loss_fn, opt, targets = papers._rnnlm(vocab=30, hidden=8, layers=2, steps=3, batch=2)
+    return capture_training_step(model, inputs, loss_fn, opt, targets=targets, name="rnn")
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with WorkerPool(_cpu_cluster(), timeout=30) as p:
+        yield p
+
+
+def _random_placement(graph, cluster, seed):
+    groups = group_ops(graph, rules=("colocation",))
+    rng = np.random.default_rng(seed)
+    return Placement.from_array(graph, cluster, groups.expand(rng.integers(0, 2, groups.n_groups)), f"random{seed}")
+
+
+def _assert_same(ref: dict, got: dict) -> None:
+    assert set(ref) <= set(got)
+    for k, v in ref.items():
+        torch.testing.assert_close(got[k], v, rtol=1e-5, atol=1e-6, msg=lambda m: f"{k}: {m}")
+
+
+# ---------------------------------------------------------------------- program and reference
+def test_program_decodes_every_op(rnn_graph):
+    p = Program(rnn_graph)
+    assert len(p.placeholders) + sum(c is not None for c in p.calls) == rnn_graph.n_ops
+    assert p.outputs and p.graph is rnn_graph
+    # Adam updates every parameter in place: its final version is an in-place op, not the placeholder
+    params = [op.name for op in rnn_graph.ops if op.type == "parameter"]
+    assert all(p.final_versions[n].op != rnn_graph.index(n) for n in params)
+    # token ids stay below the vocabulary (embedding rows / loss classes)
+    tokens = p.make_input(rnn_graph.index("input0"), seed=3)
+    assert tokens.dtype == torch.int64 and int(tokens.max()) < 30
+
+
+def test_reference_run_trains(mlp_graph):
+    p = Program(mlp_graph)
+    one, two = run_reference(p, seed=0, steps=1), run_reference(p, seed=0, steps=2)
+    assert torch.isfinite(one["output0"])
+    assert not torch.equal(one["enc.weight"], two["enc.weight"])  # the second step updated again
+    again = run_reference(p, seed=0, steps=1)
+    _assert_same(one, again)  # deterministic for a seed
+
+
+def test_uncaptured_graph_is_refused():
+    from autoplace.zoo import build_graph
+
+    with pytest.raises(ExecutionError, match="no aten program"):
+        Program(build_graph("toy-mlp"))
+
+
+# ---------------------------------------------------------------------- placed execution
+@pytest.mark.parametrize("seed", [0, 1])
+def test_placed_equals_unplaced(pool, rnn_graph, seed):
+    cluster = pool.cluster
+    placement = _random_placement(rnn_graph, cluster, seed)
+    assert len(set(placement.assignment.values())) == 2
+    result = pool.run(rnn_graph, placement, steps=2, seed=5, fetch=True)
+    assert result.ok, result.error
+    assert result.n_transfers > 0
+    _assert_same(run_reference(Program(rnn_graph), seed=5, steps=2), result.outputs)
+
+
+def test_per_op_random_placement_equals_unplaced(pool, mlp_graph):
+    """Ignoring co-location: in-place updates then run on received copies; outputs still match."""
+    rng = np.random.default_rng(7)
+    placement = Placement.from_array(mlp_graph, pool.cluster, rng.integers(0, 2, mlp_graph.n_ops), "per-op")
+    result = pool.run(mlp_graph, placement, steps=1, seed=2, fetch=True)
+    assert result.ok, result.error
+    ref = run_reference(Program(mlp_graph), seed=2, steps=1)
+    torch.testing.assert_close(result.outputs["output0"], ref["output0"])
+    for name, r in Program(mlp_graph).final_versions.items():
+        torch.testing.assert_close(result.outputs[name], ref[name])
+
+
+def test_measured_step_times(pool, mlp_graph):
+    placement = _random_placement(mlp_graph, pool.cluster, 0)
+    result = pool.run(mlp_graph, placement, steps=4)
+    assert result.ok and len(result.step_times) == 4
+    assert result.step_time == pytest.approx(np.mean(result.step_times[1:]))  # the first step is dropped
+    assert (result.peak_memory > 0).all() and (result.busy_time > 0).all()
+    assert result.step_time >= result.busy_time.max() * 0.99
+
+
+def test_memory_budget_exceeded_is_failing(mlp_graph):
+    small = _cpu_cluster(memory=2000)  # the parameters alone need more
+    with WorkerPool(small, timeout=30) as p:
+        result = p.run(mlp_graph, _random_placement(mlp_graph, small, 0), steps=2)
+    assert not result.ok and result.step_time == float("inf")
+    assert "memory" in result.error
+
+
+def test_memory_budget_exceeded_mid_step(rnn_graph):
+    """Parameters fit, activations do not: the worker fails at the op that would overflow."""
+    resident = max(sum(op.param_bytes for op in rnn_graph.ops if op.type != "input"), 1)
+    tight = _cpu_cluster(memory=int(resident * 1.02))
+    with WorkerPool(tight, timeout=30) as p:
+        result = p.run(rnn_graph, Placement.from_array(rnn_graph, tight, np.zeros(rnn_graph.n_ops, int), "one"),
+                       steps=1)
+    assert not result.ok and "ran out of memory at op" in result.error
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as f:  # a zombie still answers kill(0)
+        return f.read().split()[2] == "Z"
+
+
+def test_killed_worker_is_failing_and_leaves_no_orphans(rnn_graph):
+    cluster = _cpu_cluster()
+    with WorkerPool(cluster, timeout=30) as p:
+        p.start()
+        pids = p.pids
+        victim = pids[1]
+        threading.Timer(1.0, lambda: os.kill(victim, signal.SIGKILL)).start()
+        result = p.run(rnn_graph, _random_placement(rnn_graph, cluster, 0), steps=100000)
+        assert not result.ok and "died" in result.error and "cpu:1" in result.error
+        assert not p.alive
+        assert all(_gone(pid) for pid in pids)
+        # the pool restarts on the next run
+        again = p.run(rnn_graph, _random_placement(rnn_graph, cluster, 0), steps=2)
+        assert again.ok, again.error
+    assert all(_gone(pid) for pid in p.pids + pids)
+
+
+def test_hung_worker_times_out(mlp_graph):
+    cluster = _cpu_cluster()
+    with WorkerPool(cluster, timeout=1.0) as p:
+        p.load(mlp_graph)
+        pids = p.pids
+        os.kill(pids[0], signal.SIGSTOP)
+        t0 = time.monotonic()
+        result = p.run(mlp_graph, _random_placement(mlp_graph, cluster, 0), steps=2)
+        assert not result.ok and "timeout" in result.error
+        assert time.monotonic() - t0 < 10
+    assert all(_gone(pid) for pid in pids)
+
+
+# ---------------------------------------------------------------------- envs, profiling, export
+def test_measured_env_has_the_simulated_interface(mlp_graph):
+    cluster = _cpu_cluster()
+    devs = np.stack([_random_placement(mlp_graph, cluster, s).to_array(mlp_graph, cluster) for s in (0, 1)])
+    with MeasuredEnv(mlp_graph, cluster, steps=3) as measured, make_env("simulated", mlp_graph, cluster) as sim:
+        for env in (measured, sim):
+            batch = env.evaluate_batch(devs)
+            assert batch.step_time.shape == (2,) and np.isfinite(batch.step_time).all()
+            assert batch.peak_memory.shape == (2, 2)
+            one = env.evaluate(Placement.from_array(mlp_graph, cluster, devs[0], "x"))
+            assert one.ok and one.step_time > 0
+
+
+def test_profile_writes_costs_the_simulator_uses(pool, mlp_graph):
+    profiled = profile_graph(mlp_graph, pool.cluster, steps=3, pool=pool)
+    assert profiled.meta["profiled"]["cpu"]["device"] == "cpu:0"
+    costs = np.array([op.cost["cpu"] for op in profiled.ops])
+    assert (costs >= 0).all() and costs.sum() > 0
+    times = op_time_matrix(profiled, pool.cluster)
+    np.testing.assert_allclose(times[:, 0], costs)
+    np.testing.assert_allclose(times[:, 1], costs)  # the cost is per device type
+    single = Placement.from_array(profiled, pool.cluster, np.zeros(profiled.n_ops, int), "one")
+    assert simulate(profiled, pool.cluster, single).step_time == pytest.approx(costs.sum(), rel=1e-9)
+    # the calibrated costs add up to the measured single-device step
+    assert costs.sum() == pytest.approx(profiled.meta["profiled"]["cpu"]["step_s"])
+
+
+def test_link_fit_recovers_latency_and_bandwidth():
+    sizes = np.array([64 * 4**k for k in range(8)])
+    fit = LinkFit(sizes, 20e-6 + sizes / 4e9)
+    assert fit.latency_s == pytest.approx(20e-6, rel=1e-6)
+    assert fit.bandwidth == pytest.approx(4e9, rel=1e-6)
+
+
+def test_exported_program_runs_and_equals_reference(rnn_graph):
+    cluster = get_cluster("localhost")
+    placement = _random_placement(rnn_graph, _cpu_cluster(), 0)
+    placement = Placement(placement.assignment, placement.graph, cluster.name, placement.method)
+    source = export_python(rnn_graph, placement, cluster)
+    ns: dict = {}
+    exec(compile(source, "placed.py", "exec"), ns)
+    prog = Program(rnn_graph)
+    outputs, updated = ns["step"](*[prog.make_input(i, 4) for i in prog.placeholders])
+    ref = run_reference(prog, seed=4)
+    torch.testing.assert_close(outputs[0], ref["output0"])
+    for name, value in zip(ns["UPDATED"], updated):
+        torch.testing.assert_close(value, ref[name])
+    assert [row[0] for row in ns["INPUTS"]] == [rnn_graph.ops[i].name for i in prog.placeholders]
+
+
+def test_export_moves_tensors_between_gpus(mlp_graph):
+    cluster = get_cluster("k80x2")
+    g0, g1 = cluster.devices_of_kind("gpu")[:2]
+    dev = np.array([g0 if (op.scope or "").startswith("enc") else g1 for op in mlp_graph.ops])
+    placement = Placement.from_array(mlp_graph, cluster, dev, "split")
+    source = export_python(mlp_graph, placement, cluster)
+    compile(source, "placed.py", "exec")
+    assert ".to('cuda:1')" in source and ".to('cuda:0')" in source
+    assert device_map(mlp_graph, placement, cluster) == {"enc": "cuda:0", "dec": "cuda:1"}
+    one = Placement.from_array(mlp_graph, cluster, np.full(mlp_graph.n_ops, g0), "one")
+    assert device_map(mlp_graph, one, cluster) == {"": "cuda:0"}
+    split = dev.copy()
+    split[mlp_graph.index("enc.bias")] = g1
+    with pytest.raises(ExecutionError, match="module 'enc'"):
+        device_map(mlp_graph, Placement.from_array(mlp_graph, cluster, split, "bad"), cluster)
+
+
+def test_send_cost_is_charged_to_the_producer():
+    """Hand-computed: a 1000-byte tensor sent at 1 ns/byte adds 1 µs to its producer."""
+    from autoplace.graph import Graph, Op, TensorSpec
+
+    g = Graph([Op("a", "x", outputs=(TensorSpec((250,)),), cost={"cpu": 1e-3}),
+               Op("b", "x", ("a",), cost={"cpu": 2e-3})])
+    devs = [Device(f"cpu:{i}", "cpu", 2**30, 1e10, 1e10, 0.0, 1, {}, send_cost_s_per_byte=1e-9) for i in range(2)]
+    cluster = Cluster("c", devs, default_link=LinkSpec(1e9, 0.0))
+    r = simulate(g, cluster, Placement({"a": "cpu:0", "b": "cpu:1"}, "graph", "c"))
+    assert r.step_time == pytest.approx(1e-3 + 1e-6 + 1000 / 1e9 + 2e-3)
+    assert simulate(g, cluster, Placement({"a": "cpu:0", "b": "cpu:0"}, "graph", "c")).step_time == \
+        pytest.approx(3e-3)
+
+
+# ---------------------------------------------------------------------- command line
+def test_cli_measure_profile_export(tmp_path, mlp_graph, capsys):
+    gpath, ppath = tmp_path / "g.json", tmp_path / "p.json"
+    save_graph(mlp_graph, gpath)
+    cluster = get_cluster("localhost")
+    n = cluster.n_devices
+    dev = np.arange(mlp_graph.n_ops) % min(n, 2)
+    save_placement(Placement.from_array(mlp_graph, cluster, dev, "alt"), ppath)
+    assert main(["measure", str(gpath), "-c", "localhost", "-p", str(ppath), "--steps", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["step_time_s"] > 0 and len(out["step_times_s"]) == 3
+    assert main(["profile", str(gpath), "-c", "localhost", "--steps", "2", "-o", str(tmp_path / "gp.json")]) == 0
+    prof = json.loads((tmp_path / "gp.json").read_text())
+    assert all("cpu" in op["cost"] for op in prof["ops"])
+    capsys.readouterr()
+    assert main(["export", str(ppath), "--graph", str(gpath), "-o", str(tmp_path / "placed.py"),
+                 "--device-map", str(tmp_path / "map.json")]) == 0
+    assert "def step(" in (tmp_path / "placed.py").read_text()
+    assert json.loads((tmp_path / "map.json").read_text()) == {"": "cpu"}
+
+
+def test_cli_refuses_uncaptured_graph(tmp_path, capsys):
+    ppath = tmp_path / "p.json"
+    assert main(["place", "toy-mlp", "-c", "localhost", "-m", "single-cpu", "-o", str(ppath)]) == 0
+    capsys.readouterr()
+    assert main(["measure", "toy-mlp", "-c", "localhost", "-p", str(ppath)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("autoplace: error: graph 'toy-mlp' has no aten program") and err.count("\n") == 1
+    assert main(["export", str(ppath), "--graph", "toy-mlp", "-o", str(tmp_path / "x.py")]) == 2
+    assert not (tmp_path / "x.py").exists()
