@@ -32,7 +32,9 @@ class Device:
     ``concurrency`` is how many ops the device runs at once (TensorFlow's inter-op parallelism);
     ``op_overhead_s`` is added to every roofline-estimated op (kernel launch, dispatch);
     ``send_cost_s_per_byte`` is compute the device spends per byte it sends (a CPU worker's copy into the
-    exchange buffer; 0 where a DMA engine moves the data), charged to the producing op.
+    exchange buffer; 0 where a DMA engine moves the data), charged to the producing op;
+    ``send_overhead_s`` / ``recv_overhead_s`` are its fixed compute per tensor sent / received (the
+    executor's bookkeeping), charged to the producer / to the first consumer on the receiving device.
     """
 
     name: str
@@ -44,6 +46,8 @@ class Device:
     concurrency: int = 1
     meta: Mapping[str, Any] = field(default_factory=dict)
     send_cost_s_per_byte: float = 0.0
+    send_overhead_s: float = 0.0
+    recv_overhead_s: float = 0.0
 
     @property
     def kind(self) -> str:
@@ -101,7 +105,8 @@ class Cluster:
             _positive(f"{where} peak_flops", d.peak_flops)
             _positive(f"{where} memory_bandwidth", d.memory_bandwidth)
             _positive(f"{where} op_overhead_s", d.op_overhead_s, allow_zero=True)
-            _positive(f"{where} send_cost_s_per_byte", d.send_cost_s_per_byte, allow_zero=True)
+            for fld in ("send_cost_s_per_byte", "send_overhead_s", "recv_overhead_s"):
+                _positive(f"{where} {fld}", getattr(d, fld), allow_zero=True)
             if not isinstance(d.concurrency, int) or isinstance(d.concurrency, bool) or d.concurrency < 1:
                 raise ClusterError(f"{where} concurrency must be an integer >= 1, got {d.concurrency!r}")
             if not d.type:
@@ -140,6 +145,8 @@ class Cluster:
         self.op_overhead = np.array([d.op_overhead_s for d in self.devices], dtype=np.float64)
         self.concurrency = np.array([d.concurrency for d in self.devices], dtype=np.int64)
         self.send_cost = np.array([d.send_cost_s_per_byte for d in self.devices], dtype=np.float64)
+        self.send_overhead = np.array([d.send_overhead_s for d in self.devices], dtype=np.float64)
+        self.recv_overhead = np.array([d.recv_overhead_s for d in self.devices], dtype=np.float64)
 
     # ------------------------------------------------------------------ queries
     @property

@@ -146,7 +146,9 @@ def cluster_from_dict(obj: Any, where: str = "cluster") -> Cluster:
             peak_flops=float(df.number("peak_flops", positive=True)),
             memory_bandwidth=float(df.number("memory_bandwidth", positive=True)),
             op_overhead_s=float(df.number("op_overhead_s", 0.0)), concurrency=df.int("concurrency", 1, minimum=1),
-            send_cost_s_per_byte=float(df.number("send_cost_s_per_byte", 0.0)), meta=df.extra()))
+            send_cost_s_per_byte=float(df.number("send_cost_s_per_byte", 0.0)),
+            send_overhead_s=float(df.number("send_overhead_s", 0.0)),
+            recv_overhead_s=float(df.number("recv_overhead_s", 0.0)), meta=df.extra()))
     links = []
     for i, raw in enumerate(f.list("links", [])):
         lf = Fields(raw, f"{where}: link #{i}")
@@ -167,7 +169,8 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
         devices.append({"name": d.name, "type": d.type, "memory_bytes": int(d.memory_bytes),
                         "peak_flops": d.peak_flops, "memory_bandwidth": d.memory_bandwidth,
                         "op_overhead_s": d.op_overhead_s, "concurrency": d.concurrency,
-                        **({"send_cost_s_per_byte": d.send_cost_s_per_byte} if d.send_cost_s_per_byte else {}),
+                        **{k: getattr(d, k) for k in ("send_cost_s_per_byte", "send_overhead_s", "recv_overhead_s")
+                           if getattr(d, k)},
                         **d.meta})
     out: dict[str, Any] = {"format": CLUSTER_FORMAT, "name": cluster.name, **cluster.meta, "devices": devices,
                            "links": [{"src": ln.src, "dst": ln.dst, "bandwidth": ln.bandwidth,

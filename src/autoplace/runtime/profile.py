@@ -32,11 +32,14 @@ EXCHANGE_BANDWIDTH = 1e13
 
 
 def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, pool: WorkerPool | None = None,
-                  devices: Sequence[str] | None = None, progress: Callable[[str], None] | None = None) -> Graph:
+                  devices: Sequence[str] | None = None, loaded: bool = True,
+                  progress: Callable[[str], None] | None = None) -> Graph:
     """A copy of ``graph`` whose ops carry measured ``cost`` (seconds) for each device type profiled.
 
     One device of each type in ``cluster`` (or the named ``devices``) runs the whole graph ``steps``
-    times; the first step is dropped and each op's cost is the median of the rest."""
+    times; the first step is dropped and each op's cost is the median of the rest. With ``loaded``, the
+    other CPU workers run the same program meanwhile, so the costs include the slowdown that cores
+    sharing caches and memory bandwidth inflict on each other during a placed step."""
     chosen: dict[str, int] = {}
     names = devices or [d.name for d in cluster.devices]
     for name in names:
@@ -51,15 +54,18 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, pool: Worke
                 progress(f"{cluster.devices[k].name} ({dtype})")
             assignment = np.full(graph.n_ops, k, dtype=np.int64)
             placement = Placement.from_array(graph, cluster, assignment, "profile")
-            result = pool.run(graph, placement, steps=max(2, steps), profile=True)
-            if not result.ok:
-                raise AutoplaceError(f"profiling on {cluster.devices[k].name} failed: {result.error}")
+            pool.load(graph)
+            others = [j for j, d in enumerate(cluster.devices) if j != k and d.kind == "cpu"] if loaded else []
+            with _Background(pool, others):
+                result = pool.run(graph, placement, steps=max(2, steps), profile=True)
+                if not result.ok:
+                    raise AutoplaceError(f"profiling on {cluster.devices[k].name} failed: {result.error}")
+                # calibration: timing every op costs time itself; scale the costs so that they add up
+                # to the step measured without per-op timers (the executor's overhead stays in the ops)
+                plain = pool.run(graph, placement, steps=max(2, steps))
             per_step = result.outputs["op_times"][1:]  # drop the first (warm-up) step
             t = np.array([[s.get(i, 0.0) for i in range(graph.n_ops)] for s in per_step])
             cost = np.median(t, axis=0)
-            # calibration: timing every op costs time itself; scale the costs so that they add up to
-            # the step measured without per-op timers (the executor's overhead stays in the ops)
-            plain = pool.run(graph, placement, steps=max(2, steps))
             if plain.ok and cost.sum() > 0:
                 cost *= plain.step_time / cost.sum()
             costs[dtype] = cost
@@ -72,11 +78,60 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, pool: Worke
         for dtype, c in costs.items():
             cost[dtype] = float(c[i])
         ops.append(replace(op, cost=cost))
-    meta = {**graph.meta, "profiled": {dtype: {"device": cluster.devices[k].name, "steps": steps,
+    meta = {**graph.meta, "profiled": {dtype: {"device": cluster.devices[k].name, "steps": steps, "loaded": loaded,
                                               "step_s": float(costs[dtype].sum()),
                                               "calibrated": True}
                                       for dtype, k in chosen.items()}}
     return Graph(ops, name=graph.name, meta=meta)
+
+
+def _background_run(rt, stop) -> int:
+    """Run the loaded program unplaced, over and over, until ``stop[0]`` is set (load for profiling)."""
+    from autoplace.runtime.program import get_value
+
+    prog = rt.program
+    env = {i: prog.make_input(i, 0, rt.device) for i in prog.placeholders}
+    flag = stop.numpy()
+    scal: dict = {}
+    get = lambda r: get_value(env, r)  # noqa: E731
+
+    def scalar(name):
+        fn, a, kw = prog.scalars[name]
+        return fn(*prog.resolve(a, get, scalar, rt.device), **prog.resolve(kw, get, scalar, rt.device))
+
+    rounds = 0
+    deadline = time.monotonic() + 600
+    while not flag[0] and time.monotonic() < deadline:
+        for i in prog.graph.topological_order:
+            c = prog.calls[i]
+            if c is not None:
+                env[i] = c.fn(*prog.resolve(c.args, get, scalar, rt.device),
+                              **prog.resolve(c.kwargs, get, scalar, rt.device))
+            if flag[0]:
+                break
+        rounds += 1
+        scal.clear()
+    return rounds
+
+
+class _Background:
+    """Keep workers ``which`` busy with the loaded program while the block runs."""
+
+    def __init__(self, pool: WorkerPool, which: list[int]):
+        import torch
+
+        self.pool, self.which = pool, which
+        self.stop = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+    def __enter__(self):
+        for j in self.which:
+            self.pool._conns[j].send(("call", _background_run, self.stop))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop[0] = 1
+        if self.which and self.pool.alive:
+            self.pool._gather("ok", which=self.which, timeout=60)
 
 
 # ---------------------------------------------------------------------- device and link measurements
@@ -124,7 +179,7 @@ def _link_send(rt, buf, flags, sizes, repeats):
             t0 = time.perf_counter()
             buf[:n].copy_(src[:n])
             f[0] = token
-            starts.append(t0)
+            starts.append((t0, time.perf_counter()))
             deadline = time.monotonic() + 10
             while f[1] != token:
                 if time.monotonic() > deadline:
@@ -152,6 +207,40 @@ def _link_recv(rt, buf, flags, sizes, repeats):
             ends.append(t)
             f[1] = token
     return ends
+
+
+def _exchange_program() -> Graph:
+    """A small captured training step (a chain of 16 linear layers) whose layers are dealt round-robin
+    to the devices: hundreds of small transfers, for measuring the executor's per-transfer costs."""
+    import torch
+
+    from autoplace.capture import capture_training_step
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh()) for _ in range(16)])
+    x, y = torch.randn(4, 32), torch.randn(4, 32)
+    return capture_training_step(model, x, torch.nn.functional.mse_loss, torch.optim.SGD(model.parameters(), lr=0.1),
+                                 targets=y, name="exchange-calibration")
+
+
+def _exchange_overheads(pool: WorkerPool, cluster: Cluster, progress) -> list[Device]:
+    """Fit each device's fixed per-transfer compute (``send_overhead_s``, ``recv_overhead_s``) from a
+    placed run of :func:`_exchange_program`, instrumented by the executor."""
+    if progress is not None:
+        progress("per-transfer overheads")
+    graph = _exchange_program()
+    D = cluster.n_devices
+    layer = [int(op.scope.split(".")[0]) if op.scope and op.scope.split(".")[0].isdigit() else 0 for op in graph.ops]
+    assignment = np.array(layer) % D
+    result = pool.run(graph, Placement.from_array(graph, cluster, assignment, "round-robin"), steps=20)
+    if not result.ok:
+        raise AutoplaceError(f"measuring per-transfer costs failed: {result.error}")
+    out = []
+    for d, (n_sent, sent_bytes, send_t, n_recv, recv_t) in zip(cluster.devices, result.exchange):
+        send = (send_t - sent_bytes * d.send_cost_s_per_byte) / n_sent if n_sent else 0.0
+        recv = recv_t / n_recv if n_recv else 0.0
+        out.append(replace(d, send_overhead_s=float(max(send, 0.0)), recv_overhead_s=float(max(recv, 0.0))))
+    return out
 
 
 class LinkFit:
@@ -199,14 +288,18 @@ def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Seq
                 pool._conns[s].send(("call", _link_send, buf, flags, sizes, repeats))
                 pool._conns[t].send(("call", _link_recv, buf, flags, sizes, repeats))
                 (ms, mt) = pool._gather("ok", which=[s, t], timeout=120)
-                dt = (np.array(mt[1]) - np.array(ms[1])).reshape(repeats, len(sizes))
-                fit = LinkFit(np.array(sizes), np.median(dt[1:] if repeats > 1 else dt, axis=0))
-                # the sender copies into the exchange buffer and the receiver reads it in place: the
-                # per-byte part is the sender's compute, the link itself only adds its latency
+                sent = np.array(ms[1]).reshape(repeats, len(sizes), 2)
+                seen = np.array(mt[1]).reshape(repeats, len(sizes))
+                keep = slice(1, None) if repeats > 1 else slice(None)
+                # the sender copies into the exchange buffer (its compute: bytes / bandwidth) and the
+                # receiver reads it in place; the link only adds the time until the flag is seen
+                fit = LinkFit(np.array(sizes), np.median((sent[..., 1] - sent[..., 0])[keep], axis=0))
                 send_cost[s] = max(send_cost[s], 1.0 / fit.bandwidth)
-                links.append(Link(a.name, b.name, EXCHANGE_BANDWIDTH, fit.latency_s))
-    devices = [replace(d, send_cost_s_per_byte=float(c)) if d.kind == "cpu" else d
-               for d, c in zip(devices, send_cost)]
+                latency = float(np.median((seen - sent[..., 1])[keep]))
+                links.append(Link(a.name, b.name, EXCHANGE_BANDWIDTH, max(latency, 0.0)))
+        devices = [replace(d, send_cost_s_per_byte=float(c)) if d.kind == "cpu" else d
+                   for d, c in zip(devices, send_cost)]
+        devices = _exchange_overheads(pool, Cluster(base.name, devices, links), progress)
     return Cluster(base.name, devices, links, None,
                    meta={**{k: v for k, v in base.meta.items() if k != "detected"}, "measured": True,
                          "link_sizes": list(sizes), "link_repeats": repeats})

@@ -39,6 +39,8 @@ __all__ = ["MeasuredResult", "WorkerPool", "measure"]
 DEFAULT_STEPS = 10
 DEFAULT_TIMEOUT_S = 120.0
 _ALIGN = 64
+SPIN_POLLS = int(os.environ.get("AUTOPLACE_SPIN_POLLS", 200))  # busy polls before sleeping between polls
+POLL_SLEEP_S = float(os.environ.get("AUTOPLACE_POLL_SLEEP_S", 20e-6))
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,9 @@ class MeasuredResult:
     transfer_bytes: int = 0
     error: str | None = None
     outputs: dict[str, Any] | None = field(default=None, repr=False)
+    #: per device, per measured step: (tensors sent, bytes sent, seconds sending, tensors received,
+    #: seconds handling arrivals) — what ``cluster detect`` fits the per-transfer costs to
+    exchange: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def oom_devices(self) -> tuple[str, ...]:
@@ -223,14 +228,16 @@ class _DeviceRuntime:
         n_deps = dict(self.n_deps)
         refs = dict(self.refcount)
         ready = deque(self.initial)
-        waiting = list(self.recv_tid)
-        received_bytes = 0
+        wait_tids = np.array([tid for tid, _ in self.recv_tid], dtype=np.int64)
+        wait_refs = dict(self.recv_tid)
         peak = self.live_bytes
         busy = 0.0
         times: dict[int, float] | None = {} if profile else None
         scal: dict[str, Any] = {}
         local = self.n_deps  # membership test for local ops
         pc = time.perf_counter
+        n_sent = sent_bytes = n_recv = 0
+        send_t = recv_t = 0.0
 
         def get(r: TRef):
             if r.op in local:
@@ -269,11 +276,17 @@ class _DeviceRuntime:
                     self._hold(val)
                     if self.live_bytes > peak:
                         peak = self.live_bytes
-                for ref, tids in self.sends_of.get(i, ()):
-                    v = get(ref)
-                    for tid in tids:
-                        self._send(tid, v)
-                        flags[tid] = step_id
+                sends = self.sends_of.get(i)
+                if sends:
+                    ts = pc()
+                    for ref, tids in sends:
+                        v = get(ref)
+                        for tid in tids:
+                            self._send(tid, v)
+                            flags[tid] = step_id
+                            n_sent += 1
+                            sent_bytes += v.numel() * v.element_size()
+                    send_t += pc() - ts
                 for key in self.reads[i]:
                     refs[key] -= 1
                     if refs[key] == 0:
@@ -297,30 +310,42 @@ class _DeviceRuntime:
                         t1 = pc()
                     times[i] = t1 - t0
             else:
-                arrived = False
-                for n, (tid, ref) in enumerate(waiting):
-                    if flags[tid] == step_id:
-                        del waiting[n]
+                # poll the flags of every tensor still awaited at once (vectorised: a scan in Python
+                # would add its own length to every arrival's latency)
+                hits = np.flatnonzero(flags[wait_tids] == step_id) if len(wait_tids) else ()
+                if len(hits):
+                    spins = 0
+                    tr = pc()
+                    for h in hits:
+                        tid = int(wait_tids[h])
+                        ref = wait_refs[tid]
                         v = self._receive(tid)
                         env[ref] = v
-                        received_bytes += v.numel() * v.element_size()
-                        self.live_bytes += v.numel() * v.element_size()
+                        nb = v.numel() * v.element_size()
+                        self.live_bytes += nb
                         if self.live_bytes > peak:
                             peak = self.live_bytes
                         for u in recv_users[ref]:
                             n_deps[u] -= 1
                             if n_deps[u] == 0:
                                 ready.append(u)
-                        arrived = True
-                        break
-                if not arrived:
+                    wait_tids = np.delete(wait_tids, hits)
+                    n_recv += len(hits)
+                    dt = pc() - tr
+                    recv_t += dt
+                    busy += dt
+                else:
                     spins += 1
-                    if spins % 100000 == 0 and os.getppid() == 1:  # parent gone
-                        os._exit(1)
+                    if spins > SPIN_POLLS:
+                        # a spinning core slows its neighbour (shared caches, SMT siblings on the host):
+                        # back off to short sleeps once the wait is no longer short
+                        time.sleep(POLL_SLEEP_S)
+                        if spins % 1000 == 0 and os.getppid() == 1:  # parent gone
+                            os._exit(1)
         if cuda:  # pragma: no cover
             self.torch.cuda.synchronize()
         t_end = pc()
-        return t_start, t_end, float(peak), busy, times
+        return t_start, t_end, float(peak), busy, times, (n_sent, sent_bytes, send_t, n_recv, recv_t)
 
     def _send(self, tid: int, v) -> None:
         """Copy ``v`` into its slot. A permuted dense tensor (a transposed weight) is sent in its memory
@@ -588,18 +613,23 @@ class WorkerPool:
             flags = torch.full((len(transfers) + 1,), -1, dtype=torch.int64).share_memory_()
             layouts = torch.full((len(transfers) + 1, 8), -1, dtype=torch.int64).share_memory_()
             keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
-            for k, plan in enumerate(plans):
-                self._conns[k].send(("setup", plan, transfers, shm, flags, layouts, seed, float(capacity[k]), keep))
-            self._gather("ok")
-            starts, ends = np.zeros((steps, len(plans))), np.zeros((steps, len(plans)))
+            used = [k for k, plan in enumerate(plans) if plan.ops]  # idle devices take no part
+            for k in used:
+                self._conns[k].send(("setup", plans[k], transfers, shm, flags, layouts, seed, float(capacity[k]),
+                                     keep))
+            self._gather("ok", which=used)
+            starts, ends = np.full((steps, len(plans)), np.inf), np.full((steps, len(plans)), -np.inf)
             peak = np.zeros(len(plans))
             busy = np.zeros(len(plans))
             op_times: list[dict] = []
+            exchange = np.zeros((len(plans), 5))
             for s in range(steps):
-                self._send_all(("step", s, profile))
-                for k, msg in enumerate(self._gather("done")):
-                    _, t0, t1, pk, b, times = msg
+                self._send_all(("step", s, profile), which=used)
+                for k, msg in zip(used, self._gather("done", which=used)):
+                    _, t0, t1, pk, b, times, xfer = msg
                     starts[s, k], ends[s, k] = t0, t1
+                    if s > 0 or steps == 1:
+                        exchange[k] += xfer
                     peak[k] = max(peak[k], pk)
                     if s > 0 or steps == 1:
                         busy[k] += b
@@ -612,7 +642,8 @@ class WorkerPool:
                 outputs = {"op_times": op_times}
             return MeasuredResult(float(measured.mean()), names, peak, capacity, tuple(float(x) for x in per_step),
                                   busy / max(1, len(measured)), len(transfers),
-                                  int(sum(_nbytes(t) for t in transfers)), None, outputs)
+                                  int(sum(_nbytes(t) for t in transfers)), None, outputs,
+                                  exchange / max(1, len(measured)))
         except _WorkerFailed as e:
             self.close()
             return MeasuredResult(float("inf"), names, np.zeros(len(names)), capacity, error=str(e))

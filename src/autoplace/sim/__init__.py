@@ -140,7 +140,7 @@ class Simulator:
                             g.tensor_pair_ptr, g.pair_op, g.pair_tensor, g.in_ptr, g.in_pair,
                             g.out_alloc_total, g.unconsumed_alloc, g.param_bytes)
         self._cluster_args = (c.bandwidth, c.latency, c.concurrency)
-        self._send_cost = c.send_cost if bool((c.send_cost > 0).any()) else None
+        self._charges = bool((c.send_cost > 0).any() or (c.send_overhead > 0).any() or (c.recv_overhead > 0).any())
 
     # ------------------------------------------------------------------ placements as arrays
     def as_array(self, placement: Placement | np.ndarray | Sequence[int]) -> np.ndarray:
@@ -169,30 +169,42 @@ class Simulator:
                                  f"allowed types: {', '.join(op.device_types or ())}")
 
     # ------------------------------------------------------------------ evaluation
-    def send_charges(self, dev: np.ndarray) -> np.ndarray:
-        """Seconds each op's device spends sending its outputs under placement ``dev``: bytes of every
-        (tensor, destination device) transfer times the sender's ``send_cost_s_per_byte``."""
-        g = self.graph
+    def exchange_charges(self, dev: np.ndarray) -> np.ndarray:
+        """Seconds of compute each op gains from the transfers of placement ``dev``. For every
+        (tensor, destination device) transfer, the producer pays ``send_overhead_s + bytes *
+        send_cost_s_per_byte`` of its device, and the tensor's first consumer (in topological order) on
+        the destination pays that device's ``recv_overhead_s``."""
+        g, c = self.graph, self.cluster
+        D = c.n_devices
         src_op = g.tensor_src[g.pair_tensor]
-        cross = dev[src_op] != dev[g.pair_op]
-        keys = np.unique(g.pair_tensor[cross] * self.cluster.n_devices + dev[g.pair_op][cross])
-        t = keys // self.cluster.n_devices
+        cross = np.flatnonzero(dev[src_op] != dev[g.pair_op])
+        keys = g.pair_tensor[cross] * D + dev[g.pair_op[cross]]
+        # one row per transfer; its first consumer is the pair with the lowest topological rank
+        order = np.lexsort((g.rank[g.pair_op[cross]], keys))
+        keys, consumers = keys[order], g.pair_op[cross][order]
+        first = np.ones(len(keys), dtype=bool)
+        first[1:] = keys[1:] != keys[:-1]
+        keys, consumers = keys[first], consumers[first]
+        t = keys // D
         producers = g.tensor_src[t]
-        return np.bincount(producers, weights=g.tensor_bytes[t] * self._send_cost[dev[producers]],
-                           minlength=g.n_ops)
+        pdev = dev[producers]
+        charge = np.bincount(producers, weights=c.send_overhead[pdev] + g.tensor_bytes[t] * c.send_cost[pdev],
+                             minlength=g.n_ops)
+        charge += np.bincount(consumers, weights=c.recv_overhead[keys % D], minlength=g.n_ops)
+        return charge
 
     def _execute(self, devs: np.ndarray) -> tuple[BatchResult, Timeline]:
         """Run the event loop on every row of ``devs`` (C if built, else numba); the timeline is the last row's.
 
-        Where devices pay for their sends (``send_cost_s_per_byte``), each row runs with op times that
-        include its producers' send charges."""
-        if self._send_cost is not None and len(devs):
+        Where devices pay for their transfers (``send_cost_s_per_byte``, ``send_overhead_s``,
+        ``recv_overhead_s``), each row runs with op times that include its exchange charges."""
+        if self._charges and len(devs):
             rows = []
             base = self.op_times
             try:
                 for b in range(len(devs)):
                     times = base.copy()
-                    times[np.arange(len(devs[b])), devs[b]] += self.send_charges(devs[b])
+                    times[np.arange(len(devs[b])), devs[b]] += self.exchange_charges(devs[b])
                     self.op_times = times
                     rows.append(self._execute_rows(devs[b:b + 1]))
             finally:
