@@ -223,7 +223,7 @@ def _exchange_program() -> Graph:
                                  targets=y, name="exchange-calibration")
 
 
-def _exchange_overheads(pool: WorkerPool, cluster: Cluster, progress) -> list[Device]:
+def _exchange_overheads(pool: WorkerPool, cluster: Cluster, progress) -> tuple[list[Device], dict[str, float]]:
     """Fit each device's fixed per-transfer compute (``send_overhead_s``, ``recv_overhead_s``) from a
     placed run of :func:`_exchange_program`, instrumented by the executor."""
     if progress is not None:
@@ -235,12 +235,14 @@ def _exchange_overheads(pool: WorkerPool, cluster: Cluster, progress) -> list[De
     result = pool.run(graph, Placement.from_array(graph, cluster, assignment, "round-robin"), steps=20)
     if not result.ok:
         raise AutoplaceError(f"measuring per-transfer costs failed: {result.error}")
-    out = []
-    for d, (n_sent, sent_bytes, send_t, n_recv, recv_t) in zip(cluster.devices, result.exchange):
+    out, latency = [], {}
+    for d, (n_sent, sent_bytes, send_t, n_recv, recv_t, lat_sum, lat_n) in zip(cluster.devices, result.exchange):
         send = (send_t - sent_bytes * d.send_cost_s_per_byte) / n_sent if n_sent else 0.0
         recv = recv_t / n_recv if n_recv else 0.0
         out.append(replace(d, send_overhead_s=float(max(send, 0.0)), recv_overhead_s=float(max(recv, 0.0))))
-    return out
+        if lat_n:
+            latency[d.name] = float(lat_sum / lat_n)
+    return out, latency
 
 
 class LinkFit:
@@ -299,7 +301,10 @@ def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Seq
                 links.append(Link(a.name, b.name, EXCHANGE_BANDWIDTH, max(latency, 0.0)))
         devices = [replace(d, send_cost_s_per_byte=float(c)) if d.kind == "cpu" else d
                    for d, c in zip(devices, send_cost)]
-        devices = _exchange_overheads(pool, Cluster(base.name, devices, links), progress)
+        devices, latency = _exchange_overheads(pool, Cluster(base.name, devices, links), progress)
+        # the executor's latency (a flag raised -> its waiting receiver seeing it, polling with back-off)
+        # where it measured one; the link test's tight spin otherwise
+        links = [Link(ln.src, ln.dst, ln.bandwidth, latency.get(ln.dst, ln.latency_s)) for ln in links]
     return Cluster(base.name, devices, links, None,
                    meta={**{k: v for k, v in base.meta.items() if k != "detected"}, "measured": True,
                          "link_sizes": list(sizes), "link_repeats": repeats})

@@ -60,7 +60,8 @@ class MeasuredResult:
     error: str | None = None
     outputs: dict[str, Any] | None = field(default=None, repr=False)
     #: per device, per measured step: (tensors sent, bytes sent, seconds sending, tensors received,
-    #: seconds handling arrivals) — what ``cluster detect`` fits the per-transfer costs to
+    #: seconds handling arrivals, summed and counted delays from a flag raised to its receiver — already
+    #: waiting — seeing it): what ``cluster detect`` fits the per-transfer costs and latency to
     exchange: np.ndarray | None = field(default=None, repr=False)
 
     @property
@@ -127,7 +128,8 @@ class _DeviceRuntime:
         self.shm = shm
         self.shm_ptr = shm.untyped_storage().data_ptr() if shm.numel() else -1
         self.flags = flags.numpy()
-        self.layouts = layouts.numpy()
+        self.layouts = layouts[:, :8].numpy()
+        self.stamps = layouts[:, 8].view(torch.float64).numpy()
         self.slots: dict[int, Any] = {}
         for tid, (ref, src, dst, off, shape, dtype) in enumerate(transfers):
             if src == plan.device or dst == plan.device:
@@ -236,8 +238,10 @@ class _DeviceRuntime:
         scal: dict[str, Any] = {}
         local = self.n_deps  # membership test for local ops
         pc = time.perf_counter
-        n_sent = sent_bytes = n_recv = 0
-        send_t = recv_t = 0.0
+        n_sent = sent_bytes = n_recv = lat_n = 0
+        send_t = recv_t = lat_sum = 0.0
+        idle_since = float("inf")
+        stamps = self.stamps
 
         def get(r: TRef):
             if r.op in local:
@@ -283,6 +287,7 @@ class _DeviceRuntime:
                         v = get(ref)
                         for tid in tids:
                             self._send(tid, v)
+                            stamps[tid] = pc()
                             flags[tid] = step_id
                             n_sent += 1
                             sent_bytes += v.numel() * v.element_size()
@@ -318,6 +323,9 @@ class _DeviceRuntime:
                     tr = pc()
                     for h in hits:
                         tid = int(wait_tids[h])
+                        if stamps[tid] >= idle_since:  # raised while we were already waiting: latency
+                            lat_sum += tr - stamps[tid]
+                            lat_n += 1
                         ref = wait_refs[tid]
                         v = self._receive(tid)
                         env[ref] = v
@@ -335,6 +343,8 @@ class _DeviceRuntime:
                     recv_t += dt
                     busy += dt
                 else:
+                    if spins == 0:
+                        idle_since = pc()
                     spins += 1
                     if spins > SPIN_POLLS:
                         # a spinning core slows its neighbour (shared caches, SMT siblings on the host):
@@ -345,7 +355,7 @@ class _DeviceRuntime:
         if cuda:  # pragma: no cover
             self.torch.cuda.synchronize()
         t_end = pc()
-        return t_start, t_end, float(peak), busy, times, (n_sent, sent_bytes, send_t, n_recv, recv_t)
+        return t_start, t_end, float(peak), busy, times, (n_sent, sent_bytes, send_t, n_recv, recv_t, lat_sum, lat_n)
 
     def _send(self, tid: int, v) -> None:
         """Copy ``v`` into its slot. A permuted dense tensor (a transposed weight) is sent in its memory
@@ -611,7 +621,7 @@ class WorkerPool:
 
             shm = torch.empty(total, dtype=torch.uint8).share_memory_()
             flags = torch.full((len(transfers) + 1,), -1, dtype=torch.int64).share_memory_()
-            layouts = torch.full((len(transfers) + 1, 8), -1, dtype=torch.int64).share_memory_()
+            layouts = torch.full((len(transfers) + 1, 9), -1, dtype=torch.int64).share_memory_()
             keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
             used = [k for k, plan in enumerate(plans) if plan.ops]  # idle devices take no part
             for k in used:
@@ -622,7 +632,7 @@ class WorkerPool:
             peak = np.zeros(len(plans))
             busy = np.zeros(len(plans))
             op_times: list[dict] = []
-            exchange = np.zeros((len(plans), 5))
+            exchange = np.zeros((len(plans), 7))
             for s in range(steps):
                 self._send_all(("step", s, profile), which=used)
                 for k, msg in zip(used, self._gather("done", which=used)):
