@@ -313,7 +313,8 @@ def _localhost() -> Cluster:
     mem = _meminfo_bytes()
     model = platform.processor() or platform.machine()
     devs = [Device(f"cpu:{i}", "cpu", mem // cores, ghz * 1e9 * fpc, 10 * GB, 5e-6, 1,
-                   {"model": model, "cores": 1, "estimated": True}) for i in range(cores)]
+                   {"model": model, "cores": 1, "host": platform.node() or "localhost", "estimated": True})
+            for i in range(cores)]
     try:  # pragma: no cover - no GPU in CI
         import torch
 

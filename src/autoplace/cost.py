@@ -37,8 +37,14 @@ def feasible_devices(graph: Graph, cluster: Cluster) -> np.ndarray:
     return ok
 
 
-def op_time_matrix(graph: Graph, cluster: Cluster) -> np.ndarray:
-    """Seconds ``[n_ops, n_devices]`` for every op on every device; ``inf`` where it cannot run."""
+LOADED = "|loaded"  #: suffix of ``cost`` keys measured with the host's other devices busy
+
+
+def op_time_matrix(graph: Graph, cluster: Cluster, *, loaded: bool = False) -> np.ndarray:
+    """Seconds ``[n_ops, n_devices]`` for every op on every device; ``inf`` where it cannot run.
+
+    ``loaded=True`` prefers costs measured while the other devices of the host were busy
+    (``cost["cpu|loaded"]``, written by ``autoplace profile``) and falls back to the plain ones."""
     roofline = np.maximum(graph.flops[:, None] / cluster.peak_flops[None, :],
                           graph.bytes_touched[:, None] / cluster.memory_bandwidth[None, :])
     times = roofline + cluster.op_overhead[None, :]
@@ -48,10 +54,10 @@ def op_time_matrix(graph: Graph, cluster: Cluster) -> np.ndarray:
         if op.cost:
             lowered = {k.lower(): float(v) for k, v in op.cost.items()}
             for d, (name, kind) in enumerate(zip(names, kinds)):
-                if name in op.cost:
-                    times[i, d] = float(op.cost[name])
-                elif kind in lowered:
-                    times[i, d] = lowered[kind]
+                for key in ((name + LOADED, kind + LOADED) if loaded else ()) + (name, kind):
+                    if key in lowered:
+                        times[i, d] = lowered[key]
+                        break
     times[~feasible_devices(graph, cluster)] = np.inf
     return times
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from autoplace.cluster import Cluster, Device, Link, get_cluster
+from autoplace.cost import LOADED
 from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
@@ -37,9 +38,10 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, pool: Worke
     """A copy of ``graph`` whose ops carry measured ``cost`` (seconds) for each device type profiled.
 
     One device of each type in ``cluster`` (or the named ``devices``) runs the whole graph ``steps``
-    times; the first step is dropped and each op's cost is the median of the rest. With ``loaded``, the
-    other CPU workers run the same program meanwhile, so the costs include the slowdown that cores
-    sharing caches and memory bandwidth inflict on each other during a placed step."""
+    times; the first step is dropped and each op's cost is the median of the rest (``cost[type]``).
+    With ``loaded`` (and other CPU devices in the cluster) it is profiled a second time while the other
+    CPU workers run the same program (``cost["<type>|loaded"]``): cores sharing caches and memory
+    bandwidth slow each other, and the simulator blends the two by how busy a device's host-mates are."""
     chosen: dict[str, int] = {}
     names = devices or [d.name for d in cluster.devices]
     for name in names:
@@ -56,33 +58,40 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, pool: Worke
             placement = Placement.from_array(graph, cluster, assignment, "profile")
             pool.load(graph)
             others = [j for j, d in enumerate(cluster.devices) if j != k and d.kind == "cpu"] if loaded else []
-            with _Background(pool, others):
-                result = pool.run(graph, placement, steps=max(2, steps), profile=True)
-                if not result.ok:
-                    raise AutoplaceError(f"profiling on {cluster.devices[k].name} failed: {result.error}")
-                # calibration: timing every op costs time itself; scale the costs so that they add up
-                # to the step measured without per-op timers (the executor's overhead stays in the ops)
-                plain = pool.run(graph, placement, steps=max(2, steps))
-            per_step = result.outputs["op_times"][1:]  # drop the first (warm-up) step
-            t = np.array([[s.get(i, 0.0) for i in range(graph.n_ops)] for s in per_step])
-            cost = np.median(t, axis=0)
-            if plain.ok and cost.sum() > 0:
-                cost *= plain.step_time / cost.sum()
-            costs[dtype] = cost
+            costs[dtype] = _timed_costs(pool, graph, placement, steps, [])
+            if others:
+                costs[dtype + LOADED] = _timed_costs(pool, graph, placement, steps, others)
     finally:
         if own:
             pool.close()
     ops = []
     for i, op in enumerate(graph.ops):
-        cost = dict(op.cost)
+        cost = {k: v for k, v in op.cost.items() if k not in costs}
         for dtype, c in costs.items():
             cost[dtype] = float(c[i])
         ops.append(replace(op, cost=cost))
-    meta = {**graph.meta, "profiled": {dtype: {"device": cluster.devices[k].name, "steps": steps, "loaded": loaded,
-                                              "step_s": float(costs[dtype].sum()),
-                                              "calibrated": True}
-                                      for dtype, k in chosen.items()}}
+    meta = {**graph.meta, "profiled": {key: {"device": cluster.devices[chosen[key.split("|")[0]]].name,
+                                            "steps": steps, "step_s": float(c.sum()), "calibrated": True}
+                                       for key, c in costs.items()}}
     return Graph(ops, name=graph.name, meta=meta)
+
+
+def _timed_costs(pool: WorkerPool, graph: Graph, placement: Placement, steps: int, others: list[int]) -> np.ndarray:
+    """Per-op medians of a profiled single-device run (``others`` busy meanwhile), scaled to the step
+    measured without per-op timers: timing every op costs time itself, and the executor's per-op
+    overhead stays in the ops."""
+    name = placement.assignment[graph.ops[0].name]
+    with _Background(pool, others):
+        result = pool.run(graph, placement, steps=max(2, steps), profile=True)
+        if not result.ok:
+            raise AutoplaceError(f"profiling on {name} failed: {result.error}")
+        plain = pool.run(graph, placement, steps=max(2, steps))
+    per_step = result.outputs["op_times"][1:]  # drop the first (warm-up) step
+    t = np.array([[s.get(i, 0.0) for i in range(graph.n_ops)] for s in per_step])
+    cost = np.median(t, axis=0)
+    if plain.ok and cost.sum() > 0:
+        cost *= plain.step_time / cost.sum()
+    return cost
 
 
 def _background_run(rt, stop) -> int:

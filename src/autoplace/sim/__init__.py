@@ -141,6 +141,14 @@ class Simulator:
                             g.out_alloc_total, g.unconsumed_alloc, g.param_bytes)
         self._cluster_args = (c.bandwidth, c.latency, c.concurrency)
         self._charges = bool((c.send_cost > 0).any() or (c.send_overhead > 0).any() or (c.recv_overhead > 0).any())
+        # contention (issue #5): devices of one host slow each other; ops profiled both ways carry it
+        hosts = [d.meta.get("host") for d in c.devices]
+        self._shares_host = np.array([[a is not None and a == b and i != j for j, b in enumerate(hosts)]
+                                      for i, a in enumerate(hosts)], dtype=bool).reshape(c.n_devices, c.n_devices)
+        self._loaded_times = None
+        if op_times is None and self._shares_host.any() and any(
+                k.endswith("|loaded") for op in g.ops if op.cost for k in op.cost):
+            self._loaded_times = op_time_matrix(g, c, loaded=True)
 
     # ------------------------------------------------------------------ placements as arrays
     def as_array(self, placement: Placement | np.ndarray | Sequence[int]) -> np.ndarray:
@@ -198,15 +206,28 @@ class Simulator:
 
         Where devices pay for their transfers (``send_cost_s_per_byte``, ``send_overhead_s``,
         ``recv_overhead_s``), each row runs with op times that include its exchange charges."""
-        if self._charges and len(devs):
+        if (self._charges or self._loaded_times is not None) and len(devs):
             rows = []
             base = self.op_times
             try:
                 for b in range(len(devs)):
+                    ops = np.arange(len(devs[b]))
+                    extra = self.exchange_charges(devs[b]) if self._charges else 0.0
                     times = base.copy()
-                    times[np.arange(len(devs[b])), devs[b]] += self.exchange_charges(devs[b])
+                    times[ops, devs[b]] += extra
                     self.op_times = times
-                    rows.append(self._execute_rows(devs[b:b + 1]))
+                    row = self._execute_rows(devs[b:b + 1])
+                    if self._loaded_times is not None:
+                        # mean-field contention: a device whose host-mates were busy a share u of the
+                        # step runs its ops at (1 - u) * alone + u * loaded; one more pass with those times
+                        busy, step = row[0].busy_time[0], float(row[0].step_time[0])
+                        u = np.minimum(1.0, self._shares_host.astype(float) @ busy / step) if step > 0 else 0 * busy
+                        d = devs[b]
+                        times = base.copy()
+                        times[ops, d] = (1 - u[d]) * base[ops, d] + u[d] * self._loaded_times[ops, d] + extra
+                        self.op_times = times
+                        row = self._execute_rows(devs[b:b + 1])
+                    rows.append(row)
             finally:
                 self.op_times = base
             timeline = rows[-1][1]
