@@ -312,3 +312,25 @@ def test_cli_refuses_uncaptured_graph(tmp_path, capsys):
     assert err.startswith("autoplace: error: graph 'toy-mlp' has no aten program") and err.count("\n") == 1
     assert main(["export", str(ppath), "--graph", "toy-mlp", "-o", str(tmp_path / "x.py")]) == 2
     assert not (tmp_path / "x.py").exists()
+
+
+def test_contention_blends_loaded_costs_by_host_mates_busy_share():
+    """Hand-computed: two 1 ms ops (2 ms when the host's other core is busy) on two cores of one host."""
+    from autoplace.graph import Graph, Op
+
+    g = Graph([Op("a", "x", cost={"cpu": 1e-3, "cpu|loaded": 2e-3}),
+               Op("b", "x", cost={"cpu": 1e-3, "cpu|loaded": 2e-3}),
+               Op("c", "x", ("a",), cost={"cpu": 1e-3, "cpu|loaded": 2e-3})])
+
+    def cluster(host):
+        meta = {"host": host} if host else {}
+        return Cluster("c", [Device(f"cpu:{i}", "cpu", 2**30, 1e10, 1e10, 0.0, 1, meta) for i in range(2)],
+                       default_link=LinkSpec(1e12, 0.0))
+
+    split = {"a": "cpu:0", "b": "cpu:1", "c": "cpu:0"}
+    # pass 1: cpu:0 busy 2 ms, cpu:1 busy 1 ms, step 2 ms -> u(cpu:0) = 1/2, u(cpu:1) = 1
+    # pass 2: a, c take 1.5 ms each on cpu:0; b takes 2 ms on cpu:1 -> step 3 ms
+    assert simulate(g, cluster("h"), Placement(split, "graph", "c")).step_time == pytest.approx(3e-3)
+    assert simulate(g, cluster(None), Placement(split, "graph", "c")).step_time == pytest.approx(2e-3)
+    one = {n: "cpu:0" for n in "abc"}
+    assert simulate(g, cluster("h"), Placement(one, "graph", "c")).step_time == pytest.approx(3e-3)

@@ -189,11 +189,15 @@ def _link_send(rt, buf, flags, sizes, repeats):
             buf[:n].copy_(src[:n])
             f[0] = token
             starts.append((t0, time.perf_counter()))
-            deadline = time.monotonic() + 10
-            while f[1] != token:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("link test: no acknowledgement")
+            _await(f, 1, token, "no acknowledgement")
     return starts
+
+
+def _await(flags, slot: int, token: int, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while flags[slot] != token:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"link test: {what}")
 
 
 def _link_recv(rt, buf, flags, sizes, repeats):
@@ -204,10 +208,7 @@ def _link_recv(rt, buf, flags, sizes, repeats):
     for _ in range(repeats):
         for n in sizes:
             token += 1
-            deadline = time.monotonic() + 10
-            while f[0] != token:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("link test: nothing arrived")
+            _await(f, 0, token, "nothing arrived")
             t = time.perf_counter()
             if rt.device.startswith("cuda"):  # pragma: no cover - no GPU in CI
                 buf[:n].to(rt.device)
