@@ -144,19 +144,26 @@ def main(argv=None) -> int:
             mape = float(np.mean(np.abs(sims - meas) / meas))
             tau = kendall_tau(sims, meas)
             raws = np.array(raws)
-            summary[model] = {"ops": graph.n_ops, "placements": len(sims), "mape": mape, "kendall_tau": tau,
+            R = np.array([r["rounds_s"] for r in rows if r["model"] == model])  # placements x rounds
+            pairs = [(a, b) for a in range(args.rounds) for b in range(a + 1, args.rounds)]
+            # the measurement's own repeatability: how well one round ranks like another
+            self_tau = float(np.mean([kendall_tau(R[:, a], R[:, b]) for a, b in pairs])) if pairs else float("nan")
+            h = args.rounds // 2
+            split_tau = kendall_tau(np.median(R[:, :h], axis=1), np.median(R[:, h:], axis=1)) \
+                if args.rounds >= 4 else float("nan")
+            summary[model] = {"round_vs_round_tau": self_tau, "split_half_tau": split_tau,"ops": graph.n_ops, "placements": len(sims), "mape": mape, "kendall_tau": tau,
                               "round_spread": float(np.median(spread)), "anchor": anchor,
                               "mape_unanchored": float(np.mean(np.abs(raws - meas) / meas)),
                               "kendall_tau_unanchored": kendall_tau(raws, meas)}
             print(f"{model}: {len(sims)} placements, MAPE {100 * mape:.1f} %, Kendall tau {tau:.3f}, "
                   f"median max/min-1 over rounds {100 * np.median(spread):.1f} %")
 
-    print("\n| model | ops | placements | MAPE | Kendall tau | unanchored MAPE / tau | anchor | round spread |"
-          "\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n| model | ops | placements | MAPE | Kendall tau | unanchored MAPE / tau | anchor | round spread "
+          "| tau round vs round | tau half vs half |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for model, s in summary.items():
         print(f"| {model} | {s['ops']} | {s['placements']} | {100 * s['mape']:.1f} % | {s['kendall_tau']:.3f} | "
               f"{100 * s['mape_unanchored']:.1f} % / {s['kendall_tau_unanchored']:.3f} | {s['anchor']:.3f} | "
-              f"{100 * s['round_spread']:.1f} % |")
+              f"{100 * s['round_spread']:.1f} % | {s['round_vs_round_tau']:.3f} | {s['split_half_tau']:.3f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"summary": summary, "rows": rows}, f, indent=1)
