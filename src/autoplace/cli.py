@@ -304,10 +304,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
     placement = load_placement(args.placement)
-    placement.to_array(graph, cluster)  # validate before starting workers
-    from autoplace.runtime import Program
-
-    Program(graph)
+    placement.to_array(graph, cluster)  # validate before starting workers (the pool decodes the graph first)
     predicted = simulate(graph, cluster, placement)
     result = measure(graph, cluster, placement, steps=args.steps, timeout=args.timeout, seed=args.seed)
     if args.json:
@@ -331,7 +328,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from autoplace.formats import save_graph
-    from autoplace.runtime import Program
     from autoplace.runtime.profile import profile_graph
 
     _check_output(args.output)
@@ -340,7 +336,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     devices = [d.strip() for d in args.devices.split(",")] if args.devices else None
     for d in devices or []:
         cluster.index(d)
-    Program(graph)
     err = Console(stderr=True, highlight=False)
     with err.status("profiling") as status:
         profiled = profile_graph(graph, cluster, steps=args.steps, devices=devices,
@@ -473,10 +468,20 @@ def _add_graph_args(p: argparse.ArgumentParser) -> None:
                    help="parameter of a built-in model (repeatable), e.g. -P batch=32")
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def _add_env_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", choices=("simulated", "measured"), default="simulated",
                    help="score placements with the simulator (default) or by real runs on this machine")
-    p.add_argument("--steps", type=int, default=10, help="measured env: steps per run (the first is dropped)")
+    p.add_argument("--steps", type=_positive_int, default=10, help="measured env: steps per run (the first is dropped)")
     p.add_argument("--timeout", type=float, default=120.0, help="measured env: seconds before a run fails")
 
 
@@ -518,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("measure", help="run a placement on this machine's devices and measure its step")
     _add_graph_args(p)
     p.add_argument("--placement", "-p", required=True, metavar="P", help="placement file")
-    p.add_argument("--steps", type=int, default=10, help="steps to run (the first is dropped; default 10)")
+    p.add_argument("--steps", type=_positive_int, default=10, help="steps to run (the first is dropped; default 10)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before a run counts as failing")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic parameters and inputs")
     p.add_argument("--json", action="store_true")
@@ -527,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profile", help="measure every op on each device type and write the costs into the graph")
     _add_graph_args(p)
     p.add_argument("--devices", help="comma-separated devices to profile on (default: one of each type)")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per device (the first is dropped)")
+    p.add_argument("--steps", type=_positive_int, default=5, help="timed steps per device (the first is dropped)")
     p.add_argument("--output", "-o", required=True, metavar="GRAPH", help="graph file to write")
     p.set_defaults(func=cmd_profile)
 
@@ -535,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     csub = p.add_subparsers(dest="cluster_cmd", required=True, metavar="CLUSTER_COMMAND")
     cd = csub.add_parser("detect", help="measure device speeds and transfer latency/bandwidth between devices")
     cd.add_argument("--base", help="cluster whose devices to measure (default: localhost)")
-    cd.add_argument("--repeats", type=int, default=20, help="timed repeats per transfer size")
+    cd.add_argument("--repeats", type=_positive_int, default=20, help="timed repeats per transfer size")
     cd.add_argument("--output", "-o", help="write the measured cluster as autoplace.cluster/v1 JSON")
     cd.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cluster)
