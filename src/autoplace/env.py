@@ -77,12 +77,12 @@ class MeasuredEnv(BaseEnv):
     name = "measured"
 
     def __init__(self, graph: Graph, cluster: Cluster, *, steps: int = 10, seed: int = 0, timeout: float = 120.0):
-        from autoplace.runtime import Program, WorkerPool
+        from autoplace.runtime import WorkerPool
 
         super().__init__(graph, cluster)
-        Program(graph)  # fail now, with the culprit named, if the graph cannot run
         self.steps, self.seed = int(steps), int(seed)
         self.pool = WorkerPool(cluster, timeout=timeout)
+        self.pool.program_of(graph)  # fail now, with the culprit named, if the graph cannot run
 
     def evaluate(self, placement):
         if not isinstance(placement, Placement):

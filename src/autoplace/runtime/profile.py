@@ -96,30 +96,14 @@ def _timed_costs(pool: WorkerPool, graph: Graph, placement: Placement, steps: in
 
 def _background_run(rt, stop) -> int:
     """Run the loaded program unplaced, over and over, until ``stop[0]`` is set (load for profiling)."""
-    from autoplace.runtime.program import get_value
-
     prog = rt.program
     env = {i: prog.make_input(i, 0, rt.device) for i in prog.placeholders}
     flag = stop.numpy()
-    scal: dict = {}
-    get = lambda r: get_value(env, r)  # noqa: E731
-
-    def scalar(name):
-        fn, a, kw = prog.scalars[name]
-        return fn(*prog.resolve(a, get, scalar, rt.device), **prog.resolve(kw, get, scalar, rt.device))
-
     rounds = 0
     deadline = time.monotonic() + 600
     while not flag[0] and time.monotonic() < deadline:
-        for i in prog.graph.topological_order:
-            c = prog.calls[i]
-            if c is not None:
-                env[i] = c.fn(*prog.resolve(c.args, get, scalar, rt.device),
-                              **prog.resolve(c.kwargs, get, scalar, rt.device))
-            if flag[0]:
-                break
+        prog.run_step(env, rt.device, stop=lambda: bool(flag[0]))
         rounds += 1
-        scal.clear()
     return rounds
 
 
@@ -140,7 +124,7 @@ class _Background:
     def __exit__(self, *exc) -> None:
         self.stop[0] = 1
         if self.which and self.pool.alive:
-            self.pool._gather("ok", which=self.which, timeout=60)
+            self.pool._gather(which=self.which, timeout=60)
 
 
 # ---------------------------------------------------------------------- device and link measurements
@@ -299,7 +283,7 @@ def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Seq
                 flags = torch.zeros(2, dtype=torch.int64).share_memory_()
                 pool._conns[s].send(("call", _link_send, buf, flags, sizes, repeats))
                 pool._conns[t].send(("call", _link_recv, buf, flags, sizes, repeats))
-                (ms, mt) = pool._gather("ok", which=[s, t], timeout=120)
+                (ms, mt) = pool._gather(which=[s, t], timeout=120)
                 sent = np.array(ms[1]).reshape(repeats, len(sizes), 2)
                 seen = np.array(mt[1]).reshape(repeats, len(sizes))
                 keep = slice(1, None) if repeats > 1 else slice(None)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import operator
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,6 +263,35 @@ class Program:
                 else torch.zeros(shape, dtype=dtype)
         return t.to(device)
 
+    def scalar_fn(self, get: Callable[[TRef], Any], device: str) -> Callable[[str], Any]:
+        """An evaluator of the program's scalar nodes for one step (cached), reading tensors with ``get``."""
+        cache: dict[str, Any] = {}
+
+        def scalar(name: str) -> Any:
+            if name not in cache:
+                fn, a, kw = self.scalars[name]
+                cache[name] = fn(*self.resolve(a, get, scalar, device), **self.resolve(kw, get, scalar, device))
+            return cache[name]
+
+        return scalar
+
+    def call(self, i: int, get: Callable[[TRef], Any], scalar: Callable[[str], Any], device: str) -> Any:
+        """Run op ``i``'s aten call with its arguments resolved."""
+        c = self.calls[i]
+        return c.fn(*self.resolve(c.args, get, scalar, device), **self.resolve(c.kwargs, get, scalar, device))
+
+    def run_step(self, env: dict[int, Any], device: str, stop: Callable[[], bool] | None = None) -> bool:
+        """One unplaced step in program order, values kept in ``env`` (op index -> value, placeholders
+        already there); False if ``stop()`` cut it short."""
+        get = lambda r: get_value(env, r)  # noqa: E731
+        scalar = self.scalar_fn(get, device)
+        for i in self.graph.topological_order:
+            if self.calls[i] is not None:
+                env[i] = self.call(i, get, scalar, device)
+            if stop is not None and stop():
+                return False
+        return True
+
     def resolve(self, a: Any, get: Callable[[TRef], Any], scalar: Callable[[str], Any], device: str) -> Any:
         t = type(a)
         if t is TRef:
@@ -300,15 +329,15 @@ class DevicePlan:
     """What one device runs in a placed step.
 
     ``ops``: its ops in program order; ``deps[i]``: the local ops op ``i`` waits for (data and
-    write-after-read); ``recv``: tensors it receives (ref -> source device); ``send``: for each
-    local tensor, the devices it is sent to (once per destination, Send/Recv)."""
+    write-after-read); ``recv``: the tensors it receives (ref -> source device; each tensor once per
+    destination device, Send/Recv — the senders' side follows from the receivers'); ``recv_users``:
+    the local ops reading each received tensor."""
 
     device: int
     ops: list[int]
     deps: dict[int, list[int]]
     recv: dict[TRef, int]
     recv_users: dict[TRef, list[int]]
-    send: dict[TRef, list[int]]
 
 
 def plan_device(program: Program, assignment: np.ndarray, device: int) -> DevicePlan:
@@ -351,18 +380,12 @@ def plan_device(program: Program, assignment: np.ndarray, device: int) -> Device
         for r in c.tensor_refs:
             readers.setdefault(root_of(r), []).append(i)
         deps[i] = sorted(set(mine) - {i})
-    return DevicePlan(device, ops, deps, recv, recv_users, {})
+    return DevicePlan(device, ops, deps, recv, recv_users)
 
 
 def plan_all(program: Program, assignment: np.ndarray, n_devices: int) -> list[DevicePlan]:
-    """Plans for every device; fills each plan's ``send`` from the others' ``recv``."""
-    plans = [plan_device(program, assignment, d) for d in range(n_devices)]
-    for p in plans:
-        for r, src in p.recv.items():
-            plans[src].send.setdefault(r, []).append(p.device)
-    for p in plans:
-        p.send = {r: sorted(d) for r, d in p.send.items()}
-    return plans
+    """Plans for every device."""
+    return [plan_device(program, assignment, d) for d in range(n_devices)]
 
 
 def get_value(env: dict, r: TRef) -> Any:
@@ -370,30 +393,14 @@ def get_value(env: dict, r: TRef) -> Any:
     return v if r.k is None else v[r.k]
 
 
-def run_reference(program: Program, *, seed: int = 0, steps: int = 1, device: str = "cpu",
-                  fetch: Sequence[str] = ()) -> dict[str, Any]:
+def run_reference(program: Program, *, seed: int = 0, steps: int = 1, device: str = "cpu") -> dict[str, Any]:
     """Run ``program`` unplaced in this process for ``steps`` steps; return its outputs and final state.
 
     The result maps ``"output{j}"`` to the program's outputs (the loss first) and each placeholder name
     to its value after the last step (parameters after their update)."""
-    g = program.graph
     env: dict[int, Any] = {i: program.make_input(i, seed, device) for i in program.placeholders}
     for _ in range(steps):
-        scal: dict[str, Any] = {}
-
-        def scalar(name: str, env=env, scal=scal) -> Any:
-            if name not in scal:
-                fn, a, kw = program.scalars[name]
-                scal[name] = fn(*program.resolve(a, lambda r: get_value(env, r), scalar, device),
-                                **program.resolve(kw, lambda r: get_value(env, r), scalar, device))
-            return scal[name]
-
-        for i in g.topological_order:
-            c = program.calls[i]
-            if c is None:
-                continue
-            env[i] = c.fn(*program.resolve(c.args, lambda r: get_value(env, r), scalar, device),
-                          **program.resolve(c.kwargs, lambda r: get_value(env, r), scalar, device))
+        program.run_step(env, device)
     out = {f"output{j}": get_value(env, r) for j, r in enumerate(program.outputs)}
     out.update({name: get_value(env, r) for name, r in program.final_versions.items()})
     return out

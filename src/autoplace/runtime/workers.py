@@ -136,15 +136,15 @@ class _DeviceRuntime:
                 dt = getattr(torch, dtype)
                 n = int(np.prod(shape)) * dt.itemsize
                 self.slots[tid] = (shm[off:off + n].view(dt), tuple(shape))
-        self.send_tids: dict[TRef, list[int]] = {}
+        sends: dict[TRef, list[int]] = {}
         self.recv_tid: list[tuple[int, TRef]] = []
         for tid, (ref, src, dst, *_rest) in enumerate(transfers):
             if src == plan.device:
-                self.send_tids.setdefault(ref, []).append(tid)
+                sends.setdefault(ref, []).append(tid)
             elif dst == plan.device:
                 self.recv_tid.append((tid, ref))
-        self.sends_of: dict[int, list[tuple[TRef, list[int]]]] = {}
-        for ref, tids in self.send_tids.items():
+        self.sends_of: dict[int, list[tuple[TRef, list[int]]]] = {}  # producer op -> (tensor, slots)
+        for ref, tids in sends.items():
             self.sends_of.setdefault(ref.op, []).append((ref, tids))
         # dependency counts and successors (local deps + one per received tensor read)
         self.n_deps = {i: len(plan.deps[i]) for i in plan.ops}
@@ -218,13 +218,14 @@ class _DeviceRuntime:
                 del self.live[key]
 
     # -------------------------------------------------------------- one step
-    def step(self, step_id: int, profile: bool = False) -> tuple[float, float, float, float, dict | None]:
+    def step(self, step_id: int, profile: bool = False) -> tuple:
+        """Run one step; returns (start, end, peak bytes, busy seconds, per-op times if ``profile``,
+        exchange counters — see :attr:`MeasuredResult.exchange`)."""
         prog = self.program
         plan = self.plan
         env = self.env
         calls = prog.calls
         flags = self.flags
-        slots = self.slots
         device = self.device
         recv_users = self.recv_users
         n_deps = dict(self.n_deps)
@@ -235,7 +236,6 @@ class _DeviceRuntime:
         peak = self.live_bytes
         busy = 0.0
         times: dict[int, float] | None = {} if profile else None
-        scal: dict[str, Any] = {}
         local = self.n_deps  # membership test for local ops
         pc = time.perf_counter
         n_sent = sent_bytes = n_recv = lat_n = 0
@@ -249,12 +249,7 @@ class _DeviceRuntime:
                 return v if r.k is None else v[r.k]
             return env[r]
 
-        def scalar(name: str):
-            if name not in scal:
-                fn, a, kw = prog.scalars[name]
-                scal[name] = fn(*prog.resolve(a, get, scalar, device), **prog.resolve(kw, get, scalar, device))
-            return scal[name]
-
+        scalar = prog.scalar_fn(get, device)
         cuda = device.startswith("cuda")
         t_start = pc()
         remaining = len(plan.ops)
@@ -270,8 +265,7 @@ class _DeviceRuntime:
                                           f"{self.live_bytes + self._out_bytes[i]} bytes over its "
                                           f"{int(self.capacity)}-byte budget")
                     try:
-                        val = c.fn(*prog.resolve(c.args, get, scalar, device),
-                                   **prog.resolve(c.kwargs, get, scalar, device))
+                        val = prog.call(i, get, scalar, device)
                     except MemoryError:
                         raise
                     except Exception as e:  # noqa: BLE001
@@ -479,8 +473,8 @@ class WorkerPool:
         self.devices = [torch_device(d.name) for d in cluster.devices]
         self._procs: list = []
         self._conns: list = []
-        self._graph: Graph | None = None
-        self._loaded: int | None = None
+        self._program: Program | None = None
+        self._loaded = False  # the workers hold self._program's graph
         _POOLS.add(self)
 
     # -------------------------------------------------------------- lifecycle
@@ -510,8 +504,8 @@ class WorkerPool:
             child.close()
             self._procs.append(p)
             self._conns.append(parent)
-        self._gather("ready", timeout=max(self.timeout, 60.0))
-        self._loaded = None
+        self._gather(timeout=max(self.timeout, 60.0))
+        self._loaded = False
 
     def close(self) -> None:
         """Stop every worker: ask, then terminate, then kill; always reaps the processes."""
@@ -531,7 +525,7 @@ class WorkerPool:
                 p.join(1.0)
         for c in self._conns:
             c.close()
-        self._procs, self._conns, self._loaded = [], [], None
+        self._procs, self._conns, self._loaded = [], [], False
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -544,7 +538,7 @@ class WorkerPool:
         return [p.pid for p in self._procs]
 
     # -------------------------------------------------------------- messaging
-    def _gather(self, expect: str, *, timeout: float | None = None, which: list[int] | None = None) -> list:
+    def _gather(self, *, timeout: float | None = None, which: list[int] | None = None) -> list:
         """Wait for one reply from each worker in ``which``; raise _WorkerFailed on error/death/timeout."""
         from multiprocessing.connection import wait
 
@@ -591,16 +585,24 @@ class WorkerPool:
         """Run ``fn(runtime, *args)`` in worker ``device`` (a picklable module-level function)."""
         self.start()
         self._conns[device].send(("call", fn, *args))
-        return self._gather("ok", which=[device], timeout=timeout)[0][1]
+        return self._gather(which=[device], timeout=timeout)[0][1]
 
-    def load(self, graph: Graph) -> None:
+    def program_of(self, graph: Graph) -> Program:
+        """``graph`` decoded (once per graph); decoding errors are raised here, in the caller."""
+        if self._program is None or self._program.graph is not graph:
+            self._program = Program(graph)
+            self._loaded = False
+        return self._program
+
+    def load(self, graph: Graph) -> Program:
+        """Send ``graph`` to the workers (once), decoding it first: a graph that cannot run starts nothing."""
+        self.program_of(graph)
         self.start()
-        if self._loaded == id(graph) and self._graph is graph:
-            return
-        Program(graph)  # decode errors are raised here, in the caller, not as worker failures
-        self._send_all(("load", graph))
-        self._gather("ok")
-        self._graph, self._loaded = graph, id(graph)
+        if not self._loaded:
+            self._send_all(("load", graph))
+            self._gather()
+            self._loaded = True
+        return self._program
 
     # -------------------------------------------------------------- running a placement
     def run(self, graph: Graph, placement: Placement, *, steps: int = DEFAULT_STEPS, seed: int = 0,
@@ -611,10 +613,7 @@ class WorkerPool:
         names = tuple(d.name for d in cluster.devices)
         capacity = np.array([float(d.memory_bytes) for d in cluster.devices])
         try:
-            self.load(graph)
-            program = Program(graph) if not hasattr(self, "_program") or self._program.graph is not graph \
-                else self._program
-            self._program = program
+            program = self.load(graph)
             plans = plan_all(program, assignment, cluster.n_devices)
             transfers, total = _layout(program, plans)
             import torch
@@ -627,7 +626,7 @@ class WorkerPool:
             for k in used:
                 self._conns[k].send(("setup", plans[k], transfers, shm, flags, layouts, seed, float(capacity[k]),
                                      keep))
-            self._gather("ok", which=used)
+            self._gather(which=used)
             starts, ends = np.full((steps, len(plans)), np.inf), np.full((steps, len(plans)), -np.inf)
             peak = np.zeros(len(plans))
             busy = np.zeros(len(plans))
@@ -635,7 +634,7 @@ class WorkerPool:
             exchange = np.zeros((len(plans), 7))
             for s in range(steps):
                 self._send_all(("step", s, profile), which=used)
-                for k, msg in zip(used, self._gather("done", which=used)):
+                for k, msg in zip(used, self._gather(which=used)):
                     _, t0, t1, pk, b, times, xfer = msg
                     starts[s, k], ends[s, k] = t0, t1
                     if s > 0 or steps == 1:
@@ -670,7 +669,7 @@ class WorkerPool:
         out: dict[str, Any] = {}
         for d, items in by_dev.items():
             self._conns[d].send(("fetch", [r for _, r in items]))
-            (msg,) = self._gather("values", which=[d])
+            (msg,) = self._gather(which=[d])
             out.update({name: v for (name, _), v in zip(items, msg[1])})
         return out
 

@@ -142,9 +142,8 @@ class Simulator:
         self._cluster_args = (c.bandwidth, c.latency, c.concurrency)
         self._charges = bool((c.send_cost > 0).any() or (c.send_overhead > 0).any() or (c.recv_overhead > 0).any())
         # contention (issue #5): devices of one host slow each other; ops profiled both ways carry it
-        hosts = [d.meta.get("host") for d in c.devices]
-        self._shares_host = np.array([[a is not None and a == b and i != j for j, b in enumerate(hosts)]
-                                      for i, a in enumerate(hosts)], dtype=bool).reshape(c.n_devices, c.n_devices)
+        hosts = np.array([d.meta.get("host") or "" for d in c.devices], dtype=object)
+        self._shares_host = (hosts[:, None] == hosts[None, :]) & (hosts[:, None] != "") & ~np.eye(c.n_devices, dtype=bool)
         self._loaded_times = None
         if op_times is None and self._shares_host.any() and any(
                 k.endswith("|loaded") for op in g.ops if op.cost for k in op.cost):
@@ -205,39 +204,32 @@ class Simulator:
         """Run the event loop on every row of ``devs`` (C if built, else numba); the timeline is the last row's.
 
         Where devices pay for their transfers (``send_cost_s_per_byte``, ``send_overhead_s``,
-        ``recv_overhead_s``), each row runs with op times that include its exchange charges."""
-        if (self._charges or self._loaded_times is not None) and len(devs):
-            rows = []
-            base = self.op_times
-            try:
-                for b in range(len(devs)):
-                    ops = np.arange(len(devs[b]))
-                    extra = self.exchange_charges(devs[b]) if self._charges else 0.0
-                    times = base.copy()
-                    times[ops, devs[b]] += extra
-                    self.op_times = times
-                    row = self._execute_rows(devs[b:b + 1])
-                    if self._loaded_times is not None:
-                        # mean-field contention: a device whose host-mates were busy a share u of the
-                        # step runs its ops at (1 - u) * alone + u * loaded; one more pass with those times
-                        busy, step = row[0].busy_time[0], float(row[0].step_time[0])
-                        u = np.minimum(1.0, self._shares_host.astype(float) @ busy / step) if step > 0 else 0 * busy
-                        d = devs[b]
-                        times = base.copy()
-                        times[ops, d] = (1 - u[d]) * base[ops, d] + u[d] * self._loaded_times[ops, d] + extra
-                        self.op_times = times
-                        row = self._execute_rows(devs[b:b + 1])
-                    rows.append(row)
-            finally:
-                self.op_times = base
-            timeline = rows[-1][1]
-            cat = lambda f: np.concatenate([getattr(r[0], f) for r in rows])  # noqa: E731
-            return BatchResult(cat("step_time"), cat("busy_time"), cat("peak_memory"),
-                               self.cluster.memory_bytes.copy(), cat("link_time"), cat("link_bytes"),
-                               cat("n_transfers")), timeline
-        return self._execute_rows(devs)
+        ``recv_overhead_s``), each row runs with op times that include its exchange charges; where ops
+        carry loaded costs and devices share a host, a second pass blends in contention."""
+        if not (self._charges or self._loaded_times is not None) or not len(devs):
+            return self._execute_rows(devs, self.op_times)
+        base = self.op_times
+        rows = []
+        for dev in devs:
+            ops = np.arange(len(dev))
+            extra = self.exchange_charges(dev) if self._charges else 0.0
+            times = base.copy()
+            times[ops, dev] += extra
+            row = self._execute_rows(dev[None, :], times)
+            if self._loaded_times is not None:
+                # mean-field contention: a device whose host-mates were busy a share u of the step runs
+                # its ops at (1 - u) * alone + u * loaded; one more pass with those times
+                busy, step = row[0].busy_time[0], float(row[0].step_time[0])
+                u = np.minimum(1.0, self._shares_host.astype(float) @ busy / step) if step > 0 else 0 * busy
+                times[ops, dev] = (1 - u[dev]) * base[ops, dev] + u[dev] * self._loaded_times[ops, dev] + extra
+                row = self._execute_rows(dev[None, :], times)
+            rows.append(row)
+        cat = lambda f: np.concatenate([getattr(r[0], f) for r in rows])  # noqa: E731
+        return BatchResult(cat("step_time"), cat("busy_time"), cat("peak_memory"),
+                           self.cluster.memory_bytes.copy(), cat("link_time"), cat("link_bytes"),
+                           cat("n_transfers")), rows[-1][1]
 
-    def _execute_rows(self, devs: np.ndarray) -> tuple[BatchResult, Timeline]:
+    def _execute_rows(self, devs: np.ndarray, op_times: np.ndarray) -> tuple[BatchResult, Timeline]:
         B, n = devs.shape
         D, P = self.cluster.n_devices, self.graph.n_edges
         start, finish = np.empty(n), np.empty(n)
@@ -248,12 +240,12 @@ class Simulator:
         xf_a, xf_b = np.empty(P), np.empty(P)
         if _cbackend.BACKEND == "c":
             _cbackend.simulate(B, n, self.graph.n_tensors, P, D, (
-                devs, self.op_times, *self._graph_args, *self._cluster_args, start, finish, step, busy, peak,
+                devs, op_times, *self._graph_args, *self._cluster_args, start, finish, step, busy, peak,
                 link_time, link_bytes, nx, xf_t, xf_s, xf_d, xf_a, xf_b))
         else:
             for b in range(B):
                 step[b], nx[b] = _kernel.simulate_one(
-                    devs[b], self.op_times, *self._graph_args, *self._cluster_args, start, finish, busy[b],
+                    devs[b], op_times, *self._graph_args, *self._cluster_args, start, finish, busy[b],
                     peak[b], link_time[b], link_bytes[b], xf_t, xf_s, xf_d, xf_a, xf_b)
         k = int(nx[-1]) if B else 0
         timeline = Timeline(start, finish, devs[-1] if B else devs, xf_t[:k], xf_s[:k], xf_d[:k], xf_a[:k], xf_b[:k])
