@@ -83,7 +83,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3,
                     help="measure every placement this many times, interleaved, and take the median "
                          "(this VM's speed drifts by ~10 %% over minutes)")
+    ap.add_argument("--profile-rounds", type=int, default=3,
+                    help="alone/loaded profiling runs alternate this many times (op costs: medians over all)")
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--save", metavar="DIR", default=None,
+                    help="write the measured cluster, each profiled graph and its placements here "
+                         "(re-simulate them later without measuring again)")
     ap.add_argument("--plot", default="docs/fidelity.png")
     ap.add_argument("--json", default=None, help="write every (simulated, measured) pair here")
     args = ap.parse_args(argv)
@@ -100,15 +105,27 @@ def main(argv=None) -> int:
         for d in cluster.devices) + f"; link latency {cluster.latency[0, 1] * 1e6:.1f} µs")
     rng = np.random.default_rng(0)
     rows, summary = [], {}
+    if args.save:
+        from pathlib import Path
+
+        from autoplace.formats import save_cluster, save_graph, save_placement
+
+        save_dir = Path(args.save)
+        save_dir.mkdir(parents=True, exist_ok=True)
+        save_cluster(cluster, save_dir / "cluster.json")
     with WorkerPool(cluster) as pool:
         for model in args.models.split(","):
             graph = build_graph(model, **MODELS[model])
             t0 = time.perf_counter()
-            profiled = profile_graph(graph, cluster, steps=5, pool=pool)
+            profiled = profile_graph(graph, cluster, steps=5, rounds=args.profile_rounds, pool=pool)
             print(f"{model}: {graph.n_ops} ops, profiled in {time.perf_counter() - t0:.1f} s "
                   f"(single-device step {profiled.meta['profiled']['cpu']['step_s'] * 1e3:.1f} ms)")
             sim = Simulator(profiled, cluster)
             placements = placements_for(profiled, cluster, rng)
+            if args.save:
+                save_graph(profiled, save_dir / f"{model}.graph.json")
+                for j, p in enumerate(placements):
+                    save_placement(p, save_dir / f"{model}.p{j:02d}.json")
             runs = np.full((args.rounds, len(placements)), np.nan)
             transfers = np.zeros(len(placements), dtype=int)
             for rnd in range(args.rounds):
@@ -151,12 +168,15 @@ def main(argv=None) -> int:
             h = args.rounds // 2
             split_tau = kendall_tau(np.median(R[:, :h], axis=1), np.median(R[:, h:], axis=1)) \
                 if args.rounds >= 4 else float("nan")
-            summary[model] = {"round_vs_round_tau": self_tau, "split_half_tau": split_tau,"ops": graph.n_ops, "placements": len(sims), "mape": mape, "kendall_tau": tau,
+            summary[model] = {"round_vs_round_tau": self_tau, "split_half_tau": split_tau, "ops": graph.n_ops, "placements": len(sims), "mape": mape, "kendall_tau": tau,
                               "round_spread": float(np.median(spread)), "anchor": anchor,
                               "mape_unanchored": float(np.mean(np.abs(raws - meas) / meas)),
                               "kendall_tau_unanchored": kendall_tau(raws, meas)}
             print(f"{model}: {len(sims)} placements, MAPE {100 * mape:.1f} %, Kendall tau {tau:.3f}, "
                   f"median max/min-1 over rounds {100 * np.median(spread):.1f} %")
+            if args.json:  # after every model: a long run interrupted still leaves its figures
+                with open(args.json, "w") as f:
+                    json.dump({"summary": summary, "rows": rows}, f, indent=1)
 
     print("\n| model | ops | placements | MAPE | Kendall tau | unanchored MAPE / tau | anchor | round spread "
           "| tau round vs round | tau half vs half |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -164,9 +184,6 @@ def main(argv=None) -> int:
         print(f"| {model} | {s['ops']} | {s['placements']} | {100 * s['mape']:.1f} % | {s['kendall_tau']:.3f} | "
               f"{100 * s['mape_unanchored']:.1f} % / {s['kendall_tau_unanchored']:.3f} | {s['anchor']:.3f} | "
               f"{100 * s['round_spread']:.1f} % | {s['round_vs_round_tau']:.3f} | {s['split_half_tau']:.3f} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"summary": summary, "rows": rows}, f, indent=1)
     if args.plot:
         _plot(rows, summary, args.plot)
         print(f"scatter plot written to {args.plot}")

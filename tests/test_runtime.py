@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 from autoplace.cli import main  # noqa: E402
 from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster  # noqa: E402
+from autoplace.errors import AutoplaceError  # noqa: E402
 from autoplace.cost import op_time_matrix  # noqa: E402
 from autoplace.env import MeasuredEnv, make_env  # noqa: E402
 from autoplace.formats import save_graph, save_placement  # noqa: E402
@@ -23,7 +24,7 @@ from autoplace.grouping import group_ops  # noqa: E402
 from autoplace.placement import Placement  # noqa: E402
 from autoplace.runtime import ExecutionError, Program, WorkerPool, run_reference  # noqa: E402
 from autoplace.runtime.export import device_map, export_python  # noqa: E402
-from autoplace.runtime.profile import LinkFit, profile_graph  # noqa: E402
+from autoplace.runtime.profile import LinkFit, _costs_of, profile_graph  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402
 
 
@@ -215,8 +216,9 @@ def test_measured_env_has_the_simulated_interface(mlp_graph):
 
 
 def test_profile_writes_costs_the_simulator_uses(pool, mlp_graph):
-    profiled = profile_graph(mlp_graph, pool.cluster, steps=3, pool=pool)
+    profiled = profile_graph(mlp_graph, pool.cluster, steps=3, rounds=2, pool=pool)
     assert profiled.meta["profiled"]["cpu"]["device"] == "cpu:0"
+    assert profiled.meta["profiled"]["cpu"]["rounds"] == 2 and "cpu|loaded" in profiled.meta["profiled"]
     costs = np.array([op.cost["cpu"] for op in profiled.ops])
     assert (costs >= 0).all() and costs.sum() > 0
     times = op_time_matrix(profiled, pool.cluster)
@@ -226,6 +228,18 @@ def test_profile_writes_costs_the_simulator_uses(pool, mlp_graph):
     assert simulate(profiled, pool.cluster, single).step_time == pytest.approx(costs.sum(), rel=1e-9)
     # the calibrated costs add up to the measured single-device step
     assert costs.sum() == pytest.approx(profiled.meta["profiled"]["cpu"]["step_s"])
+
+
+def test_profile_pools_every_round_before_scaling(mlp_graph):
+    # two rounds of two timed steps of three ops: medians per op over all four steps, then scaled so
+    # they add up to the median untimed step of the rounds (nan: a failed plain run is skipped)
+    runs = [(np.array([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]]), 12.0),
+            (np.array([[2.0, 4.0, 3.0], [2.0, 2.0, 5.0]]), float("nan")),
+            (np.array([[2.0, 2.0, 3.0]]), 6.0)]
+    cost = _costs_of(runs)
+    np.testing.assert_allclose(cost, np.array([2.0, 2.0, 3.0]) * 9.0 / 7.0)
+    with pytest.raises(AutoplaceError, match="rounds"):
+        profile_graph(mlp_graph, get_cluster("localhost"), rounds=0)
 
 
 def test_link_fit_recovers_latency_and_bandwidth():
@@ -293,7 +307,7 @@ def test_cli_measure_profile_export(tmp_path, mlp_graph, capsys):
     assert main(["measure", str(gpath), "-c", "localhost", "-p", str(ppath), "--steps", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] and out["step_time_s"] > 0 and len(out["step_times_s"]) == 3
-    assert main(["profile", str(gpath), "-c", "localhost", "--steps", "2", "-o", str(tmp_path / "gp.json")]) == 0
+    assert main(["profile", str(gpath), "-c", "localhost", "--steps", "2", "--rounds", "1", "-o", str(tmp_path / "gp.json")]) == 0
     prof = json.loads((tmp_path / "gp.json").read_text())
     assert all("cpu" in op["cost"] for op in prof["ops"])
     capsys.readouterr()

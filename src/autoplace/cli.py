@@ -338,7 +338,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         cluster.index(d)
     err = Console(stderr=True, highlight=False)
     with err.status("profiling") as status:
-        profiled = profile_graph(graph, cluster, steps=args.steps, devices=devices,
+        profiled = profile_graph(graph, cluster, steps=args.steps, rounds=args.rounds, devices=devices,
                                  progress=lambda what: status.update(f"profiling {graph.name} on {what}"))
     save_graph(profiled, args.output)
     from autoplace.report import fmt_time
@@ -532,7 +532,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profile", help="measure every op on each device type and write the costs into the graph")
     _add_graph_args(p)
     p.add_argument("--devices", help="comma-separated devices to profile on (default: one of each type)")
-    p.add_argument("--steps", type=_positive_int, default=5, help="timed steps per device (the first is dropped)")
+    p.add_argument("--steps", type=_positive_int, default=5, help="steps per run (the first is dropped)")
+    p.add_argument("--rounds", type=_positive_int, default=3,
+                   help="alone/loaded runs alternate this many times; op costs are medians over all (default 3)")
     p.add_argument("--output", "-o", required=True, metavar="GRAPH", help="graph file to write")
     p.set_defaults(func=cmd_profile)
 

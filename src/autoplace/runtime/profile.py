@@ -32,16 +32,20 @@ LINK_SIZES = tuple(64 * 4**k for k in range(10))  # 64 B .. 16 MiB
 EXCHANGE_BANDWIDTH = 1e13
 
 
-def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, pool: WorkerPool | None = None,
-                  devices: Sequence[str] | None = None, loaded: bool = True,
+def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int = 3,
+                  pool: WorkerPool | None = None, devices: Sequence[str] | None = None, loaded: bool = True,
                   progress: Callable[[str], None] | None = None) -> Graph:
     """A copy of ``graph`` whose ops carry measured ``cost`` (seconds) for each device type profiled.
 
     One device of each type in ``cluster`` (or the named ``devices``) runs the whole graph ``steps``
-    times; the first step is dropped and each op's cost is the median of the rest (``cost[type]``).
-    With ``loaded`` (and other CPU devices in the cluster) it is profiled a second time while the other
-    CPU workers run the same program (``cost["<type>|loaded"]``): cores sharing caches and memory
-    bandwidth slow each other, and the simulator blends the two by how busy a device's host-mates are."""
+    times per round (at least 2); the first step of each run is dropped and each op's cost is the median over the
+    rest of every round (``cost[type]``). With ``loaded`` (and other CPU devices in the cluster) it is
+    also profiled while the other CPU workers run the same program (``cost["<type>|loaded"]``): cores
+    sharing caches and memory bandwidth slow each other, and the simulator blends the two by how busy
+    a device's host-mates are. The alone and loaded runs alternate for ``rounds`` rounds, so a machine
+    whose speed drifts over seconds (a shared VM) biases neither their ratio nor their scale."""
+    if steps < 1 or rounds < 1:
+        raise AutoplaceError(f"profile: steps and rounds must be positive (got {steps}, {rounds})")
     chosen: dict[str, int] = {}
     names = devices or [d.name for d in cluster.devices]
     for name in names:
@@ -52,15 +56,19 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, pool: Worke
     costs: dict[str, np.ndarray] = {}
     try:
         for dtype, k in chosen.items():
-            if progress is not None:
-                progress(f"{cluster.devices[k].name} ({dtype})")
             assignment = np.full(graph.n_ops, k, dtype=np.int64)
             placement = Placement.from_array(graph, cluster, assignment, "profile")
             pool.load(graph)
             others = [j for j, d in enumerate(cluster.devices) if j != k and d.kind == "cpu"] if loaded else []
-            costs[dtype] = _timed_costs(pool, graph, placement, steps, [])
-            if others:
-                costs[dtype + LOADED] = _timed_costs(pool, graph, placement, steps, others)
+            conditions = {dtype: []} | ({dtype + LOADED: others} if others else {})
+            timed: dict[str, list] = {key: [] for key in conditions}
+            for rnd in range(rounds):
+                if progress is not None:
+                    progress(f"{cluster.devices[k].name} ({dtype}), round {rnd + 1}/{rounds}")
+                for key, busy in conditions.items():
+                    timed[key].append(_timed_run(pool, graph, placement, steps, busy))
+            for key, runs in timed.items():
+                costs[key] = _costs_of(runs)
     finally:
         if own:
             pool.close()
@@ -71,15 +79,16 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, pool: Worke
             cost[dtype] = float(c[i])
         ops.append(replace(op, cost=cost))
     meta = {**graph.meta, "profiled": {key: {"device": cluster.devices[chosen[key.split("|")[0]]].name,
-                                            "steps": steps, "step_s": float(c.sum()), "calibrated": True}
+                                            "steps": steps, "rounds": rounds, "step_s": float(c.sum()),
+                                            "calibrated": True}
                                        for key, c in costs.items()}}
     return Graph(ops, name=graph.name, meta=meta)
 
 
-def _timed_costs(pool: WorkerPool, graph: Graph, placement: Placement, steps: int, others: list[int]) -> np.ndarray:
-    """Per-op medians of a profiled single-device run (``others`` busy meanwhile), scaled to the step
-    measured without per-op timers: timing every op costs time itself, and the executor's per-op
-    overhead stays in the ops."""
+def _timed_run(pool: WorkerPool, graph: Graph, placement: Placement, steps: int,
+               others: list[int]) -> tuple[np.ndarray, float]:
+    """One profiled single-device run (``others`` busy meanwhile): per-op times of each step after the
+    first, and the step time of a run right after it without per-op timers."""
     name = placement.assignment[graph.ops[0].name]
     with _Background(pool, others):
         result = pool.run(graph, placement, steps=max(2, steps), profile=True)
@@ -88,9 +97,16 @@ def _timed_costs(pool: WorkerPool, graph: Graph, placement: Placement, steps: in
         plain = pool.run(graph, placement, steps=max(2, steps))
     per_step = result.outputs["op_times"][1:]  # drop the first (warm-up) step
     t = np.array([[s.get(i, 0.0) for i in range(graph.n_ops)] for s in per_step])
-    cost = np.median(t, axis=0)
-    if plain.ok and cost.sum() > 0:
-        cost *= plain.step_time / cost.sum()
+    return t, (plain.step_time if plain.ok else float("nan"))
+
+
+def _costs_of(runs: list[tuple[np.ndarray, float]]) -> np.ndarray:
+    """Per-op medians over every timed step of ``runs``, scaled to their median untimed step: timing
+    every op costs time itself, and the executor's per-op overhead stays in the ops."""
+    cost = np.median(np.concatenate([t for t, _ in runs]), axis=0)
+    plain = np.nanmedian([s for _, s in runs]) if any(np.isfinite(s) for _, s in runs) else float("nan")
+    if np.isfinite(plain) and cost.sum() > 0:
+        cost *= plain / cost.sum()
     return cost
 
 

@@ -257,6 +257,7 @@ class _DeviceRuntime:
         while remaining:
             if ready:
                 i = ready.popleft()
+                spins = 0  # the next wait starts spinning afresh (and its latency counts from then)
                 t0 = pc()
                 c = calls[i]
                 if c is not None:
