@@ -168,7 +168,8 @@ def main(argv=None) -> int:
             h = args.rounds // 2
             split_tau = kendall_tau(np.median(R[:, :h], axis=1), np.median(R[:, h:], axis=1)) \
                 if args.rounds >= 4 else float("nan")
-            summary[model] = {"round_vs_round_tau": self_tau, "split_half_tau": split_tau, "ops": graph.n_ops, "placements": len(sims), "mape": mape, "kendall_tau": tau,
+            summary[model] = {"round_vs_round_tau": self_tau, "split_half_tau": split_tau,
+                              "ops": graph.n_ops, "placements": len(sims), "mape": mape, "kendall_tau": tau,
                               "round_spread": float(np.median(spread)), "anchor": anchor,
                               "mape_unanchored": float(np.mean(np.abs(raws - meas) / meas)),
                               "kendall_tau_unanchored": kendall_tau(raws, meas)}

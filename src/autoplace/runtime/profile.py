@@ -38,8 +38,8 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
     """A copy of ``graph`` whose ops carry measured ``cost`` (seconds) for each device type profiled.
 
     One device of each type in ``cluster`` (or the named ``devices``) runs the whole graph ``steps``
-    times per round (at least 2); the first step of each run is dropped and each op's cost is the median over the
-    rest of every round (``cost[type]``). With ``loaded`` (and other CPU devices in the cluster) it is
+    times per round (at least 2); the first step of each run is dropped and each op's cost is the
+    median over the rest of every round (``cost[type]``). With ``loaded`` (and other CPU devices in the cluster) it is
     also profiled while the other CPU workers run the same program (``cost["<type>|loaded"]``): cores
     sharing caches and memory bandwidth slow each other, and the simulator blends the two by how busy
     a device's host-mates are. The alone and loaded runs alternate for ``rounds`` rounds, so a machine
@@ -104,9 +104,9 @@ def _costs_of(runs: list[tuple[np.ndarray, float]]) -> np.ndarray:
     """Per-op medians over every timed step of ``runs``, scaled to their median untimed step: timing
     every op costs time itself, and the executor's per-op overhead stays in the ops."""
     cost = np.median(np.concatenate([t for t, _ in runs]), axis=0)
-    plain = np.nanmedian([s for _, s in runs]) if any(np.isfinite(s) for _, s in runs) else float("nan")
-    if np.isfinite(plain) and cost.sum() > 0:
-        cost *= plain / cost.sum()
+    plain = [s for _, s in runs if np.isfinite(s)]  # a failed untimed run is skipped
+    if plain and cost.sum() > 0:
+        cost *= np.median(plain) / cost.sum()
     return cost
 
 
