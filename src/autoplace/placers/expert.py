@@ -1,16 +1,23 @@
 """The papers' human-expert placements, from the structural metadata capture puts on every op.
 
-Rules (Mirhoseini et al. 2017 §4.2; Wu et al. 2016 for GNMT):
+Where the papers give the rule, the expert follows it (Mirhoseini et al. 2017 §4.2; Wu et al. 2016):
 
 * **recurrent models** (ops with ``role=lstm``): LSTM layer ``k`` — of the encoder and of the decoder —
   on GPU ``k mod G``; attention and softmax with the top layer; embeddings with the first layer;
 * **Inception** (ops with ``block``): the blocks in network order cut into ``G`` contiguous parts with
-  roughly equal numbers of convolution layers;
-* **everything else with a ``layer``/``cell`` index** (Transformer-XL, WaveNet, AmoebaNet, VGG, ...):
-  contiguous layer ranges with roughly equal FLOPs, one per GPU.
+  roughly equal numbers of convolution layers.
+
+For the other models (Transformer-XL, WaveNet, AmoebaNet, VGG, ...) the papers give no rule, so the expert
+does what a person balancing a layer pipeline would: the units in network order — each ``layer`` (or
+``cell``) index, with the embedding and the softmax as units of their own, since a large-vocabulary
+softmax can outweigh every layer — are cut into at most ``G`` contiguous ranges that minimise the heaviest
+range's FLOPs (forward and backward), ties broken towards evenly loaded ranges (:func:`balanced_split`).
 
 Ops without such metadata (parameters, optimizer updates, the loss) follow their co-location group, else
 the producer (or consumer) they exchange most bytes with. Ops a GPU cannot run go to the CPU.
+
+``seed`` and ``budget`` are unused: the placement is a function of the graph's metadata. Time is linear in
+the graph's size plus ``O(U^2 G)`` for ``U`` layer units.
 """
 
 from __future__ import annotations
@@ -37,6 +44,40 @@ def _contiguous(weights: list[float], parts: int) -> list[int]:
     return out
 
 
+def balanced_split(weights: list[float], parts: int) -> list[int]:
+    """Cut a sequence into at most ``parts`` contiguous runs minimising the heaviest run's weight (the
+    linear-partition problem, solved exactly by dynamic programming in ``O(n^2 parts)``); among the optimal
+    cuts, the one with the smallest sum of squared run weights. Part index per item, parts numbered from 0
+    in sequence order."""
+    n = len(weights)
+    if n == 0:
+        return []
+    parts = max(1, min(parts, n))
+    prefix = np.concatenate([[0.0], np.cumsum(np.asarray(weights, dtype=float))])
+    inf = (float("inf"), float("inf"))
+    # best[k][j]: (heaviest run, sum of squares) cutting the first j items into k non-empty runs
+    best = [[inf] * (n + 1) for _ in range(parts + 1)]
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = (0.0, 0.0)
+    for k in range(1, parts + 1):
+        for j in range(k, n + 1):
+            for i in range(k - 1, j):
+                prev = best[k - 1][i]
+                if prev == inf:
+                    continue
+                w = prefix[j] - prefix[i]
+                cand = (max(prev[0], w), prev[1] + w * w)
+                if cand < best[k][j]:
+                    best[k][j], cut[k][j] = cand, i
+    k = min(range(1, parts + 1), key=lambda k: (best[k][n], k))
+    out, j = [0] * n, n
+    while k > 0:
+        i = cut[k][j]
+        out[i:j] = [k - 1] * (j - i)
+        j, k = i, k - 1
+    return out
+
+
 def _units(graph: Graph) -> tuple[str, dict[int, object]]:
     """Which rule applies, and each tagged op's unit (layer index, block name, ...)."""
     metas = [op.meta for op in graph.ops]
@@ -46,12 +87,17 @@ def _units(graph: Graph) -> tuple[str, dict[int, object]]:
         return "blocks", {i: m["block"] for i, m in enumerate(metas) if "block" in m}
     for key in ("layer", "cell"):
         if any(key in m for m in metas):
-            return "layers", {i: m[key] for i, m in enumerate(metas) if key in m}
+            # the embedding and the softmax are units of their own: they can outweigh any layer
+            return "layers", {i: (m["role"], m[key]) if m.get("role") in _OWN_UNIT else m[key]
+                              for i, m in enumerate(metas) if key in m}
     return "none", {}
 
 
+_OWN_UNIT = ("embedding", "softmax")
+
+
 @register_placer("expert", description="the papers' human placements: one LSTM layer per GPU, Inception in "
-                 "contiguous parts, layer ranges otherwise", paper="Mirhoseini et al. 2017 §4.2")
+                 "contiguous parts, FLOP-balanced layer ranges otherwise", paper="Mirhoseini et al. 2017 §4.2")
 def expert(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     gpus = cluster.devices_of_kind("gpu") or list(range(cluster.n_devices))
     cpus = cluster.devices_of_kind("cpu")
@@ -80,11 +126,12 @@ def expert(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
             for i, u in unit.items():
                 if "conv" in graph.ops[i].type and graph.ops[i].phase in (None, "forward"):
                     w[u] += 1.0
-        else:                 # equal FLOPs per part
+        else:                 # the heaviest part as light as possible
             w = {u: 0.0 for u in order}
             for i, u in unit.items():
                 w[u] += graph.flops[i]
-        part = dict(zip(order, _contiguous([w[u] for u in order], G)))
+        split = _contiguous if rule == "blocks" else balanced_split
+        part = dict(zip(order, split([w[u] for u in order], G)))
         for i, u in unit.items():
             dev[i] = gpus[part[u]]
     _follow_groups_and_neighbours(graph, dev, gpus[0])
