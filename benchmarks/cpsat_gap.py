@@ -1,4 +1,4 @@
-"""CP-SAT proves optimal placements on small graphs; every placer's gap to that optimum (issue #4).
+"""CP-SAT proves optimal placements on small graphs; every placer's gap to that optimum.
 
     .venv/bin/python benchmarks/cpsat_gap.py [--cluster k80x2] [--budget 60]
 

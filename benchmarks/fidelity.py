@@ -1,8 +1,9 @@
 """Simulator fidelity: simulated vs measured step time of many placements on this machine's devices.
 
     .venv/bin/python benchmarks/fidelity.py [--steps 10] [--rounds 3] [--plot docs/fidelity.png] [--json out.json]
+    .venv/bin/python benchmarks/fidelity.py --from-json docs/fidelity.json     # re-summarise a saved run
 
-Recipe (issue #5): measure the machine (``cluster detect``), profile each model's ops on one worker
+Recipe: measure the machine (``cluster detect``), profile each model's ops on one worker
 (``profile``), then for every placement — single-device, every heuristic placer, random group
 placements, topological-order cuts and local-search results — simulate it with the measured cluster and
 profiled costs, and run it for real (``--steps`` steps, the first dropped; ``--rounds`` interleaved
@@ -11,7 +12,8 @@ tau between the two rankings.
 
 The machine's speed drifts between the profile and the measurements (this VM: ~10 % over minutes), so
 the profile's overall scale is re-anchored to the single-device placement on the profiled device,
-measured in every round with the others; the unanchored figures are reported beside.
+measured in every round with the others; the unanchored figures are reported beside. The anchor
+placement's anchored error is zero by construction, so it is left out of every anchored figure.
 """
 
 from __future__ import annotations
@@ -91,7 +93,11 @@ def main(argv=None) -> int:
                          "(re-simulate them later without measuring again)")
     ap.add_argument("--plot", default="docs/fidelity.png")
     ap.add_argument("--json", default=None, help="write every (simulated, measured) pair here")
+    ap.add_argument("--from-json", metavar="JSON", default=None,
+                    help="measure nothing: re-summarise the pairs a run saved with --json (and re-plot)")
     args = ap.parse_args(argv)
+    if args.from_json:
+        return resummarise(args.from_json, args.plot)
 
     from autoplace.runtime import WorkerPool
     from autoplace.runtime.profile import detect_cluster, profile_graph
@@ -142,52 +148,85 @@ def main(argv=None) -> int:
             sim = Simulator(_scaled(profiled, anchor), cluster)
             print(f"  anchor: profiled costs x {anchor:.3f} (single {placements[0].method} measured "
                   f"{np.median(runs[:, 0]) * 1e3:.1f} ms over the rounds)")
-            sims, meas, raws = [], [], []
-            spread = []
+            raws = {}
             for j, p in enumerate(placements):
                 if np.isnan(runs[:, j]).any():
                     continue
-                raws.append(raw.run(p).step_time)
+                raws[j] = raw.run(p).step_time
                 s, m = sim.run(p).step_time, float(np.median(runs[:, j]))
-                sims.append(s)
-                meas.append(m)
-                spread.append(runs[:, j].max() / runs[:, j].min() - 1)
                 rows.append({"model": model, "method": p.method, "simulated_s": s, "measured_s": m,
-                             "rounds_s": runs[:, j].tolist(), "transfers": int(transfers[j])})
+                             "rounds_s": runs[:, j].tolist(), "transfers": int(transfers[j]), "anchor": j == 0})
                 print(f"  {p.method:24s} simulated {s * 1e3:8.2f} ms  measured {m * 1e3:8.2f} ms  "
-                      f"error {100 * (s - m) / m:+6.1f} %  (rounds ±{50 * spread[-1]:.0f} %, "
+                      f"error {100 * (s - m) / m:+6.1f} %  (rounds ±{50 * (runs[:, j].max() / runs[:, j].min() - 1):.0f} %, "
                       f"{transfers[j]} transfers)")
-            sims, meas = np.array(sims), np.array(meas)
-            mape = float(np.mean(np.abs(sims - meas) / meas))
-            tau = kendall_tau(sims, meas)
-            raws = np.array(raws)
-            R = np.array([r["rounds_s"] for r in rows if r["model"] == model])  # placements x rounds
-            pairs = [(a, b) for a in range(args.rounds) for b in range(a + 1, args.rounds)]
-            # the measurement's own repeatability: how well one round ranks like another
-            self_tau = float(np.mean([kendall_tau(R[:, a], R[:, b]) for a, b in pairs])) if pairs else float("nan")
-            h = args.rounds // 2
-            split_tau = kendall_tau(np.median(R[:, :h], axis=1), np.median(R[:, h:], axis=1)) \
-                if args.rounds >= 4 else float("nan")
-            summary[model] = {"round_vs_round_tau": self_tau, "split_half_tau": split_tau,
-                              "ops": graph.n_ops, "placements": len(sims), "mape": mape, "kendall_tau": tau,
-                              "round_spread": float(np.median(spread)), "anchor": anchor,
-                              "mape_unanchored": float(np.mean(np.abs(raws - meas) / meas)),
-                              "kendall_tau_unanchored": kendall_tau(raws, meas)}
-            print(f"{model}: {len(sims)} placements, MAPE {100 * mape:.1f} %, Kendall tau {tau:.3f}, "
-                  f"median max/min-1 over rounds {100 * np.median(spread):.1f} %")
+            scored = [j for j in raws if j != 0]
+            raw_s = np.array([raws[j] for j in scored])
+            raw_m = np.array([np.median(runs[:, j]) for j in scored])
+            summary[model] = {"ops": graph.n_ops, "anchor": anchor,
+                              **summarise([r for r in rows if r["model"] == model]),
+                              "mape_unanchored": float(np.mean(np.abs(raw_s - raw_m) / raw_m)),
+                              "kendall_tau_unanchored": kendall_tau(raw_s, raw_m)}
+            sm = summary[model]
+            print(f"{model}: {sm['placements']} placements, MAPE {100 * sm['mape']:.1f} %, Kendall tau "
+                  f"{sm['kendall_tau']:.3f}, median max/min-1 over rounds {100 * sm['round_spread']:.1f} %")
             if args.json:  # after every model: a long run interrupted still leaves its figures
                 with open(args.json, "w") as f:
                     json.dump({"summary": summary, "rows": rows}, f, indent=1)
 
-    print("\n| model | ops | placements | MAPE | Kendall tau | unanchored MAPE / tau | anchor | round spread "
-          "| tau round vs round | tau half vs half |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for model, s in summary.items():
-        print(f"| {model} | {s['ops']} | {s['placements']} | {100 * s['mape']:.1f} % | {s['kendall_tau']:.3f} | "
-              f"{100 * s['mape_unanchored']:.1f} % / {s['kendall_tau_unanchored']:.3f} | {s['anchor']:.3f} | "
-              f"{100 * s['round_spread']:.1f} % | {s['round_vs_round_tau']:.3f} | {s['split_half_tau']:.3f} |")
+    print_table(summary)
     if args.plot:
         _plot(rows, summary, args.plot)
         print(f"scatter plot written to {args.plot}")
+    return 0
+
+
+def summarise(rows: list[dict]) -> dict:
+    """One model's figures from its (simulated, measured) pairs. The anchor placement (``"anchor": true``;
+    in files saved before that field existed, the model's first row) is left out of MAPE and tau: its
+    anchored error is zero by construction. The measurement's own repeatability is computed over every
+    placement: how well one round ranks like another (mean over pairs of rounds), and the median of the
+    first half of the rounds against the second half (with at least 4 rounds)."""
+    anchored = [r.get("anchor", k == 0) for k, r in enumerate(rows)]
+    scored = [r for r, a in zip(rows, anchored) if not a]
+    sims = np.array([r["simulated_s"] for r in scored])
+    meas = np.array([r["measured_s"] for r in scored])
+    R = np.array([r["rounds_s"] for r in rows])  # placements x rounds
+    n_rounds = R.shape[1]
+    pairs = [(a, b) for a in range(n_rounds) for b in range(a + 1, n_rounds)]
+    h = n_rounds // 2
+    return {"placements": len(rows), "scored": len(scored),
+            "mape": float(np.mean(np.abs(sims - meas) / meas)), "kendall_tau": kendall_tau(sims, meas),
+            "round_spread": float(np.median(R.max(axis=1) / R.min(axis=1) - 1)),
+            "round_vs_round_tau": float(np.mean([kendall_tau(R[:, a], R[:, b]) for a, b in pairs]))
+            if pairs else float("nan"),
+            "split_half_tau": kendall_tau(np.median(R[:, :h], axis=1), np.median(R[:, h:], axis=1))
+            if n_rounds >= 4 else float("nan")}
+
+
+def print_table(summary: dict) -> None:
+    print("\n| model | ops | placements (scored) | MAPE | Kendall tau | unanchored MAPE / tau | anchor "
+          "| round spread | tau round vs round | tau half vs half |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for model, s in summary.items():
+        print(f"| {model} | {s['ops']} | {s['placements']} ({s['scored']}) | {100 * s['mape']:.1f} % | "
+              f"{s['kendall_tau']:.3f} | {100 * s['mape_unanchored']:.1f} % / {s['kendall_tau_unanchored']:.3f} | "
+              f"{s['anchor']:.3f} | {100 * s['round_spread']:.1f} % | {s['round_vs_round_tau']:.3f} | "
+              f"{s['split_half_tau']:.3f} |")
+
+
+def resummarise(path: str, plot: str | None) -> int:
+    """Recompute the anchored figures of a saved run from its pairs. The unanchored ones need the raw
+    simulations, which the file does not hold: they are taken from the run's own summary."""
+    with open(path) as f:
+        saved = json.load(f)
+    summary = {}
+    for model, old in saved["summary"].items():
+        rows = [r for r in saved["rows"] if r["model"] == model]
+        summary[model] = {**old, **summarise(rows)}
+    print_table(summary)
+    if plot:
+        _plot(saved["rows"], summary, plot)
+        print(f"scatter plot written to {plot}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Co-location group counts beside Mirhoseini et al. 2017 Table 1 (issue #4).
+"""Co-location group counts beside Mirhoseini et al. 2017 Table 1.
 
     .venv/bin/python benchmarks/groups.py
 """

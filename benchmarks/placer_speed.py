@@ -1,4 +1,4 @@
-"""Placement time of the scalable placers on >= 30,000-op graphs (issue #4 acceptance: m-ETF and m-SCT
+"""Placement time of the scalable placers on >= 30,000-op graphs (the target: m-ETF and m-SCT
 in <= 60 s).
 
     .venv/bin/python benchmarks/placer_speed.py [--methods m-etf,m-sct,...] [--graphs layered-dag,gnmt-8]
