@@ -9,8 +9,6 @@ raise InfeasibleError when nothing fits.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -86,11 +84,15 @@ def test_deterministic_for_a_seed(method):
 
 
 @pytest.mark.parametrize("method", PLACERS)
-def test_honours_budget(method):
-    graph, cluster = build_graph("layered-dag", ops=2000, width=32), get_cluster("k80x4")
-    t0 = time.perf_counter()
-    place(graph, cluster, method, seed=0, budget=1.0)
-    assert time.perf_counter() - t0 < 1.0 + 5.0  # budget plus setup slack on this 2-core machine
+def test_small_budget_still_places_reproducibly(method):
+    """A small budget still gives a valid placement, the same twice. Budgets count work (CP-SAT's and
+    GLOP's deterministic time, local search's evaluations), not the wall clock, so this holds on a busy
+    machine; how long a budget takes in seconds is measured in benchmarks/placer_speed.py."""
+    graph, cluster = build_graph("layered-dag", ops=400, width=16), get_cluster("k80x4")
+    a = place(graph, cluster, method, seed=0, budget=0.5)
+    b = place(graph, cluster, method, seed=0, budget=0.5)
+    assert a.assignment == b.assignment
+    a.to_array(graph, cluster)
 
 
 @pytest.mark.parametrize("method", [m for m in PLACERS if get_placer(m).memory_aware])
@@ -111,3 +113,27 @@ def test_memory_aware_placers_respect_capacity(method):
                    default_link=LinkSpec(1e10, 1e-5))
     with pytest.raises(InfeasibleError):
         place(graph, tiny, method)
+
+
+def test_single_gpu_keeps_a_mixed_group_together():
+    """A group whose ops allow different device types (one GPU-capable, one CPU-only) goes whole to the
+    CPU rather than being split."""
+    ops = [Op("x", "input", output_bytes=(64,)),
+           Op("a", "mm", ("x",), output_bytes=(64,), flops=1e6, colocation_group="g"),
+           Op("b", "lookup", ("a",), output_bytes=(64,), flops=1e3, device_types=("cpu",), colocation_group="g"),
+           Op("c", "mm", ("b",), output_bytes=(64,), flops=1e6)]
+    graph, cluster = Graph(ops, name="mixed"), get_cluster("k80x2")
+    dev = place(graph, cluster, "single-gpu").to_array(graph, cluster)
+    cpu, gpu = cluster.index("cpu:0"), cluster.devices_of_kind("gpu")[0]
+    assert dev[graph.index("a")] == dev[graph.index("b")] == cpu
+    assert dev[graph.index("c")] == dev[graph.index("x")] == gpu
+
+
+@pytest.mark.parametrize("method", ["scotch", "mincut"])
+def test_scotch_is_deterministic_on_a_large_graph(method):
+    """Scotch's tools vary their mapping from run to run on larger graphs unless told to be deterministic;
+    3,000 ops is where that showed."""
+    graph, cluster = build_graph("layered-dag", ops=3000, width=32), get_cluster("k80x4")
+    runs = {tuple(place(graph, cluster, method, seed=0).to_array(graph, cluster)) for _ in range(3)}
+    assert len(runs) == 1
+    assert tuple(place(graph, cluster, method, seed=1).to_array(graph, cluster)) not in runs  # seeds matter

@@ -1,11 +1,19 @@
-"""Lower bounds on the step time of any placement (issue #4).
+"""Lower bounds on the simulated step time of any placement.
 
-* ``critical_path`` — the longest path when every op runs on its fastest feasible device and transfers are
-  free: dependencies alone forbid anything faster;
-* ``load`` — the total work spread evenly: every op takes at least its fastest time, so the devices' busy
-  times add up to at least ``sum_i min_d t(i, d)``, and the busiest of ``D`` devices (each running
-  ``concurrency`` ops at once) carries at least the average;
-* ``best`` — the larger of the two (CP-SAT's proven bound joins it where available, issue #4).
+Every op's weight is its least time on its fastest feasible device, alone or loaded
+(:func:`autoplace.cost.fastest_op_times`): the simulator never runs an op faster, whatever the contention.
+
+* ``critical_path`` — the longest path with those weights and free transfers: dependencies alone forbid
+  anything faster;
+* ``load`` — the total work spread evenly: the devices' busy times add up to at least ``sum_i min_d
+  t(i, d)``, and the busiest of ``D`` devices (each running ``concurrency`` ops at once) carries at least
+  the average;
+* ``cp_sat`` — CP-SAT's proven bound, where it solved the op-level model (a bound on every placement that
+  honours the co-location groups; :mod:`autoplace.placers.cpsat`);
+* ``best`` — the largest of these.
+
+They bound the *simulated* step. A measured step is not bounded by them: a gap is reported only
+against simulated steps.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ __all__ = ["Bounds", "lower_bounds"]
 class Bounds:
     critical_path: float
     load: float
-    cp_sat: float | None = None  # CP-SAT's proven bound, when it solved an op-level model
+    cp_sat: float | None = None  #: CP-SAT's proven bound, when it solved the op-level model
 
     @property
     def best(self) -> float:
@@ -37,6 +45,8 @@ class Bounds:
 
 
 def lower_bounds(graph: Graph, cluster: Cluster, op_times: np.ndarray | None = None) -> Bounds:
+    """The critical-path and load bounds of ``graph`` on ``cluster`` (``op_times``: the simulator's alone
+    times, default the cost model; loaded costs are folded in by :func:`fastest_op_times`)."""
     fastest = fastest_op_times(graph, cluster, op_times)
     return Bounds(critical_path=graph.longest_path(fastest),
                   load=float(fastest.sum() / cluster.concurrency.sum()))

@@ -207,7 +207,7 @@ def cmd_place(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from autoplace.compare import compare, speedup
+    from autoplace.compare import compare, row_note, speedup
     from autoplace.placers import available_placers, get_placer
     from autoplace.report import fmt_bytes, fmt_ratio, fmt_time, markdown_table
 
@@ -237,19 +237,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
     names = cluster.device_names
 
     if args.json:
-        _print_json({"graph": graph.name, "cluster": cluster.name, "ops": graph.n_ops,
+        _print_json({"graph": graph.name, "cluster": cluster.name, "ops": graph.n_ops, "env": result.env,
                      "bounds": {"critical_path_s": bounds.critical_path, "load_s": bounds.load,
-                                "cp_sat_s": bounds.cp_sat, "best_s": bounds.best},
+                                "cp_sat_s": bounds.cp_sat, "best_s": bounds.best,
+                                "of": "the simulated step"},
                      "rows": [
-            {"method": r.method, "step_time_s": r.result.step_time if r.result else None,
+            {"method": r.method, "step_time_s": _finite_or_none(r.result.step_time) if r.result else None,
              "ok": bool(r.result is not None and r.result.ok), "error": r.error,
              "speedup_vs_single_gpu": _finite_or_none(speedup(gpu_time, r.step_time)),
              "speedup_vs_expert": _finite_or_none(speedup(expert_time, r.step_time)),
-             "gap_to_bound": _finite_or_none(bounds.gap(r.step_time)),
-             "search_time_s": r.search_time_s,
+             "gap_to_bound": _finite_or_none(result.gap(r)),
+             "search_time_s": r.search_time_s, "wall_time_s": _finite_or_none(r.wall_time_s),
+             "details": _jsonable(r.details), "note": row_note(r),
              "peak_memory_bytes": ({n: int(p) for n, p in zip(names, r.result.peak_memory)} if r.result else None),
              "oom_devices": list(r.result.oom_devices) if r.result else [],
-             "run_error": getattr(r.result, "error", None)} for r in rows], "env": args.env})
+             "run_error": getattr(r.result, "error", None)} for r in rows]})
         return 0
     header = ["method", "step time", "vs single-gpu", "vs expert", "gap to bound",
               *[f"peak {n}" for n in names], "status", "search"]
@@ -260,15 +262,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                fmt_time(r.search_time_s)])
             continue
         status = _failure(r.result) if not r.result.ok else "ok"
-        gap = bounds.gap(r.step_time)
+        note = row_note(r)
+        gap = result.gap(r)
         table_rows.append([r.method, fmt_time(r.result.step_time) if r.result.ok else "failing",
                            fmt_ratio(speedup(gpu_time, r.step_time)), fmt_ratio(speedup(expert_time, r.step_time)),
                            f"{100 * gap:.0f}%" if np.isfinite(gap) else "-",
-                           *[fmt_bytes(p) if p else "-" for p in r.result.peak_memory], status,
-                           fmt_time(r.search_time_s)])
-    footer = (f"lower bounds: critical path {fmt_time(bounds.critical_path)}, load {fmt_time(bounds.load)}"
-              + (f", CP-SAT {fmt_time(bounds.cp_sat)}" if bounds.cp_sat else "")
-              + "; gap = step time / best bound - 1")
+                           *[fmt_bytes(p) if p else "-" for p in r.result.peak_memory],
+                           f"{status}; {note}" if note else status, fmt_time(r.search_time_s)])
+    footer = (f"lower bounds on the simulated step: critical path {fmt_time(bounds.critical_path)}, load "
+              f"{fmt_time(bounds.load)}" + (f", CP-SAT {fmt_time(bounds.cp_sat)}" if bounds.cp_sat else "")
+              + ("; gap = step time / best bound - 1" if result.env == "simulated"
+                 else "; measured steps are not bounded by them, so no gap is shown"))
     if args.markdown:
         print(markdown_table(header, table_rows))
         print(f"\n{footer}")
@@ -283,6 +287,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
         table.add_row(*row)
     _console().print(table)
     return 0
+
+
+def _jsonable(x: Any) -> Any:
+    """Placer metadata as plain JSON: non-finite numbers become null, numpy scalars plain numbers."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
 
 
 def _failure(result: Any) -> str:

@@ -1,8 +1,11 @@
 """Compare placers on one graph and cluster: the papers' table (Mirhoseini et al. 2017, Table 2).
 
-``compare(graph, cluster, methods)`` places with each method, simulates every placement, and returns
-one :class:`ComparisonRow` per method; a method that finds no feasible placement gets a row saying
-why instead of a step time.
+``compare(graph, cluster, methods)`` places with each method, scores every placement (simulated, or
+measured), and returns one :class:`ComparisonRow` per method; a method that finds no feasible placement
+gets a row saying why instead of a step time. Each row carries what its placer reported about how it
+ended (:attr:`ComparisonRow.details`: a solver's status and model bound, a search's stop reason, which
+path m-SCT took) and two times: the placer's own (``search_time_s``) and the row's whole wall time,
+scoring included (``wall_time_s``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from autoplace.sim import SimResult, Simulator
 if TYPE_CHECKING:
     from autoplace.runtime import MeasuredResult
 
-__all__ = ["ComparisonRow", "Comparison", "compare", "speedup"]
+__all__ = ["ComparisonRow", "Comparison", "compare", "speedup", "row_note"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,14 @@ class ComparisonRow:
     result: SimResult | MeasuredResult | None
     search_time_s: float
     error: str | None = None
+    wall_time_s: float = float("nan")
+
+    @property
+    def details(self) -> dict:
+        """What the placer reported about its run (its placement's meta, less the seed and timing)."""
+        if self.placement is None:
+            return {}
+        return {k: v for k, v in self.placement.meta.items() if k not in ("seed", "search_time_s")}
 
     @property
     def step_time(self) -> float:
@@ -45,6 +56,22 @@ class ComparisonRow:
         if self.result is None or not self.result.ok:
             return float("inf")
         return self.result.step_time
+
+
+def row_note(row: ComparisonRow) -> str:
+    """A few words on how a row's placer ended, from what it reported (empty when there is nothing to say):
+    a solver's status and model, why a search stopped, which path m-SCT took."""
+    d = row.details
+    notes = []
+    if "cp_sat_status" in d:
+        notes.append(f"{d['cp_sat_status']} on {d.get('model', '?')}")
+        if d.get("stopped_by") == "wall-clock cap":
+            notes.append("stopped by the wall-clock cap")
+    if "stop_reason" in d:
+        notes.append(f"stopped: {d['stop_reason']}")
+    if "favourites" in d:
+        notes.append(f"favourites: {d['favourites']}")
+    return "; ".join(notes)
 
 
 def speedup(baseline: float, value: float) -> float:
@@ -56,10 +83,18 @@ def speedup(baseline: float, value: float) -> float:
 
 @dataclass(frozen=True)
 class Comparison:
-    """The rows of a comparison and the step-time lower bounds they are measured against."""
+    """The rows of a comparison and the lower bounds on the *simulated* step time.
+
+    ``env`` says what scored the rows; gaps to the bounds exist only for simulated rows (a measured step
+    is not bounded by figures computed from the cost model)."""
 
     rows: list[ComparisonRow]
     bounds: Bounds
+    env: str = "simulated"
+
+    def gap(self, row: ComparisonRow) -> float:
+        """``row``'s step over the best bound, minus 1; nan for measured rows and failing ones."""
+        return self.bounds.gap(row.step_time) if self.env == "simulated" else float("nan")
 
     def step_time(self, method: str) -> float:
         return next((r.step_time for r in self.rows if r.method == method), float("nan"))
@@ -93,11 +128,13 @@ def _compare(graph, cluster, methods, seed, budget, progress, scorer: BaseEnv, b
         try:
             placement = place(graph, cluster, method, seed=seed, budget=budget)
         except InfeasibleError as e:
-            rows.append(ComparisonRow(method, None, None, time.perf_counter() - t0, str(e)))
+            elapsed = time.perf_counter() - t0
+            rows.append(ComparisonRow(method, None, None, elapsed, str(e), elapsed))
             continue
-        elapsed = float(placement.meta.get("search_time_s", time.perf_counter() - t0))
-        rows.append(ComparisonRow(method, placement, scorer.evaluate(placement), elapsed))
-        if placement.meta.get("tasks") == graph.n_ops and "bound_s" in placement.meta:
-            # CP-SAT on the ops themselves: its proven bound holds for every placement
+        result = scorer.evaluate(placement)
+        rows.append(ComparisonRow(method, placement, result, float(placement.meta["search_time_s"]),
+                                  wall_time_s=time.perf_counter() - t0))
+        if placement.meta.get("bound_s") is not None:
+            # a placer's bound on every placement (CP-SAT's op-level model)
             bounds = Bounds(bounds.critical_path, bounds.load, float(placement.meta["bound_s"]))
-    return Comparison(rows, bounds)
+    return Comparison(rows, bounds, scorer.name)

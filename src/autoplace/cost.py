@@ -23,7 +23,7 @@ from autoplace.cluster import Cluster
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 
-__all__ = ["feasible_devices", "op_time_matrix", "fastest_op_times", "check_runnable"]
+__all__ = ["feasible_devices", "op_time_matrix", "least_op_times", "fastest_op_times", "check_runnable"]
 
 
 def feasible_devices(graph: Graph, cluster: Cluster) -> np.ndarray:
@@ -73,7 +73,18 @@ def check_runnable(graph: Graph, cluster: Cluster, times: np.ndarray | None = No
             f"{cluster.name!r} has none ({len(bad)} such op(s))")
 
 
-def fastest_op_times(graph: Graph, cluster: Cluster, times: np.ndarray | None = None) -> np.ndarray:
-    """Each op's time on its fastest feasible device (the critical-path bound's weights)."""
+def least_op_times(graph: Graph, cluster: Cluster, times: np.ndarray | None = None) -> np.ndarray:
+    """``[n_ops, n_devices]``: the least time each op can take on each device under any contention — the
+    smaller of its alone cost (``times``, default the cost model) and its loaded cost where it has one.
+    Profiling can measure an op faster with the host's other cores busy, and the simulator blends the two
+    (docs/algorithms.md, Simulator step 7), so bounds must start from the smaller."""
     times = op_time_matrix(graph, cluster) if times is None else times
-    return times.min(axis=1)
+    if any(k.endswith(LOADED) for op in graph.ops if op.cost for k in op.cost):
+        times = np.minimum(times, op_time_matrix(graph, cluster, loaded=True))
+    return times
+
+
+def fastest_op_times(graph: Graph, cluster: Cluster, times: np.ndarray | None = None) -> np.ndarray:
+    """Each op's least time on its fastest feasible device (:func:`least_op_times`): the weights of the
+    critical-path and load bounds."""
+    return least_op_times(graph, cluster, times).min(axis=1)

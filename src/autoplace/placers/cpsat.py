@@ -1,38 +1,59 @@
-"""Exact placement and schedule with OR-Tools CP-SAT (issue #4).
+"""Exact placement and schedule with OR-Tools CP-SAT.
 
-Tasks are the graph's ops when there are at most ``max_tasks`` of them, else contiguous runs of the
-topological order with about equal work (contracting contiguous runs keeps the task graph acyclic).
-The model, in integer time units:
+Tasks are the graph's ops when there are at most ``max_tasks`` of them (the *op-level model*), else
+contiguous runs of the topological order with about equal work (a *coarse model*: contracting contiguous
+runs keeps the task graph acyclic). The model, in integer time units ``u``:
 
 * ``x[k, d]`` — task ``k`` runs on device ``d`` (exactly one; only where all its ops can run there);
-* an optional interval of length ``t(k, d)`` per (task, device); per device, ``NoOverlap`` (or
-  ``Cumulative`` up to the device's ``concurrency``);
+* an optional interval of length ``floor(t(k, d) / u)`` per (task, device); per device, ``NoOverlap``
+  (or ``Cumulative`` up to the device's ``concurrency``);
 * for every data edge ``a -> b`` and devices ``da != db``:
-  ``start[b] >= end[a] + latency(da, db) + bytes / bandwidth(da, db)`` if ``x[a, da] and x[b, db]``,
-  and ``start[b] >= end[a]`` otherwise;
-* memory: ``sum_k x[k, d] * (params + outputs of k) <= memory(d)`` (Baechi's static model);
+  ``start[b] >= end[a] + floor((latency(da, db) + bytes / bandwidth(da, db)) / u)`` if
+  ``x[a, da] and x[b, db]``, and ``start[b] >= end[a]`` otherwise;
+* memory, relaxed to what every simulated step must hold: the parameters placed on a device are resident
+  all step, and an op's outputs are allocated beside them while it runs, so
+  ``sum_k x[k, d] * params(k) <= memory(d)`` and no task goes where ``params(k) + outputs of its largest
+  op`` alone exceed the memory;
 * co-location: tasks holding ops of one ``colocation_group`` take the same device;
 * minimise the makespan.
 
-Links are not contended and ops may run in any order: every schedule the simulator produces for any
-placement (of whole tasks) is feasible here, so on op-level models the proven optimum is a lower bound on
-every placement's simulated step time. The result reports CP-SAT's status, objective, bound and gap.
+``t(k, d)`` is the least time the task's ops take on ``d`` under any contention (alone or loaded costs,
+:func:`autoplace.cost.least_op_times`). Durations and delays are rounded *down* to whole units, links are
+not contended and ops may run in any order, so every schedule the simulator produces for a placement of
+whole tasks maps to a feasible schedule of the model no longer than it. On the op-level model, CP-SAT's
+proven bound (``BestObjectiveBound * u``) is therefore a lower bound on the simulated step of **every**
+placement that honours the co-location groups; on a coarse model it bounds only placements of whole
+tasks, so it is reported as ``model_bound_s``, never as ``bound_s``.
+
+The relaxed memory constraint can admit a placement that runs out of memory when simulated (outputs and
+received copies pile up). Then the placement is re-solved under Baechi's static model — every output
+counted as held all step, ``sum_k x[k, d] * (params(k) + outputs(k)) <= memory(d)`` — with the rest of the
+budget; the bound still comes from the relaxed model.
+
+**Budget.** ``budget`` is CP-SAT's *deterministic* time (its own work units, about a second each on
+one core of this class of machine; default 10), so a result is the same on a busy machine as on an idle
+one. A wall-clock cap of ``4 * budget + 10`` seconds guards against stalls; a solve stopped by it says so
+in ``meta["stopped_by"]`` and is then not reproducible. ``seed`` is CP-SAT's ``random_seed`` (one
+worker). Complexity: NP-hard; the model has ``O(K D)`` literals and ``O(E D^2)`` edge constraints.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from autoplace.cluster import Cluster
-from autoplace.cost import feasible_devices, op_time_matrix
+from autoplace.cost import feasible_devices, least_op_times
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.placers import register_placer
+from autoplace.validation import check_budget, seed_int
 
 __all__ = ["cp_sat", "solve_cp_sat", "CPSatResult", "task_partition"]
 
-DEFAULT_BUDGET_S = 10.0
+DEFAULT_BUDGET = 10.0
 MAX_TASKS = 60
 
 
@@ -53,12 +74,25 @@ def task_partition(graph: Graph, max_tasks: int, times: np.ndarray) -> np.ndarra
     return task.astype(np.int64)
 
 
+@dataclass(frozen=True)
 class CPSatResult:
-    """What the solver proved: ``status`` (OPTIMAL / FEASIBLE), ``objective_s``, ``bound_s``, ``gap``."""
+    """What the solver found and proved.
 
-    def __init__(self, status: str, objective_s: float, bound_s: float, devices: np.ndarray, tasks: int):
-        self.status, self.objective_s, self.bound_s, self.devices, self.tasks = (
-            status, objective_s, bound_s, devices, tasks)
+    ``status`` is CP-SAT's (OPTIMAL / FEASIBLE) for the model that produced ``devices``; ``objective_s`` that
+    model's makespan; ``model_bound_s`` the relaxed model's proven bound; ``bound_s`` the same when it is a
+    bound on every placement (the op-level model), else None; ``model`` is ``"ops"`` or ``"K tasks"``;
+    ``memory_model`` ``"relaxed"`` or ``"static"`` (the re-solve after a simulated OOM); ``stopped_by`` why
+    the last solve ended (``"optimal"``, ``"deterministic budget"``, ``"wall-clock cap"``)."""
+
+    status: str
+    objective_s: float
+    model_bound_s: float
+    bound_s: float | None
+    devices: np.ndarray
+    tasks: int
+    model: str
+    memory_model: str
+    stopped_by: str
 
     @property
     def optimal(self) -> bool:
@@ -66,105 +100,169 @@ class CPSatResult:
 
     @property
     def gap(self) -> float:
-        return (self.objective_s - self.bound_s) / self.objective_s if self.objective_s > 0 else 0.0
+        """The solver's own gap between its objective and the relaxed model's bound."""
+        return (self.objective_s - self.model_bound_s) / self.objective_s if self.objective_s > 0 else 0.0
+
+
+class _Model:
+    """The CP-SAT model of one graph and cluster in integer time units (see the module docstring)."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, max_tasks: int, op_times: np.ndarray | None):
+        times = least_op_times(graph, cluster, op_times)
+        ok = feasible_devices(graph, cluster) & np.isfinite(times)
+        self.task = task = task_partition(graph, max_tasks, times)
+        K, D = int(task.max()) + 1 if len(task) else 0, cluster.n_devices
+        self.K, self.D = K, D
+        t_task = np.zeros((K, D))
+        np.add.at(t_task, task, np.where(ok, times, 0.0))
+        self.ok_task = np.ones((K, D), dtype=bool)
+        np.logical_and.at(self.ok_task, task, ok)
+        for k in np.flatnonzero(~self.ok_task.any(axis=1)):
+            op = graph.ops[int(np.flatnonzero(task == k)[0])]
+            raise InfeasibleError(f"cp-sat: no single device can run all ops of task {k} (first op {op.name!r})")
+        self.params = np.bincount(task, weights=graph.param_bytes, minlength=K).astype(np.int64)
+        self.static_need = np.bincount(task, weights=graph.param_bytes + graph.out_alloc_total,
+                                       minlength=K).astype(np.int64)
+        self.largest_out = np.zeros(K, dtype=np.int64)
+        np.maximum.at(self.largest_out, task, graph.out_alloc_total.astype(np.int64))
+        src, dst, nbytes = graph.edges()
+        edges: dict[tuple[int, int], int] = {}
+        for a, b, nb in zip(task[src].tolist(), task[dst].tolist(), nbytes.tolist()):
+            if a != b:
+                edges[(a, b)] = edges.get((a, b), 0) + nb
+        comm = {e: cluster.latency + nb / cluster.bandwidth for e, nb in edges.items()}
+        # the unit: about 1e6 units over a serial schedule on the slowest feasible devices
+        worst = float(np.where(self.ok_task, t_task, 0).max(axis=1).sum()
+                      + sum(float(np.where(np.isfinite(c), c, 0).max()) for c in comm.values()))
+        self.unit = max(worst, 1e-9) / 1e6
+        self.dur = np.floor(np.where(self.ok_task, t_task, 0) / self.unit).astype(np.int64)
+        self.delay = {e: np.floor(np.where(np.isfinite(c), c, 0) / self.unit).astype(np.int64)
+                      for e, c in comm.items()}
+        # the horizon in units: a serial schedule of the rounded durations and delays always fits
+        self.horizon = int(self.dur.max(axis=1).sum() + sum(int(c.max()) for c in self.delay.values())) + 1
+        self.groups = [sorted(set(task[m].tolist())) for m in graph.colocation_groups().values()]
+        self.concurrency = cluster.concurrency
+        self.memory = cluster.memory_bytes
+
+    def solve(self, *, static_memory: bool, budget: float, seed: int, hint: np.ndarray | None):
+        from ortools.sat.python import cp_model
+
+        K, D, H = self.K, self.D, self.horizon
+        m = cp_model.CpModel()
+        start = [m.NewIntVar(0, H, f"s{k}") for k in range(K)]
+        end = [m.NewIntVar(0, H, f"e{k}") for k in range(K)]
+        x: dict[tuple[int, int], object] = {}
+        per_dev: list[list] = [[] for _ in range(D)]
+        for k in range(K):
+            lits = []
+            for d in np.flatnonzero(self.ok_task[k]).tolist():
+                if self.params[k] + self.largest_out[k] > self.memory[d]:
+                    continue  # this task alone cannot fit there
+                lit = m.NewBoolVar(f"x{k}_{d}")
+                per_dev[d].append(m.NewOptionalIntervalVar(start[k], int(self.dur[k, d]), end[k], lit, f"i{k}_{d}"))
+                x[k, d] = lit
+                lits.append(lit)
+            if not lits:
+                return None
+            m.AddExactlyOne(lits)
+        need = self.static_need if static_memory else self.params
+        for d in range(D):
+            if self.concurrency[d] <= 1:
+                m.AddNoOverlap(per_dev[d])
+            else:
+                m.AddCumulative(per_dev[d], [1] * len(per_dev[d]), int(self.concurrency[d]))
+            ks = [k for k in range(K) if (k, d) in x]
+            if ks and need[ks].sum() > self.memory[d]:
+                m.Add(sum(int(need[k]) * x[k, d] for k in ks) <= int(self.memory[d]))
+        for (a, b), c in self.delay.items():
+            m.Add(start[b] >= end[a])
+            for da in range(D):
+                for db in range(D):
+                    if da != db and (a, da) in x and (b, db) in x and c[da, db] > 0:
+                        m.Add(start[b] >= end[a] + int(c[da, db])).OnlyEnforceIf([x[a, da], x[b, db]])
+        for members in self.groups:
+            for k in members[1:]:
+                for d in range(D):
+                    a, b = x.get((members[0], d)), x.get((k, d))
+                    if a is None and b is None:
+                        continue
+                    if a is None or b is None:
+                        m.Add((b if a is None else a) == 0)
+                    else:
+                        m.Add(a == b)
+        if hint is not None:
+            for k in range(K):
+                for d in range(D):
+                    if (k, d) in x:
+                        m.AddHint(x[k, d], int(hint[k] == d))
+        makespan = m.NewIntVar(0, H, "makespan")
+        m.AddMaxEquality(makespan, end)
+        m.Minimize(makespan)
+        solver = cp_model.CpSolver()
+        solver.parameters.max_deterministic_time = float(budget)
+        solver.parameters.max_time_in_seconds = 4.0 * float(budget) + 10.0
+        solver.parameters.num_workers = 1          # deterministic for a seed
+        solver.parameters.random_seed = int(seed)
+        status = solver.Solve(m)
+        name = solver.StatusName(status)
+        stopped = ("optimal" if status == cp_model.OPTIMAL else
+                   "wall-clock cap" if solver.WallTime() >= solver.parameters.max_time_in_seconds * 0.99
+                   else "deterministic budget")
+        if status == cp_model.INFEASIBLE:
+            return None
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            raise InfeasibleError(f"cp-sat: no placement found within its budget ({budget:g} units of "
+                                  f"deterministic time, stopped by the {stopped}); give it a larger --budget")
+        devs = np.array([next(d for d in range(D) if (k, d) in x and solver.Value(x[k, d])) for k in range(K)])
+        return (name, solver.ObjectiveValue() * self.unit, solver.BestObjectiveBound() * self.unit, devs,
+                solver.deterministic_time, stopped)
 
 
 def solve_cp_sat(graph: Graph, cluster: Cluster, *, budget: float | None = None, seed: int = 0,
-                 max_tasks: int = MAX_TASKS) -> CPSatResult:
-    from ortools.sat.python import cp_model
+                 max_tasks: int = MAX_TASKS, op_times: np.ndarray | None = None) -> CPSatResult:
+    """Solve the model (see the module docstring); raises :class:`InfeasibleError` when the relaxed model
+    is proven infeasible or no placement is found within the budget."""
+    from autoplace.sim import Simulator
 
-    times = op_time_matrix(graph, cluster)
-    ok = feasible_devices(graph, cluster) & np.isfinite(times)
-    task = task_partition(graph, max_tasks, times)
-    K, D = int(task.max()) + 1, cluster.n_devices
-    t_task = np.zeros((K, D))
-    np.add.at(t_task, task, np.where(ok, times, 0.0))
-    ok_task = np.ones((K, D), dtype=bool)
-    np.logical_and.at(ok_task, task, ok)
-    need = np.bincount(task, weights=graph.param_bytes + graph.out_alloc_total, minlength=K)
-    src, dst, nbytes = graph.edges()
-    ts, td = task[src], task[dst]
-    edges: dict[tuple[int, int], int] = {}
-    for a, b, nb in zip(ts.tolist(), td.tolist(), nbytes.tolist()):
-        if a != b:
-            edges[(a, b)] = edges.get((a, b), 0) + nb
-    comm = {(a, b): cluster.latency + nb / cluster.bandwidth for (a, b), nb in edges.items()}
-    # integer time: the horizon (everything serial on the slowest feasible device, plus all transfers) in ~1e6 units
-    horizon_s = float(np.where(ok_task, t_task, 0).max(axis=1).sum()
-                      + sum(np.where(np.isfinite(c), c, 0).max() for c in comm.values()))
-    unit = max(horizon_s, 1e-9) / 1e6
+    budget = DEFAULT_BUDGET if check_budget(budget) is None else budget
+    model = _Model(graph, cluster, max_tasks, op_times)
+    hint = _single_device_hint(model)
+    first = model.solve(static_memory=False, budget=budget, seed=seed, hint=hint)
+    if first is None:
+        raise InfeasibleError(f"cp-sat: proven infeasible: the parameters cannot be spread over the devices "
+                              f"of cluster {cluster.name!r} within their memory")
+    status, objective, bound, devs, used, stopped = first
+    memory_model = "relaxed"
+    sim = Simulator(graph, cluster, op_times)
+    if not sim.run(devs[model.task]).ok:
+        second = model.solve(static_memory=True, budget=max(budget - used, 0.1 * budget), seed=seed, hint=devs)
+        if second is not None:
+            status, objective, _, devs, _, stopped = second
+            memory_model = "static"
+    ops_model = model.K == graph.n_ops
+    return CPSatResult(status, objective, bound, bound if ops_model else None, devs[model.task], model.K,
+                       "ops" if ops_model else f"{model.K} tasks", memory_model, stopped)
 
-    def q(x: float) -> int:
-        return int(np.ceil(x / unit - 1e-9))
 
-    m = cp_model.CpModel()
-    H = q(horizon_s) + 1
-    start = [m.NewIntVar(0, H, f"s{k}") for k in range(K)]
-    end = [m.NewIntVar(0, H, f"e{k}") for k in range(K)]
-    x = {}
-    per_dev: list[list] = [[] for _ in range(D)]
-    for k in range(K):
-        devs = np.flatnonzero(ok_task[k])
-        if len(devs) == 0:
-            raise InfeasibleError(f"cp-sat: no device can run task {k} (op {graph.ops[int(np.flatnonzero(task == k)[0])].name!r})")
-        lits = []
-        for d in devs:
-            lit = m.NewBoolVar(f"x{k}_{d}")
-            dur = q(t_task[k, d])
-            iv = m.NewOptionalIntervalVar(start[k], dur, end[k], lit, f"i{k}_{d}")
-            per_dev[d].append((iv, lit))
-            x[k, int(d)] = lit
-            lits.append(lit)
-        m.AddExactlyOne(lits)
-    for d in range(D):
-        ivs = [iv for iv, _ in per_dev[d]]
-        if cluster.concurrency[d] <= 1:
-            m.AddNoOverlap(ivs)
-        else:
-            m.AddCumulative(ivs, [1] * len(ivs), int(cluster.concurrency[d]))
-        if per_dev[d]:
-            ks = [k for k in range(K) if (k, d) in x]
-            m.Add(sum(int(need[k]) * x[k, d] for k in ks) <= int(cluster.memory_bytes[d]))
-    for (a, b), c in comm.items():
-        m.Add(start[b] >= end[a])
-        for da in range(D):
-            for db in range(D):
-                if da != db and (a, da) in x and (b, db) in x:
-                    m.Add(start[b] >= end[a] + q(c[da, db])).OnlyEnforceIf([x[a, da], x[b, db]])
-    for ops_of_group in graph.colocation_groups().values():
-        members = sorted(set(task[ops_of_group].tolist()))
-        for k in members[1:]:
-            for d in range(D):
-                a, b = x.get((members[0], d)), x.get((k, d))
-                if a is None and b is None:
-                    continue
-                if a is None or b is None:
-                    m.Add((b if a is None else a) == 0)
-                else:
-                    m.Add(a == b)
-    makespan = m.NewIntVar(0, H, "makespan")
-    m.AddMaxEquality(makespan, end)
-    m.Minimize(makespan)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(budget if budget is not None else DEFAULT_BUDGET_S)
-    solver.parameters.num_workers = 1          # deterministic for a seed
-    solver.parameters.random_seed = int(seed)
-    status = solver.Solve(m)
-    name = solver.StatusName(status)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise InfeasibleError(f"cp-sat: {name.lower()} within {solver.parameters.max_time_in_seconds:g} s "
-                              f"(memory too small, or no solution found in time)")
-    task_dev = np.array([next(d for d in range(D) if (k, d) in x and solver.Value(x[k, d])) for k in range(K)])
-    # durations and delays were rounded up to whole units: a path of K tasks (and K transfers) can gain up
-    # to 2K units, so the reported bound gives them back to stay a valid lower bound in seconds
-    bound = max(0.0, (solver.BestObjectiveBound() - 2 * K) * unit)
-    return CPSatResult(name, solver.ObjectiveValue() * unit, bound, task_dev[task], K)
+def _single_device_hint(model: _Model) -> np.ndarray | None:
+    """Every task on the device that runs them all fastest, if one can run them all (a feasible start)."""
+    runs_all = model.ok_task.all(axis=0)
+    if not runs_all.any():
+        return None
+    total = np.where(runs_all, model.dur.sum(axis=0), np.iinfo(np.int64).max)
+    return np.full(model.K, int(np.argmin(total)))
 
 
 @register_placer("cp-sat", description="exact placement and schedule with OR-Tools CP-SAT (ops, or up to 60 "
-                 "contiguous task groups), time-limited", paper="OR-Tools CP-SAT", memory_aware=True)
+                 "contiguous task groups), deterministic-time budget", paper="OR-Tools CP-SAT", memory_aware=True)
 def cp_sat(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
-    seed = int(seed) if isinstance(seed, (int, np.integer)) else 0
-    r = solve_cp_sat(graph, cluster, budget=budget, seed=seed)
-    return Placement.from_array(graph, cluster, r.devices, "cp-sat", cp_sat_status=r.status,
-                                model_step_time_s=r.objective_s, bound_s=r.bound_s, gap=r.gap, tasks=r.tasks)
+    """Place by solving the CP-SAT model of the module docstring. Meta: ``cp_sat_status``, ``model``
+    (``"ops"`` or ``"K tasks"``), ``model_step_time_s``, ``model_bound_s``, ``bound_s`` (op-level model
+    only: a bound on every placement), ``gap``, ``memory_model``, ``stopped_by``, ``tasks``."""
+    r = solve_cp_sat(graph, cluster, budget=budget, seed=seed_int(seed))
+    meta = dict(cp_sat_status=r.status, model=r.model, model_step_time_s=r.objective_s,
+                model_bound_s=r.model_bound_s, gap=r.gap, tasks=r.tasks, memory_model=r.memory_model,
+                stopped_by=r.stopped_by)
+    if r.bound_s is not None:
+        meta["bound_s"] = r.bound_s
+    return Placement.from_array(graph, cluster, r.devices, "cp-sat", **meta)

@@ -22,6 +22,7 @@ from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.placers import register_placer
+from autoplace.validation import check_budget
 
 __all__ = ["tf_greedy", "heft", "m_topo", "m_etf", "m_sct", "favourite_children"]
 
@@ -299,16 +300,20 @@ def m_etf(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placemen
     return _m_etf(graph, cluster, "m-etf")
 
 
-def favourite_children(graph: Graph, cluster: Cluster, *, budget: float | None = None) -> tuple[np.ndarray, str]:
-    """Each op's favourite parent (or -1) for m-SCT, and how it was found (``"lp"`` or ``"greedy"``).
+def favourite_children(graph: Graph, cluster: Cluster, *,
+                       budget: float | None = None) -> tuple[np.ndarray, str, str]:
+    """Each op's favourite parent (or -1) for m-SCT, how it was found (``"lp"`` or ``"greedy"``) and why.
 
     The SCT relaxation (Hanen & Munier 1995, as in Baechi §4.3): for every data edge i->j a variable
     ``x_ij`` in [0, 1] (0: j is i's favourite child, the transfer is hidden), with at most one favourite
     child per op and one favourite parent per op (``sum_j x_ij >= |succ(i)| - 1``,
     ``sum_i x_ij >= |pred(j)| - 1``), ``s_j >= s_i + p_i + c_ij x_ij`` and ``w >= s_i + p_i``; minimise
-    ``w``; ``x_ij < 1/2`` makes j the favourite. Solved with GLOP within half the budget; where it does not
-    finish (large graphs) the favourites are a greedy matching of the edges by decreasing transfer time
-    under the same one-child/one-parent limits.
+    ``w``; ``x_ij < 1/2`` makes j the favourite. Solved with GLOP within half the budget, counted in GLOP's
+    *deterministic* time (its work units, about 1.6 s each on this project's machine), so the outcome does
+    not depend on the machine's load; a wall-clock cap of ``4 * limit + 10`` s guards against stalls.
+    Where the LP has more than ``SCT_LP_MAX_EDGES`` edges or is not solved within that limit, the
+    favourites are a greedy matching of the edges by decreasing transfer time under the same
+    one-child/one-parent limits; the reason is returned (and recorded in the placement's meta).
     """
     times = op_time_matrix(graph, cluster)
     p = np.nanmean(np.where(np.isfinite(times), times, np.nan), axis=1)
@@ -321,10 +326,16 @@ def favourite_children(graph: Graph, cluster: Cluster, *, budget: float | None =
     off = ~np.eye(cluster.n_devices, dtype=bool)
     comm = (cluster.latency[off].mean() + eb / cluster.bandwidth[off].mean()) if off.any() else np.zeros(len(key))
     fav_parent = np.full(n, -1, dtype=np.int64)
-    x = _sct_lp(n, es, ed, p, comm, time_limit=0.5 * (budget if budget is not None else 60.0))
-    how = "lp"
+    limit = 0.5 * (budget if budget is not None else 60.0)
+    how, why = "lp", f"SCT LP solved ({len(es):,} edges)"
+    if len(es) > SCT_LP_MAX_EDGES:
+        x, why = None, f"SCT LP not tried: {len(es):,} edges > {SCT_LP_MAX_EDGES:,}"
+    else:
+        x = _sct_lp(n, es, ed, p, comm, deterministic_limit=limit)
+        if x is None:
+            why = f"SCT LP ({len(es):,} edges) not solved within {limit:g} units of deterministic time"
     if x is None:
-        how, x = "greedy", None
+        how = "greedy"
     if x is not None:
         order = np.argsort(x, kind="stable")
         chosen = order[x[order] < 0.5]
@@ -335,13 +346,15 @@ def favourite_children(graph: Graph, cluster: Cluster, *, budget: float | None =
         a, b = int(es[e]), int(ed[e])
         if not has_child[a] and fav_parent[b] < 0:
             has_child[a], fav_parent[b] = True, a
-    return fav_parent, how
+    return fav_parent, how, why
 
 
-def _sct_lp(n, es, ed, p, comm, *, time_limit: float, max_edges: int = 20000) -> np.ndarray | None:
-    """The SCT LP with GLOP; None if it is too large or unsolved within ``time_limit`` seconds."""
-    if len(es) > max_edges:
-        return None
+SCT_LP_MAX_EDGES = 20000  #: larger SCT LPs are not tried (GLOP's memory and time grow fast beyond)
+
+
+def _sct_lp(n, es, ed, p, comm, *, deterministic_limit: float) -> np.ndarray | None:
+    """The SCT LP with GLOP; None if unsolved within ``deterministic_limit`` units of GLOP's deterministic
+    time (or the wall-clock cap)."""
     from ortools.linear_solver import pywraplp
 
     solver = pywraplp.Solver.CreateSolver("GLOP")
@@ -368,7 +381,9 @@ def _sct_lp(n, es, ed, p, comm, *, time_limit: float, max_edges: int = 20000) ->
         ct.SetCoefficient(W, 1)
         ct.SetCoefficient(S[i], -1)
     solver.Minimize(W)
-    solver.SetTimeLimit(int(max(time_limit, 0.1) * 1000))
+    limit = max(deterministic_limit, 0.05)
+    solver.SetSolverSpecificParametersAsString(f"max_deterministic_time: {limit}")
+    solver.SetTimeLimit(int((4 * limit + 10) * 1000))
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return None
     return np.array([v.solution_value() for v in X])
@@ -377,5 +392,5 @@ def _sct_lp(n, es, ed, p, comm, *, time_limit: float, max_edges: int = 20000) ->
 @register_placer("m-sct", description="Baechi m-SCT: m-ETF where each op's favourite child (from the SCT LP) "
                  "joins its device", paper="Jeon et al. 2020 (Baechi) §4.3; Hanen & Munier 1995", memory_aware=True)
 def m_sct(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
-    fav_parent, how = favourite_children(graph, cluster, budget=budget)
-    return _m_etf(graph, cluster, "m-sct", fav_parent, favourites=how)
+    fav_parent, how, why = favourite_children(graph, cluster, budget=check_budget(budget))
+    return _m_etf(graph, cluster, "m-sct", fav_parent, favourites=how, favourites_reason=why)

@@ -30,6 +30,7 @@ from autoplace.graph import Graph
 from autoplace.grouping import GroupGraph, group_ops, grouped_graph, weighted_csr
 from autoplace.placement import Placement
 from autoplace.placers import register_placer
+from autoplace.validation import seed_int
 
 __all__ = ["scotch", "mincut", "metis", "ScotchMissingError"]
 
@@ -71,8 +72,22 @@ def _write_grf(path: Path, xadj, adjncy, vw, ew) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def _relabel(xadj, adjncy, vw, ew, perm: np.ndarray):
+    """The same CSR graph with vertex ``v`` renamed ``perm[v]`` (neighbour lists keep their order)."""
+    n = len(xadj) - 1
+    inv = np.argsort(perm)                      # inv[new] = old
+    deg = np.diff(xadj)[inv]
+    new_xadj = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    idx = np.concatenate([np.arange(xadj[v], xadj[v + 1]) for v in inv]) if n else np.zeros(0, np.int64)
+    return new_xadj, perm[adjncy[idx]], vw[inv], ew[idx]
+
+
 def _scotch_map(gg: GroupGraph, cluster: Cluster, devices: list[int], seed) -> np.ndarray:
-    """Map the group graph onto ``devices`` with scotch_gmap; device index per group."""
+    """Map the group graph onto ``devices`` with scotch_gmap; device index per group.
+
+    Scotch's command-line tools take no seed: they run in deterministic mode (``-Cd``), and ``seed``
+    renames the vertices by a seeded permutation (seed 0: no renaming), which changes Scotch's
+    tie-breaking and so gives a different, still reproducible, mapping per seed."""
     gmap, amk = _scotch_tools()
     D = len(devices)
     speed = cluster.peak_flops[devices]
@@ -88,6 +103,9 @@ def _scotch_map(gg: GroupGraph, cluster: Cluster, devices: list[int], seed) -> n
                 arch_ew.append(max(1, int(round(fastest / min(bw[a, b], bw[b, a])))))
         arch_xadj.append(len(arch_adj))
     xadj, adjncy, vw, ew = weighted_csr(gg)
+    s = seed_int(seed)
+    perm = np.arange(gg.n_groups) if s == 0 else np.random.default_rng(s).permutation(gg.n_groups)
+    xadj, adjncy, vw, ew = _relabel(xadj, adjncy, vw, ew, perm)
     with tempfile.TemporaryDirectory(prefix="autoplace-scotch-") as tmp:
         t = Path(tmp)
         _write_grf(t / "arch.grf", np.array(arch_xadj), np.array(arch_adj), arch_vw, np.array(arch_ew))
@@ -96,10 +114,7 @@ def _scotch_map(gg: GroupGraph, cluster: Cluster, devices: list[int], seed) -> n
         r = subprocess.run([amk, str(t / "arch.grf"), str(t / "arch.tgt")], **run)
         if r.returncode != 0:
             raise AutoplaceError(f"amk_grf failed: {' '.join(r.stderr.split())[:200]}")
-        args = [gmap]
-        if seed is not None:
-            args.append(f"-s{int(seed) if not isinstance(seed, np.random.Generator) else 0}")
-        r = subprocess.run([*args, str(t / "graph.grf"), str(t / "arch.tgt"), str(t / "out.map")], **run)
+        r = subprocess.run([gmap, "-Cd", str(t / "graph.grf"), str(t / "arch.tgt"), str(t / "out.map")], **run)
         if r.returncode != 0:
             raise AutoplaceError(f"scotch_gmap failed: {' '.join(r.stderr.split())[:200]}")
         rows = (t / "out.map").read_text().split()
@@ -107,7 +122,7 @@ def _scotch_map(gg: GroupGraph, cluster: Cluster, devices: list[int], seed) -> n
     pairs = np.array(rows[1:1 + 2 * n], dtype=np.int64).reshape(n, 2)
     out = np.empty(gg.n_groups, dtype=np.int64)
     out[pairs[:, 0]] = np.array(devices)[pairs[:, 1]]
-    return out
+    return out[perm]
 
 
 @register_placer("scotch", description="Scotch static mapping onto the devices weighted by speed and link "
@@ -138,7 +153,7 @@ def metis(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placemen
     if len(targets) == 1 or gg.n_groups < 2:
         return _finish(graph, cluster, gg, np.full(gg.n_groups, targets[0], dtype=np.int64), "metis")
     xadj, adjncy, vw, ew = weighted_csr(gg)
-    opts = pymetis.Options(seed=int(seed) if isinstance(seed, (int, np.integer)) else 0)
+    opts = pymetis.Options(seed=seed_int(seed))
     _, parts = pymetis.part_graph(len(targets), adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=vw,
                                   eweights=ew, options=opts)
     parts = np.asarray(parts, dtype=np.int64)

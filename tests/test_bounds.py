@@ -1,0 +1,93 @@
+"""Every bound is a bound: no placement simulates faster than the critical-path, load or CP-SAT bound,
+including with profiled loaded costs below alone costs, host contention and exchange charges."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autoplace.bounds import lower_bounds
+from autoplace.cluster import Cluster, Device, LinkSpec
+from autoplace.compare import ComparisonRow, compare
+from autoplace.cost import fastest_op_times
+from autoplace.graph import Graph, Op
+from autoplace.placers.cpsat import solve_cp_sat
+from autoplace.sim import Simulator
+
+
+@st.composite
+def cases(draw, max_ops=10, max_devices=3):
+    """A random DAG whose ops carry measured alone and loaded costs (loaded may be faster, as profiling
+    does measure), random co-location groups, CPU workers of one host with exchange charges, and a random
+    placement that honours the groups."""
+    n = draw(st.integers(1, max_ops))
+    D = draw(st.integers(1, max_devices))
+    n_groups = draw(st.integers(0, 2))
+    ops = []
+    for i in range(n):
+        preds = draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)) if i else []
+        alone = draw(st.floats(1e-4, 1e-2))
+        loaded = alone * draw(st.sampled_from([0.7, 0.9, 1.0, 1.2]))
+        group = draw(st.integers(-1, n_groups - 1)) if n_groups else -1
+        ops.append(Op(f"o{i}", "op", tuple(f"o{p}" for p in preds),
+                      output_bytes=(draw(st.integers(0, 100_000)),), param_bytes=draw(st.integers(0, 5000)),
+                      cost={"cpu": alone, "cpu|loaded": loaded},
+                      colocation_group=f"g{group}" if group >= 0 else None))
+    charges = draw(st.booleans())
+    devs = [Device(f"cpu:{j}", "cpu", 10**9, 1e10, 1e10, meta={"host": "h"},
+                   send_cost_s_per_byte=1e-9 if charges else 0.0, send_overhead_s=2e-5 if charges else 0.0,
+                   recv_overhead_s=4e-5 if charges else 0.0) for j in range(D)]
+    cluster = Cluster("c", devs, default_link=LinkSpec(float(draw(st.sampled_from([1e7, 1e9]))),
+                                                      float(draw(st.sampled_from([0.0, 1e-4])))))
+    graph = Graph(ops, name="random")
+    gdev = {name: draw(st.integers(0, D - 1)) for name in graph.colocation_groups()}
+    dev = np.array([gdev[op.colocation_group] if op.colocation_group else draw(st.integers(0, D - 1))
+                    for op in ops], dtype=np.int64)
+    return graph, cluster, dev
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_no_placement_beats_the_critical_path_or_load_bound(case):
+    graph, cluster, dev = case
+    sim = Simulator(graph, cluster)
+    step = sim.run(dev).step_time
+    b = lower_bounds(graph, cluster, sim.op_times)
+    assert step >= b.best * (1 - 1e-9)
+    assert b.gap(step) >= -1e-9
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(max_ops=7))
+def test_no_placement_beats_cp_sats_bound(case):
+    graph, cluster, dev = case
+    r = solve_cp_sat(graph, cluster, budget=2.0)
+    assert r.model == "ops" and r.bound_s is not None
+    step = Simulator(graph, cluster).run(dev).step_time
+    assert step >= r.bound_s * (1 - 1e-9), (step, r.bound_s, r.status)
+
+
+def test_loaded_costs_below_alone_lower_the_bound():
+    """Two 1-ms ops on two CPU workers of one host, each measured at 0.6 ms with the other core busy: run
+    together they blend towards the loaded cost, so the bound must use 0.6 ms, not 1 ms."""
+    ops = [Op(f"o{i}", "op", output_bytes=(0,), cost={"cpu": 1e-3, "cpu|loaded": 6e-4}) for i in range(2)]
+    graph = Graph(ops, name="pair")
+    cluster = Cluster("c", [Device(f"cpu:{j}", "cpu", 10**9, 1e10, 1e10, meta={"host": "h"}) for j in range(2)],
+                      default_link=LinkSpec(1e9, 0.0))
+    assert fastest_op_times(graph, cluster).tolist() == [6e-4, 6e-4]
+    step = Simulator(graph, cluster).run(np.array([0, 1])).step_time
+    assert step < 1e-3                                     # the contention blend ran them faster than alone
+    assert step >= lower_bounds(graph, cluster).best
+
+
+def test_measured_rows_have_no_gap():
+    graph = Graph([Op("a", "op", output_bytes=(0,), cost={"cpu": 1.0})], name="one")
+    cluster = Cluster("c", [Device("cpu:0", "cpu", 10**9, 1e10, 1e10)], default_link=LinkSpec(1e9, 0.0))
+    table = compare(graph, cluster, ["single-cpu"])
+    row = table.rows[0]
+    assert table.gap(row) == pytest.approx(0.0)
+    measured = type(table)(table.rows, table.bounds, "measured")
+    fast = ComparisonRow(row.method, row.placement, row.result, row.search_time_s)
+    assert np.isnan(measured.gap(fast))
