@@ -1,4 +1,4 @@
-"""List-scheduling placers: the whitepaper's greedy placer, HEFT, and Baechi's m-TOPO and m-ETF.
+"""List-scheduling placers: the whitepaper's greedy placer, HEFT, and Baechi's m-TOPO, m-ETF and m-SCT.
 
 All four walk the op graph and decide each op's device with a running schedule (:class:`_Schedule`):
 per-device ready time, each placed op's finish time, and an op's earliest start on a device counting the
@@ -139,6 +139,11 @@ def _earliest_finish_in_order(graph: Graph, cluster: Cluster, order, method: str
 @register_placer("tf-greedy", description="whitepaper's simulated greedy placer: each op, in topological order, "
                  "to the device where it finishes earliest counting transfers", paper="TensorFlow whitepaper §3.2.1")
 def tf_greedy(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    """The TensorFlow whitepaper's simulated greedy placer (§3.2.1): walk the ops in topological order and
+    put each on the feasible device where it would finish earliest — ``max(device free, inputs there) + op
+    time``, inputs from other devices arriving ``latency + bytes / bandwidth`` after their producer ends.
+    Adapted: the whitepaper's cost model is our :mod:`autoplace.cost`; co-location groups follow their
+    first member. No memory check. ``seed`` and ``budget`` are unused (deterministic). O((n + E) D)."""
     return _earliest_finish_in_order(graph, cluster, graph.topological_order, "tf-greedy", memory=False)
 
 
@@ -163,6 +168,12 @@ def _upward_rank(graph: Graph, cluster: Cluster, times: np.ndarray) -> np.ndarra
 @register_placer("heft", description="HEFT: ops by decreasing upward rank, each to its earliest-finish device",
                  paper="Topcuoglu, Hariri & Wu 2002")
 def heft(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    """HEFT (Topcuoglu, Hariri & Wu 2002): order the ops by decreasing upward rank
+    ``rank_u(i) = w̄_i + max_j (c̄_ij + rank_u(j))`` (eq. 8: mean op time over feasible devices, mean transfer
+    time), then give each the device where it finishes earliest. Adapted: append scheduling (an op starts
+    after the device's last one) instead of the paper's insertion policy, since the simulator does not
+    backfill; ties and zero-time ops keep a topological order. No memory check. ``seed`` and ``budget``
+    are unused. O((n + E) D + n log n)."""
     rank = _upward_rank(graph, cluster, op_time_matrix(graph, cluster))
     # decreasing rank is a topological order when every op takes positive time; ties by topological rank
     order = np.lexsort((graph.rank, -rank))
@@ -197,7 +208,8 @@ def _topological_repair(graph: Graph, priority_order: np.ndarray) -> np.ndarray:
 def m_topo(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """Walk the ops in topological order and fill devices one after another (fastest first). A device
     takes ops until it holds its share of the total work — in proportion to its speed — or its memory is
-    full; ops that cannot run on the current device go to the first later device that can take them."""
+    full; ops that cannot run on the current device go to the first later device that can take them.
+    Baechi's m-TOPO (Jeon et al. 2020 §4.1); ``seed`` and ``budget`` are unused. O(n D + E)."""
     s = _Schedule(graph, cluster, memory=True)
     order = sorted(range(cluster.n_devices), key=lambda d: (-cluster.peak_flops[d], d))
     fastest = s.times.min(axis=1)
@@ -297,6 +309,11 @@ def _m_etf(graph: Graph, cluster: Cluster, method: str, favourite_parent: np.nda
 @register_placer("m-etf", description="Baechi m-ETF: repeatedly start the ready op that can start earliest "
                  "on any device with memory left", paper="Jeon et al. 2020 (Baechi) §4.2", memory_aware=True)
 def m_etf(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    """Baechi's m-ETF (Jeon et al. 2020 §4.2; ETF by Hwang et al. 1989): repeatedly start the ready
+    (op, device) pair with the earliest start among devices whose memory still has room for the op,
+    counting parameters as resident and outputs as live until their last reader is placed. Raises
+    :class:`InfeasibleError` when no device has room. ``seed`` and ``budget`` are unused.
+    O(n D log n + E D)."""
     return _m_etf(graph, cluster, "m-etf")
 
 
@@ -392,5 +409,10 @@ def _sct_lp(n, es, ed, p, comm, *, deterministic_limit: float) -> np.ndarray | N
 @register_placer("m-sct", description="Baechi m-SCT: m-ETF where each op's favourite child (from the SCT LP) "
                  "joins its device", paper="Jeon et al. 2020 (Baechi) §4.3; Hanen & Munier 1995", memory_aware=True)
 def m_sct(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    """Baechi's m-SCT (Jeon et al. 2020 §4.3, after Hanen & Munier 1995): m-ETF in which each op's
+    favourite child — from the SCT linear relaxation, :func:`favourite_children` — is placed on its
+    parent's device when that device has room, hiding the transfer between them. ``budget``: half of it
+    (default 60) is GLOP's deterministic-time limit for the LP; ``seed`` is unused. Meta: ``favourites``
+    (``lp`` or ``greedy``) and ``favourites_reason``."""
     fav_parent, how, why = favourite_children(graph, cluster, budget=check_budget(budget))
     return _m_etf(graph, cluster, "m-sct", fav_parent, favourites=how, favourites_reason=why)

@@ -128,6 +128,12 @@ def _scotch_map(gg: GroupGraph, cluster: Cluster, devices: list[int], seed) -> n
 @register_placer("scotch", description="Scotch static mapping onto the devices weighted by speed and link "
                  "bandwidth", paper="Pellegrini 2009; Mirhoseini et al. 2017 §4.2")
 def scotch(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    """Scotch's static mapping (Pellegrini 2009; Mirhoseini et al. 2017's baseline) of the co-location
+    group graph onto every device: vertex weights are compute microseconds, edge weights KiB crossing;
+    the target weighs devices by speed and links by relative cost (module docstring). Adapted: groups
+    are contracted first (Scotch cannot express co-location) and moved afterwards where their device
+    cannot run them. No memory check. ``seed`` relabels the vertices (deterministic per seed);
+    ``budget`` is unused. Scotch's multilevel mapping is about O(E log V)."""
     gg = _group(graph, cluster)
     return _finish(graph, cluster, gg, _scotch_map(gg, cluster, list(range(cluster.n_devices)), seed), "scotch")
 
@@ -135,6 +141,8 @@ def scotch(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
 @register_placer("mincut", description="Scotch static mapping onto the GPUs only (the CPU left out)",
                  paper="Mirhoseini et al. 2017 §4.2")
 def mincut(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    """Mirhoseini et al. 2017's MinCut baseline: :func:`scotch` onto the GPUs only (the CPU left out of
+    the target), ops that need the CPU moved there afterwards. ``seed`` and ``budget`` as for scotch."""
     gpus = cluster.devices_of_kind("gpu")
     if not gpus:
         raise InfeasibleError(f"mincut: cluster {cluster.name!r} has no GPU")
@@ -146,6 +154,10 @@ def mincut(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
 @register_placer("metis", description="METIS k-way partition into one compute-balanced part per GPU",
                  paper="Karypis & Kumar 1998; GDP §4")
 def metis(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    """METIS k-way partitioning (Karypis & Kumar 1998, through pymetis; GDP's TensorFlow-METIS baseline)
+    of the co-location group graph into one compute-balanced part per GPU, minimising the KiB cut; the
+    most loaded part goes to the fastest GPU. No memory check. ``seed`` is METIS's seed; ``budget`` is
+    unused. About O(E) (multilevel)."""
     import pymetis
 
     targets = cluster.devices_of_kind("gpu") or list(range(cluster.n_devices))
