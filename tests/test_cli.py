@@ -191,3 +191,87 @@ def test_compare_includes_cp_sat_bound(capsys):
     assert rc == 0 and doc["bounds"]["cp_sat_s"] is not None
     assert doc["bounds"]["best_s"] >= doc["bounds"]["critical_path_s"]
     assert all(r["gap_to_bound"] >= -1e-6 for r in doc["rows"])
+
+
+# ---------------------------------------------------------------------- names and outputs
+def test_names_with_markup_print_as_they_are(tmp_path, capsys):
+    """Rich markup and emoji codes in graph, op and device names are text, not styling."""
+    g = json.loads((GOLDEN / "graph_v1.json").read_text())
+    g["name"] = "[/x] :smile: [bold]g"
+    c = json.loads((GOLDEN / "cluster_v1.json").read_text().replace('"gpu:1"', '"[/]gpu"'))
+    c["name"] = "[red]c"
+    names = {d["name"] for d in c["devices"]}
+    p = json.loads((GOLDEN / "placement_v1.json").read_text().replace('"gpu:1"', '"[/]gpu"'))
+    assert set(p["assignment"].values()) <= names
+    gf, cf, pf = write(tmp_path, "g.json", g), write(tmp_path, "c.json", c), write(tmp_path, "p.json", p)
+    rc, out, err = run(capsys, "simulate", gf, "-c", cf, "-p", pf)
+    assert rc == 0, err
+    assert "[/x] :smile: [bold]g" in out and "[red]c" in out and "[/]gpu" in out
+    rc, out, err = run(capsys, "compare", gf, "-c", cf, "--methods", "single-gpu")
+    assert rc == 0 and "[/x] :smile: [bold]g" in out, err
+
+
+def test_undecodable_argument_is_one_line(capsys):
+    rc, out, err = run(capsys, "compare", "toy-mlp", "-c", "k80x2", "--methods", "single-gpu,\udcff")
+    assert rc == 2 and err.count("\n") == 1 and "\\udcff" in err
+
+
+def test_dash_writes_to_stdout(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    import io
+
+    buf = io.BytesIO()
+    monkeypatch.setattr("sys.stdout", io.TextIOWrapper(buf, encoding="utf-8"))
+    assert main(["zoo", "export", "toy-mlp", "-P", "layers=2", "-o", "-"]) == 0
+    import sys
+
+    sys.stdout.flush()
+    assert json.loads(buf.getvalue().decode())["format"] == "autoplace.graph/v1"
+    assert not (tmp_path / "-").exists()
+
+
+def test_outputs_follow_symlinks_devices_and_umask(tmp_path, capsys):
+    import os
+    import stat
+
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    assert run(capsys, "clusters", "k80x2", "-o", str(link))[0] == 0
+    assert link.is_symlink() and json.loads(target.read_text())["name"] == "k80x2"
+    assert run(capsys, "clusters", "k80x2", "-o", os.devnull)[0] == 0
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    old = os.umask(0o027)
+    try:
+        assert run(capsys, "clusters", "k80x2", "-o", str(tmp_path / "new.json"))[0] == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new.json").stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "new.json", "real.json"]
+
+
+def test_an_interrupted_write_leaves_the_old_file_and_no_temp(tmp_path, capsys, monkeypatch):
+    import os
+
+    out = tmp_path / "c.json"
+    out.write_text("old")
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    assert run(capsys, "clusters", "k80x2", "-o", str(out))[0] == 130
+    assert out.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["c.json"]
+
+
+def test_a_long_chain_file_goes_through_every_placer(tmp_path, capsys):
+    from autoplace.formats import save_graph
+    from autoplace.graph import Graph, Op
+
+    path = tmp_path / "chain.json"
+    save_graph(Graph([Op(f"n{i}", "mm", (f"n{i - 1}",) if i else (), output_bytes=(4096,), flops=1e6)
+                      for i in range(2000)], name="chain"), path)
+    rc, out, err = run(capsys, "compare", str(path), "-c", "k80x2", "--budget", "0.5", "--json")
+    assert rc == 0, err
+    assert all(r["ok"] for r in json.loads(out)["rows"])

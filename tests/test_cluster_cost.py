@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -38,16 +40,16 @@ def test_unknown_preset():
 @pytest.mark.parametrize("build, message", [
     (lambda: Cluster("c", []), "has no devices"),
     (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1), Device("a", "gpu", 1, 1, 1)]), "duplicate device name 'a'"),
-    (lambda: Cluster("c", [Device("a", "gpu", 0, 1, 1)]), "memory_bytes must be a finite positive"),
+    (lambda: Cluster("c", [Device("a", "gpu", 0, 1, 1)]), "memory_bytes must be an integer in [1, "),
     (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1), Device("b", "gpu", 1, 1, 1)]),
      "no link from 'a' to 'b' and no default_link"),
     (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1)], [Link("a", "z", 1, 0)]), "unknown device 'z'"),
-    (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1, concurrency=0)]), "concurrency must be an integer >= 1"),
+    (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1, concurrency=0)]), "concurrency must be an integer in [1, 1,024]"),
     (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1), Device("b", "gpu", 1, 1, 1)],
-                     default_link=LinkSpec(-1, 0)), "bandwidth must be a finite positive"),
+                     default_link=LinkSpec(-1, 0)), "bandwidth must be a number in [1, "),
 ])
 def test_cluster_validation(build, message):
-    with pytest.raises(ClusterError, match=message):
+    with pytest.raises(ClusterError, match=re.escape(message)):
         build()
 
 

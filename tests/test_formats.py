@@ -80,7 +80,7 @@ def test_gzip_and_plain_are_equivalent(tmp_path):
     ('{"format": "autoplace.graph/v1", "name": "x", "ops": [{"name": "a", "type": "t", "flops": NaN}]}',
      "field 'flops' must be a finite non-negative number"),
     ('{"format": "autoplace.graph/v1", "name": "x", "ops": [{"name": "a", "type": "t", "output_bytes": [-4]}]}',
-     "'output_bytes' must list non-negative sizes"),
+     "'output_bytes' must list whole numbers of bytes >= 0"),
     ('{"format": "autoplace.graph/v1", "name": "x", "ops": [{"name": "a"}]}', "missing field 'type'"),
 ])
 def test_bad_graph_files_name_the_culprit(tmp_path, text, message):

@@ -47,7 +47,7 @@ def test_output_sizes_from_shapes_and_dtypes():
     ([Op("a", "t"), Op("b", "t", ("a:1",))], "names output 1"),
     ([Op("a", "t"), Op("a", "t")], "duplicate op name 'a'"),
     ([Op("a", "t", control_inputs=("zz",))], "control input 'zz' names an unknown op"),
-    ([Op("a", "t", flops=float("nan"))], "op 'a': flops must be a finite non-negative number"),
+    ([Op("a", "t", flops=float("nan"))], "op 'a': flops must be a number in [0, "),
     ([Op("a", "t", output_bytes=(-1,))], "op 'a': output 0 bytes must be"),
     ([Op("a", "t", param_bytes=-5)], "op 'a': param_bytes"),
     ([Op("a", "t", cost={"gpu": float("inf")})], "op 'a': cost['gpu']"),

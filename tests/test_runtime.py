@@ -125,14 +125,21 @@ def test_placed_equals_unplaced(pool, rnn_graph, seed):
 
 
 def test_per_op_random_placement_equals_unplaced(pool, mlp_graph):
-    """Ignoring co-location: in-place updates then run on received copies; outputs still match."""
+    """With the co-location groups dropped, any per-op cut is a valid placement: in-place updates then run
+    on received copies of their parameters; outputs still match."""
+    from dataclasses import replace
+
+    from autoplace.graph import Graph
+
+    free = Graph([replace(op, colocation_group=None) for op in mlp_graph.ops], name=mlp_graph.name,
+                 meta=mlp_graph.meta)
     rng = np.random.default_rng(7)
-    placement = Placement.from_array(mlp_graph, pool.cluster, rng.integers(0, 2, mlp_graph.n_ops), "per-op")
-    result = pool.run(mlp_graph, placement, steps=1, seed=2, fetch=True)
+    placement = Placement.from_array(free, pool.cluster, rng.integers(0, 2, free.n_ops), "per-op")
+    result = pool.run(free, placement, steps=1, seed=2, fetch=True)
     assert result.ok, result.error
-    ref = run_reference(Program(mlp_graph), seed=2, steps=1)
+    ref = run_reference(Program(free), seed=2, steps=1)
     torch.testing.assert_close(result.outputs["output0"], ref["output0"])
-    for name, r in Program(mlp_graph).final_versions.items():
+    for name, r in Program(free).final_versions.items():
         torch.testing.assert_close(result.outputs[name], ref[name])
 
 
@@ -277,7 +284,7 @@ def test_export_moves_tensors_between_gpus(mlp_graph):
     one = Placement.from_array(mlp_graph, cluster, np.full(mlp_graph.n_ops, g0), "one")
     assert device_map(mlp_graph, one, cluster) == {"": "cuda:0"}
     split = dev.copy()
-    split[mlp_graph.index("enc.bias")] = g1
+    split[mlp_graph.colocation_groups()[mlp_graph.ops[mlp_graph.index("enc.bias")].colocation_group]] = g1
     with pytest.raises(ExecutionError, match="module 'enc'"):
         device_map(mlp_graph, Placement.from_array(mlp_graph, cluster, split, "bad"), cluster)
 
@@ -302,7 +309,8 @@ def test_cli_measure_profile_export(tmp_path, mlp_graph, capsys):
     save_graph(mlp_graph, gpath)
     cluster = get_cluster("localhost")
     n = cluster.n_devices
-    dev = np.arange(mlp_graph.n_ops) % min(n, 2)
+    groups = group_ops(mlp_graph, rules=("colocation",))
+    dev = groups.expand(np.arange(groups.n_groups) % min(n, 2))
     save_placement(Placement.from_array(mlp_graph, cluster, dev, "alt"), ppath)
     assert main(["measure", str(gpath), "-c", "localhost", "-p", str(ppath), "--steps", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -68,19 +68,39 @@ def resolve_cluster(arg: str) -> Cluster:
     return get_cluster(arg)
 
 
-def _check_output(path: str | None) -> None:
-    """Fail early (before any work) if ``path``'s folder does not exist."""
-    if path and path != "-":
-        parent = Path(path).parent
-        if not parent.is_dir():
-            raise FormatError(f"{path}: folder {str(parent)!r} does not exist")
+def _check_output(path: str | None, what: str = "output") -> None:
+    """Fail early (before any work) where ``path`` cannot be written: empty, a folder, in a folder that does
+    not exist or cannot be written to. ``-`` (standard output) is fine."""
+    if path is None or path == "-":
+        return
+    if not path:
+        raise FormatError(f"the {what} path is empty")
+    p = Path(path)
+    if p.is_dir():
+        raise FormatError(f"{path}: is a folder, not a file to write the {what} to")
+    parent = Path(os.path.realpath(p)).parent if p.is_symlink() else (p.parent if str(p.parent) else Path("."))
+    if not parent.is_dir():
+        raise FormatError(f"{path}: folder {str(parent)!r} does not exist")
+    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise FormatError(f"{path}: folder {str(parent)!r} is not writable")
 
 
-def _console():
+def _console(to_stderr: bool = False):
+    """Where messages go: standard output (standard error when the output file itself is ``-``). User
+    strings (graph, op, device names) are printed as they are: no markup, no emoji codes."""
     from rich.console import Console
 
     # A pipe or a CI log gets a wide table rather than rich's 80-column default.
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    stream = sys.stderr if to_stderr else sys.stdout
+    return Console(file=stream, highlight=False, markup=False, emoji=False,
+                   width=None if stream.isatty() else 160)
+
+
+def _bold(*parts):
+    """A line with some parts styled: ``_bold("a ", ("b", "bold"))``."""
+    from rich.text import Text
+
+    return Text.assemble(*parts)
 
 
 def _print_json(obj: Any) -> None:
@@ -98,10 +118,13 @@ def cmd_clusters(args: argparse.Namespace) -> int:
     from autoplace.formats import cluster_to_dict, save_cluster
     from autoplace.report import fmt_bytes, fmt_flops, fmt_rate
 
+    if args.output is not None:
+        _check_output(args.output)
+        if not args.name:
+            raise FormatError("clusters --output needs a cluster name (or file) to write")
     if args.name:
         cluster = resolve_cluster(args.name)
-        if args.output:
-            _check_output(args.output)
+        if args.output is not None:
             save_cluster(cluster, args.output)
             return 0
         if args.json:
@@ -140,7 +163,7 @@ def _sim_table(graph: Graph, cluster: Cluster, result: Any, title: str):
         util = busy / result.step_time if result.step_time > 0 else 0.0
         table.add_row(name, fmt_time(busy), f"{100 * util:.0f}%", fmt_bytes(result.peak_memory[d]),
                       fmt_bytes(result.memory_capacity[d]),
-                      "[bold red]OOM[/]" if result.peak_memory[d] > result.memory_capacity[d] else "")
+                      _bold(("OOM", "bold red")) if result.peak_memory[d] > result.memory_capacity[d] else "")
     return table
 
 
@@ -162,14 +185,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                      **result.to_dict()})
         return 0
     con = _console()
-    status = "[bold red]FAILING (OOM on " + ", ".join(result.oom_devices) + ")[/]" if not result.ok else "ok"
-    con.print(f"[bold]{graph.name}[/] on [bold]{cluster.name}[/] ({placement.method}): "
-              f"step time [bold]{fmt_time(result.step_time)}[/], {status}")
+    status = ("FAILING (OOM on " + ", ".join(result.oom_devices) + ")", "bold red") if not result.ok else "ok"
+    con.print(_bold((graph.name, "bold"), " on ", (cluster.name, "bold"), f" ({placement.method}): step time ",
+                    (fmt_time(result.step_time), "bold"), ", ", status))
     con.print(_sim_table(graph, cluster, result, title=""))
     con.print(f"{result.n_transfers} transfers, {fmt_bytes(result.transfer_bytes)}, link busy "
               f"{fmt_time(result.transfer_time)}")
     if args.trace:
-        con.print(f"trace written to {args.trace} (open in https://ui.perfetto.dev)")
+        _console(args.trace == "-").print(f"trace written to {args.trace} (open in https://ui.perfetto.dev)")
     return 0
 
 
@@ -199,7 +222,7 @@ def cmd_place(args: argparse.Namespace) -> int:
     else:
         counts = ", ".join(f"{d}: {n}" for d, n in sorted(placement.counts().items()))
         status = "ok" if result.ok else "FAILING (" + _failure(result) + ")"
-        _console().print(f"{args.method}: {args.env} step time {fmt_time(result.step_time)}, {status}; ops per device "
+        _console(args.output == "-").print(f"{args.method}: {args.env} step time {fmt_time(result.step_time)}, {status}; ops per device "
                          f"{counts}; written to {args.output}")
     return 0
 
@@ -211,7 +234,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from autoplace.placers import available_placers, get_placer
     from autoplace.report import fmt_bytes, fmt_ratio, fmt_time, markdown_table
 
-    methods = [m.strip() for m in args.methods.split(",")] if args.methods else available_placers()
+    methods = args.methods or available_placers()
     for m in methods:
         get_placer(m)
     graph = resolve_graph(args.graph, _parse_params(args.param))
@@ -330,12 +353,13 @@ def cmd_measure(args: argparse.Namespace) -> int:
         return 0 if result.ok else 1
     con = _console()
     if not result.ok:
-        con.print(f"[bold]{graph.name}[/] on [bold]{cluster.name}[/] ({placement.method}): "
-                  f"[bold red]FAILING[/]: {_failure(result)}")
+        con.print(_bold((graph.name, "bold"), " on ", (cluster.name, "bold"), f" ({placement.method}): ",
+                        ("FAILING", "bold red"), f": {_failure(result)}"))
         return 1
-    con.print(f"[bold]{graph.name}[/] on [bold]{cluster.name}[/] ({placement.method}): measured step time "
-              f"[bold]{fmt_time(result.step_time)}[/] (mean of {len(result.step_times) - 1} steps after the "
-              f"first; simulated {fmt_time(predicted.step_time)})")
+    con.print(_bold((graph.name, "bold"), " on ", (cluster.name, "bold"), f" ({placement.method}): measured step "
+                    "time ", (fmt_time(result.step_time), "bold"),
+                    f" (mean of {len(result.step_times) - 1} steps after the first; simulated "
+                    f"{fmt_time(predicted.step_time)})"))
     con.print(_sim_table(graph, cluster, result, title=""))
     con.print(f"{result.n_transfers} transfers per step, {fmt_bytes(result.transfer_bytes)}")
     return 0
@@ -361,7 +385,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from autoplace.report import fmt_time
 
     for dtype, info in profiled.meta["profiled"].items():
-        _console().print(f"{graph.name}: {graph.n_ops} ops timed on {info['device']} ({dtype}): "
+        _console(args.output == "-").print(f"{graph.name}: {graph.n_ops} ops timed on {info['device']} ({dtype}): "
                          f"{fmt_time(info['step_s'])} per step -> {args.output}")
     return 0
 
@@ -385,7 +409,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(cluster_to_dict(cluster))
         return 0
-    con = _console()
+    con = _console(args.output == "-")
     for d in cluster.devices:
         con.print(f"{d.name}: {fmt_flops(d.peak_flops)}/s matmul, {fmt_rate(d.memory_bandwidth)} copy, "
                   f"{fmt_time(d.op_overhead_s)} per op, sends at {fmt_rate(1 / d.send_cost_s_per_byte) if d.send_cost_s_per_byte else '-'}")
@@ -412,7 +436,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     atomic_write_text(args.output, source)
     if dmap is not None:
         write_json(args.device_map, dmap)
-    _console().print(f"placed program ({len(source.splitlines())} lines) -> {args.output}"
+    _console(args.output == "-").print(f"placed program ({len(source.splitlines())} lines) -> {args.output}"
                      + (f"; device_map ({len(dmap)} entries) -> {args.device_map}" if dmap is not None else ""))
     return 0
 
@@ -430,7 +454,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         get_model(args.name)
         graph = build_graph(args.name, **_parse_params(args.param))
         save_graph(graph, args.output)
-        _console().print(f"{args.name}: {graph.n_ops} ops, {graph.n_edges} edges -> {args.output}")
+        _console(args.output == "-").print(f"{args.name}: {graph.n_ops} ops, {graph.n_edges} edges -> {args.output}")
         return 0
     if args.json:
         _print_json([{"name": n, "description": get_model(n).description, "paper": get_model(n).paper,
@@ -456,7 +480,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     _check_output(args.output)
     graph = import_onnx(args.model, name=args.name)
     save_graph(graph, args.output)
-    _console().print(f"{graph.name}: {graph.n_ops} ops, {graph.n_edges} edges, "
+    _console(args.output == "-").print(f"{graph.name}: {graph.n_ops} ops, {graph.n_edges} edges, "
                      f"{fmt_bytes(graph.total_param_bytes)} of parameters, {fmt_flops(graph.total_flops)} "
                      f"per forward pass -> {args.output}")
     return 0
@@ -471,7 +495,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     graph = capture_from_factory(args.factory, inference=args.inference, name=args.name)
     save_graph(graph, args.output)
     phases = {p: sum(op.phase == p for op in graph.ops) for p in ("forward", "backward", "update")}
-    _console().print(f"{graph.name}: {graph.n_ops} ops ({', '.join(f'{n} {p}' for p, n in phases.items() if n)}), "
+    _console(args.output == "-").print(f"{graph.name}: {graph.n_ops} ops ({', '.join(f'{n} {p}' for p, n in phases.items() if n)}), "
                      f"{graph.n_edges} edges, {fmt_bytes(graph.total_param_bytes)} resident, "
                      f"{fmt_flops(graph.total_flops)} per step -> {args.output}")
     return 0
@@ -495,15 +519,59 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    """A budget or timeout in seconds: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not np.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    """A seed: an integer in [0, 2**32 - 1]."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"expected an integer seed in [0, {2**32 - 1}], got {text!r}")
+    return value
+
+
+def _method_list(text: str) -> list[str]:
+    """Comma-separated placer names, none empty."""
+    methods = [m.strip() for m in text.split(",")]
+    if not text.strip() or any(not m for m in methods):
+        raise argparse.ArgumentTypeError(f"expected comma-separated method names, got {text!r}")
+    return methods
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``autoplace place: error: ...``) like every other error here."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
 def _add_env_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", choices=("simulated", "measured"), default="simulated",
                    help="score placements with the simulator (default) or by real runs on this machine")
     p.add_argument("--steps", type=_positive_int, default=10, help="measured env: steps per run (the first is dropped)")
-    p.add_argument("--timeout", type=float, default=120.0, help="measured env: seconds before a run fails")
+    p.add_argument("--timeout", type=_positive_seconds, default=120.0, help="measured env: seconds before a run fails")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="autoplace", description="Device placement for ML dataflow graphs.")
+    parser = _Parser(prog="autoplace", description="Device placement for ML dataflow graphs.")
     parser.add_argument("--version", action="version", version=f"autoplace {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
@@ -518,19 +586,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_graph_args(p)
     p.add_argument("--method", "-m", required=True, help="placement method (see 'autoplace compare')")
     p.add_argument("--output", "-o", required=True, metavar="P", help="placement file to write")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--budget", type=float, default=None, help="search budget in seconds")
+    p.add_argument("--seed", type=_seed, default=0, help="the placer's seed (default 0)")
+    p.add_argument("--budget", type=_seconds, default=None, help="search budget in seconds")
     p.add_argument("--refine", action="store_true", help="improve the result by local search under the simulator")
-    p.add_argument("--refine-budget", type=float, default=None, help="local-search budget in seconds (default 10)")
+    p.add_argument("--refine-budget", type=_seconds, default=None, help="local-search budget in seconds (default 10)")
     _add_env_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_place)
 
     p = sub.add_parser("compare", help="compare placement methods on one graph and cluster")
     _add_graph_args(p)
-    p.add_argument("--methods", help="comma-separated methods (default: all)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--budget", type=float, default=None, help="search budget per method, seconds")
+    p.add_argument("--methods", type=_method_list, help="comma-separated methods (default: all)")
+    p.add_argument("--seed", type=_seed, default=0, help="every placer's seed (default 0)")
+    p.add_argument("--budget", type=_seconds, default=None, help="search budget per method, seconds")
     _add_env_args(p)
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
@@ -541,8 +609,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_graph_args(p)
     p.add_argument("--placement", "-p", required=True, metavar="P", help="placement file")
     p.add_argument("--steps", type=_positive_int, default=10, help="steps to run (the first is dropped; default 10)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds before a run counts as failing")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic parameters and inputs")
+    p.add_argument("--timeout", type=_positive_seconds, default=120.0, help="seconds before a run counts as failing")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the synthetic parameters and inputs")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_measure)
 
@@ -606,6 +674,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a name no terminal can show is escaped, not a crash
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

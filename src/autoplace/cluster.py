@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from autoplace.errors import ClusterError, UnknownNameError
+from autoplace.validation import MAX_BYTES, MAX_CONCURRENCY, MAX_RATE, MAX_SECONDS, MIN_RATE, check_name, check_number
 
 __all__ = ["Device", "Link", "LinkSpec", "Cluster", "CLUSTER_PRESETS", "get_cluster", "preset_names"]
 
@@ -76,11 +77,9 @@ class Link:
     latency_s: float = 0.0
 
 
-def _positive(what: str, value: Any, *, allow_zero: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
-        bound = "non-negative" if allow_zero else "positive"
-        raise ClusterError(f"{what} must be a finite {bound} number, got {value!r}")
+def _check_link(where: str, bandwidth: Any, latency: Any) -> None:
+    check_number(bandwidth, f"{where} bandwidth", ClusterError, lo=MIN_RATE, hi=MAX_RATE)
+    check_number(latency, f"{where} latency_s", ClusterError, hi=MAX_SECONDS)
 
 
 class Cluster:
@@ -88,7 +87,7 @@ class Cluster:
 
     def __init__(self, name: str, devices: Iterable[Device], links: Iterable[Link] = (),
                  default_link: LinkSpec | None = None, meta: Mapping[str, Any] | None = None):
-        self.name = str(name)
+        self.name = check_name(name, "the cluster's name", ClusterError)
         self.devices: tuple[Device, ...] = tuple(devices)
         self.links: tuple[Link, ...] = tuple(links)
         self.default_link = default_link
@@ -97,26 +96,25 @@ class Cluster:
         if not self.devices:
             raise ClusterError(f"cluster {self.name!r} has no devices")
         for i, d in enumerate(self.devices):
+            check_name(d.name, f"cluster {self.name!r}: a device's name", ClusterError)
             if d.name in self._index:
                 raise ClusterError(f"cluster {self.name!r}: duplicate device name {d.name!r}")
             self._index[d.name] = i
             where = f"cluster {self.name!r}: device {d.name!r}:"
-            _positive(f"{where} memory_bytes", d.memory_bytes)
-            _positive(f"{where} peak_flops", d.peak_flops)
-            _positive(f"{where} memory_bandwidth", d.memory_bandwidth)
-            _positive(f"{where} op_overhead_s", d.op_overhead_s, allow_zero=True)
-            for fld in ("send_cost_s_per_byte", "send_overhead_s", "recv_overhead_s"):
-                _positive(f"{where} {fld}", getattr(d, fld), allow_zero=True)
-            if not isinstance(d.concurrency, int) or isinstance(d.concurrency, bool) or d.concurrency < 1:
-                raise ClusterError(f"{where} concurrency must be an integer >= 1, got {d.concurrency!r}")
-            if not d.type:
-                raise ClusterError(f"{where} type is empty")
+            check_name(d.type, f"{where} type", ClusterError)
+            check_number(d.memory_bytes, f"{where} memory_bytes", ClusterError, lo=1, hi=MAX_BYTES, integer=True)
+            check_number(d.peak_flops, f"{where} peak_flops", ClusterError, lo=MIN_RATE, hi=MAX_RATE)
+            check_number(d.memory_bandwidth, f"{where} memory_bandwidth", ClusterError, lo=MIN_RATE, hi=MAX_RATE)
+            check_number(d.op_overhead_s, f"{where} op_overhead_s", ClusterError, hi=MAX_SECONDS)
+            check_number(d.send_cost_s_per_byte, f"{where} send_cost_s_per_byte", ClusterError, hi=1.0 / MIN_RATE)
+            for fld in ("send_overhead_s", "recv_overhead_s"):
+                check_number(getattr(d, fld), f"{where} {fld}", ClusterError, hi=MAX_SECONDS)
+            check_number(d.concurrency, f"{where} concurrency", ClusterError, lo=1, hi=MAX_CONCURRENCY, integer=True)
         D = len(self.devices)
         self.bandwidth = np.full((D, D), np.nan)
         self.latency = np.full((D, D), np.nan)
         if default_link is not None:
-            _positive(f"cluster {self.name!r}: default_link bandwidth", default_link.bandwidth)
-            _positive(f"cluster {self.name!r}: default_link latency_s", default_link.latency_s, allow_zero=True)
+            _check_link(f"cluster {self.name!r}: default_link", default_link.bandwidth, default_link.latency_s)
             self.bandwidth[:] = default_link.bandwidth
             self.latency[:] = default_link.latency_s
         for link in self.links:
@@ -126,8 +124,7 @@ class Cluster:
                     raise ClusterError(f"{where} names an unknown device {end!r}")
             if link.src == link.dst:
                 raise ClusterError(f"{where} connects a device to itself")
-            _positive(f"{where} bandwidth", link.bandwidth)
-            _positive(f"{where} latency_s", link.latency_s, allow_zero=True)
+            _check_link(where, link.bandwidth, link.latency_s)
             s, d = self._index[link.src], self._index[link.dst]
             self.bandwidth[s, d] = link.bandwidth
             self.latency[s, d] = link.latency_s

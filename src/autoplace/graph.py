@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from autoplace.errors import GraphError
+from autoplace.validation import MAX_BYTES, MAX_FLOPS, MAX_SECONDS, MAX_TOTAL_BYTES, check_name, check_number
 
 __all__ = ["PHASES", "DTYPE_SIZES", "dtype_size", "TensorSpec", "Op", "Graph", "parse_input"]
 
@@ -113,33 +114,44 @@ def parse_input(ref: str, names: Mapping[str, int]) -> tuple[str, int]:
     return ref, 0
 
 
-def _check_number(op: Op, what: str, value: float) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise GraphError(f"op {op.name!r}: {what} must be a finite non-negative number, got {value!r}")
-
-
 def _check_op(op: Op) -> None:
-    """Field checks of one op (sizes, costs, phase, dtypes); raise GraphError naming it."""
-    if not op.name:
-        raise GraphError("an op has an empty name")
+    """Field checks of one op (names, sizes, costs, phase, dtypes); raise GraphError naming it."""
+    check_name(op.name, "an op's name", GraphError)
+    where = f"op {op.name!r}:"
+    check_name(op.type, f"{where} type", GraphError)
+    for key in ("colocation_group", "scope", "phase"):
+        if getattr(op, key) is not None:
+            check_name(getattr(op, key), f"{where} {key}", GraphError)
+    for ref in (*op.inputs, *op.control_inputs):
+        check_name(ref, f"{where} input", GraphError)
     if op.outputs is not None:
         for k, t in enumerate(op.outputs):
-            if any((not isinstance(d, int)) or d < 0 for d in t.shape):
-                raise GraphError(f"op {op.name!r}: output {k} has a bad shape {list(t.shape)}")
+            if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in t.shape):
+                raise GraphError(f"{where} output {k} has a bad shape {list(t.shape)}")
+            if not isinstance(t.dtype, str):
+                raise GraphError(f"{where} output {k} has a dtype that is not a name: {t.dtype!r}")
             try:
                 dtype_size(t.dtype)
             except GraphError:
-                raise GraphError(f"op {op.name!r}: output {k} has unknown dtype {t.dtype!r}") from None
-    _check_number(op, "flops", op.flops)
-    _check_number(op, "param_bytes", op.param_bytes)
+                raise GraphError(f"{where} output {k} has unknown dtype {t.dtype!r}") from None
+            if math.prod(t.shape) > MAX_BYTES:
+                raise GraphError(f"{where} output {k} has {math.prod(t.shape):,} elements (at most {MAX_BYTES:,})")
+    check_number(op.flops, f"{where} flops", GraphError, hi=MAX_FLOPS)
+    check_number(op.param_bytes, f"{where} param_bytes", GraphError, hi=MAX_BYTES, integer=True)
     for k, b in enumerate(op.out_bytes):
-        _check_number(op, f"output {k} bytes", b)
+        check_number(b, f"{where} output {k} bytes", GraphError, hi=MAX_BYTES, integer=True)
+    if op.meta.get("bytes_touched") is not None:
+        check_number(op.meta["bytes_touched"], f"{where} bytes_touched", GraphError, hi=MAX_BYTES)
     for dev, sec in op.cost.items():
-        _check_number(op, f"cost[{dev!r}]", sec)
+        check_name(dev, f"{where} a cost's device", GraphError)
+        check_number(sec, f"{where} cost[{dev!r}]", GraphError, hi=MAX_SECONDS)
     if op.phase is not None and op.phase not in PHASES:
-        raise GraphError(f"op {op.name!r}: phase {op.phase!r} is not one of {', '.join(PHASES)}")
-    if op.device_types is not None and len(op.device_types) == 0:
-        raise GraphError(f"op {op.name!r}: device_types is empty (no device could run it)")
+        raise GraphError(f"{where} phase {op.phase!r} is not one of {', '.join(PHASES)}")
+    if op.device_types is not None:
+        if len(op.device_types) == 0:
+            raise GraphError(f"{where} device_types is empty (no device could run it)")
+        for t in op.device_types:
+            check_name(t, f"{where} device type", GraphError)
 
 
 class Graph:
@@ -164,8 +176,10 @@ class Graph:
     """
 
     def __init__(self, ops: Iterable[Op], name: str = "graph", meta: Mapping[str, Any] | None = None):
-        self.name = str(name)
+        self.name = check_name(name, "the graph's name", GraphError)
         self.ops: tuple[Op, ...] = tuple(ops)
+        if not self.ops:
+            raise GraphError(f"graph {self.name!r} has no ops")
         self.meta: dict[str, Any] = dict(meta or {})
         self._index: dict[str, int] = {}
         for i, op in enumerate(self.ops):
@@ -220,6 +234,10 @@ class Graph:
         self.in_pair = order.astype(np.int64)
         self.in_ptr = np.searchsorted(self.pair_op[order], np.arange(n + 1)).astype(np.int64)
 
+        total = sum(op.param_bytes for op in ops) + sum(sum(b) for b in out_bytes)
+        if total > MAX_TOTAL_BYTES:
+            raise GraphError(f"graph {self.name!r}: parameters and outputs add up to {total:,} bytes "
+                             f"(at most {MAX_TOTAL_BYTES:,})")
         self.flops = np.array([op.flops for op in ops], dtype=np.float64)
         self.param_bytes = np.array([op.param_bytes for op in ops], dtype=np.int64)
         self.out_bytes_total = np.array([sum(b) for b in out_bytes], dtype=np.int64)

@@ -69,10 +69,13 @@ class Placement:
                         f"op {op.name!r} cannot run on {dname!r} (type {cluster.devices[d].type}); "
                         f"allowed types: {', '.join(op.device_types)}")
             out[i] = d
+        for group, members in graph.colocation_groups().items():
+            used = np.unique(out[members])
+            if len(used) > 1:
+                names = ", ".join(cluster.device_names[int(d)] for d in used)
+                raise PlacementError(f"placement splits co-location group {group!r} over devices {names} "
+                                     f"(op {graph.ops[int(members[0])].name!r} and others)")
         return out
-
-    def devices_used(self) -> list[str]:
-        return sorted(set(self.assignment.values()))
 
     def counts(self) -> dict[str, int]:
         """Number of ops per device."""

@@ -47,8 +47,10 @@ def _op_from_dict(obj: Any, i: int, where: str) -> Op:
     output_bytes = f.list("output_bytes", None)
     if output_bytes is not None:
         for b in output_bytes:
-            if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 <= b < float("inf"):
-                raise FormatError(f"{f.where}: field 'output_bytes' must list non-negative sizes, got {b!r}")
+            if (isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 <= b < float("inf")
+                    or (isinstance(b, float) and not b.is_integer())):
+                raise FormatError(f"{f.where}: field 'output_bytes' must list whole numbers of bytes >= 0, "
+                                  f"got {b!r}")
         output_bytes = tuple(int(b) for b in output_bytes)
     cost = f.dict("cost", {})
     for key, sec in cost.items():

@@ -6,7 +6,11 @@ import gzip
 import json
 import math
 import os
+import stat
+import sys
 import tempfile
+import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +33,7 @@ def read_json(path: str | os.PathLike) -> Any:
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:
             raise FormatError(f"{p}: corrupt gzip data ({e})") from None
     try:
         text = raw.decode("utf-8")
@@ -39,6 +43,8 @@ def read_json(path: str | os.PathLike) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise FormatError(f"{p}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise FormatError(f"{p}: JSON nested too deeply") from None
 
 
 def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 1) -> None:
@@ -59,19 +65,84 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def atomic_write_bytes(p: Path, data: bytes) -> None:
-    """Temp file in the same folder + rename: readers see the old file or the whole new one."""
+    """Write ``data`` to ``p`` the way careful command-line tools do.
+
+    * ``-`` is standard output;
+    * a symbolic link is written through: its target is replaced, the link stays;
+    * an existing file that is not a regular file (``/dev/null``, a FIFO) is written to in place, never
+      replaced;
+    * otherwise the data goes to an unnamed temporary file in the same folder (Linux ``O_TMPFILE``; a
+      named ``.NAME.*.tmp`` elsewhere) that is given its name only when complete and then renamed over
+      ``p``: readers see the old file or the whole new one, and a process killed mid-write leaves no
+      partial file behind (with ``O_TMPFILE``, nothing at all, but for the instant between naming the
+      finished file and renaming it);
+    * a new file gets the permissions the umask allows (``0666 & ~umask``); a replaced one keeps its own.
+    """
+    if str(p) == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
+    p = Path(os.path.realpath(p)) if p.is_symlink() else p
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(p, "wb") as f:
+            f.write(data)
+        return
+    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
     parent = p.parent if str(p.parent) else Path(".")
+    fd = _unnamed_file(parent, mode)
+    if fd is not None:
+        try:
+            os.fchmod(fd, mode)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                tmp = parent / f".{p.name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+                os.link(f"/proc/self/fd/{f.fileno()}", tmp)
+            try:
+                os.replace(tmp, p)
+            except BaseException:
+                _unlink(tmp)
+                raise
+            return
+        except OSError:
+            pass  # /proc or linkat unavailable: fall back to a named temporary file
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, p)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink(tmp)
         raise
+
+
+def _unnamed_file(folder: Path, mode: int) -> int | None:
+    """A file descriptor of an unnamed file in ``folder`` (``O_TMPFILE``), or None where unsupported."""
+    flag = getattr(os, "O_TMPFILE", None)
+    if flag is None:
+        return None
+    try:
+        return os.open(folder, flag | os.O_WRONLY, mode)
+    except OSError:
+        return None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _unlink(path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def check_format(obj: Any, expected: str, where: str) -> dict:

@@ -1,7 +1,10 @@
 """Built-in graphs by name (``autoplace zoo list``): every CLI verb accepts one wherever it takes GRAPH.
 
 Models register a factory with :func:`register_model`; :func:`build_graph` calls it with the paper's
-defaults overridden by keyword parameters. Issue #3 adds the papers' captured PyTorch models here.
+defaults overridden by keyword parameters, each checked against its range first: a size or count is an
+integer in ``[1, MAX_SIZE]``, a ``seed`` an integer in ``[0, 2**32 - 1]``, a fraction (a float default) a
+finite number in ``[0, 1]``; a model may declare other ranges. The papers' captured PyTorch models live in
+:mod:`autoplace.zoo.papers`, the hand-built graphs in :mod:`autoplace.zoo.synthetic`.
 """
 
 from __future__ import annotations
@@ -10,7 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoplace.errors import UnknownNameError
+import math
+import numbers
+
+from autoplace.errors import AutoplaceError, UnknownNameError
 from autoplace.graph import Graph
 
 __all__ = ["ModelInfo", "register_model", "get_model", "zoo_names", "build_graph"]
@@ -25,18 +31,46 @@ class ModelInfo:
     description: str
     paper: str = ""
     defaults: dict[str, Any] = field(default_factory=dict)
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def check_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` with every value checked against its range (module docstring); one-line error naming
+        the model, the parameter and the value otherwise."""
+        unknown = set(params) - set(self.defaults)
+        if unknown:
+            raise UnknownNameError(f"model {self.name!r} has no parameter {sorted(unknown)[0]!r} "
+                                   f"(it takes: {', '.join(self.defaults) or 'none'})")
+        out = {}
+        for key, value in params.items():
+            default = self.defaults[key]
+            lo, hi = self.ranges.get(key, (0, 2**32 - 1) if key == "seed" else
+                                     (1, MAX_SIZE) if isinstance(default, int) else (0.0, 1.0))
+            integral = isinstance(default, int)
+            if integral and isinstance(value, float) and value.is_integer():
+                value = int(value)
+            ok = (not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+                  and lo <= value <= hi and (not integral or isinstance(value, numbers.Integral)))
+            if not ok:
+                kind = f"an integer in [{lo:,}, {hi:,}]" if integral else f"a number in [{lo:g}, {hi:g}]"
+                raise AutoplaceError(f"model {self.name!r}: parameter {key!r} must be {kind}, got {value!r}")
+            out[key] = value
+        return out
 
 
 _MODELS: dict[str, ModelInfo] = {}
 
+MAX_SIZE = 2**20  #: the largest size or count parameter a built-in model accepts
 
-def register_model(name: str, *, description: str, paper: str = "", **defaults: Any):
-    """Decorator registering ``factory(**params) -> Graph`` as built-in graph ``name``."""
+
+def register_model(name: str, *, description: str, paper: str = "",
+                   ranges: dict[str, tuple[float, float]] | None = None, **defaults: Any):
+    """Decorator registering ``factory(**params) -> Graph`` as built-in graph ``name``, with its default
+    parameters and, where the module docstring's ranges do not fit, its own ``ranges``."""
 
     def deco(factory: Callable[..., Graph]) -> Callable[..., Graph]:
         if name in _MODELS:
             raise ValueError(f"model {name!r} is registered twice")
-        _MODELS[name] = ModelInfo(name, factory, description, paper, dict(defaults))
+        _MODELS[name] = ModelInfo(name, factory, description, paper, dict(defaults), dict(ranges or {}))
         return factory
 
     return deco
@@ -55,13 +89,19 @@ def zoo_names() -> list[str]:
 
 
 def build_graph(name: str, **params: Any) -> Graph:
-    """Build built-in graph ``name``; ``params`` override its defaults (unknown ones are an error)."""
+    """Build built-in graph ``name``; ``params`` override its defaults (unknown or out-of-range ones are an
+    error). A combination the model cannot be built with (e.g. sizes whose tensors exceed what torch or the
+    graph format can hold) is an :class:`AutoplaceError` naming the model and its parameters."""
     info = get_model(name)
-    unknown = set(params) - set(info.defaults)
-    if unknown:
-        raise UnknownNameError(f"model {name!r} has no parameter {sorted(unknown)[0]!r} "
-                               f"(it takes: {', '.join(info.defaults) or 'none'})")
-    return info.factory(**{**info.defaults, **params})
+    params = info.check_params(params)
+    try:
+        return info.factory(**{**info.defaults, **params})
+    except AutoplaceError:
+        raise
+    except (RuntimeError, ValueError, OverflowError, MemoryError, IndexError) as e:
+        given = ", ".join(f"{k}={v}" for k, v in params.items()) or "its defaults"
+        raise AutoplaceError(f"model {name!r} cannot be built with {given}: "
+                             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]) from None
 
 
 from autoplace.zoo import papers, synthetic  # noqa: E402,F401  (register the built-in graphs)
