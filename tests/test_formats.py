@@ -46,11 +46,28 @@ def test_cluster_and_placement_golden_round_trip():
 
 
 def test_simulated_result_matches_golden():
+    """The golden placement's step, derived by hand from the golden graph and cluster (roofline
+    ``overhead + max(flops / peak, bytes touched / memory bandwidth)``; a transfer takes ``latency + bytes /
+    bandwidth`` and links are FIFO), equals the simulator's and the file's stored result."""
     g, c = load_graph(GOLDEN / "graph_v1.json"), load_cluster(GOLDEN / "cluster_v1.json")
     p = load_placement(GOLDEN / "placement_v1_with_result.json")
-    expected = golden("placement_v1_with_result.json")["result"]
+    gpu_bw, link, host = 112e9, 7.88e9, 7.88e9            # gpu memory, gpu<->gpu and cpu<->gpu link bandwidth
+    x_end = 1e-5 + 16384 / gpu_bw                          # x on gpu:0 (10 us overhead), 16 KiB out
+    mm_start = x_end + 1e-5 + 16384 / link                 # x sent to gpu:1 (w is there, ready at once)
+    split_end = mm_start + (16384 + 32768 + 8192) / gpu_bw + (8192 + 8192) / gpu_bw  # mm, then split
+    lookup_end = split_end + 2e-5 + 4096 / host + 2.5e-5   # split:1 to cpu:0; lookup's measured 25 us
+    loss_end = max(split_end + 1e-5 + 4096 / link,         # split:0 to gpu:0 ...
+                   lookup_end + 2e-5 + 1024 / host) + 1e-5  # ... and lookup's 1 KiB; loss measured 10 us
+    # loss -> gpu:1 carries the 4-byte loss, then the control edge to update_w (0 bytes), in FIFO order
+    loss_arrives = loss_end + 1e-5 + 4 / link
+    control_arrives = loss_arrives + 1e-5
+    grad_end = loss_arrives + (16384 + 4 + 32768) / gpu_bw  # grad_w: memory-bound (0.44 us > 0.25 us of FLOPs)
+    step = max(grad_end, control_arrives) + (32768 + 32768) / gpu_bw  # update_w after both
     got = simulate(g, c, p).to_dict()
-    assert got["step_time_s"] == pytest.approx(expected["step_time_s"], rel=1e-12)
+    assert got["step_time_s"] == pytest.approx(step, rel=1e-9)
+    assert got["transfers"] == 6 and got["transfer_bytes"] == 16384 + 4 + 4096 + 4096 + 1024
+    expected = golden("placement_v1_with_result.json")["result"]
+    assert expected["step_time_s"] == pytest.approx(step, rel=1e-9)
     assert got["devices"] == expected["devices"] and got["transfers"] == expected["transfers"]
 
 

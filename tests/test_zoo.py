@@ -49,22 +49,41 @@ def test_more_layers_is_slower():
     assert step(4) > step(2)
 
 
-def test_cache_hit_rebuild_and_corruption(cache):
+def test_cache_hit_rebuild_and_corruption(cache, monkeypatch):
+    """A stored entry is read back without capturing again; another key, a corrupt gzip stream, JSON nested
+    too deeply for the decoder or a foreign key inside the file make it rebuild (never trusted, never fatal)."""
+    import autoplace.capture
+
+    captures = []
+    real = autoplace.capture.capture_training_step
+
+    def counting(*a, **k):
+        captures.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(autoplace.capture, "capture_training_step", counting)
     g1 = build_graph("rnnlm-2", **SMALL_RNNLM)
     files = list(cache.glob("rnnlm-2-*.json.gz"))
-    assert len(files) == 1
+    assert len(files) == 1 and len(captures) == 1
     stored = json.loads(gzip.decompress(files[0].read_bytes()))
     assert stored["cache_key"]["params"] == SMALL_RNNLM and stored["cache_key"]["capture_version"] == _cache.CAPTURE_VERSION
-    assert build_graph("rnnlm-2", **SMALL_RNNLM).n_ops == g1.n_ops          # served from the cache
+    g2 = build_graph("rnnlm-2", **SMALL_RNNLM)                              # served from the cache
+    assert len(captures) == 1 and [op.name for op in g2.ops] == [op.name for op in g1.ops]
     build_graph("rnnlm-2", **{**SMALL_RNNLM, "steps": 2})                  # other parameters: another entry
-    assert len(list(cache.glob("rnnlm-2-*.json.gz"))) == 2
-    files[0].write_bytes(b"\x1f\x8bgarbage")                                # corrupt entry: rebuilt
-    assert build_graph("rnnlm-2", **SMALL_RNNLM).n_ops == g1.n_ops
-    stored["cache_key"]["capture_version"] = -1                             # a foreign key inside: not trusted
-    files[0].write_bytes(gzip.compress(json.dumps(stored).encode()))
-    assert build_graph("rnnlm-2", **SMALL_RNNLM).n_ops == g1.n_ops
-    fresh = json.loads(gzip.decompress(files[0].read_bytes()))
-    assert fresh["cache_key"]["capture_version"] == _cache.CAPTURE_VERSION
+    assert len(list(cache.glob("rnnlm-2-*.json.gz"))) == 2 and len(captures) == 2
+    damaged = [b"\x1f\x8bgarbage",                                          # not gzip after the magic
+               b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + b"\xff" * 64,   # invalid deflate blocks
+               gzip.compress(b"[" * 100_000 + b"]" * 100_000),               # too deep for the decoder
+               gzip.compress(json.dumps({**stored, "cache_key": {**stored["cache_key"], "capture_version": -1}})
+                             .encode())]                                    # a foreign key inside
+    for k, data in enumerate(damaged):
+        files[0].write_bytes(data)
+        assert build_graph("rnnlm-2", **SMALL_RNNLM).n_ops == g1.n_ops
+        assert len(captures) == 3 + k, k                                    # rebuilt ...
+        fresh = json.loads(gzip.decompress(files[0].read_bytes()))
+        assert fresh["cache_key"] == stored["cache_key"]                    # ... and stored again
+    build_graph("rnnlm-2", **SMALL_RNNLM)
+    assert len(captures) == 2 + len(damaged)                                 # and read from then on
 
 
 SMALL_S2S = dict(vocab=50, hidden=16, src_len=3, tgt_len=3, batch=4)
