@@ -20,7 +20,7 @@ import numpy as np
 from autoplace.errors import ClusterError, UnknownNameError
 from autoplace.validation import MAX_BYTES, MAX_CONCURRENCY, MAX_RATE, MAX_SECONDS, MIN_RATE, check_name, check_number
 
-__all__ = ["Device", "Link", "LinkSpec", "Cluster", "CLUSTER_PRESETS", "get_cluster", "preset_names"]
+__all__ = ["Device", "Link", "LinkSpec", "Cluster", "CLUSTER_PRESETS", "get_cluster"]
 
 GB = 10**9
 GiB = 2**30
@@ -62,9 +62,6 @@ class LinkSpec:
 
     bandwidth: float
     latency_s: float = 0.0
-
-    def transfer_time(self, nbytes: float) -> float:
-        return self.latency_s + nbytes / self.bandwidth
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,10 +297,10 @@ def _cpu_flop_per_cycle_and_ghz() -> tuple[int, float]:
 
 
 def _localhost() -> Cluster:
-    """This machine: one CPU device per core (issue 5's worker processes), GPUs through torch if any.
+    """This machine: one CPU device per core (the runtime's worker processes), GPUs through torch if any.
 
     Figures are estimates from /proc (cores x clock x SIMD width); ``autoplace cluster detect``
-    (issue 5) replaces them with measurements.
+    replaces them with measurements.
     """
     cores = os.cpu_count() or 1
     fpc, ghz = _cpu_flop_per_cycle_and_ghz()
@@ -338,10 +335,6 @@ CLUSTER_PRESETS: dict[str, Callable[[], Cluster]] = {
     "h100x8": _h100x8,
     "localhost": _localhost,
 }
-
-
-def preset_names() -> list[str]:
-    return list(CLUSTER_PRESETS)
 
 
 def get_cluster(name: str) -> Cluster:

@@ -20,10 +20,11 @@ from __future__ import annotations
 import numpy as np
 
 from autoplace.cluster import Cluster
-from autoplace.errors import InfeasibleError
+from autoplace.errors import InfeasibleError, PlacementError
 from autoplace.graph import Graph
 
-__all__ = ["feasible_devices", "op_time_matrix", "least_op_times", "fastest_op_times", "check_runnable"]
+__all__ = ["feasible_devices", "check_device_types", "op_time_matrix", "least_op_times", "fastest_op_times",
+           "check_runnable"]
 
 
 def feasible_devices(graph: Graph, cluster: Cluster) -> np.ndarray:
@@ -35,6 +36,20 @@ def feasible_devices(graph: Graph, cluster: Cluster) -> np.ndarray:
             allowed = {t.lower() for t in op.device_types}
             ok[i] = [k in allowed for k in kinds]
     return ok
+
+
+def check_device_types(graph: Graph, cluster: Cluster, devs: np.ndarray, ok: np.ndarray | None = None) -> None:
+    """Raise :class:`PlacementError` naming the first op that ``devs`` (a device index per op, or ``[B,
+    n_ops]`` rows of them) puts on a device its ``device_types`` exclude. ``ok``: :func:`feasible_devices`,
+    if already computed."""
+    ok = feasible_devices(graph, cluster) if ok is None else ok
+    rows = np.atleast_2d(devs)
+    bad = ~np.take_along_axis(ok.T, rows, axis=0)
+    if bad.any():
+        i = int(np.argwhere(bad)[0][1])
+        op, dev = graph.ops[i], cluster.devices[int(rows[np.argwhere(bad)[0][0], i])]
+        raise PlacementError(f"op {op.name!r} cannot run on {dev.name!r} (type {dev.type}); "
+                             f"allowed types: {', '.join(op.device_types or ())}")
 
 
 LOADED = "|loaded"  #: suffix of ``cost`` keys measured with the host's other devices busy

@@ -296,18 +296,6 @@ class Graph:
         names = [self.ops[i].name for i in cycle + cycle[:1]]
         return " -> ".join(names)
 
-    # ------------------------------------------------------------------ invariants
-    def lint(self) -> None:
-        """Check the invariants every consumer of the IR relies on; raise :class:`GraphError` naming the op.
-
-        Names are unique, inputs resolve (checked while compiling), the graph is acyclic, and every size,
-        FLOP count and cost is finite and non-negative; ``phase`` is one of :data:`PHASES`.
-        """
-        for op in self.ops:
-            _check_op(op)
-        if len(self.topological_order) != self.n_ops:  # pragma: no cover - guarded by _toposort
-            raise GraphError(f"graph {self.name!r}: topological order is incomplete")
-
     # ------------------------------------------------------------------ queries
     @property
     def n_ops(self) -> int:

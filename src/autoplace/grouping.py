@@ -85,9 +85,6 @@ class Grouping:
     def members(self, g: int) -> np.ndarray:
         return np.flatnonzero(self.group == g)
 
-    def sizes(self) -> np.ndarray:
-        return np.bincount(self.group, minlength=self.n_groups)
-
     def expand_many(self, group_devices: np.ndarray) -> np.ndarray:
         """``[B, n_groups]`` group placements -> ``[B, n_ops]`` op placements."""
         return np.ascontiguousarray(np.asarray(group_devices, dtype=np.int64)[:, self.group])

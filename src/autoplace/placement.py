@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from autoplace.cluster import Cluster
+from autoplace.cost import check_device_types
 from autoplace.errors import PlacementError
 from autoplace.graph import Graph
 
@@ -62,13 +63,8 @@ class Placement:
                     raise PlacementError(
                         f"placement puts op {op.name!r} on unknown device {dname!r} "
                         f"(cluster {cluster.name!r} has: {', '.join(cluster.device_names)})") from None
-            if op.device_types is not None:
-                kind = cluster.devices[d].kind
-                if kind not in {t.lower() for t in op.device_types}:
-                    raise PlacementError(
-                        f"op {op.name!r} cannot run on {dname!r} (type {cluster.devices[d].type}); "
-                        f"allowed types: {', '.join(op.device_types)}")
             out[i] = d
+        check_device_types(graph, cluster, out)
         for group, members in graph.colocation_groups().items():
             used = np.unique(out[members])
             if len(used) > 1:

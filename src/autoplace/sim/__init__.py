@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autoplace.cluster import Cluster
-from autoplace.cost import check_runnable, fastest_op_times, op_time_matrix
+from autoplace.cost import check_device_types, check_runnable, fastest_op_times, op_time_matrix
 from autoplace.errors import PlacementError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
@@ -141,7 +141,7 @@ class Simulator:
                             g.out_alloc_total, g.unconsumed_alloc, g.param_bytes)
         self._cluster_args = (c.bandwidth, c.latency, c.concurrency)
         self._charges = bool((c.send_cost > 0).any() or (c.send_overhead > 0).any() or (c.recv_overhead > 0).any())
-        # contention (issue #5): devices of one host slow each other; ops profiled both ways carry it
+        # contention: devices of one host slow each other; ops profiled both ways carry it
         hosts = np.array([d.meta.get("host") or "" for d in c.devices], dtype=object)
         self._shares_host = (hosts[:, None] == hosts[None, :]) & (hosts[:, None] != "") & ~np.eye(c.n_devices, dtype=bool)
         self._loaded_times = None
@@ -165,15 +165,8 @@ class Simulator:
                                  f"{self.graph.name!r}")
         if devs.size and (devs.min() < 0 or devs.max() >= D):
             raise PlacementError(f"placement array has device indices outside 0..{D - 1}")
-        if self._all_feasible:
-            return
-        bad = ~np.isfinite(np.take_along_axis(self.op_times.T, devs, axis=0))
-        if bad.any():
-            b, i = np.argwhere(bad)[0]
-            op = self.graph.ops[i]
-            dev = self.cluster.devices[devs[b, i]]
-            raise PlacementError(f"op {op.name!r} cannot run on {dev.name!r} (type {dev.type}); "
-                                 f"allowed types: {', '.join(op.device_types or ())}")
+        if not self._all_feasible:
+            check_device_types(self.graph, self.cluster, devs, np.isfinite(self.op_times))
 
     # ------------------------------------------------------------------ evaluation
     def exchange_charges(self, dev: np.ndarray) -> np.ndarray:
