@@ -261,9 +261,88 @@ def zoo_param_cases(rng: random.Random) -> list[Case]:
     return out
 
 
+def _captured_graph() -> dict:
+    """A tiny captured training step (two linear layers, SGD) with its aten program."""
+    import torch
+
+    from autoplace.capture import capture_training_step
+    from autoplace.formats import graph_to_dict
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    g = capture_training_step(m, torch.randn(5, 4), torch.nn.functional.cross_entropy,
+                              torch.optim.SGD(m.parameters(), lr=0.1), targets=torch.randint(0, 2, (5,)), name="tiny")
+    return graph_to_dict(g)
+
+
+def program_cases(rng: random.Random) -> list[Case]:
+    """Captured programs whose aten calls are damaged, through ``export`` and ``measure``."""
+    graph = _captured_graph()
+    placement = {"format": "autoplace.placement/v1", "graph": graph["name"], "cluster": "k80x2", "method": "m",
+                 "assignment": {o["name"]: "gpu:0" for o in graph["ops"]}}
+    called = [i for i, o in enumerate(graph["ops"]) if o.get("call")]
+    damage = [("a missing op", lambda c: c["args"].__setitem__(0, {"ref": "no-such-op"})),
+              ("an output index out of range", lambda c: c["args"].__setitem__(0, {"ref": c["args"][0]["ref"] + ":9"}
+                                                                               if isinstance(c["args"][0], dict)
+                                                                               and "ref" in c["args"][0] else 5)),
+              ("an unknown target", lambda c: c.__setitem__("target", "aten.no_such_op.default")),
+              ("a target that is not aten", lambda c: c.__setitem__("target", "os.system")),
+              ("args not a list", lambda c: c.__setitem__("args", "x")),
+              ("kwargs not an object", lambda c: c.__setitem__("kwargs", [1])),
+              ("a tagged argument of unknown kind", lambda c: c["args"].__setitem__(0, {"what": 1})),
+              ("an unknown scalar", lambda c: c["args"].__setitem__(0, {"scalar": "nope"})),
+              ("an unknown dtype", lambda c: c["kwargs"].__setitem__("dtype", {"dtype": "torch.float99"}))]
+    out = []
+    for what, hurt in damage:
+        for _ in range(2):
+            g = copy.deepcopy(graph)
+            k = rng.choice(called)
+            hurt(g["ops"][k]["call"])
+            files = {"graph.json": _dump(g), "placement.json": _dump(placement)}
+            out.append(Case(f"export: op {g['ops'][k]['name']}'s call has {what}",
+                            ["export", "{dir}/placement.json", "--graph", "{dir}/graph.json", "-o", "{dir}/placed.py",
+                             "--device-map", "{dir}/map.json"], files, ["placed.py", "map.json"]))
+    for outputs in ([{"ref": "nope"}], "x", [{"ref": graph["ops"][0]["name"] + ":3"}]):
+        g = copy.deepcopy(graph)
+        g["program"]["outputs"] = outputs
+        out.append(Case(f"export: program outputs {outputs!r}",
+                        ["export", "{dir}/placement.json", "--graph", "{dir}/graph.json", "-o", "{dir}/placed.py"],
+                        {"graph.json": _dump(g), "placement.json": _dump(placement)}, ["placed.py"]))
+    return out
+
+
+def onnx_cases(rng: random.Random) -> list[Case]:
+    """ONNX files that are not models autoplace can import: bad opsets, broken bytes, unknown ops."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def model(opset: int, op_type: str = "Relu", domain: str = "") -> bytes:
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+        graph = helper.make_graph([helper.make_node(op_type, ["x"], ["y"], domain=domain)], "g", [x], [y])
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)])
+        m.ir_version = 8
+        return m.SerializeToString()
+
+    out = []
+    for opset in (999, 10_000, 0, -1):
+        out.append(Case(f"onnx opset {opset}", ["import", "{dir}/m.onnx", "-o", "{dir}/g.json"],
+                        {"m.onnx": model(opset)}, ["g.json"]))
+    out.append(Case("onnx op from an unknown domain", ["import", "{dir}/m.onnx", "-o", "{dir}/g.json"],
+                    {"m.onnx": model(1, "Frob", "com.example")}, ["g.json"]))
+    good = model(onnx.defs.onnx_opset_version())
+    for cut in sorted(rng.sample(range(1, len(good)), 4)):
+        out.append(Case(f"onnx file cut at byte {cut}", ["import", "{dir}/m.onnx", "-o", "{dir}/g.json"],
+                        {"m.onnx": good[:cut]}, ["g.json"]))
+    for junk in (b"", b"not a model", bytes(range(256))):
+        out.append(Case(f"onnx file {junk[:12]!r}", ["import", "{dir}/m.onnx", "-o", "{dir}/g.json"],
+                        {"m.onnx": junk}, ["g.json"]))
+    return out
+
+
 CLASSES = {"graph fields": graph_field_cases, "graph structure": graph_structure_cases, "cluster": cluster_cases,
            "placement": placement_cases, "cli numbers": cli_number_cases, "outputs": output_cases,
-           "zoo parameters": zoo_param_cases}
+           "zoo parameters": zoo_param_cases, "captured programs": program_cases, "onnx": onnx_cases}
 
 
 def corpus(seed: int = 0) -> dict[str, list[Case]]:

@@ -2,7 +2,7 @@
 
 The model is shape-inferred (``onnx.shape_inference``); every tensor must get a static shape. Nodes
 become ops; initializers become ``parameter`` ops holding their bytes; graph inputs become ``input``
-ops. FLOPs (issue #3): ``MatMul`` 2·(output elements)·k, ``Gemm`` 2·M·N·K (+ M·N for the bias), ``Conv``
+ops. FLOPs: ``MatMul`` 2·(output elements)·k, ``Gemm`` 2·M·N·K (+ M·N for the bias), ``Conv``
 2·(output elements)·(Cin/group · kernel), reductions and pooling their input elements, shape-only ops
 (Reshape, Transpose, Gather, Concat ...) none, every other op (elementwise) its output elements.
 """
@@ -93,6 +93,15 @@ def import_onnx(path: str | os.PathLike, *, name: str | None = None) -> Graph:
         raise CaptureError(f"{where}: not an ONNX model ({type(e).__name__})") from None
     if not model.graph.node:
         raise CaptureError(f"{where}: not an ONNX model (no graph nodes)")
+    newest = onnx.defs.onnx_opset_version()
+    opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
+    for domain, version in opsets.items():
+        if domain == "ai.onnx" and not 1 <= version <= newest:
+            raise CaptureError(f"{where}: ONNX opset {version} is not one this onnx knows (1 to {newest})")
+    for node in model.graph.node:
+        if (node.domain or "ai.onnx") not in ("ai.onnx", "ai.onnx.ml"):
+            raise CaptureError(f"{where}: op {node.name or node.op_type!r} is from domain {node.domain!r}, "
+                               f"which cannot be imported (only the standard ONNX operators)")
     try:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
     except Exception as e:  # noqa: BLE001 - onnx raises its own InferenceError and others

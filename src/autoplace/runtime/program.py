@@ -96,7 +96,7 @@ class Program:
         prog = graph.meta.get("program")
         if not isinstance(prog, dict):
             raise ExecutionError(f"graph {graph.name!r} has no aten program (only graphs captured from PyTorch "
-                                 "with autoplace >= 0.5 run; re-capture it with 'autoplace capture')")
+                                 "carry one: capture the model with 'autoplace capture')")
         self.graph = graph
         self._index = {op.name: i for i, op in enumerate(graph.ops)}
         self.scalars: dict[str, tuple[Callable, list, dict]] = {}
@@ -114,7 +114,15 @@ class Program:
                 self.calls.append(None)
             else:
                 self.calls.append(self._decode_call(op.name, call))
-        self.outputs: list[TRef] = [self._decode(o, "outputs") for o in prog.get("outputs", [])]
+        outputs = prog.get("outputs", [])
+        if not isinstance(outputs, list):
+            raise ExecutionError(f"graph {graph.name!r}: program outputs must be a list, got {outputs!r:.60}")
+        self.outputs: list[TRef] = []
+        for o in outputs:
+            ref = self._decode(o, "program outputs")
+            if not isinstance(ref, TRef):
+                raise ExecutionError(f"graph {graph.name!r}: program output {o!r:.60} is not a tensor")
+            self.outputs.append(ref)
         self.final_versions = self._final_versions()
         self._int_high = self._integer_bounds()
 
@@ -126,22 +134,32 @@ class Program:
             return [self._decode(x, where) for x in a]
         if isinstance(a, dict):
             if "ref" in a:
-                name, k = parse_input(a["ref"], self._index) if ":" in a["ref"] else (a["ref"], None)
+                ref = a["ref"]
+                if not isinstance(ref, str):
+                    raise ExecutionError(f"{where}: tensor reference {ref!r:.60} is not a name")
+                name, k = parse_input(ref, self._index) if ":" in ref else (ref, None)
                 if name not in self._index:
-                    raise ExecutionError(f"{where}: unknown tensor {a['ref']!r}")
+                    raise ExecutionError(f"{where}: unknown tensor {ref!r}")
+                n_out = len(self.graph.ops[self._index[name]].out_bytes)
+                if k is not None and not 0 <= k < n_out:
+                    raise ExecutionError(f"{where}: tensor {ref!r} names output {k} of an op with {n_out}")
                 return TRef(self._index[name], k)
             if "scalar" in a:
                 return SRef(a["scalar"])
             if "float" in a:
-                return float(a["float"])
-            if "dtype" in a:
-                return getattr(torch, a["dtype"])
+                try:
+                    return float(a["float"])
+                except (TypeError, ValueError):
+                    raise ExecutionError(f"{where}: {a!r:.60} is not a number") from None
+            for key, kind in (("dtype", torch.dtype), ("layout", torch.layout), ("memory_format", torch.memory_format)):
+                if key in a:
+                    name = a[key]
+                    value = getattr(torch, name.removeprefix("torch."), None) if isinstance(name, str) else None
+                    if not isinstance(value, kind):
+                        raise ExecutionError(f"{where}: unknown {key} {name!r:.60}")
+                    return value
             if "device" in a:
                 return DEVICE
-            if "layout" in a:
-                return getattr(torch, a["layout"])
-            if "memory_format" in a:
-                return getattr(torch, a["memory_format"])
             raise ExecutionError(f"{where}: argument {a!r} cannot be executed")
         return a
 
@@ -155,9 +173,14 @@ class Program:
                               self._decode_kwargs(spec.get("kwargs", {}), f"scalar {name!r}"))
 
     def _decode_call(self, opname: str, call: dict) -> Call:
-        fn = _resolve_target(call["target"], f"op {opname!r}")
-        args = self._decode(call.get("args", []), f"op {opname!r}")
-        kwargs = self._decode_kwargs(call.get("kwargs", {}), f"op {opname!r}")
+        where = f"op {opname!r}"
+        if not isinstance(call, dict) or not isinstance(call.get("target"), str):
+            raise ExecutionError(f"{where}: call must be an object with a 'target' name, got {call!r:.60}")
+        if not isinstance(call.get("args", []), list) or not isinstance(call.get("kwargs", {}), dict):
+            raise ExecutionError(f"{where}: call's args must be a list and its kwargs an object")
+        fn = _resolve_target(call["target"], where)
+        args = self._decode(call.get("args", []), where)
+        kwargs = self._decode_kwargs(call.get("kwargs", {}), where)
         trefs: list[TRef] = []
         srefs: list[str] = []
         self._collect([args, kwargs], trefs, srefs)
