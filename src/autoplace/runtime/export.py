@@ -48,48 +48,51 @@ def export_python(graph: Graph, placement: Placement, cluster: Cluster) -> str:
     scalar_nodes: dict[str, Any] = {}
     inputs = []
 
-    def tensor(r: TRef, where: str):
+    def tensor(r: TRef, d: int):
+        """Op ``r``'s tensor as read on placement device ``d``: an explicit ``.to()`` (Send/Recv, one copy
+        per tensor and destination device) where it was produced on another placement device, even when
+        both map to the same torch device (two CPU workers)."""
         n = value[r.op]
         if r.k is not None:
             if (r.op, r.k) not in items:
                 items[(r.op, r.k)] = fg.call_function(operator.getitem, (n, r.k))
             n = items[(r.op, r.k)]
-        if tdev[dev[r.op]] != where:  # Send/Recv: one copy per tensor and destination device
-            if (r, where) not in moved:
-                moved[(r, where)] = fg.call_method("to", (n, where))
-            n = moved[(r, where)]
+        if dev[r.op] != d:
+            if (r, d) not in moved:
+                moved[(r, d)] = fg.call_method("to", (n, tdev[d]))
+            n = moved[(r, d)]
         return n
 
-    def build(a: Any, where: str):
+    def build(a: Any, d: int):
         if isinstance(a, TRef):
-            return tensor(a, where)
+            return tensor(a, d)
         if isinstance(a, SRef):
-            key = f"{a.name}@{where}"
+            key = f"{a.name}@{d}"
             if key not in scalar_nodes:
                 fn, sargs, skw = program.scalars[a.name]
-                scalar_nodes[key] = fg.call_function(fn, tuple(build(x, where) for x in sargs),
-                                                     {k: build(v, where) for k, v in skw.items()})
+                scalar_nodes[key] = fg.call_function(fn, tuple(build(x, d) for x in sargs),
+                                                     {k: build(v, d) for k, v in skw.items()})
             return scalar_nodes[key]
         if a is DEVICE:
-            return torch.device(where)
+            return torch.device(tdev[d])
         if isinstance(a, list):
-            return [build(x, where) for x in a]
+            return [build(x, d) for x in a]
         return a
 
     for i in graph.topological_order:
         op = graph.ops[i]
-        where = tdev[dev[i]]
+        d = int(dev[i])
         c = program.calls[i]
         if c is None:
             value[i] = fg.placeholder(_ident(op.name))
             spec = op.outputs[0]
-            inputs.append((op.name, op.type, tuple(spec.shape), spec.dtype, where))
+            inputs.append((op.name, op.type, tuple(spec.shape), spec.dtype, tdev[d]))
             continue
-        node = fg.create_node("call_function", c.fn, tuple(build(a, where) for a in c.args),
-                              {k: build(v, where) for k, v in c.kwargs.items()}, name=_ident(op.name))
+        node = fg.create_node("call_function", c.fn, tuple(build(a, d) for a in c.args),
+                              {k: build(v, d) for k, v in c.kwargs.items()}, name=_ident(op.name))
         value[i] = node
-    outs = [tensor(r, tdev[dev[r.op]]) for r in program.outputs]
-    updated = [tensor(r, tdev[dev[r.op]]) for r in program.final_versions.values()]
+    outs = [tensor(r, int(dev[r.op])) for r in program.outputs]
+    updated = [tensor(r, int(dev[r.op])) for r in program.final_versions.values()]
     fg.output((tuple(outs), tuple(updated)))
     body = fg.python_code(root_module="self").src
     body = body.replace("def forward(self, ", "def step(", 1).replace("def forward(self)", "def step()", 1)

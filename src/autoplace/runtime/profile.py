@@ -54,6 +54,7 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
     own = pool is None
     pool = pool or WorkerPool(cluster)
     costs: dict[str, np.ndarray] = {}
+    calibrated: dict[str, int] = {}
     try:
         for dtype, k in chosen.items():
             assignment = np.full(graph.n_ops, k, dtype=np.int64)
@@ -68,7 +69,7 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
                 for key, busy in conditions.items():
                     timed[key].append(_timed_run(pool, graph, placement, steps, busy))
             for key, runs in timed.items():
-                costs[key] = _costs_of(runs)
+                costs[key], calibrated[key] = _costs_of(runs)
     finally:
         if own:
             pool.close()
@@ -80,7 +81,7 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
         ops.append(replace(op, cost=cost))
     meta = {**graph.meta, "profiled": {key: {"device": cluster.devices[chosen[key.split("|")[0]]].name,
                                             "steps": steps, "rounds": rounds, "step_s": float(c.sum()),
-                                            "calibrated": True}
+                                            "calibrated": calibrated[key] > 0, "untimed_runs": calibrated[key]}
                                        for key, c in costs.items()}}
     return Graph(ops, name=graph.name, meta=meta)
 
@@ -100,14 +101,16 @@ def _timed_run(pool: WorkerPool, graph: Graph, placement: Placement, steps: int,
     return t, (plain.step_time if plain.ok else float("nan"))
 
 
-def _costs_of(runs: list[tuple[np.ndarray, float]]) -> np.ndarray:
-    """Per-op medians over every timed step of ``runs``, scaled to their median untimed step: timing
-    every op costs time itself, and the executor's per-op overhead stays in the ops."""
+def _costs_of(runs: list[tuple[np.ndarray, float]]) -> tuple[np.ndarray, int]:
+    """Per-op medians over every timed step of ``runs``, scaled to their median untimed step (timing
+    every op costs time itself, and the executor's per-op overhead stays in the ops), and how many
+    untimed runs that scale rests on: 0 when every untimed run failed, and the costs stay as timed."""
     cost = np.median(np.concatenate([t for t, _ in runs]), axis=0)
     plain = [s for _, s in runs if np.isfinite(s)]  # a failed untimed run is skipped
     if plain and cost.sum() > 0:
         cost *= np.median(plain) / cost.sum()
-    return cost
+        return cost, len(plain)
+    return cost, 0
 
 
 def _background_run(rt, stop) -> int:
@@ -134,7 +137,7 @@ class _Background:
 
     def __enter__(self):
         for j in self.which:
-            self.pool._conns[j].send(("call", _background_run, self.stop))
+            self.pool.post(j, _background_run, self.stop)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -297,8 +300,8 @@ def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Seq
                 if progress is not None:
                     progress(f"link {a.name} -> {b.name}")
                 flags = torch.zeros(2, dtype=torch.int64).share_memory_()
-                pool._conns[s].send(("call", _link_send, buf, flags, sizes, repeats))
-                pool._conns[t].send(("call", _link_recv, buf, flags, sizes, repeats))
+                pool.post(s, _link_send, buf, flags, sizes, repeats)
+                pool.post(t, _link_recv, buf, flags, sizes, repeats)
                 (ms, mt) = pool._gather(which=[s, t], timeout=120)
                 sent = np.array(ms[1]).reshape(repeats, len(sizes), 2)
                 seen = np.array(mt[1]).reshape(repeats, len(sizes))

@@ -73,11 +73,13 @@ class MeasuredResult:
         return self.error is None and not self.oom_devices
 
     def to_dict(self) -> dict:
-        return {"step_time_s": self.step_time if self.ok else None, "ok": self.ok, "error": self.error,
-                "step_times_s": list(self.step_times), "n_transfers": self.n_transfers,
+        """Plain JSON (non-finite numbers, as a failing run has, become null)."""
+        finite = lambda x: float(x) if np.isfinite(x) else None  # noqa: E731
+        return {"step_time_s": finite(self.step_time) if self.ok else None, "ok": self.ok, "error": self.error,
+                "step_times_s": [finite(t) for t in self.step_times], "n_transfers": self.n_transfers,
                 "transfer_bytes": self.transfer_bytes,
                 "devices": {n: {"peak_memory_bytes": int(p), "memory_bytes": int(c),
-                                **({"busy_s": float(b)} if self.busy_time is not None else {})}
+                                **({"busy_s": finite(b)} if self.busy_time is not None else {})}
                             for n, p, c, b in zip(self.device_names, self.peak_memory, self.memory_capacity,
                                                   self.busy_time if self.busy_time is not None
                                                   else [0.0] * len(self.device_names))}}
@@ -578,14 +580,30 @@ class WorkerPool:
                 replies[k] = msg
         return [replies[k] for k in which]
 
+    def _send(self, k: int, msg) -> None:
+        """Send ``msg`` to worker ``k``; a worker that died between messages is a failure, not a crash."""
+        try:
+            self._conns[k].send(msg)
+        except (OSError, ValueError):  # BrokenPipeError, a closed connection
+            self._procs[k].join(0.5)
+            code = self._procs[k].exitcode
+            how = f" (signal {-code})" if code is not None and code < 0 else \
+                f" (exit code {code})" if code is not None else ""
+            raise _WorkerFailed(f"worker {self.cluster.devices[k].name} died{how}") from None
+
     def _send_all(self, msg, which: list[int] | None = None) -> None:
         for k in (range(len(self._conns)) if which is None else which):
-            self._conns[k].send(msg)
+            self._send(k, msg)
+
+    def post(self, device: int, fn, *args) -> None:
+        """Start ``fn(runtime, *args)`` in worker ``device`` without waiting for it (collect its reply with
+        :meth:`call`'s ``_gather``, as the profiler's background load and link test do)."""
+        self.start()
+        self._send(device, ("call", fn, *args))
 
     def call(self, device: int, fn, *args, timeout: float | None = None):
         """Run ``fn(runtime, *args)`` in worker ``device`` (a picklable module-level function)."""
-        self.start()
-        self._conns[device].send(("call", fn, *args))
+        self.post(device, fn, *args)
         return self._gather(which=[device], timeout=timeout)[0][1]
 
     def program_of(self, graph: Graph) -> Program:
@@ -625,8 +643,7 @@ class WorkerPool:
             keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
             used = [k for k, plan in enumerate(plans) if plan.ops]  # idle devices take no part
             for k in used:
-                self._conns[k].send(("setup", plans[k], transfers, shm, flags, layouts, seed, float(capacity[k]),
-                                     keep))
+                self._send(k, ("setup", plans[k], transfers, shm, flags, layouts, seed, float(capacity[k]), keep))
             self._gather(which=used)
             starts, ends = np.full((steps, len(plans)), np.inf), np.full((steps, len(plans)), -np.inf)
             peak = np.zeros(len(plans))
@@ -669,7 +686,7 @@ class WorkerPool:
             by_dev.setdefault(int(assignment[r.op]), []).append((name, r))
         out: dict[str, Any] = {}
         for d, items in by_dev.items():
-            self._conns[d].send(("fetch", [r for _, r in items]))
+            self._send(d, ("fetch", [r for _, r in items]))
             (msg,) = self._gather(which=[d])
             out.update({name: v for (name, _), v in zip(items, msg[1])})
         return out
