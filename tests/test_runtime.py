@@ -222,16 +222,15 @@ def test_a_failing_measured_result_is_plain_json(capsys, monkeypatch):
     d = json.loads(json.dumps(failing.to_dict(), allow_nan=False))
     assert d["step_time_s"] is None and d["step_times_s"] == [0.1, None] and d["devices"]["cpu:1"]["busy_s"] is None
 
-    class FailingEnv:
+    from autoplace.env import BaseEnv
+
+    class FailingEnv(BaseEnv):
         name = "measured"
 
         def evaluate(self, placement):
             return failing
 
-        def close(self):
-            pass
-
-    monkeypatch.setattr("autoplace.env.make_env", lambda *a, **k: FailingEnv())
+    monkeypatch.setattr("autoplace.env.make_env", lambda name, graph, cluster, **k: FailingEnv(graph, cluster))
     assert main(["compare", "toy-mlp", "-P", "layers=2", "-c", "localhost", "--methods", "single-cpu",
                  "--env", "measured", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["rows"][0]
