@@ -1,4 +1,4 @@
-"""Real execution (issue #5): placed runs equal unplaced ones, failures are failing results, profiling
+"""Real execution: placed runs equal unplaced ones, failures are failing results, profiling
 feeds the simulator, exports run. Two CPU worker processes stand for two devices."""
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ class Comparison:
 def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None, *, seed: int = 0,
             budget: float | None = None, progress=None, env: str | BaseEnv = "simulated") -> Comparison:
     """Place ``graph`` on ``cluster`` with each method (default: every registered placer) and score each
-    placement with ``env`` (the simulator by default, or ``"measured"``: real runs, issue #5).
+    placement with ``env`` (the simulator by default, or ``"measured"``: real runs).
 
     ``progress(method)`` is called before each method (the CLI shows a progress bar with it)."""
     sim = Simulator(graph, cluster)

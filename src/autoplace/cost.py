@@ -1,6 +1,6 @@
 """Cost model: how long each op takes on each device.
 
-Op time on a device (issue #2, whitepaper §3.2.1 "cost model"):
+Op time on a device (whitepaper §3.2.1 "cost model"):
 
 1. the graph's measured ``cost`` for that device, looked up by device name, then by device type
    (case-insensitive) — a measured time is the whole time, no overhead is added;

@@ -53,7 +53,7 @@ class BaseEnv:
 
 
 class SimulatedEnv(BaseEnv):
-    """The discrete-event simulator (issue #2)."""
+    """The discrete-event simulator."""
 
     name = "simulated"
 

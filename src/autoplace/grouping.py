@@ -1,6 +1,6 @@
 """Co-location groups: ops that must (or should) share a device, and the grouped graph placers work on.
 
-Sources of groups (issue #4), combined with one union-find (TensorFlow whitepaper §4.3: "union-find on
+Sources of groups, combined with one union-find (TensorFlow whitepaper §4.3: "union-find on
 the co-location constraint graph"):
 
 * ``colocation`` — the graph's own ``colocation_group`` fields (always honoured: they are constraints);

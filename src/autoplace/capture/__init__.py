@@ -1,4 +1,4 @@
-"""Capture PyTorch programs as autoplace graphs (issue #3).
+"""Capture PyTorch programs as autoplace graphs.
 
 * :func:`capture_training_step` — one whole training step (forward, backward, optimizer update) of an
   ``nn.Module`` at aten-op granularity, traced with fake tensors (nothing is computed, no memory is

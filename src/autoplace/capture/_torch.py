@@ -1,6 +1,6 @@
 """Trace a PyTorch training step with fake tensors and convert the aten graph to an autoplace Graph.
 
-How (issue #3): ``make_fx(..., tracing_mode="fake")`` runs a function that calls the model through
+How: ``make_fx(..., tracing_mode="fake")`` runs a function that calls the model through
 ``torch.func.functional_call``, differentiates the loss with ``torch.autograd.grad`` (autograd's backward
 is traced as aten ops), and runs the user's optimizer class with ``foreach=False`` so that every
 parameter gets its own update ops. The optimizer's state (Adam's moments, step counters ...) is found by
@@ -346,7 +346,7 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
     ops: list[Op] = []
     ref: dict[fx.Node, list[str]] = {}        # node -> producer refs ("op" or "op:k") it stands for
     control: dict[fx.Node, list[str]] = {}    # non-tensor nodes -> the ops they depend on
-    scalars: dict[str, dict] = {}             # python-number nodes the executor recomputes (issue #5)
+    scalars: dict[str, dict] = {}             # python-number nodes the executor recomputes
     encode = _Encoder(ref, scalars)
     group_of: dict[str, str] = {}
     scope_of_param = {}

@@ -1,4 +1,4 @@
-"""Real execution of placed graphs (issue #5): executor, measured env, profiling, export.
+"""Real execution of placed graphs: executor, measured env, profiling, export.
 
 - :mod:`~autoplace.runtime.program` decodes a captured graph's aten program and cuts it per device;
 - :mod:`~autoplace.runtime.workers` runs a placement on one worker process per device and measures it;

@@ -1,6 +1,6 @@
 """The executable form of a captured graph: decoded aten calls, synthetic inputs, per-device plans.
 
-A graph captured from PyTorch (issue #3) carries its aten program: every ``aten.*`` op has
+A graph captured from PyTorch carries its aten program: every ``aten.*`` op has
 ``meta["call"]`` (the overload and its arguments, tensors named by op reference) and the graph has
 ``meta["program"]`` (its outputs and the Python-number nodes, e.g. Adam's bias corrections, that the
 program computes from tensors). :class:`Program` decodes that once; :func:`plan_device` cuts it into the
