@@ -77,3 +77,56 @@ def test_metis_coarsening_keeps_groups_whole():
     for k in range(base.n_groups):  # each original group lands in exactly one coarse group
         assert len(set(coarse.group[base.members(k)].tolist())) == 1
     assert coarsen(g, base, 10_000, get_cluster("k80x2")) is base
+
+
+# ---------------------------------------------------------------------- groups of a captured training step
+@pytest.fixture(scope="module")
+def captured_bn_mlp():
+    torch = pytest.importorskip("torch")
+    from autoplace.capture import capture_training_step
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.ReLU(), torch.nn.Linear(6, 4),
+                                torch.nn.BatchNorm1d(4))
+    return capture_training_step(model, torch.randn(5, 8), torch.nn.functional.cross_entropy,
+                                 torch.optim.SGD(model.parameters(), lr=0.1), targets=torch.randint(0, 4, (5,)),
+                                 name="bn-mlp")
+
+
+def test_a_parameters_gradient_ops_join_its_group(captured_bn_mlp):
+    """The ops computing a weight's gradient (the mm with its FLOPs and the transposes around it) and a
+    bias's (the sum) share the parameter's group with its update; the mm computing the gradient of the
+    layer's input, which the layers below need, does not."""
+    g = captured_bn_mlp
+    group = {op.name: op.colocation_group for op in g.ops}
+    backward = [op for op in g.ops if op.phase == "backward"]
+    weight_grads = [op for op in backward if op.type == "aten.mm" and group[op.name] is not None]
+    assert {group[op.name] for op in weight_grads} == {"0.weight", "2.weight"}
+    assert all(op.flops > 0 for op in weight_grads)
+    input_grads = [op for op in backward if op.type == "aten.mm" and group[op.name] is None]
+    assert len(input_grads) == 1                          # layer 2's input gradient feeds layer 0's
+    assert {group[op.name] for op in backward if op.type == "aten.sum"} == {"0.bias", "2.bias"}
+    updates = [op for op in g.ops if op.phase == "update"]
+    assert all(group[op.name] is not None for op in updates)
+    # BatchNorm: one backward op computes the weight's and the bias's gradients, so they share a group;
+    # the forward op writes the running statistics in place, so it lives with them
+    assert group["native_batch_norm_backward"] == group["3.weight"] == group["3.bias"]
+    assert group["native_batch_norm"] == group["3.running_mean"] == group["3.running_var"]
+    nbt = [op for op in g.ops if op.phase != "update" and op.type == "aten.add_"]
+    assert nbt and all(group[op.name] == group["3.num_batches_tracked"] for op in nbt)
+
+
+def test_gradient_rule_puts_each_ops_gradient_with_it(captured_bn_mlp):
+    g = captured_bn_mlp
+    gr = group_ops(g, rules=("colocation", "gradient"))
+    by_fwd: dict[int, set[int]] = {}
+    for i, op in enumerate(g.ops):
+        if op.meta.get("fwd") is not None:
+            by_fwd.setdefault(op.meta["fwd"], set()).add(int(gr.group[i]))
+    assert all(len(groups) == 1 for groups in by_fwd.values())
+    # the first linear layer's forward addmm, its weight gradient mm and its input-free backward share one
+    fwd = g.ops[g.index("addmm")].meta["fwd"]
+    members = [op for op in g.ops if op.meta.get("fwd") == fwd]
+    assert {op.phase for op in members} == {"forward", "backward"}
+    assert gr.group[g.index("addmm")] == gr.group[g.index("0.weight")]   # through the weight gradient
+    assert gr.n_groups < group_ops(g, rules=("colocation",)).n_groups

@@ -124,6 +124,33 @@ def test_placed_equals_unplaced(pool, rnn_graph, seed):
     _assert_same(run_reference(Program(rnn_graph), seed=5, steps=2), result.outputs)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_batch_norm_placed_equals_unplaced(pool, seed):
+    """native_batch_norm updates running_mean/running_var in place although its schema says it does not:
+    capture co-locates it with the buffers, so a placed run updates the same buffers the unplaced one
+    does (loss, gradients, parameters and running statistics, two steps). The same holds for
+    num_batches_tracked, which an in-place add_ of the forward pass updates. (SGD, not Adam: a bias
+    before BatchNorm has a gradient of rounding noise, which Adam's normalisation blows up to full steps
+    whose sign depends on summation order.)"""
+    from autoplace.capture import capture_training_step
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 4), torch.nn.BatchNorm1d(4))
+    graph = capture_training_step(model, torch.randn(6, 8), torch.nn.functional.cross_entropy,
+                                  torch.optim.SGD(model.parameters(), lr=0.1), targets=torch.randint(0, 4, (6,)),
+                                  name="bn")
+    placement = _random_placement(graph, pool.cluster, seed)
+    dev = placement.to_array(graph, pool.cluster)
+    assert len(set(dev.tolist())) == 2
+    result = pool.run(graph, placement, steps=2, seed=3, fetch=True)
+    assert result.ok, result.error
+    ref = run_reference(Program(graph), seed=3, steps=2)
+    assert {"1.running_mean", "1.running_var", "4.running_mean", "1.num_batches_tracked"} <= set(ref)
+    assert not torch.equal(ref["1.running_mean"], torch.zeros(16))   # the statistics did move
+    _assert_same(ref, result.outputs)
+
+
 def test_per_op_random_placement_equals_unplaced(pool, mlp_graph):
     """With the co-location groups dropped, any per-op cut is a valid placement: in-place updates then run
     on received copies of their parameters; outputs still match."""

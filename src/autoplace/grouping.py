@@ -4,6 +4,10 @@ Sources of groups, combined with one union-find (TensorFlow whitepaper §4.3: "u
 the co-location constraint graph"):
 
 * ``colocation`` — the graph's own ``colocation_group`` fields (always honoured: they are constraints);
+* ``gradient`` — TensorFlow's ``colocate_gradients_with_ops``, which Mirhoseini et al. 2017 build on:
+  each op's gradient ops join the op (capture numbers every torch call of the forward pass, ``fwd``, and
+  marks its aten ops and their backward ops with it). On by default, and for the paper's baselines
+  (``scotch``, ``mincut``);
 * ``single-consumer`` — Mirhoseini et al. 2017 §3.3: an op whose output is consumed by exactly one op is
   co-located with that op, applied recursively (follows chains);
 * ``structure`` — the capture metadata: each LSTM cell (``role=lstm`` at one ``layer`` and ``step``),
@@ -29,7 +33,7 @@ from autoplace.graph import Graph, Op
 
 __all__ = ["RULES", "Grouping", "GroupGraph", "group_ops", "grouped_graph", "structural_key", "weighted_csr", "coarsen"]
 
-RULES = ("colocation", "single-consumer", "structure")
+RULES = ("colocation", "gradient", "single-consumer", "structure")
 
 
 class _UnionFind:
@@ -110,6 +114,8 @@ def group_ops(graph: Graph, rules: Iterable[str] = RULES) -> Grouping:
         keys = []
         if op.colocation_group is not None:
             keys.append(("colocation", op.colocation_group))
+        if "gradient" in rules and op.meta.get("fwd") is not None:
+            keys.append(("gradient", op.meta["fwd"]))
         if "structure" in rules:
             k = structural_key(op)
             if k is not None:

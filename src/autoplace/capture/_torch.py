@@ -98,16 +98,26 @@ class _Scopes:
 
 
 def _grad_fn_tagger(scopes: _Scopes):
-    """A TorchFunctionMode recording, on each new autograd node, the scope and tags it was created under."""
+    """A TorchFunctionMode recording, on each new autograd node, the scope and tags it was created under.
+
+    Each top-level torch call of the forward pass gets a number, ``fwd``: its aten ops carry it, and so do
+    the backward ops of the autograd nodes it created — the link between an op and its gradient that
+    TensorFlow's ``colocate_gradients_with_ops`` uses (the ``gradient`` grouping rule)."""
     import torch
     import torch.fx.traceback as fxt
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_leaves
 
     class TagGradFn(TorchFunctionMode):
+        calls = 0
+
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
+            TagGradFn.calls += 1
+            fwd = TagGradFn.calls
+            with fxt.annotate({"fwd": fwd}):
+                out = func(*args, **(kwargs or {}))
             custom = {k: v for k, v in (fxt.current_meta.get("custom") or {}).items() if k != "phase"}
+            custom["fwd"] = fwd
             custom.setdefault("scope", scopes.current)
             if custom["scope"] is not None:
                 for t in tree_leaves(out):
@@ -212,8 +222,9 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     ``loss_fn(outputs, *targets)`` must return a scalar; ``optimizer`` is a configured
     ``torch.optim`` optimizer over (some of) the model's parameters — its class and per-group
     hyper-parameters are reused with ``foreach=False`` so each parameter gets its own update ops.
-    Parameters and optimizer state become ops with ``param_bytes``; each parameter's gradient and update
-    ops share its ``colocation_group``.
+    Parameters and optimizer state become ops with ``param_bytes``; each parameter's update ops and the
+    backward ops computing its gradient share its ``colocation_group`` (:func:`_group_gradients`), and
+    ops writing a parameter or buffer in place join its group (:func:`_group_hidden_writes`).
     """
     import torch
 
@@ -419,6 +430,10 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
             group = next((group_of[d.split(":")[0]] for d in data + ctrl if d.split(":")[0] in group_of), None)
             if group is not None:
                 scope = scope_of_param.get(group, scope)
+        else:  # an in-place write to a parameter or buffer (num_batches_tracked += 1) runs where it lives
+            written = _written_producer(node, target, ref)
+            if written is not None and written in group_of:
+                group = group_of[written]
         seen_data = list(dict.fromkeys(data))
         ops.append(Op(opname, f"aten.{short}", tuple(seen_data), tuple(sorted(set(ctrl) - {d.split(':')[0] for d in seen_data})),
                       outputs=specs, flops=flops, colocation_group=group, scope=scope, phase=phase, meta=meta))
@@ -426,20 +441,95 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
             group_of[opname] = group
         ref[node] = [opname]
 
-    # the gradient each parameter receives is co-located with it (TensorFlow's default)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     if training:
         grads = list(_flatten(out_node.args[0]))[1:1 + len(trained)]  # make_fx flattens (loss, grads)
-        by_name = {op.name: i for i, op in enumerate(ops)}
-        for pname, g in zip(trained, grads):
-            if isinstance(g, fx.Node) and g in ref:
-                producer = ref[g][0].split(":")[0]
-                i = by_name.get(producer)
-                if i is not None and ops[i].phase == "backward" and ops[i].colocation_group is None:
-                    ops[i] = replace(ops[i], colocation_group=pname)
+        _group_gradients(ops, trained, [ref[g][0].split(":")[0] if isinstance(g, fx.Node) and g in ref else None
+                                        for g in grads])
+    _group_hidden_writes(ops)
     outputs = [encode(a) for a in _flatten(out_node.args[0]) if isinstance(a, fx.Node) and a in ref]
     return Graph(ops, name=name, meta={"captured_from": "pytorch", "training": training,
                                        "program": {"outputs": outputs, "scalars": scalars}})
+
+
+def _group_gradients(ops: list[Op], params: list[str], producers: list[str | None]) -> None:
+    """Put the backward ops that compute a parameter's gradient, and nothing else, in that parameter's
+    co-location group (with its update and optimizer state): starting from the op producing the gradient,
+    a backward op joins when every op reading it already has (``mm`` computing ``dW`` and the ``t`` after
+    it; not the ``mm`` computing the gradient of the layer's input, which other gradients need). An op
+    computing several gradients at once (``native_batch_norm_backward``: the input's, the weight's, the
+    bias's) joins the first parameter's group alone, and the other parameters whose gradient it computes
+    (the bias) join that group too. Ops are replaced in ``ops``."""
+    index = {op.name: i for i, op in enumerate(ops)}
+    readers: list[set[int]] = [set() for _ in ops]
+    for c, op in enumerate(ops):
+        for ref in (*op.inputs, *op.control_inputs):
+            readers[index[ref.split(":")[0]]].add(c)
+    for pname, producer in zip(params, producers):
+        start = index.get(producer) if producer is not None else None
+        if start is None or ops[start].phase != "backward":
+            continue
+        other = ops[start].colocation_group
+        if other is not None and other != pname:
+            # one op computes this gradient and another parameter's: the two parameters share a group
+            for i, op in enumerate(ops):
+                if op.colocation_group == pname:
+                    ops[i] = replace(op, colocation_group=other)
+            continue
+        # an op other ops read (native_batch_norm_backward: also the gradient of the layer's input) is shared:
+        # it joins alone, and what it reads stays with the other gradients that need it
+        own = {i for i, op in enumerate(ops) if op.colocation_group == pname}  # the parameter, its update
+        members, frontier = {start}, ([] if readers[start] - own else [start])
+        while frontier:
+            c = frontier.pop()
+            for ref in ops[c].inputs:
+                p = index[ref.split(":")[0]]
+                if (p not in members and ops[p].phase == "backward" and ops[p].colocation_group is None
+                        and readers[p] <= members | own):
+                    members.add(p)
+                    frontier.append(p)
+        for i in members:
+            ops[i] = replace(ops[i], colocation_group=pname)
+
+
+def _written_producer(node, target, ref) -> str | None:
+    """The op whose output ``node`` writes in place, by its schema (``add_``'s ``self``), if any."""
+    import torch.fx as fx
+
+    schema = getattr(target, "_schema", None)
+    if schema is None or not schema.is_mutable:
+        return None
+    for j, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            val = node.args[j] if j < len(node.args) else node.kwargs.get(arg.name)
+            if isinstance(val, fx.Node) and val in ref:
+                return ref[val][0].split(":")[0]
+    return None
+
+
+#: aten ops that write some of their arguments although their schema does not say so (argument indices)
+HIDDEN_WRITES = {"aten.native_batch_norm.default": (3, 4)}  # running_mean, running_var (in training)
+
+
+def _group_hidden_writes(ops: list[Op]) -> None:
+    """An op that updates a buffer in place must run where the buffer lives: ``native_batch_norm`` updates
+    ``running_mean`` and ``running_var`` although its schema declares no write, so it joins their
+    co-location group (the two buffers' groups become one). Ops are replaced in ``ops``."""
+    index = {op.name: i for i, op in enumerate(ops)}
+    for i, op in enumerate(ops):
+        call = op.meta.get("call") or {}
+        args = call.get("args", [])
+        written = [args[j]["ref"].split(":")[0] for j in HIDDEN_WRITES.get(call.get("target"), ())
+                   if j < len(args) and isinstance(args[j], dict) and "ref" in args[j]]
+        groups = [ops[index[w]].colocation_group for w in written if w in index]
+        groups = [g for g in groups if g is not None]
+        if not groups:
+            continue
+        keep = groups[0]
+        for k, other in enumerate(ops):
+            if other.colocation_group in groups[1:]:
+                ops[k] = replace(other, colocation_group=keep)
+        ops[i] = replace(ops[i], colocation_group=keep)
 
 
 def _is_number(val: Any) -> bool:

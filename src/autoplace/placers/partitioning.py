@@ -39,6 +39,11 @@ class ScotchMissingError(AutoplaceError):
     """The Scotch command-line tools are not installed (Debian package ``scotch``)."""
 
 
+#: Mirhoseini et al. 2017's baselines partition TensorFlow graphs, whose gradients are co-located with
+#: their ops: the ``gradient`` grouping rule on top of the co-location constraints
+MIRHOSEINI_RULES = ("colocation", "gradient")
+
+
 def _finish(graph: Graph, cluster: Cluster, gg: GroupGraph, group_dev: np.ndarray, method: str, **meta) -> Placement:
     """Move groups off devices that cannot run them (to their fastest feasible device) and expand to ops."""
     bad = ~gg.feasible[np.arange(gg.n_groups), group_dev]
@@ -48,8 +53,8 @@ def _finish(graph: Graph, cluster: Cluster, gg: GroupGraph, group_dev: np.ndarra
                                 groups=gg.n_groups, moved_for_constraints=int(bad.sum()), **meta)
 
 
-def _group(graph: Graph, cluster: Cluster) -> GroupGraph:
-    return grouped_graph(graph, group_ops(graph, rules=("colocation",)), cluster)
+def _group(graph: Graph, cluster: Cluster, rules: tuple[str, ...] = ("colocation",)) -> GroupGraph:
+    return grouped_graph(graph, group_ops(graph, rules=rules), cluster)
 
 
 # ---------------------------------------------------------------------- Scotch
@@ -134,7 +139,7 @@ def scotch(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
     are contracted first (Scotch cannot express co-location) and moved afterwards where their device
     cannot run them. No memory check. ``seed`` relabels the vertices (deterministic per seed);
     ``budget`` is unused. Scotch's multilevel mapping is about O(E log V)."""
-    gg = _group(graph, cluster)
+    gg = _group(graph, cluster, MIRHOSEINI_RULES)
     return _finish(graph, cluster, gg, _scotch_map(gg, cluster, list(range(cluster.n_devices)), seed), "scotch")
 
 
@@ -146,7 +151,7 @@ def mincut(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
     gpus = cluster.devices_of_kind("gpu")
     if not gpus:
         raise InfeasibleError(f"mincut: cluster {cluster.name!r} has no GPU")
-    gg = _group(graph, cluster)
+    gg = _group(graph, cluster, MIRHOSEINI_RULES)
     return _finish(graph, cluster, gg, _scotch_map(gg, cluster, gpus, seed), "mincut")
 
 
