@@ -64,6 +64,22 @@ def _base_files() -> dict[str, str]:
             "placement.json": _dump(_golden("placement_v1.json"))}
 
 
+def _field_cases(rng: random.Random, doc: dict, file: str, key: str, label: str, fields: dict) -> list[Case]:
+    """One case per (field, bad value): ``doc[key][k][field] = value`` for a random item ``k`` (``doc[key]``
+    itself where it is an object), run through a random graph verb."""
+    out = []
+    for fname, values in fields.items():
+        for v in values:
+            d = copy.deepcopy(doc)
+            items = d[key]
+            k = rng.randrange(len(items)) if isinstance(items, list) else None
+            (items[k] if k is not None else items)[fname] = v
+            verb, argv, outs = rng.choice(_verbs_for_graph("{dir}/graph.json"))
+            where = f"{label}[{k}]" if k is not None else label
+            out.append(Case(f"{where}.{fname}={v!r} via {verb}", argv, {**_base_files(), file: _dump(d)}, outs))
+    return out
+
+
 def graph_field_cases(rng: random.Random) -> list[Case]:
     graph = _golden("graph_v1.json")
     fields = {"param_bytes": BAD_COUNTS, "flops": [v for v in BAD_NUMBERS if v not in (2**63, 2**64)],
@@ -75,15 +91,7 @@ def graph_field_cases(rng: random.Random) -> list[Case]:
               "colocation_group": BAD_STRINGS, "phase": BAD_STRINGS,
               "outputs": [[{"shape": [v], "dtype": "float32"}] for v in BAD_COUNTS]
               + [[{"shape": [2], "dtype": v}] for v in BAD_STRINGS + ["float99"]]}
-    cases = []
-    for fname, values in fields.items():
-        for v in values:
-            g = copy.deepcopy(graph)
-            k = rng.randrange(len(g["ops"]))
-            g["ops"][k][fname] = v
-            verb, argv, outs = rng.choice(_verbs_for_graph("{dir}/graph.json"))
-            cases.append(Case(f"graph.ops[{k}].{fname}={v!r} via {verb}", argv,
-                              {**_base_files(), "graph.json": _dump(g)}, outs))
+    cases = _field_cases(rng, graph, "graph.json", "ops", "graph.ops", fields)
     for fname, v in [("name", x) for x in BAD_NAMES] + [("ops", x) for x in ("x", 1, {}, [], [1], None)]:
         g = copy.deepcopy(graph)
         g[fname] = v
@@ -138,22 +146,9 @@ def cluster_cases(rng: random.Random) -> list[Case]:
               "concurrency": BAD_COUNTS + [0], "send_cost_s_per_byte": BAD_NUMBERS,
               "send_overhead_s": BAD_NUMBERS, "recv_overhead_s": BAD_NUMBERS, "name": BAD_NAMES,
               "type": BAD_NAMES}
-    out = []
-    for fname, values in fields.items():
-        for v in values:
-            c = copy.deepcopy(cluster)
-            k = rng.randrange(len(c["devices"]))
-            c["devices"][k][fname] = v
-            verb, argv, outs = rng.choice(_verbs_for_graph("{dir}/graph.json"))
-            out.append(Case(f"cluster.devices[{k}].{fname}={v!r} via {verb}", argv,
-                            {**_base_files(), "cluster.json": _dump(c)}, outs))
-    for fname, values in {"bandwidth": BAD_NUMBERS + [0, 1e-300], "latency_s": BAD_NUMBERS}.items():
-        for v in values:
-            c = copy.deepcopy(cluster)
-            c["default_link"][fname] = v
-            verb, argv, outs = rng.choice(_verbs_for_graph("{dir}/graph.json"))
-            out.append(Case(f"cluster.default_link.{fname}={v!r} via {verb}", argv,
-                            {**_base_files(), "cluster.json": _dump(c)}, outs))
+    out = _field_cases(rng, cluster, "cluster.json", "devices", "cluster.devices", fields)
+    out += _field_cases(rng, cluster, "cluster.json", "default_link", "cluster.default_link",
+                        {"bandwidth": BAD_NUMBERS + [0, 1e-300], "latency_s": BAD_NUMBERS})
     c = copy.deepcopy(cluster)
     c["devices"][1]["name"] = c["devices"][0]["name"]
     out.append(Case("duplicate device", ["clusters", "{dir}/cluster.json"], {"cluster.json": _dump(c)}))

@@ -509,43 +509,24 @@ def _add_graph_args(p: argparse.ArgumentParser) -> None:
                    help="parameter of a built-in model (repeatable), e.g. -P batch=32")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _arg_type(parse, ok, expected: str):
+    """An argparse type: ``parse(text)`` must succeed and satisfy ``ok``, else a one-line error."""
+    def convert(text: str):
+        try:
+            value = parse(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return convert
 
 
-def _seconds(text: str) -> float:
-    """A budget or timeout in seconds: a finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not np.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    value = _seconds(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
-
-
-def _seed(text: str) -> int:
-    """A seed: an integer in [0, 2**32 - 1]."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"expected an integer seed in [0, {2**32 - 1}], got {text!r}")
-    return value
+_positive_int = _arg_type(int, lambda v: v >= 1, "a positive integer")
+_seconds = _arg_type(float, lambda v: np.isfinite(v) and v >= 0, "a finite number of seconds >= 0")
+_positive_seconds = _arg_type(float, lambda v: np.isfinite(v) and v > 0, "a positive number of seconds")
+_seed = _arg_type(int, lambda v: 0 <= v < 2**32, f"an integer seed in [0, {2**32 - 1}]")
 
 
 def _method_list(text: str) -> list[str]:
