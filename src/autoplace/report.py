@@ -21,7 +21,8 @@ def fmt_bytes(n: float) -> str:
     n = float(n)
     for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
+            v = n / scale
+            return f"{v:.3g} {unit}" if abs(v) < 1000 else f"{v:.0f} {unit}"  # 1010 MiB, not 1.01e+03
     return f"{int(n)} B"
 
 
