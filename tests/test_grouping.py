@@ -94,20 +94,25 @@ def captured_bn_mlp():
 
 
 def test_a_parameters_gradient_ops_join_its_group(captured_bn_mlp):
-    """The ops computing a weight's gradient (the mm with its FLOPs and the transposes around it) and a
-    bias's (the sum) share the parameter's group with its update; the mm computing the gradient of the
-    layer's input, which the layers below need, does not."""
+    """Each parameter's group holds its update and the op producing its gradient; under the paper's rule
+    (gradients with their forward ops) the FLOPs computing the gradients (the mms) join them too."""
     g = captured_bn_mlp
     group = {op.name: op.colocation_group for op in g.ops}
     backward = [op for op in g.ops if op.phase == "backward"]
-    weight_grads = [op for op in backward if op.type == "aten.mm" and group[op.name] is not None]
-    assert {group[op.name] for op in weight_grads} == {"0.weight", "2.weight"}
-    assert all(op.flops > 0 for op in weight_grads)
-    input_grads = [op for op in backward if op.type == "aten.mm" and group[op.name] is None]
-    assert len(input_grads) == 1                          # layer 2's input gradient feeds layer 0's
-    assert {group[op.name] for op in backward if op.type == "aten.sum"} == {"0.bias", "2.bias"}
-    updates = [op for op in g.ops if op.phase == "update"]
-    assert all(group[op.name] is not None for op in updates)
+    producers = {group[op.name] for op in backward} - {None}
+    assert {"0.weight", "0.bias", "2.weight", "2.bias", "3.weight"} <= producers
+    assert all(group[op.name] is not None for op in g.ops if op.phase == "update")
+    paper = group_ops(g, rules=("colocation", "gradient"))
+    # each linear layer: its weight, its forward addmm and every backward mm differentiating it (the
+    # weight's gradient with its FLOPs, and the input's) share one group
+    layer_of = {g.ops[g.index("addmm")].meta["fwd"]: "0.weight", g.ops[g.index("addmm_1")].meta["fwd"]: "2.weight"}
+    mms = [op for op in backward if op.type == "aten.mm"]
+    assert len(mms) == 3 and all(op.flops > 0 for op in mms)
+    for op in mms:
+        weight = layer_of[op.meta["fwd"]]
+        assert paper.group[g.index(op.name)] == paper.group[g.index(weight)] == paper.group[
+            g.index("addmm" if weight == "0.weight" else "addmm_1")]
+    assert paper.group[g.index("0.weight")] != paper.group[g.index("2.weight")]
     # BatchNorm: one backward op computes the weight's and the bias's gradients, so they share a group;
     # the forward op writes the running statistics in place, so it lives with them
     assert group["native_batch_norm_backward"] == group["3.weight"] == group["3.bias"]

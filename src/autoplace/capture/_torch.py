@@ -223,8 +223,8 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     ``torch.optim`` optimizer over (some of) the model's parameters — its class and per-group
     hyper-parameters are reused with ``foreach=False`` so each parameter gets its own update ops.
     Parameters and optimizer state become ops with ``param_bytes``; each parameter's update ops and the
-    backward ops computing its gradient share its ``colocation_group`` (:func:`_group_gradients`), and
-    ops writing a parameter or buffer in place join its group (:func:`_group_hidden_writes`).
+    op producing its gradient share its ``colocation_group`` (:func:`_group_gradients`), and ops writing
+    a parameter or buffer in place join its group (:func:`_group_hidden_writes`).
     """
     import torch
 
@@ -453,43 +453,26 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
 
 
 def _group_gradients(ops: list[Op], params: list[str], producers: list[str | None]) -> None:
-    """Put the backward ops that compute a parameter's gradient, and nothing else, in that parameter's
-    co-location group (with its update and optimizer state): starting from the op producing the gradient,
-    a backward op joins when every op reading it already has (``mm`` computing ``dW`` and the ``t`` after
-    it; not the ``mm`` computing the gradient of the layer's input, which other gradients need). An op
-    computing several gradients at once (``native_batch_norm_backward``: the input's, the weight's, the
-    bias's) joins the first parameter's group alone, and the other parameters whose gradient it computes
-    (the bias) join that group too. Ops are replaced in ``ops``."""
+    """Put the op producing each parameter's gradient in that parameter's co-location group (with its
+    update and optimizer state). The ops computing the gradient before it (the ``mm`` computing ``dW``)
+    stay with the forward op they differentiate, as TensorFlow places them: the ``gradient`` grouping
+    rule joins them, and through the producer the parameter (an MLP layer's weight, its forward ``addmm``
+    and its gradient ``mm`` end in one group), while an RNN's per-step gradients stay with their steps.
+    An op producing several parameters' gradients (``native_batch_norm_backward``: the weight's and the
+    bias's) joins the first parameter's group and the others join that group too. Ops are replaced in
+    ``ops``."""
     index = {op.name: i for i, op in enumerate(ops)}
-    readers: list[set[int]] = [set() for _ in ops]
-    for c, op in enumerate(ops):
-        for ref in (*op.inputs, *op.control_inputs):
-            readers[index[ref.split(":")[0]]].add(c)
     for pname, producer in zip(params, producers):
-        start = index.get(producer) if producer is not None else None
-        if start is None or ops[start].phase != "backward":
+        i = index.get(producer) if producer is not None else None
+        if i is None or ops[i].phase != "backward":
             continue
-        other = ops[start].colocation_group
-        if other is not None and other != pname:
-            # one op computes this gradient and another parameter's: the two parameters share a group
-            for i, op in enumerate(ops):
-                if op.colocation_group == pname:
-                    ops[i] = replace(op, colocation_group=other)
-            continue
-        # an op other ops read (native_batch_norm_backward: also the gradient of the layer's input) is shared:
-        # it joins alone, and what it reads stays with the other gradients that need it
-        own = {i for i, op in enumerate(ops) if op.colocation_group == pname}  # the parameter, its update
-        members, frontier = {start}, ([] if readers[start] - own else [start])
-        while frontier:
-            c = frontier.pop()
-            for ref in ops[c].inputs:
-                p = index[ref.split(":")[0]]
-                if (p not in members and ops[p].phase == "backward" and ops[p].colocation_group is None
-                        and readers[p] <= members | own):
-                    members.add(p)
-                    frontier.append(p)
-        for i in members:
+        other = ops[i].colocation_group
+        if other is None:
             ops[i] = replace(ops[i], colocation_group=pname)
+        elif other != pname:  # one op computes this gradient and another parameter's: one group for both
+            for k, op in enumerate(ops):
+                if op.colocation_group == pname:
+                    ops[k] = replace(op, colocation_group=other)
 
 
 def _written_producer(node, target, ref) -> str | None:
