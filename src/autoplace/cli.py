@@ -568,9 +568,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", "-m", required=True, help="placement method (see 'autoplace compare')")
     p.add_argument("--output", "-o", required=True, metavar="P", help="placement file to write")
     p.add_argument("--seed", type=_seed, default=0, help="the placer's seed (default 0)")
-    p.add_argument("--budget", type=_seconds, default=None, help="search budget in seconds")
+    p.add_argument("--budget", type=_seconds, default=None,
+                   help="search budget, about seconds; searches count it as work (CP-SAT's deterministic time, "
+                        "local search's evaluations), so results do not depend on machine load")
     p.add_argument("--refine", action="store_true", help="improve the result by local search under the simulator")
-    p.add_argument("--refine-budget", type=_seconds, default=None, help="local-search budget in seconds (default 10)")
+    p.add_argument("--refine-budget", type=_seconds, default=None, help="local-search budget, about seconds of simulation (default 10)")
     _add_env_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_place)
@@ -579,7 +581,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_graph_args(p)
     p.add_argument("--methods", type=_method_list, help="comma-separated methods (default: all)")
     p.add_argument("--seed", type=_seed, default=0, help="every placer's seed (default 0)")
-    p.add_argument("--budget", type=_seconds, default=None, help="search budget per method, seconds")
+    p.add_argument("--budget", type=_seconds, default=None,
+                   help="search budget per method, about seconds (counted as work, see 'place --help')")
     _add_env_args(p)
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
