@@ -19,24 +19,26 @@ from autoplace.sim import Simulator
 
 @st.composite
 def cases(draw, max_ops=10, max_devices=3):
-    """A random DAG whose ops carry measured alone and loaded costs (loaded may be faster, as profiling
-    does measure), random co-location groups, CPU workers of one host with exchange charges, and a random
-    placement that honours the groups."""
+    """A random DAG (data and control edges) whose ops carry measured alone and loaded costs (loaded may be
+    faster, as profiling does measure), random co-location groups, CPU workers of one host running one or
+    two ops at once with exchange charges, and a random placement that honours the groups."""
     n = draw(st.integers(1, max_ops))
     D = draw(st.integers(1, max_devices))
     n_groups = draw(st.integers(0, 2))
     ops = []
     for i in range(n):
         preds = draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)) if i else []
+        ctrl = draw(st.lists(st.integers(0, i - 1), max_size=1)) if i else []
         alone = draw(st.floats(1e-4, 1e-2))
         loaded = alone * draw(st.sampled_from([0.7, 0.9, 1.0, 1.2]))
         group = draw(st.integers(-1, n_groups - 1)) if n_groups else -1
-        ops.append(Op(f"o{i}", "op", tuple(f"o{p}" for p in preds),
+        ops.append(Op(f"o{i}", "op", tuple(f"o{p}" for p in preds), tuple(f"o{c}" for c in ctrl if c not in preds),
                       output_bytes=(draw(st.integers(0, 100_000)),), param_bytes=draw(st.integers(0, 5000)),
                       cost={"cpu": alone, "cpu|loaded": loaded},
                       colocation_group=f"g{group}" if group >= 0 else None))
     charges = draw(st.booleans())
-    devs = [Device(f"cpu:{j}", "cpu", 10**9, 1e10, 1e10, meta={"host": "h"},
+    concurrency = draw(st.integers(1, 2))
+    devs = [Device(f"cpu:{j}", "cpu", 10**9, 1e10, 1e10, concurrency=concurrency, meta={"host": "h"},
                    send_cost_s_per_byte=1e-9 if charges else 0.0, send_overhead_s=2e-5 if charges else 0.0,
                    recv_overhead_s=4e-5 if charges else 0.0) for j in range(D)]
     cluster = Cluster("c", devs, default_link=LinkSpec(float(draw(st.sampled_from([1e7, 1e9]))),

@@ -9,7 +9,7 @@ Every op's weight is its least time on its fastest feasible device, alone or loa
   t(i, d)``, and the busiest of ``D`` devices (each running ``concurrency`` ops at once) carries at least
   the average;
 * ``cp_sat`` — CP-SAT's proven bound, where it solved the op-level model (a bound on every placement that
-  honours the co-location groups; :mod:`autoplace.placers.cpsat`);
+  honours the co-location groups and fits in memory; :mod:`autoplace.placers.cpsat`);
 * ``best`` — the largest of these.
 
 They bound the *simulated* step. A measured step is not bounded by them: a gap is reported only

@@ -65,10 +65,17 @@ class Placement:
                         f"(cluster {cluster.name!r} has: {', '.join(cluster.device_names)})") from None
             out[i] = d
         check_device_types(graph, cluster, out)
-        for group, members in graph.colocation_groups().items():
-            used = np.unique(out[members])
-            if len(used) > 1:
-                names = ", ".join(cluster.device_names[int(d)] for d in used)
+        groups = graph.colocation_groups()
+        if groups:
+            member = np.concatenate(list(groups.values()))
+            gid = np.repeat(np.arange(len(groups)), [len(m) for m in groups.values()])
+            lo, hi = np.full(len(groups), np.iinfo(np.int64).max), np.full(len(groups), -1)
+            np.minimum.at(lo, gid, out[member])
+            np.maximum.at(hi, gid, out[member])
+            split = np.flatnonzero(lo != hi)
+            if len(split):
+                group, members = list(groups.items())[int(split[0])]
+                names = ", ".join(cluster.device_names[int(d)] for d in np.unique(out[members]))
                 raise PlacementError(f"placement splits co-location group {group!r} over devices {names} "
                                      f"(op {graph.ops[int(members[0])].name!r} and others)")
         return out

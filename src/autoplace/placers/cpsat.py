@@ -22,8 +22,8 @@ runs keeps the task graph acyclic). The model, in integer time units ``u``:
 not contended and ops may run in any order, so every schedule the simulator produces for a placement of
 whole tasks maps to a feasible schedule of the model no longer than it. On the op-level model, CP-SAT's
 proven bound (``BestObjectiveBound * u``) is therefore a lower bound on the simulated step of **every**
-placement that honours the co-location groups; on a coarse model it bounds only placements of whole
-tasks, so it is reported as ``model_bound_s``, never as ``bound_s``.
+placement that honours the co-location groups and fits in memory; on a coarse model it bounds only
+placements of whole tasks, so it is reported as ``model_bound_s``, never as ``bound_s``.
 
 The relaxed memory constraint can admit a placement that runs out of memory when simulated (outputs and
 received copies pile up). Then the placement is re-solved under Baechi's static model — every output
