@@ -137,3 +137,11 @@ def test_scotch_is_deterministic_on_a_large_graph(method):
     runs = {tuple(place(graph, cluster, method, seed=0).to_array(graph, cluster)) for _ in range(3)}
     assert len(runs) == 1
     assert tuple(place(graph, cluster, method, seed=1).to_array(graph, cluster)) not in runs  # seeds matter
+
+
+@pytest.mark.parametrize("kw", [dict(budget=-1.0), dict(budget=float("nan")), dict(seed=-3), dict(seed=1.5)])
+def test_bad_budget_or_seed_is_one_clear_error(kw):
+    from autoplace.errors import AutoplaceError
+
+    with pytest.raises(AutoplaceError, match="budget|seed"):
+        place(constrained_graph(), get_cluster("k80x2"), "cp-sat", **kw)

@@ -18,6 +18,7 @@ from autoplace.cost import check_runnable
 from autoplace.errors import UnknownNameError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
+from autoplace.validation import check_budget, seed_int
 
 __all__ = ["PlacerFn", "PlacerInfo", "register_placer", "get_placer", "available_placers", "place"]
 
@@ -69,6 +70,9 @@ def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.
           budget: float | None = None) -> Placement:
     """Run placer ``method``; the returned placement's meta records ``search_time_s`` and ``seed``."""
     info = get_placer(method)
+    check_budget(budget)
+    if not isinstance(seed, np.random.Generator):
+        seed_int(seed)  # a bad seed is one clear error here, not a solver's traceback
     check_runnable(graph, cluster)  # one message for "no device can run op X", whatever the placer
     t0 = time.perf_counter()
     placement = info.fn(graph, cluster, seed=seed, budget=budget)
