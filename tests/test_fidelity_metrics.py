@@ -1,0 +1,31 @@
+"""The fidelity benchmark's metrics on hand-computed cases (benchmarks/fidelity.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+_spec = importlib.util.spec_from_file_location("fidelity", Path(__file__).parents[1] / "benchmarks" / "fidelity.py")
+fidelity = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fidelity)
+
+
+def test_pairwise_order_accuracy_scores_only_pairs_clearly_apart():
+    meas = np.array([1.0, 1.1, 2.0, 3.0])      # pairs >= 15 % apart: (0,2) (0,3) (1,2) (1,3) (2,3); (0,1) is noise
+    sims = np.array([1.2, 1.0, 2.5, 2.4])      # orders (0,1) wrongly (unscored) and (2,3) wrongly
+    acc, pairs = fidelity.pairwise_order_accuracy(sims, meas)
+    assert pairs == 5 and acc == pytest.approx(4 / 5)
+    assert fidelity.pairwise_order_accuracy(meas, meas) == (1.0, 5)
+    assert np.isnan(fidelity.pairwise_order_accuracy(sims[:2], meas[:2])[0])
+
+
+def test_summary_leaves_the_anchor_out():
+    rows = [{"simulated_s": 1.0, "measured_s": 1.0, "rounds_s": [1.0, 1.0], "anchor": True},
+            {"simulated_s": 2.0, "measured_s": 1.0, "rounds_s": [1.0, 1.0], "anchor": False},
+            {"simulated_s": 3.0, "measured_s": 4.0, "rounds_s": [4.0, 4.0], "anchor": False}]
+    s = fidelity.summarise(rows)
+    assert s["scored"] == 2 and s["mape"] == pytest.approx((1.0 + 0.25) / 2)
+    assert s["pairwise_order_accuracy"] == 1.0 and s["clear_pairs"] == 1
