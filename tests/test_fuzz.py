@@ -4,7 +4,6 @@ no traceback, and nothing written."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from fuzz_corpus import corpus

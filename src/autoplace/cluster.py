@@ -8,7 +8,6 @@ cluster's ``default_link`` covers every pair without one). Presets cite their ve
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 from collections.abc import Callable, Iterable, Mapping
