@@ -62,6 +62,29 @@ def test_adam_state_is_resident_and_updates_are_per_parameter():
     assert len(by_type(g, "aten.addcdiv_")) == 4
 
 
+def test_in_place_ops_alias_what_they_write():
+    """Captured in-place ops (SGD's ``add_``, Adam's ``lerp_``/``addcdiv_``/``denom.add_(eps)``) are views
+    of the tensor they write, so they allocate nothing. One SGD step of a bias-free 1024x1024 linear
+    layer on one device peaks at the resident weight (4 MiB) + its gradient ``mm_1`` (4 MiB, alive
+    through its two transposes until ``add_`` ends) + the two 8 KiB inputs; were ``add_`` to allocate
+    its output, 4 MiB more."""
+    torch.manual_seed(0)
+    m = torch.nn.Linear(1024, 1024, bias=False)
+    x, y = torch.randn(2, 1024), torch.randn(2, 1024)
+    g = capture_training_step(m, x, torch.nn.functional.mse_loss, torch.optim.SGD(m.parameters(), lr=0.1),
+                              targets=y)
+    add = g.op("add_")
+    assert add.meta["view"] and add.inputs[0] == "weight" and g.out_alloc_total[g.index("add_")] == 0
+    r = simulate(g, get_cluster("k80x2"), np.full(g.n_ops, 1))
+    assert r.peak_memory[1] == 4 * 2**20 + 4 * 2**20 + 2 * 8192
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+    g = capture_training_step(model, torch.randn(4, 8), torch.nn.functional.mse_loss,
+                              torch.optim.Adam(model.parameters()), targets=torch.randn(4, 2))
+    in_place = [op for op in g.ops if op.type.endswith("_") and op.phase == "update"]
+    assert {op.type for op in in_place} >= {"aten.add_", "aten.lerp_", "aten.addcdiv_", "aten.mul_"}
+    assert all(op.meta.get("view") for op in in_place)
+
+
 def test_conv_net_flops():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 5))

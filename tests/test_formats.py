@@ -6,8 +6,10 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from autoplace.cluster import LinkSpec
 from autoplace.errors import FormatError, GraphError
 from autoplace.formats import (cluster_from_dict, cluster_to_dict, graph_from_dict, graph_to_dict, load_cluster,
                                load_graph, load_placement, placement_to_dict, save_graph, save_placement)
@@ -46,21 +48,26 @@ def test_cluster_and_placement_golden_round_trip():
 
 
 def test_simulated_result_matches_golden():
-    """The golden placement's step, derived by hand from the golden graph and cluster (roofline
-    ``overhead + max(flops / peak, bytes touched / memory bandwidth)``; a transfer takes ``latency + bytes /
-    bandwidth`` and links are FIFO), equals the simulator's and the file's stored result."""
+    """The golden placement's step, derived by hand from the golden graph and cluster, equals the
+    simulator's and the file's stored result. Roofline ``overhead + max(flops / peak, bytes touched /
+    memory bandwidth)``. The cluster file predates copy engines, overheads and segments, so the defaults
+    apply: each GPU sends and receives one transfer at a time, the CPU without limit; a transfer holds
+    its engines and link for ``bytes / bandwidth`` and lands ``latency`` later."""
     g, c = load_graph(GOLDEN / "graph_v1.json"), load_cluster(GOLDEN / "cluster_v1.json")
     p = load_placement(GOLDEN / "placement_v1_with_result.json")
     gpu_bw, link, host = 112e9, 7.88e9, 7.88e9            # gpu memory, gpu<->gpu and cpu<->gpu link bandwidth
     x_end = 1e-5 + 16384 / gpu_bw                          # x on gpu:0 (10 us overhead), 16 KiB out
-    mm_start = x_end + 1e-5 + 16384 / link                 # x sent to gpu:1 (w is there, ready at once)
+    mm_start = x_end + 16384 / link + 1e-5                 # x sent to gpu:1 (w is there, ready at once)
     split_end = mm_start + (16384 + 32768 + 8192) / gpu_bw + (8192 + 8192) / gpu_bw  # mm, then split
-    lookup_end = split_end + 2e-5 + 4096 / host + 2.5e-5   # split:1 to cpu:0; lookup's measured 25 us
-    loss_end = max(split_end + 1e-5 + 4096 / link,         # split:0 to gpu:0 ...
-                   lookup_end + 2e-5 + 1024 / host) + 1e-5  # ... and lookup's 1 KiB; loss measured 10 us
-    # loss -> gpu:1 carries the 4-byte loss, then the control edge to update_w (0 bytes), in FIFO order
-    loss_arrives = loss_end + 1e-5 + 4 / link
-    control_arrives = loss_arrives + 1e-5
+    # gpu:1's one send engine: split:0 to gpu:0 first, then split:1 to cpu:0
+    split0_sent = split_end + 4096 / link
+    lookup_end = split0_sent + 4096 / host + 2e-5 + 2.5e-5  # split:1 lands on cpu:0; lookup's measured 25 us
+    loss_end = max(split0_sent + 1e-5,                     # split:0 on gpu:0 ...
+                   lookup_end + 1024 / host + 2e-5) + 1e-5  # ... and lookup's 1 KiB; loss measured 10 us
+    # loss -> gpu:1 holds link and engines for the 4-byte loss, then the control edge to update_w (0 bytes)
+    # holds them for nothing: both land one latency after their copies, together
+    loss_arrives = loss_end + 4 / link + 1e-5
+    control_arrives = loss_end + 4 / link + 0 / link + 1e-5
     grad_end = loss_arrives + (16384 + 4 + 32768) / gpu_bw  # grad_w: memory-bound (0.44 us > 0.25 us of FLOPs)
     step = max(grad_end, control_arrives) + (32768 + 32768) / gpu_bw  # update_w after both
     got = simulate(g, c, p).to_dict()
@@ -69,6 +76,24 @@ def test_simulated_result_matches_golden():
     expected = golden("placement_v1_with_result.json")["result"]
     assert expected["step_time_s"] == pytest.approx(step, rel=1e-9)
     assert got["devices"] == expected["devices"] and got["transfers"] == expected["transfers"]
+
+
+def test_topology_fields_round_trip_and_default():
+    """The golden cluster with copy engines, overheads, shared segments and achievable rates reads back
+    what it says; the file without them reads with the documented defaults."""
+    c = load_cluster(GOLDEN / "cluster_v1_topology.json")
+    assert [s.name for s in c.segments] == ["board0.up", "board0.down"]
+    assert c.send_engines.tolist() == [0, 1, 2] and c.recv_engines.tolist() == [0, 1, 1]
+    assert c.link("gpu:0", "cpu:0") == LinkSpec(12.0e9, 0.0, 6e-6, ("board0.up",))
+    assert c.transfer_bandwidth[1, 0] == 10.0e9            # the segment is slower than the link
+    assert c.achievable_flops.tolist() == [460.8e9 * 0.79, 1.7e12, 2.138e12]  # gpu:1 gives none: its peak
+    assert cluster_to_dict(cluster_from_dict(cluster_to_dict(c))) == cluster_to_dict(c)
+    assert cluster_to_dict(c) == {k: v for k, v in golden("cluster_v1_topology.json").items()}
+    old = load_cluster(GOLDEN / "cluster_v1.json")
+    assert old.send_engines.tolist() == [0, 1, 1] and old.recv_engines.tolist() == [0, 1, 1]  # GPU: 1 each way
+    assert not old.segments and not old.overhead.any()
+    assert np.array_equal(old.achievable_flops, old.peak_flops)
+    assert "segments" not in cluster_to_dict(old) and "send_engines" not in cluster_to_dict(old)["devices"][1]
 
 
 def test_minimal_documents_from_the_issue_are_accepted():

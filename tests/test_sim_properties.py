@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoplace.cluster import Cluster, Device, LinkSpec
+from autoplace.cluster import Cluster, Device, Link, Segment
 from autoplace.graph import Graph, Op
 from autoplace.sim import Simulator
 
@@ -15,6 +17,9 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 
 @st.composite
 def cases(draw, max_ops=24, max_devices=4, concurrency=False):
+    """A random DAG (some ops views of their first input), a random cluster (copy engines 0-2 per
+    device, per-transfer overheads, latencies, links crossing 0-2 of up to 3 shared segments) and a
+    random placement."""
     n = draw(st.integers(1, max_ops))
     D = draw(st.integers(1, max_devices))
     ops = []
@@ -24,13 +29,21 @@ def cases(draw, max_ops=24, max_devices=4, concurrency=False):
         n_out = draw(st.integers(1, 2))
         out = tuple(draw(st.integers(0, 5000)) for _ in range(n_out))
         inputs = tuple(f"o{p}:{draw(st.integers(0, len(ops[p].output_bytes) - 1))}" for p in preds)
+        meta = {"view": True} if inputs and draw(st.integers(0, 4)) == 0 else {}
         ops.append(Op(f"o{i}", "op", inputs, tuple(f"o{c}" for c in ctrl), output_bytes=out,
-                      flops=float(draw(st.integers(0, 10**9))), param_bytes=draw(st.integers(0, 3000))))
+                      flops=float(draw(st.integers(0, 10**9))), param_bytes=draw(st.integers(0, 3000)), meta=meta))
+    engines = st.sampled_from([None, 0, 1, 2])
     devs = [Device(f"d{j}", "gpu", 10**9, float(draw(st.sampled_from([1e9, 2e9, 5e9]))), 1e9,
                    draw(st.sampled_from([0.0, 1e-3])),
-                   draw(st.integers(1, 3)) if concurrency else 1) for j in range(D)]
-    cluster = Cluster("c", devs, default_link=LinkSpec(float(draw(st.sampled_from([1e3, 1e5, 1e7]))),
-                                                      float(draw(st.sampled_from([0.0, 1e-3])))))
+                   draw(st.integers(1, 3)) if concurrency else 1,
+                   send_engines=draw(engines), recv_engines=draw(engines)) for j in range(D)]
+    segments = [Segment(f"s{k}", float(draw(st.sampled_from([1e3, 1e5])))) for k in range(draw(st.integers(0, 3)))]
+    names = [seg.name for seg in segments]
+    rate, lat, over = st.sampled_from([1e3, 1e5, 1e7]), st.sampled_from([0.0, 1e-3]), st.sampled_from([0.0, 2e-4])
+    links = [Link(a.name, b.name, float(draw(rate)), float(draw(lat)), float(draw(over)),
+                  tuple(draw(st.lists(st.sampled_from(names), max_size=2, unique=True))) if names else ())
+             for a in devs for b in devs if a.name != b.name]
+    cluster = Cluster("c", devs, links, segments=segments)
     placement = np.array(draw(st.lists(st.integers(0, D - 1), min_size=n, max_size=n)), dtype=np.int64)
     return Graph(ops, name="random"), cluster, placement
 
@@ -56,6 +69,7 @@ def test_step_time_lower_bounds(case):
     assert r.step_time >= sim.critical_path() - eps            # each op at its fastest device, free links
     assert r.step_time >= (r.busy_time / cluster.concurrency).max() - eps
     assert r.step_time >= r.link_time.max() - eps
+    assert r.step_time >= r.segment_time.max(initial=0.0) - eps
 
 
 @SETTINGS
@@ -80,7 +94,7 @@ def test_schedule_respects_dependencies_devices_and_links(case):
     graph, cluster, dev = case
     r = Simulator(graph, cluster).run(dev, trace=True)
     tl = r.timeline
-    arrival = {(int(t), int(d)): e for t, d, e in zip(tl.transfer_tensor, tl.transfer_dst, tl.transfer_end)}
+    arrival = {(int(t), int(d)): e for t, d, e in zip(tl.transfer_tensor, tl.transfer_dst, tl.transfer_arrival)}
     src, dst, _ = graph.edges()
     tensor_of_pair = graph.pair_tensor
     for p, (s, c) in enumerate(zip(src, dst)):
@@ -90,11 +104,31 @@ def test_schedule_respects_dependencies_devices_and_links(case):
         on = np.flatnonzero(dev == d)
         order = on[np.lexsort((tl.finish[on], tl.start[on]))]  # zero-length ops share a start
         assert np.all(tl.start[order][1:] >= tl.finish[order][:-1] - 1e-12)
-    for s in range(cluster.n_devices):  # links carry one transfer at a time
-        for d in range(cluster.n_devices):
+    D = cluster.n_devices
+    for s in range(D):  # links carry one transfer at a time, in order
+        for d in range(D):
             m = (tl.transfer_src == s) & (tl.transfer_dst == d)
             a, e = tl.transfer_start[m], tl.transfer_end[m]
             assert np.all(a[1:] >= e[:-1] - 1e-12)
+    # each transfer holds its link for overhead + bytes / the least bandwidth of its link and segments,
+    # and lands its latency later
+    s_, d_ = tl.transfer_src, tl.transfer_dst
+    occ = cluster.overhead[s_, d_] + graph.tensor_bytes[tl.transfer_tensor] / cluster.transfer_bandwidth[s_, d_]
+    assert np.allclose(tl.transfer_end - tl.transfer_start, occ, rtol=1e-9, atol=1e-12)
+    assert np.allclose(tl.transfer_arrival - tl.transfer_end, cluster.latency[s_, d_], rtol=1e-9, atol=1e-12)
+    # at no instant does a device run more transfers than it has engines, nor a segment more than one
+    holders = [(np.flatnonzero(s_ == k), cluster.send_engines[k]) for k in range(D)]
+    holders += [(np.flatnonzero(d_ == k), cluster.recv_engines[k]) for k in range(D)]
+    route = [cluster.route_seg[cluster.route_ptr[a * D + b]:cluster.route_ptr[a * D + b + 1]] for a, b in zip(s_, d_)]
+    holders += [(np.array([x for x, rt in enumerate(route) if k in rt], dtype=np.int64), 1)
+                for k in range(len(cluster.segments))]
+    for xs, cap in holders:
+        if cap == 0 or len(xs) == 0:
+            continue
+        busy = (tl.transfer_end[xs] > tl.transfer_start[xs])  # zero-length holds take no time
+        for t in tl.transfer_start[xs][busy]:
+            active = (tl.transfer_start[xs] <= t) & (tl.transfer_end[xs] > t) & busy
+            assert active.sum() <= cap
     # each tensor is sent at most once per destination device
     pairs = list(zip(tl.transfer_tensor.tolist(), tl.transfer_dst.tolist()))
     assert len(pairs) == len(set(pairs))
@@ -109,9 +143,8 @@ def test_oom_exactly_when_peak_exceeds_capacity(case, data):
     for cap, expect_oom in ((int(peak[d]), False), (int(peak[d]) - 1, True)):
         if cap < 1:
             continue
-        devs = [Device(x.name, x.type, cap if i == d else x.memory_bytes, x.peak_flops, x.memory_bandwidth,
-                       x.op_overhead_s) for i, x in enumerate(cluster.devices)]
-        tight = Cluster("tight", devs, default_link=cluster.default_link)
+        devs = [replace(x, memory_bytes=cap if i == d else x.memory_bytes) for i, x in enumerate(cluster.devices)]
+        tight = Cluster("tight", devs, cluster.links, segments=cluster.segments)
         r = Simulator(graph, tight).run(dev)
         assert (tight.devices[d].name in r.oom_devices) == expect_oom
         assert np.array_equal(r.peak_memory, peak)  # memory never changes the schedule

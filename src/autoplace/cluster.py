@@ -19,7 +19,7 @@ import numpy as np
 from autoplace.errors import ClusterError, UnknownNameError
 from autoplace.validation import MAX_BYTES, MAX_CONCURRENCY, MAX_RATE, MAX_SECONDS, MIN_RATE, check_name, check_number
 
-__all__ = ["Device", "Link", "LinkSpec", "Cluster", "CLUSTER_PRESETS", "get_cluster"]
+__all__ = ["Device", "Link", "LinkSpec", "Segment", "Cluster", "DEFAULT_ENGINES", "CLUSTER_PRESETS", "get_cluster"]
 
 GB = 10**9
 GiB = 2**30
@@ -29,8 +29,12 @@ GiB = 2**30
 class Device:
     """One compute device. Units: bytes, FLOP/s, bytes/s, seconds.
 
-    ``concurrency`` is how many ops the device runs at once (TensorFlow's inter-op parallelism);
-    ``op_overhead_s`` is added to every roofline-estimated op (kernel launch, dispatch);
+    ``peak_flops`` / ``memory_bandwidth`` are the vendor's peaks; ``achievable_flops`` /
+    ``achievable_bandwidth`` what a large GEMM / a STREAM-style copy reach on it (``None``: the peak), which
+    the roofline uses. ``concurrency`` is how many ops the device runs at once (TensorFlow's inter-op
+    parallelism); ``op_overhead_s`` is added to every roofline-estimated op (kernel launch, dispatch);
+    ``send_engines`` / ``recv_engines`` are how many transfers it can send / receive at once (its DMA copy
+    engines; ``None``: the type's default, :data:`DEFAULT_ENGINES`; ``0``: no limit);
     ``send_cost_s_per_byte`` is compute the device spends per byte it sends (a CPU worker's copy into the
     exchange buffer; 0 where a DMA engine moves the data), charged to the producing op;
     ``send_overhead_s`` / ``recv_overhead_s`` are its fixed compute per tensor sent / received (the
@@ -48,44 +52,114 @@ class Device:
     send_cost_s_per_byte: float = 0.0
     send_overhead_s: float = 0.0
     recv_overhead_s: float = 0.0
+    send_engines: int | None = None
+    recv_engines: int | None = None
+    achievable_flops: float | None = None
+    achievable_bandwidth: float | None = None
 
     @property
     def kind(self) -> str:
         """Lower-case device type (``"cpu"``, ``"gpu"``): the key ``cost`` and ``device_types`` match."""
         return self.type.lower()
 
+    @property
+    def engines(self) -> tuple[int, int]:
+        """(send, receive) copy engines, the type's default filled in; 0 means no limit."""
+        default = DEFAULT_ENGINES.get(self.kind, (0, 0))
+        return (default[0] if self.send_engines is None else self.send_engines,
+                default[1] if self.recv_engines is None else self.recv_engines)
+
+
+#: Copy engines of a device type when a device does not say: a GPU has one engine per direction (CUDA's
+#: ``asyncEngineCount == 2``: one host-to-device and one device-to-host copy at a time, CUDA C++
+#: Programming Guide, "Concurrent Data Transfers"); other types (a CPU, whose memory the GPUs' engines
+#: read and write) set no limit.
+DEFAULT_ENGINES: dict[str, tuple[int, int]] = {"gpu": (1, 1)}
+
 
 @dataclass(frozen=True, slots=True)
 class LinkSpec:
-    """Bandwidth (bytes/s) and latency (s) of a directed channel."""
+    """A directed channel: bandwidth (bytes/s), per-transfer overhead and latency (s), and the shared
+    segments its transfers cross (names of the cluster's :class:`Segment` s)."""
 
     bandwidth: float
     latency_s: float = 0.0
+    overhead_s: float = 0.0
+    segments: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Link:
-    """A directed link ``src -> dst``."""
+    """A directed link ``src -> dst``. A transfer over it occupies the link, the segments it crosses and
+    the two devices' copy engines for ``overhead_s + bytes / bandwidth`` (the bandwidth being the least of
+    the link's and its segments') and lands ``latency_s`` after that."""
 
     src: str
     dst: str
     bandwidth: float
     latency_s: float = 0.0
+    overhead_s: float = 0.0
+    segments: tuple[str, ...] = ()
 
 
-def _check_link(where: str, bandwidth: Any, latency: Any) -> None:
-    check_number(bandwidth, f"{where} bandwidth", ClusterError, lo=MIN_RATE, hi=MAX_RATE)
-    check_number(latency, f"{where} latency_s", ClusterError, hi=MAX_SECONDS)
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Interconnect that several links share (a PCIe switch's uplink in one direction, a GPU's NVLink
+    port, the host bridge): it carries one transfer at a time, at most ``bandwidth`` bytes/s."""
+
+    name: str
+    bandwidth: float
+
+
+def _check_link(where: str, link: Link | LinkSpec, segments: Mapping[str, int]) -> None:
+    check_number(link.bandwidth, f"{where} bandwidth", ClusterError, lo=MIN_RATE, hi=MAX_RATE)
+    check_number(link.latency_s, f"{where} latency_s", ClusterError, hi=MAX_SECONDS)
+    check_number(link.overhead_s, f"{where} overhead_s", ClusterError, hi=MAX_SECONDS)
+    if isinstance(link.segments, str) or not all(isinstance(n, str) for n in link.segments):
+        raise ClusterError(f"{where} segments must be a list of segment names")
+    for n in link.segments:
+        if n not in segments:
+            raise ClusterError(f"{where} crosses an unknown segment {n!r}")
+    if len(set(link.segments)) != len(link.segments):
+        raise ClusterError(f"{where} names a segment twice")
+
+
+def _check_device(where: str, d: Device) -> None:
+    check_name(d.type, f"{where} type", ClusterError)
+    check_number(d.memory_bytes, f"{where} memory_bytes", ClusterError, lo=1, hi=MAX_BYTES, integer=True)
+    for fld in ("peak_flops", "memory_bandwidth"):
+        check_number(getattr(d, fld), f"{where} {fld}", ClusterError, lo=MIN_RATE, hi=MAX_RATE)
+    for fld in ("achievable_flops", "achievable_bandwidth"):
+        if getattr(d, fld) is not None:
+            check_number(getattr(d, fld), f"{where} {fld}", ClusterError, lo=MIN_RATE, hi=MAX_RATE)
+    check_number(d.op_overhead_s, f"{where} op_overhead_s", ClusterError, hi=MAX_SECONDS)
+    check_number(d.send_cost_s_per_byte, f"{where} send_cost_s_per_byte", ClusterError, hi=1.0 / MIN_RATE)
+    for fld in ("send_overhead_s", "recv_overhead_s"):
+        check_number(getattr(d, fld), f"{where} {fld}", ClusterError, hi=MAX_SECONDS)
+    check_number(d.concurrency, f"{where} concurrency", ClusterError, lo=1, hi=MAX_CONCURRENCY, integer=True)
+    for fld in ("send_engines", "recv_engines"):
+        if getattr(d, fld) is not None:
+            check_number(getattr(d, fld), f"{where} {fld}", ClusterError, lo=0, hi=MAX_CONCURRENCY, integer=True)
 
 
 class Cluster:
-    """Devices plus a complete directed link matrix. Linted on construction."""
+    """Devices, a complete directed link matrix and the segments links share. Linted on construction.
+
+    Arrays the simulator and placers read (``D`` devices, ``S`` segments): ``bandwidth``, ``latency``,
+    ``overhead`` ``[D, D]`` per ordered pair (the link's own figures); ``transfer_bandwidth`` ``[D, D]``,
+    the least of a pair's link and segment bandwidths (what a transfer runs at); ``route_ptr`` /
+    ``route_seg``, the segments pair ``s * D + d`` crosses (CSR); ``segment_bandwidth`` ``[S]``;
+    ``send_engines`` / ``recv_engines`` ``[D]`` (0: no limit); per device ``achievable_flops`` and
+    ``achievable_bandwidth`` (the peaks where a device gives none) and the other device fields.
+    """
 
     def __init__(self, name: str, devices: Iterable[Device], links: Iterable[Link] = (),
-                 default_link: LinkSpec | None = None, meta: Mapping[str, Any] | None = None):
+                 default_link: LinkSpec | None = None, meta: Mapping[str, Any] | None = None,
+                 segments: Iterable[Segment] = ()):
         self.name = check_name(name, "the cluster's name", ClusterError)
         self.devices: tuple[Device, ...] = tuple(devices)
         self.links: tuple[Link, ...] = tuple(links)
+        self.segments: tuple[Segment, ...] = tuple(segments)
         self.default_link = default_link
         self.meta: dict[str, Any] = dict(meta or {})
         self._index: dict[str, int] = {}
@@ -96,23 +170,26 @@ class Cluster:
             if d.name in self._index:
                 raise ClusterError(f"cluster {self.name!r}: duplicate device name {d.name!r}")
             self._index[d.name] = i
-            where = f"cluster {self.name!r}: device {d.name!r}:"
-            check_name(d.type, f"{where} type", ClusterError)
-            check_number(d.memory_bytes, f"{where} memory_bytes", ClusterError, lo=1, hi=MAX_BYTES, integer=True)
-            check_number(d.peak_flops, f"{where} peak_flops", ClusterError, lo=MIN_RATE, hi=MAX_RATE)
-            check_number(d.memory_bandwidth, f"{where} memory_bandwidth", ClusterError, lo=MIN_RATE, hi=MAX_RATE)
-            check_number(d.op_overhead_s, f"{where} op_overhead_s", ClusterError, hi=MAX_SECONDS)
-            check_number(d.send_cost_s_per_byte, f"{where} send_cost_s_per_byte", ClusterError, hi=1.0 / MIN_RATE)
-            for fld in ("send_overhead_s", "recv_overhead_s"):
-                check_number(getattr(d, fld), f"{where} {fld}", ClusterError, hi=MAX_SECONDS)
-            check_number(d.concurrency, f"{where} concurrency", ClusterError, lo=1, hi=MAX_CONCURRENCY, integer=True)
+            _check_device(f"cluster {self.name!r}: device {d.name!r}:", d)
+        seg_index: dict[str, int] = {}
+        for k, seg in enumerate(self.segments):
+            check_name(seg.name, f"cluster {self.name!r}: a segment's name", ClusterError)
+            if seg.name in seg_index:
+                raise ClusterError(f"cluster {self.name!r}: duplicate segment name {seg.name!r}")
+            seg_index[seg.name] = k
+            check_number(seg.bandwidth, f"cluster {self.name!r}: segment {seg.name!r}: bandwidth", ClusterError,
+                         lo=MIN_RATE, hi=MAX_RATE)
         D = len(self.devices)
         self.bandwidth = np.full((D, D), np.nan)
         self.latency = np.full((D, D), np.nan)
+        self.overhead = np.zeros((D, D))
+        routes: list[tuple[str, ...]] = [()] * (D * D)
         if default_link is not None:
-            _check_link(f"cluster {self.name!r}: default_link", default_link.bandwidth, default_link.latency_s)
+            _check_link(f"cluster {self.name!r}: default_link", default_link, seg_index)
             self.bandwidth[:] = default_link.bandwidth
             self.latency[:] = default_link.latency_s
+            self.overhead[:] = default_link.overhead_s
+            routes = [tuple(default_link.segments)] * (D * D)
         for link in self.links:
             where = f"cluster {self.name!r}: link {link.src!r} -> {link.dst!r}"
             for end in (link.src, link.dst):
@@ -120,26 +197,64 @@ class Cluster:
                     raise ClusterError(f"{where} names an unknown device {end!r}")
             if link.src == link.dst:
                 raise ClusterError(f"{where} connects a device to itself")
-            _check_link(where, link.bandwidth, link.latency_s)
+            _check_link(where, link, seg_index)
             s, d = self._index[link.src], self._index[link.dst]
             self.bandwidth[s, d] = link.bandwidth
             self.latency[s, d] = link.latency_s
+            self.overhead[s, d] = link.overhead_s
+            routes[s * D + d] = tuple(link.segments)
         np.fill_diagonal(self.bandwidth, np.inf)
         np.fill_diagonal(self.latency, 0.0)
+        np.fill_diagonal(self.overhead, 0.0)
         missing = np.argwhere(np.isnan(self.bandwidth))
         if len(missing):
             s, d = missing[0]
             raise ClusterError(
                 f"cluster {self.name!r}: no link from {self.devices[s].name!r} to {self.devices[d].name!r} "
                 f"and no default_link")
+        for s in range(D):
+            routes[s * D + s] = ()
+        self.segment_bandwidth = np.array([seg.bandwidth for seg in self.segments], dtype=np.float64)
+        self.route_ptr = np.zeros(D * D + 1, dtype=np.int64)
+        np.cumsum([len(r) for r in routes], out=self.route_ptr[1:])
+        self.route_seg = np.array([seg_index[n] for r in routes for n in r], dtype=np.int64)
+        self.transfer_bandwidth = self.bandwidth.copy()
+        for sd, r in enumerate(routes):
+            for n in r:
+                s, d = divmod(sd, D)
+                self.transfer_bandwidth[s, d] = min(self.transfer_bandwidth[s, d], self.segments[seg_index[n]].bandwidth)
         self.memory_bytes = np.array([d.memory_bytes for d in self.devices], dtype=np.int64)
         self.peak_flops = np.array([d.peak_flops for d in self.devices], dtype=np.float64)
         self.memory_bandwidth = np.array([d.memory_bandwidth for d in self.devices], dtype=np.float64)
+        self.achievable_flops = np.array([d.achievable_flops or d.peak_flops for d in self.devices], dtype=np.float64)
+        self.achievable_bandwidth = np.array([d.achievable_bandwidth or d.memory_bandwidth for d in self.devices],
+                                             dtype=np.float64)
         self.op_overhead = np.array([d.op_overhead_s for d in self.devices], dtype=np.float64)
         self.concurrency = np.array([d.concurrency for d in self.devices], dtype=np.int64)
+        self.send_engines = np.array([d.engines[0] for d in self.devices], dtype=np.int64)
+        self.recv_engines = np.array([d.engines[1] for d in self.devices], dtype=np.int64)
         self.send_cost = np.array([d.send_cost_s_per_byte for d in self.devices], dtype=np.float64)
         self.send_overhead = np.array([d.send_overhead_s for d in self.devices], dtype=np.float64)
         self.recv_overhead = np.array([d.recv_overhead_s for d in self.devices], dtype=np.float64)
+
+    def transfer_time(self, nbytes: float | np.ndarray) -> np.ndarray:
+        """Seconds from a tensor of ``nbytes`` being ready to its landing on each other device when nothing
+        else is in flight: ``overhead + nbytes / transfer_bandwidth + latency`` per ordered pair (``[D, D]``,
+        or ``[..., D, D]`` for an array of sizes); 0 on the diagonal. The least a transfer can take in the
+        simulator, so estimates and bounds built on it never exceed a simulated delay."""
+        b = np.asarray(nbytes, dtype=np.float64)[..., None, None]
+        t = self.overhead + b / self.transfer_bandwidth + self.latency
+        return np.where(np.eye(self.n_devices, dtype=bool), 0.0, t)
+
+    def mean_transfer_time(self, nbytes: float | np.ndarray) -> np.ndarray:
+        """:meth:`transfer_time` averaged over the ordered pairs of distinct devices (HEFT's mean
+        communication cost); 0 for a single device."""
+        D = self.n_devices
+        if D < 2:
+            return np.zeros(np.shape(nbytes))
+        off = ~np.eye(D, dtype=bool)
+        b = np.asarray(nbytes, dtype=np.float64)
+        return (self.overhead[off] + self.latency[off]).mean() + b * (1.0 / self.transfer_bandwidth[off]).mean()
 
     # ------------------------------------------------------------------ queries
     @property
@@ -171,9 +286,12 @@ class Cluster:
         return [i for i, d in enumerate(self.devices) if d.kind == kind.lower()]
 
     def link(self, src: str | int, dst: str | int) -> LinkSpec:
+        """The figures of the ordered pair ``src -> dst`` (its link, or the default link)."""
         s = src if isinstance(src, int) else self.index(src)
         d = dst if isinstance(dst, int) else self.index(dst)
-        return LinkSpec(float(self.bandwidth[s, d]), float(self.latency[s, d]))
+        k = s * self.n_devices + d
+        route = tuple(self.segments[j].name for j in self.route_seg[self.route_ptr[k]:self.route_ptr[k + 1]])
+        return LinkSpec(float(self.bandwidth[s, d]), float(self.latency[s, d]), float(self.overhead[s, d]), route)
 
     def without(self, names: Iterable[str], name: str | None = None) -> Cluster:
         """This cluster minus some devices (MinCut's "no CPU" target, say)."""
@@ -183,7 +301,7 @@ class Cluster:
         keep = [d for d in self.devices if d.name not in drop]
         links = [ln for ln in self.links if ln.src not in drop and ln.dst not in drop]
         return Cluster(name or f"{self.name}-without-{'-'.join(sorted(drop))}", keep, links,
-                       self.default_link, self.meta)
+                       self.default_link, self.meta, self.segments)
 
 
 # ---------------------------------------------------------------------- presets

@@ -4,9 +4,10 @@ Op time on a device (whitepaper §3.2.1 "cost model"):
 
 1. the graph's measured ``cost`` for that device, looked up by device name, then by device type
    (case-insensitive) — a measured time is the whole time, no overhead is added;
-2. otherwise a roofline estimate (Williams et al. 2009)::
+2. otherwise a roofline estimate (Williams et al. 2009) at the device's achievable rates (a large GEMM's
+   FLOP/s and a STREAM-style copy's bytes/s; the vendor peaks where a device gives none)::
 
-       t = op_overhead_s + max(flops / peak_flops, bytes_touched / memory_bandwidth)
+       t = op_overhead_s + max(flops / achievable_flops, bytes_touched / achievable_bandwidth)
 
    where ``bytes_touched`` is the op's explicit ``bytes_touched`` field, else its input plus output
    bytes.
@@ -60,8 +61,8 @@ def op_time_matrix(graph: Graph, cluster: Cluster, *, loaded: bool = False) -> n
 
     ``loaded=True`` prefers costs measured while the other devices of the host were busy
     (``cost["cpu|loaded"]``, written by ``autoplace profile``) and falls back to the plain ones."""
-    roofline = np.maximum(graph.flops[:, None] / cluster.peak_flops[None, :],
-                          graph.bytes_touched[:, None] / cluster.memory_bandwidth[None, :])
+    roofline = np.maximum(graph.flops[:, None] / cluster.achievable_flops[None, :],
+                          graph.bytes_touched[:, None] / cluster.achievable_bandwidth[None, :])
     times = roofline + cluster.op_overhead[None, :]
     names = [d.name for d in cluster.devices]
     kinds = [d.kind for d in cluster.devices]

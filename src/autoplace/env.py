@@ -98,7 +98,8 @@ class MeasuredEnv(BaseEnv):
                            np.stack([r.peak_memory for r in results]).astype(np.int64),
                            self.cluster.memory_bytes.copy(), np.zeros((len(devs), D, D)),
                            np.zeros((len(devs), D, D), np.int64),
-                           np.array([r.n_transfers for r in results], dtype=np.int64))
+                           np.array([r.n_transfers for r in results], dtype=np.int64),
+                           np.zeros((len(devs), len(self.cluster.segments))))
 
     def close(self) -> None:
         self.pool.close()

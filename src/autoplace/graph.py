@@ -163,6 +163,8 @@ class Graph:
         per-op vectors (float64 / int64).
     ``out_alloc_total``, ``unconsumed_alloc``, ``is_view``
         device memory an op's outputs take (0 for views), and the part no op reads.
+    ``alias_pair``
+        for a view, the pair of the input its outputs alias (its first data input), else ``-1``.
     ``tensor_src``, ``tensor_out``, ``tensor_bytes``, ``tensor_alloc``
         per tensor: producer op, output index (``-1`` = control tensor), bytes moved, bytes allocated.
     ``op_tensor_ptr``
@@ -246,6 +248,15 @@ class Graph:
         self.is_view = np.array([bool(op.meta.get("view", False)) for op in ops], dtype=bool)
         self.tensor_alloc = np.where(self.is_view[self.tensor_src], 0, self.tensor_bytes).astype(np.int64)
         self.out_alloc_total = np.where(self.is_view, 0, self.out_bytes_total).astype(np.int64)
+        # a view's outputs alias the buffer of its first data input: that pair keeps the buffer alive
+        tensor_of = {(int(p), int(k)): t for t, (p, k) in enumerate(zip(self.tensor_src, self.tensor_out))}
+        self.alias_pair = np.full(n, -1, np.int64)
+        for i in np.flatnonzero(self.is_view):
+            if ops[i].inputs:
+                pname, k = parse_input(ops[i].inputs[0], index)
+                t = tensor_of[(index[pname], k)]
+                pairs = self.in_pair[self.in_ptr[i]:self.in_ptr[i + 1]]
+                self.alias_pair[i] = pairs[self.pair_tensor[pairs] == t][0]
         consumed = np.zeros(n, np.int64)
         np.add.at(consumed, self.tensor_src, self.tensor_alloc)
         self.unconsumed_alloc = self.out_alloc_total - consumed

@@ -420,9 +420,13 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
         meta = {k: v for k, v in custom.items() if isinstance(v, (str, int, float, bool))}
         if scope is not None and "step" in meta:
             scope = f"{scope}.t{meta['step']}"  # unrolled recurrences: encoder.layers.1.t17
+        seen_data = list(dict.fromkeys(data))
+        written = _written_ref(node, target, ref)
         if short in VIEW_OPS:
             meta["bytes_touched"] = 0
             meta["view"] = True
+        elif written is not None and seen_data and seen_data[0] == written:
+            meta["view"] = True  # an in-place op (add_, addcdiv_): its output is its self, allocated before
         meta["call"] = {"target": _target_name(target), "args": encode(list(node.args)),
                         "kwargs": encode(dict(node.kwargs))}
         group = None
@@ -430,11 +434,9 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
             group = next((group_of[d.split(":")[0]] for d in data + ctrl if d.split(":")[0] in group_of), None)
             if group is not None:
                 scope = scope_of_param.get(group, scope)
-        else:  # an in-place write to a parameter or buffer (num_batches_tracked += 1) runs where it lives
-            written = _written_producer(node, target, ref)
-            if written is not None and written in group_of:
-                group = group_of[written]
-        seen_data = list(dict.fromkeys(data))
+        elif written is not None and written.split(":")[0] in group_of:
+            # an in-place write to a parameter or buffer (num_batches_tracked += 1) runs where it lives
+            group = group_of[written.split(":")[0]]
         ops.append(Op(opname, f"aten.{short}", tuple(seen_data), tuple(sorted(set(ctrl) - {d.split(':')[0] for d in seen_data})),
                       outputs=specs, flops=flops, colocation_group=group, scope=scope, phase=phase, meta=meta))
         if group is not None:
@@ -475,8 +477,9 @@ def _group_gradients(ops: list[Op], params: list[str], producers: list[str | Non
                     ops[k] = replace(op, colocation_group=other)
 
 
-def _written_producer(node, target, ref) -> str | None:
-    """The op whose output ``node`` writes in place, by its schema (``add_``'s ``self``), if any."""
+def _written_ref(node, target, ref) -> str | None:
+    """The tensor (``"op"`` or ``"op:k"``) that ``node`` writes in place, by its schema (``add_``'s
+    ``self``), if any."""
     import torch.fx as fx
 
     schema = getattr(target, "_schema", None)
@@ -486,7 +489,7 @@ def _written_producer(node, target, ref) -> str | None:
         if arg.alias_info is not None and arg.alias_info.is_write:
             val = node.args[j] if j < len(node.args) else node.kwargs.get(arg.name)
             if isinstance(val, fx.Node) and val in ref:
-                return ref[val][0].split(":")[0]
+                return ref[val][0]
     return None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from autoplace.cluster import Cluster, Device, Link, LinkSpec
+from autoplace.cluster import Cluster, Device, Link, LinkSpec, Segment
 from autoplace.errors import AutoplaceError, FormatError
 from autoplace.formats._json import Fields, check_format, read_json, write_json
 from autoplace.graph import Graph, Op, TensorSpec
@@ -128,9 +128,19 @@ def save_graph(graph: Graph, path: str | os.PathLike) -> None:
 
 
 # ---------------------------------------------------------------------- cluster
-def _link_spec(obj: Any, where: str) -> LinkSpec:
-    f = Fields(obj, where)
-    return LinkSpec(float(f.number("bandwidth", positive=True)), float(f.number("latency_s", 0.0)))
+def _link_fields(f: Fields) -> dict[str, Any]:
+    """The fields a link and the default link share."""
+    return {"bandwidth": float(f.number("bandwidth", positive=True)), "latency_s": float(f.number("latency_s", 0.0)),
+            "overhead_s": float(f.number("overhead_s", 0.0)), "segments": tuple(f.str_list("segments", []))}
+
+
+def _link_dict(link: Link | LinkSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {"bandwidth": link.bandwidth, "latency_s": link.latency_s}
+    if link.overhead_s:
+        out["overhead_s"] = link.overhead_s
+    if link.segments:
+        out["segments"] = list(link.segments)
+    return out
 
 
 def cluster_from_dict(obj: Any, where: str = "cluster") -> Cluster:
@@ -150,16 +160,23 @@ def cluster_from_dict(obj: Any, where: str = "cluster") -> Cluster:
             op_overhead_s=float(df.number("op_overhead_s", 0.0)), concurrency=df.int("concurrency", 1, minimum=1),
             send_cost_s_per_byte=float(df.number("send_cost_s_per_byte", 0.0)),
             send_overhead_s=float(df.number("send_overhead_s", 0.0)),
-            recv_overhead_s=float(df.number("recv_overhead_s", 0.0)), meta=df.extra()))
+            recv_overhead_s=float(df.number("recv_overhead_s", 0.0)),
+            send_engines=df.int("send_engines", None), recv_engines=df.int("recv_engines", None),
+            achievable_flops=_optional_float(df.number("achievable_flops", None, positive=True)),
+            achievable_bandwidth=_optional_float(df.number("achievable_bandwidth", None, positive=True)),
+            meta=df.extra()))
+    segments = []
+    for i, raw in enumerate(f.list("segments", [])):
+        sf = Fields(raw, f"{where}: segment #{i}")
+        segments.append(Segment(sf.str("name"), float(sf.number("bandwidth", positive=True))))
     links = []
     for i, raw in enumerate(f.list("links", [])):
         lf = Fields(raw, f"{where}: link #{i}")
-        links.append(Link(lf.str("src"), lf.str("dst"), float(lf.number("bandwidth", positive=True)),
-                          float(lf.number("latency_s", 0.0))))
+        links.append(Link(lf.str("src"), lf.str("dst"), **_link_fields(lf)))
     default = f.dict("default_link", None)
-    default_link = _link_spec(default, f"{where}: default_link") if default is not None else None
+    default_link = LinkSpec(**_link_fields(Fields(default, f"{where}: default_link"))) if default is not None else None
     try:
-        return Cluster(name, devices, links, default_link, meta=f.extra())
+        return Cluster(name, devices, links, default_link, meta=f.extra(), segments=segments)
     except AutoplaceError as e:
         raise type(e)(f"{where}: {e}") from None
 
@@ -173,14 +190,20 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
                         "op_overhead_s": d.op_overhead_s, "concurrency": d.concurrency,
                         **{k: getattr(d, k) for k in ("send_cost_s_per_byte", "send_overhead_s", "recv_overhead_s")
                            if getattr(d, k)},
+                        **{k: getattr(d, k) for k in ("send_engines", "recv_engines", "achievable_flops",
+                                                      "achievable_bandwidth") if getattr(d, k) is not None},
                         **d.meta})
-    out: dict[str, Any] = {"format": CLUSTER_FORMAT, "name": cluster.name, **cluster.meta, "devices": devices,
-                           "links": [{"src": ln.src, "dst": ln.dst, "bandwidth": ln.bandwidth,
-                                      "latency_s": ln.latency_s} for ln in cluster.links]}
+    out: dict[str, Any] = {"format": CLUSTER_FORMAT, "name": cluster.name, **cluster.meta, "devices": devices}
+    if cluster.segments:
+        out["segments"] = [{"name": seg.name, "bandwidth": seg.bandwidth} for seg in cluster.segments]
+    out["links"] = [{"src": ln.src, "dst": ln.dst, **_link_dict(ln)} for ln in cluster.links]
     if cluster.default_link is not None:
-        out["default_link"] = {"bandwidth": cluster.default_link.bandwidth,
-                               "latency_s": cluster.default_link.latency_s}
+        out["default_link"] = _link_dict(cluster.default_link)
     return out
+
+
+def _optional_float(x: Any) -> float | None:
+    return None if x is None else float(x)
 
 
 def load_cluster(path: str | os.PathLike) -> Cluster:

@@ -8,8 +8,9 @@ runs keeps the task graph acyclic). The model, in integer time units ``u``:
 * an optional interval of length ``floor(t(k, d) / u)`` per (task, device); per device, ``NoOverlap``
   (or ``Cumulative`` up to the device's ``concurrency``);
 * for every data edge ``a -> b`` and devices ``da != db``:
-  ``start[b] >= end[a] + floor((latency(da, db) + bytes / bandwidth(da, db)) / u)`` if
-  ``x[a, da] and x[b, db]``, and ``start[b] >= end[a]`` otherwise;
+  ``start[b] >= end[a] + floor(transfer_time(bytes)[da, db] / u)`` if ``x[a, da] and x[b, db]``, and
+  ``start[b] >= end[a]`` otherwise, where ``transfer_time`` (:meth:`autoplace.cluster.Cluster.transfer_time`)
+  is a lone transfer's ``overhead + bytes / bandwidth + latency``, the least a simulated one takes;
 * memory, relaxed to what every simulated step must hold: the parameters placed on a device are resident
   all step, and an op's outputs are allocated beside them while it runs, so
   ``sum_k x[k, d] * params(k) <= memory(d)`` and no task goes where ``params(k) + outputs of its largest
@@ -19,7 +20,7 @@ runs keeps the task graph acyclic). The model, in integer time units ``u``:
 
 ``t(k, d)`` is the least time the task's ops take on ``d`` under any contention (alone or loaded costs,
 :func:`autoplace.cost.least_op_times`). Durations and delays are rounded *down* to whole units, links are
-not contended and ops may run in any order, so every schedule the simulator produces for a placement of
+engines and segments are not contended and ops may run in any order, so every schedule the simulator produces for a placement of
 whole tasks maps to a feasible schedule of the model no longer than it. On the op-level model, CP-SAT's
 proven bound (``BestObjectiveBound * u``) is therefore a lower bound on the simulated step of **every**
 placement that honours the co-location groups and fits in memory; on a coarse model it bounds only
@@ -130,7 +131,7 @@ class _Model:
         for a, b, nb in zip(task[src].tolist(), task[dst].tolist(), nbytes.tolist()):
             if a != b:
                 edges[(a, b)] = edges.get((a, b), 0) + nb
-        comm = {e: cluster.latency + nb / cluster.bandwidth for e, nb in edges.items()}
+        comm = {e: cluster.transfer_time(nb) for e, nb in edges.items()}  # the least a transfer can take
         # the unit: about 1e6 units over a serial schedule on the slowest feasible devices
         worst = float(np.where(self.ok_task, t_task, 0).max(axis=1).sum()
                       + sum(float(np.where(np.isfinite(c), c, 0).max()) for c in comm.values()))

@@ -2,7 +2,8 @@
 
 All four walk the op graph and decide each op's device with a running schedule (:class:`_Schedule`):
 per-device ready time, each placed op's finish time, and an op's earliest start on a device counting the
-transfer of every input produced elsewhere (``latency + bytes / bandwidth``; links are not contended in
+transfer of every input produced elsewhere (a lone transfer's ``overhead + bytes / bandwidth + latency``,
+:meth:`autoplace.cluster.Cluster.transfer_time`; links, segments and copy engines are not contended in
 this estimate — the simulator scores the result exactly). Co-location groups are honoured: the first
 member of a group fixes the device of all members. The ``m-`` placers (Baechi, Jeon et al. 2020) also
 keep each device's memory within capacity, counted as the ops are placed (in about execution order):
@@ -74,10 +75,12 @@ class _Schedule:
     def ready_time(self, i: int, d: int) -> float:
         """When all of op ``i``'s inputs can be on device ``d``."""
         t = 0.0
-        bw, lat = self.c.bandwidth, self.c.latency
+        c = self.c
         for s, b in self.inputs[i]:
             ds = self.dev[s]
-            arrive = self.finish[s] if ds == d else self.finish[s] + lat[ds, d] + b / bw[ds, d]
+            # a lone transfer's time (Cluster.transfer_time): no contention for links, segments or engines
+            arrive = self.finish[s] if ds == d else \
+                self.finish[s] + c.overhead[ds, d] + b / c.transfer_bandwidth[ds, d] + c.latency[ds, d]
             if arrive > t:
                 t = arrive
         return t
@@ -141,7 +144,7 @@ def _earliest_finish_in_order(graph: Graph, cluster: Cluster, order, method: str
 def tf_greedy(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """The TensorFlow whitepaper's simulated greedy placer (§3.2.1): walk the ops in topological order and
     put each on the feasible device where it would finish earliest — ``max(device free, inputs there) + op
-    time``, inputs from other devices arriving ``latency + bytes / bandwidth`` after their producer ends.
+    time``, inputs from other devices arriving a lone transfer's time after their producer ends.
     Adapted: the whitepaper's cost model is our :mod:`autoplace.cost`; co-location groups follow their
     first member. No memory check. ``seed`` and ``budget`` are unused (deterministic). O((n + E) D)."""
     return _earliest_finish_in_order(graph, cluster, graph.topological_order, "tf-greedy", memory=False)
@@ -151,14 +154,12 @@ def _upward_rank(graph: Graph, cluster: Cluster, times: np.ndarray) -> np.ndarra
     """HEFT's rank_u: mean op time plus the longest mean-cost path to an exit (Topcuoglu et al. 2002, eq. 8)."""
     finite = np.where(np.isfinite(times), times, np.nan)
     w = np.nanmean(finite, axis=1)
-    off = ~np.eye(cluster.n_devices, dtype=bool)
-    mean_bw = cluster.bandwidth[off].mean() if off.any() else np.inf
-    mean_lat = cluster.latency[off].mean() if off.any() else 0.0
     rank = np.zeros(graph.n_ops)
     src, dst, nbytes = graph.edges()
+    comm = cluster.mean_transfer_time(nbytes)
     succ: list[list[tuple[int, float]]] = [[] for _ in range(graph.n_ops)]
-    for s_, d_, b in zip(src.tolist(), dst.tolist(), nbytes.tolist()):
-        succ[s_].append((d_, mean_lat + b / mean_bw if cluster.n_devices > 1 else 0.0))
+    for s_, d_, c in zip(src.tolist(), dst.tolist(), comm.tolist()):
+        succ[s_].append((d_, c))
     for i in graph.topological_order[::-1]:
         i = int(i)
         rank[i] = w[i] + max((c + rank[j] for j, c in succ[i]), default=0.0)
@@ -211,9 +212,9 @@ def m_topo(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
     full; ops that cannot run on the current device go to the first later device that can take them.
     Baechi's m-TOPO (Jeon et al. 2020 §4.1); ``seed`` and ``budget`` are unused. O(n D + E)."""
     s = _Schedule(graph, cluster, memory=True)
-    order = sorted(range(cluster.n_devices), key=lambda d: (-cluster.peak_flops[d], d))
+    order = sorted(range(cluster.n_devices), key=lambda d: (-cluster.achievable_flops[d], d))
     fastest = s.times.min(axis=1)
-    speed = cluster.peak_flops[order] / cluster.peak_flops[order].sum()
+    speed = cluster.achievable_flops[order] / cluster.achievable_flops[order].sum()
     share = fastest.sum() * speed        # work each device should take, in device-fill order
     k, load = 0, 0.0
     for i in graph.topological_order:
@@ -340,8 +341,7 @@ def favourite_children(graph: Graph, cluster: Cluster, *,
     es, ed = key // n, key % n
     eb = np.zeros(len(key))
     np.add.at(eb, inv.ravel(), nbytes)
-    off = ~np.eye(cluster.n_devices, dtype=bool)
-    comm = (cluster.latency[off].mean() + eb / cluster.bandwidth[off].mean()) if off.any() else np.zeros(len(key))
+    comm = cluster.mean_transfer_time(eb)
     fav_parent = np.full(n, -1, dtype=np.int64)
     limit = 0.5 * (budget if budget is not None else 60.0)
     how, why = "lp", f"SCT LP solved ({len(es):,} edges)"

@@ -95,9 +95,9 @@ def _scotch_map(gg: GroupGraph, cluster: Cluster, devices: list[int], seed) -> n
     tie-breaking and so gives a different, still reproducible, mapping per seed."""
     gmap, amk = _scotch_tools()
     D = len(devices)
-    speed = cluster.peak_flops[devices]
+    speed = cluster.achievable_flops[devices]
     arch_vw = np.maximum(1, np.round(speed / speed.min())).astype(np.int64)
-    bw = cluster.bandwidth[np.ix_(devices, devices)]
+    bw = cluster.transfer_bandwidth[np.ix_(devices, devices)]
     fastest = bw[~np.eye(D, dtype=bool)].max() if D > 1 else 1.0
     arch_adj, arch_ew, arch_xadj = [], [], [0]
     for a in range(D):
@@ -175,7 +175,7 @@ def metis(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placemen
                                   eweights=ew, options=opts)
     parts = np.asarray(parts, dtype=np.int64)
     load = np.bincount(parts, weights=vw, minlength=len(targets))
-    by_speed = sorted(targets, key=lambda d: (-cluster.peak_flops[d], d))
+    by_speed = sorted(targets, key=lambda d: (-cluster.achievable_flops[d], d))
     part_to_dev = np.empty(len(targets), dtype=np.int64)
     part_to_dev[np.argsort(-load, kind="stable")] = by_speed
     return _finish(graph, cluster, gg, part_to_dev[parts], "metis")

@@ -32,7 +32,9 @@ BACKEND = _cbackend.BACKEND  # "c" (the built extension) or "numba" (the referen
 
 @dataclass(frozen=True)
 class Timeline:
-    """Per-op start/finish times and every transfer (tensor, src device, dst device, start, end)."""
+    """Per-op start/finish times and every transfer: its tensor, source and destination device, when it
+    held its link, segments and engines (``transfer_start`` to ``transfer_end``) and when it landed
+    (``transfer_arrival``: ``transfer_end`` plus the link's latency)."""
 
     start: np.ndarray
     finish: np.ndarray
@@ -42,6 +44,7 @@ class Timeline:
     transfer_dst: np.ndarray
     transfer_start: np.ndarray
     transfer_end: np.ndarray
+    transfer_arrival: np.ndarray
 
     @property
     def n_transfers(self) -> int:
@@ -61,6 +64,8 @@ class SimResult:
     link_bytes: np.ndarray
     n_transfers: int
     timeline: Timeline | None = field(default=None, repr=False)
+    segment_names: tuple[str, ...] = ()
+    segment_time: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def oom_devices(self) -> tuple[str, ...]:
@@ -85,7 +90,7 @@ class SimResult:
         links = [{"src": names[s], "dst": names[d], "bytes": int(self.link_bytes[s, d]),
                   "busy_s": float(self.link_time[s, d])}
                  for s, d in zip(*np.nonzero(self.link_bytes + self.link_time))]
-        return {
+        out = {
             "step_time_s": float(self.step_time),
             "ok": self.ok,
             "oom_devices": list(self.oom_devices),
@@ -96,6 +101,9 @@ class SimResult:
             "transfers": int(self.n_transfers),
             "transfer_bytes": self.transfer_bytes,
         }
+        if self.segment_names:
+            out["segments"] = [{"name": n, "busy_s": float(b)} for n, b in zip(self.segment_names, self.segment_time)]
+        return out
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,7 @@ class BatchResult:
     link_time: np.ndarray
     link_bytes: np.ndarray
     n_transfers: np.ndarray
+    segment_time: np.ndarray
 
     @property
     def oom(self) -> np.ndarray:
@@ -138,8 +147,9 @@ class Simulator:
         g, c = graph, cluster
         self._graph_args = (g.topological_order, g.tensor_src, g.tensor_bytes, g.tensor_alloc, g.op_tensor_ptr,
                             g.tensor_pair_ptr, g.pair_op, g.pair_tensor, g.in_ptr, g.in_pair,
-                            g.out_alloc_total, g.unconsumed_alloc, g.param_bytes)
-        self._cluster_args = (c.bandwidth, c.latency, c.concurrency)
+                            g.out_alloc_total, g.unconsumed_alloc, g.param_bytes, g.alias_pair)
+        self._cluster_args = (c.transfer_bandwidth, c.latency, c.overhead, c.route_ptr, c.route_seg, c.send_engines,
+                              c.recv_engines, c.concurrency)
         self._charges = bool((c.send_cost > 0).any() or (c.send_overhead > 0).any() or (c.recv_overhead > 0).any())
         # contention: devices of one host slow each other; ops profiled both ways carry it
         hosts = np.array([d.meta.get("host") or "" for d in c.devices], dtype=object)
@@ -220,29 +230,32 @@ class Simulator:
         cat = lambda f: np.concatenate([getattr(r[0], f) for r in rows])  # noqa: E731
         return BatchResult(cat("step_time"), cat("busy_time"), cat("peak_memory"),
                            self.cluster.memory_bytes.copy(), cat("link_time"), cat("link_bytes"),
-                           cat("n_transfers")), rows[-1][1]
+                           cat("n_transfers"), cat("segment_time")), rows[-1][1]
 
     def _execute_rows(self, devs: np.ndarray, op_times: np.ndarray) -> tuple[BatchResult, Timeline]:
         B, n = devs.shape
-        D, P = self.cluster.n_devices, self.graph.n_edges
+        D, P, S = self.cluster.n_devices, self.graph.n_edges, len(self.cluster.segments)
         start, finish = np.empty(n), np.empty(n)
         step, nx = np.zeros(B), np.zeros(B, np.int64)
         busy, peak = np.zeros((B, D)), np.zeros((B, D), np.int64)
         link_time, link_bytes = np.zeros((B, D, D)), np.zeros((B, D, D), np.int64)
+        seg_time = np.zeros((B, S))
         xf_t, xf_s, xf_d = np.empty(P, np.int64), np.empty(P, np.int64), np.empty(P, np.int64)
-        xf_a, xf_b = np.empty(P), np.empty(P)
+        xf_a, xf_b, xf_c = np.empty(P), np.empty(P), np.empty(P)
         if _cbackend.BACKEND == "c":
-            _cbackend.simulate(B, n, self.graph.n_tensors, P, D, (
+            _cbackend.simulate(B, n, self.graph.n_tensors, P, D, S, (
                 devs, op_times, *self._graph_args, *self._cluster_args, start, finish, step, busy, peak,
-                link_time, link_bytes, nx, xf_t, xf_s, xf_d, xf_a, xf_b))
+                link_time, link_bytes, seg_time, nx, xf_t, xf_s, xf_d, xf_a, xf_b, xf_c))
         else:
             for b in range(B):
                 step[b], nx[b] = _kernel.simulate_one(
                     devs[b], op_times, *self._graph_args, *self._cluster_args, start, finish, busy[b],
-                    peak[b], link_time[b], link_bytes[b], xf_t, xf_s, xf_d, xf_a, xf_b)
+                    peak[b], link_time[b], link_bytes[b], seg_time[b], xf_t, xf_s, xf_d, xf_a, xf_b, xf_c)
         k = int(nx[-1]) if B else 0
-        timeline = Timeline(start, finish, devs[-1] if B else devs, xf_t[:k], xf_s[:k], xf_d[:k], xf_a[:k], xf_b[:k])
-        return BatchResult(step, busy, peak, self.cluster.memory_bytes.copy(), link_time, link_bytes, nx), timeline
+        timeline = Timeline(start, finish, devs[-1] if B else devs, xf_t[:k], xf_s[:k], xf_d[:k], xf_a[:k], xf_b[:k],
+                            xf_c[:k])
+        return BatchResult(step, busy, peak, self.cluster.memory_bytes.copy(), link_time, link_bytes, nx,
+                           seg_time), timeline
 
     def run(self, placement: Placement | np.ndarray | Sequence[int], *, trace: bool = False) -> SimResult:
         """Simulate one placement; ``trace=True`` keeps the full :class:`Timeline`."""
@@ -250,7 +263,8 @@ class Simulator:
         batch, timeline = self._execute(dev[None, :])
         return SimResult(float(batch.step_time[0]), tuple(self.cluster.device_names), batch.busy_time[0],
                          batch.peak_memory[0], batch.memory_capacity, batch.link_time[0], batch.link_bytes[0],
-                         int(batch.n_transfers[0]), timeline if trace else None)
+                         int(batch.n_transfers[0]), timeline if trace else None,
+                         tuple(seg.name for seg in self.cluster.segments), batch.segment_time[0])
 
     def run_batch(self, placements: np.ndarray | Sequence[Placement]) -> BatchResult:
         """Simulate ``B`` placements (``[B, n_ops]`` device indices, or Placement objects) in one call."""

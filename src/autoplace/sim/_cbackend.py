@@ -23,7 +23,7 @@ def load() -> ctypes.CDLL | None:
             continue
         fn = lib.ap_simulate
         fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 31
+        fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_void_p] * 39
         return lib
     return None
 
@@ -32,8 +32,8 @@ _LIB = load()
 BACKEND = "c" if _LIB is not None else "numba"
 
 
-def simulate(B, n, T, P, D, arrays) -> None:
+def simulate(B, n, T, P, D, S, arrays) -> None:
     """Call ``ap_simulate`` with the contiguous arrays in its argument order (after the sizes)."""
-    rc = _LIB.ap_simulate(B, n, T, P, D, *[a.ctypes.data for a in arrays])
+    rc = _LIB.ap_simulate(B, n, T, P, D, S, *[a.ctypes.data for a in arrays])
     if rc != 0:
         raise MemoryError("the simulator could not allocate its work space")

@@ -2,7 +2,7 @@
  * autoplace/sim/_kernel.py (the numba kernel, which stays as the portable fallback and as the
  * reference the tests compare this one against). Loaded with ctypes; no Python API is used.
  *
- * Events are ordered by (time, kind, id): FINISH(op)=0, XFER(transfer)=1, DISPATCH(device)=2.
+ * Events are ordered by (time, kind, id): FINISH(op)=0, XFER(transfer lands)=1, DISPATCH(device)=2.
  * See _kernel.py's module docstring for the semantics.
  */
 #include <math.h>
@@ -63,29 +63,31 @@ static inline i64 heap_pop(double *ht, i64 *hk, i64 size) {
 
 typedef struct {
     /* graph */
-    i64 n, T, P, D;
+    i64 n, T, P, D, S;
     const double *optime; /* [n, D] */
     const i64 *order, *tensor_src, *tensor_bytes, *tensor_alloc, *op_tensor_ptr, *tensor_pair_ptr, *pair_op,
-        *pair_tensor, *in_ptr, *in_pair, *out_alloc_total, *unconsumed_alloc, *param_bytes;
+        *pair_tensor, *in_ptr, *in_pair, *out_alloc_total, *unconsumed_alloc, *param_bytes, *alias_pair;
     /* cluster */
-    const double *bandwidth, *latency; /* [D, D] */
-    const i64 *concurrency;
+    const double *bandwidth, *latency, *overhead; /* [D, D]; bandwidth = the pair's transfer bandwidth */
+    const i64 *route_ptr, *route_seg, *send_cap, *recv_cap, *concurrency;
+    i64 ES, ER; /* engines per device in send_free / recv_free (at least 1) */
 } Problem;
 
 typedef struct {
     /* per device d, ops ready later than the instant they were released wait in a heap
      * (qt/qk[qbase[d]:], key = (ready time, release seq)); ops ready at once wait in a FIFO
      * (ft/fs/fop[qbase[d] + fhead[d] : qbase[d] + ftail[d]]), already in (ready time, seq) order. */
-    i64 *qbase, *qsize, *qk, *fs, *fop, *fhead, *ftail, *seq_op, *ek, *cnt, *busy, *ref_src, *ref_x, *pair_copy,
+    i64 *qbase, *qsize, *qk, *fs, *fop, *fhead, *ftail, *seq_op, *ek, *cnt, *busy, *ref, *pair_buf, *xf_buf,
         *stamp, *xid_of, *mem, *xf_next, *link_tail;
-    double *qt, *ft, *et, *ready, *pend, *link_free;
+    double *qt, *ft, *et, *ready, *pend, *link_free, *seg_free, *send_free, *recv_free;
     void *block;
 } Work;
 
 static int work_alloc(Work *w, const Problem *p) {
-    i64 n = p->n, T = p->T, P = p->P, D = p->D, cap = 2 * n + P + D + 1;
-    size_t ints = (size_t)((D + 1) + D + n + n + n + D + D + n + cap + n + D + T + P + P + D + D + D + P + D * D);
-    size_t dbls = (size_t)(n + n + cap + n + D + D * D);
+    i64 n = p->n, T = p->T, P = p->P, D = p->D, S = p->S, cap = 2 * n + P + D + 1;
+    size_t ints = (size_t)((D + 1) + D + n + n + n + D + D + n + cap + n + D + (T + P) + P + P + D + D + D + P +
+                           D * D);
+    size_t dbls = (size_t)(n + n + cap + n + D + D * D + S + D * p->ES + D * p->ER);
     char *b = malloc(ints * sizeof(i64) + dbls * sizeof(double) + 64);
     if (!b) return -1;
     w->block = b;
@@ -101,9 +103,9 @@ static int work_alloc(Work *w, const Problem *p) {
     w->ek = ip; ip += cap;
     w->cnt = ip; ip += n;
     w->busy = ip; ip += D;
-    w->ref_src = ip; ip += T;
-    w->ref_x = ip; ip += P;
-    w->pair_copy = ip; ip += P;
+    w->ref = ip; ip += T + P;
+    w->pair_buf = ip; ip += P;
+    w->xf_buf = ip; ip += P;
     w->stamp = ip; ip += D;
     w->xid_of = ip; ip += D;
     w->mem = ip; ip += D;
@@ -115,7 +117,10 @@ static int work_alloc(Work *w, const Problem *p) {
     w->et = dp; dp += cap;
     w->ready = dp; dp += n;
     w->pend = dp; dp += D;
-    w->link_free = dp;
+    w->link_free = dp; dp += D * D;
+    w->seg_free = dp; dp += S;
+    w->send_free = dp; dp += D * p->ES;
+    w->recv_free = dp;
     return 0;
 }
 
@@ -175,10 +180,23 @@ static inline i64 dispatch(const Problem *p, Work *w, i64 d, double t, i64 esize
     return esize;
 }
 
+/* Bytes of buffer b: tensor b's own allocation (b < T) or received copy b - T. */
+static inline i64 buffer_bytes(const Problem *p, i64 b, const i64 *xf_tensor) {
+    return b < p->T ? p->tensor_alloc[b] : p->tensor_bytes[xf_tensor[b - p->T]];
+}
+
+/* Index of the engine among free[base:base+cap] that frees first (the lowest on ties). */
+static inline i64 first_free(const double *free, i64 base, i64 cap) {
+    i64 k = base;
+    for (i64 j = base + 1; j < base + cap; j++)
+        if (free[j] < free[k]) k = j;
+    return k;
+}
+
 static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, double *finish, double *busy_time,
-                      i64 *peak, double *link_time, i64 *link_bytes, i64 *xf_tensor, i64 *xf_src, i64 *xf_dst,
-                      double *xf_start, double *xf_end, i64 *n_transfers) {
-    i64 n = p->n, D = p->D, T = p->T, P = p->P;
+                      i64 *peak, double *link_time, i64 *link_bytes, double *seg_time, i64 *xf_tensor, i64 *xf_src,
+                      i64 *xf_dst, double *xf_start, double *xf_end, double *xf_land, i64 *n_transfers) {
+    i64 n = p->n, D = p->D, T = p->T, P = p->P, S = p->S;
     i64 esize = 0, nx = 0;
     memset(w->qbase, 0, sizeof(i64) * (D + 1));
     for (i64 i = 0; i < n; i++) w->qbase[dev[i] + 1] += 1;
@@ -189,10 +207,12 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
     i64 seq = 0;
     memset(w->ready, 0, sizeof(double) * n);
     memset(w->busy, 0, sizeof(i64) * D);
-    memset(w->ref_src, 0, sizeof(i64) * T);
-    memset(w->ref_x, 0, sizeof(i64) * P);
+    memset(w->ref, 0, sizeof(i64) * (T + P));
     memset(w->mem, 0, sizeof(i64) * D);
     memset(w->link_free, 0, sizeof(double) * D * D);
+    memset(w->seg_free, 0, sizeof(double) * S);
+    memset(w->send_free, 0, sizeof(double) * D * p->ES);
+    memset(w->recv_free, 0, sizeof(double) * D * p->ER);
     for (i64 l = 0; l < D * D; l++) w->link_tail[l] = -1;
     for (i64 d = 0; d < D; d++) {
         w->pend[d] = INFINITY;
@@ -224,47 +244,61 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
             i64 i = ident, d = dev[i];
             w->busy[d] -= 1;
             if (t > makespan) makespan = t;
-            for (i64 q = p->in_ptr[i]; q < p->in_ptr[i + 1]; q++) {
-                i64 pr = p->in_pair[q], x = w->pair_copy[pr];
-                if (x < 0) {
-                    i64 tt = p->pair_tensor[pr];
-                    if (--w->ref_src[tt] == 0) w->mem[d] -= p->tensor_alloc[tt];
-                } else if (--w->ref_x[x] == 0) {
-                    w->mem[d] -= p->tensor_bytes[xf_tensor[x]];
-                }
-            }
-            w->mem[d] -= p->unconsumed_alloc[i];
+            /* a view's outputs live in the buffer of the input it aliases */
+            i64 obuf = p->alias_pair[i] >= 0 ? w->pair_buf[p->alias_pair[i]] : -1;
             for (i64 tt = p->op_tensor_ptr[i]; tt < p->op_tensor_ptr[i + 1]; tt++) {
-                i64 b = p->tensor_bytes[tt];
+                i64 b = p->tensor_bytes[tt], buf = obuf >= 0 ? obuf : tt;
                 for (i64 pr = p->tensor_pair_ptr[tt]; pr < p->tensor_pair_ptr[tt + 1]; pr++) {
                     i64 c = p->pair_op[pr], dc = dev[c];
                     double arrival;
                     if (dc == d) {
-                        w->pair_copy[pr] = -1;
-                        w->ref_src[tt] += 1;
+                        w->pair_buf[pr] = buf;
+                        w->ref[buf] += 1;
                         arrival = t;
                     } else {
                         if (w->stamp[dc] != tt) {
                             w->stamp[dc] = tt;
-                            double lf = w->link_free[d * D + dc];
-                            double xs = t > lf ? t : lf;
-                            double xe = xs + p->latency[d * D + dc] + (double)b / p->bandwidth[d * D + dc];
-                            w->link_free[d * D + dc] = xe;
-                            link_time[d * D + dc] += xe - xs;
-                            link_bytes[d * D + dc] += b;
+                            i64 l = d * D + dc, ks = -1, kr = -1;
+                            double xs = t > w->link_free[l] ? t : w->link_free[l];
+                            if (p->send_cap[d] > 0) {
+                                ks = first_free(w->send_free, d * p->ES, p->send_cap[d]);
+                                if (w->send_free[ks] > xs) xs = w->send_free[ks];
+                            }
+                            if (p->recv_cap[dc] > 0) {
+                                kr = first_free(w->recv_free, dc * p->ER, p->recv_cap[dc]);
+                                if (w->recv_free[kr] > xs) xs = w->recv_free[kr];
+                            }
+                            for (i64 r = p->route_ptr[l]; r < p->route_ptr[l + 1]; r++)
+                                if (w->seg_free[p->route_seg[r]] > xs) xs = w->seg_free[p->route_seg[r]];
+                            double occ = p->overhead[l] + (double)b / p->bandwidth[l];
+                            double xe = xs + occ;
+                            w->link_free[l] = xe;
+                            if (ks >= 0) w->send_free[ks] = xe;
+                            if (kr >= 0) w->recv_free[kr] = xe;
+                            for (i64 r = p->route_ptr[l]; r < p->route_ptr[l + 1]; r++) {
+                                w->seg_free[p->route_seg[r]] = xe;
+                                seg_time[p->route_seg[r]] += occ;
+                            }
+                            link_time[l] += occ;
+                            link_bytes[l] += b;
                             xf_tensor[nx] = tt;
                             xf_src[nx] = d;
                             xf_dst[nx] = dc;
                             xf_start[nx] = xs;
                             xf_end[nx] = xe;
-                            w->ref_src[tt] += 1;
+                            xf_land[nx] = xe + p->latency[l];
+                            w->xf_buf[nx] = buf;
+                            w->ref[buf] += 1;
+                            /* the received copy is allocated when the transfer is issued */
+                            w->mem[dc] += b;
+                            if (w->mem[dc] > peak[dc]) peak[dc] = w->mem[dc];
                             w->xid_of[dc] = nx;
-                            /* A link's arrivals come in FIFO order, so only its oldest pending one needs
-                             * to be in the event heap; the rest wait on a list (same event order). */
+                            /* A link's transfers land in the order they were issued (starts and ends are
+                             * FIFO per link and its latency is fixed), so only its oldest pending landing
+                             * needs to be in the event heap; the rest wait on a list (same event order). */
                             w->xf_next[nx] = -1;
-                            i64 l = d * D + dc;
                             if (w->link_tail[l] < 0) {
-                                esize = heap_push(w->et, w->ek, esize, xe, ((i64)XFER << KSHIFT) + nx);
+                                esize = heap_push(w->et, w->ek, esize, xf_land[nx], ((i64)XFER << KSHIFT) + nx);
                             } else {
                                 w->xf_next[w->link_tail[l]] = nx;
                             }
@@ -272,9 +306,9 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
                             nx += 1;
                         }
                         i64 x = w->xid_of[dc];
-                        w->ref_x[x] += 1;
-                        w->pair_copy[pr] = x;
-                        arrival = xf_end[x];
+                        w->ref[T + x] += 1;
+                        w->pair_buf[pr] = T + x;
+                        arrival = xf_land[x];
                     }
                     if (arrival > w->ready[c]) w->ready[c] = arrival;
                     /* No DISPATCH event for a remote device: the op's last input is a transfer to dc
@@ -282,6 +316,12 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
                     if (--w->cnt[c] == 0) enqueue(w, c, dc, w->ready[c], t, seq++);
                 }
             }
+            /* release the input buffers this op was holding (after delivery: a view's readers hold its base) */
+            for (i64 q = p->in_ptr[i]; q < p->in_ptr[i + 1]; q++) {
+                i64 bq = w->pair_buf[p->in_pair[q]];
+                if (--w->ref[bq] == 0) w->mem[d] -= buffer_bytes(p, bq, xf_tensor);
+            }
+            w->mem[d] -= p->unconsumed_alloc[i];
             if (has_queued(w, d)) {
                 if (esize == 0 || w->et[0] > t) {
                     esize = dispatch(p, w, d, t, esize, start, finish, busy_time, peak);
@@ -291,15 +331,14 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
                 }
             }
         } else if (kind == XFER) {
-            i64 x = ident, tt = xf_tensor[x], dc = xf_dst[x], nxt = w->xf_next[x];
+            i64 x = ident, dc = xf_dst[x], nxt = w->xf_next[x];
             if (nxt >= 0) {
-                esize = heap_push(w->et, w->ek, esize, xf_end[nxt], ((i64)XFER << KSHIFT) + nxt);
+                esize = heap_push(w->et, w->ek, esize, xf_land[nxt], ((i64)XFER << KSHIFT) + nxt);
             } else {
                 w->link_tail[xf_src[x] * D + dc] = -1;
             }
-            w->mem[dc] += p->tensor_bytes[tt];
-            if (w->mem[dc] > peak[dc]) peak[dc] = w->mem[dc];
-            if (--w->ref_src[tt] == 0) w->mem[xf_src[x]] -= p->tensor_alloc[tt];
+            i64 bq = w->xf_buf[x];
+            if (--w->ref[bq] == 0) w->mem[xf_src[x]] -= buffer_bytes(p, bq, xf_tensor);
             if (w->busy[dc] < p->concurrency[dc] && ready_now(w, dc, t)) {
                 if (esize == 0 || w->et[0] > t) {
                     esize = dispatch(p, w, dc, t, esize, start, finish, busy_time, peak);
@@ -321,23 +360,30 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
 /* Simulate B placements (rows of devs[B, n]). Per-placement outputs have a leading B axis;
  * start/finish/xf_* are scratch shared by all rows (the last row's timeline is left in them).
  * Returns 0, or -1 if memory could not be allocated. */
-int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, const i64 *devs, const double *optime, const i64 *order,
+int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, const i64 *devs, const double *optime, const i64 *order,
                 const i64 *tensor_src, const i64 *tensor_bytes, const i64 *tensor_alloc, const i64 *op_tensor_ptr,
                 const i64 *tensor_pair_ptr, const i64 *pair_op, const i64 *pair_tensor, const i64 *in_ptr,
                 const i64 *in_pair, const i64 *out_alloc_total, const i64 *unconsumed_alloc,
-                const i64 *param_bytes, const double *bandwidth, const double *latency, const i64 *concurrency,
-                double *start, double *finish, double *step_time, double *busy_time, i64 *peak,
-                double *link_time, i64 *link_bytes, i64 *n_transfers, i64 *xf_tensor, i64 *xf_src,
-                i64 *xf_dst, double *xf_start, double *xf_end) {
-    Problem p = {n, T, P, D, optime, order, tensor_src, tensor_bytes, tensor_alloc, op_tensor_ptr, tensor_pair_ptr,
-                 pair_op, pair_tensor, in_ptr, in_pair, out_alloc_total, unconsumed_alloc, param_bytes,
-                 bandwidth, latency, concurrency};
+                const i64 *param_bytes, const i64 *alias_pair, const double *bandwidth, const double *latency,
+                const double *overhead, const i64 *route_ptr, const i64 *route_seg, const i64 *send_cap,
+                const i64 *recv_cap, const i64 *concurrency, double *start, double *finish, double *step_time,
+                double *busy_time, i64 *peak, double *link_time, i64 *link_bytes, double *seg_time,
+                i64 *n_transfers, i64 *xf_tensor, i64 *xf_src, i64 *xf_dst, double *xf_start, double *xf_end,
+                double *xf_land) {
+    Problem p = {n, T, P, D, S, optime, order, tensor_src, tensor_bytes, tensor_alloc, op_tensor_ptr,
+                 tensor_pair_ptr, pair_op, pair_tensor, in_ptr, in_pair, out_alloc_total, unconsumed_alloc,
+                 param_bytes, alias_pair, bandwidth, latency, overhead, route_ptr, route_seg, send_cap, recv_cap,
+                 concurrency, 1, 1};
+    for (i64 d = 0; d < D; d++) {
+        if (send_cap[d] > p.ES) p.ES = send_cap[d];
+        if (recv_cap[d] > p.ER) p.ER = recv_cap[d];
+    }
     Work w;
     if (work_alloc(&w, &p) != 0) return -1;
     for (i64 b = 0; b < B; b++) {
         step_time[b] = run_one(&p, &w, devs + b * n, start, finish, busy_time + b * D, peak + b * D,
-                               link_time + b * D * D, link_bytes + b * D * D, xf_tensor, xf_src, xf_dst,
-                               xf_start, xf_end, n_transfers + b);
+                               link_time + b * D * D, link_bytes + b * D * D, seg_time + b * S, xf_tensor, xf_src,
+                               xf_dst, xf_start, xf_end, xf_land, n_transfers + b);
     }
     free(w.block);
     return 0;

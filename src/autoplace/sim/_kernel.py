@@ -2,22 +2,30 @@
 
 Events, processed in ``(time, kind, id)`` order so that every run is deterministic:
 
-* ``FINISH(op)``   (kind 0) an op ends: its device slot frees, its inputs' buffers may be released, and
-  each of its tensors is delivered — to local consumers at once, to each other consuming device by one
-  transfer on the link ``src -> dst`` (Send/Recv; sent once per destination device). Links are FIFO:
-  a transfer starts at ``max(tensor ready, link free)`` and occupies the link for
-  ``latency + bytes / bandwidth``. Transfers do not use the devices' compute slots (DMA).
-* ``XFER(x)``      (kind 1) a transfer lands: the received copy is allocated on the destination and the
-  source copy is released if nothing else needs it.
+* ``FINISH(op)``   (kind 0) an op ends: its device slot frees, each of its tensors is delivered — to local
+  consumers at once, to each other consuming device by one transfer (Send/Recv; sent once per
+  destination device) — and then its inputs' buffers may be released.
+* ``XFER(x)``      (kind 1) a transfer lands: its consumers may become ready, and the source's buffer is
+  released if nothing else needs it.
 * ``DISPATCH(d)``  (kind 2) device ``d`` starts ready ops while it has a free slot (``concurrency``),
   taking the one with the earliest ready time, ties by release order (the order in which ops had their
   last input resolved; sources in topological order). Dispatch runs after all finishes and arrivals of
   the same instant. Ops ready at the instant they are released wait in a per-device FIFO (already in
   that order), ops waiting for a later arrival in a per-device heap.
 
-Memory: parameters are resident all step; an op's outputs are allocated when it starts; a tensor's
-buffer is released after the last consumer on that device finishes (the source copy also waits for its
-outgoing transfers); outputs nobody reads are released when their op finishes.
+Transfers: a transfer ``src -> dst`` needs the link, every segment on the pair's route, one of the
+source's send engines and one of the destination's receive engines (a count of 0 sets no limit). It is
+issued when its tensor is ready and starts when all of them are free, taking the engine that frees first;
+every resource serves transfers in the order they are issued (a CUDA stream's order), so the start is
+known at issue: ``start = max(ready, link free, segments free, engines free)``. It holds them all for
+``overhead + bytes / bandwidth`` (the pair's ``transfer_bandwidth``: the least of its link's and
+segments') and lands ``latency`` after that. Transfers do not use the devices' compute slots (DMA).
+
+Memory: parameters are resident all step; an op's outputs are allocated when it starts; a received copy
+when its transfer is issued. Outputs live in buffers: an op's own, or, for a view (``alias_pair``), the
+buffer of the input it aliases. A buffer is released when its last reader on that device has finished
+and its outgoing transfers have landed — readers of a view count as readers of its base. Outputs nobody
+reads are released when their op finishes.
 """
 
 from __future__ import annotations
@@ -128,21 +136,41 @@ def _dispatch(d, t, optime, out_alloc_total, qt, qk, qbase, qsize, ft, fs, fhead
     return esize
 
 
+@njit(cache=True, inline="always")
+def _buffer_bytes(b, T, tensor_alloc, tensor_bytes, xf_tensor):
+    """Bytes of buffer ``b``: tensor ``b``'s own allocation (``b < T``) or received copy ``b - T``."""
+    if b < T:
+        return tensor_alloc[b]
+    return tensor_bytes[xf_tensor[b - T]]
+
+
+@njit(cache=True, inline="always")
+def _first_free(free, base, cap):
+    """Index of the engine among ``free[base:base+cap]`` that frees first (the lowest on ties)."""
+    k = base
+    for j in range(base + 1, base + cap):
+        if free[j] < free[k]:
+            k = j
+    return k
+
+
 @njit(cache=True)
 def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, op_tensor_ptr, tensor_pair_ptr,
-                 pair_op, pair_tensor, in_ptr, in_pair, out_alloc_total, unconsumed_alloc, param_bytes,
-                 bandwidth, latency, concurrency,
-                 start, finish, busy_time, peak, link_time, link_bytes,
-                 xf_tensor, xf_src, xf_dst, xf_start, xf_end):
+                 pair_op, pair_tensor, in_ptr, in_pair, out_alloc_total, unconsumed_alloc, param_bytes, alias_pair,
+                 bandwidth, latency, overhead, route_ptr, route_seg, send_cap, recv_cap, concurrency,
+                 start, finish, busy_time, peak, link_time, link_bytes, seg_time,
+                 xf_tensor, xf_src, xf_dst, xf_start, xf_end, xf_land):
     """Simulate one placement ``dev`` (op -> device index). Fills the output arrays in place.
 
-    Returns ``(step_time, n_transfers)``. ``peak``, ``busy_time``, ``link_time`` and ``link_bytes``
-    must be zeroed by the caller; ``xf_*`` need room for one transfer per (tensor, consumer) pair.
+    Returns ``(step_time, n_transfers)``. ``peak``, ``busy_time``, ``link_time``, ``link_bytes`` and
+    ``seg_time`` must be zeroed by the caller; ``xf_*`` need room for one transfer per (tensor, consumer)
+    pair. ``bandwidth`` is the cluster's ``transfer_bandwidth``.
     """
     n = dev.shape[0]
     D = concurrency.shape[0]
     T = tensor_src.shape[0]
     P = pair_op.shape[0]
+    S = seg_time.shape[0]
     KB = np.int64(1) << 40  # event key = kind * KB + id, ordered by (time, kind, id)
 
     # per-device ready queues share one array, device d owning qbase[d]:qbase[d+1]
@@ -170,12 +198,17 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, op_
     ready = np.zeros(n, np.float64)
     busy = np.zeros(D, np.int64)
     pend = np.full(D, np.inf)
-    ref_src = np.zeros(T, np.int64)
-    ref_x = np.zeros(P, np.int64)
-    pair_copy = np.empty(P, np.int64)
+    ref = np.zeros(T + P, np.int64)       # readers and pending sends of each buffer (tensors, then copies)
+    pair_buf = np.empty(P, np.int64)      # the buffer each (tensor, consumer) pair reads
+    xf_buf = np.empty(P, np.int64)        # the buffer each transfer sends from
     stamp = np.full(D, -1, np.int64)
     xid_of = np.zeros(D, np.int64)
-    link_free = np.zeros((D, D), np.float64)
+    link_free = np.zeros(D * D, np.float64)
+    seg_free = np.zeros(S, np.float64)
+    ES = max(1, send_cap.max())
+    ER = max(1, recv_cap.max())
+    send_free = np.zeros(D * ES, np.float64)
+    recv_free = np.zeros(D * ER, np.float64)
     mem = np.zeros(D, np.int64)
 
     for i in range(n):
@@ -208,51 +241,70 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, op_
             busy[d] -= 1
             if t > makespan:
                 makespan = t
-            # release the input buffers this op was holding
-            for q in range(in_ptr[i], in_ptr[i + 1]):
-                p = in_pair[q]
-                x = pair_copy[p]
-                if x < 0:
-                    tt = pair_tensor[p]
-                    ref_src[tt] -= 1
-                    if ref_src[tt] == 0:
-                        mem[d] -= tensor_alloc[tt]
-                else:
-                    ref_x[x] -= 1
-                    if ref_x[x] == 0:
-                        mem[d] -= tensor_bytes[xf_tensor[x]]
-            mem[d] -= unconsumed_alloc[i]
+            # a view's outputs live in the buffer of the input it aliases
+            obuf = -1
+            if alias_pair[i] >= 0:
+                obuf = pair_buf[alias_pair[i]]
             # deliver each output tensor: locally at once, remotely once per destination device
             for tt in range(op_tensor_ptr[i], op_tensor_ptr[i + 1]):
                 b = tensor_bytes[tt]
+                buf = obuf if obuf >= 0 else tt
                 for p in range(tensor_pair_ptr[tt], tensor_pair_ptr[tt + 1]):
                     c = pair_op[p]
                     dc = dev[c]
                     if dc == d:
-                        pair_copy[p] = -1
-                        ref_src[tt] += 1
+                        pair_buf[p] = buf
+                        ref[buf] += 1
                         arrival = t
                     else:
                         if stamp[dc] != tt:
                             stamp[dc] = tt
-                            xs = t if t > link_free[d, dc] else link_free[d, dc]
-                            xe = xs + latency[d, dc] + b / bandwidth[d, dc]
-                            link_free[d, dc] = xe
-                            link_time[d, dc] += xe - xs
+                            l = d * D + dc
+                            xs = t if t > link_free[l] else link_free[l]
+                            ks = -1
+                            if send_cap[d] > 0:
+                                ks = _first_free(send_free, d * ES, send_cap[d])
+                                if send_free[ks] > xs:
+                                    xs = send_free[ks]
+                            kr = -1
+                            if recv_cap[dc] > 0:
+                                kr = _first_free(recv_free, dc * ER, recv_cap[dc])
+                                if recv_free[kr] > xs:
+                                    xs = recv_free[kr]
+                            for r in range(route_ptr[l], route_ptr[l + 1]):
+                                if seg_free[route_seg[r]] > xs:
+                                    xs = seg_free[route_seg[r]]
+                            occ = overhead[d, dc] + b / bandwidth[d, dc]
+                            xe = xs + occ
+                            link_free[l] = xe
+                            if ks >= 0:
+                                send_free[ks] = xe
+                            if kr >= 0:
+                                recv_free[kr] = xe
+                            for r in range(route_ptr[l], route_ptr[l + 1]):
+                                seg_free[route_seg[r]] = xe
+                                seg_time[route_seg[r]] += occ
+                            link_time[d, dc] += occ
                             link_bytes[d, dc] += b
                             xf_tensor[nx] = tt
                             xf_src[nx] = d
                             xf_dst[nx] = dc
                             xf_start[nx] = xs
                             xf_end[nx] = xe
-                            ref_src[tt] += 1
+                            xf_land[nx] = xe + latency[d, dc]
+                            xf_buf[nx] = buf
+                            ref[buf] += 1
+                            # the received copy is allocated when the transfer is issued
+                            mem[dc] += b
+                            if mem[dc] > peak[dc]:
+                                peak[dc] = mem[dc]
                             xid_of[dc] = nx
-                            esize = _heap_push(et, ek, 0, esize, xe, XFER * KB + nx)
+                            esize = _heap_push(et, ek, 0, esize, xf_land[nx], XFER * KB + nx)
                             nx += 1
                         x = xid_of[dc]
-                        ref_x[x] += 1
-                        pair_copy[p] = x
-                        arrival = xf_end[x]
+                        ref[T + x] += 1
+                        pair_buf[p] = T + x
+                        arrival = xf_land[x]
                     if arrival > ready[c]:
                         ready[c] = arrival
                     cnt[c] -= 1
@@ -263,6 +315,13 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, op_
                         if dc != d and busy[dc] < concurrency[dc] and ready[c] < pend[dc]:
                             esize = _heap_push(et, ek, 0, esize, ready[c], DISPATCH * KB + dc)
                             pend[dc] = ready[c]
+            # release the input buffers this op was holding (after delivery: a view's readers hold its base)
+            for q in range(in_ptr[i], in_ptr[i + 1]):
+                bq = pair_buf[in_pair[q]]
+                ref[bq] -= 1
+                if ref[bq] == 0:
+                    mem[d] -= _buffer_bytes(bq, T, tensor_alloc, tensor_bytes, xf_tensor)
+            mem[d] -= unconsumed_alloc[i]
             if qsize[d] > 0 or fhead[d] < ftail[d]:
                 if esize == 0 or et[0] > t:
                     # nothing else happens at this instant: dispatch now instead of via an event
@@ -274,14 +333,10 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, op_
                     pend[d] = t
         elif kind == XFER:
             x = ident
-            tt = xf_tensor[x]
-            dc = xf_dst[x]
-            mem[dc] += tensor_bytes[tt]
-            if mem[dc] > peak[dc]:
-                peak[dc] = mem[dc]
-            ref_src[tt] -= 1
-            if ref_src[tt] == 0:
-                mem[xf_src[x]] -= tensor_alloc[tt]
+            bq = xf_buf[x]
+            ref[bq] -= 1
+            if ref[bq] == 0:
+                mem[xf_src[x]] -= _buffer_bytes(bq, T, tensor_alloc, tensor_bytes, xf_tensor)
         else:
             d = ident
             if pend[d] <= t:

@@ -1,0 +1,205 @@
+"""The papers' tables re-simulated: every placer on the papers' settings, beside the papers' measurements.
+
+    .venv/bin/python benchmarks/paper_tables.py mirhoseini [--budget 30] [--json out.json] [--before old.json]
+    .venv/bin/python benchmarks/paper_tables.py gdp        [--budget 30] [--json out.json] [--before old.json]
+
+``mirhoseini``: Mirhoseini et al. 2017 Table 2 — rnnlm-2, nmt-2 and inception-v3 on ``k80x2`` and
+``k80x4``; speedups over single-GPU and over the expert placement, the paper's measured figures beside.
+``gdp``: the twelve settings of GDP's Table 1 (Zhou et al.) on ``p100x2/4/8``; speedups over the expert
+placement ("HP", the paper's human placement), the paper's HP, METIS, HDP and GDP-one beside.
+
+Every registered placer runs with ``--seed`` and ``--budget`` (search placers: deterministic-time or
+evaluation budgets, so results do not depend on machine load). ``--json`` writes every row;
+``--before`` reads such a file from another version of autoplace and prints before/after columns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+#: Mirhoseini et al. 2017, Table 2 (seconds; None = OOM): single-CPU, single-GPU, then per #GPUs
+#: (2, 4): Scotch, MinCut, Expert, RL.
+MIRHOSEINI = {
+    "rnnlm-2": {"single-cpu": 6.89, "single-gpu": 1.57,
+                2: {"scotch": 13.43, "mincut": 11.94, "expert": 3.81, "rl": 1.57},
+                4: {"scotch": 11.52, "mincut": 10.44, "expert": 4.46, "rl": 1.57}},
+    "nmt-2": {"single-cpu": 10.72, "single-gpu": None,
+              2: {"scotch": 14.19, "mincut": 11.54, "expert": 4.99, "rl": 4.04},
+              4: {"scotch": 11.23, "mincut": 11.78, "expert": 4.73, "rl": 3.92}},
+    "inception-v3": {"single-cpu": 26.21, "single-gpu": 4.60,
+                     2: {"scotch": 25.24, "mincut": 22.88, "expert": 11.22, "rl": 4.60},
+                     4: {"scotch": 23.41, "mincut": 24.52, "expert": 10.65, "rl": 3.85}},
+}
+
+#: GDP (Zhou et al.), Table 1: (model, #GPUs) -> seconds of GDP-one, human placement (HP), METIS, HDP;
+#: None = OOM.
+GDP = {
+    ("rnnlm-2", 2): (0.234, 0.257, 0.355, 0.243),
+    ("rnnlm-4", 4): (0.409, 0.48, None, 0.490),
+    ("gnmt-2", 2): (0.301, 0.384, None, 0.376),
+    ("gnmt-4", 4): (0.409, 0.469, None, 0.520),
+    ("gnmt-8", 8): (0.649, 0.610, None, 0.693),
+    ("transformer-xl-2", 2): (0.386, 0.473, None, 0.435),
+    ("transformer-xl-4", 4): (0.580, 0.641, None, 0.621),
+    ("transformer-xl-8", 8): (0.748, 0.813, None, 0.789),
+    ("inception-v3", 2): (0.405, 0.418, 0.423, 0.417),
+    ("amoebanet", 4): (0.394, 0.44, 0.426, 0.418),
+    ("wavenet-2x18", 2): (0.317, 0.376, None, 0.354),
+    ("wavenet-4x36", 4): (0.659, 0.988, None, 0.721),
+}
+
+
+def settings(table: str) -> list[tuple[str, str]]:
+    """(model, cluster preset) pairs of a table, in the paper's order."""
+    if table == "mirhoseini":
+        return [(m, f"k80x{g}") for m in MIRHOSEINI for g in (2, 4)]
+    return [(m, f"p100x{g}") for m, g in GDP]
+
+
+def paper_row(table: str, model: str, cluster: str) -> dict[str, float | None]:
+    """The paper's measured seconds for one setting, keyed by our method names (None = OOM)."""
+    gpus = int(cluster.split("x")[1])
+    if table == "mirhoseini":
+        p = MIRHOSEINI[model]
+        return {"single-cpu": p["single-cpu"], "single-gpu": p["single-gpu"], **p[gpus]}
+    gdp, hp, metis, hdp = GDP[(model, gpus)]
+    return {"expert": hp, "metis": metis, "hdp": hdp, "gdp-one": gdp}
+
+
+def run(table: str, budget: float, seed: int) -> list[dict]:
+    from autoplace.cluster import get_cluster
+    from autoplace.compare import compare
+    from autoplace.zoo import build_graph
+
+    rows = []
+    for model, cname in settings(table):
+        graph, cluster = build_graph(model), get_cluster(cname)
+        t0 = time.perf_counter()
+        res = compare(graph, cluster, seed=seed, budget=budget)
+        print(f"{model} on {cname}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        for r in res.rows:
+            ok = r.result is not None and r.result.ok
+            rows.append({"model": model, "cluster": cname, "method": r.method,
+                         "step_s": r.step_time if ok else None,
+                         "oom": r.result is not None and not r.result.ok, "error": r.error,
+                         "critical_path_s": res.bounds.critical_path, "load_s": res.bounds.load})
+    return rows
+
+
+def _fmt(x: float | None, oom: bool = False) -> str:
+    if oom:
+        return "OOM"
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _ratio(base: float | None, x: float | None) -> str:
+    if base is None or x is None or not x:
+        return "-"
+    return f"{base / x:.2f}x"
+
+
+def print_tables(table: str, rows: list[dict], before: list[dict] | None) -> None:
+    """One markdown table per setting: ours (and before) against the paper, speedups over the baseline
+    (single-GPU for Mirhoseini's table, the expert for GDP's)."""
+    base_method = "single-gpu" if table == "mirhoseini" else "expert"
+    old = {(r["model"], r["cluster"], r["method"]): r for r in before or []}
+    for model, cname in settings(table):
+        mine = [r for r in rows if r["model"] == model and r["cluster"] == cname]
+        if not mine:
+            continue
+        paper = paper_row(table, model, cname)
+        base = next((r["step_s"] for r in mine if r["method"] == base_method), None)
+        obase = old.get((model, cname, base_method), {}).get("step_s")
+        pbase = paper.get(base_method)
+        print(f"\n### {model} on {cname} — bounds: critical path {mine[0]['critical_path_s']:.3f} s, "
+              f"load {mine[0]['load_s']:.3f} s\n")
+        head = "| method | step (s) | vs " + base_method + " |"
+        rule = "|---|---:|---:|"
+        if before is not None:
+            head += " before: step (s) | before: vs " + base_method + " |"
+            rule += "---:|---:|"
+        head += " paper: step (s) | paper: vs " + base_method + " |"
+        rule += "---:|---:|"
+        print(head)
+        print(rule)
+        for r in mine:
+            line = f"| {r['method']} | {_fmt(r['step_s'], r['oom'])} | {_ratio(base, r['step_s'])} |"
+            if before is not None:
+                o = old.get((model, cname, r["method"]))
+                line += (f" {_fmt(o['step_s'], o['oom'])} | {_ratio(obase, o['step_s'])} |" if o else " - | - |")
+            p = paper.get(r["method"], "-")
+            if p == "-":
+                line += " - | - |"
+            else:
+                line += f" {_fmt(p, p is None)} | {_ratio(pbase, p)} |"
+            print(line)
+        for extra in ("rl", "hdp", "gdp-one"):
+            if extra in paper:
+                print(f"| (paper's {extra}) | - | - |" + (" - | - |" if before is not None else "")
+                      + f" {_fmt(paper[extra], paper[extra] is None)} | {_ratio(pbase, paper[extra])} |")
+
+
+def print_summary(table: str, rows: list[dict], before: list[dict] | None) -> None:
+    """Per method: geometric-mean speedup over the baseline across the settings, and how many settings
+    it runs out of memory in — now and before."""
+    base_method = "single-gpu" if table == "mirhoseini" else "expert"
+
+    def summary(rs: list[dict]) -> dict[str, tuple[float, int, int]]:
+        out: dict[str, list] = {}
+        base = {(r["model"], r["cluster"]): r["step_s"] for r in rs if r["method"] == base_method}
+        for r in rs:
+            b = base.get((r["model"], r["cluster"]))
+            acc = out.setdefault(r["method"], [[], 0, 0])
+            acc[2] += 1
+            if r["oom"]:
+                acc[1] += 1
+            elif r["step_s"] and b:
+                acc[0].append(math.log(b / r["step_s"]))
+        return {m: (math.exp(sum(v) / len(v)) if v else float("nan"), oom, n) for m, (v, oom, n) in out.items()}
+
+    now, then = summary(rows), summary(before) if before is not None else {}
+    print(f"\n### Summary: geometric mean of each method's speedup over {base_method}, and OOM settings\n")
+    head = "| method | speedup | OOM |" + (" before: speedup | before: OOM |" if before is not None else "")
+    print(head)
+    print("|---|---:|---:|" + ("---:|---:|" if before is not None else ""))
+    for m, (g, oom, n) in now.items():
+        line = f"| {m} | {g:.2f}x | {oom}/{n} |"
+        if before is not None:
+            og, ooom, on = then.get(m, (float("nan"), 0, 0))
+            line += f" {og:.2f}x | {ooom}/{on} |"
+        print(line)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("table", choices=("mirhoseini", "gdp"))
+    ap.add_argument("--budget", type=float, default=30.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None, help="write every row here")
+    ap.add_argument("--before", default=None, help="rows of another version (a --json file) to compare with")
+    ap.add_argument("--from-json", default=None, help="print the tables of a saved run instead of running")
+    args = ap.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            rows = json.load(f)["rows"]
+    else:
+        rows = run(args.table, args.budget, args.seed)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"table": args.table, "budget": args.budget, "seed": args.seed, "rows": rows}, f,
+                          indent=1)
+    before = None
+    if args.before:
+        with open(args.before) as f:
+            before = json.load(f)["rows"]
+    print_tables(args.table, rows, before)
+    print_summary(args.table, rows, before)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
