@@ -1,14 +1,17 @@
 """Simulator fidelity: simulated vs measured step time of many placements on this machine's devices.
 
-    .venv/bin/python benchmarks/fidelity.py [--steps 10] [--rounds 3] [--plot docs/fidelity.png] [--json out.json]
+    .venv/bin/python benchmarks/fidelity.py [--steps 10] [--rounds 4] [--plot docs/fidelity.png] [--json out.json]
     .venv/bin/python benchmarks/fidelity.py --from-json docs/fidelity.json     # re-summarise a saved run
 
 Recipe: measure the machine (``cluster detect``), profile each model's ops on one worker
 (``profile``), then for every placement — single-device, every heuristic placer, random group
-placements, topological-order cuts and local-search results — simulate it with the measured cluster and
-profiled costs, and run it for real (``--steps`` steps, the first dropped; ``--rounds`` interleaved
-repeats, median). Per model: mean absolute percentage error of the simulated step time and Kendall's
-tau between the two rankings.
+placements, topological-order cuts, stripes by depth and local-search results: from the best found to
+more than twice as slow — simulate it with the measured cluster and profiled costs, and run it for real
+(``--steps`` steps, the first dropped; ``--rounds`` interleaved repeats, median). Per model: the
+slowest placement over the best, mean absolute percentage error of the simulated step time against the
+median of the rounds, Kendall's tau of simulated against median, the measurement's own split-half tau
+(median of the first half of the rounds against the second half), and pairwise order accuracy (the
+share of pairs whose medians differ by at least 15 % that the simulator orders the same way).
 
 The machine's speed drifts between the profile and the measurements (this VM: ~10 % over minutes), so
 the profile's overall scale is re-anchored to the single-device placement on the profiled device,
@@ -60,7 +63,22 @@ def pairwise_order_accuracy(sims: np.ndarray, meas: np.ndarray, margin: float = 
     return float(agree[clear].mean()), int(clear.sum())
 
 
-def placements_for(graph, cluster, rng, n_random: int = 10, n_cuts: int = 6, n_search: int = 4):
+def depth_levels(graph) -> np.ndarray:
+    """Each op's depth: the most ops on a path from a source to it (sources are 0)."""
+    level = np.zeros(graph.n_ops, dtype=np.int64)
+    for i in graph.topological_order:
+        preds = graph.predecessors(int(i))
+        if len(preds):
+            level[i] = level[preds].max() + 1
+    return level
+
+
+def placements_for(graph, cluster, rng, n_random: int = 10, n_cuts: int = 6, n_search: int = 4,
+                   stripes=(1, 2, 4)):
+    """The placements measured: every single device, every heuristic placer that applies, random
+    co-location-group placements (share of groups on the second device from 1/11 to 10/11), cuts of the
+    topological order, stripes (groups dealt to the two devices by depth, ``k`` levels a stripe: most
+    dependencies cross devices, the slow end of the range) and local-search results."""
     from autoplace.grouping import group_ops
     from autoplace.placement import Placement
     from autoplace.placers import place
@@ -88,6 +106,10 @@ def placements_for(graph, cluster, rng, n_random: int = 10, n_cuts: int = 6, n_s
         f = (k + 1) / (n_cuts + 1)
         gdev = (order >= f * groups.n_groups).astype(np.int64)
         out.append(Placement.from_array(graph, cluster, groups.expand(gdev), f"cut {f:.2f}"))
+    depth = np.full(groups.n_groups, np.iinfo(np.int64).max)
+    np.minimum.at(depth, groups.group, depth_levels(graph))
+    for k in stripes:
+        out.append(Placement.from_array(graph, cluster, groups.expand((depth // k) % 2), f"stripes {k}"))
     for s in range(n_search):
         start = out[2 + s % len(HEURISTICS)]
         out.append(refine(graph, cluster, start, seed=s, budget=5, method=f"{start.method}+ls"))
@@ -97,9 +119,10 @@ def placements_for(graph, cluster, rng, n_random: int = 10, n_cuts: int = 6, n_s
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--rounds", type=int, default=3,
+    ap.add_argument("--rounds", type=int, default=4,
                     help="measure every placement this many times, interleaved, and take the median "
-                         "(this VM's speed drifts by ~10 %% over minutes)")
+                         "(this VM's speed drifts by ~10 %% over minutes; 4 or more also gives the "
+                         "measurement's own split-half tau)")
     ap.add_argument("--profile-rounds", type=int, default=3,
                     help="alone/loaded profiling runs alternate this many times (op costs: medians over all)")
     ap.add_argument("--models", default=",".join(MODELS))
@@ -210,7 +233,8 @@ def summarise(rows: list[dict]) -> dict:
     pairs = [(a, b) for a in range(n_rounds) for b in range(a + 1, n_rounds)]
     h = n_rounds // 2
     order, clear_pairs = pairwise_order_accuracy(sims, meas)
-    return {"placements": len(rows), "scored": len(scored),
+    all_meas = np.array([r["measured_s"] for r in rows])
+    return {"placements": len(rows), "scored": len(scored), "range": float(all_meas.max() / all_meas.min()),
             "mape": float(np.mean(np.abs(sims - meas) / meas)), "kendall_tau": kendall_tau(sims, meas),
             "pairwise_order_accuracy": order, "clear_pairs": clear_pairs,
             "round_spread": float(np.median(R.max(axis=1) / R.min(axis=1) - 1)),
@@ -221,11 +245,12 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def print_table(summary: dict) -> None:
-    print("\n| model | ops | placements (scored) | MAPE | Kendall tau | pairwise order (pairs ≥ 15 % apart) "
-          "| unanchored MAPE / tau | anchor | round spread | tau round vs round | tau half vs half |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n| model | ops | placements (scored) | slowest / best | MAPE | Kendall tau | pairwise order (pairs ≥ 15 % "
+          "apart) | unanchored MAPE / tau | anchor | round spread | tau round vs round | tau half vs half |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for model, s in summary.items():
-        print(f"| {model} | {s['ops']} | {s['placements']} ({s['scored']}) | {100 * s['mape']:.1f} % | "
+        print(f"| {model} | {s['ops']} | {s['placements']} ({s['scored']}) | {s['range']:.2f}x | "
+              f"{100 * s['mape']:.1f} % | "
               f"{s['kendall_tau']:.3f} | {100 * s['pairwise_order_accuracy']:.1f} % ({s['clear_pairs']}) | "
               f"{100 * s['mape_unanchored']:.1f} % / {s['kendall_tau_unanchored']:.3f} | "
               f"{s['anchor']:.3f} | {100 * s['round_spread']:.1f} % | {s['round_vs_round_tau']:.3f} | "

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from autoplace.cluster import CLUSTER_PRESETS, Cluster, Device, Link, LinkSpec, get_cluster
+from autoplace.cluster import CLUSTER_PRESETS, Cluster, Device, Link, LinkSpec, Segment, get_cluster
 from autoplace.cost import check_runnable, feasible_devices, op_time_matrix
 from autoplace.errors import ClusterError, InfeasibleError, UnknownNameError
 from autoplace.graph import Graph, Op
@@ -32,6 +32,34 @@ def test_paper_machines():
     assert h.link("gpu:0", "gpu:7").bandwidth > h.link("cpu:0", "gpu:0").bandwidth  # NVLink beats PCIe
 
 
+def test_presets_describe_their_topology():
+    """The transfers the issue names, on the presets: one H100 broadcasting a 450 MB tensor to its seven
+    peers sends through one NVLink port (450 GB/s out) one copy after another; two dies of one K80 board
+    share its x16 uplink while dies of two boards do not; P100s under one switch copy below it."""
+    from autoplace.sim import simulate
+
+    def fan(sources, dests, nbytes, cluster):
+        ops = [Op(f"s{k}", "t", output_bytes=(nbytes,), cost={"gpu": 0.0, "cpu": 0.0}) for k in range(len(sources))]
+        ops += [Op(f"d{k}", "t", (f"s{k if len(sources) > 1 else 0}",), cost={"gpu": 0.0, "cpu": 0.0})
+                for k in range(len(dests))]
+        dev = [cluster.index(x) for x in [*sources, *dests]]
+        return simulate(Graph(ops), cluster, np.array(dev), trace=True)
+
+    h100 = get_cluster("h100x8")
+    r = fan(["gpu:0"], [f"gpu:{k}" for k in range(1, 8)], 450 * 10**6, h100)
+    one = h100.overhead[1, 2] + 450e6 / 376e9
+    assert r.timeline.transfer_arrival.max() == pytest.approx(7 * one + 0.83e-6)  # not one + latency
+    k80 = get_cluster("k80x4")
+    same = fan(["gpu:0", "gpu:1"], ["cpu:0", "cpu:0"], 10**8, k80)   # both cross board0.up
+    apart = fan(["gpu:0", "gpu:2"], ["cpu:0", "cpu:0"], 10**8, k80)  # board0.up and board1.up
+    assert same.step_time == pytest.approx(2 * apart.step_time)
+    assert k80.link("gpu:0", "gpu:1").segments == ()                   # peer to peer on the board
+    assert k80.link("gpu:0", "gpu:2").segments == ("board0.up", "board1.down")  # through host memory
+    p100 = get_cluster("p100x8")
+    assert p100.link("gpu:0", "gpu:3").segments == () and p100.link("gpu:3", "gpu:4").segments == (
+        "switch0.up", "switch1.down")
+
+
 def test_unknown_preset():
     with pytest.raises(UnknownNameError, match="unknown cluster 'k80x3'"):
         get_cluster("k80x3")
@@ -47,6 +75,16 @@ def test_unknown_preset():
     (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1, concurrency=0)]), "concurrency must be an integer in [1, 1,024]"),
     (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1), Device("b", "gpu", 1, 1, 1)],
                      default_link=LinkSpec(-1, 0)), "bandwidth must be a number in [1, "),
+    (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1), Device("b", "gpu", 1, 1, 1)],
+                     [Link("a", "b", 1, 0, 0, ("sw",)), Link("b", "a", 1)]), "link 'a' -> 'b' crosses an unknown segment 'sw'"),
+    (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1)], segments=[Segment("s", 1), Segment("s", 2)]),
+     "duplicate segment name 's'"),
+    (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1)], segments=[Segment("s", 0)]),
+     "segment 's': bandwidth must be a number in [1, "),
+    (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1, send_engines=-1)]), "send_engines must be an integer in [0, "),
+    (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1, achievable_flops=0.0)]), "achievable_flops must be a number in [1, "),
+    (lambda: Cluster("c", [Device("a", "gpu", 1, 1, 1), Device("b", "gpu", 1, 1, 1)],
+                     default_link=LinkSpec(1, 0, -1)), "overhead_s must be a number in [0, "),
 ])
 def test_cluster_validation(build, message):
     with pytest.raises(ClusterError, match=re.escape(message)):

@@ -325,6 +325,38 @@ def test_profile_pools_every_round_before_scaling(mlp_graph):
         profile_graph(mlp_graph, get_cluster("localhost"), rounds=0)
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores: two CPU workers")
+def test_cluster_detect_measures_devices_engines_and_exchange_costs():
+    """``cluster detect`` on this machine's CPU workers (small link sizes, two repeats): every device and
+    link figure is measured; a worker pinned to one core sends one copy at a time (two copy threads
+    share its core), reads arrivals in place (no receive limit), and pays a fixed compute per tensor
+    sent and received, fitted on the placed programs; the result is a cluster file like any other."""
+    from autoplace.formats import cluster_from_dict, cluster_to_dict
+    from autoplace.runtime.profile import detect_cluster
+
+    c = detect_cluster(repeats=2, sizes=(64, 4096, 262144))
+    assert c.meta["measured"] and c.n_devices == os.cpu_count()
+    for d in c.devices:
+        assert d.meta["measured"] and d.peak_flops > 1e6 and d.memory_bandwidth > 1e6 and d.op_overhead_s > 0
+        assert (d.send_engines, d.recv_engines) == (1, 0)
+        assert d.send_cost_s_per_byte > 0 and d.send_overhead_s > 0 and d.recv_overhead_s > 0
+    assert (c.latency[~np.eye(c.n_devices, dtype=bool)] > 0).all()
+    assert cluster_to_dict(cluster_from_dict(cluster_to_dict(c))) == cluster_to_dict(c)
+
+
+def test_send_cost_fit():
+    """Three programs' sends made of 6 us per tensor and 0.2 ns per byte are recovered exactly; with one
+    program only, the link test's per-byte cost stays and the rest is per tensor."""
+    from autoplace.runtime.profile import fit_send_costs
+
+    n, nb = np.array([1000.0, 40.0, 400.0]), np.array([2e5, 4e7, 3e6])
+    over, byte = fit_send_costs(n, nb, n * 6e-6 + nb * 2e-10, per_byte=8e-11)
+    assert over == pytest.approx(6e-6) and byte == pytest.approx(2e-10)
+    one = np.array([0.0, 40.0, 0.0]), np.array([0.0, 4e7, 0.0])
+    over, byte = fit_send_costs(*one, one[0] * 6e-6 + one[1] * 2e-10, per_byte=8e-11)
+    assert byte == 8e-11 and over == pytest.approx((40 * 6e-6 + 4e7 * 2e-10 - 4e7 * 8e-11) / 40)
+
+
 def test_link_fit_recovers_latency_and_bandwidth():
     sizes = np.array([64 * 4**k for k in range(8)])
     fit = LinkFit(sizes, 20e-6 + sizes / 4e9)

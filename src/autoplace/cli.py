@@ -138,14 +138,21 @@ def cmd_clusters(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    table = Table(title="cluster presets" if not args.name else None)
-    for col in ("cluster", "device", "type", "model", "memory", "peak FP32", "mem bandwidth"):
+    table = Table(title="cluster presets" if not args.name else None,
+                  caption="FP32 and bandwidth: achievable (peak); copy engines: send/receive, - = no limit")
+    for col in ("cluster", "device", "type", "model", "memory", "FP32", "mem bandwidth", "copy engines"):
         table.add_column(col)
     for c in clusters:
         for i, d in enumerate(c.devices):
+            engines = "/".join(str(e) if e else "-" for e in d.engines)
             table.add_row(c.name if i == 0 else "", d.name, d.type, str(d.meta.get("model", "")),
-                          fmt_bytes(d.memory_bytes), fmt_flops(d.peak_flops) + "/s",
-                          fmt_rate(d.memory_bandwidth), end_section=i == len(c.devices) - 1)
+                          fmt_bytes(d.memory_bytes),
+                          f"{fmt_flops(c.achievable_flops[i])}/s ({fmt_flops(d.peak_flops)}/s)",
+                          f"{fmt_rate(c.achievable_bandwidth[i])} ({fmt_rate(d.memory_bandwidth)})", engines,
+                          end_section=i == len(c.devices) - 1 and not c.segments)
+        if c.segments:
+            table.add_row("", "segments: " + ", ".join(f"{seg.name} {fmt_rate(seg.bandwidth)}" for seg in c.segments),
+                          end_section=True)
     _console().print(table)
     return 0
 
@@ -411,8 +418,11 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         return 0
     con = _console(args.output == "-")
     for d in cluster.devices:
+        send, recv = d.engines
         con.print(f"{d.name}: {fmt_flops(d.peak_flops)}/s matmul, {fmt_rate(d.memory_bandwidth)} copy, "
-                  f"{fmt_time(d.op_overhead_s)} per op, sends at {fmt_rate(1 / d.send_cost_s_per_byte) if d.send_cost_s_per_byte else '-'}")
+                  f"{fmt_time(d.op_overhead_s)} per op, sends at {fmt_rate(1 / d.send_cost_s_per_byte) if d.send_cost_s_per_byte else '-'}, "
+                  f"{fmt_time(d.send_overhead_s)} per tensor sent, {fmt_time(d.recv_overhead_s)} per tensor received, "
+                  f"{send or 'unlimited'} send / {recv or 'unlimited'} receive at once")
     for ln in cluster.links:
         con.print(f"{ln.src} -> {ln.dst}: latency {fmt_time(ln.latency_s)}")
     if args.output:

@@ -5,8 +5,9 @@
   the costs is the single-device step), and writes the medians into each op's ``cost`` — which the cost
   model then prefers over the roofline estimate (``autoplace profile``).
 - :func:`detect_cluster` measures each device (matrix-multiply FLOP/s, copy bandwidth, per-op
-  overhead) and each directed pair's transfer time over sizes from 64 B to 16 MiB, fitting
-  ``latency + bytes / bandwidth`` by least squares (``autoplace cluster detect``).
+  overhead, how many copies it sends at once) and each directed pair's transfer time over sizes from
+  64 B to 16 MiB, then the executor's per-transfer costs on placed programs like the ones measured
+  (``autoplace cluster detect``).
 """
 
 from __future__ import annotations
@@ -178,6 +179,47 @@ def _device_speed(rt, repeats: int = 5) -> tuple[float, float, float]:
     return 2 * n**3 / best_mm, 2 * src.numel() * 4 / best_cp, best_op
 
 
+def _copy_engines(rt, nbytes: int = 8 * 2**20, most: int = 4, repeats: int = 3) -> int:
+    """How many copies out of this device run at once at full speed (its send engines): the largest ``k``
+    of 1, 2, 4 whose ``k`` concurrent copies of ``nbytes`` (threads on a CPU worker, CUDA streams into
+    pinned host memory on a GPU) move at least ``0.8 k`` times the bytes per second of one."""
+    import threading
+
+    torch = rt.torch
+    cuda = rt.device.startswith("cuda")
+    src = torch.ones(nbytes // 4, device=rt.device)
+    dsts = [torch.empty(nbytes // 4, pin_memory=cuda) for _ in range(most)]
+    streams = [torch.cuda.Stream() for _ in range(most)] if cuda else []  # pragma: no cover - no GPU in CI
+
+    def copy(j: int) -> None:
+        if cuda:  # pragma: no cover
+            with torch.cuda.stream(streams[j]):
+                dsts[j].copy_(src, non_blocking=True)
+        else:
+            dsts[j].copy_(src)
+
+    def rate(k: int) -> float:
+        best = float("inf")
+        for _ in range(repeats):
+            threads = [threading.Thread(target=copy, args=(j,)) for j in range(k)]
+            t0 = time.perf_counter()
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            if cuda:  # pragma: no cover
+                torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - t0)
+        return k * nbytes / best
+
+    one, engines = rate(1), 1
+    for k in (2, 4):
+        if k > most or rate(k) < 0.8 * k * one:
+            break
+        engines = k
+    return engines
+
+
 def _link_send(rt, buf, flags, sizes, repeats):
     """Sender side of a link test: copy ``size`` bytes into the shared slot, raise the flag, await ack."""
     torch = rt.torch
@@ -222,37 +264,77 @@ def _link_recv(rt, buf, flags, sizes, repeats):
     return ends
 
 
-def _exchange_program() -> Graph:
-    """A small captured training step (a chain of 16 linear layers) whose layers are dealt round-robin
-    to the devices: hundreds of small transfers, for measuring the executor's per-transfer costs."""
+def _exchange_programs(cluster: Cluster) -> list[tuple[Graph, np.ndarray]]:
+    """Placed programs for measuring the executor's per-transfer costs, like the placements one measures:
+    a chain of 16 small linear layers (32 wide, batch 4) and one of 8 wide ones (512 wide, batch 64:
+    tensors of 128 KiB to 1 MiB) dealt round-robin to the devices, and a small LSTM language model (the
+    zoo's ``rnnlm-2``, two layers of 64 over 6 steps) whose co-location groups are dealt to the devices at
+    random (seed 0) — tensors of every kind (activations, views, transposed weights, gradients) and of
+    sizes from bytes to a MiB crossing devices."""
     import torch
 
     from autoplace.capture import capture_training_step
+    from autoplace.grouping import group_ops
+    from autoplace.zoo import build_graph
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh()) for _ in range(16)])
-    x, y = torch.randn(4, 32), torch.randn(4, 32)
-    return capture_training_step(model, x, torch.nn.functional.mse_loss, torch.optim.SGD(model.parameters(), lr=0.1),
-                                 targets=y, name="exchange-calibration")
+    D = cluster.n_devices
+    out = []
+    for layers, width, batch in ((16, 32, 4), (8, 512, 64)):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh())
+                                      for _ in range(layers)])
+        x, y = torch.randn(batch, width), torch.randn(batch, width)
+        mlp = capture_training_step(model, x, torch.nn.functional.mse_loss,
+                                    torch.optim.SGD(model.parameters(), lr=0.1), targets=y,
+                                    name=f"exchange-calibration-{width}")
+        layer = [int(op.scope.split(".")[0]) if op.scope and op.scope.split(".")[0].isdigit() else 0
+                 for op in mlp.ops]
+        out.append((mlp, np.array(layer) % D))
+    lstm = build_graph("rnnlm-2", vocab=500, hidden=64, steps=6, batch=8)
+    groups = group_ops(lstm, rules=("colocation",))
+    rng = np.random.default_rng(0)
+    out.append((lstm, groups.expand(rng.integers(0, D, groups.n_groups))))
+    return out
+
+
+def fit_send_costs(n_sent: np.ndarray, sent_bytes: np.ndarray, send_t: np.ndarray,
+                   per_byte: float) -> tuple[float, float]:
+    """``(send_overhead_s, send_cost_s_per_byte)`` with ``send_t ~ n_sent * overhead + bytes * per_byte``
+    over a device's observations (one per placed program), by least squares. Where the observations do
+    not tell the two apart (fewer than two programs sent anything, or the fit gives a negative term), the
+    per-byte cost stays ``per_byte`` (the link test's) and the overhead is what remains per tensor."""
+    seen = n_sent > 0
+    if seen.sum() >= 2:
+        A = np.stack([n_sent[seen], sent_bytes[seen]], axis=1).astype(float)
+        (over, byte), *_ = np.linalg.lstsq(A, send_t[seen], rcond=None)
+        if over >= 0 and byte > 0:
+            return float(over), float(byte)
+    n = n_sent.sum()
+    return (float(max((send_t.sum() - sent_bytes.sum() * per_byte) / n, 0.0)) if n else 0.0), per_byte
 
 
 def _exchange_overheads(pool: WorkerPool, cluster: Cluster, progress) -> tuple[list[Device], dict[str, float]]:
-    """Fit each device's fixed per-transfer compute (``send_overhead_s``, ``recv_overhead_s``) from a
-    placed run of :func:`_exchange_program`, instrumented by the executor."""
+    """Fit each device's send costs (``send_overhead_s`` and ``send_cost_s_per_byte``, by
+    :func:`fit_send_costs`) and per-tensor receive cost (``recv_overhead_s``) on placed runs of
+    :func:`_exchange_programs`, instrumented by the executor: the copies a run makes into the exchange
+    buffer are of the tensors a training step really sends, whose sources are not in cache the way the
+    link test's repeated buffer is. The executor's latency (a flag raised while its receiver was already
+    waiting -> the receiver seeing it) is averaged per receiving device likewise."""
     if progress is not None:
-        progress("per-transfer overheads")
-    graph = _exchange_program()
-    D = cluster.n_devices
-    layer = [int(op.scope.split(".")[0]) if op.scope and op.scope.split(".")[0].isdigit() else 0 for op in graph.ops]
-    assignment = np.array(layer) % D
-    result = pool.run(graph, Placement.from_array(graph, cluster, assignment, "round-robin"), steps=20)
-    if not result.ok:
-        raise AutoplaceError(f"measuring per-transfer costs failed: {result.error}")
+        progress("per-transfer costs")
+    runs = []
+    for graph, assignment in _exchange_programs(cluster):
+        result = pool.run(graph, Placement.from_array(graph, cluster, assignment, "calibration"), steps=20)
+        if not result.ok:
+            raise AutoplaceError(f"measuring per-transfer costs failed on {graph.name!r}: {result.error}")
+        runs.append(result.exchange)
+    ex = np.stack(runs)  # programs x devices x (n_sent, bytes, send_t, n_recv, recv_t, lat_sum, lat_n)
     out, latency = [], {}
-    for d, (n_sent, sent_bytes, send_t, n_recv, recv_t, lat_sum, lat_n) in zip(cluster.devices, result.exchange):
-        send = (send_t - sent_bytes * d.send_cost_s_per_byte) / n_sent if n_sent else 0.0
-        recv = recv_t / n_recv if n_recv else 0.0
-        out.append(replace(d, send_overhead_s=float(max(send, 0.0)), recv_overhead_s=float(max(recv, 0.0))))
+    for k, d in enumerate(cluster.devices):
+        over, per_byte = fit_send_costs(ex[:, k, 0], ex[:, k, 1], ex[:, k, 2], d.send_cost_s_per_byte)
+        n_recv, recv_t, lat_sum, lat_n = ex[:, k, 3:].sum(axis=0)
+        out.append(replace(d, send_overhead_s=over, send_cost_s_per_byte=per_byte,
+                           recv_overhead_s=float(recv_t / n_recv) if n_recv else 0.0))
         if lat_n:
             latency[d.name] = float(lat_sum / lat_n)
     return out, latency
@@ -287,9 +369,12 @@ def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Seq
             if progress is not None:
                 progress(f"device {d.name}")
             flops, bw, overhead = pool.call(k, _device_speed)
+            send_engines = pool.call(k, _copy_engines)
             meta = {key: v for key, v in d.meta.items() if key != "estimated"}
+            # a CPU worker reads arrivals in place (no copy: nothing to limit); a GPU copies them in
+            recv_engines = 0 if d.kind == "cpu" else send_engines
             devices.append(Device(d.name, d.type, d.memory_bytes, flops, bw, overhead, d.concurrency,
-                                  {**meta, "measured": True}))
+                                  {**meta, "measured": True}, send_engines=send_engines, recv_engines=recv_engines))
         links = []
         send_cost = np.zeros(len(devices))
         buf = torch.empty(max(sizes), dtype=torch.uint8).share_memory_()

@@ -260,7 +260,9 @@ class _DeviceRuntime:
             if ready:
                 i = ready.popleft()
                 spins = 0  # the next wait starts spinning afresh (and its latency counts from then)
+                idle_since = float("inf")  # an arrival seen after running ops was not waited for
                 t0 = pc()
+                send_dt = 0.0
                 c = calls[i]
                 if c is not None:
                     if self.live_bytes + self._out_bytes[i] > self.capacity:
@@ -288,7 +290,8 @@ class _DeviceRuntime:
                             flags[tid] = step_id
                             n_sent += 1
                             sent_bytes += v.numel() * v.element_size()
-                    send_t += pc() - ts
+                    send_dt = pc() - ts
+                    send_t += send_dt
                 for key in self.reads[i]:
                     refs[key] -= 1
                     if refs[key] == 0:
@@ -310,7 +313,7 @@ class _DeviceRuntime:
                     if cuda:  # pragma: no cover
                         self.torch.cuda.synchronize()
                         t1 = pc()
-                    times[i] = t1 - t0
+                    times[i] = t1 - t0 - send_dt  # sends are the exchange's cost, charged apart
             else:
                 # poll the flags of every tensor still awaited at once (vectorised: a scan in Python
                 # would add its own length to every arrival's latency)
