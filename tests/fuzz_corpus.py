@@ -145,10 +145,23 @@ def cluster_cases(rng: random.Random) -> list[Case]:
               "memory_bandwidth": BAD_NUMBERS + [0, 1e-300], "op_overhead_s": BAD_NUMBERS,
               "concurrency": BAD_COUNTS + [0], "send_cost_s_per_byte": BAD_NUMBERS,
               "send_overhead_s": BAD_NUMBERS, "recv_overhead_s": BAD_NUMBERS, "name": BAD_NAMES,
-              "type": BAD_NAMES}
+              "type": BAD_NAMES, "send_engines": BAD_COUNTS, "recv_engines": BAD_COUNTS,
+              "achievable_flops": BAD_NUMBERS + [0, 1e-300], "achievable_bandwidth": BAD_NUMBERS + [0, 1e-300]}
     out = _field_cases(rng, cluster, "cluster.json", "devices", "cluster.devices", fields)
     out += _field_cases(rng, cluster, "cluster.json", "default_link", "cluster.default_link",
-                        {"bandwidth": BAD_NUMBERS + [0, 1e-300], "latency_s": BAD_NUMBERS})
+                        {"bandwidth": BAD_NUMBERS + [0, 1e-300], "latency_s": BAD_NUMBERS, "overhead_s": BAD_NUMBERS,
+                         "segments": [[v] for v in BAD_STRINGS] + ["board0.up", ["nope"], {"a": 1}]})
+    topology = _golden("cluster_v1_topology.json")
+    out += _field_cases(rng, topology, "cluster.json", "segments", "cluster.segments",
+                        {"name": BAD_NAMES, "bandwidth": BAD_NUMBERS + [0, 1e-300]})
+    out += _field_cases(rng, topology, "cluster.json", "links", "cluster.links",
+                        {"overhead_s": BAD_NUMBERS, "segments": ["board0.up", ["nope"], ["board0.up", "board0.up"], [3]]})
+    for name, mutate in (("duplicate segment", lambda t: t["segments"].append(dict(t["segments"][0]))),
+                         ("segments not a list", lambda t: t.update(segments={"name": "s"})),
+                         ("segment not an object", lambda t: t.update(segments=["board0.up"]))):
+        t = copy.deepcopy(topology)
+        mutate(t)
+        out.append(Case(name, ["clusters", "{dir}/cluster.json"], {"cluster.json": _dump(t)}))
     c = copy.deepcopy(cluster)
     c["devices"][1]["name"] = c["devices"][0]["name"]
     out.append(Case("duplicate device", ["clusters", "{dir}/cluster.json"], {"cluster.json": _dump(c)}))

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoplace.bounds import lower_bounds
-from autoplace.cluster import Cluster, Device, LinkSpec
+from autoplace.cluster import Cluster, Device, LinkSpec, Segment
 from autoplace.compare import ComparisonRow, compare
 from autoplace.cost import fastest_op_times
 from autoplace.graph import Graph, Op
@@ -19,9 +19,11 @@ from autoplace.sim import Simulator
 
 @st.composite
 def cases(draw, max_ops=10, max_devices=3):
-    """A random DAG (data and control edges) whose ops carry measured alone and loaded costs (loaded may be
-    faster, as profiling does measure), random co-location groups, CPU workers of one host running one or
-    two ops at once with exchange charges, and a random placement that honours the groups."""
+    """A random DAG (data and control edges, some ops views of their input) whose ops carry measured alone
+    and loaded costs (loaded may be faster, as profiling does measure), random co-location groups, CPU
+    workers of one host running one or two ops at once with exchange charges, 0-2 copy engines each way,
+    per-transfer overheads and latencies, links crossing a shared segment or not, and a random placement
+    that honours the groups."""
     n = draw(st.integers(1, max_ops))
     D = draw(st.integers(1, max_devices))
     n_groups = draw(st.integers(0, 2))
@@ -32,17 +34,22 @@ def cases(draw, max_ops=10, max_devices=3):
         alone = draw(st.floats(1e-4, 1e-2))
         loaded = alone * draw(st.sampled_from([0.7, 0.9, 1.0, 1.2]))
         group = draw(st.integers(-1, n_groups - 1)) if n_groups else -1
+        view = bool(preds) and draw(st.integers(0, 4)) == 0
         ops.append(Op(f"o{i}", "op", tuple(f"o{p}" for p in preds), tuple(f"o{c}" for c in ctrl if c not in preds),
                       output_bytes=(draw(st.integers(0, 100_000)),), param_bytes=draw(st.integers(0, 5000)),
                       cost={"cpu": alone, "cpu|loaded": loaded},
-                      colocation_group=f"g{group}" if group >= 0 else None))
+                      colocation_group=f"g{group}" if group >= 0 else None, meta={"view": True} if view else {}))
     charges = draw(st.booleans())
     concurrency = draw(st.integers(1, 2))
+    engines = st.sampled_from([0, 1, 2])
     devs = [Device(f"cpu:{j}", "cpu", 10**9, 1e10, 1e10, concurrency=concurrency, meta={"host": "h"},
                    send_cost_s_per_byte=1e-9 if charges else 0.0, send_overhead_s=2e-5 if charges else 0.0,
-                   recv_overhead_s=4e-5 if charges else 0.0) for j in range(D)]
-    cluster = Cluster("c", devs, default_link=LinkSpec(float(draw(st.sampled_from([1e7, 1e9]))),
-                                                      float(draw(st.sampled_from([0.0, 1e-4])))))
+                   recv_overhead_s=4e-5 if charges else 0.0, send_engines=draw(engines), recv_engines=draw(engines))
+            for j in range(D)]
+    shared = draw(st.booleans())
+    link = LinkSpec(float(draw(st.sampled_from([1e7, 1e9]))), float(draw(st.sampled_from([0.0, 1e-4]))),
+                    float(draw(st.sampled_from([0.0, 3e-5]))), ("bus",) if shared else ())
+    cluster = Cluster("c", devs, default_link=link, segments=[Segment("bus", 5e6)] if shared else [])
     graph = Graph(ops, name="random")
     gdev = {name: draw(st.integers(0, D - 1)) for name in graph.colocation_groups()}
     dev = np.array([gdev[op.colocation_group] if op.colocation_group else draw(st.integers(0, D - 1))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import op
 
-from autoplace.cluster import Cluster, Device, LinkSpec
+from autoplace.cluster import Cluster, Device, LinkSpec, Segment
 from autoplace.graph import Graph
 from autoplace.placers import available_placers, place
 from autoplace.placers.cpsat import solve_cp_sat
@@ -45,6 +45,21 @@ def test_bound_is_below_every_placer_on_a_small_graph():
             continue
         step = simulate(g, cl, place(g, cl, method)).step_time
         assert step >= r.bound_s * (1 - 1e-6), method
+
+
+def test_a_forced_transfer_takes_a_lone_transfers_time():
+    """a runs only on the CPU, b only on the GPU: a's 1000 bytes must cross. The link carries 2000 B/s but
+    crosses a 1000 B/s segment, with 0.25 s of overhead and 0.5 s of latency: the transfer takes
+    0.25 + 1000 / 1000 + 0.5 = 1.75 s, and the optimum and the simulated step are 1 + 1.75 + 1 = 3.75 s."""
+    from autoplace.graph import Op
+
+    g = Graph([Op("a", "op", output_bytes=(1000,), cost={"cpu": 1.0}, device_types=("cpu",)),
+               Op("b", "op", ("a",), cost={"gpu": 1.0}, device_types=("gpu",))])
+    c = Cluster("forced", [Device("cpu", "cpu", 10**9, 1e9, 1e9), Device("gpu", "gpu", 10**9, 1e9, 1e9)],
+                default_link=LinkSpec(2000.0, 0.5, 0.25, ("bus",)), segments=[Segment("bus", 1000.0)])
+    r = solve_cp_sat(g, c, budget=5)
+    assert r.status == "OPTIMAL" and r.bound_s == pytest.approx(3.75, rel=1e-5)
+    assert simulate(g, c, np.array([0, 1])).step_time == pytest.approx(3.75)
 
 
 def test_three_one_second_ops_on_one_gpu_are_feasible():
