@@ -123,7 +123,7 @@ def main(argv=None) -> int:
                     help="measure every placement this many times, interleaved, and take the median "
                          "(this VM's speed drifts by ~10 %% over minutes; 4 or more also gives the "
                          "measurement's own split-half tau)")
-    ap.add_argument("--profile-rounds", type=int, default=3,
+    ap.add_argument("--profile-rounds", type=int, default=5,
                     help="alone/loaded profiling runs alternate this many times (op costs: medians over all)")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--save", metavar="DIR", default=None,

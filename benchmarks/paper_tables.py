@@ -102,10 +102,17 @@ def _ratio(base: float | None, x: float | None) -> str:
     return f"{base / x:.2f}x"
 
 
-def print_tables(table: str, rows: list[dict], before: list[dict] | None) -> None:
+TITLES = {"mirhoseini": "Mirhoseini et al. 2017, Table 2", "gdp": "GDP (Zhou et al.), Table 1"}
+
+
+def print_tables(table: str, rows: list[dict], before: list[dict] | None, budget: float, seed: int) -> None:
     """One markdown table per setting: ours (and before) against the paper, speedups over the baseline
     (single-GPU for Mirhoseini's table, the expert for GDP's)."""
     base_method = "single-gpu" if table == "mirhoseini" else "expert"
+    print(f"# {TITLES[table]}, re-simulated\n\nEvery placer with seed {seed}, search budget {budget:g} "
+          f"(`benchmarks/paper_tables.py {table}`); \"paper\" are the paper's measured steps"
+          + ("; \"before\" the same settings simulated by an earlier version (a `--before` file)." if before
+             else "."))
     old = {(r["model"], r["cluster"], r["method"]): r for r in before or []}
     for model, cname in settings(table):
         mine = [r for r in rows if r["model"] == model and r["cluster"] == cname]
@@ -185,7 +192,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.from_json:
         with open(args.from_json) as f:
-            rows = json.load(f)["rows"]
+            saved = json.load(f)
+        rows, args.budget, args.seed = saved["rows"], saved["budget"], saved["seed"]
     else:
         rows = run(args.table, args.budget, args.seed)
         if args.json:
@@ -196,7 +204,7 @@ def main(argv=None) -> int:
     if args.before:
         with open(args.before) as f:
             before = json.load(f)["rows"]
-    print_tables(args.table, rows, before)
+    print_tables(args.table, rows, before, args.budget, args.seed)
     print_summary(args.table, rows, before)
     return 0
 

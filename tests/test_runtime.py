@@ -306,6 +306,22 @@ def test_profile_writes_costs_the_simulator_uses(pool, mlp_graph):
     # hand below)
     info = profiled.meta["profiled"]["cpu"]
     assert info["calibrated"] is True and info["untimed_runs"] == 2
+    # the loaded costs come from runs splitting the graph over cpu:0 and its host-mate cpu:1, whose
+    # measured busy share extrapolates them to a host-mate busy all step
+    split = profiled.meta["profiled"]["cpu|loaded"]
+    assert split["calibrated"] is True and 0 < split["host_mates_busy"] <= 1
+    assert all(op.cost["cpu|loaded"] >= 0 for op in profiled.ops)
+
+
+def test_host_mates_are_the_other_cpus_of_a_host():
+    from autoplace.runtime.profile import host_mates
+
+    devs = [Device("cpu:0", "cpu", 1, 1, 1, meta={"host": "a"}), Device("cpu:1", "cpu", 1, 1, 1, meta={"host": "a"}),
+            Device("cpu:2", "cpu", 1, 1, 1, meta={"host": "b"}), Device("gpu:0", "gpu", 1, 1, 1, meta={"host": "a"})]
+    c = Cluster("hosts", devs, default_link=LinkSpec(1e9))
+    assert host_mates(c, 0) == [1] and host_mates(c, 2) == [] and host_mates(c, 3) == []
+    plain = Cluster("plain", [Device(f"cpu:{i}", "cpu", 1, 1, 1) for i in range(3)], default_link=LinkSpec(1e9))
+    assert host_mates(plain, 1) == [0, 2]  # no hosts named: every other CPU
 
 
 def test_profile_pools_every_round_before_scaling(mlp_graph):

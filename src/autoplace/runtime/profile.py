@@ -22,6 +22,7 @@ from autoplace.cluster import Cluster, Device, Link, get_cluster
 from autoplace.cost import LOADED
 from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph
+from autoplace.grouping import group_ops
 from autoplace.placement import Placement
 from autoplace.runtime.workers import WorkerPool
 
@@ -40,11 +41,18 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
 
     One device of each type in ``cluster`` (or the named ``devices``) runs the whole graph ``steps``
     times per round (at least 2); the first step of each run is dropped and each op's cost is the
-    median over the rest of every round (``cost[type]``). With ``loaded`` (and other CPU devices in the cluster) it is
-    also profiled while the other CPU workers run the same program (``cost["<type>|loaded"]``): cores
-    sharing caches and memory bandwidth slow each other, and the simulator blends the two by how busy
-    a device's host-mates are. The alone and loaded runs alternate for ``rounds`` rounds, so a machine
-    whose speed drifts over seconds (a shared VM) biases neither their ratio nor their scale."""
+    median over the rest of every round (``cost[type]``), scaled so that the costs add up to the median
+    step measured without per-op timers. With ``loaded``, a CPU device with CPU host-mates (the other CPU
+    workers of its host) is also profiled in a *split* run: the graph's co-location groups dealt at
+    random over it and its host-mates (a new deal each round), every op timed wherever it ran, less the
+    time it spent sending (the exchange is charged apart), and scaled to the untimed split run's op time
+    (``cost["<type>|loaded"]``). On this project's machine every op of a program split over two workers
+    runs 10-30 % slower than in the whole program on one, while a second copy of the program running
+    beside it slows it far less. The simulator blends the two costs by the share ``u`` of the step a
+    device's host-mates are busy, so the loaded cost is the one at ``u = 1``: the split runs measured the
+    profiled device's host-mates busy a share ``u_p`` of their step, and ``loaded = max(0, alone + (split
+    - alone) / u_p)``. The alone and split runs alternate for ``rounds`` rounds, so a machine whose speed
+    drifts over seconds (a shared VM) biases neither their ratio nor their scale."""
     if steps < 1 or rounds < 1:
         raise AutoplaceError(f"profile: steps and rounds must be positive (got {steps}, {rounds})")
     chosen: dict[str, int] = {}
@@ -56,21 +64,30 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
     pool = pool or WorkerPool(cluster)
     costs: dict[str, np.ndarray] = {}
     calibrated: dict[str, int] = {}
+    busy_share: dict[str, float] = {}
+    groups = group_ops(graph, rules=("colocation",))
     try:
         for dtype, k in chosen.items():
-            assignment = np.full(graph.n_ops, k, dtype=np.int64)
-            placement = Placement.from_array(graph, cluster, assignment, "profile")
+            alone = Placement.from_array(graph, cluster, np.full(graph.n_ops, k, dtype=np.int64), "profile")
             pool.load(graph)
-            others = [j for j, d in enumerate(cluster.devices) if j != k and d.kind == "cpu"] if loaded else []
-            conditions = {dtype: []} | ({dtype + LOADED: others} if others else {})
-            timed: dict[str, list] = {key: [] for key in conditions}
+            mates = [k, *host_mates(cluster, k)] if loaded else [k]
+            timed: dict[str, list] = {dtype: []} | ({dtype + LOADED: []} if len(mates) > 1 else {})
             for rnd in range(rounds):
                 if progress is not None:
                     progress(f"{cluster.devices[k].name} ({dtype}), round {rnd + 1}/{rounds}")
-                for key, busy in conditions.items():
-                    timed[key].append(_timed_run(pool, graph, placement, steps, busy))
+                timed[dtype].append(_timed_run(pool, graph, alone, steps, k))
+                if len(mates) > 1:
+                    deal = np.random.default_rng(rnd).integers(0, len(mates), groups.n_groups)
+                    split = Placement.from_array(graph, cluster, np.array(mates)[groups.expand(deal)], "profile split")
+                    timed[dtype + LOADED].append(_timed_run(pool, graph, split, steps, k))
             for key, runs in timed.items():
-                costs[key], calibrated[key] = _costs_of(runs)
+                costs[key], calibrated[key] = _costs_of([(t, s) for t, s, _ in runs])
+            if dtype + LOADED in timed:
+                # the split runs' host-mates were busy a share u_p of the step: extrapolate to all of it
+                u_p = float(np.median([u for _, _, u in timed[dtype + LOADED]]))
+                if u_p > 0:
+                    costs[dtype + LOADED] = np.maximum(costs[dtype] + (costs[dtype + LOADED] - costs[dtype]) / u_p, 0.0)
+                    busy_share[dtype + LOADED] = u_p
     finally:
         if own:
             pool.close()
@@ -82,28 +99,52 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
         ops.append(replace(op, cost=cost))
     meta = {**graph.meta, "profiled": {key: {"device": cluster.devices[chosen[key.split("|")[0]]].name,
                                             "steps": steps, "rounds": rounds, "step_s": float(c.sum()),
-                                            "calibrated": calibrated[key] > 0, "untimed_runs": calibrated[key]}
+                                            "calibrated": calibrated[key] > 0, "untimed_runs": calibrated[key],
+                                            **({"host_mates_busy": busy_share[key]} if key in busy_share else {})}
                                        for key, c in costs.items()}}
     return Graph(ops, name=graph.name, meta=meta)
 
 
+def host_mates(cluster: Cluster, k: int) -> list[int]:
+    """The other CPU devices on device ``k``'s host (every other CPU device where devices name no
+    ``host``); none unless ``k`` is a CPU."""
+    dev = cluster.devices[k]
+    if dev.kind != "cpu":
+        return []
+    host = dev.meta.get("host")
+    return [j for j, d in enumerate(cluster.devices)
+            if j != k and d.kind == "cpu" and (host is None or d.meta.get("host") == host)]
+
+
 def _timed_run(pool: WorkerPool, graph: Graph, placement: Placement, steps: int,
-               others: list[int]) -> tuple[np.ndarray, float]:
-    """One profiled single-device run (``others`` busy meanwhile): per-op times of each step after the
-    first, and the step time of a run right after it without per-op timers."""
-    name = placement.assignment[graph.ops[0].name]
-    with _Background(pool, others):
-        result = pool.run(graph, placement, steps=max(2, steps), profile=True)
-        if not result.ok:
-            raise AutoplaceError(f"profiling on {name} failed: {result.error}")
-        plain = pool.run(graph, placement, steps=max(2, steps))
-    per_step = result.outputs["op_times"][1:]  # drop the first (warm-up) step
-    t = np.array([[s.get(i, 0.0) for i in range(graph.n_ops)] for s in per_step])
-    return t, (plain.step_time if plain.ok else float("nan"))
+               k: int) -> tuple[np.ndarray, float, float]:
+    """One profiled run of ``placement``: each op's time (less its sends) in each step after the first,
+    wherever it ran; the op time of a run right after it without per-op timers — its step time on one
+    device; on several, their busy time less the time they spent sending and receiving; and the share of
+    that run's step device ``k``'s host-mates were busy (the simulator's ``u``)."""
+    steps = max(2, steps)
+    result = pool.run(graph, placement, steps=steps, profile=True)
+    if not result.ok:
+        raise AutoplaceError(f"profiling ({placement.method}) failed: {result.error}")
+    plain = pool.run(graph, placement, steps=steps)
+    dicts = result.outputs["op_times"]  # one per (step, device that runs ops), step by step
+    used = len(dicts) // steps
+    t = np.zeros((steps - 1, graph.n_ops))
+    for s in range(1, steps):  # drop the first (warm-up) step
+        for d in dicts[s * used:(s + 1) * used]:
+            for i, v in d.items():
+                t[s - 1, i] = v
+    if not plain.ok:
+        return t, float("nan"), float("nan")
+    if used == 1:
+        return t, plain.step_time, 0.0
+    mates = host_mates(pool.cluster, k)
+    return (t, float((plain.busy_time - plain.exchange[:, 2] - plain.exchange[:, 4]).sum()),
+            float(min(1.0, plain.busy_time[mates].sum() / plain.step_time)))
 
 
 def _costs_of(runs: list[tuple[np.ndarray, float]]) -> tuple[np.ndarray, int]:
-    """Per-op medians over every timed step of ``runs``, scaled to their median untimed step (timing
+    """Per-op medians over every timed step of ``runs``, scaled to their median untimed op time (timing
     every op costs time itself, and the executor's per-op overhead stays in the ops), and how many
     untimed runs that scale rests on: 0 when every untimed run failed, and the costs stay as timed."""
     cost = np.median(np.concatenate([t for t, _ in runs]), axis=0)
@@ -112,39 +153,6 @@ def _costs_of(runs: list[tuple[np.ndarray, float]]) -> tuple[np.ndarray, int]:
         cost *= np.median(plain) / cost.sum()
         return cost, len(plain)
     return cost, 0
-
-
-def _background_run(rt, stop) -> int:
-    """Run the loaded program unplaced, over and over, until ``stop[0]`` is set (load for profiling)."""
-    prog = rt.program
-    env = {i: prog.make_input(i, 0, rt.device) for i in prog.placeholders}
-    flag = stop.numpy()
-    rounds = 0
-    deadline = time.monotonic() + 600
-    while not flag[0] and time.monotonic() < deadline:
-        prog.run_step(env, rt.device, stop=lambda: bool(flag[0]))
-        rounds += 1
-    return rounds
-
-
-class _Background:
-    """Keep workers ``which`` busy with the loaded program while the block runs."""
-
-    def __init__(self, pool: WorkerPool, which: list[int]):
-        import torch
-
-        self.pool, self.which = pool, which
-        self.stop = torch.zeros(1, dtype=torch.int64).share_memory_()
-
-    def __enter__(self):
-        for j in self.which:
-            self.pool.post(j, _background_run, self.stop)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop[0] = 1
-        if self.which and self.pool.alive:
-            self.pool._gather(which=self.which, timeout=60)
 
 
 # ---------------------------------------------------------------------- device and link measurements
