@@ -28,10 +28,11 @@ import time
 
 import numpy as np
 
-#: models at sizes that run in well under a second per step on one CPU core
+#: models at sizes that run in well under a second per step on one CPU core; the recurrent ones at batch 8,
+#: where an op's work is small beside a transfer's cost, so that the placements span more than 2x
 MODELS = {
-    "rnnlm-2": dict(vocab=2000, hidden=256, layers=2, steps=10, batch=32),
-    "gnmt-2": dict(vocab=2000, hidden=256, layers=2, src_len=8, tgt_len=8, batch=32),
+    "rnnlm-2": dict(vocab=2000, hidden=256, layers=2, steps=10, batch=8),
+    "gnmt-2": dict(vocab=2000, hidden=256, layers=2, src_len=8, tgt_len=8, batch=8),
     "inception-v3": dict(batch=2, image=75, classes=100),
 }
 HEURISTICS = ("tf-greedy", "heft", "m-topo", "m-etf", "m-sct", "scotch", "mincut", "metis", "expert")
@@ -73,12 +74,31 @@ def depth_levels(graph) -> np.ndarray:
     return level
 
 
+def slowest_search(sim, groups, gdev: np.ndarray, rng, evaluations: int = 2000, batch: int = 64) -> np.ndarray:
+    """Greedy ascent on the simulated step over two devices: repeatedly try flipping a random batch of
+    co-location groups one at a time and keep the flip that lengthens the step most (by > 0.1 %), for
+    ``evaluations`` simulated placements — the slowest placements the model knows, to measure too."""
+    best = sim.run(groups.expand(gdev)).step_time
+    used = 0
+    while used < evaluations:
+        cand = rng.choice(groups.n_groups, size=min(batch, groups.n_groups), replace=False)
+        rows = np.repeat(gdev[None, :], len(cand), axis=0)
+        rows[np.arange(len(cand)), cand] = 1 - rows[np.arange(len(cand)), cand]
+        steps = sim.run_batch(np.stack([groups.expand(r) for r in rows])).step_time
+        used += len(cand)
+        j = int(np.argmax(steps))
+        if steps[j] > best * 1.001:
+            gdev, best = rows[j], float(steps[j])
+    return gdev
+
+
 def placements_for(graph, cluster, rng, n_random: int = 10, n_cuts: int = 6, n_search: int = 4,
                    stripes=(1, 2, 4)):
     """The placements measured: every single device, every heuristic placer that applies, random
     co-location-group placements (share of groups on the second device from 1/11 to 10/11), cuts of the
     topological order, stripes (groups dealt to the two devices by depth, ``k`` levels a stripe: most
-    dependencies cross devices, the slow end of the range) and local-search results."""
+    dependencies cross devices), the slowest the simulator finds (:func:`slowest_search` from stripes of
+    one level and from a random deal) and local-search results: from the best found to the slowest."""
     from autoplace.grouping import group_ops
     from autoplace.placement import Placement
     from autoplace.placers import place
@@ -110,6 +130,13 @@ def placements_for(graph, cluster, rng, n_random: int = 10, n_cuts: int = 6, n_s
     np.minimum.at(depth, groups.group, depth_levels(graph))
     for k in stripes:
         out.append(Placement.from_array(graph, cluster, groups.expand((depth // k) % 2), f"stripes {k}"))
+    from autoplace.sim import Simulator
+
+    sim = Simulator(graph, cluster)
+    for name, start in (("stripes 1", (depth % 2).astype(np.int64)),
+                        ("random", (rng.random(groups.n_groups) < 0.5).astype(np.int64))):
+        gdev = slowest_search(sim, groups, start, np.random.default_rng(len(out)))
+        out.append(Placement.from_array(graph, cluster, groups.expand(gdev), f"slowest from {name}"))
     for s in range(n_search):
         start = out[2 + s % len(HEURISTICS)]
         out.append(refine(graph, cluster, start, seed=s, budget=5, method=f"{start.method}+ls"))
@@ -123,7 +150,7 @@ def main(argv=None) -> int:
                     help="measure every placement this many times, interleaved, and take the median "
                          "(this VM's speed drifts by ~10 %% over minutes; 4 or more also gives the "
                          "measurement's own split-half tau)")
-    ap.add_argument("--profile-rounds", type=int, default=5,
+    ap.add_argument("--profile-rounds", type=int, default=7,
                     help="alone/loaded profiling runs alternate this many times (op costs: medians over all)")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--save", metavar="DIR", default=None,

@@ -45,8 +45,9 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
     step measured without per-op timers. With ``loaded``, a CPU device with CPU host-mates (the other CPU
     workers of its host) is also profiled in a *split* run: the graph's co-location groups dealt at
     random over it and its host-mates (a new deal each round), every op timed wherever it ran, less the
-    time it spent sending (the exchange is charged apart), and scaled to the untimed split run's op time
-    (``cost["<type>|loaded"]``). On this project's machine every op of a program split over two workers
+    time it spent sending (the exchange is charged apart); the medians give each op's share, and their
+    total is the alone total times the median over rounds of the untimed split run's op time over the
+    alone run's step just before it (``cost["<type>|loaded"]``). On this project's machine every op of a program split over two workers
     runs 10-30 % slower than in the whole program on one, while a second copy of the program running
     beside it slows it far less. The simulator blends the two costs by the share ``u`` of the step a
     device's host-mates are busy, so the loaded cost is the one at ``u = 1``: the split runs measured the
@@ -83,6 +84,13 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
             for key, runs in timed.items():
                 costs[key], calibrated[key] = _costs_of([(t, s) for t, s, _ in runs])
             if dtype + LOADED in timed:
+                # the split costs' total: the alone total times the median ratio of each split run to the
+                # alone run just before it (a drifting machine moves both of a pair alike)
+                ratios = [s / a for (_, a, _), (_, s, _) in zip(timed[dtype], timed[dtype + LOADED])
+                          if np.isfinite(a) and np.isfinite(s) and a > 0]
+                split = costs[dtype + LOADED]
+                if ratios and split.sum() > 0:
+                    costs[dtype + LOADED] = split * (costs[dtype].sum() * float(np.median(ratios)) / split.sum())
                 # the split runs' host-mates were busy a share u_p of the step: extrapolate to all of it
                 u_p = float(np.median([u for _, _, u in timed[dtype + LOADED]]))
                 if u_p > 0:
