@@ -14,9 +14,9 @@ median of the rounds, Kendall's tau of simulated against median, the measurement
 share of pairs whose medians differ by at least 15 % that the simulator orders the same way).
 
 The machine's speed drifts between the profile and the measurements (this VM: ~10 % over minutes), so
-the profile's overall scale is re-anchored to the single-device placement on the profiled device,
-measured in every round with the others; the unanchored figures are reported beside. The anchor
-placement's anchored error is zero by construction, so it is left out of every anchored figure.
+the profile's overall scale is re-anchored to the single-device placements (the geometric mean of their
+measured over simulated steps), measured in every round with the others; the unanchored figures are
+reported beside. The anchor placements set the scale, so they are left out of every anchored figure.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
                     help="measure every placement this many times, interleaved, and take the median "
                          "(this VM's speed drifts by ~10 %% over minutes; 4 or more also gives the "
                          "measurement's own split-half tau)")
-    ap.add_argument("--profile-rounds", type=int, default=7,
+    ap.add_argument("--profile-rounds", type=int, default=10,
                     help="alone/loaded profiling runs alternate this many times (op costs: medians over all)")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--save", metavar="DIR", default=None,
@@ -207,12 +207,15 @@ def main(argv=None) -> int:
                     else:
                         print(f"  {p.method}: failing ({r.error})")
             # re-anchor: the profile is one moment of a drifting machine; its scale is set by the
-            # single-device placement on the profiled device, measured in every round like the rest
-            anchor = float(np.median(runs[:, 0])) / sim.run(placements[0]).step_time
+            # single-device placements, measured in every round like the rest (the geometric mean of
+            # their measured over simulated medians: two placements halve one's noise)
+            singles = [j for j, p in enumerate(placements) if p.method.startswith("single ")]
+            anchor = float(np.exp(np.mean([np.log(np.median(runs[:, j]) / sim.run(placements[j]).step_time)
+                                           for j in singles])))
             raw = sim
             sim = Simulator(_scaled(profiled, anchor), cluster)
-            print(f"  anchor: profiled costs x {anchor:.3f} (single {placements[0].method} measured "
-                  f"{np.median(runs[:, 0]) * 1e3:.1f} ms over the rounds)")
+            print(f"  anchor: profiled costs x {anchor:.3f} (single devices measured "
+                  f"{', '.join(f'{np.median(runs[:, j]) * 1e3:.1f}' for j in singles)} ms over the rounds)")
             raws = {}
             for j, p in enumerate(placements):
                 if np.isnan(runs[:, j]).any():
@@ -220,11 +223,12 @@ def main(argv=None) -> int:
                 raws[j] = raw.run(p).step_time
                 s, m = sim.run(p).step_time, float(np.median(runs[:, j]))
                 rows.append({"model": model, "method": p.method, "simulated_s": s, "measured_s": m,
-                             "rounds_s": runs[:, j].tolist(), "transfers": int(transfers[j]), "anchor": j == 0})
+                             "rounds_s": runs[:, j].tolist(), "transfers": int(transfers[j]),
+                             "anchor": j in singles})
                 print(f"  {p.method:24s} simulated {s * 1e3:8.2f} ms  measured {m * 1e3:8.2f} ms  "
                       f"error {100 * (s - m) / m:+6.1f} %  (rounds ±{50 * (runs[:, j].max() / runs[:, j].min() - 1):.0f} %, "
                       f"{transfers[j]} transfers)")
-            scored = [j for j in raws if j != 0]
+            scored = [j for j in raws if j not in singles]
             raw_s = np.array([raws[j] for j in scored])
             raw_m = np.array([np.median(runs[:, j]) for j in scored])
             summary[model] = {"ops": graph.n_ops, "anchor": anchor,
@@ -246,9 +250,9 @@ def main(argv=None) -> int:
 
 
 def summarise(rows: list[dict]) -> dict:
-    """One model's figures from its (simulated, measured) pairs. The anchor placement (``"anchor": true``;
-    in files saved before that field existed, the model's first row) is left out of MAPE and tau: its
-    anchored error is zero by construction. The measurement's own repeatability is computed over every
+    """One model's figures from its (simulated, measured) pairs. The anchor placements (``"anchor": true``;
+    in files saved before that field existed, the model's first row) are left out of MAPE and tau: they
+    set the scale. The measurement's own repeatability is computed over every
     placement: how well one round ranks like another (mean over pairs of rounds), and the median of the
     first half of the rounds against the second half (with at least 4 rounds)."""
     anchored = [r.get("anchor", k == 0) for k, r in enumerate(rows)]
