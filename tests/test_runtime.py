@@ -313,6 +313,23 @@ def test_profile_writes_costs_the_simulator_uses(pool, mlp_graph):
     assert all(op.cost["cpu|loaded"] >= 0 for op in profiled.ops)
 
 
+def test_loaded_costs_by_hand():
+    """Alone costs 1, 2, 3 s (6 s in all). The split runs time every op at 2 s (their shares); the three
+    split runs took 1.2, 1.5 and 1.3 times the alone step just before them (median 1.3: 7.8 s in all, 2.6 s
+    an op), with the host-mates busy half, half and 0.6 of the step (u_p = 0.5): at u = 1 each op costs
+    alone + (2.6 - alone) / 0.5 = 4.2, 3.2, 2.2 s. A split cost below alone extrapolates below zero: 0."""
+    from autoplace.runtime.profile import loaded_costs
+
+    alone = np.array([1.0, 2.0, 3.0])
+    runs_a = [(None, 6.0, 0.0), (None, 5.0, 0.0), (None, 7.0, 0.0)]
+    runs_s = [(None, 7.2, 0.5), (None, 7.5, 0.5), (None, 9.1, 0.6)]
+    cost, u_p = loaded_costs(alone, np.array([2.0, 2.0, 2.0]), runs_a, runs_s)
+    np.testing.assert_allclose(cost, [4.2, 3.2, 2.2])
+    assert u_p == 0.5
+    cost, _ = loaded_costs(np.array([1.0, 5.0]), np.array([5.0, 1.0]), [(None, 6.0, 0.0)], [(None, 6.0, 0.5)])
+    np.testing.assert_allclose(cost, [9.0, 0.0])  # ratio 1: split 5 and 1; 1 + 4 / 0.5 = 9; 5 - 4 / 0.5 < 0 -> 0
+
+
 def test_host_mates_are_the_other_cpus_of_a_host():
     from autoplace.runtime.profile import host_mates
 

@@ -45,15 +45,11 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
     step measured without per-op timers. With ``loaded``, a CPU device with CPU host-mates (the other CPU
     workers of its host) is also profiled in a *split* run: the graph's co-location groups dealt at
     random over it and its host-mates (a new deal each round), every op timed wherever it ran, less the
-    time it spent sending (the exchange is charged apart); the medians give each op's share, and their
-    total is the alone total times the median over rounds of the untimed split run's op time over the
-    alone run's step just before it (``cost["<type>|loaded"]``). On this project's machine every op of a program split over two workers
+    time it spent sending (the exchange is charged apart); :func:`loaded_costs` turns them into
+    ``cost["<type>|loaded"]``. On this project's machine every op of a program split over two workers
     runs 10-30 % slower than in the whole program on one, while a second copy of the program running
-    beside it slows it far less. The simulator blends the two costs by the share ``u`` of the step a
-    device's host-mates are busy, so the loaded cost is the one at ``u = 1``: the split runs measured the
-    profiled device's host-mates busy a share ``u_p`` of their step, and ``loaded = max(0, alone + (split
-    - alone) / u_p)``. The alone and split runs alternate for ``rounds`` rounds, so a machine whose speed
-    drifts over seconds (a shared VM) biases neither their ratio nor their scale."""
+    beside it slows it far less. The alone and split runs alternate for ``rounds`` rounds, so a machine
+    whose speed drifts over seconds (a shared VM) biases neither their ratio nor their scale."""
     if steps < 1 or rounds < 1:
         raise AutoplaceError(f"profile: steps and rounds must be positive (got {steps}, {rounds})")
     chosen: dict[str, int] = {}
@@ -84,18 +80,8 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
             for key, runs in timed.items():
                 costs[key], calibrated[key] = _costs_of([(t, s) for t, s, _ in runs])
             if dtype + LOADED in timed:
-                # the split costs' total: the alone total times the median ratio of each split run to the
-                # alone run just before it (a drifting machine moves both of a pair alike)
-                ratios = [s / a for (_, a, _), (_, s, _) in zip(timed[dtype], timed[dtype + LOADED])
-                          if np.isfinite(a) and np.isfinite(s) and a > 0]
-                split = costs[dtype + LOADED]
-                if ratios and split.sum() > 0:
-                    costs[dtype + LOADED] = split * (costs[dtype].sum() * float(np.median(ratios)) / split.sum())
-                # the split runs' host-mates were busy a share u_p of the step: extrapolate to all of it
-                u_p = float(np.median([u for _, _, u in timed[dtype + LOADED]]))
-                if u_p > 0:
-                    costs[dtype + LOADED] = np.maximum(costs[dtype] + (costs[dtype + LOADED] - costs[dtype]) / u_p, 0.0)
-                    busy_share[dtype + LOADED] = u_p
+                costs[dtype + LOADED], busy_share[dtype + LOADED] = loaded_costs(
+                    costs[dtype], costs[dtype + LOADED], timed[dtype], timed[dtype + LOADED])
     finally:
         if own:
             pool.close()
@@ -108,7 +94,7 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
     meta = {**graph.meta, "profiled": {key: {"device": cluster.devices[chosen[key.split("|")[0]]].name,
                                             "steps": steps, "rounds": rounds, "step_s": float(c.sum()),
                                             "calibrated": calibrated[key] > 0, "untimed_runs": calibrated[key],
-                                            **({"host_mates_busy": busy_share[key]} if key in busy_share else {})}
+                                            **({"host_mates_busy": busy_share[key]} if busy_share.get(key) else {})}
                                        for key, c in costs.items()}}
     return Graph(ops, name=graph.name, meta=meta)
 
@@ -149,6 +135,28 @@ def _timed_run(pool: WorkerPool, graph: Graph, placement: Placement, steps: int,
     mates = host_mates(pool.cluster, k)
     return (t, float((plain.busy_time - plain.exchange[:, 2] - plain.exchange[:, 4]).sum()),
             float(min(1.0, plain.busy_time[mates].sum() / plain.step_time)))
+
+
+def loaded_costs(alone: np.ndarray, split: np.ndarray, alone_runs: list[tuple], split_runs: list[tuple]
+                 ) -> tuple[np.ndarray, float]:
+    """Each op's cost with its host-mates busy all step, from the split runs.
+
+    ``alone`` / ``split`` are the per-op costs of the two conditions; ``*_runs`` the rounds' ``(timed,
+    untimed op time, host-mates' busy share)``, the split run of a round just after its alone run. The
+    split costs give each op's share; their total is the alone total times the median over rounds of
+    split op time over alone step (a drifting machine moves both runs of a pair alike). The simulator
+    blends alone and loaded costs by the share ``u`` of the step a device's host-mates are busy, so the
+    loaded cost is the one at ``u = 1``: the split runs measured the host-mates busy a share ``u_p`` of
+    their step, and ``loaded = max(0, alone + (split - alone) / u_p)``. Returns the costs and ``u_p``
+    (0 where no split run measured it: the split costs then stand as they are)."""
+    ratios = [s / a for (_, a, _), (_, s, _) in zip(alone_runs, split_runs) if np.isfinite(a) and np.isfinite(s) and a > 0]
+    if ratios and split.sum() > 0:
+        split = split * (alone.sum() * float(np.median(ratios)) / split.sum())
+    shares = [u for _, _, u in split_runs if np.isfinite(u)]
+    u_p = float(np.median(shares)) if shares else 0.0
+    if u_p <= 0:
+        return split, 0.0
+    return np.maximum(alone + (split - alone) / u_p, 0.0), u_p
 
 
 def _costs_of(runs: list[tuple[np.ndarray, float]]) -> tuple[np.ndarray, int]:
