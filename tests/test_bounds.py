@@ -91,6 +91,36 @@ def test_loaded_costs_below_alone_lower_the_bound():
     assert step >= lower_bounds(graph, cluster).best
 
 
+def test_contention_counts_only_while_a_host_mate_is_busy():
+    """a [0,1] and b on cpu:0, c (reading a) on cpu:1, every op 1 s alone and 2 s with its host-mate busy.
+    First pass: a [0,1] alone, b [1,2] and c [1,2] side by side. So a keeps 1 s, b and c take 2 s:
+    a [0,1], b [1,3], c [1,3], step 3. (Blending by the host-mate's busy share of the whole step would
+    run a and b at 1.5 s each and end at 3.5.)"""
+    ops = [Op("a", "op", output_bytes=(0,), cost={"cpu": 1.0, "cpu|loaded": 2.0}),
+           Op("b", "op", ("a",), cost={"cpu": 1.0, "cpu|loaded": 2.0}),
+           Op("c", "op", ("a",), cost={"cpu": 1.0, "cpu|loaded": 2.0})]
+    cluster = Cluster("c", [Device(f"cpu:{j}", "cpu", 10**9, 1e10, 1e10, meta={"host": "h"}) for j in range(2)],
+                      default_link=LinkSpec(1e9, 0.0))
+    r = Simulator(Graph(ops, name="abc"), cluster).run(np.array([0, 0, 1]), trace=True)
+    assert r.timeline.start.tolist() == [0.0, 1.0, 1.0] and r.timeline.finish.tolist() == [1.0, 3.0, 3.0]
+    assert r.step_time == 3.0
+
+
+def test_host_busy_share_by_hand():
+    from autoplace.sim import host_busy_share
+
+    # device 1 busy [0,2] and [1,3] (overlapping: merged to [0,3]) and [5,6]; device 0's ops run [2,4],
+    # [4,6], [7,8] and [3,3]: busy shares 1/2, 1/2, 0 and 0 (no time)
+    start = np.array([2.0, 4.0, 7.0, 3.0, 0.0, 1.0, 5.0])
+    finish = np.array([4.0, 6.0, 8.0, 3.0, 2.0, 3.0, 6.0])
+    dev = np.array([0, 0, 0, 0, 1, 1, 1])
+    mates = ~np.eye(2, dtype=bool)
+    u = host_busy_share(start, finish, dev, mates)
+    assert u.tolist()[:4] == [0.5, 0.5, 0.0, 0.0]
+    # device 0 is busy [2,6] and [7,8]: device 1's [0,2] overlaps it not at all, [1,3] for 1 s of 2, [5,6] wholly
+    assert u.tolist()[4:] == [0.0, 0.5, 1.0]
+
+
 def test_measured_rows_have_no_gap():
     graph = Graph([Op("a", "op", output_bytes=(0,), cost={"cpu": 1.0})], name="one")
     cluster = Cluster("c", [Device("cpu:0", "cpu", 10**9, 1e10, 1e10)], default_link=LinkSpec(1e9, 0.0))

@@ -25,7 +25,7 @@ from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.sim import _cbackend, _kernel
 
-__all__ = ["Simulator", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch", "BACKEND"]
+__all__ = ["Simulator", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch", "host_busy_share", "BACKEND"]
 
 BACKEND = _cbackend.BACKEND  # "c" (the built extension) or "numba" (the reference kernel)
 
@@ -220,11 +220,11 @@ class Simulator:
             times[ops, dev] += extra
             row = self._execute_rows(dev[None, :], times)
             if self._loaded_times is not None:
-                # mean-field contention: a device whose host-mates were busy a share u of the step runs
-                # its ops at (1 - u) * alone + u * loaded; one more pass with those times
-                busy, step = row[0].busy_time[0], float(row[0].step_time[0])
-                u = np.minimum(1.0, self._shares_host.astype(float) @ busy / step) if step > 0 else 0 * busy
-                times[ops, dev] = (1 - u[dev]) * base[ops, dev] + u[dev] * self._loaded_times[ops, dev] + extra
+                # contention: an op whose host-mates were busy a share u of its run (in this first pass)
+                # runs at (1 - u) * alone + u * loaded; one more pass with those times
+                tl = row[1]
+                u = host_busy_share(tl.start, tl.finish, dev, self._shares_host)
+                times[ops, dev] = (1 - u) * base[ops, dev] + u * self._loaded_times[ops, dev] + extra
                 row = self._execute_rows(dev[None, :], times)
             rows.append(row)
         cat = lambda f: np.concatenate([getattr(r[0], f) for r in rows])  # noqa: E731
@@ -279,6 +279,37 @@ class Simulator:
     def critical_path(self) -> float:
         """Longest path with every op on its fastest feasible device and free transfers."""
         return self.graph.longest_path(fastest_op_times(self.graph, self.cluster, self.op_times))
+
+
+def _busy_curve(start: np.ndarray, finish: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A device's cumulative busy time as a piecewise-linear curve ``(times, busy so far)`` for
+    :func:`numpy.interp`, from its ops' run intervals (overlapping ones merged)."""
+    keep = finish > start
+    order = np.argsort(start[keep], kind="stable")
+    s, f = start[keep][order], finish[keep][order]
+    if not len(s):
+        return np.zeros(1), np.zeros(1)
+    reach = np.maximum.accumulate(f)
+    first = np.ones(len(s), dtype=bool)
+    first[1:] = s[1:] > reach[:-1]
+    idx = np.flatnonzero(first)
+    lo, hi = s[idx], reach[np.r_[idx[1:] - 1, len(s) - 1]]
+    total = np.concatenate([[0.0], np.cumsum(hi - lo)])
+    x, y = np.empty(2 * len(lo)), np.empty(2 * len(lo))
+    x[0::2], x[1::2], y[0::2], y[1::2] = lo, hi, total[:-1], total[1:]
+    return x, y
+
+
+def host_busy_share(start: np.ndarray, finish: np.ndarray, dev: np.ndarray, shares_host: np.ndarray) -> np.ndarray:
+    """Per op, the share of its run ``[start, finish)`` during which the other devices of its host were busy
+    (summed over them, at most 1; 0 for an op that takes no time)."""
+    over = np.zeros(len(dev))
+    for e in np.flatnonzero(shares_host.any(axis=0)):
+        x, y = _busy_curve(start[dev == e], finish[dev == e])
+        sel = shares_host[dev, e]
+        over[sel] += np.interp(finish[sel], x, y) - np.interp(start[sel], x, y)
+    run = finish - start
+    return np.minimum(1.0, np.divide(over, run, out=np.zeros_like(over), where=run > 0))
 
 
 def simulate(graph: Graph, cluster: Cluster, placement: Placement | np.ndarray | Sequence[int], *,

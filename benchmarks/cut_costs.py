@@ -1,0 +1,42 @@
+"""How much of a cut-heavy placement's step is communication, on Mirhoseini et al.'s K80 settings.
+
+    .venv/bin/python benchmarks/cut_costs.py
+
+For rnnlm-2, nmt-2 and inception-v3 on k80x2 and k80x4, the Scotch, MinCut and expert placements:
+simulated step beside single-GPU, how many transfers and bytes a step moves, how long all links
+together and the busiest link and segment are busy, and the busy time of the CPU and each GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+
+def main() -> int:
+    from autoplace.cluster import get_cluster
+    from autoplace.placers import place
+    from autoplace.sim import Simulator
+    from autoplace.zoo import build_graph
+
+    print("| setting | method | step (s) | single-GPU (s) | transfers | GB moved | links busy, all (s) | busiest link (s) "
+          "| busiest segment (s) | CPU busy (s) | GPUs busy (s) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for model in ("rnnlm-2", "nmt-2", "inception-v3"):
+        g = build_graph(model)
+        for cname in ("k80x2", "k80x4"):
+            c = get_cluster(cname)
+            sim = Simulator(g, c)
+            single = sim.run(place(g, c, "single-gpu")).step_time
+            for method in ("scotch", "mincut", "expert"):
+                r = sim.run(place(g, c, method, seed=0))
+                print(f"| {model}, {cname} | {method} | {r.step_time:.3f} | {single:.3f} | {r.n_transfers} | "
+                      f"{r.transfer_bytes / 1e9:.2f} | {r.link_time.sum():.3f} | {r.link_time.max():.3f} | "
+                      f"{r.segment_time.max(initial=0.0):.3f} | {r.busy_time[0]:.3f} | "
+                      f"{' '.join(f'{b:.3f}' for b in r.busy_time[1:])} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
