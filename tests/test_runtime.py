@@ -377,6 +377,34 @@ def test_cluster_detect_measures_devices_engines_and_exchange_costs():
     assert cluster_to_dict(cluster_from_dict(cluster_to_dict(c))) == cluster_to_dict(c)
 
 
+def test_copy_engines_count_cores_and_concurrent_copies(monkeypatch):
+    """A CPU worker with one core has one send engine without timing anything; with more cores, ``k``
+    concurrent copies count as ``k`` engines only when they move at least 0.8 k times one copy's bytes/s
+    (timed here by a fake: copies that run side by side take one copy's time, serialized ones k times);
+    the one-copy and two-copy runs alternate and only up to the worker's cores."""
+    import types
+
+    import torch
+
+    from autoplace.runtime import profile
+
+    rt = types.SimpleNamespace(torch=torch, device="cpu")
+    monkeypatch.setattr(profile.os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(profile, "_concurrent_copies", lambda *a: pytest.fail("timed a one-core worker"))
+    assert profile._copy_engines(rt) == 1
+    monkeypatch.setattr(profile.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    for parallel, want in ((1, 1), (2, 2), (4, 4), (3, 2)):
+        # k copies with `parallel` running side by side take ceil(k / parallel) copy times
+        monkeypatch.setattr(profile, "_concurrent_copies", lambda copy, k, sync: -(-k // parallel))
+        assert profile._copy_engines(rt, nbytes=4096) == want
+    calls = []
+    monkeypatch.undo()
+    monkeypatch.setattr(profile.os, "sched_getaffinity", lambda pid: {0, 1})
+    real = profile._concurrent_copies
+    monkeypatch.setattr(profile, "_concurrent_copies", lambda copy, k, sync: calls.append(k) or real(copy, k, sync))
+    assert profile._copy_engines(rt, nbytes=4096, repeats=2) in (1, 2) and calls == [1, 2, 1, 2]
+
+
 def test_send_cost_fit():
     """Three programs' sends made of 6 us per tensor and 0.2 ns per byte are recovered exactly; with one
     program only, the link test's per-byte cost stays and the rest is per tensor."""

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -206,11 +207,17 @@ def _device_speed(rt, repeats: int = 5) -> tuple[float, float, float]:
 def _copy_engines(rt, nbytes: int = 8 * 2**20, most: int = 4, repeats: int = 3) -> int:
     """How many copies out of this device run at once at full speed (its send engines): the largest ``k``
     of 1, 2, 4 whose ``k`` concurrent copies of ``nbytes`` (threads on a CPU worker, CUDA streams into
-    pinned host memory on a GPU) move at least ``0.8 k`` times the bytes per second of one."""
-    import threading
+    pinned host memory on a GPU) move at least ``0.8 k`` times the bytes per second of one.
 
+    A CPU worker's copies are its own threads, so it sends no more copies at once than it has cores to run
+    them on: a worker pinned to one core has one send engine, without a timing (which a busy machine
+    could skew). The one-copy and ``k``-copy runs alternate, best of ``repeats`` each."""
     torch = rt.torch
     cuda = rt.device.startswith("cuda")
+    if not cuda:
+        most = min(most, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        if most <= 1:
+            return 1
     src = torch.ones(nbytes // 4, device=rt.device)
     dsts = [torch.empty(nbytes // 4, pin_memory=cuda) for _ in range(most)]
     streams = [torch.cuda.Stream() for _ in range(most)] if cuda else []  # pragma: no cover - no GPU in CI
@@ -222,26 +229,35 @@ def _copy_engines(rt, nbytes: int = 8 * 2**20, most: int = 4, repeats: int = 3) 
         else:
             dsts[j].copy_(src)
 
-    def rate(k: int) -> float:
-        best = float("inf")
-        for _ in range(repeats):
-            threads = [threading.Thread(target=copy, args=(j,)) for j in range(k)]
-            t0 = time.perf_counter()
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
-            if cuda:  # pragma: no cover
-                torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - t0)
-        return k * nbytes / best
+    def once(k: int) -> float:
+        return _concurrent_copies(copy, k, torch.cuda.synchronize if cuda else None)
 
-    one, engines = rate(1), 1
+    engines = 1
     for k in (2, 4):
-        if k > most or rate(k) < 0.8 * k * one:
+        if k > most:
+            break
+        one = many = float("inf")
+        for _ in range(repeats):
+            one, many = min(one, once(1)), min(many, once(k))
+        if k * nbytes / many < 0.8 * k * nbytes / one:
             break
         engines = k
     return engines
+
+
+def _concurrent_copies(copy: Callable[[int], None], k: int, sync: Callable[[], None] | None) -> float:
+    """Seconds for ``copy(0) .. copy(k-1)`` run at once, one thread each (``sync`` waits for a GPU)."""
+    import threading
+
+    threads = [threading.Thread(target=copy, args=(j,)) for j in range(k)]
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if sync is not None:  # pragma: no cover - no GPU in CI
+        sync()
+    return time.perf_counter() - t0
 
 
 def _link_send(rt, buf, flags, sizes, repeats):
