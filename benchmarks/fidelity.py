@@ -252,14 +252,16 @@ def main(argv=None) -> int:
 def summarise(rows: list[dict]) -> dict:
     """One model's figures from its (simulated, measured) pairs. The anchor placements (``"anchor": true``;
     in files saved before that field existed, the model's first row) are left out of MAPE and tau: they
-    set the scale. The measurement's own repeatability is computed over every
-    placement: how well one round ranks like another (mean over pairs of rounds), and the median of the
-    first half of the rounds against the second half (with at least 4 rounds)."""
+    set the scale. The measurement's own repeatability is computed over the same scored placements, so
+    that it compares with the simulator's tau: how well one round ranks like another (mean over pairs of
+    rounds), and the median of the first half of the rounds against the second half (with at least 4
+    rounds); the round spread is over every placement."""
     anchored = [r.get("anchor", k == 0) for k, r in enumerate(rows)]
     scored = [r for r, a in zip(rows, anchored) if not a]
     sims = np.array([r["simulated_s"] for r in scored])
     meas = np.array([r["measured_s"] for r in scored])
     R = np.array([r["rounds_s"] for r in rows])  # placements x rounds
+    Rs = np.array([r["rounds_s"] for r in scored])
     n_rounds = R.shape[1]
     pairs = [(a, b) for a in range(n_rounds) for b in range(a + 1, n_rounds)]
     h = n_rounds // 2
@@ -269,9 +271,9 @@ def summarise(rows: list[dict]) -> dict:
             "mape": float(np.mean(np.abs(sims - meas) / meas)), "kendall_tau": kendall_tau(sims, meas),
             "pairwise_order_accuracy": order, "clear_pairs": clear_pairs,
             "round_spread": float(np.median(R.max(axis=1) / R.min(axis=1) - 1)),
-            "round_vs_round_tau": float(np.mean([kendall_tau(R[:, a], R[:, b]) for a, b in pairs]))
+            "round_vs_round_tau": float(np.mean([kendall_tau(Rs[:, a], Rs[:, b]) for a, b in pairs]))
             if pairs else float("nan"),
-            "split_half_tau": kendall_tau(np.median(R[:, :h], axis=1), np.median(R[:, h:], axis=1))
+            "split_half_tau": kendall_tau(np.median(Rs[:, :h], axis=1), np.median(Rs[:, h:], axis=1))
             if n_rounds >= 4 else float("nan")}
 
 

@@ -158,7 +158,12 @@ def cluster_cases(rng: random.Random) -> list[Case]:
                         {"overhead_s": BAD_NUMBERS, "segments": ["board0.up", ["nope"], ["board0.up", "board0.up"], [3]]})
     for name, mutate in (("duplicate segment", lambda t: t["segments"].append(dict(t["segments"][0]))),
                          ("segments not a list", lambda t: t.update(segments={"name": "s"})),
-                         ("segment not an object", lambda t: t.update(segments=["board0.up"]))):
+                         ("segment not an object", lambda t: t.update(segments=["board0.up"])),
+                         ("misspelt link field", lambda t: t["links"][0].update(overhed_s=1e-6)),
+                         ("misspelt segment field", lambda t: t["segments"][0].update(bandwith=1e9)),
+                         ("misspelt default link field", lambda t: t.update(default_link={"bandwidth": 1e9, "latncy_s": 0})),
+                         ("achievable above peak", lambda t: t["devices"][0].update(achievable_flops=1e15)),
+                         ("achievable bandwidth above peak", lambda t: t["devices"][1].update(achievable_bandwidth=1e15))):
         t = copy.deepcopy(topology)
         mutate(t)
         out.append(Case(name, ["clusters", "{dir}/cluster.json"], {"cluster.json": _dump(t)}))

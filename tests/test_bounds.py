@@ -119,6 +119,18 @@ def test_host_busy_share_by_hand():
     assert u.tolist()[:4] == [0.5, 0.5, 0.0, 0.0]
     # device 0 is busy [2,6] and [7,8]: device 1's [0,2] overlaps it not at all, [1,3] for 1 s of 2, [5,6] wholly
     assert u.tolist()[4:] == [0.0, 0.5, 1.0]
+    # two host-mates busy all of one op's run: their busy time adds up to 2 runs, the share stops at 1;
+    # a device that is not a host-mate (device 3) adds nothing
+    start, finish = np.array([0.0, 0.0, 0.0, 0.0]), np.array([2.0, 2.0, 2.0, 2.0])
+    dev = np.arange(4)
+    mates = np.ones((4, 4), dtype=bool) & ~np.eye(4, dtype=bool)
+    mates[3, :] = mates[:, 3] = False
+    u = host_busy_share(start, finish, dev, mates)
+    assert u.tolist() == [1.0, 1.0, 1.0, 0.0]
+    # devices 1 and 2 busy [0,1] and [0,0.5] of op 0's [0,2]: 1/2 + 1/4 add up; ops 1 and 2 see device 0
+    # busy all their run plus the other one (1 + 1/2, 1 + 1): capped
+    finish = np.array([2.0, 1.0, 0.5, 2.0])
+    assert host_busy_share(start, finish, dev, mates).tolist() == [0.75, 1.0, 1.0, 0.0]
 
 
 def test_measured_rows_have_no_gap():

@@ -107,6 +107,13 @@ def test_cost_model_measured_roofline_and_constraints():
     assert t[2, 1] == np.inf and np.isfinite(t[2, 0])
     assert t[3, 0] == pytest.approx(1e-6 + 10.0)
     assert feasible_devices(g, c)[2].tolist() == [True, False]
+    # the roofline runs at the achievable rates where a device declares them: half the peak FLOP/s and a
+    # quarter of the peak bandwidth make "roof" 2 s of FLOPs and 4 s of bytes on cpu:0; measured costs win
+    slow = Cluster("s", [Device("cpu:0", "CPU", 10, 1e9, 1e8, 1e-6, achievable_flops=5e8, achievable_bandwidth=2.5e7),
+                         Device("gpu:0", "gpu", 10, 1e10, 1e9, 2e-6, achievable_flops=5e9)], default_link=LinkSpec(1e9))
+    ts = op_time_matrix(g, slow)
+    assert ts[1, 0] == pytest.approx(1e-6 + 4.0) and ts[1, 1] == pytest.approx(2e-6 + 0.2)
+    assert ts[3, 0] == pytest.approx(1e-6 + 40.0) and ts[0].tolist() == [0.5, 0.25]
     gpu_only = Cluster("g", [Device("gpu:0", "gpu", 10, 1e9, 1e9)])
     with pytest.raises(InfeasibleError, match="op 'cpu_only' needs a device of type cpu"):
         check_runnable(g, gpu_only)

@@ -524,8 +524,8 @@ def test_contention_blends_loaded_costs_by_host_mates_busy_share():
                        default_link=LinkSpec(1e12, 0.0))
 
     split = {"a": "cpu:0", "b": "cpu:1", "c": "cpu:0"}
-    # pass 1: cpu:0 busy 2 ms, cpu:1 busy 1 ms, step 2 ms -> u(cpu:0) = 1/2, u(cpu:1) = 1
-    # pass 2: a, c take 1.5 ms each on cpu:0; b takes 2 ms on cpu:1 -> step 3 ms
+    # pass 1: a [0,1] on cpu:0 beside b [0,1] on cpu:1, then c [1,2] on cpu:0 alone -> u(a) = u(b) = 1,
+    # u(c) = 0; pass 2: a and b take 2 ms each, c 1 ms after a -> step 3 ms
     assert simulate(g, cluster("h"), Placement(split, "graph", "c")).step_time == pytest.approx(3e-3)
     assert simulate(g, cluster(None), Placement(split, "graph", "c")).step_time == pytest.approx(2e-3)
     one = {n: "cpu:0" for n in "abc"}

@@ -196,6 +196,12 @@ def test_in_place_update_allocates_nothing(two):
                   meta={"view": True}),
                op("after", ["add_"], 1, 0)])
     assert run(g, two, "AAAA").peak_memory.tolist() == [8000, 0]
+    # the update aliases what it writes (w, its first input), not the gradient it reads: g is freed when
+    # add_ ends at 2, so h [2,3] (4000 B) runs beside w alone: 8000 (aliasing g would keep it: 12000)
+    g2 = Graph([*g.ops[:3], op("h", ["add_"], 1, 4000), op("after", ["h"], 1, 0)])
+    assert g2.pair_tensor[g2.alias_pair[2]] == g2.pair_tensor[g2.in_ptr[2]]     # add_'s pair of input w
+    assert g2.tensor_src[g2.pair_tensor[g2.alias_pair[2]]] == 0
+    assert run(g2, two, "AAAAA").peak_memory.tolist() == [8000, 0]
 
 
 def test_received_copy_is_allocated_in_flight():

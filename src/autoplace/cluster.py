@@ -129,9 +129,11 @@ def _check_device(where: str, d: Device) -> None:
     check_number(d.memory_bytes, f"{where} memory_bytes", ClusterError, lo=1, hi=MAX_BYTES, integer=True)
     for fld in ("peak_flops", "memory_bandwidth"):
         check_number(getattr(d, fld), f"{where} {fld}", ClusterError, lo=MIN_RATE, hi=MAX_RATE)
-    for fld in ("achievable_flops", "achievable_bandwidth"):
+    for fld, peak in (("achievable_flops", "peak_flops"), ("achievable_bandwidth", "memory_bandwidth")):
         if getattr(d, fld) is not None:
             check_number(getattr(d, fld), f"{where} {fld}", ClusterError, lo=MIN_RATE, hi=MAX_RATE)
+            if getattr(d, fld) > getattr(d, peak):
+                raise ClusterError(f"{where} {fld} {getattr(d, fld):g} exceeds its {peak} {getattr(d, peak):g}")
     check_number(d.op_overhead_s, f"{where} op_overhead_s", ClusterError, hi=MAX_SECONDS)
     check_number(d.send_cost_s_per_byte, f"{where} send_cost_s_per_byte", ClusterError, hi=1.0 / MIN_RATE)
     for fld in ("send_overhead_s", "recv_overhead_s"):

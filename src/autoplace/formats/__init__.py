@@ -129,9 +129,12 @@ def save_graph(graph: Graph, path: str | os.PathLike) -> None:
 
 # ---------------------------------------------------------------------- cluster
 def _link_fields(f: Fields) -> dict[str, Any]:
-    """The fields a link and the default link share."""
-    return {"bandwidth": float(f.number("bandwidth", positive=True)), "latency_s": float(f.number("latency_s", 0.0)),
-            "overhead_s": float(f.number("overhead_s", 0.0)), "segments": tuple(f.str_list("segments", []))}
+    """The fields a link and the default link share (and no others: links keep no metadata)."""
+    out = {"bandwidth": float(f.number("bandwidth", positive=True)), "latency_s": float(f.number("latency_s", 0.0)),
+           "overhead_s": float(f.number("overhead_s", 0.0)), "segments": tuple(f.str_list("segments", []))}
+    f.known.update(("src", "dst"))
+    f.no_extra()
+    return out
 
 
 def _link_dict(link: Link | LinkSpec) -> dict[str, Any]:
@@ -169,6 +172,7 @@ def cluster_from_dict(obj: Any, where: str = "cluster") -> Cluster:
     for i, raw in enumerate(f.list("segments", [])):
         sf = Fields(raw, f"{where}: segment #{i}")
         segments.append(Segment(sf.str("name"), float(sf.number("bandwidth", positive=True))))
+        sf.no_extra()
     links = []
     for i, raw in enumerate(f.list("links", [])):
         lf = Fields(raw, f"{where}: link #{i}")

@@ -238,3 +238,10 @@ class Fields:
     def extra(self) -> dict[str, Any]:
         """Fields not read through this object (kept as ``meta``)."""
         return {k: v for k, v in self.obj.items() if k not in self.known}
+
+    def no_extra(self) -> None:
+        """Refuse fields not read through this object, for objects that keep no metadata (a misspelt
+        optional field would otherwise be dropped without a word)."""
+        extra = sorted(self.extra())
+        if extra:
+            raise FormatError(f"{self.where}: unknown field {extra[0]!r}")

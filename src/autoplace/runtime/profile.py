@@ -116,7 +116,7 @@ def _timed_run(pool: WorkerPool, graph: Graph, placement: Placement, steps: int,
     """One profiled run of ``placement``: each op's time (less its sends) in each step after the first,
     wherever it ran; the op time of a run right after it without per-op timers — its step time on one
     device; on several, their busy time less the time they spent sending and receiving; and the share of
-    that run's step device ``k``'s host-mates were busy (the simulator's ``u``)."""
+    that run's step device ``k``'s host-mates were busy (``u_p`` of :func:`loaded_costs`)."""
     steps = max(2, steps)
     result = pool.run(graph, placement, steps=steps, profile=True)
     if not result.ok:
@@ -146,10 +146,12 @@ def loaded_costs(alone: np.ndarray, split: np.ndarray, alone_runs: list[tuple], 
     untimed op time, host-mates' busy share)``, the split run of a round just after its alone run. The
     split costs give each op's share; their total is the alone total times the median over rounds of
     split op time over alone step (a drifting machine moves both runs of a pair alike). The simulator
-    blends alone and loaded costs by the share ``u`` of the step a device's host-mates are busy, so the
-    loaded cost is the one at ``u = 1``: the split runs measured the host-mates busy a share ``u_p`` of
-    their step, and ``loaded = max(0, alone + (split - alone) / u_p)``. Returns the costs and ``u_p``
-    (0 where no split run measured it: the split costs then stand as they are)."""
+    blends alone and loaded costs per op by the share ``u`` of the op's run during which its host-mates
+    are busy, so the loaded cost is the one at ``u = 1``: the split runs measured the host-mates busy a
+    share ``u_p`` of their step, and ``loaded = max(0, alone + (split - alone) / u_p)`` — an
+    approximation, taking the step's share for every op's (a split run's per-op overlaps are not
+    recorded). Returns the costs and ``u_p`` (0 where no split run measured it: the split costs then stand
+    as they are)."""
     ratios = [s / a for (_, a, _), (_, s, _) in zip(alone_runs, split_runs) if np.isfinite(a) and np.isfinite(s) and a > 0]
     if ratios and split.sum() > 0:
         split = split * (alone.sum() * float(np.median(ratios)) / split.sum())
@@ -353,28 +355,42 @@ def fit_send_costs(n_sent: np.ndarray, sent_bytes: np.ndarray, send_t: np.ndarra
     return (float(max((send_t.sum() - sent_bytes.sum() * per_byte) / n, 0.0)) if n else 0.0), per_byte
 
 
-def _exchange_overheads(pool: WorkerPool, cluster: Cluster, progress) -> tuple[list[Device], dict[str, float]]:
+def _exchange_overheads(pool: WorkerPool, cluster: Cluster, progress, rounds: int = 3
+                        ) -> tuple[list[Device], dict[str, float]]:
     """Fit each device's send costs (``send_overhead_s`` and ``send_cost_s_per_byte``, by
     :func:`fit_send_costs`) and per-tensor receive cost (``recv_overhead_s``) on placed runs of
     :func:`_exchange_programs`, instrumented by the executor: the copies a run makes into the exchange
     buffer are of the tensors a training step really sends, whose sources are not in cache the way the
     link test's repeated buffer is. The executor's latency (a flag raised while its receiver was already
-    waiting -> the receiver seeing it) is averaged per receiving device likewise."""
+    waiting -> the receiver seeing it) is averaged per receiving device likewise.
+
+    The programs run in ``rounds`` rounds and each device's figures come from its least disturbed round,
+    the one whose sends and receives took least time in all: the bookkeeping measured is pure CPU work,
+    which a busy moment of the machine only ever slows (one detect on this project's VM caught such a
+    moment and measured twice the usual per-tensor costs)."""
     if progress is not None:
         progress("per-transfer costs")
-    runs = []
-    for graph, assignment in _exchange_programs(cluster):
-        result = pool.run(graph, Placement.from_array(graph, cluster, assignment, "calibration"), steps=20)
-        if not result.ok:
-            raise AutoplaceError(f"measuring per-transfer costs failed on {graph.name!r}: {result.error}")
-        runs.append(result.exchange)
-    ex = np.stack(runs)  # programs x devices x (n_sent, bytes, send_t, n_recv, recv_t, lat_sum, lat_n)
+    programs = _exchange_programs(cluster)
+    fits = []  # per round: per device (send_overhead_s, send_cost_s_per_byte, recv_overhead_s, lat_sum, lat_n)
+    for _ in range(rounds):
+        runs = []
+        for graph, assignment in programs:
+            result = pool.run(graph, Placement.from_array(graph, cluster, assignment, "calibration"), steps=20)
+            if not result.ok:
+                raise AutoplaceError(f"measuring per-transfer costs failed on {graph.name!r}: {result.error}")
+            runs.append(result.exchange)
+        ex = np.stack(runs)  # programs x devices x (n_sent, bytes, send_t, n_recv, recv_t, lat_sum, lat_n)
+        per_device = []
+        for k, d in enumerate(cluster.devices):
+            over, per_byte = fit_send_costs(ex[:, k, 0], ex[:, k, 1], ex[:, k, 2], d.send_cost_s_per_byte)
+            n_recv, recv_t, lat_sum, lat_n = ex[:, k, 3:].sum(axis=0)
+            per_device.append((over, per_byte, float(recv_t / n_recv) if n_recv else 0.0, lat_sum, lat_n,
+                               float(ex[:, k, 2].sum() + recv_t)))
+        fits.append(per_device)
     out, latency = [], {}
     for k, d in enumerate(cluster.devices):
-        over, per_byte = fit_send_costs(ex[:, k, 0], ex[:, k, 1], ex[:, k, 2], d.send_cost_s_per_byte)
-        n_recv, recv_t, lat_sum, lat_n = ex[:, k, 3:].sum(axis=0)
-        out.append(replace(d, send_overhead_s=over, send_cost_s_per_byte=per_byte,
-                           recv_overhead_s=float(recv_t / n_recv) if n_recv else 0.0))
+        over, per_byte, recv, lat_sum, lat_n, _ = min((fit[k] for fit in fits), key=lambda f: f[5])
+        out.append(replace(d, send_overhead_s=over, send_cost_s_per_byte=per_byte, recv_overhead_s=recv))
         if lat_n:
             latency[d.name] = float(lat_sum / lat_n)
     return out, latency
