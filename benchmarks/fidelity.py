@@ -74,6 +74,11 @@ def depth_levels(graph) -> np.ndarray:
     return level
 
 
+def anchor_of(measured, simulated) -> float:
+    """The profile's scale: the geometric mean of the anchor placements' measured over simulated steps."""
+    return float(np.exp(np.mean(np.log(np.asarray(measured, float) / np.asarray(simulated, float)))))
+
+
 def slowest_search(sim, groups, gdev: np.ndarray, rng, evaluations: int = 2000, batch: int = 64) -> np.ndarray:
     """Greedy ascent on the simulated step over two devices: repeatedly try flipping a random batch of
     co-location groups one at a time and keep the flip that lengthens the step most (by > 0.1 %), for
@@ -210,8 +215,8 @@ def main(argv=None) -> int:
             # single-device placements, measured in every round like the rest (the geometric mean of
             # their measured over simulated medians: two placements halve one's noise)
             singles = [j for j, p in enumerate(placements) if p.method.startswith("single ")]
-            anchor = float(np.exp(np.mean([np.log(np.median(runs[:, j]) / sim.run(placements[j]).step_time)
-                                           for j in singles])))
+            anchor = anchor_of([np.median(runs[:, j]) for j in singles],
+                               [sim.run(placements[j]).step_time for j in singles])
             raw = sim
             sim = Simulator(_scaled(profiled, anchor), cluster)
             print(f"  anchor: profiled costs x {anchor:.3f} (single devices measured "

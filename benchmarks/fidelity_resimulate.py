@@ -38,8 +38,9 @@ def main(argv=None) -> int:
         by_method = {p.method: p for p in map(load_placement, sorted(Path(args.saved).glob(f"{model}.p*.json")))}
         rows = [r for r in saved["rows"] if r["model"] == model]
         sim = Simulator(graph, cluster)
-        anchor = float(np.exp(np.mean([np.log(r["measured_s"] / sim.run(by_method[r["method"]]).step_time)
-                                       for r in rows if r["anchor"]])))
+        singles = [r for r in rows if r["anchor"]]
+        anchor = fidelity.anchor_of([r["measured_s"] for r in singles],
+                                    [sim.run(by_method[r["method"]]).step_time for r in singles])
         sim = Simulator(fidelity._scaled(graph, anchor), cluster)
         s = fidelity.summarise([{**r, "simulated_s": sim.run(by_method[r["method"]]).step_time} for r in rows])
         print(f"{model}: anchor {anchor:.3f}, MAPE {100 * s['mape']:.1f} %, Kendall tau {s['kendall_tau']:.3f}, "

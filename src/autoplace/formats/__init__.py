@@ -132,7 +132,6 @@ def _link_fields(f: Fields) -> dict[str, Any]:
     """The fields a link and the default link share (and no others: links keep no metadata)."""
     out = {"bandwidth": float(f.number("bandwidth", positive=True)), "latency_s": float(f.number("latency_s", 0.0)),
            "overhead_s": float(f.number("overhead_s", 0.0)), "segments": tuple(f.str_list("segments", []))}
-    f.known.update(("src", "dst"))
     f.no_extra()
     return out
 

@@ -241,7 +241,7 @@ def _copy_engines(rt, nbytes: int = 8 * 2**20, most: int = 4, repeats: int = 3) 
         one = many = float("inf")
         for _ in range(repeats):
             one, many = min(one, once(1)), min(many, once(k))
-        if k * nbytes / many < 0.8 * k * nbytes / one:
+        if many > one / 0.8:  # k copies at once move less than 0.8 k times one copy's bytes per second
             break
         engines = k
     return engines
@@ -371,7 +371,7 @@ def _exchange_overheads(pool: WorkerPool, cluster: Cluster, progress, rounds: in
     if progress is not None:
         progress("per-transfer costs")
     programs = _exchange_programs(cluster)
-    fits = []  # per round: per device (send_overhead_s, send_cost_s_per_byte, recv_overhead_s, lat_sum, lat_n)
+    rounds_ex = []  # per round: programs x devices x (n_sent, bytes, send_t, n_recv, recv_t, lat_sum, lat_n)
     for _ in range(rounds):
         runs = []
         for graph, assignment in programs:
@@ -379,18 +379,14 @@ def _exchange_overheads(pool: WorkerPool, cluster: Cluster, progress, rounds: in
             if not result.ok:
                 raise AutoplaceError(f"measuring per-transfer costs failed on {graph.name!r}: {result.error}")
             runs.append(result.exchange)
-        ex = np.stack(runs)  # programs x devices x (n_sent, bytes, send_t, n_recv, recv_t, lat_sum, lat_n)
-        per_device = []
-        for k, d in enumerate(cluster.devices):
-            over, per_byte = fit_send_costs(ex[:, k, 0], ex[:, k, 1], ex[:, k, 2], d.send_cost_s_per_byte)
-            n_recv, recv_t, lat_sum, lat_n = ex[:, k, 3:].sum(axis=0)
-            per_device.append((over, per_byte, float(recv_t / n_recv) if n_recv else 0.0, lat_sum, lat_n,
-                               float(ex[:, k, 2].sum() + recv_t)))
-        fits.append(per_device)
+        rounds_ex.append(np.stack(runs))
     out, latency = [], {}
     for k, d in enumerate(cluster.devices):
-        over, per_byte, recv, lat_sum, lat_n, _ = min((fit[k] for fit in fits), key=lambda f: f[5])
-        out.append(replace(d, send_overhead_s=over, send_cost_s_per_byte=per_byte, recv_overhead_s=recv))
+        ex = min(rounds_ex, key=lambda e: e[:, k, 2].sum() + e[:, k, 4].sum())[:, k]  # least disturbed round
+        over, per_byte = fit_send_costs(ex[:, 0], ex[:, 1], ex[:, 2], d.send_cost_s_per_byte)
+        n_recv, recv_t, lat_sum, lat_n = ex[:, 3:].sum(axis=0)
+        out.append(replace(d, send_overhead_s=over, send_cost_s_per_byte=per_byte,
+                           recv_overhead_s=float(recv_t / n_recv) if n_recv else 0.0))
         if lat_n:
             latency[d.name] = float(lat_sum / lat_n)
     return out, latency
