@@ -6,8 +6,10 @@ the co-location constraint graph"):
 * ``colocation`` — the graph's own ``colocation_group`` fields (always honoured: they are constraints);
 * ``gradient`` — TensorFlow's ``colocate_gradients_with_ops``, which Mirhoseini et al. 2017 build on:
   each op's gradient ops join the op (capture numbers every torch call of the forward pass, ``fwd``, and
-  marks its aten ops and their backward ops with it). On by default, and for the paper's baselines
-  (``scotch``, ``mincut``);
+  marks its aten ops and their backward ops with it), and autograd's sum of a tensor's gradients joins
+  the gradient ops that read it when they are one group (TensorFlow aggregates gradients colocated with
+  the tensor's producer). On by default, and for the paper's baselines (``scotch``, ``mincut``) and the
+  list schedulers;
 * ``single-consumer`` — Mirhoseini et al. 2017 §3.3: an op whose output is consumed by exactly one op is
   co-located with that op, applied recursively (follows chains);
 * ``structure`` — the capture metadata: each LSTM cell (``role=lstm`` at one ``layer`` and ``step``),
@@ -123,6 +125,19 @@ def group_ops(graph: Graph, rules: Iterable[str] = RULES) -> Grouping:
         for key in keys:
             j = by_key.setdefault(key, i)
             uf.union(i, j)
+    if "gradient" in rules and any(op.meta.get("fwd") is not None for op in graph.ops):
+        # Autograd's accumulations (in a captured graph, the backward ops no forward call owns: the sum of a
+        # tensor's gradients from its several readers) join their readers when those are one group.
+        # TensorFlow aggregates a tensor's gradients colocated with the op that produced the tensor, whose
+        # gradient ops read the sum; a chain of sums for a shared weight ends in the weight's group. Readers
+        # first (reverse topological order), so a chain joins as a whole.
+        for i in graph.topological_order[::-1].tolist():
+            op = graph.ops[i]
+            if op.phase != "backward" or op.meta.get("fwd") is not None or op.colocation_group is not None:
+                continue
+            readers = graph.successors(i)
+            if len(readers) and len({uf.find(int(c)) for c in readers}) == 1:
+                uf.union(i, int(readers[0]))
     if "structure" in rules:
         # An op without structural metadata joins the structural group of its readers when they all belong
         # to one: a parameter (with its gradient and update ops) read by one Inception branch, autograd's

@@ -13,6 +13,7 @@ placed); an op's outputs are live from the op until their last reader is placed.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 
 import numpy as np
@@ -22,91 +23,381 @@ from autoplace.cost import feasible_devices, op_time_matrix
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
+from autoplace.grouping import group_ops
 from autoplace.placers import register_placer
 from autoplace.validation import check_budget
 
-__all__ = ["tf_greedy", "heft", "m_topo", "m_etf", "m_sct", "favourite_children"]
+__all__ = ["tf_greedy", "heft", "m_topo", "m_etf", "m_sct", "favourite_children", "GROUP_RULES"]
+
+#: TensorFlow's co-location constraints as the papers' graphs carry them: the graph's own groups and
+#: ``colocate_gradients_with_ops`` (each op's gradient ops with the op; :mod:`autoplace.grouping`)
+GROUP_RULES = ("colocation", "gradient")
+GAP_SCAN = 64  #: idle gaps a schedule looks through for an op before putting it after the device's last op
+
+
+class _Copies:
+    """The cluster's copy resources as the simulator models them, for a running schedule.
+
+    A transfer ``src -> dst`` holds the pair's link, every segment on its route, the first free of the
+    source's send engines and of the destination's receive engines (none where a device sets no limit)
+    for ``overhead + bytes / bandwidth``, and lands ``latency`` later; each resource serves its transfers
+    one after another (the simulator's issue order). A tensor goes to a device once: later readers there
+    use the copy. All free times live in one flat list: links, then segments, then engines."""
+
+    def __init__(self, cluster: Cluster):
+        D, S = cluster.n_devices, len(cluster.segments)
+        self.D = D
+        self.bandwidth = cluster.transfer_bandwidth.ravel().tolist()
+        self.overhead = cluster.overhead.ravel().tolist()
+        self.latency = cluster.latency.ravel().tolist()
+        ptr, seg = cluster.route_ptr, cluster.route_seg
+        self.route = [[D * D + int(s) for s in seg[ptr[p]:ptr[p + 1]]] for p in range(D * D)]
+        base = D * D + S
+        self.send: list[list[int]] = []
+        self.recv: list[list[int]] = []
+        for caps, engines in ((cluster.send_engines, self.send), (cluster.recv_engines, self.recv)):
+            for cap in caps.tolist():
+                engines.append(list(range(base, base + cap)))
+                base += cap
+        self.free = [0.0] * base
+        self.landed: dict[tuple[int, int], float] = {}   # (tensor, device) -> when its copy lands there
+
+    def lone(self, src: int, dst: int, nbytes: float) -> float:
+        """A lone transfer's time from issue to landing (:meth:`autoplace.cluster.Cluster.transfer_time`)."""
+        p = src * self.D + dst
+        return self.overhead[p] + nbytes / self.bandwidth[p] + self.latency[p]
+
+    def plan(self, src: int, dst: int, ready: float, nbytes: float, over: dict[int, float]) -> tuple[float, float, list[int]]:
+        """(landing, end, resources held) of a transfer issued at ``ready``, with ``over`` overriding the
+        free times of resources already planned (a probe's own earlier inputs)."""
+        p = src * self.D + dst
+        free = self.free
+        held = [p, *self.route[p]]
+        start = ready
+        for r in held:
+            start = max(start, over.get(r, free[r]))
+        for engines in (self.send[src], self.recv[dst]):
+            if engines:
+                k = min(engines, key=lambda r: over.get(r, free[r]))   # the engine that frees first
+                start = max(start, over.get(k, free[k]))
+                held.append(k)
+        end = start + self.overhead[p] + nbytes / self.bandwidth[p]
+        return end + self.latency[p], end, held
 
 
 class _Schedule:
-    """Running state shared by the list schedulers."""
+    """Running state shared by the list schedulers, modelling what the simulator will do with their
+    placement: per device its busy intervals (an op may start in an idle gap that fits it, since the
+    simulator runs whichever op is ready when a device frees), the copy resources (:class:`_Copies`), each
+    placed op's finish time, and, for the memory-aware ``m-`` placers, each device's memory.
 
-    def __init__(self, graph: Graph, cluster: Cluster, *, memory: bool):
+    **Groups.** Ops are placed in co-location groups (``rules``, default :data:`GROUP_RULES`); the first
+    member placed fixes the group's device, and the extra time the rest of the group takes there beyond
+    its best device is charged to that choice (:meth:`choice_cost`).
+
+    **Sources follow their readers.** An op with no inputs (a parameter, optimizer state, the input
+    batch) tells a scheduler nothing when it is reached first: placing it then, at time 0, pins its group
+    (with the parameter's gradient and update ops) to whichever device is idle. So sources are *deferred*:
+    a source goes where its group is fixed, or with the first op placed that reads it."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, *, memory: bool, rules: tuple[str, ...] = GROUP_RULES,
+                 capacity: np.ndarray | None = None):
         self.g, self.c = graph, cluster
         self.times = op_time_matrix(graph, cluster)
         self.ok = feasible_devices(graph, cluster) & np.isfinite(self.times)
         n, D = graph.n_ops, cluster.n_devices
+        self.n, self.D = n, D
+        self.t = self.times.tolist()
         self.dev = np.full(n, -1, dtype=np.int64)
-        self.finish = np.zeros(n)
-        self.free = np.zeros(D)
+        self.finish = [0.0] * n
+        self.copies = _Copies(cluster)
+        # per device and concurrency slot: sorted busy intervals
+        self.lane_start: list[list[list[float]]] = [[[] for _ in range(int(c))] for c in cluster.concurrency]
+        self.lane_end: list[list[list[float]]] = [[[] for _ in range(int(c))] for c in cluster.concurrency]
         self.memory = memory
-        # Memory as the ops are placed in (roughly) execution order: parameters stay resident, an output
-        # is live from its op until its last consumer is placed (then it is released on its device).
+        # Memory as the ops are placed in (roughly) execution order: parameters stay resident; an output is
+        # live from its op until its last reader is placed, and so is a copy received by another device.
         self.used = np.zeros(D, dtype=np.int64)
-        self.cap = cluster.memory_bytes
-        self.need = graph.param_bytes + graph.out_alloc_total
+        self.cap = cluster.memory_bytes if capacity is None else capacity
         self.readers_left = np.diff(graph.tensor_pair_ptr).astype(np.int64)
-        # co-location groups: ops sharing a colocation_group move together
-        self.group_members: list[np.ndarray] = list(graph.colocation_groups().values())
-        self.group_of = np.full(n, -1, dtype=np.int64)
-        for k, members in enumerate(self.group_members):
-            self.group_of[members] = k
-        self.group_dev = np.full(len(self.group_members), -1, dtype=np.int64)
-        self.group_need = np.array([graph.param_bytes[m].sum() for m in self.group_members], dtype=np.int64)
-        self.group_ok = np.array([self.ok[m].all(axis=0) for m in self.group_members]).reshape(-1, D)
-        # inputs of each op: (producer, bytes)
-        self.inputs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        src, dst, nbytes = graph.edges()
-        for s, d, b in zip(src.tolist(), dst.tolist(), nbytes.tolist()):
-            self.inputs[d].append((s, b))
+        self.copies_of: dict[int, list[int]] = {}        # tensor -> devices holding a received copy
+        grouping = group_ops(graph, rules=rules)
+        G = grouping.n_groups
+        self.group_of = grouping.group
+        order = np.argsort(grouping.group, kind="stable")
+        self.group_members = np.split(order, np.cumsum(np.bincount(grouping.group, minlength=G))[:-1])
+        self.group_dev = np.full(G, -1, dtype=np.int64)
+        self.group_params = np.bincount(grouping.group, weights=graph.param_bytes, minlength=G).astype(np.int64)
+        self.group_largest = np.zeros(G, dtype=np.int64)        # a group's largest output, held beside its parameters
+        np.maximum.at(self.group_largest, grouping.group, graph.out_alloc_total)
+        self.group_ok = np.ones((G, D), dtype=bool)
+        np.logical_and.at(self.group_ok, grouping.group, self.ok)
+        rest = np.zeros((G, D))
+        np.add.at(rest, grouping.group, np.where(self.ok, self.times, 0.0))
+        rest = np.where(self.group_ok, rest, np.inf)
+        self.group_excess = (rest - rest.min(axis=1, initial=np.inf, where=self.group_ok)[:, None]).tolist()
+        self.group_best = np.argmin(rest, axis=1)
+        self.group_work = rest
+        self.work_on = np.zeros(D)                       # work of the groups fixed on each device
+        # each group's data exchanged with other groups: tensors coming in (with their readers in the
+        # group) and going out (one row per reading group)
+        g_src, g_dst = grouping.group[graph.tensor_src[graph.pair_tensor]], grouping.group[graph.pair_op]
+        cross = np.flatnonzero(g_src != g_dst)
+        self.group_in: list[dict[int, tuple[int, int, list[int]]]] = [{} for _ in range(G)]
+        self.group_out: list[dict[tuple[int, int], int]] = [{} for _ in range(G)]
+        for q in cross.tolist():
+            t = int(graph.pair_tensor[q])
+            a, b, nb = int(g_src[q]), int(g_dst[q]), int(graph.tensor_bytes[t])
+            self.group_in[b].setdefault(t, (a, nb, []))[2].append(int(graph.pair_op[q]))
+            self.group_out[a][t, b] = nb
+        self.lookahead = _reader_penalty(graph, cluster, self.times).tolist()
+        # inputs of each op: (tensor, producer, bytes), one per distinct tensor
+        self.inputs: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        tensors, producers = graph.pair_tensor, graph.tensor_src
+        for c, t in zip(graph.pair_op.tolist(), tensors.tolist()):
+            self.inputs[c].append((t, int(producers[t]), int(graph.tensor_bytes[t])))
+        # floating ops: sources, and what is computed from resident state alone (parameters, optimizer
+        # state: e.g. Adam's bias correction from the step counter)
+        source = np.diff(graph.in_ptr) == 0
+        state = source & (graph.param_bytes > 0)
+        for i in graph.topological_order.tolist():
+            if not source[i]:
+                pairs = graph.in_pair[graph.in_ptr[i]:graph.in_ptr[i + 1]]
+                state[i] = bool(state[graph.tensor_src[graph.pair_tensor[pairs]]].all())
+        self.floating = source | state
+        self.rank = graph.rank
 
+    # ------------------------------------------------------------------ floating ops
+    def deferred(self, i: int) -> bool:
+        """Is op ``i`` floating and still waiting for its group or a reader to be placed?"""
+        return bool(self.floating[i] and self.dev[i] < 0)
+
+    def _followers(self, i: int, d: int) -> list[tuple[int, int]]:
+        """The deferred ops that placing op ``i`` on ``d`` places too (its unplaced floating ancestors), in
+        topological order, each with its device: ``d``, unless its group is fixed elsewhere or cannot run
+        there (then the group's best device)."""
+        todo = [s for _, s, _ in self.inputs[i] if self.dev[s] < 0]
+        if not todo:
+            return []
+        seen = set(todo)
+        k = 0
+        while k < len(todo):
+            for _, p, _ in self.inputs[todo[k]]:
+                if self.dev[p] < 0 and p not in seen:
+                    seen.add(p)
+                    todo.append(p)
+            k += 1
+        out = []
+        for s in sorted(todo, key=lambda s: self.rank[s]):
+            gs = self.group_of[s]
+            ds = (int(self.group_dev[gs]) if self.group_dev[gs] >= 0 else
+                  d if self.group_ok[gs, d] else int(self.group_best[gs]))
+            out.append((s, ds))
+        return out
+
+    # ------------------------------------------------------------------ candidates
     def candidates(self, i: int) -> np.ndarray:
-        """Devices op ``i`` may go to: its group's device if fixed, else feasible (and with room)."""
+        """Devices op ``i`` may go to: its group's device if fixed, else feasible ones (with room)."""
         gi = self.group_of[i]
-        if gi >= 0 and self.group_dev[gi] >= 0:
+        if self.group_dev[gi] >= 0:
             return np.array([self.group_dev[gi]])
-        ok = self.group_ok[gi] if gi >= 0 else self.ok[i]
+        ok = self.group_ok[gi]
         if self.memory:
-            # a group reserves all its members' parameters when its first member is placed
-            need = self.g.out_alloc_total[i] + (self.group_need[gi] if gi >= 0 else self.g.param_bytes[i])
-            ok = ok & (self.used + need <= self.cap)
+            ok = ok & (self.used + self.need(i) <= self.cap)
         return np.flatnonzero(ok)
 
-    def ready_time(self, i: int, d: int) -> float:
-        """When all of op ``i``'s inputs can be on device ``d``."""
-        t = 0.0
-        c = self.c
-        for s, b in self.inputs[i]:
+    def allowed(self, i: int, d: int) -> bool:
+        """May op ``i`` still go to device ``d`` (:meth:`candidates` for one device)?"""
+        gi = self.group_of[i]
+        if self.group_dev[gi] >= 0:
+            return bool(self.group_dev[gi] == d)
+        if not self.group_ok[gi, d]:
+            return False
+        return not self.memory or bool(self.used[d] + self.need(i)[d] <= self.cap[d])
+
+    def need(self, i: int) -> np.ndarray:
+        """Bytes placing op ``i`` adds to each device: its outputs, copies of its inputs, the deferred ops
+        it places, and for every group it fixes (Baechi's reservation) the group's parameters and room for
+        the group's largest output."""
+        g = self.g
+        outs: dict[int, int] = {}                 # each group's outputs counted so far
+        for s in [i, *(s for s, _ in self._followers(i, 0))]:
+            outs[self.group_of[s]] = outs.get(self.group_of[s], 0) + int(g.out_alloc_total[s])
+        extra = sum(outs.values())
+        held = sum(int(self.group_params[k]) + max(0, int(self.group_largest[k]) - outs[k])
+                   for k in outs if self.group_dev[k] < 0)
+        need = np.full(self.D, extra + held, dtype=np.int64)
+        for t, s, b in self.inputs[i]:
             ds = self.dev[s]
-            # a lone transfer's time (Cluster.transfer_time): no contention for links, segments or engines
-            arrive = self.finish[s] if ds == d else \
-                self.finish[s] + c.overhead[ds, d] + b / c.transfer_bandwidth[ds, d] + c.latency[ds, d]
+            if ds < 0:
+                continue
+            for d in range(self.D):
+                if d != ds and (t, d) not in self.copies.landed:
+                    need[d] += b
+        return need
+
+    def choice_cost(self, i: int, d: int) -> float:
+        """What choosing device ``d`` for op ``i`` adds beyond its finish there: for every group it fixes
+        (its own, and those of the deferred sources it places), the extra time the group's work takes on
+        ``d`` beyond its best device."""
+        gi = self.group_of[i]
+        fixed = {gi: d} if self.group_dev[gi] < 0 else {}
+        look = self.lookahead[i][d]
+        for s, ds in self._followers(i, d):
+            gs = self.group_of[s]
+            if self.group_dev[gs] < 0:
+                fixed.setdefault(gs, ds)
+        return look + sum(self.group_excess[k][dk] + self._group_comm(k, dk, i) for k, dk in fixed.items())
+
+    def _group_comm(self, k: int, d: int, i: int) -> float:
+        """The transfers fixing group ``k`` on ``d`` commits it to with groups already fixed elsewhere: each
+        tensor it will receive from them or send to them (once per device), at a lone transfer's time.
+        Tensors op ``i`` reads are left out: its ready time counts them."""
+        gdev, copies = self.group_dev, self.copies
+        cost = 0.0
+        for t, (a, nb, readers) in self.group_in[k].items():
+            da = gdev[a]
+            if da >= 0 and da != d and i not in readers and (t, d) not in copies.landed:
+                cost += copies.lone(int(da), d, nb)
+        sent = set()
+        for (t, b), nb in self.group_out[k].items():
+            db = gdev[b]
+            if db >= 0 and db != d and (t, db) not in sent:
+                sent.add((t, db))
+                cost += copies.lone(d, int(db), nb)
+        return cost
+
+    # ------------------------------------------------------------------ timing
+    def ready_time(self, i: int, d: int) -> tuple[float, list]:
+        """When all of op ``i``'s inputs can be on device ``d``, and the transfers that needs (a deferred input
+        is taken to run on its device in its first idle gap)."""
+        t = 0.0
+        over: dict[int, float] = {}
+        plans = []
+        remote = []
+        landed, finish, dev = self.copies.landed, self.finish, self.dev
+        follow = dict(self._followers(i, d))
+        for tensor, s, b in self.inputs[i]:
+            ds = dev[s]
+            if ds < 0:
+                ds = follow[s]
+                done = self.slot(ds, 0.0, self.t[s][ds])[0] + self.t[s][ds]
+            else:
+                done = finish[s]
+            if ds == d:
+                arrive = done
+            elif (tensor, d) in landed:
+                arrive = landed[tensor, d]
+            else:
+                remote.append((done, tensor, int(ds), b))
+                continue
             if arrive > t:
                 t = arrive
-        return t
+        for ready, tensor, ds, b in sorted(remote):   # issued in the order their producers finish
+            land, end, held = self.copies.plan(ds, d, ready, b, over)
+            for r in held:
+                over[r] = end
+            plans.append((tensor, ds, land, end, held, b))
+            if land > t:
+                t = land
+        return t, plans
 
-    def start_time(self, i: int, d: int) -> float:
-        return max(self.free[d], self.ready_time(i, d))
+    def slot(self, d: int, ready: float, dur: float) -> tuple[float, int, int]:
+        """(start, lane, position): the earliest idle gap of device ``d`` from ``ready`` that fits ``dur``
+        among the next :data:`GAP_SCAN` gaps, else after the device's last op."""
+        best = (np.inf, 0, 0)
+        for k, (starts, ends) in enumerate(zip(self.lane_start[d], self.lane_end[d])):
+            n = len(ends)
+            if not n or ready >= ends[-1]:
+                start, pos = max(ready, ends[-1] if n else 0.0), n
+            else:
+                pos = bisect.bisect_right(ends, ready)
+                start = ready if pos == 0 else max(ready, ends[pos - 1])
+                stop = min(n, pos + GAP_SCAN)
+                while pos < stop and start + dur > starts[pos]:
+                    start = ends[pos] if ends[pos] > ready else ready
+                    pos += 1
+                if pos == stop and pos < n:
+                    start, pos = ends[-1], n
+            if start < best[0]:
+                best = (start, k, pos)
+        return best
 
-    def assign(self, i: int, d: int, start: float | None = None) -> None:
-        start = self.start_time(i, d) if start is None else start
-        self.dev[i] = d
-        self.finish[i] = start + self.times[i, d]
-        self.free[d] = self.finish[i]
+    def evaluate(self, i: int, d: int) -> tuple[float, float, tuple]:
+        """(finish, start, plan) of op ``i`` on device ``d`` given everything placed so far."""
+        ready, plans = self.ready_time(i, d)
+        dur = self.t[i][d]
+        start, lane, pos = self.slot(d, ready, dur)
+        return start + dur, start, (d, lane, pos, plans)
+
+    # ------------------------------------------------------------------ commit
+    def _occupy(self, i: int, d: int, start: float, lane: int, pos: int) -> None:
+        """Op ``i`` runs on ``d`` from ``start``: its device, interval, parameters and outputs."""
         g = self.g
-        gi = self.group_of[i]
-        if gi >= 0:
-            if self.group_dev[gi] < 0:
-                self.group_dev[gi] = d
-                self.used[d] += self.group_need[gi]
-        else:
-            self.used[d] += g.param_bytes[i]
+        self.dev[i] = d
+        self.finish[i] = start + self.t[i][d]
+        self.lane_start[d][lane].insert(pos, start)
+        self.lane_end[d][lane].insert(pos, self.finish[i])
         self.used[d] += g.out_alloc_total[i] - g.unconsumed_alloc[i]  # outputs nobody reads die at once
-        for q in g.in_pair[g.in_ptr[i]:g.in_ptr[i + 1]]:              # inputs whose last reader this is
-            t = g.pair_tensor[q]
-            self.readers_left[t] -= 1
-            if self.readers_left[t] == 0:
-                self.used[self.dev[g.tensor_src[t]]] -= g.tensor_alloc[t]
+        gi = self.group_of[i]
+        if self.group_dev[gi] < 0:
+            self.group_dev[gi] = d
+            self.used[d] += self.group_params[gi]
+            self.work_on[d] += self.group_work[gi, d]
+            for m in self.group_members[gi].tolist():             # its deferred members join it now
+                if self.deferred(m):
+                    self._place_floating(m, d)
+
+    def _place_floating(self, s: int, d: int) -> None:
+        for p, dp in [*self._followers(s, d), (s, d)]:    # ancestors first
+            if self.dev[p] < 0:
+                _, start, plan = self.evaluate(p, dp)
+                self.assign(p, plan, start)
+
+    def assign(self, i: int, plan: tuple, start: float) -> None:
+        """Commit op ``i`` with the ``plan`` :meth:`evaluate` made for it (nothing placed in between)."""
+        d, lane, pos, plans = plan
+        g, copies = self.g, self.copies
+        for s, ds in self._followers(i, d):
+            if self.dev[s] < 0:
+                _, s_start, s_plan = self.evaluate(s, ds)
+                self.assign(s, s_plan, s_start)
+        for tensor, ds, land, end, held, b in plans:
+            for r in held:
+                copies.free[r] = end
+            copies.landed[tensor, d] = land
+            self.copies_of.setdefault(tensor, []).append(d)
+            self.used[d] += b
+        start, lane, pos = self.slot(d, start, self.t[i][d])    # its sources may have taken the gap
+        self._occupy(i, d, start, lane, pos)
+        for tensor, s, _ in self.inputs[i]:                         # inputs whose last reader this is
+            self.readers_left[tensor] -= 1
+            if self.readers_left[tensor] == 0:
+                self.used[self.dev[s]] -= g.tensor_alloc[tensor]
+                for dc in self.copies_of.pop(tensor, ()):
+                    self.used[dc] -= g.tensor_bytes[tensor]
+
+    def place_best(self, i: int, method: str) -> None:
+        """Op ``i`` to the candidate device where it finishes earliest (plus :meth:`choice_cost`)."""
+        best = None
+        for d in self.candidates(i).tolist():
+            f, start, plan = self.evaluate(i, d)
+            key = f + self.choice_cost(i, d)
+            if best is None or key < best[0]:
+                best = (key, start, plan)
+        if best is None:
+            raise self.fail(i, method)
+        self.assign(i, best[2], best[1])
+
+    def place_leftover(self, method: str) -> None:
+        """Floating ops nobody placed (no reader, no placed group member): each where it finishes earliest."""
+        for i in self.g.topological_order[self.floating[self.g.topological_order]].tolist():
+            if self.dev[i] < 0:
+                self.place_best(i, method)
+
+    @property
+    def makespan(self) -> float:
+        return max(self.finish, default=0.0)
 
     def fail(self, i: int, method: str) -> InfeasibleError:
         op = self.g.ops[i]
@@ -114,7 +405,56 @@ class _Schedule:
         return InfeasibleError(f"{method}: no device can take op {op.name!r} ({why}; cluster {self.c.name!r})")
 
     def placement(self, method: str, **meta) -> Placement:
-        return Placement.from_array(self.g, self.c, self.dev, method, **meta)
+        return Placement.from_array(self.g, self.c, self.dev, method, estimated_step_time_s=self.makespan, **meta)
+
+
+MEMORY_TRIES = 5  #: schedules a memory-aware placer builds, each with less room where the last ran out
+
+
+def _fitting(graph: Graph, cluster: Cluster, method: str, build) -> Placement:
+    """A memory-aware placer's placement that fits when simulated. The schedule's memory count is an
+    estimate (ops run in a different order, outputs and received copies live longer), so the placement
+    is simulated; where a device runs out, the schedule is built again with that device's capacity
+    scaled by ``capacity / peak`` (and 2 % more headroom), up to :data:`MEMORY_TRIES` times. Meta:
+    ``memory_tries``. Raises :class:`InfeasibleError` naming the devices still out of memory."""
+    from autoplace.sim import Simulator
+
+    sim = Simulator(graph, cluster)
+    cap = cluster.memory_bytes.astype(np.float64)
+    scale = np.ones(cluster.n_devices)
+    for attempt in range(1, MEMORY_TRIES + 1):
+        placement = build((cap * scale).astype(np.int64))
+        r = sim.run(placement)
+        if r.ok:
+            return Placement(placement.assignment, placement.graph, placement.cluster, placement.method,
+                             {**placement.meta, "memory_tries": attempt})
+        over = r.peak_memory / np.maximum(cap, 1.0)
+        scale = np.where(over > 1, scale / np.maximum(over, 1.0) * 0.98, scale)
+    worst = int(np.argmax(r.peak_memory / cap))
+    raise InfeasibleError(f"{method}: its schedules run out of memory on {', '.join(r.oom_devices)} after "
+                          f"{MEMORY_TRIES} tries with less room (peak on {cluster.devices[worst].name!r}: "
+                          f"{int(r.peak_memory[worst]):,} of {int(cap[worst]):,} bytes; cluster {cluster.name!r})")
+
+
+def _reader_penalty(graph: Graph, cluster: Cluster, times: np.ndarray) -> np.ndarray:
+    """``[n_ops, D]``: how much later, at least, op ``i``'s slowest-served reader finishes if ``i`` runs on
+    ``d`` — the one-step lookahead of PEFT's optimistic cost table (Arabnejad & Barbosa 2014). A reader
+    ``j`` of ``i`` either runs on ``d`` or pays a lone transfer from ``d`` to run where it is fastest:
+    ``max_j [min(t(j, d), min_{e != d} t(j, e) + transfer(d, e)) - min_e t(j, e)]``. On identical devices it
+    is 0; it keeps a tiny op off a device (a CPU with a lower per-op overhead) its readers would leave."""
+    D = cluster.n_devices
+    src, dst, nbytes = graph.edges()
+    t = np.where(np.isfinite(times), times, np.inf)
+    out = np.zeros((graph.n_ops, D))
+    if not len(src) or D == 1:
+        return out
+    best = t.min(axis=1)
+    tj = t[dst]                                            # [E, D] each reader's time on each device
+    lone = cluster.transfer_time(nbytes.astype(np.float64))   # [E, D, D] from d to e
+    via = (tj[:, None, :] + lone).min(axis=2)              # [E, d]: run the reader elsewhere, pay the copy
+    pen = np.minimum(tj, via) - best[dst][:, None]
+    np.maximum.at(out, src, np.where(np.isfinite(pen), pen, 0.0))
+    return out
 
 
 def _predecessor_counts(graph: Graph) -> np.ndarray:
@@ -126,17 +466,11 @@ def _predecessor_counts(graph: Graph) -> np.ndarray:
 
 def _earliest_finish_in_order(graph: Graph, cluster: Cluster, order, method: str, memory: bool) -> Placement:
     s = _Schedule(graph, cluster, memory=memory)
-    for i in order:
-        i = int(i)
-        best, best_d = np.inf, -1
-        for d in s.candidates(i):
-            f = s.start_time(i, int(d)) + s.times[i, d]
-            if f < best:
-                best, best_d = f, int(d)
-        if best_d < 0:
-            raise s.fail(i, method)
-        s.assign(i, best_d)
-    return s.placement(method, estimated_step_time_s=float(s.finish.max(initial=0.0)))
+    for i in order.tolist():
+        if not s.deferred(i):
+            s.place_best(i, method)
+    s.place_leftover(method)
+    return s.placement(method)
 
 
 @register_placer("tf-greedy", description="whitepaper's simulated greedy placer: each op, in topological order, "
@@ -207,52 +541,61 @@ def _topological_repair(graph: Graph, priority_order: np.ndarray) -> np.ndarray:
 @register_placer("m-topo", description="Baechi m-TOPO: topological order, filling the fastest device first up "
                  "to its share of the work, never past a device's memory", paper="Jeon et al. 2020 (Baechi) §4.1", memory_aware=True)
 def m_topo(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
-    """Walk the ops in topological order and fill devices one after another (fastest first). A device
-    takes ops until it holds its share of the total work — in proportion to its speed — or its memory is
-    full; ops that cannot run on the current device go to the first later device that can take them.
-    Baechi's m-TOPO (Jeon et al. 2020 §4.1); ``seed`` and ``budget`` are unused. O(n D + E)."""
-    s = _Schedule(graph, cluster, memory=True)
-    order = sorted(range(cluster.n_devices), key=lambda d: (-cluster.achievable_flops[d], d))
-    fastest = s.times.min(axis=1)
-    speed = cluster.achievable_flops[order] / cluster.achievable_flops[order].sum()
-    share = fastest.sum() * speed        # work each device should take, in device-fill order
-    k, load = 0, 0.0
-    for i in graph.topological_order:
-        i = int(i)
+    """Baechi's m-TOPO (Jeon et al. 2020 §4.1): walk the ops in topological order and fill the devices one
+    after another, fastest first. A device takes ops until it holds its share of the total work — in
+    proportion to its speed — or its memory is full; an op that cannot go to the current device goes to
+    the first later device that can take it.
+
+    Adapted: the devices filled are the GPUs (Baechi places on GPUs); the CPU takes only what no GPU can
+    run or hold. As in Baechi's m-TOPO with co-location, a group goes whole to the device of its first
+    member, and its whole work counts towards that device's share then; sources follow their first reader
+    (:class:`_Schedule`). ``seed`` and ``budget`` are unused. O((n + E) D)."""
+    return _fitting(graph, cluster, "m-topo", lambda cap: _m_topo(graph, cluster, cap))
+
+
+def _m_topo(graph: Graph, cluster: Cluster, capacity: np.ndarray) -> Placement:
+    s = _Schedule(graph, cluster, memory=True, capacity=capacity)
+    by_speed = sorted(range(cluster.n_devices), key=lambda d: (-cluster.achievable_flops[d], d))
+    gpus = set(cluster.devices_of_kind("gpu"))
+    fill = [d for d in by_speed if d in gpus] or by_speed
+    fallback = fill + [d for d in by_speed if d not in fill]
+    speed = cluster.achievable_flops[fill] / cluster.achievable_flops[fill].sum()
+    share = s.times.min(axis=1).sum() * speed        # work each device should take, in fill order
+    k = 0
+    for i in graph.topological_order.tolist():
+        if s.deferred(i):
+            continue
         cands = set(s.candidates(i).tolist())
         if not cands:
             raise s.fail(i, "m-topo")
-        while order[k] in cands and load >= share[k] and k + 1 < len(order):
-            k, load = k + 1, 0.0           # this device has its share: move on
-        if order[k] in cands:
-            d = order[k]
-        else:                              # e.g. a CPU-only op, or the device is full
-            later = [x for x in order[k:] if x in cands] or [x for x in order if x in cands]
-            d = later[0]
-            if d != order[k] and d in order[k:] and s.used[order[k]] + s.need[i] > s.cap[order[k]]:
-                k, load = order.index(d), 0.0
-        s.assign(i, d)
-        if d == order[k]:
-            load += fastest[i]
+        while k + 1 < len(fill) and (s.work_on[fill[k]] >= share[k] or (
+                fill[k] not in cands and s.used[fill[k]] + s.need(i)[fill[k]] > s.cap[fill[k]])):
+            k += 1                         # this device has its share (or is full): move on
+        d = fill[k] if fill[k] in cands else next(
+            (x for x in fallback[k:] + fallback[:k] if x in cands))
+        _, start, plan = s.evaluate(i, d)
+        s.assign(i, plan, start)
+    s.place_leftover("m-topo")
     return s.placement("m-topo")
 
 
-def _m_etf(graph: Graph, cluster: Cluster, method: str, favourite_parent: np.ndarray | None = None,
-           **meta) -> Placement:
+def _m_etf(graph: Graph, cluster: Cluster, method: str, capacity: np.ndarray,
+           favourite_parent: np.ndarray | None = None, **meta) -> Placement:
     """Earliest Task First with memory. One heap per device holds the ready ops keyed by when their inputs
-    can be there; the next (op, device) is the pair with the earliest start ``max(device free, inputs
-    there)``, ties to the smaller data-ready time, then topological rank. Memory only grows, so an op that
-    no longer fits a device is dropped from that device's heap for good. O(n D log n).
+    can be there; the next (op, device) is the pair with the earliest start (the earliest idle gap from
+    its data-ready time; plus :meth:`_Schedule.choice_cost`), ties to the smaller data-ready time, then
+    topological rank. A heap's key can go stale as links fill up: the top is re-timed before it is
+    compared, and re-queued if its inputs now arrive later. Memory only grows while an op waits, so an op
+    that no longer fits a device is dropped from that device's heap for good. O(n D log n) heap work.
 
     With ``favourite_parent`` (m-SCT), an op whose favourite parent is placed goes to that parent's device
     when it has room there, hiding the transfer between them."""
-    s = _Schedule(graph, cluster, memory=True)
+    s = _Schedule(graph, cluster, memory=True, capacity=capacity)
     D = cluster.n_devices
     indeg = _predecessor_counts(graph)
     heaps: list[list[tuple[float, int, int]]] = [[] for _ in range(D)]
-    rank = graph.rank
+    rank = graph.rank.tolist()
     waiting = np.zeros(graph.n_ops, dtype=np.int64)  # devices an op is still queued on
-
     pinned = np.zeros(graph.n_ops, dtype=bool)
 
     def release(i: int, pin: bool = True) -> None:
@@ -261,17 +604,20 @@ def _m_etf(graph: Graph, cluster: Cluster, method: str, favourite_parent: np.nda
             raise s.fail(i, method)
         if pin and favourite_parent is not None and favourite_parent[i] >= 0:
             home = s.dev[favourite_parent[i]]
-            if home in cands and len(cands) > 1:
+            if home in cands and len(cands) > 1 and len(s.group_members[s.group_of[i]]) == 1:
                 cands, pinned[i] = np.array([home]), True
-        for d in cands:
-            heapq.heappush(heaps[d], (s.ready_time(i, int(d)), int(rank[i]), i))
+        for d in cands.tolist():
+            heapq.heappush(heaps[d], (s.ready_time(i, d)[0], rank[i], i))
         waiting[i] = len(cands)
 
-    for i in graph.topological_order:
-        if indeg[i] == 0:
-            release(int(i))
-    placed = 0
-    while placed < graph.n_ops:
+    for i in np.flatnonzero(s.floating).tolist():    # floating ops are deferred: they follow their readers
+        for c in graph.successors(i).tolist():
+            indeg[c] -= 1
+    for i in graph.topological_order.tolist():
+        if indeg[i] == 0 and not s.floating[i]:
+            release(i)
+    placed, to_place = 0, int((~s.floating).sum())
+    while placed < to_place:
         best = None
         for d in range(D):
             h = heaps[d]
@@ -280,7 +626,7 @@ def _m_etf(graph: Graph, cluster: Cluster, method: str, favourite_parent: np.nda
                 if s.dev[i] >= 0:                      # placed elsewhere already
                     heapq.heappop(h)
                     continue
-                if d not in s.candidates(i):           # no room left (or its group went elsewhere)
+                if not s.allowed(i, d):                # no room left (or its group went elsewhere)
                     heapq.heappop(h)
                     waiting[i] -= 1
                     if waiting[i] == 0:
@@ -289,22 +635,27 @@ def _m_etf(graph: Graph, cluster: Cluster, method: str, favourite_parent: np.nda
                         pinned[i] = False   # the favourite parent's device filled up: go anywhere
                         release(i, pin=False)
                     continue
-                key = (max(s.free[d], r), r, rk, d)
+                finish, start, plan = s.evaluate(i, d)
+                ready = start if start < r else r
+                if plan[3] and plan[3][-1][2] > r * (1 + 1e-12) + 1e-15:   # its inputs now land later
+                    heapq.heapreplace(h, (max(x[2] for x in plan[3]), rk, i))
+                    continue
+                key = (start + s.choice_cost(i, d), ready, rk, d)
                 if best is None or key < best[0]:
-                    best = (key, i)
+                    best = (key, i, start, plan)
                 break
         if best is None:
-            raise InfeasibleError(f"{method}: {graph.n_ops - placed} ops could not be scheduled on cluster "
+            raise InfeasibleError(f"{method}: {to_place - placed} ops could not be scheduled on cluster "
                                   f"{cluster.name!r}")
-        (start, _, _, d), i = best
-        heapq.heappop(heaps[d])
-        s.assign(i, d, start)
+        _, i, start, plan = best
+        s.assign(i, plan, start)                       # its heap entries go lazily (placed already)
         placed += 1
-        for c in graph.successors(i):
+        for c in graph.successors(i).tolist():
             indeg[c] -= 1
             if indeg[c] == 0:
-                release(int(c))
-    return s.placement(method, estimated_step_time_s=float(s.finish.max(initial=0.0)), **meta)
+                release(c)
+    s.place_leftover(method)
+    return s.placement(method, **meta)
 
 
 @register_placer("m-etf", description="Baechi m-ETF: repeatedly start the ready op that can start earliest "
@@ -315,7 +666,7 @@ def m_etf(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placemen
     counting parameters as resident and outputs as live until their last reader is placed. Raises
     :class:`InfeasibleError` when no device has room. ``seed`` and ``budget`` are unused.
     O(n D log n + E D)."""
-    return _m_etf(graph, cluster, "m-etf")
+    return _fitting(graph, cluster, "m-etf", lambda cap: _m_etf(graph, cluster, "m-etf", cap))
 
 
 def favourite_children(graph: Graph, cluster: Cluster, *,
@@ -415,4 +766,5 @@ def m_sct(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placemen
     (default 60) is GLOP's deterministic-time limit for the LP; ``seed`` is unused. Meta: ``favourites``
     (``lp`` or ``greedy``) and ``favourites_reason``."""
     fav_parent, how, why = favourite_children(graph, cluster, budget=check_budget(budget))
-    return _m_etf(graph, cluster, "m-sct", fav_parent, favourites=how, favourites_reason=why)
+    return _fitting(graph, cluster, "m-sct", lambda cap: _m_etf(graph, cluster, "m-sct", cap, fav_parent,
+                                                                favourites=how, favourites_reason=why))
