@@ -213,7 +213,8 @@ def cmd_place(args: argparse.Namespace) -> int:
     get_placer(args.method)  # unknown method: fail before loading anything big
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
-    placement = place(graph, cluster, args.method, seed=args.seed, budget=args.budget)
+    placement = _with_progress(f"placing with {args.method}", args.json or args.output == "-",
+                               lambda: place(graph, cluster, args.method, seed=args.seed, budget=args.budget))
     from autoplace.env import make_env
 
     with make_env(args.env, graph, cluster, **_env_kwargs(args)) as env:
@@ -234,6 +235,22 @@ def cmd_place(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_progress(title: str, quiet: bool, work):
+    """Run ``work()`` showing a progress bar on a terminal, fed by the searches' progress reports."""
+    from rich.progress import Progress
+
+    from autoplace.placers import progress_to
+
+    with Progress(transient=True, disable=quiet or not sys.stderr.isatty(), console=_console(True)) as bar:
+        task = bar.add_task(title, total=1.0)
+
+        def update(message: str, fraction: float | None) -> None:
+            bar.update(task, description=message, **({} if fraction is None else {"completed": fraction}))
+
+        with progress_to(update):
+            return work()
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
@@ -241,16 +258,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from autoplace.placers import available_placers, get_placer
     from autoplace.report import fmt_bytes, fmt_ratio, fmt_time, markdown_table
 
-    methods = args.methods or available_placers()
+    methods = args.methods or ["auto", *(m for m in available_placers() if m != "auto")]
     for m in methods:
         get_placer(m)
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
-    with Progress(transient=True, disable=args.json or args.markdown or not sys.stderr.isatty()) as bar:
+    with Progress(transient=True, disable=args.json or args.markdown or not sys.stderr.isatty(),
+                  console=_console(True)) as bar:
         task = bar.add_task("placing", total=len(methods))
+        current = {"method": methods[0], "index": 0}
 
         def advance(method: str) -> None:
-            bar.update(task, description=f"placing with {method}", completed=methods.index(method))
+            current.update(method=method, index=methods.index(method))
+            bar.update(task, description=f"placing with {method}", completed=current["index"])
+
+        def search(message: str, fraction: float | None) -> None:   # a long search within one method
+            bar.update(task, description=f"{current['method']}: {message}",
+                       completed=current["index"] + (fraction or 0.0))
 
         env: Any = args.env
         if env == "measured":
@@ -258,7 +282,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
             env = make_env("measured", graph, cluster, **_env_kwargs(args))
         try:
-            result = compare(graph, cluster, methods, seed=args.seed, budget=args.budget, progress=advance, env=env)
+            from autoplace.placers import progress_to
+
+            with progress_to(search):
+                result = compare(graph, cluster, methods, seed=args.seed, budget=args.budget, progress=advance,
+                                 env=env)
         finally:
             if env != "simulated":
                 env.close()
@@ -575,12 +603,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("place", help="place a graph with a method and write the placement")
     _add_graph_args(p)
-    p.add_argument("--method", "-m", required=True, help="placement method (see 'autoplace compare')")
+    p.add_argument("--method", "-m", default="auto",
+                   help="placement method (default auto: every fast placer, the best refined; see 'autoplace compare')")
     p.add_argument("--output", "-o", required=True, metavar="P", help="placement file to write")
     p.add_argument("--seed", type=_seed, default=0, help="the placer's seed (default 0)")
     p.add_argument("--budget", type=_seconds, default=None,
-                   help="search budget, about seconds; searches count it as work (CP-SAT's deterministic time, "
-                        "local search's evaluations), so results do not depend on machine load")
+                   help="search budget, about seconds (auto: 60); searches count it as work (CP-SAT's deterministic "
+                        "time, local search's evaluations), so results do not depend on machine load")
     p.add_argument("--refine", action="store_true", help="improve the result by local search under the simulator")
     p.add_argument("--refine-budget", type=_seconds, default=None, help="local-search budget, about seconds of simulation (default 10)")
     _add_env_args(p)
@@ -589,7 +618,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="compare placement methods on one graph and cluster")
     _add_graph_args(p)
-    p.add_argument("--methods", type=_method_list, help="comma-separated methods (default: all)")
+    p.add_argument("--methods", type=_method_list, help="comma-separated methods (default: all, auto first)")
     p.add_argument("--seed", type=_seed, default=0, help="every placer's seed (default 0)")
     p.add_argument("--budget", type=_seconds, default=None,
                    help="search budget per method, about seconds (counted as work, see 'place --help')")

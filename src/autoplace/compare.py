@@ -71,6 +71,8 @@ def row_note(row: ComparisonRow) -> str:
         notes.append(f"stopped: {d['stop_reason']}")
     if "favourites" in d:
         notes.append(f"favourites: {d['favourites']}")
+    if "from" in d:
+        notes.append(f"from {d['from']}" + "".join(f" + {k}" for k in d.get("improved_by", ())))
     return "; ".join(notes)
 
 

@@ -7,8 +7,10 @@ is deterministic for a given ``seed``.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +22,8 @@ from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.validation import check_budget, seed_int
 
-__all__ = ["PlacerFn", "PlacerInfo", "register_placer", "get_placer", "available_placers", "place"]
+__all__ = ["PlacerFn", "PlacerInfo", "register_placer", "get_placer", "available_placers", "place",
+           "progress_to", "report_progress"]
 
 PlacerFn = Callable[..., Placement]
 
@@ -66,6 +69,28 @@ def available_placers() -> list[str]:
     return list(_REGISTRY)
 
 
+_PROGRESS: contextvars.ContextVar[Callable[[str, float | None], None] | None] = \
+    contextvars.ContextVar("autoplace_progress", default=None)
+
+
+@contextlib.contextmanager
+def progress_to(callback: Callable[[str, float | None], None]) -> Iterator[None]:
+    """Within the block, long searches call ``callback(message, fraction)`` as they go (``fraction`` of
+    their budget spent, or None); the CLI draws a progress bar with it."""
+    token = _PROGRESS.set(callback)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
+
+
+def report_progress(message: str, fraction: float | None = None) -> None:
+    """Tell the caller's :func:`progress_to` callback, if any, how a search is going."""
+    callback = _PROGRESS.get()
+    if callback is not None:
+        callback(message, fraction)
+
+
 def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.Generator | None = None,
           budget: float | None = None) -> Placement:
     """Run placer ``method``; the returned placement's meta records ``search_time_s`` and ``seed``."""
@@ -84,4 +109,4 @@ def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.
 
 
 # Built-in placer modules register themselves on import.
-from autoplace.placers import baselines, cpsat, expert, list_scheduling, local_search, partitioning  # noqa: E402,F401,I001
+from autoplace.placers import auto, baselines, cpsat, dp_split, expert, list_scheduling, local_search, partitioning  # noqa: E402,F401,I001

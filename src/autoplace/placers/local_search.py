@@ -1,23 +1,31 @@
-"""Local search under the simulator: moves and swaps of co-location groups.
+"""Local search under the simulator: moves and swaps of groups, coarse groups first.
 
 ``refine(graph, cluster, placement)`` improves any placement (``autoplace place --refine``); the
-``local-search`` placer refines single-GPU (or m-ETF where single-GPU runs out of memory).
+``local-search`` placer refines the best of the fast placers (:func:`autoplace.placers.auto.best_fast`).
 
-Each pass visits the groups (co-location groups, so every move keeps the constraints) in a seeded order;
-for the current group it simulates, in one batch, the placement with the group moved to every other
-feasible device and swapped with one group from each other device, and takes the best if it improves the
-score. The score is the simulated step time, multiplied by ``1 + 10 * overflow`` where a device's peak
-exceeds its memory (``overflow`` = the largest relative excess), so a search can climb out of OOM.
+**A hierarchy of groups.** The search climbs over :func:`group_levels`: the model's structural groups
+(co-location, gradient and structure rules: a layer with its gradient ops, an LSTM cell, an Inception
+branch — coarsened further with METIS to at most :data:`COARSE_GROUPS` where there are more), then the
+co-location groups with the gradient rule, then the graph's own co-location groups. Every level is a union
+of co-location groups, so every move keeps the constraints. A level is searched until a whole pass finds no
+improvement, then the next, finer level starts from the result; on a graph of tens of thousands of ops the
+coarse levels take few evaluations and move most of the work.
+
+**A pass.** The groups of the level are visited in a seeded order; for the current group the search
+simulates, in one batch, the placement with all of its ops moved to every other device that can run them
+all, and swapped with one group of each other device (the group's device is where most of its ops are),
+and takes the best if it improves the score. The score is the simulated step time, multiplied by
+``1 + 10 * overflow`` where a device's peak exceeds its memory (``overflow`` = the largest relative
+excess), so a search can climb out of OOM. The result is never worse than the start.
 
 **Budget.** Under the simulator the budget counts work, not the wall clock: ``budget`` seconds allow
 ``budget * OPS_PER_SECOND / n_ops`` evaluations (placements simulated), ``OPS_PER_SECOND`` being a
 nominal simulator speed, so a search is reproducible for a seed on a busy machine as on an idle one
 (default 10). A wall-clock cap of ``10 * budget + 30`` seconds guards against a machine far slower than
-that (beside two test suites on this project's 2-core machine, a budget of 10 on inception-v3 took
-28–42 s). Scored by real runs (a measured env), the budget is wall-clock seconds. The search stops at a local
-optimum (a whole pass without improvement: ``converged``) or when the budget is spent; the placement's
-meta says which (``stop_reason``: ``converged``, ``evaluation budget``, ``wall-clock budget`` or
-``wall-clock cap``) and how far it got (``evaluations``, ``passes``, ``groups_visited`` in the last pass).
+that. Scored by real runs (a measured env), the budget is wall-clock seconds. The placement's meta says
+how the search ended (``stop_reason``: ``converged`` — at the finest level —, ``evaluation budget``,
+``wall-clock budget`` or ``wall-clock cap``) and how far it got (``evaluations``, ``levels``: per level its
+groups, passes, whether it converged and its evaluations; ``passes`` and ``groups_visited`` of the last).
 Cost per evaluation: one simulation, ``O((n + E) log n)``.
 """
 
@@ -29,17 +37,20 @@ import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.cost import feasible_devices
+from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
-from autoplace.grouping import group_ops
+from autoplace.grouping import Grouping, coarsen, group_ops
 from autoplace.placement import Placement
-from autoplace.placers import register_placer
+from autoplace.placers import register_placer, report_progress
 from autoplace.sim import BatchResult, Simulator
-from autoplace.validation import check_budget, check_random_state
+from autoplace.validation import check_budget, check_random_state, seed_int
 
-__all__ = ["refine", "local_search", "score"]
+__all__ = ["refine", "local_search", "score", "group_levels", "LEVEL_RULES", "COARSE_GROUPS"]
 
 DEFAULT_BUDGET_S = 10.0
 OPS_PER_SECOND = 1e7  #: nominal simulator speed (batched local search ran 10-18 M ops/s here) turning seconds into evaluations
+LEVEL_RULES = (("colocation", "gradient", "structure"), ("colocation", "gradient"), ("colocation",))
+COARSE_GROUPS = 256   #: structural levels with more groups get a METIS-coarsened level above them
 
 
 def score(batch: BatchResult) -> np.ndarray:
@@ -48,10 +59,66 @@ def score(batch: BatchResult) -> np.ndarray:
     return batch.step_time * (1.0 + 10.0 * np.maximum(over, 0.0))
 
 
+def group_levels(graph: Graph, cluster: Cluster, *, seed: int = 0) -> list[Grouping]:
+    """The groupings :func:`refine` climbs over, coarsest first (levels with the same groups as the one
+    before them are dropped)."""
+    levels: list[Grouping] = []
+    for rules in LEVEL_RULES:
+        grouping = group_ops(graph, rules=rules)
+        if not levels or grouping.n_groups != levels[-1].n_groups:
+            levels.append(grouping)
+    if levels[0].n_groups > COARSE_GROUPS:
+        try:
+            levels.insert(0, coarsen(graph, levels[0], COARSE_GROUPS, cluster, seed=seed))
+        except InfeasibleError:   # a structural group no device can run whole: no coarser level
+            pass
+    return levels
+
+
+class _Level:
+    """One grouping's members and the devices each group can run on whole."""
+
+    def __init__(self, grouping: Grouping, ok_ops: np.ndarray):
+        G = grouping.n_groups
+        order = np.argsort(grouping.group, kind="stable")
+        self.members = np.split(order, np.cumsum(np.bincount(grouping.group, minlength=G))[:-1])
+        self.ok = np.ones((G, ok_ops.shape[1]), dtype=bool)
+        np.logical_and.at(self.ok, grouping.group, ok_ops)
+        self.n_groups = G
+        self.group = grouping.group
+
+    def homes(self, dev: np.ndarray) -> np.ndarray:
+        """Each group's device: where most of its ops are."""
+        counts = np.zeros(self.ok.shape, dtype=np.int64)
+        np.add.at(counts, (self.group, dev), 1)
+        return counts.argmax(axis=1)
+
+    def neighbours(self, g: int, dev: np.ndarray, homes: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+        """Group ``g`` moved whole to every other device that can run it, and swapped with one random group
+        of each other device that can take ``g``'s device."""
+        m, here = self.members[g], int(homes[g])
+        cands = []
+        for d in np.flatnonzero(self.ok[g]).tolist():
+            if d != here or (dev[m] != d).any():
+                c = dev.copy()
+                c[m] = d
+                cands.append(c)
+        for d in range(self.ok.shape[1]):
+            if d == here or not self.ok[g, d]:
+                continue
+            others = np.flatnonzero((homes == d) & self.ok[:, here])
+            if len(others):
+                h = int(others[rng.integers(len(others))])
+                c = dev.copy()
+                c[m], c[self.members[h]] = d, here
+                cands.append(c)
+        return cands
+
+
 def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, budget: float | None = None,
            method: str | None = None, env=None) -> Placement:
-    """Improve ``placement`` by group moves and swaps (see the module docstring), scored by ``env``
-    (default: the simulator; a :class:`~autoplace.env.MeasuredEnv` scores by real runs)."""
+    """Improve ``placement`` by moves and swaps of groups, coarse levels first (see the module docstring),
+    scored by ``env`` (default: the simulator; a :class:`~autoplace.env.MeasuredEnv` scores by real runs)."""
     budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
     if env is None:
         run_batch = Simulator(graph, cluster).run_batch
@@ -62,73 +129,66 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
         max_evaluations, wall, wall_reason = None, budget, "wall-clock budget"
     t_end = time.perf_counter() + wall
     rng = check_random_state(seed)
-    dev = placement.to_array(graph, cluster)
-    grouping = group_ops(graph, rules=("colocation",))
-    G = grouping.n_groups
-    # a group's device: its members' (they agree when the placement honours co-location)
-    gdev = np.zeros(G, dtype=np.int64)
-    gdev[grouping.group] = dev
-    ok = np.ones((G, cluster.n_devices), dtype=bool)
-    np.logical_and.at(ok, grouping.group, feasible_devices(graph, cluster))
-    best = float(score(run_batch(grouping.expand(gdev)[None, :]))[0])
-    start_score, evaluations, passes, visited = best, 1, 0, 0
+    dev = placement.to_array(graph, cluster).copy()
+    best = float(score(run_batch(dev[None, :]))[0])
+    start_score, evaluations = best, 1
+    ok_ops = feasible_devices(graph, cluster)
+    levels = group_levels(graph, cluster, seed=seed_int(seed) if not isinstance(seed, np.random.Generator) else 0)
+    report: list[dict] = []
     stop_reason = None
-    while stop_reason is None:
-        improved, passes, visited = False, passes + 1, 0
-        for g in rng.permutation(G):
-            cands = _neighbours(int(g), gdev, ok, rng)
-            if not cands:
+    passes = visited = 0
+    for grouping in levels:
+        level = _Level(grouping, ok_ops)
+        info = {"groups": level.n_groups, "passes": 0, "converged": False, "evaluations": 0}
+        report.append(info)
+        while stop_reason is None:
+            improved, visited = False, 0
+            info["passes"] += 1
+            passes = info["passes"]
+            homes = level.homes(dev)
+            for g in rng.permutation(level.n_groups).tolist():
+                cands = level.neighbours(g, dev, homes, rng)
+                if not cands:
+                    visited += 1
+                    continue
+                if max_evaluations is not None and evaluations + len(cands) > max_evaluations:
+                    stop_reason = "evaluation budget"
+                elif time.perf_counter() >= t_end:
+                    stop_reason = wall_reason
+                if stop_reason is not None:
+                    break
+                batch = np.stack(cands)
+                s = score(run_batch(batch))
+                evaluations += len(cands)
+                if max_evaluations is not None and visited % 16 == 0:
+                    report_progress(f"local search, level {len(report)} of {len(levels)}: step "
+                                    f"{best * 1e3:.1f} ms", evaluations / max_evaluations)
+                info["evaluations"] += len(cands)
                 visited += 1
-                continue
-            if max_evaluations is not None and evaluations + len(cands) > max_evaluations:
-                stop_reason = "evaluation budget"
-            elif time.perf_counter() >= t_end:
-                stop_reason = wall_reason
-            if stop_reason is not None:
+                k = int(np.argmin(s))
+                if s[k] < best * (1 - 1e-9):
+                    best, dev, improved = float(s[k]), batch[k], True
+                    homes = level.homes(dev)
+            if stop_reason is None and not improved:
+                info["converged"] = True
                 break
-            batch = np.stack(cands)
-            s = score(run_batch(grouping.expand_many(batch)))
-            evaluations += len(cands)
-            visited += 1
-            k = int(np.argmin(s))
-            if s[k] < best * (1 - 1e-9):
-                best, gdev, improved = float(s[k]), batch[k], True
-        if stop_reason is None and not improved:
-            stop_reason = "converged"
+        if stop_reason is not None:
+            break
+    if stop_reason is None:
+        stop_reason = "converged"
     meta = {**placement.meta, "refined_from": placement.method, "start_score_s": start_score,
             "score_s": best, "evaluations": evaluations, "passes": passes, "groups_visited": visited,
-            "groups": G, "converged": stop_reason == "converged", "stop_reason": stop_reason}
-    return Placement.from_array(graph, cluster, grouping.expand(gdev), method or f"{placement.method}+ls", **meta)
+            "groups": report[-1]["groups"] if report else 0, "levels": report,
+            "converged": stop_reason == "converged", "stop_reason": stop_reason}
+    return Placement.from_array(graph, cluster, dev, method or f"{placement.method}+ls", **meta)
 
 
-def _neighbours(g: int, gdev: np.ndarray, ok: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
-    """Group ``g`` moved to every other feasible device, and swapped with one random group of each other
-    device that can take ``g``'s device."""
-    cands = []
-    for d in np.flatnonzero(ok[g]):
-        if d != gdev[g]:
-            c = gdev.copy()
-            c[g] = d
-            cands.append(c)
-    for d in range(ok.shape[1]):
-        others = np.flatnonzero((gdev == d) & ok[:, gdev[g]])
-        if d != gdev[g] and len(others) and ok[g, d]:
-            h = int(others[rng.integers(len(others))])
-            c = gdev.copy()
-            c[g], c[h] = d, gdev[g]
-            cands.append(c)
-    return cands
-
-
-@register_placer("local-search", description="moves and swaps of co-location groups under the simulator, "
-                 "from single-GPU (m-ETF if that runs out of memory)", paper="")
+@register_placer("local-search", description="moves and swaps of groups under the simulator, coarse to fine, "
+                 "from the best of the fast placers", paper="")
 def local_search(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
-    """:func:`refine` started from single-GPU (single-CPU without a GPU), or from m-ETF where that runs out
-    of memory. ``seed`` orders the groups and picks swap partners; ``budget`` as in :func:`refine`."""
-    from autoplace.placers import place
-    from autoplace.sim import simulate
+    """:func:`refine` started from the best of the fast placers (:func:`autoplace.placers.auto.best_fast`).
+    ``seed`` orders the groups and picks swap partners; ``budget`` as in :func:`refine`."""
+    from autoplace.placers.auto import best_fast
 
-    start = place(graph, cluster, "single-gpu" if cluster.devices_of_kind("gpu") else "single-cpu")
-    if not simulate(graph, cluster, start).ok:
-        start = place(graph, cluster, "m-etf")
+    start, _ = best_fast(graph, cluster, seed=seed)
     return refine(graph, cluster, start, seed=seed, budget=budget, method="local-search")
