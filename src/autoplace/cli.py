@@ -328,7 +328,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                            *[fmt_bytes(p) if p else "-" for p in r.result.peak_memory],
                            f"{status}; {note}" if note else status, fmt_time(r.search_time_s)])
     footer = (f"lower bounds on the simulated step: critical path {fmt_time(bounds.critical_path)}, load "
-              f"{fmt_time(bounds.load)}" + (f", CP-SAT {fmt_time(bounds.cp_sat)}" if bounds.cp_sat else "")
+              f"{fmt_time(bounds.load)}"
+              + (f", CP-SAT {fmt_time(bounds.cp_sat)}" if bounds.cp_sat else "")
               + ("; gap = step time / best bound - 1" if result.env == "simulated"
                  else "; measured steps are not bounded by them, so no gap is shown"))
     if args.markdown:

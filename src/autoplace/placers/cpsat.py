@@ -60,21 +60,80 @@ MAX_TASKS = 60
 WALL_CAP_PER_UNIT, WALL_CAP_S = 30.0, 30.0   # the wall-clock guard: 30 s per unit of deterministic time + 30 s
 
 
-def task_partition(graph: Graph, max_tasks: int, times: np.ndarray) -> np.ndarray:
-    """Task index per op: the ops themselves if few enough, else contiguous topological runs of equal work."""
+def task_partition(graph: Graph, max_tasks: int, times: np.ndarray, group: np.ndarray | None = None) -> np.ndarray:
+    """Task index per op: the ops themselves if few enough, else contiguous runs of about equal work of a
+    topological order. With ``group`` (a structural group per op) the order keeps each group's ops
+    together where dependencies allow (:func:`structured_order`) and the cuts move to the nearest group
+    boundary, so tasks follow the model's layers and cells; contiguous runs of a topological order
+    always contract to an acyclic task graph."""
     n = graph.n_ops
     if n <= max_tasks:
         return np.arange(n, dtype=np.int64)
     work = np.where(np.isfinite(times), times, np.nan)
     work = np.nan_to_num(np.nanmin(work, axis=1))
-    cum = np.cumsum(work[graph.topological_order])
+    order = graph.topological_order if group is None else structured_order(graph, group)
+    cum = np.cumsum(work[order])
     total = cum[-1] if cum[-1] > 0 else 1.0
-    chunk = np.minimum((cum - work[graph.topological_order] / 2) / total * max_tasks, max_tasks - 1).astype(np.int64)
+    if group is None:
+        chunk = np.minimum((cum - work[order] / 2) / total * max_tasks, max_tasks - 1).astype(np.int64)
+    else:
+        # cut where the group changes, nearest to each equal-work target
+        boundary = np.flatnonzero(group[order][1:] != group[order][:-1]) + 1    # a run may start here
+        targets = np.searchsorted(cum, total * np.arange(1, max_tasks) / max_tasks)
+        if len(boundary):
+            k = np.clip(np.searchsorted(boundary, targets), 1, len(boundary)) - 1
+            nxt = np.minimum(k + 1, len(boundary) - 1)
+            cuts = np.where(np.abs(boundary[nxt] - targets) < np.abs(boundary[k] - targets), boundary[nxt],
+                            boundary[k])
+        else:
+            cuts = targets
+        cuts = np.unique(cuts[(cuts > 0) & (cuts < n)])
+        chunk = np.searchsorted(cuts, np.arange(n), side="right")
     task = np.empty(n, dtype=np.int64)
-    task[graph.topological_order] = chunk
-    # renumber to 0..K-1 without gaps
-    _, task = np.unique(task, return_inverse=True)
+    task[order] = chunk
+    _, task = np.unique(task, return_inverse=True)   # renumber to 0..K-1 without gaps
     return task.astype(np.int64)
+
+
+def structured_order(graph: Graph, group: np.ndarray) -> np.ndarray:
+    """A topological order that finishes the group of the op it last took before starting another (the
+    lowest-ranked ready op starts the next group): Kahn's algorithm with a heap per group."""
+    import heapq
+
+    n = graph.n_ops
+    indeg = np.diff(graph.in_ptr).copy()
+    ready_in: dict[int, list[int]] = {}
+    ready_all: list[int] = []
+    done = np.zeros(n, dtype=bool)
+    rank = graph.rank
+
+    def push(i: int) -> None:
+        heapq.heappush(ready_in.setdefault(int(group[i]), []), int(rank[i]))
+        heapq.heappush(ready_all, int(rank[i]))
+
+    for i in np.flatnonzero(indeg == 0).tolist():
+        push(i)
+    out, current = [], -1
+    topo = graph.topological_order
+    tptr, pptr, pair_op = graph.op_tensor_ptr, graph.tensor_pair_ptr, graph.pair_op
+    while len(out) < n:
+        mine = ready_in.get(current, [])
+        while mine and done[topo[mine[0]]]:
+            heapq.heappop(mine)
+        if mine:
+            i = int(topo[heapq.heappop(mine)])
+        else:
+            while done[topo[ready_all[0]]]:
+                heapq.heappop(ready_all)
+            i = int(topo[heapq.heappop(ready_all)])
+            current = int(group[i])
+        done[i] = True
+        out.append(i)
+        for c in pair_op[pptr[tptr[i]]:pptr[tptr[i + 1]]].tolist():   # one per input pair, as indeg counts
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                push(c)
+    return np.array(out, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -110,10 +169,12 @@ class CPSatResult:
 class _Model:
     """The CP-SAT model of one graph and cluster in integer time units (see the module docstring)."""
 
-    def __init__(self, graph: Graph, cluster: Cluster, max_tasks: int, op_times: np.ndarray | None):
+    def __init__(self, graph: Graph, cluster: Cluster, max_tasks: int, op_times: np.ndarray | None,
+                 group: np.ndarray | None = None):
         times = least_op_times(graph, cluster, op_times)
         ok = feasible_devices(graph, cluster) & np.isfinite(times)
-        self.task = task = task_partition(graph, max_tasks, times)
+        self.task = task = task_partition(graph, max_tasks, times, group)
+        self.times = np.where(ok, times, 0.0)
         K, D = int(task.max()) + 1 if len(task) else 0, cluster.n_devices
         self.K, self.D = K, D
         t_task = np.zeros((K, D))
@@ -222,14 +283,18 @@ class _Model:
 
 
 def solve_cp_sat(graph: Graph, cluster: Cluster, *, budget: float | None = None, seed: int = 0,
-                 max_tasks: int = MAX_TASKS, op_times: np.ndarray | None = None) -> CPSatResult:
+                 max_tasks: int = MAX_TASKS, op_times: np.ndarray | None = None, hint: np.ndarray | None = None,
+                 group: np.ndarray | None = None) -> CPSatResult:
     """Solve the model (see the module docstring); raises :class:`InfeasibleError` when the relaxed model
-    is proven infeasible or no placement is found within the budget."""
+    is proven infeasible or no placement is found within the budget. ``hint``: a device per op to start
+    from (each task takes the device holding most of its ops' work; default: every task on the device
+    that runs them all fastest); ``group``: structural groups the tasks should follow
+    (:func:`task_partition`)."""
     from autoplace.sim import Simulator
 
     budget = DEFAULT_BUDGET if check_budget(budget) is None else budget
-    model = _Model(graph, cluster, max_tasks, op_times)
-    hint = _single_device_hint(model)
+    model = _Model(graph, cluster, max_tasks, op_times, group)
+    hint = _single_device_hint(model) if hint is None else _task_hint(model, np.asarray(hint), cluster.n_devices)
     first = model.solve(static_memory=False, budget=budget, seed=seed, hint=hint)
     if first is None:
         raise InfeasibleError(f"cp-sat: proven infeasible: the parameters cannot be spread over the devices "
@@ -247,6 +312,13 @@ def solve_cp_sat(graph: Graph, cluster: Cluster, *, budget: float | None = None,
                        "ops" if ops_model else f"{model.K} tasks", memory_model, stopped)
 
 
+def _task_hint(model: _Model, dev: np.ndarray, D: int) -> np.ndarray:
+    """Each task on the device that holds most of its ops' work under the op placement ``dev``."""
+    share = np.zeros((model.K, D))
+    np.add.at(share, (model.task, dev), model.times.min(axis=1) + 1e-12)
+    return share.argmax(axis=1)
+
+
 def _single_device_hint(model: _Model) -> np.ndarray | None:
     """Every task on the device that runs them all fastest, if one can run them all (a feasible start)."""
     runs_all = model.ok_task.all(axis=0)
@@ -259,13 +331,31 @@ def _single_device_hint(model: _Model) -> np.ndarray | None:
 @register_placer("cp-sat", description="exact placement and schedule with OR-Tools CP-SAT (ops, or up to 60 "
                  "contiguous task groups), deterministic-time budget", paper="OR-Tools CP-SAT", memory_aware=True)
 def cp_sat(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
-    """Place by solving the CP-SAT model of the module docstring. Meta: ``cp_sat_status``, ``model``
+    """Place by solving the CP-SAT model of the module docstring, hinted with the best of the fast placers
+    (:func:`autoplace.placers.auto.best_fast`); on graphs of more than ``MAX_TASKS`` ops the tasks follow the
+    model's structural groups. Never worse than its hint: where the hint simulates faster (or fits where
+    the solution does not), the hint is returned (``returned: "hint"``). Meta: ``cp_sat_status``, ``model``
     (``"ops"`` or ``"K tasks"``), ``model_step_time_s``, ``model_bound_s``, ``bound_s`` (op-level model
-    only: a bound on every placement), ``gap``, ``memory_model``, ``stopped_by``, ``tasks``."""
-    r = solve_cp_sat(graph, cluster, budget=budget, seed=seed_int(seed))
+    only: a bound on every placement), ``gap``, ``memory_model``, ``stopped_by``, ``tasks``, ``hint``
+    (the fast placer) and ``hint_step_s``, ``returned``."""
+    from autoplace.grouping import group_ops
+    from autoplace.placers.auto import best_fast
+    from autoplace.placers.local_search import score
+    from autoplace.sim import Simulator
+
+    start, _ = best_fast(graph, cluster, seed=seed)
+    start_dev = start.to_array(graph, cluster)
+    group = group_ops(graph, rules=("colocation", "gradient", "structure")).group if graph.n_ops > MAX_TASKS else None
+    r = solve_cp_sat(graph, cluster, budget=budget, seed=seed_int(seed), hint=start_dev, group=group)
+    sim = Simulator(graph, cluster)
+    mine = sim.run_batch(np.stack([r.devices, start_dev]))
+    fits = ~mine.oom
+    scores = score(mine)
+    use_hint = (fits[1], -scores[1]) > (fits[0], -scores[0])
     meta = dict(cp_sat_status=r.status, model=r.model, model_step_time_s=r.objective_s,
                 model_bound_s=r.model_bound_s, gap=r.gap, tasks=r.tasks, memory_model=r.memory_model,
-                stopped_by=r.stopped_by)
+                stopped_by=r.stopped_by, hint=start.method, hint_step_s=float(mine.step_time[1]),
+                returned="hint" if use_hint else "cp-sat")
     if r.bound_s is not None:
         meta["bound_s"] = r.bound_s
-    return Placement.from_array(graph, cluster, r.devices, "cp-sat", **meta)
+    return Placement.from_array(graph, cluster, start_dev if use_hint else r.devices, "cp-sat", **meta)
