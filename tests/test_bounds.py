@@ -142,3 +142,72 @@ def test_measured_rows_have_no_gap():
     measured = type(table)(table.rows, table.bounds, "measured")
     fast = ComparisonRow(row.method, row.placement, row.result, row.search_time_s)
     assert np.isnan(measured.gap(fast))
+
+
+@st.composite
+def mixed_cases(draw, max_ops=9):
+    """A random DAG on a slow CPU and two fast GPUs of small memory: ops with their own CPU and GPU costs,
+    some CPU-only or GPU-only, parameters large enough that the GPUs cannot hold them all, copy engines;
+    and a random placement honouring the device types."""
+    n = draw(st.integers(1, max_ops))
+    ops = []
+    for i in range(n):
+        preds = draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)) if i else []
+        types = draw(st.sampled_from([None, None, None, ("cpu",), ("gpu",)]))
+        gpu = draw(st.floats(1e-4, 1e-2))
+        ops.append(Op(f"o{i}", "op", tuple(f"o{p}" for p in preds), output_bytes=(draw(st.integers(0, 2000)),),
+                      param_bytes=draw(st.integers(0, 3000)), device_types=types,
+                      cost={"gpu": gpu, "cpu": gpu * draw(st.sampled_from([0.5, 2.0, 8.0]))}))
+    devs = [Device("cpu:0", "cpu", 10**6, 1e10, 1e10),
+            *(Device(f"gpu:{k}", "gpu", draw(st.integers(2000, 8000)), 1e12, 1e11, send_engines=1, recv_engines=1)
+              for k in range(2))]
+    cluster = Cluster("mixed", devs, default_link=LinkSpec(1e6, 1e-4, 2e-5))
+    graph = Graph(ops, name="mixed")
+    ok = [[d.type in (op.device_types or ("cpu", "gpu")) for d in devs] for op in ops]
+    dev = np.array([draw(st.sampled_from([d for d in range(3) if ok[i][d]])) for i in range(n)], dtype=np.int64)
+    return graph, cluster, dev
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mixed_cases())
+def test_bounds_hold_on_unlike_devices_with_tight_memory(case):
+    """The critical path (with the transfers device types force) bounds every placement; the memory-aware
+    load bound every placement that fits."""
+    graph, cluster, dev = case
+    r = Simulator(graph, cluster).run(dev)
+    b = lower_bounds(graph, cluster)
+    assert r.step_time >= b.critical_path * (1 - 1e-9)
+    if r.ok:
+        assert r.step_time >= b.best * (1 - 1e-9), (r.step_time, b)
+
+
+def test_memory_aware_load_bound_by_hand():
+    """Two ops of 1 s on the GPU and 3 s on the CPU, 600 bytes of parameters each. With room for both on
+    the GPU the work spreads to 1.5 s (three quarters of it on the GPU); with room for one (600 bytes),
+    one op's work goes to the CPU: 3 s, which a placement attains. Ratios are rounded down to 2 % bins
+    (3 becomes 1.02^55 = 2.97), so the bound is within 2 % below."""
+    ops = [Op(f"o{i}", "op", output_bytes=(0,), param_bytes=600, cost={"gpu": 1.0, "cpu": 3.0}) for i in range(2)]
+    graph = Graph(ops, name="two")
+
+    def bound(gpu_memory):
+        c = Cluster("c", [Device("cpu:0", "cpu", 10**6, 1e9, 1e9), Device("gpu:0", "gpu", gpu_memory, 1e9, 1e9)],
+                    default_link=LinkSpec(1e9, 0.0))
+        return lower_bounds(graph, c).load, Simulator(graph, c)
+
+    loose, _ = bound(10**6)
+    tight, sim = bound(600)
+    assert loose == pytest.approx(1.5, rel=0.02) and loose <= 1.5
+    assert tight == pytest.approx(3.0, rel=0.02) and tight <= 3.0
+    assert sim.run(np.array([0, 1])).step_time == pytest.approx(3.0)
+
+
+def test_a_transfer_the_device_types_force_lengthens_the_critical_path():
+    """a runs only on the CPU, b only on the GPU: a's 1000 bytes cross a 1000 B/s link with 0.25 s of
+    overhead and 0.5 s of latency, so nothing finishes before 1 + 1.75 + 1 = 3.75 s."""
+    g = Graph([Op("a", "op", output_bytes=(1000,), cost={"cpu": 1.0}, device_types=("cpu",)),
+               Op("b", "op", ("a",), cost={"gpu": 1.0}, device_types=("gpu",))], name="forced")
+    c = Cluster("forced", [Device("cpu", "cpu", 10**9, 1e9, 1e9), Device("gpu", "gpu", 10**9, 1e9, 1e9)],
+                default_link=LinkSpec(1000.0, 0.5, 0.25))
+    b = lower_bounds(g, c)
+    assert b.critical_path == pytest.approx(3.75)
+    assert Simulator(g, c).run(np.array([0, 1])).step_time == pytest.approx(3.75)

@@ -42,11 +42,26 @@ def test_place_then_simulate_with_trace(tmp_path, capsys):
     assert json.loads(out)["step_time_s"] == pytest.approx(placement["result"]["step_time_s"])
 
 
+def test_place_defaults_to_auto(tmp_path, capsys):
+    """No --method: auto, whose placement says which fast placer it started from and what each scored."""
+    p = str(tmp_path / "p.json")
+    rc, out, _ = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "-o", p, "--budget", "1")
+    assert rc == 0 and out.startswith("auto:")
+    placement = json.loads(Path(p).read_text())
+    assert placement["method"] == "auto" and placement["result"]["ok"]
+    meta = placement                                     # the placer's meta sits at the top level
+    assert meta["from"] in [c["method"] for c in meta["candidates"]]
+    assert min(c["step_time_s"] for c in meta["candidates"] if c["ok"]) >= placement["result"]["step_time_s"]
+
+
 def test_compare_table_json_markdown(capsys):
     rc, out, _ = run(capsys, "compare", GRAPH, "-c", CLUSTER)
     assert rc == 0 and "single-cpu" in out and "single-gpu" in out
     rc, out, _ = run(capsys, "compare", GRAPH, "-c", CLUSTER, "--json")
-    rows = {r["method"]: r for r in json.loads(out)["rows"]}
+    table = json.loads(out)["rows"]
+    assert table[0]["method"] == "auto" and "from " in table[0]["note"]   # what a user runs first, first
+    assert table[0]["step_time_s"] <= min(r["step_time_s"] for r in table if r["ok"])
+    rows = {r["method"]: r for r in table}
     from autoplace.formats import load_cluster, load_graph
     from autoplace.placers import place
     from autoplace.sim import simulate

@@ -135,3 +135,36 @@ def test_gradient_rule_puts_each_ops_gradient_with_it(captured_bn_mlp):
     assert {op.phase for op in members} == {"forward", "backward"}
     assert gr.group[g.index("addmm")] == gr.group[g.index("0.weight")]   # through the weight gradient
     assert gr.n_groups < group_ops(g, rules=("colocation",)).n_groups
+
+
+def test_autograd_sums_join_the_gradient_ops_that_read_them():
+    """A layer applied three times gets three weight gradients that autograd adds up in a chain; the sums
+    are no forward call's gradients, so they carry no ``fwd``, and capture puts only the last in the
+    weight's group. TensorFlow colocates the sum of a tensor's gradients with the tensor's producer: here
+    the weight, whose group (update included) reads it. Without the rule the first sum is a group of its
+    own."""
+    torch = pytest.importorskip("torch")
+    from autoplace.capture import capture_training_step
+
+    class Thrice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(6, 6)
+
+        def forward(self, x):
+            return self.lin(torch.relu(self.lin(torch.relu(self.lin(x)))))
+
+    torch.manual_seed(0)
+    model = Thrice()
+    g = capture_training_step(model, torch.randn(5, 6), lambda y, t: ((y - t) ** 2).mean(),
+                              torch.optim.SGD(model.parameters(), lr=0.1), targets=torch.randn(5, 6), name="thrice")
+    sums = [i for i, op in enumerate(g.ops) if op.phase == "backward" and op.meta.get("fwd") is None
+            and op.colocation_group is None and op.type == "aten.add"]
+    assert sums
+    with_rule, without = group_ops(g, rules=("colocation", "gradient")), group_ops(g, rules=("colocation",))
+    weight = g.index("lin.weight")
+    joined = [i for i in sums if with_rule.group[i] == with_rule.group[weight]]
+    assert joined and all(without.group[i] != without.group[weight] for i in joined)
+    for i in sums:      # every sum is in the group of the ops that read it
+        readers = {int(with_rule.group[c]) for c in g.successors(i)}
+        assert readers == {int(with_rule.group[i])}

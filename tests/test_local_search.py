@@ -45,3 +45,23 @@ def test_reproducible_and_never_worse_than_its_start(dag, seed):
     assert a.assignment == b.assignment and a.meta["evaluations"] == b.meta["evaluations"]
     assert simulate(dag, cluster, a).step_time <= simulate(dag, cluster, start).step_time * (1 + 1e-12)
     assert np.isfinite(a.meta["score_s"]) and a.meta["score_s"] <= a.meta["start_score_s"]
+
+
+def test_levels_go_from_coarse_to_fine_and_nest(dag):
+    """Every level's groups lie whole inside one group of the level before it, so a coarse move keeps the
+    finer groups (and the co-location constraints) intact; the search reports each level it climbed."""
+    from autoplace.placers.local_search import COARSE_GROUPS, group_levels
+
+    g = build_graph("layered-dag", ops=3000, width=2)          # ~1,500 layer groups: a METIS level on top
+    levels = group_levels(g, get_cluster("k80x4"))
+    sizes = [lv.n_groups for lv in levels]
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes) and sizes[0] <= COARSE_GROUPS
+    for coarse, fine in zip(levels, levels[1:]):
+        pairs = np.unique(np.stack([fine.group, coarse.group]), axis=1)
+        assert len(pairs[0]) == fine.n_groups                     # each fine group maps to one coarse group
+    cluster = get_cluster("k80x2")
+    p = refine(dag, cluster, place(dag, cluster, "single-gpu"), seed=0, budget=10)
+    report = p.meta["levels"]
+    assert [lv["groups"] for lv in report] == [lv.n_groups for lv in group_levels(dag, cluster)][:len(report)]
+    assert all(lv["converged"] for lv in report[:-1]) and sum(lv["evaluations"] for lv in report) + 1 == \
+        p.meta["evaluations"]

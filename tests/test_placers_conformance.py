@@ -3,8 +3,7 @@
 Each placer must: place every op on a known device; honour device constraints (``device_types``) and
 co-location groups; be deterministic for a seed; return within its budget; and, if it says it is
 memory-aware, keep the parameters it puts on each device within that device's memory (activations are
-estimated as the ops are placed; co-location can force a group's later members onto a full device) or
-raise InfeasibleError when nothing fits.
+estimated as the ops are placed, then checked by simulation) or raise InfeasibleError when nothing fits.
 """
 
 from __future__ import annotations
@@ -108,7 +107,8 @@ def test_memory_aware_placers_respect_capacity(method):
     assert len(set(dev.tolist()) - {0}) == 2            # both GPUs needed
     resident = np.bincount(dev, weights=graph.param_bytes, minlength=3)
     assert (resident <= cluster.memory_bytes).all(), resident  # parameters never exceed a device
-    assert simulate(graph, cluster, p).step_time > 0
+    r = simulate(graph, cluster, p)
+    assert r.step_time > 0 and r.ok, r.oom_devices                # and the simulated step fits
     tiny = Cluster("tiny", [Device(d.name, d.type, 1000, d.peak_flops, d.memory_bandwidth) for d in devs],
                    default_link=LinkSpec(1e10, 1e-5))
     with pytest.raises(InfeasibleError):

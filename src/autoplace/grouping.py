@@ -23,6 +23,8 @@ parameters, per-device times as the sum of the members') so any placer can place
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -33,7 +35,8 @@ from autoplace.cost import op_time_matrix
 from autoplace.errors import InfeasibleError, UnknownNameError
 from autoplace.graph import Graph, Op
 
-__all__ = ["RULES", "Grouping", "GroupGraph", "group_ops", "grouped_graph", "structural_key", "weighted_csr", "coarsen"]
+__all__ = ["RULES", "Grouping", "GroupGraph", "group_ops", "grouped_graph", "structural_key", "weighted_csr", "coarsen",
+           "part_graph"]
 
 RULES = ("colocation", "gradient", "single-consumer", "structure")
 
@@ -267,18 +270,38 @@ def weighted_csr(gg: GroupGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     return np.cumsum(xadj), dst.astype(np.int64), vw, ew
 
 
+def part_graph(n_parts: int, xadj: np.ndarray, adjncy: np.ndarray, vweights: np.ndarray, eweights: np.ndarray,
+               seed: int) -> np.ndarray:
+    """METIS k-way partition (pymetis) of a weighted CSR graph: part per vertex. METIS prints its complaints
+    (a part it cannot bisect further) straight to the process's output; they are silenced here, and the
+    caller sees what it got (possibly fewer non-empty parts)."""
+    import pymetis
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        _, parts = pymetis.part_graph(int(n_parts), adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=vweights,
+                                      eweights=eweights, options=pymetis.Options(seed=int(seed)))
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+    return np.asarray(parts, dtype=np.int64)
+
+
 def coarsen(graph: Graph, grouping: Grouping, n_groups: int, cluster: Cluster, *, seed: int = 0) -> Grouping:
     """Merge ``grouping``'s groups into about ``n_groups`` with METIS (pymetis), balancing compute and
     cutting few bytes; every original group stays whole (co-location groups remain intact)."""
-    import pymetis
-
     if n_groups >= grouping.n_groups:
         return grouping
     gg = grouped_graph(graph, grouping, cluster)
     xadj, adjncy, vw, ew = weighted_csr(gg)
-    _, parts = pymetis.part_graph(int(n_groups), adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=vw,
-                                  eweights=ew, options=pymetis.Options(seed=int(seed)))
-    parts = np.asarray(parts, dtype=np.int64)
+    parts = part_graph(n_groups, xadj, adjncy, vw, ew, seed)
     op_part = parts[grouping.group]
     # renumber parts by their first op so numbering is stable, and drop empty parts
     _, first, inverse = np.unique(op_part, return_index=True, return_inverse=True)

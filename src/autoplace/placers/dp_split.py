@@ -246,6 +246,19 @@ def solve_split(prob: SplitProblem, cluster: Cluster, capacity: np.ndarray, obje
     return value, out
 
 
+def _memory_factor(prob: SplitProblem, result, unit_dev: np.ndarray, factor: float) -> float:
+    """How far the stage memory count falls short of the simulated peak: the largest ``peak / count`` over
+    the devices that ran out of memory (all used devices if none did), with 2 % headroom, never below
+    ``factor``."""
+    worst = factor
+    for d in np.unique(unit_dev).tolist():
+        on = unit_dev == d
+        count = float((prob.params + prob.saved)[on].sum() + prob.largest[on].max())
+        if count > 0 and (result.peak_memory[d] > result.memory_capacity[d] or result.ok):
+            worst = max(worst, float(result.peak_memory[d]) / count * 1.02)
+    return worst
+
+
 def ordered_devices(cluster: Cluster) -> list[int]:
     """The devices a split fills, in order: GPUs fastest first, then the other devices fastest first."""
     gpus = set(cluster.devices_of_kind("gpu"))
@@ -271,27 +284,32 @@ def dp_split(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Place
     np.add.at(g_time, grouping.group, np.where(ok, times, 0.0))
     g_fallback = np.argmin(np.where(g_ok, g_time, np.inf), axis=1)
     mem = cluster.memory_bytes.astype(np.float64)
-    candidates, best = [], None
+
+    def expand(prob: SplitProblem, order: np.ndarray, unit_dev: np.ndarray) -> np.ndarray:
+        g_dev = unit_dev[prob.unit_of_group][np.argsort(order)]          # group index -> device
+        return grouping.expand(np.where(g_ok[np.arange(grouping.n_groups), g_dev], g_dev, g_fallback))
+
+    candidates, best, factor = [], None, None
     for order_name, order in unit_orders(graph, grouping.group):
         prob = split_problem(graph, cluster, grouping.group, order, devices, times)
+        if factor is None:      # calibrate the memory count on the whole graph on the first device
+            factor = _memory_factor(prob, sim.run(expand(prob, order, np.full(prob.n_units, devices[0]))),
+                                    np.full(prob.n_units, devices[0]), 1.0)
         for objective in ("step", "stage"):
-            scale = np.ones(cluster.n_devices)
+            f = factor
             for attempt in range(1, MEMORY_TRIES + 1):
-                value, unit_dev = solve_split(prob, cluster, mem * scale, objective)
+                value, unit_dev = solve_split(prob, cluster, mem / f, objective)
                 if not np.isfinite(value):
                     break
-                g_dev = unit_dev[prob.unit_of_group][np.argsort(order)]   # group index -> device
-                g_dev = np.where(g_ok[np.arange(grouping.n_groups), g_dev], g_dev, g_fallback)
-                dev = grouping.expand(g_dev)
+                dev = expand(prob, order, unit_dev)
                 r = sim.run(dev)
                 if r.ok:
                     candidates.append({"order": order_name, "objective": objective, "model_step_s": value,
-                                       "step_s": r.step_time, "memory_tries": attempt})
+                                       "step_s": r.step_time, "memory_tries": attempt, "memory_factor": f})
                     if best is None or r.step_time < best[0]:
                         best = (r.step_time, dev, order_name, objective, value, attempt, prob, unit_dev)
                     break
-                over = r.peak_memory / np.maximum(mem, 1.0)
-                scale = np.where(over > 1, scale / np.maximum(over, 1.0) * 0.98, scale)
+                f = _memory_factor(prob, r, unit_dev, f)
     if best is None:
         raise InfeasibleError(f"dp-split: no contiguous split of {graph.name!r} fits the memory of cluster "
                               f"{cluster.name!r}")

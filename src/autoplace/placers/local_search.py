@@ -5,7 +5,7 @@
 
 **A hierarchy of groups.** The search climbs over :func:`group_levels`: the model's structural groups
 (co-location, gradient and structure rules: a layer with its gradient ops, an LSTM cell, an Inception
-branch — coarsened further with METIS to at most :data:`COARSE_GROUPS` where there are more), then the
+branch — coarsened further with METIS to about :data:`COARSE_GROUPS` where there are over twice as many), then the
 co-location groups with the gradient rule, then the graph's own co-location groups. Every level is a union
 of co-location groups, so every move keeps the constraints. A level is searched until a whole pass finds no
 improvement, then the next, finer level starts from the result; on a graph of tens of thousands of ops the
@@ -50,7 +50,7 @@ __all__ = ["refine", "local_search", "score", "group_levels", "LEVEL_RULES", "CO
 DEFAULT_BUDGET_S = 10.0
 OPS_PER_SECOND = 1e7  #: nominal simulator speed (batched local search ran 10-18 M ops/s here) turning seconds into evaluations
 LEVEL_RULES = (("colocation", "gradient", "structure"), ("colocation", "gradient"), ("colocation",))
-COARSE_GROUPS = 256   #: structural levels with more groups get a METIS-coarsened level above them
+COARSE_GROUPS = 256   #: a structural level with more than twice as many groups gets a METIS-coarsened level of this many above it
 
 
 def score(batch: BatchResult) -> np.ndarray:
@@ -67,7 +67,7 @@ def group_levels(graph: Graph, cluster: Cluster, *, seed: int = 0) -> list[Group
         grouping = group_ops(graph, rules=rules)
         if not levels or grouping.n_groups != levels[-1].n_groups:
             levels.append(grouping)
-    if levels[0].n_groups > COARSE_GROUPS:
+    if levels[0].n_groups > 2 * COARSE_GROUPS:
         try:
             levels.insert(0, coarsen(graph, levels[0], COARSE_GROUPS, cluster, seed=seed))
         except InfeasibleError:   # a structural group no device can run whole: no coarser level

@@ -27,7 +27,7 @@ import numpy as np
 from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
-from autoplace.grouping import GroupGraph, group_ops, grouped_graph, weighted_csr
+from autoplace.grouping import GroupGraph, group_ops, grouped_graph, part_graph, weighted_csr
 from autoplace.placement import Placement
 from autoplace.placers import register_placer
 from autoplace.validation import seed_int
@@ -163,17 +163,12 @@ def metis(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placemen
     of the co-location group graph into one compute-balanced part per GPU, minimising the KiB cut; the
     most loaded part goes to the fastest GPU. No memory check. ``seed`` is METIS's seed; ``budget`` is
     unused. About O(E) (multilevel)."""
-    import pymetis
-
     targets = cluster.devices_of_kind("gpu") or list(range(cluster.n_devices))
     gg = _group(graph, cluster)
     if len(targets) == 1 or gg.n_groups < 2:
         return _finish(graph, cluster, gg, np.full(gg.n_groups, targets[0], dtype=np.int64), "metis")
     xadj, adjncy, vw, ew = weighted_csr(gg)
-    opts = pymetis.Options(seed=seed_int(seed))
-    _, parts = pymetis.part_graph(len(targets), adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=vw,
-                                  eweights=ew, options=opts)
-    parts = np.asarray(parts, dtype=np.int64)
+    parts = part_graph(len(targets), xadj, adjncy, vw, ew, seed_int(seed))
     load = np.bincount(parts, weights=vw, minlength=len(targets))
     by_speed = sorted(targets, key=lambda d: (-cluster.achievable_flops[d], d))
     part_to_dev = np.empty(len(targets), dtype=np.int64)

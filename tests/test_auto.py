@@ -1,0 +1,97 @@
+"""auto, local search and CP-SAT never return worse than where they start; auto picks the best candidate and
+says where it came from."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_bounds import cases
+
+from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster
+from autoplace.graph import Graph, Op
+from autoplace.placement import Placement
+from autoplace.placers import place
+from autoplace.placers.auto import FAST_PLACERS, run_fast_placers
+from autoplace.placers.local_search import OPS_PER_SECOND, refine
+from autoplace.sim import simulate
+from autoplace.zoo import build_graph
+
+
+def test_auto_returns_the_best_candidate_and_says_where_it_came_from():
+    g, c = build_graph("layered-dag", ops=120, width=8), get_cluster("k80x2")
+    p = place(g, c, "auto", seed=0, budget=200 * g.n_ops / OPS_PER_SECOND)
+    m = p.meta
+    assert [x["method"] for x in m["candidates"]] == list(FAST_PLACERS)
+    steps = [x["step_time_s"] for x in m["candidates"] if x["ok"]]
+    step = simulate(g, c, p).step_time
+    assert step <= min(steps) * (1 + 1e-12)
+    best = min((x for x in m["candidates"] if x["ok"]), key=lambda x: x["step_time_s"])
+    assert m["from"] == best["method"]
+    if not m["improved_by"]:
+        assert step == pytest.approx(best["step_time_s"])
+    else:
+        assert step < best["step_time_s"] and set(m["improved_by"]) <= {"refined", "cp-sat"}
+    assert m["refine"]["evaluations"] <= 200 + 1
+
+
+def test_auto_on_a_small_graph_also_solves_it_exactly():
+    """At most 60 ops: CP-SAT's op-level model runs too, and auto is at least as fast as its optimum."""
+    g, c = build_graph("toy-mlp", layers=2), get_cluster("k80x2")
+    p = place(g, c, "auto", seed=0, budget=4)
+    solved = place(g, c, "cp-sat", seed=0, budget=2)
+    assert simulate(g, c, p).step_time <= simulate(g, c, solved).step_time * (1 + 1e-12)
+
+
+def test_auto_prefers_a_placement_that_fits():
+    """Four 1000-byte layers on 2500-byte GPUs: the fast single-GPU is out of memory, auto fits."""
+    ops = [Op("x", "input", output_bytes=(100,))]
+    prev = "x"
+    for k in range(4):
+        ops += [Op(f"w{k}", "parameter", output_bytes=(8,), param_bytes=1000, colocation_group=f"w{k}",
+                   meta={"view": True}),
+                Op(f"l{k}", "mm", (prev, f"w{k}"), output_bytes=(100,), flops=1e6, colocation_group=f"w{k}")]
+        prev = f"l{k}"
+    g = Graph(ops, name="chain4")
+    c = Cluster("tight", [Device(f"gpu:{k}", "gpu", 2500, 1e12, 1e11) for k in range(3)],
+                default_link=LinkSpec(1e9, 1e-6))
+    cands = {x.method: x for x in run_fast_placers(g, c)}
+    assert cands["single-gpu"].placement is not None and not cands["single-gpu"].ok
+    assert simulate(g, c, place(g, c, "auto", budget=1)).ok
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(max_ops=12), st.integers(0, 3))
+def test_refine_never_returns_worse_than_its_start(case, seed):
+    graph, cluster, dev = case
+    start = Placement.from_array(graph, cluster, dev, "random")
+    before = simulate(graph, cluster, start)
+    p = refine(graph, cluster, start, seed=seed, budget=60 * graph.n_ops / OPS_PER_SECOND)
+    after = simulate(graph, cluster, p)
+    assert p.meta["score_s"] <= p.meta["start_score_s"]
+    if before.ok:
+        assert after.ok and after.step_time <= before.step_time * (1 + 1e-12)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(max_ops=8))
+def test_cp_sat_never_returns_worse_than_its_hint(case):
+    graph, cluster, _ = case
+    p = place(graph, cluster, "cp-sat", budget=0.5)
+    hint = place(graph, cluster, p.meta["hint"])
+    mine, theirs = simulate(graph, cluster, p), simulate(graph, cluster, hint)
+    assert (mine.ok, -mine.step_time) >= (theirs.ok, -theirs.step_time * (1 + 1e-12))
+    assert p.meta["hint_step_s"] == pytest.approx(theirs.step_time)
+    if p.meta["returned"] == "hint":
+        assert np.array_equal(p.to_array(graph, cluster), hint.to_array(graph, cluster))
+
+
+def test_cp_sat_keeps_a_better_hint_over_its_coarse_model():
+    """200 ops: CP-SAT solves a model of contiguous tasks (a layer or more each), coarser than the op-level
+    placements; where its solution simulates slower, the hint comes back."""
+    g, c = build_graph("layered-dag", ops=200, width=8), get_cluster("k80x4")
+    p = place(g, c, "cp-sat", budget=0.5)
+    hint = place(g, c, p.meta["hint"])
+    assert p.meta["model"].endswith(" tasks") and p.meta["returned"] == "hint"
+    assert simulate(g, c, p).step_time == pytest.approx(simulate(g, c, hint).step_time)
