@@ -109,3 +109,19 @@ def test_memory_aware_schedules_are_rebuilt_until_they_fit(method):
                 [Device(f"gpu:{k}", "gpu", 1000, 1e9, 1e9) for k in range(2)], default_link=LinkSpec(1e6, 0.0))
     p = place(g, c, method)
     assert simulate(g, c, p).ok and p.meta["memory_tries"] >= 1
+
+
+def test_views_of_sources_float():
+    """A view does no work: a view of the targets batch (read only by the loss) waits for the loss to be
+    placed instead of fixing the loss's group on an idle GPU at time 0."""
+    from autoplace.grouping import floating_ops
+
+    g = Graph([Op("x", "input", output_bytes=(64,)), Op("y", "input", output_bytes=(64,)),
+               Op("w", "parameter", output_bytes=(64,), param_bytes=64, meta={"view": True}),
+               Op("wt", "t", ("w",), output_bytes=(64,), meta={"view": True}),
+               Op("bias_corr", "pow", ("w",), output_bytes=(4,)),
+               Op("yv", "view", ("y",), output_bytes=(64,), meta={"view": True}),
+               Op("h", "mm", ("x", "wt"), output_bytes=(64,), flops=1e6),
+               Op("hv", "view", ("h",), output_bytes=(64,), meta={"view": True}),
+               Op("loss", "nll", ("hv", "yv"), output_bytes=(4,))], name="floating")
+    assert [g.ops[i].name for i in np.flatnonzero(floating_ops(g))] == ["x", "y", "w", "wt", "bias_corr", "yv"]

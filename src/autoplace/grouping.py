@@ -36,7 +36,7 @@ from autoplace.errors import InfeasibleError, UnknownNameError
 from autoplace.graph import Graph, Op
 
 __all__ = ["RULES", "Grouping", "GroupGraph", "group_ops", "grouped_graph", "structural_key", "weighted_csr", "coarsen",
-           "part_graph"]
+           "part_graph", "floating_ops"]
 
 RULES = ("colocation", "gradient", "single-consumer", "structure")
 
@@ -268,6 +268,22 @@ def weighted_csr(gg: GroupGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     xadj = np.zeros(G + 1, dtype=np.int64)
     np.add.at(xadj, src + 1, 1)
     return np.cumsum(xadj), dst.astype(np.int64), vw, ew
+
+
+def floating_ops(graph: Graph) -> np.ndarray:
+    """``[n_ops]`` bool: ops whose device a placer can leave to their readers — sources (parameters,
+    optimizer state, input batches, generated constants), what is computed from resident state alone
+    (Adam's bias correction from the step counter), and views of any of these (a view does no work)."""
+    source = np.diff(graph.in_ptr) == 0
+    state = source & (graph.param_bytes > 0)
+    floating = source.copy()
+    for i in graph.topological_order.tolist():
+        if not source[i]:
+            pairs = graph.in_pair[graph.in_ptr[i]:graph.in_ptr[i + 1]]
+            producers = graph.tensor_src[graph.pair_tensor[pairs]]
+            state[i] = bool(state[producers].all())
+            floating[i] = state[i] or bool(graph.is_view[i] and floating[producers].all())
+    return floating
 
 
 def part_graph(n_parts: int, xadj: np.ndarray, adjncy: np.ndarray, vweights: np.ndarray, eweights: np.ndarray,

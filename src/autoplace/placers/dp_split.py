@@ -45,7 +45,7 @@ import numpy as np
 from autoplace.cluster import Cluster
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
-from autoplace.grouping import group_ops
+from autoplace.grouping import floating_ops, group_ops
 from autoplace.placement import Placement
 from autoplace.placers import register_placer
 from autoplace.cost import op_time_matrix
@@ -93,21 +93,11 @@ def _positions(graph: Graph, floating: np.ndarray) -> np.ndarray:
     return pos
 
 
-def _floating(graph: Graph) -> np.ndarray:
-    source = np.diff(graph.in_ptr) == 0
-    state = source & (graph.param_bytes > 0)
-    for i in graph.topological_order.tolist():
-        if not source[i]:
-            pairs = graph.in_pair[graph.in_ptr[i]:graph.in_ptr[i + 1]]
-            state[i] = bool(state[graph.tensor_src[graph.pair_tensor[pairs]]].all())
-    return source | state
-
-
 def unit_orders(graph: Graph, group: np.ndarray) -> list[tuple[str, np.ndarray]]:
     """Orders of the groups to split: ``("step", order)`` by where each group's work first appears, and
     ``("layers", order)`` layer after layer (stable within a layer) when ops carry ``layer`` metadata."""
     G = int(group.max()) + 1
-    pos = _positions(graph, _floating(graph))
+    pos = _positions(graph, floating_ops(graph))
     first = np.full(G, np.inf)
     np.minimum.at(first, group, pos)
     by_step = np.argsort(first, kind="stable")

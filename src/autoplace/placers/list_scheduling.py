@@ -23,7 +23,7 @@ from autoplace.cost import feasible_devices, op_time_matrix
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
-from autoplace.grouping import group_ops
+from autoplace.grouping import floating_ops, group_ops
 from autoplace.placers import register_placer
 from autoplace.validation import check_budget
 
@@ -156,15 +156,7 @@ class _Schedule:
         tensors, producers = graph.pair_tensor, graph.tensor_src
         for c, t in zip(graph.pair_op.tolist(), tensors.tolist()):
             self.inputs[c].append((t, int(producers[t]), int(graph.tensor_bytes[t])))
-        # floating ops: sources, and what is computed from resident state alone (parameters, optimizer
-        # state: e.g. Adam's bias correction from the step counter)
-        source = np.diff(graph.in_ptr) == 0
-        state = source & (graph.param_bytes > 0)
-        for i in graph.topological_order.tolist():
-            if not source[i]:
-                pairs = graph.in_pair[graph.in_ptr[i]:graph.in_ptr[i + 1]]
-                state[i] = bool(state[graph.tensor_src[graph.pair_tensor[pairs]]].all())
-        self.floating = source | state
+        self.floating = floating_ops(graph)
         self.rank = graph.rank
 
     # ------------------------------------------------------------------ floating ops
