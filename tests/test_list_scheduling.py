@@ -125,3 +125,22 @@ def test_views_of_sources_float():
                Op("hv", "view", ("h",), output_bytes=(64,), meta={"view": True}),
                Op("loss", "nll", ("hv", "yv"), output_bytes=(4,))], name="floating")
     assert [g.ops[i].name for i in np.flatnonzero(floating_ops(g))] == ["x", "y", "w", "wt", "bias_corr", "yv"]
+
+
+@pytest.mark.parametrize("method", SCHEDULERS)
+@pytest.mark.parametrize("model,params,cluster", [("layered-dag", {"ops": 400, "width": 16}, "k80x4"),
+                                                  ("transformer-xl-2", {"d_model": 64, "d_inner": 128, "vocab": 500,
+                                                                        "seg_len": 16, "mem_len": 16, "batch": 4},
+                                                   "p100x2")])
+def test_the_estimate_is_the_simulated_step_within_15_percent(method, model, params, cluster):
+    """Each scheduler's own estimate (its schedule model replayed in the order the runtime runs ops) is
+    within 15 % of the simulated step (docs/benchmarks.md measures it on the papers' settings)."""
+    from autoplace.cluster import get_cluster
+    from autoplace.zoo import build_graph
+
+    if model != "layered-dag":
+        pytest.importorskip("torch")
+    g, c = build_graph(model, **params), get_cluster(cluster)
+    p = place(g, c, method)
+    step = simulate(g, c, p).step_time
+    assert abs(p.meta["estimated_step_time_s"] / step - 1) < 0.15, (p.meta["estimated_step_time_s"], step)

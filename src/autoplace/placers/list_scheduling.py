@@ -369,6 +369,20 @@ class _Schedule:
                 for dc in self.copies_of.pop(tensor, ()):
                     self.used[dc] -= g.tensor_bytes[tensor]
 
+    def send_outputs(self, i: int, dev: np.ndarray) -> None:
+        """Issue op ``i``'s transfers to every other device that reads them as it finishes, tensor by
+        tensor and reader by reader, as the simulator does (readers' devices known: ``dev``)."""
+        g, copies, d = self.g, self.copies, int(self.dev[i])
+        for t in range(int(g.op_tensor_ptr[i]), int(g.op_tensor_ptr[i + 1])):
+            for q in range(int(g.tensor_pair_ptr[t]), int(g.tensor_pair_ptr[t + 1])):
+                dc = int(dev[g.pair_op[q]])
+                if dc != d and (t, dc) not in copies.landed:
+                    land, end, held = copies.plan(d, dc, self.finish[i], float(g.tensor_bytes[t]), {})
+                    for r in held:
+                        copies.free[r] = end
+                    copies.landed[t, dc] = land
+                    self.copies_of.setdefault(t, []).append(dc)
+
     def place_best(self, i: int, method: str) -> None:
         """Op ``i`` to the candidate device where it finishes earliest (plus :meth:`choice_cost`)."""
         best = None
@@ -397,7 +411,12 @@ class _Schedule:
         return InfeasibleError(f"{method}: no device can take op {op.name!r} ({why}; cluster {self.c.name!r})")
 
     def placement(self, method: str, **meta) -> Placement:
-        return Placement.from_array(self.g, self.c, self.dev, method, estimated_step_time_s=self.makespan, **meta)
+        """The placement, with the scheduler's estimate of its step: its schedule model replayed in the order
+        the runtime runs the ops (:func:`_replay`; ``estimated_step_time_s``), and the schedule as built, in
+        the scheduler's own order (``decision_order_estimate_s``)."""
+        return Placement.from_array(self.g, self.c, self.dev, method,
+                                    estimated_step_time_s=_replay(self.g, self.c, self.dev),
+                                    decision_order_estimate_s=self.makespan, **meta)
 
 
 MEMORY_TRIES = 5  #: schedules a memory-aware placer builds, each with less room where the last ran out
@@ -510,6 +529,38 @@ def heft(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement
         order = graph.topological_order[np.argsort(-rank[graph.topological_order], kind="stable")]
         order = _topological_repair(graph, order)
     return _earliest_finish_in_order(graph, cluster, order, "heft", memory=False)
+
+
+def _replay(graph: Graph, cluster: Cluster, dev: np.ndarray) -> float:
+    """The schedule model's step for the fixed placement ``dev`` with the ops taken in the order the
+    runtime runs them: always the op whose inputs are ready earliest (ties by topological rank), each
+    finished op's copies issued in the order the ops finish, as the simulator issues them."""
+    s = _Schedule(graph, cluster, memory=False)
+    s.floating[:] = False
+    s.group_dev[s.group_of] = dev
+    indeg = _predecessor_counts(graph)
+    rank = graph.rank.tolist()
+    heap = [(0.0, rank[i], i) for i in np.flatnonzero(indeg == 0).tolist()]
+    heapq.heapify(heap)
+    unsent: list[tuple[float, int, int]] = []           # finished ops whose copies are not issued yet
+    while heap:
+        r, rk, i = heapq.heappop(heap)
+        while unsent and unsent[0][0] <= r:             # every op finished by now sends first
+            _, _, p = heapq.heappop(unsent)
+            s.send_outputs(p, dev)
+        d = int(dev[i])
+        ready = s.ready_time(i, d)[0]
+        if ready > r * (1 + 1e-12) + 1e-15:            # its inputs land later: wait its turn
+            heapq.heappush(heap, (ready, rk, i))
+            continue
+        _, start, plan = s.evaluate(i, d)
+        s.assign(i, plan, start)
+        heapq.heappush(unsent, (s.finish[i], rank[i], i))
+        for c in graph.successors(i).tolist():
+            indeg[c] -= 1
+            if indeg[c] == 0:                           # a lower bound: its last producer's finish
+                heapq.heappush(heap, (max(s.finish[q] for q in graph.predecessors(c).tolist()), rank[c], c))
+    return s.makespan
 
 
 def _topological_repair(graph: Graph, priority_order: np.ndarray) -> np.ndarray:
