@@ -1,14 +1,19 @@
 """List-scheduling placers: the whitepaper's greedy placer, HEFT, and Baechi's m-TOPO, m-ETF and m-SCT.
 
-All four walk the op graph and decide each op's device with a running schedule (:class:`_Schedule`):
-per-device ready time, each placed op's finish time, and an op's earliest start on a device counting the
-transfer of every input produced elsewhere (a lone transfer's ``overhead + bytes / bandwidth + latency``,
-:meth:`autoplace.cluster.Cluster.transfer_time`; links, segments and copy engines are not contended in
-this estimate — the simulator scores the result exactly). Co-location groups are honoured: the first
-member of a group fixes the device of all members. The ``m-`` placers (Baechi, Jeon et al. 2020) also
-keep each device's memory within capacity, counted as the ops are placed (in about execution order):
-parameters stay resident (a group reserves all its members' parameters when its first member is
-placed); an op's outputs are live from the op until their last reader is placed.
+All five decide each op's device with a running model of what the simulator will do with their placement
+(:class:`_Schedule`): copies that queue for links, segments and copy engines and go to a device once; ops
+that start in their device's earliest idle gap once their inputs are there; TensorFlow's co-location
+(the graph's groups and gradients with their ops, :data:`GROUP_RULES`), a group fixed by its first member;
+floating ops (sources, what resident state alone computes, views of these) placed with their group or
+their first reader rather than at time 0; a choice cost for the work and traffic a group commits to, and
+PEFT's one-step lookahead. The ``m-`` placers (Baechi, Jeon et al. 2020) keep each device's memory within
+capacity — a group reserves its parameters and room for its largest output when fixed; outputs and
+received copies live until their last reader is placed — and, since that count is an estimate, check the
+placement by simulation and rebuild the schedule with less room where it runs out (:func:`_fitting`).
+
+Each placement's meta carries the scheduler's estimate of its step: its schedule model replayed in the
+order the runtime runs ops (:func:`_replay`, ``estimated_step_time_s``), and the schedule as built in
+the scheduler's own order (``decision_order_estimate_s``).
 """
 
 from __future__ import annotations
@@ -488,10 +493,13 @@ def _earliest_finish_in_order(graph: Graph, cluster: Cluster, order, method: str
                  "to the device where it finishes earliest counting transfers", paper="TensorFlow whitepaper §3.2.1")
 def tf_greedy(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """The TensorFlow whitepaper's simulated greedy placer (§3.2.1): walk the ops in topological order and
-    put each on the feasible device where it would finish earliest — ``max(device free, inputs there) + op
-    time``, inputs from other devices arriving a lone transfer's time after their producer ends.
-    Adapted: the whitepaper's cost model is our :mod:`autoplace.cost`; co-location groups follow their
-    first member. No memory check. ``seed`` and ``budget`` are unused (deterministic). O((n + E) D)."""
+    put each on the feasible device where it would finish earliest, in the schedule model of
+    :class:`_Schedule` (copies queue for links and engines; an op takes its device's earliest idle gap).
+    Adapted: the whitepaper's cost model is :mod:`autoplace.cost`; the device choice also pays the choice
+    cost (:meth:`_Schedule.choice_cost`: a group's extra work and committed traffic, a one-step lookahead)
+    and floating ops follow their readers, since the whitepaper's graphs carry TensorFlow's co-location
+    of variables with their readers and gradients with their ops. No memory check. ``seed`` and
+    ``budget`` are unused (deterministic). O((n + E) D) schedule probes."""
     return _earliest_finish_in_order(graph, cluster, graph.topological_order, "tf-greedy", memory=False)
 
 
@@ -515,11 +523,12 @@ def _upward_rank(graph: Graph, cluster: Cluster, times: np.ndarray) -> np.ndarra
                  paper="Topcuoglu, Hariri & Wu 2002")
 def heft(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """HEFT (Topcuoglu, Hariri & Wu 2002): order the ops by decreasing upward rank
-    ``rank_u(i) = w̄_i + max_j (c̄_ij + rank_u(j))`` (eq. 8: mean op time over feasible devices, mean transfer
-    time), then give each the device where it finishes earliest. Adapted: append scheduling (an op starts
-    after the device's last one) instead of the paper's insertion policy, since the simulator does not
-    backfill; ties and zero-time ops keep a topological order. No memory check. ``seed`` and ``budget``
-    are unused. O((n + E) D + n log n)."""
+    ``rank_u(i) = w̄_i + max_j (c̄_ij + rank_u(j))`` (eq. 8: mean op time over feasible devices, mean lone
+    transfer time), then give each the device where it finishes earliest, with the paper's insertion
+    policy (the earliest idle gap that fits), in the schedule model of :class:`_Schedule`. Adapted: the
+    device choice also pays the choice cost (:meth:`_Schedule.choice_cost`) and floating ops follow their
+    readers; ties and zero-time ops keep a topological order. No memory check. ``seed`` and ``budget``
+    are unused. O((n + E) D + n log n) schedule probes."""
     rank = _upward_rank(graph, cluster, op_time_matrix(graph, cluster))
     # decreasing rank is a topological order when every op takes positive time; ties by topological rank
     order = np.lexsort((graph.rank, -rank))
@@ -705,10 +714,12 @@ def _m_etf(graph: Graph, cluster: Cluster, method: str, capacity: np.ndarray,
                  "on any device with memory left", paper="Jeon et al. 2020 (Baechi) §4.2", memory_aware=True)
 def m_etf(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """Baechi's m-ETF (Jeon et al. 2020 §4.2; ETF by Hwang et al. 1989): repeatedly start the ready
-    (op, device) pair with the earliest start among devices whose memory still has room for the op,
-    counting parameters as resident and outputs as live until their last reader is placed. Raises
-    :class:`InfeasibleError` when no device has room. ``seed`` and ``budget`` are unused.
-    O(n D log n + E D)."""
+    (op, device) pair with the earliest start among devices whose memory still has room for the op, in the
+    schedule model of :class:`_Schedule`. Adapted: the start also pays the choice cost
+    (:meth:`_Schedule.choice_cost`), floating ops follow their readers, and the placement is checked by
+    simulation and rebuilt with less room where it runs out (:func:`_fitting`, meta ``memory_tries``).
+    Raises :class:`InfeasibleError` when no device has room. ``seed`` and ``budget`` are unused.
+    O(n D log n) heap work and schedule probes per try."""
     return _fitting(graph, cluster, "m-etf", lambda cap: _m_etf(graph, cluster, "m-etf", cap))
 
 
@@ -805,9 +816,11 @@ def _sct_lp(n, es, ed, p, comm, *, deterministic_limit: float) -> np.ndarray | N
 def m_sct(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """Baechi's m-SCT (Jeon et al. 2020 §4.3, after Hanen & Munier 1995): m-ETF in which each op's
     favourite child — from the SCT linear relaxation, :func:`favourite_children` — is placed on its
-    parent's device when that device has room, hiding the transfer between them. ``budget``: half of it
-    (default 60) is GLOP's deterministic-time limit for the LP; ``seed`` is unused. Meta: ``favourites``
-    (``lp`` or ``greedy``) and ``favourites_reason``."""
+    parent's device when that device has room, hiding the transfer between them. Adapted as m-ETF, and
+    only an op in no multi-op co-location group is pinned to its favourite parent: a group's device is
+    chosen for the group's whole work and traffic, which the op-level SCT relaxation does not see.
+    ``budget``: half of it (default 60) is GLOP's deterministic-time limit for the LP; ``seed`` is unused.
+    Meta: ``favourites`` (``lp`` or ``greedy``), ``favourites_reason``, ``memory_tries``."""
     fav_parent, how, why = favourite_children(graph, cluster, budget=check_budget(budget))
     return _fitting(graph, cluster, "m-sct", lambda cap: _m_etf(graph, cluster, "m-sct", cap, fav_parent,
                                                                 favourites=how, favourites_reason=why))
