@@ -45,6 +45,7 @@ def label(model: str, params: dict, cluster: str) -> str:
 
 
 def run(settings, methods, budget: float, cpsat_budget: float, seed: int) -> list[dict]:
+    from autoplace.bounds import lower_bounds
     from autoplace.cluster import get_cluster
     from autoplace.errors import InfeasibleError
     from autoplace.placers import available_placers, place
@@ -56,6 +57,8 @@ def run(settings, methods, budget: float, cpsat_budget: float, seed: int) -> lis
     for model, params, cname in settings:
         graph, cluster = build_graph(model, **params), get_cluster(cname)
         sim = Simulator(graph, cluster)
+        b = lower_bounds(graph, cluster, sim.op_times)
+        bounds = {"critical_path_s": b.critical_path, "load_s": b.load}
         t_setting = time.perf_counter()
         for method in methods:
             b = cpsat_budget if method == "cp-sat" else budget
@@ -64,7 +67,7 @@ def run(settings, methods, budget: float, cpsat_budget: float, seed: int) -> lis
                 p = place(graph, cluster, method, seed=seed, budget=b)
             except InfeasibleError as e:
                 rows.append({"model": model, "params": params, "cluster": cname, "method": method, "step_s": None,
-                             "ok": False, "error": str(e), "search_s": time.perf_counter() - t0})
+                             "ok": False, "error": str(e), "search_s": time.perf_counter() - t0, **bounds})
                 continue
             r = sim.run(p)
             rows.append({"model": model, "params": params, "cluster": cname, "method": method,
@@ -72,7 +75,7 @@ def run(settings, methods, budget: float, cpsat_budget: float, seed: int) -> lis
                          "search_s": float(p.meta["search_time_s"]),
                          "estimate_s": p.meta.get("estimated_step_time_s"),
                          "peak_gib": [round(float(x) / 2**30, 2) for x in r.peak_memory],
-                         "devices_used": int(len(set(p.assignment.values()))),
+                         "devices_used": int(len(set(p.assignment.values()))), **bounds,
                          "meta": {k: v for k, v in p.meta.items() if k in ("from", "improved_by", "stop_reason",
                                                                            "returned", "hint", "order", "objective",
                                                                            "memory_tries", "cp_sat_status", "model")}})

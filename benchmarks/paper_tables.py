@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/paper_tables.py mirhoseini [--budget 30] [--json out.json] [--before old.json]
     .venv/bin/python benchmarks/paper_tables.py gdp        [--budget 30] [--json out.json] [--before old.json]
+    .venv/bin/python benchmarks/paper_tables.py gdp --from-field docs/classic-field/field.json   # no re-run
 
 ``mirhoseini``: Mirhoseini et al. 2017 Table 2 — rnnlm-2, nmt-2 and inception-v3 on ``k80x2`` and
 ``k80x4``; speedups over single-GPU and over the expert placement, the paper's measured figures beside.
@@ -11,6 +12,8 @@ placement ("HP", the paper's human placement), the paper's HP, METIS, HDP and GD
 Every registered placer runs with ``--seed`` and ``--budget`` (search placers: deterministic-time or
 evaluation budgets, so results do not depend on machine load). ``--json`` writes every row;
 ``--before`` reads such a file from another version of autoplace and prints before/after columns.
+``--from-field`` prints the tables from a ``benchmarks/classic_field.py field`` run (the same settings,
+every placer) instead of placing again.
 """
 
 from __future__ import annotations
@@ -189,8 +192,18 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="write every row here")
     ap.add_argument("--before", default=None, help="rows of another version (a --json file) to compare with")
     ap.add_argument("--from-json", default=None, help="print the tables of a saved run instead of running")
+    ap.add_argument("--from-field", default=None, help="print the tables of a benchmarks/classic_field.py field run")
     args = ap.parse_args(argv)
-    if args.from_json:
+    if args.from_field:
+        with open(args.from_field) as f:
+            saved = json.load(f)
+        keep = set(settings(args.table))
+        rows = [{"model": r["model"], "cluster": r["cluster"], "method": r["method"],
+                 "step_s": r["step_s"] if r["ok"] else None, "oom": r["step_s"] is not None and not r["ok"],
+                 "error": r["error"], "critical_path_s": r["critical_path_s"], "load_s": r["load_s"]}
+                for r in saved["rows"] if (r["model"], r["cluster"]) in keep and not r["params"]]
+        args.budget, args.seed = saved["budget"], saved["seed"]
+    elif args.from_json:
         with open(args.from_json) as f:
             saved = json.load(f)
         rows, args.budget, args.seed = saved["rows"], saved["budget"], saved["seed"]

@@ -104,7 +104,7 @@ def best_fast(graph: Graph, cluster: Cluster, *, seed=None, progress=None) -> tu
 def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """See the module docstring."""
     from autoplace.placers.cpsat import MAX_TASKS
-    from autoplace.placers.local_search import refine, score
+    from autoplace.placers.local_search import ranks, refine
     from autoplace.sim import Simulator
 
     budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
@@ -123,9 +123,8 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement
             stages.append(("cp-sat", solved))
         except InfeasibleError:
             pass
-    def rank(p: Placement) -> tuple[bool, float]:          # fitting first, then the lowest score
-        batch = sim.run_batch(p.to_array(graph, cluster)[None, :])
-        return bool(batch.oom[0]), float(score(batch)[0])
+    def rank(p: Placement) -> tuple[bool, float]:
+        return ranks(sim.run_batch(p.to_array(graph, cluster)[None, :]))[0]
 
     best, best_rank, origin = start, rank(start), []
     for name, p in stages:

@@ -340,7 +340,7 @@ def cp_sat(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
     (the fast placer) and ``hint_step_s``, ``returned``."""
     from autoplace.grouping import group_ops
     from autoplace.placers.auto import best_fast
-    from autoplace.placers.local_search import score
+    from autoplace.placers.local_search import ranks
     from autoplace.sim import Simulator
 
     start, _ = best_fast(graph, cluster, seed=seed)
@@ -349,9 +349,8 @@ def cp_sat(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
     r = solve_cp_sat(graph, cluster, budget=budget, seed=seed_int(seed), hint=start_dev, group=group)
     sim = Simulator(graph, cluster)
     mine = sim.run_batch(np.stack([r.devices, start_dev]))
-    fits = ~mine.oom
-    scores = score(mine)
-    use_hint = (fits[1], -scores[1]) > (fits[0], -scores[0])
+    solution, hint = ranks(mine)
+    use_hint = hint < solution
     meta = dict(cp_sat_status=r.status, model=r.model, model_step_time_s=r.objective_s,
                 model_bound_s=r.model_bound_s, gap=r.gap, tasks=r.tasks, memory_model=r.memory_model,
                 stopped_by=r.stopped_by, hint=start.method, hint_step_s=float(mine.step_time[1]),

@@ -45,7 +45,7 @@ from autoplace.placers import register_placer, report_progress
 from autoplace.sim import BatchResult, Simulator
 from autoplace.validation import check_budget, check_random_state, seed_int
 
-__all__ = ["refine", "local_search", "score", "group_levels", "LEVEL_RULES", "COARSE_GROUPS"]
+__all__ = ["refine", "local_search", "score", "ranks", "group_levels", "LEVEL_RULES", "COARSE_GROUPS"]
 
 DEFAULT_BUDGET_S = 10.0
 OPS_PER_SECOND = 1e7  #: nominal simulator speed (batched local search ran 10-18 M ops/s here) turning seconds into evaluations
@@ -57,6 +57,12 @@ def score(batch: BatchResult) -> np.ndarray:
     """Step time, penalised by memory overflow (0 overflow: the step time itself)."""
     over = np.max(batch.peak_memory / batch.memory_capacity[None, :] - 1.0, axis=1)
     return batch.step_time * (1.0 + 10.0 * np.maximum(over, 0.0))
+
+
+def ranks(batch: BatchResult) -> list[tuple[bool, float]]:
+    """``(out of memory, score)`` per placement: the smallest is the best, a fitting placement before any
+    failing one, then the lowest :func:`score`."""
+    return list(zip(batch.oom.tolist(), score(batch).tolist()))
 
 
 def group_levels(graph: Graph, cluster: Cluster, *, seed: int = 0) -> list[Grouping]:
