@@ -109,9 +109,11 @@ static inline void ev_push(Events *e, double t, i64 k) {
                 h[i] = h[i - 1];
                 i--;
             }
-            while (i > 0 && h[i - 1].t == t && h[i - 1].k < k) {
-                h[i] = h[i - 1];
-                i--;
+            if (h[i - 1].t == t) {
+                while (i > 0 && h[i - 1].t == t && h[i - 1].k < k) {
+                    h[i] = h[i - 1];
+                    i--;
+                }
             }
             h[i].t = t;
             h[i].k = k;
@@ -181,39 +183,60 @@ typedef struct {
     int32_t cnt, dev;
 } OpState;
 
+/* A link (ordered device pair s * D + d): its figures and its state in a run, in one cache line. */
+typedef struct {
+    double overhead, bandwidth, latency; /* bandwidth: the pair's transfer bandwidth */
+    double free, time;                   /* when it is free; seconds busy so far */
+    i64 bytes, tail;                     /* bytes sent so far; its newest transfer in flight, or -1 */
+    i64 route;                           /* its route: Problem.route[route : route + R] */
+} Link;
+
+/* A device's state in a run. Ops ready later than the instant they were released wait in its ready
+ * queue (q[qbase:], rq), ops ready at once in a FIFO (f[qbase + fhead : qbase + ftail]), already in
+ * (ready time, key) order. */
+typedef struct {
+    i64 qbase, fhead, ftail;
+    Ready rq;
+    i64 nfree;              /* free slots: concurrency - running ops */
+    i64 mem, peak;          /* bytes allocated now, and at most */
+    double pend, busy;      /* its earliest pending DISPATCH (+inf: none); seconds busy */
+    i64 stamp, xid;         /* the last tensor sent to it, and that transfer */
+    int32_t send_cap, recv_cap;    /* copy engines, 0: no limit */
+    double *send_free, *recv_free; /* when each of them is free */
+} Dev; /* 128 bytes: indexing is a shift */
+
 typedef struct {
     /* graph */
     i64 n, T, P, D, S;
     const double *optime; /* [n, D] */
-    const i64 *order, *tensor_src, *tensor_bytes, *tensor_alloc, *op_tensor_ptr, *tensor_pair_ptr, *pair_op,
-        *pair_tensor, *in_ptr, *in_pair, *out_alloc_total, *unconsumed_alloc, *param_bytes, *alias_pair;
+    const i64 *order, *tensor_bytes, *tensor_alloc, *op_tensor_ptr, *tensor_pair_ptr, *pair_op, *in_ptr, *in_pair,
+        *out_alloc_total, *unconsumed_alloc, *param_bytes, *alias_pair;
     /* cluster */
-    const double *bandwidth, *latency, *overhead; /* [D, D]; bandwidth = the pair's transfer bandwidth */
-    const i64 *route_ptr, *route_seg, *send_cap, *recv_cap, *concurrency;
+    const double *bandwidth, *latency, *overhead;
+    const i64 *send_cap, *recv_cap, *concurrency;
     i64 ES, ER; /* engines per device in send_free / recv_free (at least 1) */
-    i64 R;      /* the longest route; routes are padded to R with the spare segment S (route[D * D * R]) */
-    i64 *route;
+    i64 R;      /* the longest route, rounded up to even; routes are padded with the spare segment S */
+    i64 *route; /* [D * D * R] */
 } Problem;
 
 typedef struct {
-    /* per device d: ops ready later than the instant they were released wait in its ready queue
-     * (q[qbase[d]:], rq[d]), ops ready at once in a FIFO (f[qbase[d] + fhead[d] : qbase[d] + ftail[d]]),
-     * already in (ready time, key) order. */
     Ent *q, *f, *ev;
-    Ready *rq;
     Buf *buf;
     OpState *op;
-    i64 *qbase, *fhead, *ftail, *busy, *pair_buf, *xf_buf, *stamp, *xid_of, *mem, *xf_next, *link_tail;
-    double *pend, *link_free, *seg_free, *seg_time, *send_free, *recv_free;
+    Link *link;
+    Dev *dev;
+    i64 *pair_buf, *xf_buf, *xf_next;
+    double *seg_free, *seg_time, *send_free, *recv_free;
     void *block;
 } Work;
 
 static int work_alloc(Work *w, const Problem *p) {
     i64 n = p->n, T = p->T, P = p->P, D = p->D, S = p->S, cap = 2 * n + P + D + 1;
     size_t ents = (size_t)(n + n + cap + 1 + (T + P) + n); /* q, f, ev; buf, op (as large as an Ent) */
-    size_t ints = (size_t)((D + 1) + D + D + D + P + P + D + D + D + P + D * D);
-    size_t dbls = (size_t)(D + D * D + (S + 1) + (S + 1) + D * p->ES + D * p->ER);
-    char *b = malloc(ents * sizeof(Ent) + D * sizeof(Ready) + ints * sizeof(i64) + dbls * sizeof(double));
+    size_t ints = (size_t)(P + P + P);
+    size_t dbls = (size_t)((S + 1) + (S + 1) + D * p->ES + D * p->ER);
+    char *b = malloc(ents * sizeof(Ent) + D * D * sizeof(Link) + D * sizeof(Dev) + ints * sizeof(i64) +
+                     dbls * sizeof(double));
     if (!b) return -1;
     w->block = b;
     Ent *ep = (Ent *)b;
@@ -224,22 +247,13 @@ static int work_alloc(Work *w, const Problem *p) {
     w->ev = ep + 1; ep += cap + 1;
     w->buf = (Buf *)ep; ep += T + P;
     w->op = (OpState *)ep; ep += n;
-    w->rq = (Ready *)ep;
-    i64 *ip = (i64 *)(w->rq + D);
-    w->qbase = ip; ip += D + 1;
-    w->fhead = ip; ip += D;
-    w->ftail = ip; ip += D;
-    w->busy = ip; ip += D;
+    w->link = (Link *)ep;
+    w->dev = (Dev *)(w->link + D * D);
+    i64 *ip = (i64 *)(w->dev + D);
     w->pair_buf = ip; ip += P;
     w->xf_buf = ip; ip += P;
-    w->stamp = ip; ip += D;
-    w->xid_of = ip; ip += D;
-    w->mem = ip; ip += D;
     w->xf_next = ip; ip += P;
-    w->link_tail = ip; ip += D * D;
     double *dp = (double *)ip;
-    w->pend = dp; dp += D;
-    w->link_free = dp; dp += D * D;
     w->seg_free = dp; dp += S + 1;
     w->seg_time = dp; dp += S + 1;
     w->send_free = dp; dp += D * p->ES;
@@ -250,7 +264,9 @@ static int work_alloc(Work *w, const Problem *p) {
 /* Release op c on device dc, ready at time r (>= t), as release number seq: FIFO if r == t, else the
  * ready queue. */
 static inline void enqueue(const Problem *p, Work *w, i64 c, i64 dc, double r, double t, i64 seq) {
-    i64 b0 = w->qbase[dc], key = (seq << QSHIFT) | c;
+    Dev *v = w->dev + dc;
+    i64 key = (seq << QSHIFT) | c;
+    /* what the op reads when it starts and finishes */
     PREFETCH(&p->optime[c * p->D]);
     PREFETCH(&p->in_ptr[c]);
     PREFETCH(&p->op_tensor_ptr[c]);
@@ -258,34 +274,30 @@ static inline void enqueue(const Problem *p, Work *w, i64 c, i64 dc, double r, d
     PREFETCH(&p->out_alloc_total[c]);
     PREFETCH(&p->unconsumed_alloc[c]);
     if (r <= t) {
-        Ent *e = w->f + b0 + w->ftail[dc]++;
+        Ent *e = w->f + v->qbase + v->ftail++;
         e->t = r;
         e->k = key;
     } else {
-        rq_push(&w->rq[dc], w->q + b0, r, key);
+        rq_push(&v->rq, w->q + v->qbase, r, key);
     }
 }
 
-static inline int has_queued(const Work *w, i64 d) {
-    return w->rq[d].tail > w->rq[d].head || w->fhead[d] < w->ftail[d];
-}
+static inline int has_queued(const Dev *v) { return v->rq.tail > v->rq.head || v->fhead < v->ftail; }
 
-static inline int ready_now(const Work *w, i64 d, double t) {
-    return w->fhead[d] < w->ftail[d] || (w->rq[d].tail > w->rq[d].head && w->q[w->qbase[d] + w->rq[d].head].t <= t);
+static inline int ready_now(const Work *w, const Dev *v, double t) {
+    return v->fhead < v->ftail || (v->rq.tail > v->rq.head && w->q[v->qbase + v->rq.head].t <= t);
 }
 
 /* Start ready ops on device d at time t (earliest ready first, ties by release order) while it has
  * a free slot. */
-INLINE void dispatch(const Problem *p, Work *w, Events *ev, i64 d, double t, double *start, double *finish,
-                            double *busy_time, i64 *peak) {
-    i64 D = p->D, b0 = w->qbase[d];
-    Ent *q = w->q + b0, *f = w->f + b0;
-    Ready *rq = &w->rq[d];
-    while (w->busy[d] < p->concurrency[d]) {
+INLINE void dispatch(const Problem *p, Work *w, Events *ev, i64 d, double t, double *start, double *finish) {
+    Dev *v = w->dev + d;
+    Ent *q = w->q + v->qbase, *f = w->f + v->qbase;
+    while (v->nfree > 0) {
         int from_fifo;
-        i64 fh = w->fhead[d], qh = rq->head;
-        int fifo = fh < w->ftail[d];
-        int queued = rq->tail > qh && q[qh].t <= t;
+        i64 fh = v->fhead, qh = v->rq.head;
+        int fifo = fh < v->ftail;
+        int queued = v->rq.tail > qh && q[qh].t <= t;
         if (fifo && queued) from_fifo = ent_less(f[fh].t, f[fh].k, q[qh].t, q[qh].k);
         else if (fifo) from_fifo = 1;
         else if (queued) from_fifo = 0;
@@ -293,82 +305,104 @@ INLINE void dispatch(const Problem *p, Work *w, Events *ev, i64 d, double t, dou
         i64 c;
         if (from_fifo) {
             c = f[fh].k & QMASK;
-            w->fhead[d] = fh + 1;
+            v->fhead = fh + 1;
         } else {
             c = q[qh].k & QMASK;
-            rq_pop(rq, q);
+            rq_pop(&v->rq, q);
         }
-        double dt = p->optime[c * D + d];
+        double dt = p->optime[c * p->D + d];
         /* what the op's FINISH reads: its inputs' pairs, its outputs' readers */
         PREFETCH(&p->in_pair[p->in_ptr[c]]);
         PREFETCH(&p->tensor_pair_ptr[p->op_tensor_ptr[c]]);
         PREFETCH(&p->tensor_bytes[p->op_tensor_ptr[c]]);
         start[c] = t;
         finish[c] = t + dt;
-        w->busy[d] += 1;
-        busy_time[d] += dt;
-        w->mem[d] += p->out_alloc_total[c];
-        if (w->mem[d] > peak[d]) peak[d] = w->mem[d];
+        v->nfree -= 1;
+        v->busy += dt;
+        v->mem += p->out_alloc_total[c];
+        if (v->mem > v->peak) v->peak = v->mem;
         ev_push(ev, t + dt, ((i64)FINISH << KSHIFT) + c);
     }
     /* Ops left in the ready queue become ready when a transfer lands; its XFER event dispatches d then. */
 }
 
-/* Index of the engine among free[base:base+cap] that frees first (the lowest on ties). */
-static inline i64 first_free(const double *free, i64 base, i64 cap) {
-    i64 k = base;
-    for (i64 j = base + 1; j < base + cap; j++)
-        if (free[j] < free[k]) k = j;
+/* The engine among free[0:cap] that frees first (the lowest on ties). */
+static inline double *first_free(double *free, i64 cap) {
+    double *k = free;
+    for (i64 j = 1; j < cap; j++)
+        if (free[j] < *k) k = free + j;
     return k;
 }
 
 static inline double dmax(double a, double b) { return a > b ? a : b; }
 
+/* Device d's DISPATCH at time t: now if no other event is due by then, else as an event (once). */
+INLINE void dispatch_at(const Problem *p, Work *w, Events *ev, i64 d, double t, double *start, double *finish) {
+    if (ev_none_by(ev, t)) {
+        dispatch(p, w, ev, d, t, start, finish);
+    } else if (t < w->dev[d].pend) {
+        ev_push(ev, t, ((i64)DISPATCH << KSHIFT) + d);
+        w->dev[d].pend = t;
+    }
+}
+
 static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, double *finish, double *busy_time,
                       i64 *peak, double *link_time, i64 *link_bytes, double *seg_time, i64 *xf_tensor, i64 *xf_src,
                       i64 *xf_dst, double *xf_start, double *xf_end, double *xf_land, i64 *n_transfers) {
     const i64 n = p->n, D = p->D, T = p->T, S = p->S, R = p->R;
-    i64 nx = 0;
+    i64 nx = 0, seq = 0;
     Events ev = {w->ev, 0, 0};
-    memset(w->qbase, 0, sizeof(i64) * (D + 1));
-    for (i64 i = 0; i < n; i++) w->qbase[dev[i] + 1] += 1;
-    for (i64 d = 0; d < D; d++) w->qbase[d + 1] += w->qbase[d];
-    memset(w->rq, 0, sizeof(Ready) * D);
-    memset(w->fhead, 0, sizeof(i64) * D);
-    memset(w->ftail, 0, sizeof(i64) * D);
-    i64 seq = 0;
-    memset(w->busy, 0, sizeof(i64) * D);
-    for (i64 tt = 0; tt < T; tt++) {
-        w->buf[tt].ref = 0;
-        w->buf[tt].bytes = p->tensor_alloc[tt];
-    }
-    memset(w->mem, 0, sizeof(i64) * D);
-    memset(w->link_free, 0, sizeof(double) * D * D);
-    memset(w->seg_free, 0, sizeof(double) * (S + 1));
-    memset(w->seg_time, 0, sizeof(double) * (S + 1));
-    memset(w->send_free, 0, sizeof(double) * D * p->ES);
-    memset(w->recv_free, 0, sizeof(double) * D * p->ER);
-    for (i64 l = 0; l < D * D; l++) w->link_tail[l] = -1;
     for (i64 d = 0; d < D; d++) {
-        w->pend[d] = INFINITY;
-        w->stamp[d] = -1;
-        w->xid_of[d] = 0;
+        Dev *v = w->dev + d;
+        memset(v, 0, sizeof(Dev));
+        v->nfree = p->concurrency[d];
+        v->pend = INFINITY;
+        v->stamp = -1;
+        v->send_cap = (int32_t)p->send_cap[d];
+        v->recv_cap = (int32_t)p->recv_cap[d];
+        v->send_free = w->send_free + d * p->ES;
+        v->recv_free = w->recv_free + d * p->ER;
     }
-    for (i64 i = 0; i < n; i++) w->mem[dev[i]] += p->param_bytes[i];
-    for (i64 d = 0; d < D; d++) peak[d] = w->mem[d];
+    for (i64 l = 0; l < D * D; l++) {
+        Link *k = w->link + l;
+        k->overhead = p->overhead[l];
+        k->bandwidth = p->bandwidth[l];
+        k->latency = p->latency[l];
+        k->free = k->time = 0.0;
+        k->bytes = 0;
+        k->tail = -1;
+        k->route = l * R;
+    }
     for (i64 i = 0; i < n; i++) {
+        Dev *v = w->dev + dev[i];
+        v->qbase += 1; /* counts for now */
+        v->mem += p->param_bytes[i];
         w->op[i].ready = 0.0;
         w->op[i].cnt = (int32_t)(p->in_ptr[i + 1] - p->in_ptr[i]);
         w->op[i].dev = (int32_t)dev[i];
     }
+    for (i64 d = 0, base = 0; d < D; d++) { /* device d's queues start after those of the devices before it */
+        i64 cnt = w->dev[d].qbase;
+        w->dev[d].qbase = base;
+        w->dev[d].peak = w->dev[d].mem;
+        base += cnt;
+    }
+    for (i64 tt = 0; tt < T; tt++) {
+        w->buf[tt].ref = 0;
+        w->buf[tt].bytes = p->tensor_alloc[tt];
+    }
+    memset(w->seg_free, 0, sizeof(double) * (S + 1));
+    memset(w->seg_time, 0, sizeof(double) * (S + 1));
+    memset(w->send_free, 0, sizeof(double) * D * p->ES);
+    memset(w->recv_free, 0, sizeof(double) * D * p->ER);
     for (i64 j = 0; j < n; j++) { /* sources, in topological order */
         i64 i = p->order[j];
         if (w->op[i].cnt == 0) enqueue(p, w, i, dev[i], 0.0, 0.0, seq++);
     }
     for (i64 d = 0; d < D; d++) {
-        if (has_queued(w, d)) {
+        if (has_queued(w->dev + d)) {
             ev_push(&ev, 0.0, ((i64)DISPATCH << KSHIFT) + d);
-            w->pend[d] = 0.0;
+            w->dev[d].pend = 0.0;
         }
     }
     double makespan = 0.0;
@@ -379,8 +413,10 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
         ev_pop(&ev);
         i64 kind = key >> KSHIFT, ident = key & KMASK;
         if (kind == FINISH) {
-            i64 i = ident, d = dev[i];
-            w->busy[d] -= 1;
+            i64 i = ident, d = w->op[i].dev;
+            Dev *vd = w->dev + d;
+            Link *links = w->link + d * D; /* the links out of d */
+            vd->nfree += 1;
             if (t > makespan) makespan = t;
             /* a view's outputs live in the buffer of the input it aliases */
             i64 obuf = p->alias_pair[i] >= 0 ? w->pair_buf[p->alias_pair[i]] : -1;
@@ -396,60 +432,65 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
                         w->buf[buf].ref += 1;
                         arrival = t;
                     } else {
-                        if (w->stamp[dc] != tt) {
-                            w->stamp[dc] = tt;
-                            i64 l = d * D + dc, ks = -1, kr = -1;
-                            const i64 *route = p->route + l * R;
-                            double xs = dmax(t, w->link_free[l]);
-                            if (p->send_cap[d] > 0) {
-                                ks = first_free(w->send_free, d * p->ES, p->send_cap[d]);
-                                xs = dmax(xs, w->send_free[ks]);
+                        Dev *vc = w->dev + dc;
+                        if (vc->stamp != tt) { /* the first reader of tt on device dc: send tt there */
+                            vc->stamp = tt;
+                            Link *k = links + dc;
+                            const i64 *route = p->route + k->route;
+                            double *ks = NULL, *kr = NULL; /* the engines it takes */
+                            double xs = dmax(t, k->free);
+                            if (vd->send_cap > 0) {
+                                ks = first_free(vd->send_free, vd->send_cap);
+                                xs = dmax(xs, *ks);
                             }
-                            if (p->recv_cap[dc] > 0) {
-                                kr = first_free(w->recv_free, dc * p->ER, p->recv_cap[dc]);
-                                xs = dmax(xs, w->recv_free[kr]);
+                            if (vc->recv_cap > 0) {
+                                kr = first_free(vc->recv_free, vc->recv_cap);
+                                xs = dmax(xs, *kr);
                             }
                             /* a padded route reads the spare segment S, whose free time stays 0 */
-                            for (i64 r = 0; r < R; r++) xs = dmax(xs, w->seg_free[route[r]]);
-                            double occ = p->overhead[l] + (double)b / p->bandwidth[l];
+                            for (i64 r = 0; r < R; r += 2) /* R is even: two segments a step */
+                                xs = dmax(dmax(xs, w->seg_free[route[r]]), w->seg_free[route[r + 1]]);
+                            double occ = k->overhead + (double)b / k->bandwidth;
                             double xe = xs + occ;
-                            w->link_free[l] = xe;
-                            if (ks >= 0) w->send_free[ks] = xe;
-                            if (kr >= 0) w->recv_free[kr] = xe;
-                            for (i64 r = 0; r < R; r++) {
+                            k->free = xe;
+                            if (ks) *ks = xe;
+                            if (kr) *kr = xe;
+                            for (i64 r = 0; r < R; r += 2) {
                                 w->seg_free[route[r]] = xe;
                                 w->seg_time[route[r]] += occ;
+                                w->seg_free[route[r + 1]] = xe;
+                                w->seg_time[route[r + 1]] += occ;
                             }
                             w->seg_free[S] = 0.0;
-                            link_time[l] += occ;
-                            link_bytes[l] += b;
+                            k->time += occ;
+                            k->bytes += b;
                             xf_tensor[nx] = tt;
                             xf_src[nx] = d;
                             xf_dst[nx] = dc;
                             xf_start[nx] = xs;
                             xf_end[nx] = xe;
-                            xf_land[nx] = xe + p->latency[l];
+                            xf_land[nx] = xe + k->latency;
                             w->xf_buf[nx] = buf;
                             w->buf[buf].ref += 1;
                             /* the received copy is allocated when the transfer is issued */
                             w->buf[T + nx].ref = 0;
                             w->buf[T + nx].bytes = b;
-                            w->mem[dc] += b;
-                            if (w->mem[dc] > peak[dc]) peak[dc] = w->mem[dc];
-                            w->xid_of[dc] = nx;
+                            vc->mem += b;
+                            if (vc->mem > vc->peak) vc->peak = vc->mem;
+                            vc->xid = nx;
                             /* A link's transfers land in the order they were issued (starts and ends are
                              * FIFO per link and its latency is fixed), so only its oldest pending landing
                              * needs to be in the event queue; the rest wait on a list (same event order). */
                             w->xf_next[nx] = -1;
-                            if (w->link_tail[l] < 0) {
+                            if (k->tail < 0) {
                                 ev_push(&ev, xf_land[nx], ((i64)XFER << KSHIFT) + nx);
                             } else {
-                                w->xf_next[w->link_tail[l]] = nx;
+                                w->xf_next[k->tail] = nx;
                             }
-                            w->link_tail[l] = nx;
+                            k->tail = nx;
                             nx += 1;
                         }
-                        i64 x = w->xid_of[dc];
+                        i64 x = vc->xid;
                         w->buf[T + x].ref += 1;
                         w->pair_buf[pr] = T + x;
                         arrival = xf_land[x];
@@ -467,40 +508,35 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
                 i64 r = --bq->ref;
                 freed += bq->bytes & -(i64)(r == 0); /* without a branch: whether it frees is data-dependent */
             }
-            w->mem[d] -= freed;
-            if (has_queued(w, d)) {
-                if (ev_none_by(&ev, t)) {
-                    dispatch(p, w, &ev, d, t, start, finish, busy_time, peak);
-                } else if (t < w->pend[d]) {
-                    ev_push(&ev, t, ((i64)DISPATCH << KSHIFT) + d);
-                    w->pend[d] = t;
-                }
-            }
+            vd->mem -= freed;
+            if (has_queued(vd)) dispatch_at(p, w, &ev, d, t, start, finish);
         } else if (kind == XFER) {
-            i64 x = ident, dc = xf_dst[x], nxt = w->xf_next[x];
+            i64 x = ident, s = xf_src[x], dc = xf_dst[x], nxt = w->xf_next[x];
             if (nxt >= 0) {
                 ev_push(&ev, xf_land[nxt], ((i64)XFER << KSHIFT) + nxt);
             } else {
-                w->link_tail[xf_src[x] * D + dc] = -1;
+                w->link[s * D + dc].tail = -1;
             }
             Buf *bq = w->buf + w->xf_buf[x];
             i64 r = --bq->ref;
-            w->mem[xf_src[x]] -= bq->bytes & -(i64)(r == 0);
-            if (w->busy[dc] < p->concurrency[dc] && ready_now(w, dc, t)) {
-                if (ev_none_by(&ev, t)) {
-                    dispatch(p, w, &ev, dc, t, start, finish, busy_time, peak);
-                } else if (t < w->pend[dc]) {
-                    ev_push(&ev, t, ((i64)DISPATCH << KSHIFT) + dc);
-                    w->pend[dc] = t;
-                }
-            }
+            w->dev[s].mem -= bq->bytes & -(i64)(r == 0);
+            Dev *vc = w->dev + dc;
+            if (vc->nfree > 0 && ready_now(w, vc, t)) dispatch_at(p, w, &ev, dc, t, start, finish);
         } else {
             i64 d = ident;
-            if (w->pend[d] <= t) w->pend[d] = INFINITY;
-            dispatch(p, w, &ev, d, t, start, finish, busy_time, peak);
+            if (w->dev[d].pend <= t) w->dev[d].pend = INFINITY;
+            dispatch(p, w, &ev, d, t, start, finish);
         }
     }
-    /* seg_time is zeroed by the caller: adding the run's sums to it stores them exactly */
+    /* The outputs are zeroed by the caller: adding the run's sums to them stores them exactly. */
+    for (i64 d = 0; d < D; d++) {
+        busy_time[d] += w->dev[d].busy;
+        peak[d] = w->dev[d].peak;
+    }
+    for (i64 l = 0; l < D * D; l++) {
+        link_time[l] += w->link[l].time;
+        link_bytes[l] += w->link[l].bytes;
+    }
     for (i64 s = 0; s < S; s++) seg_time[s] += w->seg_time[s];
     *n_transfers = nx;
     return makespan;
@@ -509,6 +545,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
 /* Simulate B placements (rows of devs[B, n]). Per-placement outputs have a leading B axis;
  * start/finish/xf_* are scratch shared by all rows (the last row's timeline is left in them).
  * Returns 0, or -1 if memory could not be allocated (or n >= 2^31). */
+/* (Dev is 128 bytes on LP64 targets: a shift indexes it.) */
 int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, const i64 *devs, const double *optime, const i64 *order,
                 const i64 *tensor_src, const i64 *tensor_bytes, const i64 *tensor_alloc, const i64 *op_tensor_ptr,
                 const i64 *tensor_pair_ptr, const i64 *pair_op, const i64 *pair_tensor, const i64 *in_ptr,
@@ -519,17 +556,19 @@ int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, const i64 *devs, const
                 double *busy_time, i64 *peak, double *link_time, i64 *link_bytes, double *seg_time,
                 i64 *n_transfers, i64 *xf_tensor, i64 *xf_src, i64 *xf_dst, double *xf_start, double *xf_end,
                 double *xf_land) {
+    (void)tensor_src;
+    (void)pair_tensor;
     if (n >= (((i64)1) << 31)) return -1; /* ready-queue keys hold the op in 32 bits */
-    Problem p = {n, T, P, D, S, optime, order, tensor_src, tensor_bytes, tensor_alloc, op_tensor_ptr,
-                 tensor_pair_ptr, pair_op, pair_tensor, in_ptr, in_pair, out_alloc_total, unconsumed_alloc,
-                 param_bytes, alias_pair, bandwidth, latency, overhead, route_ptr, route_seg, send_cap, recv_cap,
-                 concurrency, 1, 1, 0, NULL};
+    Problem p = {n, T, P, D, S, optime, order, tensor_bytes, tensor_alloc, op_tensor_ptr, tensor_pair_ptr, pair_op,
+                 in_ptr, in_pair, out_alloc_total, unconsumed_alloc, param_bytes, alias_pair, bandwidth, latency,
+                 overhead, send_cap, recv_cap, concurrency, 1, 1, 0, NULL};
     for (i64 d = 0; d < D; d++) {
         if (send_cap[d] > p.ES) p.ES = send_cap[d];
         if (recv_cap[d] > p.ER) p.ER = recv_cap[d];
     }
     for (i64 l = 0; l < D * D; l++)
         if (route_ptr[l + 1] - route_ptr[l] > p.R) p.R = route_ptr[l + 1] - route_ptr[l];
+    p.R += p.R & 1; /* even: the loops take two segments a step */
     p.route = malloc(sizeof(i64) * (D * D * p.R + 1));
     Work w;
     if (!p.route || work_alloc(&w, &p) != 0) {
