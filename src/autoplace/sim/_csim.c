@@ -211,6 +211,7 @@ typedef struct {
     const double *optime; /* [n, D] */
     const i64 *order, *tensor_bytes, *tensor_alloc, *op_tensor_ptr, *tensor_pair_ptr, *pair_op, *in_ptr, *in_pair,
         *out_alloc_total, *unconsumed_alloc, *param_bytes, *alias_pair;
+    const i64 *op_pair_ptr; /* op i's readers: pairs op_pair_ptr[i]:op_pair_ptr[i + 1] (tensor_pair_ptr[op_tensor_ptr]) */
     /* cluster */
     const double *bandwidth, *latency, *overhead;
     const i64 *send_cap, *recv_cap, *concurrency;
@@ -271,6 +272,7 @@ static inline void enqueue(const Problem *p, Work *w, i64 c, i64 dc, double r, d
     PREFETCH(&p->in_ptr[c]);
     PREFETCH(&p->op_tensor_ptr[c]);
     PREFETCH(&p->alias_pair[c]);
+    PREFETCH(&p->op_pair_ptr[c]);
     PREFETCH(&p->out_alloc_total[c]);
     PREFETCH(&p->unconsumed_alloc[c]);
     if (r <= t) {
@@ -313,6 +315,7 @@ INLINE void dispatch(const Problem *p, Work *w, Events *ev, i64 d, double t, dou
         double dt = p->optime[c * p->D + d];
         /* what the op's FINISH reads: its inputs' pairs, its outputs' readers */
         PREFETCH(&p->in_pair[p->in_ptr[c]]);
+        PREFETCH(&p->pair_op[p->op_pair_ptr[c]]);
         PREFETCH(&p->tensor_pair_ptr[p->op_tensor_ptr[c]]);
         PREFETCH(&p->tensor_bytes[p->op_tensor_ptr[c]]);
         start[c] = t;
@@ -349,7 +352,7 @@ INLINE void dispatch_at(const Problem *p, Work *w, Events *ev, i64 d, double t, 
 static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, double *finish, double *busy_time,
                       i64 *peak, double *link_time, i64 *link_bytes, double *seg_time, i64 *xf_tensor, i64 *xf_src,
                       i64 *xf_dst, double *xf_start, double *xf_end, double *xf_land, i64 *n_transfers) {
-    const i64 n = p->n, D = p->D, T = p->T, S = p->S, R = p->R;
+    const i64 n = p->n, D = p->D, T = p->T, P = p->P, S = p->S, R = p->R;
     i64 nx = 0, seq = 0;
     Events ev = {w->ev, 0, 0};
     for (i64 d = 0; d < D; d++) {
@@ -424,6 +427,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
                 i64 b = p->tensor_bytes[tt], buf = obuf >= 0 ? obuf : tt;
                 for (i64 pr = p->tensor_pair_ptr[tt]; pr < p->tensor_pair_ptr[tt + 1]; pr++) {
                     i64 c = p->pair_op[pr];
+                    PREFETCH(w->op + p->pair_op[pr + 2 < P ? pr + 2 : P - 1]); /* a later reader's state */
                     OpState *oc = w->op + c;
                     i64 dc = oc->dev;
                     double arrival;
@@ -542,6 +546,10 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
     return makespan;
 }
 
+/* The argument list's version: _cbackend refuses a build whose ap_abi differs (or that has none),
+ * so a stale build is never called with the wrong arguments. */
+int ap_abi(void) { return 2; }
+
 /* Simulate B placements (rows of devs[B, n]). Per-placement outputs have a leading B axis;
  * start/finish/xf_* are scratch shared by all rows (the last row's timeline is left in them).
  * Returns 0, or -1 if memory could not be allocated (or n >= 2^31). */
@@ -550,9 +558,10 @@ int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, const i64 *devs, const
                 const i64 *tensor_src, const i64 *tensor_bytes, const i64 *tensor_alloc, const i64 *op_tensor_ptr,
                 const i64 *tensor_pair_ptr, const i64 *pair_op, const i64 *pair_tensor, const i64 *in_ptr,
                 const i64 *in_pair, const i64 *out_alloc_total, const i64 *unconsumed_alloc,
-                const i64 *param_bytes, const i64 *alias_pair, const double *bandwidth, const double *latency,
-                const double *overhead, const i64 *route_ptr, const i64 *route_seg, const i64 *send_cap,
-                const i64 *recv_cap, const i64 *concurrency, double *start, double *finish, double *step_time,
+                const i64 *param_bytes, const i64 *alias_pair, const i64 *op_pair_ptr, const double *bandwidth,
+                const double *latency, const double *overhead, const i64 *route_ptr, const i64 *route_seg,
+                const i64 *send_cap, const i64 *recv_cap, const i64 *concurrency, double *start, double *finish,
+                double *step_time,
                 double *busy_time, i64 *peak, double *link_time, i64 *link_bytes, double *seg_time,
                 i64 *n_transfers, i64 *xf_tensor, i64 *xf_src, i64 *xf_dst, double *xf_start, double *xf_end,
                 double *xf_land) {
@@ -560,8 +569,8 @@ int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, const i64 *devs, const
     (void)pair_tensor;
     if (n >= (((i64)1) << 31)) return -1; /* ready-queue keys hold the op in 32 bits */
     Problem p = {n, T, P, D, S, optime, order, tensor_bytes, tensor_alloc, op_tensor_ptr, tensor_pair_ptr, pair_op,
-                 in_ptr, in_pair, out_alloc_total, unconsumed_alloc, param_bytes, alias_pair, bandwidth, latency,
-                 overhead, send_cap, recv_cap, concurrency, 1, 1, 0, NULL};
+                 in_ptr, in_pair, out_alloc_total, unconsumed_alloc, param_bytes, alias_pair, op_pair_ptr,
+                 bandwidth, latency, overhead, send_cap, recv_cap, concurrency, 1, 1, 0, NULL};
     for (i64 d = 0; d < D; d++) {
         if (send_cap[d] > p.ES) p.ES = send_cap[d];
         if (recv_cap[d] > p.ER) p.ER = recv_cap[d];
