@@ -12,7 +12,7 @@ from pathlib import Path
 
 __all__ = ["load", "BACKEND"]
 
-ABI = 2  # ap_abi() of a build whose ap_simulate takes the arguments simulate() passes
+ABI = 3  # ap_abi() of a build whose ap_simulate takes the arguments simulate() passes
 
 
 def load() -> ctypes.CDLL | None:
@@ -41,7 +41,11 @@ BACKEND = "c" if _LIB is not None else "numba"
 
 
 def simulate(B, n, T, P, D, S, arrays) -> None:
-    """Call ``ap_simulate`` with the contiguous arrays in its argument order (after the sizes)."""
+    """Call ``ap_simulate`` with the contiguous arrays in its argument order (after the sizes; the graph's
+    index arrays as int32, see ``Simulator._c_graph_args``)."""
     rc = _LIB.ap_simulate(B, n, T, P, D, S, *[a.ctypes.data for a in arrays])
+    if rc == -2:
+        raise ValueError("the graph is too large for the C simulator (2^31 ops, or tensors and edges); "
+                         "use AUTOPLACE_SIM_BACKEND=numba")
     if rc != 0:
         raise MemoryError("the simulator could not allocate its work space")

@@ -20,6 +20,7 @@
 #include <string.h>
 
 typedef int64_t i64;
+typedef int32_t i32; /* op, tensor, pair, buffer and transfer indices (the graph's index arrays come as int32) */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH(addr) __builtin_prefetch(addr)
@@ -36,7 +37,7 @@ typedef int64_t i64;
 #define KMASK ((((i64)1) << KSHIFT) - 1)
 
 /* Ready-queue keys: (release seq << QSHIFT) | op. Seqs are unique, so comparing keys compares seqs, and
- * the op comes out of the key without a seq -> op table (ap_simulate checks n < 2^31). */
+ * the op comes out of the key without a seq -> op table (ops are int32). */
 #define QSHIFT 32
 #define QMASK ((((i64)1) << QSHIFT) - 1)
 
@@ -209,9 +210,9 @@ typedef struct {
     /* graph */
     i64 n, T, P, D, S;
     const double *optime; /* [n, D] */
-    const i64 *order, *tensor_bytes, *tensor_alloc, *op_tensor_ptr, *tensor_pair_ptr, *pair_op, *in_ptr, *in_pair,
-        *out_alloc_total, *unconsumed_alloc, *param_bytes, *alias_pair;
-    const i64 *op_pair_ptr; /* op i's readers: pairs op_pair_ptr[i]:op_pair_ptr[i + 1] (tensor_pair_ptr[op_tensor_ptr]) */
+    const i64 *order, *tensor_bytes, *tensor_alloc, *out_alloc_total, *unconsumed_alloc, *param_bytes;
+    const i32 *op_tensor_ptr, *tensor_pair_ptr, *pair_op, *in_ptr, *in_pair, *alias_pair;
+    const i32 *op_pair_ptr; /* op i's readers: pairs op_pair_ptr[i]:op_pair_ptr[i + 1] (tensor_pair_ptr[op_tensor_ptr]) */
     /* cluster */
     const double *bandwidth, *latency, *overhead;
     const i64 *send_cap, *recv_cap, *concurrency;
@@ -226,18 +227,18 @@ typedef struct {
     OpState *op;
     Link *link;
     Dev *dev;
-    i64 *pair_buf, *xf_buf, *xf_next;
     double *seg_free, *seg_time, *send_free, *recv_free;
+    i32 *pair_buf, *xf_buf, *xf_next; /* each pair's buffer; each transfer's source buffer and the next on its link */
     void *block;
 } Work;
 
 static int work_alloc(Work *w, const Problem *p) {
     i64 n = p->n, T = p->T, P = p->P, D = p->D, S = p->S, cap = 2 * n + P + D + 1;
     size_t ents = (size_t)(n + n + cap + 1 + (T + P) + n); /* q, f, ev; buf, op (as large as an Ent) */
-    size_t ints = (size_t)(P + P + P);
     size_t dbls = (size_t)((S + 1) + (S + 1) + D * p->ES + D * p->ER);
-    char *b = malloc(ents * sizeof(Ent) + D * D * sizeof(Link) + D * sizeof(Dev) + ints * sizeof(i64) +
-                     dbls * sizeof(double));
+    size_t ints = (size_t)(P + P + P);
+    char *b = malloc(ents * sizeof(Ent) + D * D * sizeof(Link) + D * sizeof(Dev) + dbls * sizeof(double) +
+                     ints * sizeof(i32));
     if (!b) return -1;
     w->block = b;
     Ent *ep = (Ent *)b;
@@ -250,15 +251,15 @@ static int work_alloc(Work *w, const Problem *p) {
     w->op = (OpState *)ep; ep += n;
     w->link = (Link *)ep;
     w->dev = (Dev *)(w->link + D * D);
-    i64 *ip = (i64 *)(w->dev + D);
-    w->pair_buf = ip; ip += P;
-    w->xf_buf = ip; ip += P;
-    w->xf_next = ip; ip += P;
-    double *dp = (double *)ip;
+    double *dp = (double *)(w->dev + D);
     w->seg_free = dp; dp += S + 1;
     w->seg_time = dp; dp += S + 1;
     w->send_free = dp; dp += D * p->ES;
-    w->recv_free = dp;
+    w->recv_free = dp; dp += D * p->ER;
+    i32 *ip = (i32 *)dp;
+    w->pair_buf = ip; ip += P;
+    w->xf_buf = ip; ip += P;
+    w->xf_next = ip;
     return 0;
 }
 
@@ -432,7 +433,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
                     i64 dc = oc->dev;
                     double arrival;
                     if (dc == d) {
-                        w->pair_buf[pr] = buf;
+                        w->pair_buf[pr] = (i32)buf;
                         w->buf[buf].ref += 1;
                         arrival = t;
                     } else {
@@ -474,7 +475,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
                             xf_start[nx] = xs;
                             xf_end[nx] = xe;
                             xf_land[nx] = xe + k->latency;
-                            w->xf_buf[nx] = buf;
+                            w->xf_buf[nx] = (i32)buf;
                             w->buf[buf].ref += 1;
                             /* the received copy is allocated when the transfer is issued */
                             w->buf[T + nx].ref = 0;
@@ -489,14 +490,14 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
                             if (k->tail < 0) {
                                 ev_push(&ev, xf_land[nx], ((i64)XFER << KSHIFT) + nx);
                             } else {
-                                w->xf_next[k->tail] = nx;
+                                w->xf_next[k->tail] = (i32)nx;
                             }
                             k->tail = nx;
                             nx += 1;
                         }
                         i64 x = vc->xid;
                         w->buf[T + x].ref += 1;
-                        w->pair_buf[pr] = T + x;
+                        w->pair_buf[pr] = (i32)(T + x);
                         arrival = xf_land[x];
                     }
                     oc->ready = dmax(arrival, oc->ready);
@@ -548,17 +549,19 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, 
 
 /* The argument list's version: _cbackend refuses a build whose ap_abi differs (or that has none),
  * so a stale build is never called with the wrong arguments. */
-int ap_abi(void) { return 2; }
+int ap_abi(void) { return 3; }
 
 /* Simulate B placements (rows of devs[B, n]). Per-placement outputs have a leading B axis;
  * start/finish/xf_* are scratch shared by all rows (the last row's timeline is left in them).
- * Returns 0, or -1 if memory could not be allocated (or n >= 2^31). */
+ * The graph's index arrays (op_tensor_ptr, tensor_pair_ptr, pair_op, in_ptr, in_pair, alias_pair,
+ * op_pair_ptr) are int32. Returns 0, -1 if memory could not be allocated, -2 if the graph has 2^31 - 1
+ * ops, or tensors and pairs, or more. */
 /* (Dev is 128 bytes on LP64 targets: a shift indexes it.) */
 int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, const i64 *devs, const double *optime, const i64 *order,
-                const i64 *tensor_src, const i64 *tensor_bytes, const i64 *tensor_alloc, const i64 *op_tensor_ptr,
-                const i64 *tensor_pair_ptr, const i64 *pair_op, const i64 *pair_tensor, const i64 *in_ptr,
-                const i64 *in_pair, const i64 *out_alloc_total, const i64 *unconsumed_alloc,
-                const i64 *param_bytes, const i64 *alias_pair, const i64 *op_pair_ptr, const double *bandwidth,
+                const i64 *tensor_src, const i64 *tensor_bytes, const i64 *tensor_alloc, const i32 *op_tensor_ptr,
+                const i32 *tensor_pair_ptr, const i32 *pair_op, const i64 *pair_tensor, const i32 *in_ptr,
+                const i32 *in_pair, const i64 *out_alloc_total, const i64 *unconsumed_alloc,
+                const i64 *param_bytes, const i32 *alias_pair, const i32 *op_pair_ptr, const double *bandwidth,
                 const double *latency, const double *overhead, const i64 *route_ptr, const i64 *route_seg,
                 const i64 *send_cap, const i64 *recv_cap, const i64 *concurrency, double *start, double *finish,
                 double *step_time,
@@ -567,9 +570,9 @@ int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, const i64 *devs, const
                 double *xf_land) {
     (void)tensor_src;
     (void)pair_tensor;
-    if (n >= (((i64)1) << 31)) return -1; /* ready-queue keys hold the op in 32 bits */
-    Problem p = {n, T, P, D, S, optime, order, tensor_bytes, tensor_alloc, op_tensor_ptr, tensor_pair_ptr, pair_op,
-                 in_ptr, in_pair, out_alloc_total, unconsumed_alloc, param_bytes, alias_pair, op_pair_ptr,
+    if (n >= INT32_MAX || T + P >= INT32_MAX) return -2; /* indices are int32 */
+    Problem p = {n, T, P, D, S, optime, order, tensor_bytes, tensor_alloc, out_alloc_total, unconsumed_alloc,
+                 param_bytes, op_tensor_ptr, tensor_pair_ptr, pair_op, in_ptr, in_pair, alias_pair, op_pair_ptr,
                  bandwidth, latency, overhead, send_cap, recv_cap, concurrency, 1, 1, 0, NULL};
     for (i64 d = 0; d < D; d++) {
         if (send_cap[d] > p.ES) p.ES = send_cap[d];
