@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import warnings
 from pathlib import Path
 
 __all__ = ["load", "BACKEND"]
+
+ABI = 3  # ap_abi() of a build whose ap_simulate takes the arguments simulate() passes
 
 
 def load() -> ctypes.CDLL | None:
@@ -21,9 +24,14 @@ def load() -> ctypes.CDLL | None:
             lib = ctypes.CDLL(str(path))
         except OSError:
             continue
+        abi = getattr(lib, "ap_abi", None)
+        if abi is None or abi() != ABI:
+            warnings.warn(f"{path.name} is a stale build of the C simulator (rebuild it: pip install -e . or "
+                          "python setup.py build_ext --inplace); using the numba kernel", RuntimeWarning, stacklevel=2)
+            continue
         fn = lib.ap_simulate
         fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_void_p] * 39
+        fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_void_p] * 40
         return lib
     return None
 
@@ -33,7 +41,11 @@ BACKEND = "c" if _LIB is not None else "numba"
 
 
 def simulate(B, n, T, P, D, S, arrays) -> None:
-    """Call ``ap_simulate`` with the contiguous arrays in its argument order (after the sizes)."""
+    """Call ``ap_simulate`` with the contiguous arrays in its argument order (after the sizes; the graph's
+    index arrays as int32, see ``Simulator._c_graph_args``)."""
     rc = _LIB.ap_simulate(B, n, T, P, D, S, *[a.ctypes.data for a in arrays])
+    if rc == -2:
+        raise ValueError("the graph is too large for the C simulator (2^31 ops, or tensors and edges); "
+                         "use AUTOPLACE_SIM_BACKEND=numba")
     if rc != 0:
         raise MemoryError("the simulator could not allocate its work space")
