@@ -61,9 +61,10 @@ def test_auto_prefers_a_placement_that_fits():
     assert simulate(g, c, place(g, c, "auto", budget=1)).ok
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases(max_ops=12), st.integers(0, 3))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(max_ops=12, tight=True), st.integers(0, 3))
 def test_refine_never_returns_worse_than_its_start(case, seed):
+    """Worse: slower, or out of memory where the start fits (devices of 20 kB to 1 GB)."""
     graph, cluster, dev = case
     start = Placement.from_array(graph, cluster, dev, "random")
     before = simulate(graph, cluster, start)
@@ -95,3 +96,32 @@ def test_cp_sat_keeps_a_better_hint_over_its_coarse_model():
     hint = place(g, c, p.meta["hint"])
     assert p.meta["model"].endswith(" tasks") and p.meta["returned"] == "hint"
     assert simulate(g, c, p).step_time == pytest.approx(simulate(g, c, hint).step_time)
+
+
+def test_cp_sat_returns_its_hint_when_the_budget_ends_before_any_solution():
+    g, c = build_graph("layered-dag", ops=200, width=8), get_cluster("k80x4")
+    p = place(g, c, "cp-sat", budget=1e-6)
+    assert p.meta["cp_sat_status"] == "UNKNOWN" and p.meta["returned"] == "hint"
+    assert p.meta["stopped_by"] == "deterministic budget"
+    hint = place(g, c, p.meta["hint"])
+    assert np.array_equal(p.to_array(g, c), hint.to_array(g, c))
+
+
+def test_auto_hints_cp_sat_with_the_refined_placement(monkeypatch):
+    """On a small graph the CP-SAT stage starts from the refined placement (the best so far), not from the
+    fast placers again."""
+    import autoplace.placers.cpsat as cpsat
+
+    seen = {}
+    real = cpsat.improve_with_cp_sat
+
+    def spy(graph, cluster, start, **kw):
+        seen["start"] = start
+        return real(graph, cluster, start, **kw)
+
+    monkeypatch.setattr(cpsat, "improve_with_cp_sat", spy)
+    g, c = build_graph("toy-mlp", layers=2), get_cluster("k80x2")
+    p = place(g, c, "auto", seed=0, budget=2)
+    refined = refine(g, c, place(g, c, p.meta["from"], seed=0), seed=0, budget=1, method=p.meta["from"])
+    assert "start" in seen and p.meta["improved_by"][0] == "refined"     # the refine did improve the start
+    assert simulate(g, c, seen["start"]).step_time == pytest.approx(simulate(g, c, refined).step_time)

@@ -18,12 +18,13 @@ from autoplace.sim import Simulator
 
 
 @st.composite
-def cases(draw, max_ops=10, max_devices=3):
+def cases(draw, max_ops=10, max_devices=3, tight=False):
     """A random DAG (data and control edges, some ops views of their input) whose ops carry measured alone
     and loaded costs (loaded may be faster, as profiling does measure), random co-location groups, CPU
     workers of one host running one or two ops at once with exchange charges, 0-2 copy engines each way,
     per-transfer overheads and latencies, links crossing a shared segment or not, and a random placement
-    that honours the groups."""
+    that honours the groups. ``tight``: devices of 20-150 kB as well as 1 GB, so some placements run out of
+    memory."""
     n = draw(st.integers(1, max_ops))
     D = draw(st.integers(1, max_devices))
     n_groups = draw(st.integers(0, 2))
@@ -42,7 +43,8 @@ def cases(draw, max_ops=10, max_devices=3):
     charges = draw(st.booleans())
     concurrency = draw(st.integers(1, 2))
     engines = st.sampled_from([0, 1, 2])
-    devs = [Device(f"cpu:{j}", "cpu", 10**9, 1e10, 1e10, concurrency=concurrency, meta={"host": "h"},
+    memory = st.sampled_from([10**9, 20_000, 60_000, 150_000]) if tight else st.just(10**9)
+    devs = [Device(f"cpu:{j}", "cpu", draw(memory), 1e10, 1e10, concurrency=concurrency, meta={"host": "h"},
                    send_cost_s_per_byte=1e-9 if charges else 0.0, send_overhead_s=2e-5 if charges else 0.0,
                    recv_overhead_s=4e-5 if charges else 0.0, send_engines=draw(engines), recv_engines=draw(engines))
             for j in range(D)]

@@ -129,3 +129,31 @@ def test_the_placer_splits_a_graph_one_device_cannot_hold():
 
     with pytest.raises(InfeasibleError, match="dp-split"):
         place(g, tiny, "dp-split")
+
+
+def test_a_memory_estimate_calibrated_on_the_whole_graph_does_not_hide_a_fitting_split():
+    """Layer 0 is a fan of four 1000-byte outputs live together (its peak is four times the count of its
+    largest output); layers 1-3 hold 2500 bytes of parameters each. On the whole graph the count falls
+    short of the peak by about 1.5x, and the first split solved with that factor finds nothing for 8000-byte
+    GPUs — yet layer 0 on one GPU and the rest on the other fits."""
+    ops = [Op("x", "input", output_bytes=(1000,))]
+    prev = "x"
+    for k in range(4):
+        ops.append(Op(f"w{k}", "parameter", output_bytes=(8,), param_bytes=8 if k == 0 else 2500,
+                      colocation_group=f"w{k}", meta={"view": True}))
+        ops.append(Op(f"l{k}", "mm", (prev, f"w{k}"), output_bytes=(1000,), flops=1e6, colocation_group=f"w{k}",
+                      meta={"layer": k}))
+        prev = f"l{k}"
+        if k == 0:
+            for j in range(4):
+                ops.append(Op(f"b{j}", "mm", (prev,), output_bytes=(1000,), flops=1e6, meta={"layer": 0}))
+            ops.append(Op("sum", "add", tuple(f"b{j}" for j in range(4)), output_bytes=(1000,), flops=1e6,
+                          meta={"layer": 0}))
+            prev = "sum"
+    g = Graph(ops, name="fan")
+    c = Cluster("tight", [Device(f"gpu:{k}", "gpu", 8000, 1e12, 1e11) for k in range(2)],
+                default_link=LinkSpec(1e9, 1e-6))
+    assert not simulate(g, c, place(g, c, "single-gpu")).ok
+    p = place(g, c, "dp-split")
+    assert simulate(g, c, p).ok and len(set(p.assignment.values())) == 2
+    assert p.meta["memory_tries"] > 1

@@ -111,6 +111,32 @@ def test_memory_aware_schedules_are_rebuilt_until_they_fit(method):
     assert simulate(g, c, p).ok and p.meta["memory_tries"] >= 1
 
 
+def test_a_schedule_that_runs_out_of_memory_is_rebuilt_with_less_room():
+    """:func:`_fitting` simulates each schedule and builds again with the capacity of the device that ran
+    out scaled down by its overflow, until one fits; it gives up after MEMORY_TRIES."""
+    from autoplace.errors import InfeasibleError
+    from autoplace.placement import Placement
+    from autoplace.placers.list_scheduling import MEMORY_TRIES, _fitting
+
+    ops = [Op("x", "input", output_bytes=(8,))]
+    ops += [Op(f"a{k}", "op", ("x",), output_bytes=(8,), param_bytes=400, flops=1e6) for k in range(3)]
+    g = Graph(ops, name="three")
+    c = Cluster("small", [Device(f"gpu:{k}", "gpu", 1000, 1e9, 1e9) for k in range(2)],
+                default_link=LinkSpec(1e6, 0.0))
+    seen = []
+
+    def build(cap):                  # everything on gpu:0 while the schedule thinks it has 1000 bytes there
+        seen.append(cap.copy())
+        dev = np.zeros(g.n_ops, dtype=np.int64) if cap[0] >= 1000 else np.array([0, 0, 1, 1])
+        return Placement.from_array(g, c, dev, "stub")
+
+    p = _fitting(g, c, "stub", build)
+    assert p.meta["memory_tries"] == 2 and simulate(g, c, p).ok
+    assert seen[1][0] < seen[0][0] and seen[1][1] == seen[0][1]        # less room only where it ran out
+    with pytest.raises(InfeasibleError, match=f"after {MEMORY_TRIES} tries"):
+        _fitting(g, c, "stub", lambda cap: Placement.from_array(g, c, np.zeros(g.n_ops, dtype=np.int64), "stub"))
+
+
 def test_views_of_sources_float():
     """A view does no work: a view of the targets batch (read only by the loss) waits for the loss to be
     placed instead of fixing the loss's group on an idle GPU at time 0."""
@@ -144,3 +170,46 @@ def test_the_estimate_is_the_simulated_step_within_15_percent(method, model, par
     p = place(g, c, method)
     step = simulate(g, c, p).step_time
     assert abs(p.meta["estimated_step_time_s"] / step - 1) < 0.15, (p.meta["estimated_step_time_s"], step)
+
+
+LIST_SCHEDULERS = ("tf-greedy", "heft", "m-topo", "m-etf", "m-sct")
+
+
+def split_gradient_group(conflict: bool = False) -> tuple[Graph, Cluster]:
+    """A forward op that only a GPU runs and its gradient op that only a CPU runs: the gradient rule would
+    group them (with the parameter both read), yet no device runs the group whole. With ``conflict`` the
+    two also share a co-location group, which no placement can honour."""
+    co = "f" if conflict else None
+    ops = [Op("x", "input", output_bytes=(100,)),
+           Op("w", "parameter", output_bytes=(100,), param_bytes=100, meta={"fwd": "f", "view": True}),
+           Op("f", "mm", ("x", "w"), output_bytes=(100,), flops=1e6, device_types=("gpu",), phase="forward",
+              colocation_group=co, meta={"fwd": "f"}),
+           Op("df", "mm", ("f", "w"), output_bytes=(100,), flops=1e6, device_types=("cpu",), phase="backward",
+              colocation_group=co, meta={"fwd": "f"}),
+           Op("out", "add", ("df",), output_bytes=(100,), flops=1e3)]
+    c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11), Device("cpu:0", "cpu", 10**9, 1e11, 1e10)],
+                default_link=LinkSpec(1e9, 1e-6))
+    return Graph(ops, name="split-group"), c
+
+
+@pytest.mark.parametrize("method", LIST_SCHEDULERS)
+def test_a_heuristic_group_no_device_runs_whole_is_split_not_infeasible(method):
+    g, c = split_gradient_group()
+    p = place(g, c, method)
+    assert simulate(g, c, p).ok and p.assignment["f"] == "gpu:0" and p.assignment["df"] == "cpu:0"
+
+
+@pytest.mark.parametrize("method", LIST_SCHEDULERS)
+def test_a_co_location_group_no_device_runs_whole_is_infeasible_and_named(method):
+    from autoplace.errors import InfeasibleError
+
+    g, c = split_gradient_group(conflict=True)
+    with pytest.raises(InfeasibleError, match="'f'"):
+        place(g, c, method)
+
+
+@pytest.mark.parametrize("method", ["metis", "mincut", "scotch", "dp-split", "auto"])
+def test_other_grouping_placers_split_such_a_group_too(method):
+    g, c = split_gradient_group()
+    p = place(g, c, method, budget=1)
+    assert simulate(g, c, p).ok and p.assignment["f"] == "gpu:0" and p.assignment["df"] == "cpu:0"

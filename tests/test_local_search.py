@@ -65,3 +65,27 @@ def test_levels_go_from_coarse_to_fine_and_nest(dag):
     assert [lv["groups"] for lv in report] == [lv.n_groups for lv in group_levels(dag, cluster)][:len(report)]
     assert all(lv["converged"] for lv in report[:-1]) and sum(lv["evaluations"] for lv in report) + 1 == \
         p.meta["evaluations"]
+
+
+def test_a_fitting_start_never_becomes_a_faster_placement_that_runs_out_of_memory():
+    """Two independent heavy branches: moving one to the second GPU halves the step, but that GPU is 1 %
+    too small for the branch's parameters. The overflow penalty alone (1.1x) would take the move."""
+    from autoplace.cluster import Cluster, Device, LinkSpec
+    from autoplace.graph import Graph, Op
+
+    ops = [Op("x", "input", output_bytes=(100,))]
+    for b in "ab":
+        ops += [Op(f"w{b}", "parameter", output_bytes=(8,), param_bytes=10_000, colocation_group=f"w{b}",
+                   meta={"view": True}),
+                Op(f"{b}", "mm", ("x", f"w{b}"), output_bytes=(100,), flops=1e9, colocation_group=f"w{b}")]
+    ops.append(Op("out", "add", ("a", "b"), output_bytes=(100,), flops=1.0))
+    g = Graph(ops, name="two-branches")
+    c = Cluster("tight", [Device("gpu:0", "gpu", 10**6, 1e12, 1e11), Device("gpu:1", "gpu", 10_000, 1e12, 1e11)],
+                default_link=LinkSpec(1e9, 1e-6))
+    start = place(g, c, "single-gpu")
+    moved = start.to_array(g, c).copy()
+    moved[[g.index("wb"), g.index("b")]] = 1
+    r = simulate(g, c, moved)
+    assert not r.ok and r.step_time < 0.6 * simulate(g, c, start).step_time    # the trap is there
+    p = refine(g, c, start, seed=0, budget=1)
+    assert simulate(g, c, p).ok and p.meta["out_of_memory"] is False

@@ -12,14 +12,15 @@ from autoplace.sim import BACKEND, Simulator, _kernel
 pytestmark = pytest.mark.skipif(BACKEND != "c", reason="the C extension is not built here")
 
 
-def numba_run(sim: Simulator, dev: np.ndarray):
+def numba_run(sim: Simulator, dev: np.ndarray, op_times: np.ndarray | None = None):
     g, c = sim.graph, sim.cluster
     n, D, P, S = g.n_ops, c.n_devices, g.n_edges, len(c.segments)
     start, finish = np.empty(n), np.empty(n)
     busy, peak = np.zeros(D), np.zeros(D, np.int64)
     lt, lb, st = np.zeros((D, D)), np.zeros((D, D), np.int64), np.zeros(S)
     xf = [np.empty(P, np.int64) for _ in range(3)] + [np.empty(P), np.empty(P), np.empty(P)]
-    step, nx = _kernel.simulate_one(dev, sim.op_times, *sim._graph_args, *sim._cluster_args, start, finish,
+    op_times = sim.op_times if op_times is None else op_times
+    step, nx = _kernel.simulate_one(dev, op_times, *sim._graph_args, *sim._cluster_args, start, finish,
                                     busy, peak, lt, lb, st, *xf)
     return step, start, finish, busy, peak, lt, lb, st, nx, [a[:nx] for a in xf]
 
@@ -40,3 +41,52 @@ def test_c_matches_numba(case):
     for mine, ref in zip((tl.transfer_tensor, tl.transfer_src, tl.transfer_dst, tl.transfer_start,
                           tl.transfer_end, tl.transfer_arrival), xf):
         assert np.array_equal(mine, ref)
+
+
+def _agree(sim: Simulator, dev: np.ndarray) -> None:
+    """The simulator (C) and the numba kernel on the same op times (with the row's exchange charges)."""
+    r = sim.run(dev, trace=True)
+    times = sim.op_times.copy()
+    times[np.arange(len(dev)), dev] += sim.exchange_charges(dev)
+    step, start, finish, busy, peak, lt, lb, st, nx, xf = numba_run(sim, dev, times)
+    assert r.step_time == step and r.n_transfers == nx
+    assert np.array_equal(r.timeline.start, start) and np.array_equal(r.timeline.finish, finish)
+    assert np.array_equal(r.peak_memory, peak) and np.array_equal(r.link_time, lt)
+    assert np.array_equal(r.segment_time, st) and np.array_equal(r.timeline.transfer_end, xf[4])
+
+
+def _concurrent_cpus() -> "Cluster":
+    from autoplace.cluster import Cluster, Device, LinkSpec, Segment
+
+    devs = [Device(f"cpu:{j}", "cpu", 10**12, 1e10, 1e10, concurrency=2, meta={"host": "h"},
+                   send_cost_s_per_byte=1e-9, send_overhead_s=2e-5, recv_overhead_s=4e-5, send_engines=1,
+                   recv_engines=2) for j in range(3)]
+    return Cluster("cpus", devs, default_link=LinkSpec(1e9, 1e-4, 3e-5, ("bus",)), segments=[Segment("bus", 5e8)])
+
+
+@pytest.mark.parametrize("cluster_name", ["k80x4", "h100x8", "cpus"])
+@pytest.mark.parametrize("width", [33, 120, 400])
+def test_c_matches_numba_past_the_sorted_queues(cluster_name, width):
+    """Queues longer than the C loop's sorted arrays (32 entries) turn into heaps: a fan-out of ``width``
+    readers all ready at once on a device, and a layered DAG of 3,000 ops ``width`` wide, under random and
+    blocked placements, with and without copy engines, shared segments and concurrent slots."""
+    from autoplace.cluster import get_cluster
+    from autoplace.graph import Graph, Op
+    from autoplace.zoo import build_graph
+
+    rng = np.random.default_rng(width)
+    cluster = _concurrent_cpus() if cluster_name == "cpus" else get_cluster(cluster_name)
+    ops = [Op("src", "input", output_bytes=(10**6,))]
+    ops += [Op(f"r{i}", "op", ("src",), output_bytes=(int(rng.integers(1, 10**6)),), flops=float(rng.choice([1e6, 1e8])))
+            for i in range(width)]
+    ops.append(Op("sum", "add", tuple(f"r{i}" for i in range(width)), output_bytes=(100,), flops=1e3))
+    fan = Graph(ops, name="fan")
+    dag = build_graph("layered-dag", ops=3000, width=width)
+    D = cluster.n_devices
+    for graph in (fan, dag):
+        sim = Simulator(graph, cluster)
+        n = graph.n_ops
+        _agree(sim, np.zeros(n, dtype=np.int64))                                   # everything ready on one device
+        for _ in range(3):
+            _agree(sim, rng.integers(0, D, n))
+        _agree(sim, np.minimum(np.arange(n) * D // n, D - 1))

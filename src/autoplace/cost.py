@@ -79,14 +79,21 @@ def op_time_matrix(graph: Graph, cluster: Cluster, *, loaded: bool = False) -> n
 
 
 def check_runnable(graph: Graph, cluster: Cluster, times: np.ndarray | None = None) -> None:
-    """Raise :class:`InfeasibleError` naming the first op no device of ``cluster`` can run."""
+    """Raise :class:`InfeasibleError` naming the first op no device of ``cluster`` can run, or the first
+    co-location group no single device can run whole."""
     times = op_time_matrix(graph, cluster) if times is None else times
-    bad = np.flatnonzero(~np.isfinite(times).any(axis=1))
+    ok = np.isfinite(times)
+    bad = np.flatnonzero(~ok.any(axis=1))
     if len(bad):
         op = graph.ops[int(bad[0])]
         raise InfeasibleError(
             f"op {op.name!r} needs a device of type {'/'.join(op.device_types or ())} but cluster "
             f"{cluster.name!r} has none ({len(bad)} such op(s))")
+    for name, members in graph.colocation_groups().items():
+        if not ok[members].all(axis=0).any():
+            kinds = sorted({t for i in members.tolist() for t in (graph.ops[i].device_types or ())})
+            raise InfeasibleError(f"no device of cluster {cluster.name!r} can run all of co-location group "
+                                  f"{name!r} (its ops need {' and '.join(kinds) or 'different devices'})")
 
 
 def least_op_times(graph: Graph, cluster: Cluster, times: np.ndarray | None = None) -> np.ndarray:

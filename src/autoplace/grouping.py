@@ -35,7 +35,7 @@ from autoplace.cost import op_time_matrix
 from autoplace.errors import InfeasibleError, UnknownNameError
 from autoplace.graph import Graph, Op
 
-__all__ = ["RULES", "Grouping", "GroupGraph", "group_ops", "grouped_graph", "structural_key", "weighted_csr", "coarsen",
+__all__ = ["RULES", "Grouping", "GroupGraph", "group_ops", "runnable_grouping", "grouped_graph", "structural_key", "weighted_csr", "coarsen",
            "part_graph", "floating_ops"]
 
 RULES = ("colocation", "gradient", "single-consumer", "structure")
@@ -182,6 +182,16 @@ def group_ops(graph: Graph, rules: Iterable[str] = RULES) -> Grouping:
     names = tuple(_group_name(graph, graph.ops[f]) for f in firsts)
     return Grouping(group, names, rules)
 
+
+
+def runnable_grouping(graph: Graph, rules: Iterable[str], ok: np.ndarray) -> Grouping:
+    """:func:`group_ops` under ``rules`` if some device can run every group whole (``ok``: may op ``i`` run
+    on device ``d``, ``[n_ops, n_devices]``); else the co-location groups alone — the other rules are
+    heuristics, co-location is a constraint (:func:`autoplace.cost.check_runnable` checks it can be met)."""
+    grouping = group_ops(graph, rules=rules)
+    runs = np.ones((grouping.n_groups, ok.shape[1]), dtype=bool)
+    np.logical_and.at(runs, grouping.group, ok)
+    return grouping if runs.any(axis=1).all() else group_ops(graph, rules=("colocation",))
 
 def _group_name(graph: Graph, op: Op) -> str:
     return op.colocation_group or op.scope or op.name

@@ -8,9 +8,11 @@
    (:func:`autoplace.placers.local_search.refine`).
 3. On a graph small enough for CP-SAT's op-level model (at most
    :data:`autoplace.placers.cpsat.MAX_TASKS` ops), also solve it exactly, hinted with the best placement
-   so far; the refine and CP-SAT split the budget there.
+   so far (the refined one; :func:`autoplace.placers.cpsat.improve_with_cp_sat`); the refine and CP-SAT
+   split the budget there.
 4. Return the best valid placement found (the lowest score; a fitting placement always beats a failing
-   one). Its meta says where it came from (``from``: the fast placer it started as, and the stages that
+   one); where none fits, raise :class:`InfeasibleError` naming the devices the best runs out of memory
+   on. Its meta says where it came from (``from``: the fast placer it started as, and the stages that
    improved it: ``refined``, ``cp-sat``) and what every candidate scored (``candidates``: method, simulated
    step, whether it fits, its search time or why it has no placement).
 
@@ -33,7 +35,7 @@ from autoplace.placement import Placement
 from autoplace.placers import place, register_placer, report_progress
 from autoplace.validation import check_budget
 
-__all__ = ["auto", "best_fast", "run_fast_placers", "Candidate", "FAST_PLACERS", "DEFAULT_BUDGET_S"]
+__all__ = ["auto", "best_fast", "check_fits", "run_fast_placers", "Candidate", "FAST_PLACERS", "DEFAULT_BUDGET_S"]
 
 #: the placers ``auto`` and ``local-search`` start from: each takes seconds at most on a 50k-op graph
 FAST_PLACERS = ("single-gpu", "single-cpu", "expert", "metis", "mincut", "scotch", "dp-split", "tf-greedy", "heft",
@@ -93,6 +95,21 @@ def _best(cands: list[Candidate]) -> Candidate:
     return min(placed, key=lambda c: (not c.ok, c.score))
 
 
+def check_fits(graph: Graph, cluster: Cluster, placement: Placement) -> Placement:
+    """``placement`` if it fits in memory (simulated); else :class:`InfeasibleError` naming the devices it
+    runs out of memory on."""
+    from autoplace.report import fmt_bytes
+    from autoplace.sim import simulate
+
+    r = simulate(graph, cluster, placement)
+    if not r.ok:
+        over = ", ".join(f"{d} ({fmt_bytes(p)} of {fmt_bytes(c)})" for d, p, c in
+                         zip(r.device_names, r.peak_memory, r.memory_capacity) if p > c)
+        raise InfeasibleError(f"{placement.method}: no placement found fits the memory of cluster "
+                              f"{cluster.name!r} (the best runs out of memory on {over})")
+    return placement
+
+
 def best_fast(graph: Graph, cluster: Cluster, *, seed=None, progress=None) -> tuple[Placement, list[Candidate]]:
     """The best placement of the fast placers (:func:`run_fast_placers`) and every candidate."""
     cands = run_fast_placers(graph, cluster, seed=seed, progress=progress)
@@ -100,10 +117,10 @@ def best_fast(graph: Graph, cluster: Cluster, *, seed=None, progress=None) -> tu
 
 
 @register_placer("auto", description="every fast placer, the best refined by hierarchical local search "
-                 "(and CP-SAT on small graphs); the best valid placement", paper="")
+                 "(and CP-SAT on small graphs); the best valid placement", paper="", memory_aware=True)
 def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """See the module docstring."""
-    from autoplace.placers.cpsat import MAX_TASKS
+    from autoplace.placers.cpsat import MAX_TASKS, improve_with_cp_sat
     from autoplace.placers.local_search import ranks, refine
     from autoplace.sim import Simulator
 
@@ -118,11 +135,13 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement
     stages.append(("refined", refined))
     if small:
         report_progress("auto: CP-SAT", None)
+        hint = refined if ranks(sim.run_batch(refined.to_array(graph, cluster)[None, :]))[0] <= \
+            ranks(sim.run_batch(start.to_array(graph, cluster)[None, :]))[0] else start
         try:
-            solved = place(graph, cluster, "cp-sat", seed=seed, budget=budget / 2)
-            stages.append(("cp-sat", solved))
+            stages.append(("cp-sat", improve_with_cp_sat(graph, cluster, hint, seed=seed, budget=budget / 2)))
         except InfeasibleError:
             pass
+
     def rank(p: Placement) -> tuple[bool, float]:
         return ranks(sim.run_batch(p.to_array(graph, cluster)[None, :]))[0]
 
@@ -135,4 +154,4 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement
     meta = {"from": start.method, "improved_by": origin,
             "candidates": [c.to_dict() for c in cands],
             "refine": {k: refined.meta[k] for k in ("evaluations", "stop_reason", "converged", "levels")}}
-    return Placement(best.assignment, best.graph, best.cluster, "auto", meta)
+    return check_fits(graph, cluster, Placement(best.assignment, best.graph, best.cluster, "auto", meta))

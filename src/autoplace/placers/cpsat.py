@@ -53,11 +53,20 @@ from autoplace.placement import Placement
 from autoplace.placers import register_placer
 from autoplace.validation import check_budget, seed_int
 
-__all__ = ["cp_sat", "solve_cp_sat", "CPSatResult", "task_partition"]
+__all__ = ["cp_sat", "solve_cp_sat", "improve_with_cp_sat", "CPSatResult", "NoSolutionInBudget", "task_partition"]
 
 DEFAULT_BUDGET = 10.0
 MAX_TASKS = 60
 WALL_CAP_PER_UNIT, WALL_CAP_S = 30.0, 30.0   # the wall-clock guard: 30 s per unit of deterministic time + 30 s
+
+
+class NoSolutionInBudget(InfeasibleError):
+    """CP-SAT found no placement within its budget (the model is not proven infeasible); ``stopped_by``:
+    ``"deterministic budget"`` or ``"wall-clock cap"``."""
+
+    def __init__(self, message: str, stopped_by: str):
+        super().__init__(message)
+        self.stopped_by = stopped_by
 
 
 def task_partition(graph: Graph, max_tasks: int, times: np.ndarray, group: np.ndarray | None = None) -> np.ndarray:
@@ -275,8 +284,9 @@ class _Model:
         if status == cp_model.INFEASIBLE:
             return None
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            raise InfeasibleError(f"cp-sat: no placement found within its budget ({budget:g} units of "
-                                  f"deterministic time, stopped by the {stopped}); give it a larger --budget")
+            raise NoSolutionInBudget(f"cp-sat: no placement found within its budget ({budget:g} units of "
+                                     f"deterministic time, stopped by the {stopped}); give it a larger --budget",
+                                     stopped)
         devs = np.array([next(d for d in range(D) if (k, d) in x and solver.Value(x[k, d])) for k in range(K)])
         return (name, solver.ObjectiveValue() * self.unit, solver.BestObjectiveBound() * self.unit, devs,
                 solver.deterministic_time, stopped)
@@ -328,26 +338,28 @@ def _single_device_hint(model: _Model) -> np.ndarray | None:
     return np.full(model.K, int(np.argmin(total)))
 
 
-@register_placer("cp-sat", description="exact placement and schedule with OR-Tools CP-SAT (ops, or up to 60 "
-                 "contiguous task groups), deterministic-time budget", paper="OR-Tools CP-SAT", memory_aware=True)
-def cp_sat(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
-    """Place by solving the CP-SAT model of the module docstring, hinted with the best of the fast placers
-    (:func:`autoplace.placers.auto.best_fast`); on graphs of more than ``MAX_TASKS`` ops the tasks follow the
-    model's structural groups. Never worse than its hint: where the hint simulates faster (or fits where
-    the solution does not), the hint is returned (``returned: "hint"``). Meta: ``cp_sat_status``, ``model``
-    (``"ops"`` or ``"K tasks"``), ``model_step_time_s``, ``model_bound_s``, ``bound_s`` (op-level model
-    only: a bound on every placement), ``gap``, ``memory_model``, ``stopped_by``, ``tasks``, ``hint``
-    (the fast placer) and ``hint_step_s``, ``returned``."""
-    from autoplace.grouping import group_ops
-    from autoplace.placers.auto import best_fast
+def improve_with_cp_sat(graph: Graph, cluster: Cluster, start: Placement, *, seed=None, budget=None,
+                        method: str = "cp-sat") -> Placement:
+    """Solve the CP-SAT model hinted with ``start`` and return the solution, or ``start`` itself where it
+    simulates faster, fits where the solution does not, or the budget ends before any solution
+    (``returned: "hint"``). On graphs of more than ``MAX_TASKS`` ops the tasks follow the model's
+    structural groups. Raises :class:`InfeasibleError` only when the model is proven infeasible (the
+    parameters cannot be spread within the memory), where no placement fits. Meta as :func:`cp_sat`."""
+    from autoplace.grouping import runnable_grouping
     from autoplace.placers.local_search import ranks
     from autoplace.sim import Simulator
 
-    start, _ = best_fast(graph, cluster, seed=seed)
     start_dev = start.to_array(graph, cluster)
-    group = group_ops(graph, rules=("colocation", "gradient", "structure")).group if graph.n_ops > MAX_TASKS else None
-    r = solve_cp_sat(graph, cluster, budget=budget, seed=seed_int(seed), hint=start_dev, group=group)
+    group = (runnable_grouping(graph, ("colocation", "gradient", "structure"), feasible_devices(graph, cluster)).group
+             if graph.n_ops > MAX_TASKS else None)
     sim = Simulator(graph, cluster)
+    try:
+        r = solve_cp_sat(graph, cluster, budget=budget, seed=seed_int(seed), hint=start_dev, group=group)
+    except NoSolutionInBudget as e:
+        hint_step = float(sim.run_batch(start_dev[None, :]).step_time[0])
+        return Placement.from_array(graph, cluster, start_dev, method, cp_sat_status="UNKNOWN",
+                                    stopped_by=e.stopped_by, hint=start.method, hint_step_s=hint_step,
+                                    returned="hint")
     mine = sim.run_batch(np.stack([r.devices, start_dev]))
     solution, hint = ranks(mine)
     use_hint = hint < solution
@@ -357,4 +369,19 @@ def cp_sat(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
                 returned="hint" if use_hint else "cp-sat")
     if r.bound_s is not None:
         meta["bound_s"] = r.bound_s
-    return Placement.from_array(graph, cluster, start_dev if use_hint else r.devices, "cp-sat", **meta)
+    return Placement.from_array(graph, cluster, start_dev if use_hint else r.devices, method, **meta)
+
+
+@register_placer("cp-sat", description="exact placement and schedule with OR-Tools CP-SAT (ops, or up to 60 "
+                 "contiguous task groups), deterministic-time budget", paper="OR-Tools CP-SAT", memory_aware=True)
+def cp_sat(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    """Place by solving the CP-SAT model of the module docstring, hinted with the best of the fast placers
+    (:func:`autoplace.placers.auto.best_fast`), through :func:`improve_with_cp_sat`: never worse than its
+    hint. Meta: ``cp_sat_status``, ``model`` (``"ops"`` or ``"K tasks"``), ``model_step_time_s``,
+    ``model_bound_s``, ``bound_s`` (op-level model only: a bound on every placement), ``gap``,
+    ``memory_model``, ``stopped_by``, ``tasks``, ``hint`` (the fast placer) and ``hint_step_s``,
+    ``returned`` (``"cp-sat"`` or ``"hint"``). Raises :class:`InfeasibleError` where nothing it found fits."""
+    from autoplace.placers.auto import best_fast, check_fits
+
+    start, _ = best_fast(graph, cluster, seed=seed)
+    return check_fits(graph, cluster, improve_with_cp_sat(graph, cluster, start, seed=seed, budget=budget))

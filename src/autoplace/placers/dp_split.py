@@ -22,13 +22,15 @@ cuts is counted at each). Two objectives, each minimised exactly over all splits
 * ``stage`` — the slowest stage, ``max_j (W_j + C_in(j))``, the throughput of a pipeline over the stages.
 
 ``best[p, k] = min over (q < p, k' < k) of best[q, k'] (+ or max) C(q, k', k) + W(q, p, k)`` over positions
-``p`` and devices ``k``: ``O(U^2 K^2)`` for ``U`` units and ``K`` devices, vectorised (``step`` uses a running
-minimum, ``O(U K^2)``).
+``p`` and devices ``k``: ``O(U^2 K^2)`` for ``U`` units and ``K`` devices, vectorised over ``(q, p)``.
 
 **Memory.** A stage fits when its parameters, the activations its forward ops keep for their backward
 ops, and its largest output fit the device. That count is an estimate, so every split found is simulated;
-where a device runs out of memory, the split is solved again with that device's capacity scaled by
-``capacity / peak`` (2 % more headroom), up to :data:`MEMORY_TRIES` times.
+where a device runs out of memory, the split is solved again with the capacities divided by the largest
+``peak / count`` of the devices that ran out (2 % more headroom), up to :data:`MEMORY_TRIES` times. The
+first factor comes from the whole graph on the first device; where a factor leaves no split that fits, the
+next is halfway between it and the largest factor known too small (at first 1, the count itself), so a
+tight graph is not declared infeasible for an estimate calibrated on another split.
 
 The placer returns the fastest (simulated) of the optimal splits of both orders under both objectives that
 fits. ``seed`` is unused; ``budget`` too (the program is exact and takes well under a second after
@@ -45,7 +47,7 @@ import numpy as np
 from autoplace.cluster import Cluster
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
-from autoplace.grouping import floating_ops, group_ops
+from autoplace.grouping import floating_ops, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers import register_placer
 from autoplace.cost import op_time_matrix
@@ -53,7 +55,7 @@ from autoplace.cost import op_time_matrix
 __all__ = ["dp_split", "solve_split", "unit_orders", "SplitProblem", "MAX_UNITS", "MEMORY_TRIES"]
 
 MAX_UNITS = 384      #: longer unit sequences are coarsened to this many runs
-MEMORY_TRIES = 5     #: splits solved per (order, objective), each with less room where the last ran out
+MEMORY_TRIES = 8     #: splits solved per (order, objective), each with less room where the last ran out
 UNIT_RULES = ("colocation", "gradient", "structure")
 
 
@@ -158,9 +160,7 @@ def split_problem(graph: Graph, cluster: Cluster, group: np.ndarray, order: np.n
     np.maximum.at(largest, unit, g_largest)
     # tensors crossing each position, once per (tensor, reading unit) — forwards and backwards
     op_unit = unit[by_rank]
-    t_src_unit = op_unit[graph.tensor_src[graph.pair_tensor]]
-    t_dst_unit = op_unit[graph.pair_op]
-    rows = np.unique(np.stack([graph.pair_tensor, t_dst_unit]), axis=1)
+    rows = np.unique(np.stack([graph.pair_tensor, op_unit[graph.pair_op]]), axis=1)
     a, b = op_unit[graph.tensor_src[rows[0]]], rows[1]
     nb = graph.tensor_bytes[rows[0]].astype(np.float64)
     fwd_b, fwd_c, bwd_b, bwd_c = (np.zeros(U + 1) for _ in range(4))
@@ -170,7 +170,6 @@ def split_problem(graph: Graph, cluster: Cluster, group: np.ndarray, order: np.n
     np.add.at(fwd_c, a[f] + 1, 1.0); np.add.at(fwd_c, b[f] + 1, -1.0)          # noqa: E702
     np.add.at(bwd_b, b[k] + 1, nb[k]); np.add.at(bwd_b, a[k] + 1, -nb[k])      # noqa: E702
     np.add.at(bwd_c, b[k] + 1, 1.0); np.add.at(bwd_c, a[k] + 1, -1.0)          # noqa: E702
-    del t_src_unit, t_dst_unit
     return SplitProblem(np.array(devices), work, np.bincount(unit, weights=g_params, minlength=U),
                         np.bincount(unit, weights=g_saved, minlength=U), largest,
                         np.cumsum(fwd_b)[:U], np.cumsum(fwd_c)[:U], np.cumsum(bwd_b)[:U], np.cumsum(bwd_c)[:U],
@@ -265,9 +264,9 @@ def dp_split(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Place
 
     sim = Simulator(graph, cluster)
     times = op_time_matrix(graph, cluster)
-    grouping = group_ops(graph, rules=UNIT_RULES)
-    devices = ordered_devices(cluster)
     ok = np.isfinite(times)
+    grouping = runnable_grouping(graph, UNIT_RULES, ok)
+    devices = ordered_devices(cluster)
     g_ok = np.ones((grouping.n_groups, cluster.n_devices), dtype=bool)
     np.logical_and.at(g_ok, grouping.group, ok)
     g_time = np.zeros((grouping.n_groups, cluster.n_devices))
@@ -286,11 +285,15 @@ def dp_split(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Place
             factor = _memory_factor(prob, sim.run(expand(prob, order, np.full(prob.n_units, devices[0]))),
                                     np.full(prob.n_units, devices[0]), 1.0)
         for objective in ("step", "stage"):
-            f = factor
+            f, too_small, no_split = factor, 1.0, np.inf   # factors known to run out / to leave no split
             for attempt in range(1, MEMORY_TRIES + 1):
                 value, unit_dev = solve_split(prob, cluster, mem / f, objective)
                 if not np.isfinite(value):
-                    break
+                    no_split = f
+                    if f <= too_small * 1.001:
+                        break
+                    f = (too_small + f) / 2
+                    continue
                 dev = expand(prob, order, unit_dev)
                 r = sim.run(dev)
                 if r.ok:
@@ -299,7 +302,10 @@ def dp_split(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Place
                     if best is None or r.step_time < best[0]:
                         best = (r.step_time, dev, order_name, objective, value, attempt, prob, unit_dev)
                     break
+                too_small = f
                 f = _memory_factor(prob, r, unit_dev, f)
+                if f >= no_split:
+                    f = (too_small + no_split) / 2
     if best is None:
         raise InfeasibleError(f"dp-split: no contiguous split of {graph.name!r} fits the memory of cluster "
                               f"{cluster.name!r}")

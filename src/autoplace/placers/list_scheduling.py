@@ -28,7 +28,7 @@ from autoplace.cost import feasible_devices, op_time_matrix
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
-from autoplace.grouping import floating_ops, group_ops
+from autoplace.grouping import floating_ops, runnable_grouping
 from autoplace.placers import register_placer
 from autoplace.validation import check_budget
 
@@ -126,7 +126,7 @@ class _Schedule:
         self.cap = cluster.memory_bytes if capacity is None else capacity
         self.readers_left = np.diff(graph.tensor_pair_ptr).astype(np.int64)
         self.copies_of: dict[int, list[int]] = {}        # tensor -> devices holding a received copy
-        grouping = group_ops(graph, rules=rules)
+        grouping = runnable_grouping(graph, rules, self.ok)
         G = grouping.n_groups
         self.group_of = grouping.group
         order = np.argsort(grouping.group, kind="stable")
@@ -688,7 +688,7 @@ def _m_etf(graph: Graph, cluster: Cluster, method: str, capacity: np.ndarray,
                         release(i, pin=False)
                     continue
                 finish, start, plan = s.evaluate(i, d)
-                ready = start if start < r else r
+                ready = min(start, r)
                 if plan[3] and plan[3][-1][2] > r * (1 + 1e-12) + 1e-15:   # its inputs now land later
                     heapq.heapreplace(h, (max(x[2] for x in plan[3]), rk, i))
                     continue

@@ -16,7 +16,9 @@ simulates, in one batch, the placement with all of its ops moved to every other 
 all, and swapped with one group of each other device (the group's device is where most of its ops are),
 and takes the best if it improves the score. The score is the simulated step time, multiplied by
 ``1 + 10 * overflow`` where a device's peak exceeds its memory (``overflow`` = the largest relative
-excess), so a search can climb out of OOM. The result is never worse than the start.
+excess), so a search can climb out of OOM; a fitting placement always ranks before a failing one
+(:func:`ranks`), so a move never trades a fitting placement for a faster one that runs out of memory. The
+result is never worse than the start: it fits if the start fits, and its score is no higher.
 
 **Budget.** Under the simulator the budget counts work, not the wall clock: ``budget`` seconds allow
 ``budget * OPS_PER_SECOND / n_ops`` evaluations (placements simulated), ``OPS_PER_SECOND`` being a
@@ -39,7 +41,7 @@ from autoplace.cluster import Cluster
 from autoplace.cost import feasible_devices
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
-from autoplace.grouping import Grouping, coarsen, group_ops
+from autoplace.grouping import Grouping, coarsen, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers import register_placer, report_progress
 from autoplace.sim import BatchResult, Simulator
@@ -69,8 +71,9 @@ def group_levels(graph: Graph, cluster: Cluster, *, seed: int = 0) -> list[Group
     """The groupings :func:`refine` climbs over, coarsest first (levels with the same groups as the one
     before them are dropped)."""
     levels: list[Grouping] = []
+    ok = feasible_devices(graph, cluster)
     for rules in LEVEL_RULES:
-        grouping = group_ops(graph, rules=rules)
+        grouping = runnable_grouping(graph, rules, ok)
         if not levels or grouping.n_groups != levels[-1].n_groups:
             levels.append(grouping)
     if levels[0].n_groups > 2 * COARSE_GROUPS:
@@ -136,8 +139,8 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
     t_end = time.perf_counter() + wall
     rng = check_random_state(seed)
     dev = placement.to_array(graph, cluster).copy()
-    best = float(score(run_batch(dev[None, :]))[0])
-    start_score, evaluations = best, 1
+    best = ranks(run_batch(dev[None, :]))[0]
+    start_score, evaluations = best[1], 1
     ok_ops = feasible_devices(graph, cluster)
     levels = group_levels(graph, cluster, seed=seed_int(seed) if not isinstance(seed, np.random.Generator) else 0)
     report: list[dict] = []
@@ -164,16 +167,16 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
                 if stop_reason is not None:
                     break
                 batch = np.stack(cands)
-                s = score(run_batch(batch))
+                r = ranks(run_batch(batch))
                 evaluations += len(cands)
                 if max_evaluations is not None and visited % 16 == 0:
                     report_progress(f"local search, level {len(report)} of {len(levels)}: step "
-                                    f"{best * 1e3:.1f} ms", evaluations / max_evaluations)
+                                    f"{best[1] * 1e3:.1f} ms", evaluations / max_evaluations)
                 info["evaluations"] += len(cands)
                 visited += 1
-                k = int(np.argmin(s))
-                if s[k] < best * (1 - 1e-9):
-                    best, dev, improved = float(s[k]), batch[k], True
+                k = min(range(len(r)), key=r.__getitem__)
+                if r[k][0] < best[0] or (r[k][0] == best[0] and r[k][1] < best[1] * (1 - 1e-9)):
+                    best, dev, improved = r[k], batch[k], True
                     homes = level.homes(dev)
             if stop_reason is None and not improved:
                 info["converged"] = True
@@ -183,18 +186,21 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
     if stop_reason is None:
         stop_reason = "converged"
     meta = {**placement.meta, "refined_from": placement.method, "start_score_s": start_score,
-            "score_s": best, "evaluations": evaluations, "passes": passes, "groups_visited": visited,
+            "score_s": best[1], "out_of_memory": best[0], "evaluations": evaluations, "passes": passes,
+            "groups_visited": visited,
             "groups": report[-1]["groups"] if report else 0, "levels": report,
             "converged": stop_reason == "converged", "stop_reason": stop_reason}
     return Placement.from_array(graph, cluster, dev, method or f"{placement.method}+ls", **meta)
 
 
 @register_placer("local-search", description="moves and swaps of groups under the simulator, coarse to fine, "
-                 "from the best of the fast placers", paper="")
+                 "from the best of the fast placers", paper="", memory_aware=True)
 def local_search(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """:func:`refine` started from the best of the fast placers (:func:`autoplace.placers.auto.best_fast`).
-    ``seed`` orders the groups and picks swap partners; ``budget`` as in :func:`refine`."""
-    from autoplace.placers.auto import best_fast
+    ``seed`` orders the groups and picks swap partners; ``budget`` as in :func:`refine`. Raises
+    :class:`InfeasibleError` where the result does not fit (:func:`refine` itself returns it, marked
+    ``out_of_memory``)."""
+    from autoplace.placers.auto import best_fast, check_fits
 
     start, _ = best_fast(graph, cluster, seed=seed)
-    return refine(graph, cluster, start, seed=seed, budget=budget, method="local-search")
+    return check_fits(graph, cluster, refine(graph, cluster, start, seed=seed, budget=budget, method="local-search"))

@@ -25,9 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from autoplace.cluster import Cluster
+from autoplace.cost import feasible_devices
 from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
-from autoplace.grouping import GroupGraph, group_ops, grouped_graph, part_graph, weighted_csr
+from autoplace.grouping import GroupGraph, grouped_graph, part_graph, runnable_grouping, weighted_csr
 from autoplace.placement import Placement
 from autoplace.placers import register_placer
 from autoplace.validation import seed_int
@@ -54,7 +55,7 @@ def _finish(graph: Graph, cluster: Cluster, gg: GroupGraph, group_dev: np.ndarra
 
 
 def _group(graph: Graph, cluster: Cluster, rules: tuple[str, ...] = ("colocation",)) -> GroupGraph:
-    return grouped_graph(graph, group_ops(graph, rules=rules), cluster)
+    return grouped_graph(graph, runnable_grouping(graph, rules, feasible_devices(graph, cluster)), cluster)
 
 
 # ---------------------------------------------------------------------- Scotch
