@@ -1,7 +1,9 @@
-"""Placement time of the scalable placers on >= 30,000-op graphs (the target: m-ETF and m-SCT
-in <= 60 s).
+"""Placement time of every scalable placer on >= 30,000-op graphs, and whether the searches converge.
 
     .venv/bin/python benchmarks/placer_speed.py [--methods m-etf,m-sct,...] [--graphs layered-dag,gnmt-8]
+
+Search placers (``local-search``, ``auto``) run with budget 60; the note says where a search started,
+how its levels ended (groups, passes, converged) and why it stopped.
 """
 
 from __future__ import annotations
@@ -11,13 +13,30 @@ import sys
 import time
 
 
+def _note(meta: dict) -> str:
+    """What a row's placement says of its search: favourites, start, levels, stop reason."""
+    parts = []
+    if "favourites" in meta:
+        parts.append(f"favourites: {meta['favourites']}")
+    start = meta.get("from", meta.get("refined_from"))
+    if start is not None:
+        parts.append(f"from {start}" + "".join(f" + {s}" for s in meta.get("improved_by", [])))
+    search = meta.get("refine", meta)
+    if "levels" in search:
+        levels = ", ".join(f"{lv['groups']} groups: {lv['passes']} passes"
+                           + (" (converged)" if lv["converged"] else "") for lv in search["levels"])
+        parts.append(f"{search['evaluations']} evaluations, {levels}; stop: {search['stop_reason']}")
+    return "; ".join(parts)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--methods", default="m-etf,m-sct,m-topo,tf-greedy,heft,metis,scotch,mincut,expert")
+    ap.add_argument("--methods", default="m-etf,m-sct,m-topo,tf-greedy,heft,metis,scotch,mincut,expert,dp-split,local-search,auto")
     ap.add_argument("--graphs", default="layered-dag,gnmt-8")
     ap.add_argument("--cluster", default="k80x4")
     args = ap.parse_args(argv)
     from autoplace.cluster import get_cluster
+    from autoplace.errors import InfeasibleError
     from autoplace.placers import place
     from autoplace.sim import simulate
     from autoplace.zoo import build_graph
@@ -29,10 +48,14 @@ def main(argv=None) -> int:
         g = build_graph(name)
         for m in args.methods.split(","):
             t0 = time.perf_counter()
-            p = place(g, cluster, m, seed=0, budget=60.0)
+            try:
+                p = place(g, cluster, m, seed=0, budget=60.0)
+            except InfeasibleError as e:
+                print(f"| {name} | {g.n_ops:,} | {m} | {time.perf_counter() - t0:.1f} s | none | - | {e} |")
+                continue
             el = time.perf_counter() - t0
             r = simulate(g, cluster, p)
-            note = f"favourites: {p.meta['favourites']}" if "favourites" in p.meta else ""
+            note = _note(p.meta)
             print(f"| {name} | {g.n_ops:,} | {m} | {el:.1f} s | {r.step_time:.3f} s | "
                   f"{', '.join(r.oom_devices) or '-'} | {note} |", flush=True)
     return 0

@@ -34,9 +34,9 @@ def fork() -> Graph:
 @pytest.mark.parametrize("method", SCHEDULERS)
 def test_a_source_follows_its_reader_rather_than_the_idle_cpu(method):
     """The input batch has no inputs and tells a scheduler nothing at time 0, where the CPU's lower per-op
-    overhead made it finish first: m-ETF and m-SCT put it there, and with it (one reader at a time, each
-    finishing earliest beside its input) the whole graph: 84x slower than one GPU. A source now goes with
-    its first reader."""
+    overhead makes it finish first: placed there, it would draw the whole graph after it (one reader at a
+    time, each finishing earliest beside its input), 84x slower than one GPU. A source goes with its first
+    reader."""
     g, c = fork(), cpu_and_gpus()
     dev = place(g, c, method).to_array(g, c)
     assert c.devices[dev[g.index("x")]].kind == "gpu"
@@ -50,7 +50,7 @@ def test_a_source_follows_its_reader_rather_than_the_idle_cpu(method):
 def test_copies_through_one_link_queue_and_the_estimate_says_so(method):
     """A CPU-only op sends two 1000-byte tensors to GPU-only readers over a 1000 B/s link: the copies take
     1 s each, one after the other (the link serves them in turn), so the second reader starts at 1 + 2 =
-    3 s and the step is 3.1 s. A lone-transfer estimate said 2.2 s."""
+    3 s and the step is 3.1 s (an estimate of lone transfers would say 2.2 s)."""
     g = Graph([Op("a", "op", output_bytes=(1000, 1000), cost={"cpu": 1.0}, device_types=("cpu",)),
                Op("b1", "op", ("a:0",), cost={"gpu": 0.1}, device_types=("gpu",)),
                Op("b2", "op", ("a:1",), cost={"gpu": 0.1}, device_types=("gpu",))], name="two-copies")
@@ -63,9 +63,9 @@ def test_copies_through_one_link_queue_and_the_estimate_says_so(method):
 
 @pytest.mark.parametrize("method", ["tf-greedy", "heft", "m-etf", "m-sct"])
 def test_parameters_go_where_their_groups_run_fastest(method):
-    """Two parameters, each co-located with a heavy update. Placed alone at time 0, the second went to the
-    CPU (idle sooner, lower per-op overhead) and pinned its update there: 10 ms instead of 0.1 ms. A
-    parameter now follows its first reader, and a group's whole work weighs in its choice."""
+    """Two parameters, each co-located with a heavy update. Placed alone at time 0, the second would go to
+    the CPU (idle sooner, lower per-op overhead) and pin its update there: 10 ms instead of 0.1 ms. A
+    parameter follows its first reader, and a group's whole work weighs in its choice."""
     ops = [Op("x", "input", output_bytes=(1 << 10,))]
     for k in (1, 2):
         ops += [Op(f"w{k}", "parameter", output_bytes=(1 << 10,), param_bytes=1 << 10, colocation_group=f"w{k}",

@@ -32,7 +32,7 @@ def test_converges_on_a_tiny_graph_and_says_so():
     g, cluster = build_graph("toy-mlp", layers=2), get_cluster("k80x2")
     p = place(g, cluster, "local-search", seed=0, budget=10)
     assert p.meta["stop_reason"] == "converged" and p.meta["converged"] is True
-    assert p.meta["groups_visited"] == p.meta["groups"]
+    assert p.meta["groups_visited"] == p.meta["levels"][-1]["visited"] <= p.meta["groups"]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -89,3 +89,21 @@ def test_a_fitting_start_never_becomes_a_faster_placement_that_runs_out_of_memor
     assert not r.ok and r.step_time < 0.6 * simulate(g, c, start).step_time    # the trap is there
     p = refine(g, c, start, seed=0, budget=1)
     assert simulate(g, c, p).ok and p.meta["out_of_memory"] is False
+
+
+def test_large_fine_levels_are_searched_on_their_cut(dag, monkeypatch):
+    """Above WHOLE_LEVEL_GROUPS groups a finer level visits only the groups with an edge to another device;
+    at or below it, every group."""
+    import autoplace.placers.local_search as ls
+
+    cluster = get_cluster("k80x2")
+    start = place(dag, cluster, "metis")
+    budget = 2000 * dag.n_ops / OPS_PER_SECOND
+    whole = refine(dag, cluster, start, seed=0, budget=budget).meta["levels"]
+    assert all(lv["visited"] == lv["groups"] for lv in whole)
+    monkeypatch.setattr(ls, "WHOLE_LEVEL_GROUPS", 0)
+    p = refine(dag, cluster, start, seed=0, budget=budget)
+    levels = p.meta["levels"]
+    assert len(levels) > 1 and levels[0]["visited"] == levels[0]["groups"]
+    assert all(0 < lv["visited"] < lv["groups"] for lv in levels[1:])
+    assert simulate(dag, cluster, p).step_time <= simulate(dag, cluster, start).step_time * (1 + 1e-12)

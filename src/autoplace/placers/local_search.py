@@ -11,6 +11,14 @@ of co-location groups, so every move keeps the constraints. A level is searched 
 improvement, then the next, finer level starts from the result; on a graph of tens of thousands of ops the
 coarse levels take few evaluations and move most of the work.
 
+**Coarse everywhere, fine on the cut.** A pass of the first (coarsest) level, or of any level of at most
+:data:`WHOLE_LEVEL_GROUPS` groups, visits every group and tries every device; a pass of a larger finer
+level visits only the groups on the cut — those with an edge to an op on another device — and tries only
+the devices of their neighbour ops, as the refinement of a multilevel partitioner does (METIS's
+uncoarsening, Karypis & Kumar 1998): the coarse level has balanced the work, and a fine group gains little
+by opening new cuts. Moves change the cut, so it is recomputed at the start of every pass; such a level
+has converged when a pass over its cut improves nothing.
+
 **A pass.** The groups of the level are visited in a seeded order; for the current group the search
 simulates, in one batch, the placement with all of its ops moved to every other device that can run them
 all, and swapped with one group of each other device (the group's device is where most of its ops are),
@@ -27,7 +35,8 @@ nominal simulator speed, so a search is reproducible for a seed on a busy machin
 that. Scored by real runs (a measured env), the budget is wall-clock seconds. The placement's meta says
 how the search ended (``stop_reason``: ``converged`` — at the finest level —, ``evaluation budget``,
 ``wall-clock budget`` or ``wall-clock cap``) and how far it got (``evaluations``, ``levels``: per level its
-groups, passes, whether it converged and its evaluations; ``passes`` and ``groups_visited`` of the last).
+groups, passes, whether it converged, its evaluations and the groups its last pass visited; ``passes`` and
+``groups_visited`` of the last).
 Cost per evaluation: one simulation, ``O((n + E) log n)``.
 """
 
@@ -47,12 +56,14 @@ from autoplace.placers import register_placer, report_progress
 from autoplace.sim import BatchResult, Simulator
 from autoplace.validation import check_budget, check_random_state, seed_int
 
-__all__ = ["refine", "local_search", "score", "ranks", "group_levels", "LEVEL_RULES", "COARSE_GROUPS"]
+__all__ = ["refine", "local_search", "score", "ranks", "group_levels", "LEVEL_RULES", "COARSE_GROUPS",
+           "WHOLE_LEVEL_GROUPS"]
 
 DEFAULT_BUDGET_S = 10.0
 OPS_PER_SECOND = 1e7  #: nominal simulator speed (batched local search ran 10-18 M ops/s here) turning seconds into evaluations
 LEVEL_RULES = (("colocation", "gradient", "structure"), ("colocation", "gradient"), ("colocation",))
 COARSE_GROUPS = 256   #: a structural level with more than twice as many groups gets a METIS-coarsened level of this many above it
+WHOLE_LEVEL_GROUPS = 2 * COARSE_GROUPS   #: a finer level with more groups than this is searched on its cut only
 
 
 def score(batch: BatchResult) -> np.ndarray:
@@ -87,7 +98,7 @@ def group_levels(graph: Graph, cluster: Cluster, *, seed: int = 0) -> list[Group
 class _Level:
     """One grouping's members and the devices each group can run on whole."""
 
-    def __init__(self, grouping: Grouping, ok_ops: np.ndarray):
+    def __init__(self, grouping: Grouping, ok_ops: np.ndarray, src: np.ndarray, dst: np.ndarray):
         G = grouping.n_groups
         order = np.argsort(grouping.group, kind="stable")
         self.members = np.split(order, np.cumsum(np.bincount(grouping.group, minlength=G))[:-1])
@@ -95,6 +106,23 @@ class _Level:
         np.logical_and.at(self.ok, grouping.group, ok_ops)
         self.n_groups = G
         self.group = grouping.group
+        # each group's neighbour ops (either end of an edge leaving the group)
+        g_end, other = np.concatenate([self.group[src], self.group[dst]]), np.concatenate([dst, src])
+        keep = g_end != self.group[other]
+        g_end, other = g_end[keep], other[keep]
+        by = np.argsort(g_end, kind="stable")
+        self.adjacent = np.split(other[by], np.cumsum(np.bincount(g_end, minlength=G))[:-1])
+
+    def cut(self, dev: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """The groups with an edge to an op on another device."""
+        c = dev[src] != dev[dst]
+        return np.union1d(self.group[src[c]], self.group[dst[c]])
+
+    def neighbour_devices(self, g: int, dev: np.ndarray) -> np.ndarray:
+        """Boolean ``[D]``: the devices of group ``g``'s neighbour ops."""
+        mask = np.zeros(self.ok.shape[1], dtype=bool)
+        mask[dev[self.adjacent[g]]] = True
+        return mask
 
     def homes(self, dev: np.ndarray) -> np.ndarray:
         """Each group's device: where most of its ops are."""
@@ -102,18 +130,21 @@ class _Level:
         np.add.at(counts, (self.group, dev), 1)
         return counts.argmax(axis=1)
 
-    def neighbours(self, g: int, dev: np.ndarray, homes: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    def neighbours(self, g: int, dev: np.ndarray, homes: np.ndarray, rng: np.random.Generator,
+                   targets: np.ndarray | None = None) -> list[np.ndarray]:
         """Group ``g`` moved whole to every other device that can run it, and swapped with one random group
-        of each other device that can take ``g``'s device."""
+        of each other device that can take ``g``'s device; ``targets`` (boolean ``[D]``) limits the other
+        devices (``g``'s own device is always a move target where its ops are split)."""
         m, here = self.members[g], int(homes[g])
+        allowed = self.ok[g] if targets is None else self.ok[g] & targets
         cands = []
         for d in np.flatnonzero(self.ok[g]).tolist():
-            if d != here or (dev[m] != d).any():
+            if (d != here and allowed[d]) or (d == here and (dev[m] != d).any()):
                 c = dev.copy()
                 c[m] = d
                 cands.append(c)
         for d in range(self.ok.shape[1]):
-            if d == here or not self.ok[g, d]:
+            if d == here or not allowed[d]:
                 continue
             others = np.flatnonzero((homes == d) & self.ok[:, here])
             if len(others):
@@ -143,11 +174,12 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
     start_score, evaluations = best[1], 1
     ok_ops = feasible_devices(graph, cluster)
     levels = group_levels(graph, cluster, seed=seed_int(seed) if not isinstance(seed, np.random.Generator) else 0)
+    src, dst, _ = graph.edges()
     report: list[dict] = []
     stop_reason = None
     passes = visited = 0
-    for grouping in levels:
-        level = _Level(grouping, ok_ops)
+    for li, grouping in enumerate(levels):
+        level = _Level(grouping, ok_ops, src, dst)
         info = {"groups": level.n_groups, "passes": 0, "converged": False, "evaluations": 0}
         report.append(info)
         while stop_reason is None:
@@ -155,8 +187,13 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
             info["passes"] += 1
             passes = info["passes"]
             homes = level.homes(dev)
-            for g in rng.permutation(level.n_groups).tolist():
-                cands = level.neighbours(g, dev, homes, rng)
+            # a small or the coarsest level: every group, anywhere; a larger finer one: the groups on the
+            # cut, to their neighbours' devices (in a seeded order)
+            whole = li == 0 or level.n_groups <= WHOLE_LEVEL_GROUPS
+            visit = rng.permutation(level.n_groups if whole else level.cut(dev, src, dst))
+            info["visited"] = len(visit)
+            for g in visit.tolist():
+                cands = level.neighbours(g, dev, homes, rng, None if whole else level.neighbour_devices(g, dev))
                 if not cands:
                     visited += 1
                     continue
