@@ -153,6 +153,31 @@ def print_tables(table: str, rows: list[dict], before: list[dict] | None, budget
                       + f" {_fmt(paper[extra], paper[extra] is None)} | {_ratio(pbase, paper[extra])} |")
 
 
+#: per table: the baseline, then the placers the paper reports (ours / the paper's speedup over the baseline)
+COMPARED = {"mirhoseini": ("single-gpu", ("single-cpu", "expert", "scotch", "mincut", "metis", "auto", "rl")),
+            "gdp": ("expert", ("single-gpu", "metis", "mincut", "scotch", "auto", "hdp", "gdp-one"))}
+
+
+def print_compared(table: str, rows: list[dict]) -> None:
+    """One compact table: each setting's speedup over the baseline of the placers the paper compares, ours /
+    the paper's ("-": none; "OOM": out of memory; the papers' learned placers are not ours yet)."""
+    base_method, methods = COMPARED[table]
+    ours = {(r["model"], r["cluster"], r["method"]): r for r in rows}
+    print(f"\n### Speedup over {base_method}, ours / paper\n")
+    print(f"| setting | {' | '.join(methods)} |")
+    print("|---|" + "---:|" * len(methods))
+    for model, cname in settings(table):
+        paper = paper_row(table, model, cname)
+        base = ours.get((model, cname, base_method), {}).get("step_s")
+        cells = []
+        for m in methods:
+            r = ours.get((model, cname, m), {})
+            mine = "OOM" if r.get("oom") else _ratio(base, r.get("step_s"))
+            theirs = "-" if m not in paper else ("OOM" if paper[m] is None else _ratio(paper.get(base_method), paper[m]))
+            cells.append(f"{mine.rstrip('x')} / {theirs.rstrip('x')}")
+        print(f"| {model}, {cname} | {' | '.join(cells)} |")
+
+
 def print_summary(table: str, rows: list[dict], before: list[dict] | None) -> None:
     """Per method: geometric-mean speedup over the baseline across the settings, and how many settings
     it runs out of memory in — now and before."""
@@ -219,6 +244,7 @@ def main(argv=None) -> int:
             before = json.load(f)["rows"]
     print_tables(args.table, rows, before, args.budget, args.seed)
     print_summary(args.table, rows, before)
+    print_compared(args.table, rows)
     return 0
 
 
