@@ -70,9 +70,51 @@ def test_refine_never_returns_worse_than_its_start(case, seed):
     before = simulate(graph, cluster, start)
     p = refine(graph, cluster, start, seed=seed, budget=60 * graph.n_ops / OPS_PER_SECOND)
     after = simulate(graph, cluster, p)
-    assert p.meta["score_s"] <= p.meta["start_score_s"]
+    assert (not after.ok, p.meta["score_s"]) <= (not before.ok, p.meta["start_score_s"])   # fit first, then score
     if before.ok:
         assert after.ok and after.step_time <= before.step_time * (1 + 1e-12)
+
+
+def two_parameters_one_fast_small_gpu() -> tuple[Graph, Cluster]:
+    """Two ops whose parameters (10 kB each) do not both fit the fast GPU (19.9 kB, 0.5 % over), beside a
+    GPU a thousand times slower with room: the placement that fits is far slower than the one that does
+    not, and by more than its overflow penalty."""
+    ops = [Op("x", "input", output_bytes=(8,)),
+           Op("a", "mm", ("x",), output_bytes=(8,), flops=1e6, param_bytes=10_000),
+           Op("b", "mm", ("x",), output_bytes=(8,), flops=1e6, param_bytes=10_000)]
+    c = Cluster("c", [Device("gpu:0", "gpu", 19_900, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e9, 1e11)],
+                default_link=LinkSpec(1e9, 1e-6))
+    return Graph(ops, name="two-parameters"), c
+
+
+def test_refine_takes_a_failing_start_to_a_fitting_placement_even_at_a_higher_score():
+    g, c = two_parameters_one_fast_small_gpu()
+    start = Placement({"x": "gpu:0", "a": "gpu:0", "b": "gpu:0"}, g, c, "start")
+    assert not simulate(g, c, start).ok
+    p = refine(g, c, start, seed=0, budget=1)
+    assert simulate(g, c, p).ok and p.meta["score_s"] > p.meta["start_score_s"]
+
+
+def test_auto_prefers_a_fitting_candidate_to_a_lower_scoring_one_that_runs_out_of_memory(monkeypatch):
+    """Its fast-placer ranking and its stages rank (fits, score): a faster placement that overflows, even
+    with a lower penalised score, never displaces one that fits."""
+    import autoplace.placers.local_search as ls
+    from autoplace.placers.auto import Candidate, _best
+
+    g, c = two_parameters_one_fast_small_gpu()
+    fits = Placement({"x": "gpu:0", "a": "gpu:0", "b": "gpu:1"}, g, c, "fits")
+    overflows = Placement({"x": "gpu:0", "a": "gpu:0", "b": "gpu:0"}, g, c, "overflows")
+    r_fits, r_over = simulate(g, c, fits), simulate(g, c, overflows)
+    assert r_fits.ok and not r_over.ok and r_over.step_time * 1.2 < r_fits.step_time
+    cands = [Candidate("overflows", overflows, r_over.step_time, False, r_over.step_time * 1.05, 0.0),
+             Candidate("fits", fits, r_fits.step_time, True, r_fits.step_time, 0.0)]
+    assert _best(cands).method == "fits"
+
+    refined = Placement(overflows.assignment, g, c, "refined",
+                        {"evaluations": 1, "stop_reason": "converged", "converged": True, "levels": []})
+    monkeypatch.setattr(ls, "refine", lambda graph, cluster, start, **kw: refined)
+    p = place(g, c, "auto", seed=0, budget=1)
+    assert simulate(g, c, p).ok and "refined" not in p.meta["improved_by"]
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

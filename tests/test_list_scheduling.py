@@ -179,7 +179,7 @@ def split_gradient_group(conflict: bool = False) -> tuple[Graph, Cluster]:
     """A forward op that only a GPU runs and its gradient op that only a CPU runs: the gradient rule would
     group them (with the parameter both read), yet no device runs the group whole. With ``conflict`` the
     two also share a co-location group, which no placement can honour."""
-    co = "f" if conflict else None
+    co = "pair" if conflict else None
     ops = [Op("x", "input", output_bytes=(100,)),
            Op("w", "parameter", output_bytes=(100,), param_bytes=100, meta={"fwd": "f", "view": True}),
            Op("f", "mm", ("x", "w"), output_bytes=(100,), flops=1e6, device_types=("gpu",), phase="forward",
@@ -204,7 +204,7 @@ def test_a_co_location_group_no_device_runs_whole_is_infeasible_and_named(method
     from autoplace.errors import InfeasibleError
 
     g, c = split_gradient_group(conflict=True)
-    with pytest.raises(InfeasibleError, match="'f'"):
+    with pytest.raises(InfeasibleError, match="co-location group 'pair'"):
         place(g, c, method)
 
 

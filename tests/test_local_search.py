@@ -107,3 +107,27 @@ def test_large_fine_levels_are_searched_on_their_cut(dag, monkeypatch):
     assert len(levels) > 1 and levels[0]["visited"] == levels[0]["groups"]
     assert all(0 < lv["visited"] < lv["groups"] for lv in levels[1:])
     assert simulate(dag, cluster, p).step_time <= simulate(dag, cluster, start).step_time * (1 + 1e-12)
+
+
+def test_cut_groups_of_large_fine_levels_move_only_to_their_neighbours_devices(dag, monkeypatch):
+    """On a finer level searched on its cut, a group is moved (or swapped) only onto a device one of its
+    neighbour ops is on, or back onto its own; with four GPUs that leaves out some devices."""
+    import autoplace.placers.local_search as ls
+
+    monkeypatch.setattr(ls, "WHOLE_LEVEL_GROUPS", 0)
+    calls = []
+    real = ls._Level.neighbours
+
+    def spy(self, g, dev, homes, rng, targets=None):
+        cands = real(self, g, dev, homes, rng, targets)
+        if targets is not None:
+            calls.append((targets.copy(), int(homes[g]), [set(c[self.members[g]].tolist()) for c in cands]))
+        return cands
+
+    monkeypatch.setattr(ls._Level, "neighbours", spy)
+    cluster = get_cluster("k80x4")
+    refine(dag, cluster, place(dag, cluster, "metis"), seed=0, budget=1500 * dag.n_ops / OPS_PER_SECOND)
+    assert calls and any(not t.all() for t, _, _ in calls)
+    for targets, here, moved in calls:
+        allowed = set(np.flatnonzero(targets).tolist()) | {here}
+        assert all(devs <= allowed for devs in moved)

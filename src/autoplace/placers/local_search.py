@@ -26,7 +26,8 @@ and takes the best if it improves the score. The score is the simulated step tim
 ``1 + 10 * overflow`` where a device's peak exceeds its memory (``overflow`` = the largest relative
 excess), so a search can climb out of OOM; a fitting placement always ranks before a failing one
 (:func:`ranks`), so a move never trades a fitting placement for a faster one that runs out of memory. The
-result is never worse than the start: it fits if the start fits, and its score is no higher.
+result is never worse than the start: from a fitting start it fits and runs no slower; from a failing one
+it returns a fitting placement where it finds one (at any score), else one of no higher score.
 
 **Budget.** Under the simulator the budget counts work, not the wall clock: ``budget`` seconds allow
 ``budget * OPS_PER_SECOND / n_ops`` evaluations (placements simulated), ``OPS_PER_SECOND`` being a
