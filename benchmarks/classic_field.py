@@ -53,7 +53,7 @@ def run(settings, methods, budget: float, cpsat_budget: float, seed: int) -> lis
     from autoplace.sim import Simulator
     from autoplace.zoo import build_graph
 
-    methods = methods or ["auto", *(m for m in available_placers() if m != "auto")]
+    methods = methods or ["auto", *(m for m in available_placers(include_learned=False) if m != "auto")]
     rows = []
     for model, params, cname in settings:
         graph, cluster = build_graph(model, **params), get_cluster(cname)

@@ -41,7 +41,7 @@ def main(argv=None) -> int:
               f"{r.bound_s * 1e3:.4f} ms\n")
         print("| method | simulated step | gap to bound |")
         print("|---|---:|---:|")
-        for m in available_placers():
+        for m in available_placers(include_learned=False):
             try:
                 step = simulate(g, cluster, place(g, cluster, m, seed=0, budget=10.0)).step_time
             except InfeasibleError as e:

@@ -258,7 +258,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from autoplace.placers import available_placers, get_placer
     from autoplace.report import fmt_bytes, fmt_ratio, fmt_time, markdown_table
 
-    methods = args.methods or ["auto", *(m for m in available_placers() if m != "auto")]
+    methods = args.methods or ["auto", *(m for m in available_placers(include_learned=False) if m != "auto")]
     for m in methods:
         get_placer(m)
     graph = resolve_graph(args.graph, _parse_params(args.param))

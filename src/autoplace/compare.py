@@ -107,7 +107,8 @@ class Comparison:
 
 def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None, *, seed: int = 0,
             budget: float | None = None, progress=None, env: str | BaseEnv = "simulated") -> Comparison:
-    """Place ``graph`` on ``cluster`` with each method (default: every registered placer) and score each
+    """Place ``graph`` on ``cluster`` with each method (default: every registered placer but the learned
+    ones) and score each
     placement with ``env`` (the simulator by default, or ``"measured"``: real runs).
 
     ``progress(method)`` is called before each method (the CLI shows a progress bar with it)."""
@@ -123,7 +124,7 @@ def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None
 
 def _compare(graph, cluster, methods, seed, budget, progress, scorer: BaseEnv, bounds: Bounds) -> Comparison:
     rows = []
-    for method in methods or available_placers():
+    for method in methods or available_placers(include_learned=False):
         if progress is not None:
             progress(method)
         t0 = time.perf_counter()

@@ -37,22 +37,24 @@ class PlacerInfo:
     description: str
     paper: str = ""
     memory_aware: bool = False
+    learned: bool = False
 
 
 _REGISTRY: dict[str, PlacerInfo] = {}
 
 
-def register_placer(name: str, *, description: str, paper: str = "",
-                    memory_aware: bool = False) -> Callable[[PlacerFn], PlacerFn]:
+def register_placer(name: str, *, description: str, paper: str = "", memory_aware: bool = False,
+                    learned: bool = False) -> Callable[[PlacerFn], PlacerFn]:
     """Decorator adding ``fn(graph, cluster, *, seed=None, budget=None) -> Placement`` under ``name``.
 
     ``memory_aware`` placers promise that the parameters and outputs they put on a device fit its memory
-    (or raise :class:`InfeasibleError`); the conformance suite holds them to it."""
+    (or raise :class:`InfeasibleError`); the conformance suite holds them to it. ``learned`` placers train a
+    policy for minutes; ``compare`` runs them only when asked by name."""
 
     def deco(fn: PlacerFn) -> PlacerFn:
         if name in _REGISTRY:
             raise ValueError(f"placer {name!r} is registered twice")
-        _REGISTRY[name] = PlacerInfo(name, fn, description, paper, memory_aware)
+        _REGISTRY[name] = PlacerInfo(name, fn, description, paper, memory_aware, learned)
         return fn
 
     return deco
@@ -65,8 +67,9 @@ def get_placer(name: str) -> PlacerInfo:
         raise UnknownNameError(f"unknown placement method {name!r} (known: {', '.join(_REGISTRY)})") from None
 
 
-def available_placers() -> list[str]:
-    return list(_REGISTRY)
+def available_placers(*, include_learned: bool = True) -> list[str]:
+    """Registered placer names, in registration order; ``include_learned=False`` leaves out the learned ones."""
+    return [n for n, info in _REGISTRY.items() if include_learned or not info.learned]
 
 
 _PROGRESS: contextvars.ContextVar[Callable[[str, float | None], None] | None] = \
@@ -109,4 +112,4 @@ def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.
 
 
 # Built-in placer modules register themselves on import.
-from autoplace.placers import auto, baselines, cpsat, dp_split, expert, list_scheduling, local_search, partitioning  # noqa: E402,F401,I001
+from autoplace.placers import auto, baselines, cpsat, dp_split, expert, list_scheduling, local_search, partitioning, rl  # noqa: E402,F401,I001

@@ -1,0 +1,354 @@
+"""The reinforcement-learning placer of Mirhoseini et al., "Device Placement Optimization with
+Reinforcement Learning" (ICML 2017).
+
+A sequence-to-sequence policy (:class:`~autoplace.policies.seq2seq.Seq2SeqPolicy`, §3.2) proposes a device
+for every group of the graph (§3.3); each proposal is scored by the env (the simulator, or real runs), and
+the step time trains the policy with REINFORCE (§3.1):
+
+.. math::
+
+    R(P) = \\sqrt{r(P)}, \\qquad
+    \\nabla_\\theta J(\\theta) \\approx \\frac{1}{K} \\sum_{i=1}^{K} (R(P_i) - B) \\, \\nabla_\\theta \\log p(P_i \\mid G; \\theta)
+    \\quad \\text{(eq. 3)}
+
+with ``K`` samples per update, ``B`` a moving average of the rewards initialised to the *failing signal*
+(the reward a placement that runs out of memory or fails to run gets instead of ``sqrt`` of its time), and
+Adam. After :attr:`RLConfig.only_ok_after` updates, only placements that ran enter an update (the paper
+does this after 5,000 steps, against sporadic failures late in training).
+
+What is adapted, and why:
+
+* *groups*: the paper groups by hand (each LSTM cell, each Inception branch) and by a consumer-only
+  merging rule; here the groups are the co-location groups with the structural rule (layers, cells,
+  branches: :mod:`autoplace.grouping`), METIS-coarsened to :attr:`RLConfig.groups` (about 256) so that
+  the decoder's length stays fixed whatever the graph's size;
+* *the failing signal*: the paper sets it by hand per graph; here it is ``sqrt`` of
+  :attr:`RLConfig.failing_factor` times the graph's serial time on its slowest devices
+  (:func:`~autoplace.search.evaluation.default_failing_step`), above every placement that runs;
+* *a seen placement is not re-run*: scores are cached by placement
+  (:class:`~autoplace.search.evaluation.Evaluator`) — under the simulator a placement's score never
+  changes, and real runs of a converging policy repeat the same few placements.
+
+``budget`` (seconds, through :func:`~autoplace.placers.place`) counts work, not wall-clock time, so that
+a search is reproducible for a seed on any machine: it allows ``budget / (n_ops / OPS_PER_SECOND + n_groups
+* POLICY_SECONDS_PER_GROUP + POLICY_SECONDS_PER_SAMPLE)`` samples (a simulation plus a nominal policy cost
+per decoder step and per sample). A search also ends once the policy has converged: every sample of
+:attr:`RLConfig.converged_updates` consecutive updates the same placement.
+:func:`rl_search` takes an explicit :class:`~autoplace.search.budget.SearchBudget` of samples or
+wall-clock seconds, checkpoints and resumes, and writes the training curve.
+
+Cost per update: ``K`` simulations plus one encoder pass and ``G`` decoder steps on a batch of ``K``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+
+from autoplace.cluster import Cluster
+from autoplace.cost import feasible_devices
+from autoplace.env import BaseEnv, make_env
+from autoplace.errors import AutoplaceError, InfeasibleError
+from autoplace.graph import Graph
+from autoplace.grouping import coarsen, grouped_graph, runnable_grouping
+from autoplace.placement import Placement
+from autoplace.placers import register_placer, report_progress
+from autoplace.search.budget import SearchBudget
+from autoplace.search.checkpoint import Checkpointer, load_checkpoint
+from autoplace.search.curve import Curve, CurvePoint
+from autoplace.search.evaluation import Evaluator, default_failing_step
+from autoplace.validation import check_budget, seed_int
+
+__all__ = ["RLConfig", "RLResult", "RLSearch", "rl_search", "rl", "samples_for_budget"]
+
+DEFAULT_BUDGET_S = 60.0
+OPS_PER_SECOND = 1e7                #: nominal simulator speed, as local search's
+POLICY_SECONDS_PER_GROUP = 2e-4     #: nominal policy cost per decoder step and sample (forward and backward)
+POLICY_SECONDS_PER_SAMPLE = 1.5e-3  #: nominal fixed cost per sample (its share of an update's encoder, Adam step)
+GROUP_RULES = ("colocation", "gradient", "structure")
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    """Every knob of the RL placer; the paper's value where it gives one."""
+
+    groups: int = 256
+    """Groups the policy places: the structural groups, METIS-coarsened to about this many (ours)."""
+    samples_per_update: int = 8
+    """K, placements sampled per update (§3.1, eq. 3; the paper's controllers had 4 or 8 workers)."""
+    learning_rate: float = 1e-3
+    """Adam's step size (§3.1 uses Adam; the rate is not given: ours)."""
+    baseline_decay: float = 0.9
+    """B <- decay * B + (1 - decay) * mean reward of an update (§3.1: a simple moving average)."""
+    failing_factor: float = 10.0
+    """A failing placement scores as this many times the serial step on the slowest devices (ours)."""
+    only_ok_after: int = 5000
+    """After this many updates, only placements that ran enter an update (§3.1: 5,000 steps)."""
+    entropy_weight: float = 0.0
+    """Weight of an entropy bonus in the loss (not in the paper: 0)."""
+    grad_clip: float | None = 1.0
+    """Clip the gradient's norm to this (not in the paper; None: off)."""
+    hidden: int = 128
+    """Encoder, decoder and attention size (ours)."""
+    type_dim: int = 32
+    """Op-type embedding size (ours)."""
+    device_dim: int = 32
+    """Device embedding size (ours)."""
+    max_outputs: int = 8
+    """Output sizes per group in the zero-padded list (§3.2; the length is ours)."""
+    torch_device: str = "auto"
+    """Where the policy runs: "cpu", "cuda", or "auto" (a GPU when one is present)."""
+    torch_threads: int = 1
+    """CPU threads for the policy (its matrices are small: more threads mostly contend; ours)."""
+    checkpoint_every_s: float = 30.0
+    """Seconds between checkpoints when a checkpoint directory is given."""
+    converged_updates: int = 20
+    """Stop when every sample of this many consecutive updates is one placement (ours; 0: never)."""
+
+    def __post_init__(self):
+        for name in ("groups", "samples_per_update"):
+            if int(getattr(self, name)) < 1:
+                raise AutoplaceError(f"RLConfig.{name} must be at least 1, got {getattr(self, name)!r}")
+        if not 0 <= self.baseline_decay < 1:
+            raise AutoplaceError(f"RLConfig.baseline_decay must be in [0, 1), got {self.baseline_decay!r}")
+        if not self.learning_rate > 0:
+            raise AutoplaceError(f"RLConfig.learning_rate must be > 0, got {self.learning_rate!r}")
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+@dataclass
+class RLResult:
+    """What a search returns: the best placement that ran, its curve, and how it ended."""
+
+    placement: Placement
+    curve: Curve
+    samples: int
+    updates: int
+    stop_reason: str
+    evaluations: int
+    cache_hits: int
+    wall_s: float
+    extra: dict = field(default_factory=dict)
+
+
+def samples_for_budget(graph: Graph, n_groups: int, budget: float) -> int:
+    """The samples a work budget of ``budget`` seconds allows (see the module docstring)."""
+    per_sample = graph.n_ops / OPS_PER_SECOND + n_groups * POLICY_SECONDS_PER_GROUP + POLICY_SECONDS_PER_SAMPLE
+    return max(1, int(budget / per_sample))
+
+
+def _torch_device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class RLSearch:
+    """One controller: policy, optimizer, baseline and sampler of one graph on one cluster (§3.4 runs
+    several of these against a parameter server; :func:`rl_search` runs one)."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, config: RLConfig = RLConfig(), *, seed=None,
+                 env: str | BaseEnv = "simulated"):
+        import torch
+
+        from autoplace.policies.features import group_features
+        from autoplace.policies.seq2seq import Seq2SeqPolicy, device_mask
+
+        self.graph, self.cluster, self.config = graph, cluster, config
+        self.seed = seed_int(seed)
+        base = runnable_grouping(graph, GROUP_RULES, feasible_devices(graph, cluster))
+        try:
+            self.grouping = coarsen(graph, base, config.groups, cluster, seed=self.seed)
+        except InfeasibleError:          # a structural group no device runs whole: place the finer groups
+            self.grouping = base
+        gg = grouped_graph(graph, self.grouping, cluster)
+        self.features = group_features(graph, self.grouping, config.max_outputs)
+        self.device = _torch_device(config.torch_device)
+        self.mask = device_mask(gg.feasible, self.features.order).to(self.device)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            self.policy = Seq2SeqPolicy(self.features.n_types, self.features.dense.shape[1], cluster.n_devices,
+                                        type_dim=config.type_dim, hidden=config.hidden,
+                                        device_dim=config.device_dim).to(self.device)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
+        self.generator = torch.Generator().manual_seed(self.seed)
+        self.env = make_env(env, graph, cluster)
+        self.evaluate = Evaluator(self.env, self.grouping)
+        self.failing_step = default_failing_step(graph, cluster, config.failing_factor)
+        self.failing_signal = math.sqrt(self.failing_step)
+        self.baseline = self.failing_signal                  # §3.1: initialised to the failing signal
+        self.best_step = math.inf
+        self.best_groups: np.ndarray | None = None
+        self.samples = self.updates = 0
+        self.same_streak = 0                                   # consecutive updates of one placement only
+        self.wall_s = 0.0
+        self.curve = Curve()
+
+    # ----------------------------------------------------------------- one update (§3.1, eq. 3)
+    def update(self) -> CurvePoint:
+        """Sample K placements, score them, and take one REINFORCE step."""
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.config.torch_threads)
+        try:
+            return self._update()
+        finally:
+            torch.set_num_threads(threads)
+
+    def _update(self) -> CurvePoint:
+        import torch
+
+        cfg = self.config
+        t0 = time.monotonic()
+        devices, logp, entropy = self.policy(self.features, self.mask, cfg.samples_per_update, self.generator)
+        groups = np.empty((cfg.samples_per_update, self.features.n_groups), dtype=np.int64)
+        groups[:, self.features.order] = devices.cpu().numpy()        # encoder order -> group ids
+        scores = self.evaluate(groups)
+        reward = np.where(scores.ok, np.sqrt(np.where(scores.ok, scores.step_time, 1.0)), self.failing_signal)
+        use = scores.ok if self.updates >= cfg.only_ok_after else np.ones(len(reward), dtype=bool)
+        if use.any():
+            adv = torch.as_tensor((reward - self.baseline) * use, dtype=torch.float32, device=self.device)
+            loss = (adv * logp).sum() / use.sum() - cfg.entropy_weight * entropy.mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            if cfg.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
+            self.optimizer.step()
+            self.baseline = cfg.baseline_decay * self.baseline + (1 - cfg.baseline_decay) * float(reward[use].mean())
+        if scores.ok.any():
+            k = int(np.argmin(scores.step_time))
+            if scores.step_time[k] < self.best_step:
+                self.best_step, self.best_groups = float(scores.step_time[k]), groups[k].copy()
+        self.same_streak = self.same_streak + 1 if (groups == groups[0]).all() else 0
+        self.samples += cfg.samples_per_update
+        self.updates += 1
+        self.wall_s += time.monotonic() - t0
+        ran = scores.step_time[scores.ok]
+        point = CurvePoint(self.samples, self.wall_s, self.best_step, float(ran.mean()) if len(ran) else math.inf,
+                           float(1 - scores.ok.mean()), float(reward.mean()))
+        self.curve.append(point)
+        return point
+
+    # ----------------------------------------------------------------- checkpoints
+    def state(self) -> dict:
+        """Everything a resumed search needs to continue as if it had not stopped."""
+        import torch
+
+        return {"format": "autoplace.rl/v1", "graph": self.graph.name, "cluster": self.cluster.name,
+                "n_groups": self.features.n_groups, "config": asdict(self.config), "seed": self.seed,
+                "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
+                "baseline": self.baseline, "best_step": self.best_step, "best_groups": self.best_groups,
+                "samples": self.samples, "updates": self.updates, "wall_s": self.wall_s,
+                "same_streak": self.same_streak,
+                "curve": self.curve.to_rows(), "cache": self.evaluate.cache}
+
+    def load(self, state: dict) -> None:
+        """Continue from ``state`` (:meth:`state` of a search of the same graph, cluster and config)."""
+        import torch
+
+        mine = (self.graph.name, self.cluster.name, self.features.n_groups, asdict(self.config), self.seed)
+        theirs = (state.get("graph"), state.get("cluster"), state.get("n_groups"), state.get("config"),
+                  state.get("seed"))
+        if state.get("format") != "autoplace.rl/v1" or mine != theirs:
+            names = ("graph", "cluster", "groups", "config", "seed")
+            diff = [n for n, a, b in zip(names, mine, theirs) if a != b] or ["format"]
+            raise AutoplaceError(f"checkpoint is of another search (its {', '.join(diff)} differ)")
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        self.baseline, self.best_step, self.best_groups = state["baseline"], state["best_step"], state["best_groups"]
+        self.samples, self.updates, self.wall_s = state["samples"], state["updates"], state["wall_s"]
+        self.same_streak = state["same_streak"]
+        self.curve = Curve.from_rows(state["curve"])
+        self.evaluate.cache.update(state["cache"])
+
+    @property
+    def converged(self) -> bool:
+        return 0 < self.config.converged_updates <= self.same_streak
+
+    def best_placement(self, method: str = "rl") -> Placement:
+        if self.best_groups is None:
+            raise InfeasibleError(f"{method}: none of the {self.samples} sampled placements of "
+                                  f"{self.graph.name!r} ran on cluster {self.cluster.name!r} (all out of memory)")
+        return Placement.from_array(self.graph, self.cluster, self.grouping.expand(self.best_groups), method)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget, config: RLConfig = RLConfig(), seed=None,
+              env: str | BaseEnv = "simulated", checkpoint: str | Path | None = None,
+              resume: str | Path | None = None, curve_csv: str | Path | None = None,
+              curve_png: str | Path | None = None, stop_after_updates: int | None = None) -> RLResult:
+    """Run the RL placer to ``budget``; checkpoint to ``checkpoint`` (default: the ``resume`` folder) every
+    :attr:`RLConfig.checkpoint_every_s`; continue from ``resume``. Ctrl-C ends the search early with the
+    best placement so far (and a checkpoint). ``stop_after_updates`` stops after that many updates of this
+    call, as an interruption would (for tests)."""
+    search = RLSearch(graph, cluster, config, seed=seed, env=env)
+    try:
+        if resume is not None:
+            search.load(load_checkpoint(resume))
+        ckpt = Checkpointer(checkpoint if checkpoint is not None else resume, config.checkpoint_every_s)
+        clock = budget.start()
+        clock.offset_s = search.wall_s
+        stop, done_here, t_start = None, 0, time.monotonic()
+        try:
+            while (stop := clock.done(search.samples)) is None:
+                if search.converged:
+                    stop = "converged"
+                    break
+                if stop_after_updates is not None and done_here >= stop_after_updates:
+                    stop = "interrupted"
+                    break
+                p = search.update()
+                done_here += 1
+                rate = search.samples / max(search.wall_s, 1e-9)
+                report_progress(f"rl: {search.samples} samples, {rate:.0f}/s, best "
+                                f"{_ms(search.best_step)}, mean reward {p.mean_reward:.4f}",
+                                clock.fraction(search.samples))
+                ckpt.maybe_save(search.state)
+        except KeyboardInterrupt:
+            stop = "interrupted"
+        ckpt.save(search.state)
+        if curve_csv is not None:
+            search.curve.write_csv(curve_csv)
+        if curve_png is not None:
+            search.curve.plot(curve_png, f"rl on {graph.name}, {cluster.name}")
+        placement = search.best_placement()
+        extra = {"failing_step_s": search.failing_step, "baseline": search.baseline,
+                 "n_groups": search.features.n_groups, "wall_s_this_run": time.monotonic() - t_start}
+        meta = {"samples": search.samples, "updates": search.updates, "stop_reason": stop,
+                "evaluations": search.evaluate.evaluations, "cache_hits": search.evaluate.hits,
+                "groups": search.features.n_groups, "best_step_s": search.best_step}
+        placement = Placement(placement.assignment, placement.graph, placement.cluster, "rl", meta)
+        return RLResult(placement, search.curve, search.samples, search.updates, stop, search.evaluate.evaluations,
+                        search.evaluate.hits, search.wall_s, extra)
+    finally:
+        search.close()
+
+
+def _ms(step: float) -> str:
+    return f"{step * 1e3:.1f} ms" if math.isfinite(step) else "none yet"
+
+
+@register_placer("rl", description="seq2seq policy over groups trained with REINFORCE on the step time",
+                 paper="Mirhoseini et al. 2017", memory_aware=True, learned=True)
+def rl(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    """See the module docstring: ``budget`` seconds of nominal work (default 60) become samples."""
+    budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
+    config = RLConfig()
+    n_groups = min(config.groups, runnable_grouping(graph, GROUP_RULES, feasible_devices(graph, cluster)).n_groups)
+    samples = max(config.samples_per_update, samples_for_budget(graph, n_groups, budget))
+    return rl_search(graph, cluster, budget=SearchBudget(samples=samples), config=config, seed=seed).placement

@@ -1,0 +1,5 @@
+"""Neural policies of the learned placers (PyTorch; imported only by the placers that use them)."""
+
+from autoplace.policies.features import GroupFeatures, group_features
+
+__all__ = ["GroupFeatures", "group_features"]

@@ -1,0 +1,88 @@
+"""Per-group input features of the seq2seq placer (Mirhoseini et al. 2017, §3.2).
+
+The paper embeds each operation as the concatenation of (1) a tunable embedding of its type, (2) the sizes
+of its output tensors in a fixed-size zero-padded list, and (3) a one-hot encoding of the operations that
+are its direct inputs and outputs. The policy here decides per group (§3.3), so each group gets:
+
+1. the mean of its member ops' type embeddings (the types are the graph's own op kinds; an
+   ``EmbeddingBag`` over ``type_index``/``type_offsets``);
+2. its output sizes: the bytes of each distinct tensor that leaves the group, largest first,
+   as ``log2(bytes) / 40`` (a 1 TB tensor is 1.0), the first ``max_outputs`` of them, zero-padded;
+3. its adjacency: a multi-hot vector over the groups that feed it, then one over the groups it feeds
+   (``2 * n_groups`` entries).
+
+Groups are ordered topologically (by their first op in the graph's topological order), the order in which
+the encoder reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoplace.graph import Graph
+from autoplace.grouping import Grouping
+
+__all__ = ["GroupFeatures", "group_features"]
+
+
+@dataclass(frozen=True)
+class GroupFeatures:
+    """Features of ``n_groups`` groups, in encoder order ``order`` (group ids).
+
+    **Shapes:** ``type_index`` ``[sum of group sizes]`` and ``type_offsets`` ``[n_groups]`` (an
+    ``EmbeddingBag``'s input, groups in encoder order); ``dense`` ``[n_groups, max_outputs + 2 * n_groups]``
+    (output sizes, then in- and out-adjacency, rows and adjacency columns in encoder order).
+    """
+
+    order: np.ndarray
+    type_names: tuple[str, ...]
+    type_index: np.ndarray
+    type_offsets: np.ndarray
+    dense: np.ndarray
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.order)
+
+    @property
+    def n_types(self) -> int:
+        return len(self.type_names)
+
+
+def group_features(graph: Graph, grouping: Grouping, max_outputs: int = 8) -> GroupFeatures:
+    """The features of ``grouping``'s groups of ``graph`` (see the module docstring)."""
+    G = grouping.n_groups
+    g_of = grouping.group
+    first = np.full(G, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, g_of, graph.rank)
+    order = np.argsort(first, kind="stable")
+    position = np.empty(G, dtype=np.int64)
+    position[order] = np.arange(G)
+
+    kinds = [op.type for op in graph.ops]
+    type_names = tuple(sorted(set(kinds)))
+    type_id = {t: i for i, t in enumerate(type_names)}
+    op_type = np.array([type_id[k] for k in kinds], dtype=np.int64)
+    by_group = np.argsort(position[g_of], kind="stable")        # ops grouped in encoder order
+    type_index = op_type[by_group]
+    sizes = np.bincount(position[g_of], minlength=G)
+    type_offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+
+    src, dst, _ = graph.edges()
+    ps, pd = position[g_of[src]], position[g_of[dst]]
+    cross = ps != pd
+    dense = np.zeros((G, max_outputs + 2 * G), dtype=np.float32)
+    dense[pd[cross], max_outputs + ps[cross]] = 1.0                  # groups feeding it
+    dense[ps[cross], max_outputs + G + pd[cross]] = 1.0              # groups it feeds
+    # distinct tensors leaving each group, by size
+    tensors = graph.pair_tensor[cross]
+    leaving = np.unique(np.stack([ps[cross], tensors], axis=1), axis=0) if cross.any() else np.zeros((0, 2), np.int64)
+    out_sizes: list[list[float]] = [[] for _ in range(G)]
+    for p, t in leaving.tolist():
+        out_sizes[p].append(float(graph.tensor_bytes[t]))
+    for p, s in enumerate(out_sizes):
+        s = sorted(s, reverse=True)[:max_outputs]
+        dense[p, :len(s)] = np.log2(np.maximum(s, 1.0)) / 40.0
+    return GroupFeatures(order, type_names, type_index, type_offsets, dense)

@@ -1,0 +1,122 @@
+"""The attentional sequence-to-sequence placement policy of Mirhoseini et al. (2017, §3.2, Figure 2).
+
+An LSTM encoder reads the groups in topological order (their features: :mod:`autoplace.policies.features`);
+an LSTM decoder with content-based attention (Bahdanau et al. 2015) takes one step per group and outputs
+that group's device. The embedding of the device chosen at step ``t - 1`` is the decoder's input at step
+``t`` (a learned start embedding at ``t = 0``).
+
+At decoder step ``t``, with encoder outputs ``h_1..h_G`` and decoder state ``s_{t-1}``:
+
+.. math::
+
+    e_{t,j} = v^\\top \\tanh(W_h h_j + W_s s_{t-1}), \\quad
+    \\alpha_t = \\mathrm{softmax}(e_t), \\quad c_t = \\sum_j \\alpha_{t,j} h_j
+
+    s_t = \\mathrm{LSTM}([y_{t-1}; c_t], s_{t-1}), \\quad
+    \\pi(\\cdot \\mid t) = \\mathrm{softmax}(W_o [s_t; c_t] + \\text{mask}_t)
+
+where ``y_{t-1}`` is the previous device's embedding and ``mask_t`` is ``-inf`` on devices that cannot
+run group ``t`` (a device type its ops lack). The paper's π(P|G; θ) is the product over steps.
+
+**Shapes:** ``forward(features, k)`` samples ``k`` placements: devices ``[k, G]`` (in encoder order) and
+their log-probabilities ``[k]``; ``log_prob(features, devices)`` scores given placements ``[k, G]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from autoplace.policies.features import GroupFeatures
+
+__all__ = ["Seq2SeqPolicy", "device_mask"]
+
+
+class Seq2SeqPolicy(nn.Module):
+    """Encoder-decoder over the groups of one graph, for ``n_devices`` devices.
+
+    ``n_types``/``dense_dim``: the feature sizes of the graph (:class:`GroupFeatures`); ``type_dim``: the
+    op-type embedding size; ``hidden``: the LSTMs' and the attention's size; ``device_dim``: the device
+    embedding size.
+    """
+
+    def __init__(self, n_types: int, dense_dim: int, n_devices: int, *, type_dim: int = 32, hidden: int = 128,
+                 device_dim: int = 32):
+        super().__init__()
+        self.n_devices = n_devices
+        self.type_embedding = nn.EmbeddingBag(n_types, type_dim, mode="mean")
+        self.encoder = nn.LSTM(type_dim + dense_dim, hidden, batch_first=True)
+        self.device_embedding = nn.Embedding(n_devices + 1, device_dim)     # the last row: the start token
+        self.decoder = nn.LSTMCell(device_dim + hidden, hidden)
+        self.attn_h = nn.Linear(hidden, hidden, bias=False)
+        self.attn_s = nn.Linear(hidden, hidden)
+        self.attn_v = nn.Linear(hidden, 1, bias=False)
+        self.out = nn.Linear(2 * hidden, n_devices)
+
+    def encode(self, f: GroupFeatures) -> torch.Tensor:
+        """Encoder outputs ``[1, G, hidden]``."""
+        types = self.type_embedding(torch.as_tensor(f.type_index), torch.as_tensor(f.type_offsets))
+        x = torch.cat([types, torch.as_tensor(f.dense)], dim=1).unsqueeze(0)
+        h, _ = self.encoder(x)
+        return h
+
+    def _step(self, h, keys, s, c, prev, mask_t):
+        """One decoder step: attention over ``h`` from state ``s``, the LSTM cell fed the previous device's
+        embedding and the context, and the masked device logits ``[k, D]``."""
+        e = self.attn_v(torch.tanh(keys + self.attn_s(s).unsqueeze(1))).squeeze(2)       # [k, G]
+        context = torch.bmm(torch.softmax(e, dim=1).unsqueeze(1), h).squeeze(1)         # [k, H]
+        s, c = self.decoder(torch.cat([self.device_embedding(prev), context], dim=1), (s, c))
+        return self.out(torch.cat([s, context], dim=1)) + mask_t, s, c
+
+    def _decode(self, f: GroupFeatures, mask: torch.Tensor, k: int, devices: torch.Tensor | None,
+                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h = self.encode(f).expand(k, -1, -1)                                # [k, G, H]
+        keys = self.attn_h(h)
+        G = h.shape[1]
+        s = c = h.new_zeros(k, h.shape[2])
+        prev = torch.full((k,), self.n_devices, dtype=torch.long)
+        chosen, logp, entropy = [], h.new_zeros(k), h.new_zeros(k)
+        for t in range(G):
+            logits, s, c = self._step(h, keys, s, c, prev, mask[t])
+            log_probs = torch.log_softmax(logits, dim=1)
+            if devices is None:
+                d = torch.multinomial(log_probs.detach().exp(), 1, generator=generator).squeeze(1)
+            else:
+                d = devices[:, t]
+            logp = logp + log_probs.gather(1, d.unsqueeze(1)).squeeze(1)
+            p = log_probs.exp()
+            entropy = entropy - (p * torch.where(p > 0, log_probs, torch.zeros_like(log_probs))).sum(1)
+            chosen.append(d)
+            prev = d
+        return torch.stack(chosen, dim=1), logp, entropy / max(G, 1)
+
+    def forward(self, f: GroupFeatures, mask: torch.Tensor, k: int, generator: torch.Generator | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample ``k`` placements: devices ``[k, G]``, log-probabilities ``[k]`` (with gradient) and the
+        mean per-step entropy ``[k]``."""
+        return self._decode(f, mask, k, None, generator)
+
+    def log_prob(self, f: GroupFeatures, mask: torch.Tensor, devices: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities ``[k]`` of given placements ``[k, G]`` (teacher forcing)."""
+        return self._decode(f, mask, devices.shape[0], devices, None)[1]
+
+    @torch.no_grad()
+    def greedy(self, f: GroupFeatures, mask: torch.Tensor) -> np.ndarray:
+        """The most likely device at every step, feeding each choice back: ``[G]``."""
+        h = self.encode(f)
+        keys = self.attn_h(h)
+        s = c = h.new_zeros(1, h.shape[2])
+        prev = torch.full((1,), self.n_devices, dtype=torch.long)
+        out = []
+        for t in range(h.shape[1]):
+            logits, s, c = self._step(h, keys, s, c, prev, mask[t])
+            prev = logits.argmax(dim=1)
+            out.append(int(prev))
+        return np.array(out, dtype=np.int64)
+
+
+def device_mask(feasible: np.ndarray, order: np.ndarray) -> torch.Tensor:
+    """``[G, D]`` additive mask in encoder order: 0 where the group can run on the device, ``-inf`` where not."""
+    m = np.where(feasible[order], 0.0, -np.inf).astype(np.float32)
+    return torch.as_tensor(m)

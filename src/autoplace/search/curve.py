@@ -1,0 +1,90 @@
+"""The training curve of a learned search: one row per policy update, as CSV and as a PNG."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import tempfile
+from dataclasses import astuple, dataclass, fields
+from pathlib import Path
+
+__all__ = ["CurvePoint", "Curve"]
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """The search after one update: samples drawn so far, wall-clock seconds since the start, the best step
+    time found so far, the mean step time of this update's samples that ran (``inf`` if none did), the share
+    of them that failed, and their mean reward."""
+
+    samples: int
+    wall_s: float
+    best_step_s: float
+    mean_step_s: float
+    failed: float
+    mean_reward: float
+
+
+class Curve:
+    """Rows of :class:`CurvePoint`, in order."""
+
+    def __init__(self, points: list[CurvePoint] | None = None):
+        self.points: list[CurvePoint] = list(points or [])
+
+    def append(self, point: CurvePoint) -> None:
+        self.points.append(point)
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def to_rows(self) -> list[tuple]:
+        return [astuple(p) for p in self.points]
+
+    @classmethod
+    def from_rows(cls, rows: list[tuple]) -> "Curve":
+        return cls([CurvePoint(*r) for r in rows])
+
+    def write_csv(self, path: str | Path) -> None:
+        """Write the curve (header + one line per update), atomically."""
+        path = Path(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent or ".")
+        with os.fdopen(fd, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow([fl.name for fl in fields(CurvePoint)])
+            for p in self.points:
+                w.writerow([_fmt(v) for v in astuple(p)])
+        os.replace(tmp, path)
+
+    def plot(self, path: str | Path, title: str = "") -> None:
+        """Best and sampled (mean of each update) step time against samples and against wall time, as PNG."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+        samples = [p.samples for p in self.points]
+        wall = [p.wall_s for p in self.points]
+        best = [p.best_step_s * 1e3 for p in self.points]
+        mean = [p.mean_step_s * 1e3 if math.isfinite(p.mean_step_s) else float("nan") for p in self.points]
+        for ax, x, label in ((axes[0], samples, "samples"), (axes[1], wall, "wall-clock seconds")):
+            ax.plot(x, mean, ".", ms=3, alpha=0.5, label="sampled (mean of an update)")
+            ax.plot(x, best, "-", lw=2, label="best so far")
+            ax.set_xlabel(label)
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel("step time (ms)")
+        axes[0].legend()
+        if title:
+            fig.suptitle(title)
+        fig.tight_layout()
+        path = Path(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".png", dir=path.parent or ".")
+        os.close(fd)
+        fig.savefig(tmp, dpi=110)
+        plt.close(fig)
+        os.replace(tmp, path)
+
+
+def _fmt(v) -> str:
+    return repr(v) if isinstance(v, float) else str(v)

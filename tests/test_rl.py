@@ -1,0 +1,154 @@
+"""The RL placer (Mirhoseini et al. 2017) and the search engine it runs on: features, evaluation cache and
+failing signal, REINFORCE's direction, checkpoints and resume, the curve."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster  # noqa: E402
+from autoplace.env import SimulatedEnv  # noqa: E402
+from autoplace.errors import AutoplaceError  # noqa: E402
+from autoplace.graph import Graph, Op  # noqa: E402
+from autoplace.grouping import group_ops  # noqa: E402
+from autoplace.placers.rl import RLConfig, RLSearch, rl_search, samples_for_budget  # noqa: E402
+from autoplace.policies.features import group_features  # noqa: E402
+from autoplace.search import Evaluator, SearchBudget, default_failing_step, load_checkpoint  # noqa: E402
+from autoplace.sim import simulate  # noqa: E402
+from autoplace.zoo import build_graph  # noqa: E402
+
+
+def three_groups(fast_bytes: int = 10**9) -> tuple[Graph, Cluster]:
+    """Three independent ops, one group each, and two GPUs, gpu:0 ten times faster than gpu:1."""
+    ops = [Op(f"op{i}", "mm", output_bytes=(8,), flops=1e9, param_bytes=100) for i in range(3)]
+    c = Cluster("c", [Device("gpu:0", "gpu", fast_bytes, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e11, 1e11)],
+                default_link=LinkSpec(1e9, 1e-6))
+    return Graph(ops, name="three"), c
+
+
+def test_features_follow_the_paper_per_group():
+    g = build_graph("layered-dag", ops=40, width=4)
+    grouping = group_ops(g, ("colocation", "structure"))
+    f = group_features(g, grouping, max_outputs=3)
+    G = grouping.n_groups
+    assert f.dense.shape == (G, 3 + 2 * G) and len(f.type_offsets) == G
+    assert len(f.type_index) == g.n_ops and f.type_offsets[0] == 0
+    first = [g.rank[grouping.members(k)].min() for k in f.order]
+    assert first == sorted(first)                                    # topological order of groups
+    ins, outs = f.dense[:, 3:3 + G], f.dense[:, 3 + G:]
+    assert np.array_equal(ins, outs.T)                               # j feeds i  <=>  i is fed by j
+    assert (f.dense[:, :3] >= 0).all() and (f.dense[:, :3] <= 1).all()
+
+
+def test_the_evaluator_caches_by_placement_and_fails_what_runs_out_of_memory():
+    g, c = three_groups(fast_bytes=10)                                # no parameter fits gpu:0
+    grouping = group_ops(g)
+    ev = Evaluator(SimulatedEnv(g, c), grouping)
+    s = ev(np.array([[1, 1, 1], [0, 1, 1], [1, 1, 1]]))
+    assert s.ok.tolist() == [True, False, True] and np.isinf(s.step_time[1])
+    assert s.step_time[0] == pytest.approx(simulate(g, c, grouping.expand([1, 1, 1])).step_time)
+    assert ev.evaluations == 2 and ev.hits == 1
+    s2 = ev(np.array([[1, 1, 1]]))
+    assert s2.cached.all() and ev.evaluations == 2
+    assert default_failing_step(g, c) > s.step_time[0]
+
+
+def test_reinforce_moves_probability_toward_the_faster_device():
+    g, c = three_groups()
+    search = RLSearch(g, c, RLConfig(learning_rate=1e-2, samples_per_update=8), seed=0)
+    fast = torch.zeros((1, 3), dtype=torch.long)
+
+    def p_fast() -> float:
+        with torch.no_grad():
+            return float(search.policy.log_prob(search.features, search.mask, fast).exp())
+
+    before = p_fast()
+    for _ in range(30):
+        search.update()
+    assert p_fast() > before + 0.2
+    assert search.best_step == pytest.approx(simulate(g, c, np.zeros(3, dtype=np.int64)).step_time)
+
+
+def test_a_tiny_search_places_validly_and_writes_its_curve(tmp_path):
+    g, c = build_graph("layered-dag", ops=60, width=4), get_cluster("k80x2")
+    r = rl_search(g, c, budget=SearchBudget(samples=40), config=RLConfig(samples_per_update=4), seed=0,
+                  curve_csv=tmp_path / "curve.csv", curve_png=tmp_path / "curve.png")
+    assert r.samples == 40 and r.updates == 10 and r.stop_reason == "samples"
+    assert simulate(g, c, r.placement).step_time == pytest.approx(r.placement.meta["best_step_s"])
+    rows = list(csv.DictReader(open(tmp_path / "curve.csv")))
+    assert len(rows) == 10 and [int(x["samples"]) for x in rows] == list(range(4, 41, 4))
+    best = [float(x["best_step_s"]) for x in rows]
+    assert best == sorted(best, reverse=True)                        # the best only improves
+    assert (tmp_path / "curve.png").stat().st_size > 1000
+
+
+def test_reproducible_for_a_seed_and_different_across_seeds():
+    g, c = build_graph("layered-dag", ops=60, width=4), get_cluster("k80x4")
+    cfg = RLConfig(samples_per_update=4)
+    runs = [rl_search(g, c, budget=SearchBudget(samples=48), config=cfg, seed=s) for s in (1, 1, 2)]
+    assert runs[0].placement.assignment == runs[1].placement.assignment
+    assert [p.best_step_s for p in runs[0].curve.points] == [p.best_step_s for p in runs[1].curve.points]
+    assert [p.mean_step_s for p in runs[0].curve.points] != [p.mean_step_s for p in runs[2].curve.points]
+
+
+def test_an_interrupted_search_resumes_to_the_uninterrupted_result(tmp_path):
+    g, c = build_graph("layered-dag", ops=60, width=4), get_cluster("k80x4")
+    cfg = RLConfig(samples_per_update=4, checkpoint_every_s=0.0)
+    budget = SearchBudget(samples=80)
+    whole = rl_search(g, c, budget=budget, config=cfg, seed=5)
+    part = rl_search(g, c, budget=budget, config=cfg, seed=5, checkpoint=tmp_path, stop_after_updates=7)
+    assert part.stop_reason == "interrupted" and part.samples == 28
+    assert load_checkpoint(tmp_path)["updates"] == 7
+    resumed = rl_search(g, c, budget=budget, config=cfg, seed=5, resume=tmp_path)
+    assert resumed.samples == whole.samples and resumed.updates == whole.updates
+    assert resumed.placement.assignment == whole.placement.assignment
+    assert [p.mean_step_s for p in resumed.curve.points] == [p.mean_step_s for p in whole.curve.points]
+
+
+def test_resuming_another_search_or_nothing_is_one_clear_error(tmp_path):
+    g, c = build_graph("layered-dag", ops=60, width=4), get_cluster("k80x4")
+    with pytest.raises(AutoplaceError, match="no checkpoint"):
+        rl_search(g, c, budget=SearchBudget(samples=4), resume=tmp_path / "none")
+    rl_search(g, c, budget=SearchBudget(samples=4), config=RLConfig(samples_per_update=4), seed=0, checkpoint=tmp_path)
+    with pytest.raises(AutoplaceError, match="seed"):
+        rl_search(g, c, budget=SearchBudget(samples=8), config=RLConfig(samples_per_update=4), seed=1, resume=tmp_path)
+    (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(AutoplaceError, match="cannot read checkpoint"):
+        rl_search(g, c, budget=SearchBudget(samples=8), config=RLConfig(samples_per_update=4), seed=0, resume=tmp_path)
+
+
+def test_a_search_whose_samples_all_fail_says_so():
+    g, _ = three_groups()
+    c = Cluster("tiny", [Device("gpu:0", "gpu", 10, 1e12, 1e11)])   # no parameter fits
+    with pytest.raises(AutoplaceError, match="none of the 8 sampled placements"):
+        rl_search(g, c, budget=SearchBudget(samples=8), seed=0)
+
+
+def test_the_work_budget_grows_with_the_budget_and_shrinks_with_the_graph():
+    small, big = build_graph("layered-dag", ops=60, width=4), build_graph("layered-dag", ops=600, width=8)
+    assert samples_for_budget(small, 10, 10.0) == 2 * samples_for_budget(small, 10, 5.0)
+    assert samples_for_budget(big, 100, 10.0) < samples_for_budget(small, 10, 10.0)
+
+
+def test_the_baseline_starts_at_the_failing_signal_and_follows_the_rewards():
+    g, c = three_groups()
+    s = RLSearch(g, c, RLConfig(baseline_decay=0.5), seed=0)
+    assert s.baseline == s.failing_signal == pytest.approx(np.sqrt(default_failing_step(g, c)))
+    p = s.update()
+    assert s.baseline == pytest.approx(0.5 * s.failing_signal + 0.5 * p.mean_reward)
+
+
+def test_after_only_ok_after_updates_failed_placements_leave_the_update_out():
+    g, c = three_groups(fast_bytes=10)                                # a group on gpu:0 fails
+    s = RLSearch(g, c, RLConfig(baseline_decay=0.5, only_ok_after=0, samples_per_update=16), seed=0)
+    start = s.baseline
+    p = s.update()
+    ok_rewards = [np.sqrt(t) for t, ok in s.evaluate.cache.values() if ok]
+    assert ok_rewards and 0 < p.failed < 1                             # some ran, some failed
+    assert s.baseline < 0.5 * start + 0.5 * p.mean_reward              # the failed ones' signal left out
+    lo, hi = 0.5 * start + 0.5 * min(ok_rewards), 0.5 * start + 0.5 * max(ok_rewards)
+    assert lo - 1e-12 <= s.baseline <= hi + 1e-12
