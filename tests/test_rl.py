@@ -97,10 +97,11 @@ def test_reproducible_for_a_seed_and_different_across_seeds():
 
 def test_an_interrupted_search_resumes_to_the_uninterrupted_result(tmp_path):
     g, c = build_graph("layered-dag", ops=60, width=4), get_cluster("k80x4")
-    cfg = RLConfig(samples_per_update=4, checkpoint_every_s=0.0)
+    cfg = RLConfig(samples_per_update=4)
     budget = SearchBudget(samples=80)
     whole = rl_search(g, c, budget=budget, config=cfg, seed=5)
-    part = rl_search(g, c, budget=budget, config=cfg, seed=5, checkpoint=tmp_path, stop_after_updates=7)
+    part = rl_search(g, c, budget=budget, config=cfg, seed=5, checkpoint=tmp_path, checkpoint_every_s=0.0,
+                     stop_after_updates=7)
     assert part.stop_reason == "interrupted" and part.samples == 28
     assert load_checkpoint(tmp_path)["updates"] == 7
     resumed = rl_search(g, c, budget=budget, config=cfg, seed=5, resume=tmp_path)
@@ -152,3 +153,39 @@ def test_after_only_ok_after_updates_failed_placements_leave_the_update_out():
     assert s.baseline < 0.5 * start + 0.5 * p.mean_reward              # the failed ones' signal left out
     lo, hi = 0.5 * start + 0.5 * min(ok_rewards), 0.5 * start + 0.5 * max(ok_rewards)
     assert lo - 1e-12 <= s.baseline <= hi + 1e-12
+
+
+def test_a_search_killed_with_sigkill_resumes_from_its_checkpoint_to_the_uninterrupted_result(tmp_path):
+    """The command line, killed with ``kill -9`` mid-search, then resumed: the same placement as a run of
+    the same seed and samples that was never interrupted."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from autoplace.zoo import build_graph as zoo_graph
+
+    ck, out = tmp_path / "ck", tmp_path / "rl.json"
+    cmd = [sys.executable, "-m", "autoplace.cli", "place", "toy-mlp", "--cluster", "k80x4", "-m", "rl", "--seed", "2",
+           "--samples", "2000", "--checkpoint-every", "0", "-o", str(out)]
+    proc = subprocess.Popen([*cmd, "--checkpoint", str(ck)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if (ck / "checkpoint.pt").exists() and load_checkpoint(ck)["updates"] >= 20:
+                break
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL and not out.exists()
+    killed_at = load_checkpoint(ck)["updates"]
+    subprocess.run([*cmd, "--resume", str(ck), "--curve", str(tmp_path / "curve")], check=True,
+                   stdout=subprocess.DEVNULL)
+    whole = rl_search(zoo_graph("toy-mlp"), get_cluster("k80x4"), budget=SearchBudget(samples=2000), seed=2)
+    assert 20 <= killed_at < whole.updates
+    assert json.loads(out.read_text())["assignment"] == whole.placement.assignment
+    resumed = list(csv.DictReader(open(tmp_path / "curve.csv")))          # every update's sampled mean
+    assert [float(r["mean_step_s"]) for r in resumed] == [p.mean_step_s for p in whole.curve.points]

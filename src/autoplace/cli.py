@@ -204,20 +204,30 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_place(args: argparse.Namespace) -> int:
+    from autoplace.env import make_env
     from autoplace.formats import save_placement
     from autoplace.placers import get_placer, place
     from autoplace.report import fmt_time
     from autoplace.sim import simulate
 
     _check_output(args.output)
-    get_placer(args.method)  # unknown method: fail before loading anything big
+    info = get_placer(args.method)  # unknown method: fail before loading anything big
+    search_args = [f for f in ("samples", "wall_clock", "checkpoint", "resume", "curve") if getattr(args, f)]
+    if search_args and not info.learned:
+        raise AutoplaceError(f"--{search_args[0].replace('_', '-')} applies to the learned methods only "
+                         f"({args.method!r} is not one)")
+    if args.curve:
+        for ext in (".csv", ".png"):
+            _check_output(args.curve + ext, "curve")
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
-    placement = _with_progress(f"placing with {args.method}", args.json or args.output == "-",
-                               lambda: place(graph, cluster, args.method, seed=args.seed, budget=args.budget))
-    from autoplace.env import make_env
-
     with make_env(args.env, graph, cluster, **_env_kwargs(args)) as env:
+        if info.learned:
+            placement = _with_progress(f"placing with {args.method}", args.json or args.output == "-",
+                                       lambda: _learned_search(info, graph, cluster, env, args))
+        else:
+            placement = _with_progress(f"placing with {args.method}", args.json or args.output == "-",
+                                       lambda: place(graph, cluster, args.method, seed=args.seed, budget=args.budget))
         if args.refine:
             from autoplace.placers.local_search import refine
 
@@ -232,7 +242,26 @@ def cmd_place(args: argparse.Namespace) -> int:
         status = "ok" if result.ok else "FAILING (" + _failure(result) + ")"
         _console(args.output == "-").print(f"{args.method}: {args.env} step time {fmt_time(result.step_time)}, {status}; ops per device "
                          f"{counts}; written to {args.output}")
+        if args.curve:
+            _console(args.output == "-").print(f"training curve written to {args.curve}.csv and {args.curve}.png")
     return 0
+
+
+def _learned_search(info, graph, cluster, env, args):
+    """A learned placer's search with the command line's options: ``--samples`` or ``--budget`` (nominal
+    work, or wall-clock seconds with ``--wall-clock``), ``--checkpoint``/``--resume``, ``--curve``."""
+    from autoplace.search import SearchBudget
+
+    if args.samples:
+        budget = SearchBudget(samples=args.samples, seconds=args.budget if args.wall_clock else None)
+    elif args.wall_clock:
+        budget = SearchBudget(seconds=args.budget if args.budget is not None else 60.0)
+    else:
+        budget = args.budget
+    r = info.search(graph, cluster, budget=budget, seed=args.seed, env=env, checkpoint=args.checkpoint,
+                    resume=args.resume, curve_csv=args.curve and args.curve + ".csv",
+                    curve_png=args.curve and args.curve + ".png", checkpoint_every_s=args.checkpoint_every)
+    return r.placement
 
 
 def _with_progress(title: str, quiet: bool, work):
@@ -613,6 +642,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "time, local search's evaluations), so results do not depend on machine load")
     p.add_argument("--refine", action="store_true", help="improve the result by local search under the simulator")
     p.add_argument("--refine-budget", type=_seconds, default=None, help="local-search budget, about seconds of simulation (default 10)")
+    g = p.add_argument_group("learned methods (rl)")
+    g.add_argument("--samples", type=_positive_int, default=None,
+                   help="stop after this many sampled placements (reproducible for a seed)")
+    g.add_argument("--wall-clock", action="store_true", help="--budget is wall-clock seconds, not nominal work")
+    g.add_argument("--checkpoint", metavar="DIR", default=None, help="checkpoint the search into DIR")
+    g.add_argument("--checkpoint-every", type=_seconds, default=30.0, metavar="S",
+                   help="seconds between checkpoints (default 30)")
+    g.add_argument("--resume", metavar="DIR", default=None,
+                   help="continue the search checkpointed in DIR (and keep checkpointing there)")
+    g.add_argument("--curve", metavar="PREFIX", default=None, help="write the training curve to PREFIX.csv and PREFIX.png")
     _add_env_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_place)

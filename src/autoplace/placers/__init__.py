@@ -38,23 +38,26 @@ class PlacerInfo:
     paper: str = ""
     memory_aware: bool = False
     learned: bool = False
+    search: Callable | None = None
 
 
 _REGISTRY: dict[str, PlacerInfo] = {}
 
 
 def register_placer(name: str, *, description: str, paper: str = "", memory_aware: bool = False,
-                    learned: bool = False) -> Callable[[PlacerFn], PlacerFn]:
+                    learned: bool = False, search: Callable | None = None) -> Callable[[PlacerFn], PlacerFn]:
     """Decorator adding ``fn(graph, cluster, *, seed=None, budget=None) -> Placement`` under ``name``.
 
     ``memory_aware`` placers promise that the parameters and outputs they put on a device fit its memory
     (or raise :class:`InfeasibleError`); the conformance suite holds them to it. ``learned`` placers train a
-    policy for minutes; ``compare`` runs them only when asked by name."""
+    policy for minutes; ``compare`` runs them only when asked by name. Their ``search`` function takes the
+    search's own options (a budget of samples or wall-clock seconds, checkpoint and resume folders, curve
+    files; :func:`autoplace.placers.rl.rl_search`) and returns a result with ``.placement``."""
 
     def deco(fn: PlacerFn) -> PlacerFn:
         if name in _REGISTRY:
             raise ValueError(f"placer {name!r} is registered twice")
-        _REGISTRY[name] = PlacerInfo(name, fn, description, paper, memory_aware, learned)
+        _REGISTRY[name] = PlacerInfo(name, fn, description, paper, memory_aware, learned, search)
         return fn
 
     return deco

@@ -63,7 +63,7 @@ from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.evaluation import Evaluator, default_failing_step
 from autoplace.validation import check_budget, seed_int
 
-__all__ = ["RLConfig", "RLResult", "RLSearch", "rl_search", "rl", "samples_for_budget"]
+__all__ = ["RLConfig", "RLResult", "RLSearch", "rl_search", "rl", "samples_for_budget", "work_budget"]
 
 DEFAULT_BUDGET_S = 60.0
 OPS_PER_SECOND = 1e7                #: nominal simulator speed, as local search's
@@ -104,8 +104,6 @@ class RLConfig:
     """Where the policy runs: "cpu", "cuda", or "auto" (a GPU when one is present)."""
     torch_threads: int = 1
     """CPU threads for the policy (its matrices are small: more threads mostly contend; ours)."""
-    checkpoint_every_s: float = 30.0
-    """Seconds between checkpoints when a checkpoint directory is given."""
     converged_updates: int = 20
     """Stop when every sample of this many consecutive updates is one placement (ours; 0: never)."""
 
@@ -182,6 +180,7 @@ class RLSearch:
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
         self.generator = torch.Generator().manual_seed(self.seed)
         self.env = make_env(env, graph, cluster)
+        self._own_env = not isinstance(env, BaseEnv)           # an env passed in is the caller's to close
         self.evaluate = Evaluator(self.env, self.grouping)
         self.failing_step = default_failing_step(graph, cluster, config.failing_factor)
         self.failing_signal = math.sqrt(self.failing_step)
@@ -190,6 +189,7 @@ class RLSearch:
         self.best_groups: np.ndarray | None = None
         self.samples = self.updates = 0
         self.same_streak = 0                                   # consecutive updates of one placement only
+        self.timings: dict[str, float] = {}                    # seconds per part of an update, this process
         self.wall_s = 0.0
         self.curve = Curve()
 
@@ -213,7 +213,9 @@ class RLSearch:
         devices, logp, entropy = self.policy(self.features, self.mask, cfg.samples_per_update, self.generator)
         groups = np.empty((cfg.samples_per_update, self.features.n_groups), dtype=np.int64)
         groups[:, self.features.order] = devices.cpu().numpy()        # encoder order -> group ids
+        t1 = time.monotonic()
         scores = self.evaluate(groups)
+        t2 = time.monotonic()
         reward = np.where(scores.ok, np.sqrt(np.where(scores.ok, scores.step_time, 1.0)), self.failing_signal)
         use = scores.ok if self.updates >= cfg.only_ok_after else np.ones(len(reward), dtype=bool)
         if use.any():
@@ -232,7 +234,10 @@ class RLSearch:
         self.same_streak = self.same_streak + 1 if (groups == groups[0]).all() else 0
         self.samples += cfg.samples_per_update
         self.updates += 1
-        self.wall_s += time.monotonic() - t0
+        t3 = time.monotonic()
+        for part, dt in (("policy_forward", t1 - t0), ("evaluate", t2 - t1), ("policy_update", t3 - t2)):
+            self.timings[part] = self.timings.get(part, 0.0) + dt
+        self.wall_s += t3 - t0
         ran = scores.step_time[scores.ok]
         point = CurvePoint(self.samples, self.wall_s, self.best_step, float(ran.mean()) if len(ran) else math.inf,
                            float(1 - scores.ok.mean()), float(reward.mean()))
@@ -285,22 +290,28 @@ class RLSearch:
         return Placement.from_array(self.graph, self.cluster, self.grouping.expand(self.best_groups), method)
 
     def close(self) -> None:
-        self.env.close()
+        if self._own_env:
+            self.env.close()
 
 
-def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget, config: RLConfig = RLConfig(), seed=None,
+def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | None = None,
+              config: RLConfig = RLConfig(), seed=None,
               env: str | BaseEnv = "simulated", checkpoint: str | Path | None = None,
               resume: str | Path | None = None, curve_csv: str | Path | None = None,
-              curve_png: str | Path | None = None, stop_after_updates: int | None = None) -> RLResult:
-    """Run the RL placer to ``budget``; checkpoint to ``checkpoint`` (default: the ``resume`` folder) every
-    :attr:`RLConfig.checkpoint_every_s`; continue from ``resume``. Ctrl-C ends the search early with the
+              curve_png: str | Path | None = None, checkpoint_every_s: float = 30.0,
+              stop_after_updates: int | None = None) -> RLResult:
+    """Run the RL placer to ``budget`` (a :class:`SearchBudget`, or seconds of nominal work as ``place``'s
+    budget: :func:`work_budget`); checkpoint to ``checkpoint`` (default: the ``resume`` folder) every
+    ``checkpoint_every_s`` seconds and at the end; continue from ``resume``. Ctrl-C ends the search early with the
     best placement so far (and a checkpoint). ``stop_after_updates`` stops after that many updates of this
     call, as an interruption would (for tests)."""
+    if not isinstance(budget, SearchBudget):
+        budget = work_budget(graph, cluster, budget, config)
     search = RLSearch(graph, cluster, config, seed=seed, env=env)
     try:
         if resume is not None:
             search.load(load_checkpoint(resume))
-        ckpt = Checkpointer(checkpoint if checkpoint is not None else resume, config.checkpoint_every_s)
+        ckpt = Checkpointer(checkpoint if checkpoint is not None else resume, checkpoint_every_s)
         clock = budget.start()
         clock.offset_s = search.wall_s
         stop, done_here, t_start = None, 0, time.monotonic()
@@ -327,7 +338,7 @@ def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget, config: R
         if curve_png is not None:
             search.curve.plot(curve_png, f"rl on {graph.name}, {cluster.name}")
         placement = search.best_placement()
-        extra = {"failing_step_s": search.failing_step, "baseline": search.baseline,
+        extra = {"failing_step_s": search.failing_step, "baseline": search.baseline, "timings_s": search.timings,
                  "n_groups": search.features.n_groups, "wall_s_this_run": time.monotonic() - t_start}
         meta = {"samples": search.samples, "updates": search.updates, "stop_reason": stop,
                 "evaluations": search.evaluate.evaluations, "cache_hits": search.evaluate.hits,
@@ -344,11 +355,14 @@ def _ms(step: float) -> str:
 
 
 @register_placer("rl", description="seq2seq policy over groups trained with REINFORCE on the step time",
-                 paper="Mirhoseini et al. 2017", memory_aware=True, learned=True)
+                 paper="Mirhoseini et al. 2017", memory_aware=True, learned=True, search=rl_search)
 def rl(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """See the module docstring: ``budget`` seconds of nominal work (default 60) become samples."""
+    return rl_search(graph, cluster, budget=budget, seed=seed).placement
+
+
+def work_budget(graph: Graph, cluster: Cluster, budget: float | None, config: RLConfig = RLConfig()) -> SearchBudget:
+    """The samples ``budget`` seconds of nominal work allow (default 60; see the module docstring)."""
     budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
-    config = RLConfig()
     n_groups = min(config.groups, runnable_grouping(graph, GROUP_RULES, feasible_devices(graph, cluster)).n_groups)
-    samples = max(config.samples_per_update, samples_for_budget(graph, n_groups, budget))
-    return rl_search(graph, cluster, budget=SearchBudget(samples=samples), config=config, seed=seed).placement
+    return SearchBudget(samples=max(config.samples_per_update, samples_for_budget(graph, n_groups, budget)))
