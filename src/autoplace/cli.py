@@ -212,7 +212,8 @@ def cmd_place(args: argparse.Namespace) -> int:
 
     _check_output(args.output)
     info = get_placer(args.method)  # unknown method: fail before loading anything big
-    search_args = [f for f in ("samples", "wall_clock", "checkpoint", "resume", "curve") if getattr(args, f)]
+    search_args = [f for f in ("samples", "wall_clock", "checkpoint", "resume", "curve", "workers", "controllers",
+                               "ray_address") if getattr(args, f)]
     if search_args and not info.learned:
         raise AutoplaceError(f"--{search_args[0].replace('_', '-')} applies to the learned methods only "
                          f"({args.method!r} is not one)")
@@ -260,7 +261,9 @@ def _learned_search(info, graph, cluster, env, args):
         budget = args.budget
     r = info.search(graph, cluster, budget=budget, seed=args.seed, env=env, checkpoint=args.checkpoint,
                     resume=args.resume, curve_csv=args.curve and args.curve + ".csv",
-                    curve_png=args.curve and args.curve + ".png", checkpoint_every_s=args.checkpoint_every)
+                    curve_png=args.curve and args.curve + ".png", checkpoint_every_s=args.checkpoint_every,
+                    workers=args.workers or 1, controllers=args.controllers, ray_address=args.ray_address,
+                    env_kwargs=_env_kwargs(args))
     return r.placement
 
 
@@ -652,6 +655,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the search checkpointed in DIR (and keep checkpointing there)")
     g.add_argument("--curve", metavar="PREFIX", default=None, help="write the training curve to PREFIX.csv and PREFIX.png")
+    g.add_argument("--workers", type=_positive_int, default=None,
+                   help="evaluation workers; more than 1 runs the search distributed on Ray (local unless --ray-address)")
+    g.add_argument("--controllers", type=_positive_int, default=None,
+                   help="distributed: controllers, each with its own baseline (default: one per 8 workers)")
+    g.add_argument("--ray-address", metavar="A", default=None, help="join the Ray cluster at A (host:port or auto)")
     _add_env_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_place)

@@ -63,7 +63,8 @@ from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.evaluation import Evaluator, default_failing_step
 from autoplace.validation import check_budget, seed_int
 
-__all__ = ["RLConfig", "RLResult", "RLSearch", "rl_search", "rl", "samples_for_budget", "work_budget"]
+__all__ = ["RLConfig", "RLResult", "RLSearch", "rl_search", "rl_distributed", "rl", "samples_for_budget",
+           "work_budget", "policy_parts"]
 
 DEFAULT_BUDGET_S = 60.0
 OPS_PER_SECOND = 1e7                #: nominal simulator speed, as local search's
@@ -150,35 +151,44 @@ def _torch_device(name: str):
     return torch.device(name)
 
 
+def policy_parts(graph: Graph, cluster: Cluster, config: RLConfig, seed: int):
+    """The groups, their features, the device mask and the freshly initialised policy of a search: the same
+    for the same arguments, in any process (the parameter server and the controllers build theirs so)."""
+    import torch
+
+    from autoplace.policies.features import group_features
+    from autoplace.policies.seq2seq import Seq2SeqPolicy, device_mask
+
+    base = runnable_grouping(graph, GROUP_RULES, feasible_devices(graph, cluster))
+    try:
+        grouping = coarsen(graph, base, config.groups, cluster, seed=seed)
+    except InfeasibleError:          # a structural group no device runs whole: place the finer groups
+        grouping = base
+    gg = grouped_graph(graph, grouping, cluster)
+    features = group_features(graph, grouping, config.max_outputs)
+    device = _torch_device(config.torch_device)
+    mask = device_mask(gg.feasible, features.order).to(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        policy = Seq2SeqPolicy(features.n_types, features.dense.shape[1], cluster.n_devices, type_dim=config.type_dim,
+                               hidden=config.hidden, device_dim=config.device_dim).to(device)
+    return grouping, features, mask, policy
+
+
 class RLSearch:
     """One controller: policy, optimizer, baseline and sampler of one graph on one cluster (§3.4 runs
     several of these against a parameter server; :func:`rl_search` runs one)."""
 
     def __init__(self, graph: Graph, cluster: Cluster, config: RLConfig = RLConfig(), *, seed=None,
-                 env: str | BaseEnv = "simulated"):
+                 env: str | BaseEnv = "simulated", sample_seed: int | None = None):
         import torch
-
-        from autoplace.policies.features import group_features
-        from autoplace.policies.seq2seq import Seq2SeqPolicy, device_mask
 
         self.graph, self.cluster, self.config = graph, cluster, config
         self.seed = seed_int(seed)
-        base = runnable_grouping(graph, GROUP_RULES, feasible_devices(graph, cluster))
-        try:
-            self.grouping = coarsen(graph, base, config.groups, cluster, seed=self.seed)
-        except InfeasibleError:          # a structural group no device runs whole: place the finer groups
-            self.grouping = base
-        gg = grouped_graph(graph, self.grouping, cluster)
-        self.features = group_features(graph, self.grouping, config.max_outputs)
-        self.device = _torch_device(config.torch_device)
-        self.mask = device_mask(gg.feasible, self.features.order).to(self.device)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            self.policy = Seq2SeqPolicy(self.features.n_types, self.features.dense.shape[1], cluster.n_devices,
-                                        type_dim=config.type_dim, hidden=config.hidden,
-                                        device_dim=config.device_dim).to(self.device)
+        self.grouping, self.features, self.mask, self.policy = policy_parts(graph, cluster, config, self.seed)
+        self.device = self.mask.device
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
-        self.generator = torch.Generator().manual_seed(self.seed)
+        self.generator = torch.Generator().manual_seed(self.seed if sample_seed is None else sample_seed)
         self.env = make_env(env, graph, cluster)
         self._own_env = not isinstance(env, BaseEnv)           # an env passed in is the caller's to close
         self.evaluate = Evaluator(self.env, self.grouping)
@@ -225,7 +235,7 @@ class RLSearch:
             loss.backward()
             if cfg.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
-            self.optimizer.step()
+            self.apply_gradients()
             self.baseline = cfg.baseline_decay * self.baseline + (1 - cfg.baseline_decay) * float(reward[use].mean())
         if scores.ok.any():
             k = int(np.argmin(scores.step_time))
@@ -243,6 +253,11 @@ class RLSearch:
                            float(1 - scores.ok.mean()), float(reward.mean()))
         self.curve.append(point)
         return point
+
+    def apply_gradients(self) -> None:
+        """Step the parameters with the gradients in ``.grad`` (here: the local Adam; a distributed
+        controller sends them to the parameter server instead)."""
+        self.optimizer.step()
 
     # ----------------------------------------------------------------- checkpoints
     def state(self) -> dict:
@@ -299,14 +314,23 @@ def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | 
               env: str | BaseEnv = "simulated", checkpoint: str | Path | None = None,
               resume: str | Path | None = None, curve_csv: str | Path | None = None,
               curve_png: str | Path | None = None, checkpoint_every_s: float = 30.0,
-              stop_after_updates: int | None = None) -> RLResult:
+              stop_after_updates: int | None = None, workers: int = 1, controllers: int | None = None,
+              ray_address: str | None = None, env_kwargs: dict | None = None) -> RLResult:
     """Run the RL placer to ``budget`` (a :class:`SearchBudget`, or seconds of nominal work as ``place``'s
     budget: :func:`work_budget`); checkpoint to ``checkpoint`` (default: the ``resume`` folder) every
     ``checkpoint_every_s`` seconds and at the end; continue from ``resume``. Ctrl-C ends the search early with the
     best placement so far (and a checkpoint). ``stop_after_updates`` stops after that many updates of this
-    call, as an interruption would (for tests)."""
+    call, as an interruption would (for tests). With ``workers`` > 1 or a ``ray_address``, the search is
+    distributed on Ray (:func:`rl_distributed`; ``env`` and ``env_kwargs`` then build each worker's env)."""
     if not isinstance(budget, SearchBudget):
         budget = work_budget(graph, cluster, budget, config)
+    if workers > 1 or ray_address is not None:
+        if checkpoint is not None or resume is not None:
+            raise AutoplaceError("checkpoint and resume are for the single-process search (--workers 1)")
+        env_name = env.name if isinstance(env, BaseEnv) else env
+        return rl_distributed(graph, cluster, budget=budget, workers=workers, controllers=controllers, config=config,
+                              seed=seed, env=env_name, env_kwargs=env_kwargs, ray_address=ray_address,
+                              curve_csv=curve_csv, curve_png=curve_png)
     search = RLSearch(graph, cluster, config, seed=seed, env=env)
     try:
         if resume is not None:
@@ -348,6 +372,122 @@ def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | 
                         search.evaluate.hits, search.wall_s, extra)
     finally:
         search.close()
+
+
+def _policy_only(graph: Graph, cluster: Cluster, config: RLConfig, seed: int):
+    return policy_parts(graph, cluster, config, seed)[3]
+
+
+def _adam(params, lr: float):
+    import torch
+
+    return torch.optim.Adam(params, lr=lr)
+
+
+class _Controller(RLSearch):
+    """One controller of the distributed search (§3.4), run as a Ray actor: its own baseline and sampler,
+    its ``n_workers`` evaluation workers, and the policy's parameters from the parameter server."""
+
+    def __init__(self, graph, cluster, config, seed, index, n_workers, env, env_kwargs, server):
+        import ray
+
+        from autoplace.search.distributed import WorkerPool
+
+        super().__init__(graph, cluster, config, seed=seed, sample_seed=seed * 1009 + index + 1)
+        self.ray, self.server = ray, server
+        self.evaluate = WorkerPool(ray, self.grouping, graph, cluster, n_workers, env, env_kwargs)
+        state, self.total = ray.get(server.parameters.remote())
+        self.policy.load_state_dict(state)
+        self._sent = False
+
+    def apply_gradients(self) -> None:
+        grads = [p.grad.detach().cpu() for p in self.policy.parameters()]
+        state, self.total = self.ray.get(self.server.apply.remote(grads, self.config.samples_per_update))
+        self.policy.load_state_dict(state)
+        self._sent = True
+
+    def workers(self) -> list:
+        return list(self.evaluate.workers)
+
+    def updates_done(self) -> int:
+        return self.updates
+
+    def run(self, samples: int | None, deadline_s: float | None) -> dict:
+        """Updates until the server counts ``samples`` or ``deadline_s`` (seconds of wall clock) passes."""
+        t0 = time.monotonic()
+        while not ((samples is not None and self.total >= samples)
+                   or (deadline_s is not None and time.monotonic() - t0 >= deadline_s) or self.converged):
+            self._sent = False
+            p = self.update()
+            if not self._sent:                                  # no gradient this time: still count the samples
+                state, self.total = self.ray.get(self.server.apply.remote(None, self.config.samples_per_update))
+                self.policy.load_state_dict(state)
+            self.curve.points[-1] = CurvePoint(self.total, time.monotonic() - t0, p.best_step_s, p.mean_step_s,
+                                               p.failed, p.mean_reward)
+        self.evaluate.close()
+        return {"curve": self.curve.to_rows(), "best_step": self.best_step, "best_groups": self.best_groups,
+                "evaluations": self.evaluate.evaluations, "hits": self.evaluate.hits,
+                "replaced": self.evaluate.replaced, "updates": self.updates, "converged": self.converged}
+
+
+def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, workers: int, controllers: int | None = None,
+                   config: RLConfig = RLConfig(), seed=None, env: str = "simulated", env_kwargs: dict | None = None,
+                   ray_address: str | None = None, curve_csv=None, curve_png=None, on_start=None) -> RLResult:
+    """The distributed search (§3.4) on Ray: ``controllers`` controllers (default: one per
+    ``samples_per_update`` workers, at least one), ``workers`` evaluation workers shared out among them,
+    one parameter server; local Ray unless ``ray_address``. ``on_start(ray, controller_handles)`` is
+    called once the controllers run (tests use it to kill a worker mid-search). Not reproducible for a seed."""
+    from functools import partial
+
+    from autoplace.search.distributed import ParameterServer, ray_session
+
+    seed = seed_int(seed)
+    n_ctrl = controllers or max(1, workers // config.samples_per_update)
+    if workers < n_ctrl:
+        raise AutoplaceError(f"{workers} workers cannot serve {n_ctrl} controllers (at least one each)")
+    t0 = time.monotonic()
+    with ray_session(ray_address) as ray:
+        server = ray.remote(num_cpus=0)(ParameterServer).remote(
+            partial(_policy_only, graph, cluster, config, seed), partial(_adam, lr=config.learning_rate))
+        g_ref, c_ref = ray.put(graph), ray.put(cluster)
+        actor = ray.remote(num_cpus=0, max_concurrency=2)(_Controller)
+        shares = [workers // n_ctrl + (i < workers % n_ctrl) for i in range(n_ctrl)]
+        ctrls = [actor.remote(g_ref, c_ref, config, seed, i, shares[i], env, env_kwargs, server) for i in range(n_ctrl)]
+        refs = [c.run.remote(budget.samples, budget.seconds) for c in ctrls]
+        if on_start is not None:
+            on_start(ray, ctrls)
+        pending = list(refs)
+        while pending:
+            _, pending = ray.wait(pending, timeout=1.0)
+            done = ray.get(server.parameters.remote())[1]
+            report_progress(f"rl: {done} samples on {n_ctrl} controllers, {workers} workers",
+                            None if budget.samples is None else min(1.0, done / budget.samples))
+        results = ray.get(refs)
+        total = ray.get(server.parameters.remote())[1]
+    points = sorted((CurvePoint(*r) for res in results for r in res["curve"]), key=lambda p: (p.samples, p.wall_s))
+    best, merged = math.inf, Curve()
+    for p in points:                                   # one curve: best so far over every controller
+        best = min(best, p.best_step_s)
+        merged.append(CurvePoint(p.samples, p.wall_s, best, p.mean_step_s, p.failed, p.mean_reward))
+    winner = min(results, key=lambda r: r["best_step"])
+    if winner["best_groups"] is None:
+        raise InfeasibleError(f"rl: none of the {total} sampled placements of {graph.name!r} ran on cluster "
+                              f"{cluster.name!r} (all out of memory)")
+    grouping, features, _, _ = policy_parts(graph, cluster, config, seed)
+    assignment = Placement.from_array(graph, cluster, grouping.expand(winner["best_groups"]), "rl").assignment
+    meta = {"samples": total, "updates": sum(r["updates"] for r in results), "controllers": n_ctrl,
+            "workers": workers, "evaluations": sum(r["evaluations"] for r in results),
+            "cache_hits": sum(r["hits"] for r in results), "workers_replaced": sum(r["replaced"] for r in results),
+            "groups": features.n_groups, "best_step_s": winner["best_step"],
+            "stop_reason": "converged" if all(r["converged"] for r in results) else
+            ("samples" if budget.samples is not None and total >= budget.samples else "seconds")}
+    if curve_csv is not None:
+        merged.write_csv(curve_csv)
+    if curve_png is not None:
+        merged.plot(curve_png, f"rl on {graph.name}, {cluster.name} ({n_ctrl} controllers, {workers} workers)")
+    return RLResult(Placement(assignment, graph.name, cluster.name, "rl", meta), merged, total, meta["updates"],
+                    meta["stop_reason"], meta["evaluations"], meta["cache_hits"], time.monotonic() - t0,
+                    {"workers_replaced": meta["workers_replaced"]})
 
 
 def _ms(step: float) -> str:

@@ -1,0 +1,167 @@
+"""Distributed search on Ray (Mirhoseini et al. 2017, §3.4, Figure 3): a parameter server holding only the
+policy's parameters, several controllers with their own baselines, and ``K`` evaluation workers each.
+
+Each controller alternates two phases: it samples ``K`` placements with the current policy and sends one
+to each of its workers; the workers score them (simulate, or run and measure) and answer; the controller
+turns the step times into a REINFORCE gradient and sends it to the parameter server, which applies it
+(asynchronously: other controllers' gradients land in between) and returns the new parameters.
+
+A worker that dies mid-search (its actor killed, its node lost) is replaced by a new one and the
+placement it held is sent again; the search goes on. Distributed runs are not reproducible for a seed
+(the order in which gradients reach the server varies); the single-process mode is.
+
+Ray is optional: :func:`ray_session` imports it, and starts a local Ray (``address=None``) or joins a
+cluster (``address="host:port"`` or ``"auto"``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from autoplace.errors import AutoplaceError
+from autoplace.search.evaluation import Scores
+
+__all__ = ["ray_session", "ParameterServer", "EvalWorker", "WorkerPool"]
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[Any]:
+    """Ray, initialised for the duration (a session already up is used as it is and left running)."""
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - ray is installed with the package's [ray] extra
+        raise AutoplaceError("distributed search needs Ray: pip install 'autoplace[ray]'") from None
+    if ray.is_initialized():
+        yield ray
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
+    if address is not None:
+        kwargs["address"] = address
+    elif num_cpus is not None:
+        kwargs["num_cpus"] = num_cpus
+    try:
+        ray.init(**kwargs)
+    except Exception as e:  # a bad address, a cluster that does not answer
+        raise AutoplaceError(f"cannot start or join Ray{f' at {address!r}' if address else ''}: {e}") from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+class ParameterServer:
+    """Holds the policy's parameters and its optimizer; applies each gradient as it arrives (run as a Ray
+    actor). ``make_policy()`` builds the policy (the same initial parameters as the controllers'),
+    ``make_optimizer(params)`` its optimizer. It also counts the samples the controllers report, so that
+    they stop on one shared budget."""
+
+    def __init__(self, make_policy: Callable[[], Any], make_optimizer: Callable[[Any], Any]):
+        self.policy = make_policy()
+        self.optimizer = make_optimizer(self.policy.parameters())
+        self.samples = 0
+        self.updates = 0
+
+    def parameters(self) -> tuple[dict, int]:
+        """The current parameters and the samples counted so far."""
+        return self.policy.state_dict(), self.samples
+
+    def apply(self, grads: list | None, samples: int) -> tuple[dict, int]:
+        """Apply one controller's gradients (``None``: none this time) for ``samples`` samples; return the
+        new parameters and the total samples."""
+        if grads is not None:
+            for p, g in zip(self.policy.parameters(), grads):
+                p.grad = g
+            self.optimizer.step()
+            self.updates += 1
+        self.samples += samples
+        return self.policy.state_dict(), self.samples
+
+
+class EvalWorker:
+    """Scores op placements of one graph on one env (run as a Ray actor): ``[B, n_ops]`` device indices ->
+    step times (``inf`` where a placement failed) and whether each ran."""
+
+    def __init__(self, graph, cluster, env: str = "simulated", env_kwargs: dict | None = None):
+        from autoplace.env import make_env
+
+        self.env = make_env(env, graph, cluster, **(env_kwargs or {}))
+
+    def evaluate(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        batch = self.env.evaluate_batch(op_devices)
+        ok = np.isfinite(batch.step_time) & ~batch.oom
+        return np.where(ok, batch.step_time, np.inf), ok
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class WorkerPool:
+    """A controller's ``n`` evaluation workers, with the evaluator's interface (group placements in,
+    :class:`Scores` out) and its cache; a worker that dies is replaced and its placements sent again.
+    ``replaced`` counts the replacements."""
+
+    def __init__(self, ray, grouping, graph, cluster, n: int, env: str = "simulated", env_kwargs: dict | None = None):
+        self.ray, self.grouping = ray, grouping
+        self._spawn = lambda: ray.remote(num_cpus=0, max_restarts=0)(EvalWorker).remote(graph, cluster, env, env_kwargs)
+        self.workers = [self._spawn() for _ in range(n)]
+        self.cache: dict[bytes, tuple[float, bool]] = {}
+        self.hits = self.misses = self.replaced = 0
+
+    @property
+    def evaluations(self) -> int:
+        return self.misses
+
+    def __call__(self, group_devices: np.ndarray) -> Scores:
+        gd = np.ascontiguousarray(np.atleast_2d(group_devices), dtype=np.int64)
+        keys = [row.tobytes() for row in gd]
+        todo = list(dict.fromkeys(k for k in keys if k not in self.cache))
+        if todo:
+            rows = {k: keys.index(k) for k in todo}
+            for k, value in zip(todo, self._run([self.grouping.expand(gd[rows[k]]) for k in todo])):
+                self.cache[k] = value
+            self.misses += len(todo)
+        self.hits += len(keys) - len(todo)
+        step = np.array([self.cache[k][0] for k in keys])
+        ok = np.array([self.cache[k][1] for k in keys])
+        return Scores(step, ok, np.array([k not in todo for k in keys]))
+
+    def _run(self, placements: list[np.ndarray]) -> list[tuple[float, bool]]:
+        """One placement per worker (round-robin); a dead worker's placements go to its replacement."""
+        from ray.exceptions import RayActorError
+
+        out: list[tuple[float, bool] | None] = [None] * len(placements)
+        pending = list(range(len(placements)))
+        while pending:
+            calls = {}
+            for j, i in enumerate(pending):
+                w = j % len(self.workers)
+                calls[i] = (w, self.workers[w].evaluate.remote(placements[i][None, :]))
+            pending = []
+            for i, (w, ref) in calls.items():
+                try:
+                    step, ok = self.ray.get(ref)
+                    out[i] = (float(step[0]), bool(ok[0]))
+                except RayActorError:
+                    self._replace(w)
+                    pending.append(i)
+        return out  # type: ignore[return-value]
+
+    def _replace(self, w: int) -> None:
+        """A new worker in slot ``w`` (once per dead worker, however many calls it failed)."""
+        try:
+            self.ray.get(self.workers[w].pid.remote(), timeout=5)
+            return                                       # it answers: already replaced
+        except Exception:
+            pass
+        self.workers[w] = self._spawn()
+        self.replaced += 1
+
+    def close(self) -> None:
+        for w in self.workers:
+            self.ray.kill(w)

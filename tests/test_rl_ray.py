@@ -1,0 +1,58 @@
+"""The RL placer distributed on Ray (Mirhoseini et al. 2017 §3.4): controllers, workers and a parameter
+server on one local Ray session shared by the module's tests."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+ray = pytest.importorskip("ray")
+
+from autoplace.cluster import get_cluster  # noqa: E402
+from autoplace.placers.rl import RLConfig, rl_distributed  # noqa: E402
+from autoplace.search import SearchBudget  # noqa: E402
+from autoplace.search.distributed import ray_session  # noqa: E402
+from autoplace.sim import simulate  # noqa: E402
+from autoplace.zoo import build_graph  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def session():
+    with ray_session(num_cpus=2) as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def case():
+    return build_graph("layered-dag", ops=60, width=4), get_cluster("k80x4")
+
+
+def test_a_tiny_distributed_search_places_validly(session, case, tmp_path):
+    g, c = case
+    r = rl_distributed(g, c, budget=SearchBudget(samples=96), workers=4, controllers=2,
+                       config=RLConfig(samples_per_update=4), seed=0, curve_csv=tmp_path / "curve.csv")
+    m = r.placement.meta
+    assert m["controllers"] == 2 and m["workers"] == 4 and 96 <= r.samples < 96 + 2 * 4
+    assert simulate(g, c, r.placement).step_time == pytest.approx(m["best_step_s"])
+    best = [p.best_step_s for p in r.curve.points]
+    assert best == sorted(best, reverse=True) and len(r.curve) == m["updates"]
+    assert (tmp_path / "curve.csv").exists() and session.is_initialized()     # the shared session stays up
+
+
+def test_a_killed_worker_is_replaced_and_the_search_finishes(session, case):
+    g, c = case
+    killed = []
+
+    def kill_one(ray, controllers):                 # once the search is 5 updates in
+        worker = ray.get(controllers[0].workers.remote())[0]
+        while ray.get(controllers[0].updates_done.remote()) < 5:
+            time.sleep(0.01)
+        ray.kill(worker)
+        killed.append(worker)
+
+    r = rl_distributed(g, c, budget=SearchBudget(samples=1200), workers=2, config=RLConfig(samples_per_update=4),
+                       seed=1, on_start=kill_one)
+    assert killed and r.placement.meta["workers_replaced"] >= 1 and r.samples >= 1200
+    assert simulate(g, c, r.placement).ok
