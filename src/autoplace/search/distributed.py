@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from autoplace.errors import AutoplaceError
-from autoplace.search.evaluation import Scores
+from autoplace.search.evaluation import CachedScorer, score_batch
 
 __all__ = ["ray_session", "ParameterServer", "EvalWorker", "WorkerPool"]
 
@@ -93,43 +93,27 @@ class EvalWorker:
         self.env = make_env(env, graph, cluster, **(env_kwargs or {}))
 
     def evaluate(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        batch = self.env.evaluate_batch(op_devices)
-        ok = np.isfinite(batch.step_time) & ~batch.oom
-        return np.where(ok, batch.step_time, np.inf), ok
+        return score_batch(self.env, op_devices)
 
     def pid(self) -> int:
         return os.getpid()
 
 
-class WorkerPool:
+class WorkerPool(CachedScorer):
     """A controller's ``n`` evaluation workers, with the evaluator's interface (group placements in,
     :class:`Scores` out) and its cache; a worker that dies is replaced and its placements sent again.
     ``replaced`` counts the replacements."""
 
     def __init__(self, ray, grouping, graph, cluster, n: int, env: str = "simulated", env_kwargs: dict | None = None):
-        self.ray, self.grouping = ray, grouping
+        super().__init__(grouping)
+        self.ray = ray
         self._spawn = lambda: ray.remote(num_cpus=0, max_restarts=0)(EvalWorker).remote(graph, cluster, env, env_kwargs)
         self.workers = [self._spawn() for _ in range(n)]
-        self.cache: dict[bytes, tuple[float, bool]] = {}
-        self.hits = self.misses = self.replaced = 0
+        self.replaced = 0
 
-    @property
-    def evaluations(self) -> int:
-        return self.misses
-
-    def __call__(self, group_devices: np.ndarray) -> Scores:
-        gd = np.ascontiguousarray(np.atleast_2d(group_devices), dtype=np.int64)
-        keys = [row.tobytes() for row in gd]
-        todo = list(dict.fromkeys(k for k in keys if k not in self.cache))
-        if todo:
-            rows = {k: keys.index(k) for k in todo}
-            for k, value in zip(todo, self._run([self.grouping.expand(gd[rows[k]]) for k in todo])):
-                self.cache[k] = value
-            self.misses += len(todo)
-        self.hits += len(keys) - len(todo)
-        step = np.array([self.cache[k][0] for k in keys])
-        ok = np.array([self.cache[k][1] for k in keys])
-        return Scores(step, ok, np.array([k not in todo for k in keys]))
+    def score_ops(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        out = self._run(list(op_devices))
+        return np.array([s for s, _ in out]), np.array([r for _, r in out], dtype=bool)
 
     def _run(self, placements: list[np.ndarray]) -> list[tuple[float, bool]]:
         """One placement per worker (round-robin); a dead worker's placements go to its replacement."""

@@ -15,7 +15,7 @@ run a group is masked out of the policy's choices.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from autoplace.env import BaseEnv
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping
 
-__all__ = ["Scores", "Evaluator", "default_failing_step"]
+__all__ = ["Scores", "CachedScorer", "Evaluator", "score_batch", "default_failing_step"]
 
 
 def default_failing_step(graph: Graph, cluster: Cluster, factor: float = 10.0) -> float:
@@ -47,46 +47,58 @@ class Scores:
     cached: np.ndarray
 
 
-@dataclass
-class Evaluator:
-    """Scores group placements of ``graph`` on ``env``'s cluster, caching each distinct placement's score.
+class CachedScorer:
+    """Scores group placements, caching each distinct placement's score: subclasses say how to score the
+    op placements the cache does not hold (:meth:`score_ops`).
 
     ``hits``/``misses`` count cache look-ups; ``evaluations`` the placements actually simulated or run.
     """
 
-    env: BaseEnv
-    grouping: Grouping
-    cache: dict[bytes, tuple[float, bool]] = field(default_factory=dict)
-    hits: int = 0
-    misses: int = 0
+    def __init__(self, grouping: Grouping):
+        self.grouping = grouping
+        self.cache: dict[bytes, tuple[float, bool]] = {}
+        self.hits = self.misses = 0
 
     @property
     def evaluations(self) -> int:
         return self.misses
 
+    def score_ops(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``[B, n_ops]`` device indices -> step times (``inf`` where it failed) and whether each ran."""
+        raise NotImplementedError
+
     def __call__(self, group_devices: np.ndarray) -> Scores:
-        """Score ``[B, n_groups]`` device indices; placements not in the cache go to the env in one batch."""
+        """Score ``[B, n_groups]`` device indices; placements not in the cache are scored in one call."""
         gd = np.ascontiguousarray(np.atleast_2d(group_devices), dtype=np.int64)
         keys = [row.tobytes() for row in gd]
-        step = np.empty(len(gd))
-        ok = np.zeros(len(gd), dtype=bool)
-        cached = np.zeros(len(gd), dtype=bool)
-        todo: dict[bytes, list[int]] = {}
+        cached = np.array([k in self.cache for k in keys], dtype=bool)
+        todo: dict[bytes, int] = {}
         for b, k in enumerate(keys):
-            if k in self.cache:
-                step[b], ok[b] = self.cache[k]
-                cached[b] = True
-            else:
-                todo.setdefault(k, []).append(b)
-        self.hits += int(cached.sum())
+            if not cached[b]:
+                todo.setdefault(k, b)
         if todo:
-            first = [rows[0] for rows in todo.values()]
-            batch = self.env.evaluate_batch(self.grouping.expand_many(gd[first]))
-            runs = np.isfinite(batch.step_time) & ~batch.oom
-            for (k, rows), s, r in zip(todo.items(), batch.step_time.tolist(), runs.tolist()):
-                value = (float(s) if r else float("inf"), bool(r))
-                self.cache[k] = value
-                step[rows], ok[rows] = value
-            self.misses += len(todo)
-            self.hits += sum(len(rows) - 1 for rows in todo.values())
-        return Scores(step, ok, cached)
+            step, ok = self.score_ops(self.grouping.expand_many(gd[list(todo.values())]))
+            for k, s, r in zip(todo, step.tolist(), ok.tolist()):
+                self.cache[k] = (float(s) if r else float("inf"), bool(r))
+        self.misses += len(todo)
+        self.hits += len(keys) - len(todo)
+        return Scores(np.array([self.cache[k][0] for k in keys]), np.array([self.cache[k][1] for k in keys]), cached)
+
+
+class Evaluator(CachedScorer):
+    """Scores group placements of ``graph`` on ``env``'s cluster through the env's batched entry point."""
+
+    def __init__(self, env: BaseEnv, grouping: Grouping):
+        super().__init__(grouping)
+        self.env = env
+
+    def score_ops(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return score_batch(self.env, op_devices)
+
+
+def score_batch(env: BaseEnv, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``[B, n_ops]`` device indices scored by ``env`` in one batch: step times (``inf`` where the placement
+    failed: out of memory, or a measured run that crashed or timed out) and whether each ran."""
+    batch = env.evaluate_batch(op_devices)
+    ok = np.isfinite(batch.step_time) & ~batch.oom
+    return np.where(ok, batch.step_time, np.inf), ok
