@@ -1,11 +1,13 @@
 """Throughput of the RL placer in single-process mode, and where an update's time goes.
 
     .venv/bin/python benchmarks/rl_throughput.py [--samples 800] [--models rnnlm-2,nmt-2,inception-v3] [--cluster k80x4]
+    .venv/bin/python benchmarks/rl_throughput.py --ray-workers 2      # the distributed search on local Ray
 
 Per model: samples per second over ``--samples`` samples (after a warm-up update), and the share of the
 time in the policy's forward pass (sampling K placements: encoder + one decoder step per group), in
 scoring (the evaluator: cache look-ups and the simulator's batched run) and in the policy update
-(backward pass, gradient clipping, Adam).
+(backward pass, gradient clipping, Adam). With ``--ray-workers N``: samples per second of the distributed
+search (one controller, N workers, a parameter server; Ray's start-up not counted).
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="rnnlm-2,nmt-2,inception-v3")
     ap.add_argument("--cluster", default="k80x4")
     ap.add_argument("--threads", type=int, default=1, help="the policy's CPU threads")
+    ap.add_argument("--ray-workers", type=int, default=0, help="measure the distributed search with N workers")
     args = ap.parse_args(argv)
     cluster = get_cluster(args.cluster)
+    if args.ray_workers:
+        return distributed(args, cluster)
     print(f"| model | ops | groups | samples/s | policy forward | scoring | policy update | sim ms/placement |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for model in args.models.split(","):
@@ -46,6 +51,25 @@ def main(argv=None) -> int:
               f"{share['policy_forward']:.0%} | {share['evaluate']:.0%} | {share['policy_update']:.0%} | "
               f"{search.timings['evaluate'] / max(evals, 1) * 1e3:.2f} |", flush=True)
         search.close()
+    return 0
+
+
+def distributed(args, cluster) -> int:
+    from autoplace.placers.rl import rl_distributed
+    from autoplace.search import SearchBudget
+    from autoplace.search.distributed import ray_session
+
+    print("| model | ops | groups | workers | samples/s | evaluations | cache hits |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    with ray_session():
+        for model in args.models.split(","):
+            graph = build_graph(model)
+            r = rl_distributed(graph, cluster, budget=SearchBudget(samples=args.samples), workers=args.ray_workers,
+                               config=RLConfig(torch_threads=args.threads), seed=0)
+            first = r.curve.points[0]                 # the rate after the first update (actors started)
+            rate = (r.samples - first.samples) / max(r.curve.points[-1].wall_s - first.wall_s, 1e-9)
+            print(f"| {model} | {graph.n_ops:,} | {r.placement.meta['groups']} | {args.ray_workers} | {rate:.1f} | "
+                  f"{r.evaluations} | {r.cache_hits} |", flush=True)
     return 0
 
 
