@@ -189,3 +189,18 @@ def test_a_search_killed_with_sigkill_resumes_from_its_checkpoint_to_the_uninter
     assert json.loads(out.read_text())["assignment"] == whole.placement.assignment
     resumed = list(csv.DictReader(open(tmp_path / "curve.csv")))          # every update's sampled mean
     assert [float(r["mean_step_s"]) for r in resumed] == [p.mean_step_s for p in whole.curve.points]
+
+
+def test_the_command_line_sets_rl_settings_and_rejects_unknown_ones(tmp_path, capsys):
+    import json
+
+    from autoplace.cli import main
+
+    out = tmp_path / "rl.json"
+    assert main(["place", "toy-mlp", "-c", "k80x2", "-m", "rl", "--samples", "8", "--set", "samples_per_update=4",
+                 "--set", "grad_clip=none", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["updates"] == 2
+    assert main(["place", "toy-mlp", "-c", "k80x2", "-m", "rl", "--samples", "8", "--set", "lr=0.1",
+                 "-o", str(tmp_path / "x.json")]) == 2
+    assert "unknown RL setting 'lr'" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+    assert main(["place", "toy-mlp", "-c", "k80x2", "-m", "metis", "--set", "hidden=8", "-o", str(out)]) == 2

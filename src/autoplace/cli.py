@@ -213,7 +213,7 @@ def cmd_place(args: argparse.Namespace) -> int:
     _check_output(args.output)
     info = get_placer(args.method)  # unknown method: fail before loading anything big
     search_args = [f for f in ("samples", "wall_clock", "checkpoint", "resume", "curve", "workers", "controllers",
-                               "ray_address") if getattr(args, f)]
+                               "ray_address", "settings") if getattr(args, f)]
     if search_args and not info.learned:
         raise AutoplaceError(f"--{search_args[0].replace('_', '-')} applies to the learned methods only "
                          f"({args.method!r} is not one)")
@@ -248,6 +248,28 @@ def cmd_place(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings -> a dict, each value read as an int, a float, ``none``/``true``/``false``, or text."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise AutoplaceError(f"--set wants KEY=VALUE, got {item!r}")
+        low = text.strip().lower()
+        if low in ("none", "true", "false"):
+            value: Any = {"none": None, "true": True, "false": False}[low]
+        else:
+            try:
+                value = int(text)
+            except ValueError:
+                try:
+                    value = float(text)
+                except ValueError:
+                    value = text
+        out[key.strip().replace("-", "_")] = value
+    return out
+
+
 def _learned_search(info, graph, cluster, env, args):
     """A learned placer's search with the command line's options: ``--samples`` or ``--budget`` (nominal
     work, or wall-clock seconds with ``--wall-clock``), ``--checkpoint``/``--resume``, ``--curve``."""
@@ -263,7 +285,7 @@ def _learned_search(info, graph, cluster, env, args):
                     resume=args.resume, curve_csv=args.curve and args.curve + ".csv",
                     curve_png=args.curve and args.curve + ".png", checkpoint_every_s=args.checkpoint_every,
                     workers=args.workers or 1, controllers=args.controllers, ray_address=args.ray_address,
-                    env_kwargs=_env_kwargs(args))
+                    env_kwargs=_env_kwargs(args), config=_settings(args.settings))
     return r.placement
 
 
@@ -660,6 +682,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--controllers", type=_positive_int, default=None,
                    help="distributed: controllers, each with its own baseline (default: one per 8 workers)")
     g.add_argument("--ray-address", metavar="A", default=None, help="join the Ray cluster at A (host:port or auto)")
+    g.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting of the learned method's config (rl: RLConfig, docs/algorithms.md), repeatable")
     _add_env_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_place)

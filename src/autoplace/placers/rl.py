@@ -121,6 +121,14 @@ class RLConfig:
     def field_names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
 
+    @classmethod
+    def from_dict(cls, values: dict) -> "RLConfig":
+        """The default config with ``values`` (field name -> value) set; an unknown name is one clear error."""
+        unknown = sorted(set(values) - set(cls.field_names()))
+        if unknown:
+            raise AutoplaceError(f"unknown RL setting {unknown[0]!r} (known: {', '.join(cls.field_names())})")
+        return cls(**values)
+
 
 @dataclass
 class RLResult:
@@ -310,7 +318,7 @@ class RLSearch:
 
 
 def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | None = None,
-              config: RLConfig = RLConfig(), seed=None,
+              config: RLConfig | dict = RLConfig(), seed=None,
               env: str | BaseEnv = "simulated", checkpoint: str | Path | None = None,
               resume: str | Path | None = None, curve_csv: str | Path | None = None,
               curve_png: str | Path | None = None, checkpoint_every_s: float = 30.0,
@@ -322,6 +330,7 @@ def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | 
     best placement so far (and a checkpoint). ``stop_after_updates`` stops after that many updates of this
     call, as an interruption would (for tests). With ``workers`` > 1 or a ``ray_address``, the search is
     distributed on Ray (:func:`rl_distributed`; ``env`` and ``env_kwargs`` then build each worker's env)."""
+    config = RLConfig.from_dict(config) if isinstance(config, dict) else config
     if not isinstance(budget, SearchBudget):
         budget = work_budget(graph, cluster, budget, config)
     if workers > 1 or ray_address is not None:
