@@ -204,3 +204,19 @@ def test_the_command_line_sets_rl_settings_and_rejects_unknown_ones(tmp_path, ca
                  "-o", str(tmp_path / "x.json")]) == 2
     assert "unknown RL setting 'lr'" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
     assert main(["place", "toy-mlp", "-c", "k80x2", "-m", "metis", "--set", "hidden=8", "-o", str(out)]) == 2
+
+
+def test_a_logit_clip_keeps_every_placement_possible():
+    """With logits bounded to ±C on two devices, each step's choice has probability at least
+    sigmoid(-2C), however far training pushes the policy; all placements' probabilities sum to 1."""
+    import itertools
+
+    g, c = three_groups()
+    s = RLSearch(g, c, RLConfig(logit_clip=0.5, learning_rate=0.1, grad_clip=None), seed=0)
+    for _ in range(30):
+        s.update()
+    every = torch.tensor(list(itertools.product((0, 1), repeat=3)))
+    with torch.no_grad():
+        p = s.policy.log_prob(s.features, s.mask, every).exp()
+    assert float(p.sum()) == pytest.approx(1.0, abs=1e-5)
+    assert float(p.min()) >= float(torch.sigmoid(torch.tensor(-1.0))) ** 3 * (1 - 1e-5)

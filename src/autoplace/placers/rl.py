@@ -91,6 +91,10 @@ class RLConfig:
     """After this many updates, only placements that ran enter an update (§3.1: 5,000 steps)."""
     entropy_weight: float = 0.0
     """Weight of an entropy bonus in the loss (not in the paper: 0)."""
+    temperature: float = 1.0
+    """Divides the decoder's logits (not in the 2017 paper: 1)."""
+    logit_clip: float | None = None
+    """Bounds the logits to ±C with C·tanh(logits / C) (not in the 2017 paper: None)."""
     grad_clip: float | None = 1.0
     """Clip the gradient's norm to this (not in the paper; None: off)."""
     hidden: int = 128
@@ -179,7 +183,8 @@ def policy_parts(graph: Graph, cluster: Cluster, config: RLConfig, seed: int):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         policy = Seq2SeqPolicy(features.n_types, features.dense.shape[1], cluster.n_devices, type_dim=config.type_dim,
-                               hidden=config.hidden, device_dim=config.device_dim).to(device)
+                               hidden=config.hidden, device_dim=config.device_dim, temperature=config.temperature,
+                               logit_clip=config.logit_clip).to(device)
     return grouping, features, mask, policy
 
 

@@ -38,13 +38,16 @@ class Seq2SeqPolicy(nn.Module):
 
     ``n_types``/``dense_dim``: the feature sizes of the graph (:class:`GroupFeatures`); ``type_dim``: the
     op-type embedding size; ``hidden``: the LSTMs' and the attention's size; ``device_dim``: the device
-    embedding size.
+    embedding size. ``temperature`` divides the logits and ``logit_clip`` bounds them to ``±C`` by
+    ``C tanh(logits / C)`` — both keep a policy from collapsing early (not in the 2017 paper; the authors'
+    later hierarchical placer uses them); 1 and None leave the logits as they are.
     """
 
     def __init__(self, n_types: int, dense_dim: int, n_devices: int, *, type_dim: int = 32, hidden: int = 128,
-                 device_dim: int = 32):
+                 device_dim: int = 32, temperature: float = 1.0, logit_clip: float | None = None):
         super().__init__()
         self.n_devices = n_devices
+        self.temperature, self.logit_clip = float(temperature), logit_clip
         self.type_embedding = nn.EmbeddingBag(n_types, type_dim, mode="mean")
         self.encoder = nn.LSTM(type_dim + dense_dim, hidden, batch_first=True)
         self.device_embedding = nn.Embedding(n_devices + 1, device_dim)     # the last row: the start token
@@ -67,7 +70,10 @@ class Seq2SeqPolicy(nn.Module):
         e = self.attn_v(torch.tanh(keys + self.attn_s(s).unsqueeze(1))).squeeze(2)       # [k, G]
         context = torch.bmm(torch.softmax(e, dim=1).unsqueeze(1), h).squeeze(1)         # [k, H]
         s, c = self.decoder(torch.cat([self.device_embedding(prev), context], dim=1), (s, c))
-        return self.out(torch.cat([s, context], dim=1)) + mask_t, s, c
+        logits = self.out(torch.cat([s, context], dim=1)) / self.temperature
+        if self.logit_clip is not None:
+            logits = self.logit_clip * torch.tanh(logits / self.logit_clip)
+        return logits + mask_t, s, c
 
     def _decode(self, f: GroupFeatures, mask: torch.Tensor, k: int, devices: torch.Tensor | None,
                 generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
