@@ -220,3 +220,12 @@ def test_a_logit_clip_keeps_every_placement_possible():
         p = s.policy.log_prob(s.features, s.mask, every).exp()
     assert float(p.sum()) == pytest.approx(1.0, abs=1e-5)
     assert float(p.min()) >= float(torch.sigmoid(torch.tensor(-1.0))) ** 3 * (1 - 1e-5)
+
+
+def test_the_grouping_rules_are_a_setting():
+    g, c = build_graph("layered-dag", ops=60, width=4), get_cluster("k80x2")
+    fine = RLSearch(g, c, RLConfig(group_rules="colocation"), seed=0).features.n_groups
+    coarse = RLSearch(g, c, RLConfig(group_rules="colocation,structure"), seed=0).features.n_groups
+    assert fine == g.n_ops > coarse
+    with pytest.raises(AutoplaceError, match="unknown rule 'branches'"):
+        RLConfig(group_rules="colocation,branches")

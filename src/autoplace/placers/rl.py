@@ -70,7 +70,6 @@ DEFAULT_BUDGET_S = 60.0
 OPS_PER_SECOND = 1e7                #: nominal simulator speed, as local search's
 POLICY_SECONDS_PER_GROUP = 2e-4     #: nominal policy cost per decoder step and sample (forward and backward)
 POLICY_SECONDS_PER_SAMPLE = 1.5e-3  #: nominal fixed cost per sample (its share of an update's encoder, Adam step)
-GROUP_RULES = ("colocation", "gradient", "structure")
 
 
 @dataclass(frozen=True)
@@ -79,6 +78,8 @@ class RLConfig:
 
     groups: int = 256
     """Groups the policy places: the structural groups, METIS-coarsened to about this many (ours)."""
+    group_rules: str = "colocation,gradient,structure"
+    """The grouping rules (:mod:`autoplace.grouping`), comma-separated, before coarsening (§3.3)."""
     samples_per_update: int = 8
     """K, placements sampled per update (§3.1, eq. 3; the paper's controllers had 4 or 8 workers)."""
     learning_rate: float = 1e-3
@@ -120,6 +121,16 @@ class RLConfig:
             raise AutoplaceError(f"RLConfig.baseline_decay must be in [0, 1), got {self.baseline_decay!r}")
         if not self.learning_rate > 0:
             raise AutoplaceError(f"RLConfig.learning_rate must be > 0, got {self.learning_rate!r}")
+        from autoplace.grouping import RULES
+
+        bad = [r for r in self.rules if r not in RULES]
+        if bad or not self.rules:
+            raise AutoplaceError(f"RLConfig.group_rules: unknown rule {bad[0] if bad else self.group_rules!r} "
+                                 f"(choose from: {', '.join(RULES)})")
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        return tuple(r.strip() for r in self.group_rules.split(",") if r.strip())
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -171,7 +182,7 @@ def policy_parts(graph: Graph, cluster: Cluster, config: RLConfig, seed: int):
     from autoplace.policies.features import group_features
     from autoplace.policies.seq2seq import Seq2SeqPolicy, device_mask
 
-    base = runnable_grouping(graph, GROUP_RULES, feasible_devices(graph, cluster))
+    base = runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
     try:
         grouping = coarsen(graph, base, config.groups, cluster, seed=seed)
     except InfeasibleError:          # a structural group no device runs whole: place the finer groups
@@ -518,5 +529,5 @@ def rl(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
 def work_budget(graph: Graph, cluster: Cluster, budget: float | None, config: RLConfig = RLConfig()) -> SearchBudget:
     """The samples ``budget`` seconds of nominal work allow (default 60; see the module docstring)."""
     budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
-    n_groups = min(config.groups, runnable_grouping(graph, GROUP_RULES, feasible_devices(graph, cluster)).n_groups)
+    n_groups = min(config.groups, runnable_grouping(graph, config.rules, feasible_devices(graph, cluster)).n_groups)
     return SearchBudget(samples=max(config.samples_per_update, samples_for_budget(graph, n_groups, budget)))
