@@ -30,12 +30,13 @@ def _looks_like_file(arg: str) -> bool:
     return os.path.exists(arg) or arg.endswith((".json", ".gz")) or os.sep in arg
 
 
-def _parse_params(pairs: list[str] | None) -> dict[str, Any]:
+def _parse_params(pairs: list[str] | None, option: str = "--param") -> dict[str, Any]:
+    """``KEY=VALUE`` strings -> a dict, each value read as JSON where it parses, else as text."""
     params: dict[str, Any] = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise FormatError(f"--param {pair!r}: expected KEY=VALUE")
+            raise FormatError(f"{option} {pair!r}: expected KEY=VALUE")
         try:
             params[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -249,25 +250,11 @@ def cmd_place(args: argparse.Namespace) -> int:
 
 
 def _settings(items: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings -> a dict, each value read as an int, a float, ``none``/``true``/``false``, or text."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise AutoplaceError(f"--set wants KEY=VALUE, got {item!r}")
-        low = text.strip().lower()
-        if low in ("none", "true", "false"):
-            value: Any = {"none": None, "true": True, "false": False}[low]
-        else:
-            try:
-                value = int(text)
-            except ValueError:
-                try:
-                    value = float(text)
-                except ValueError:
-                    value = text
-        out[key.strip().replace("-", "_")] = value
-    return out
+    """``--set KEY=VALUE`` strings -> a dict: values as ``--param`` reads them (JSON, else text), and
+    ``none``/``true``/``false`` in any case as JSON's null/true/false; ``-`` in a key reads as ``_``."""
+    words = {"none": None, "true": True, "false": False}
+    return {k.strip().replace("-", "_"): words.get(v.strip().lower(), v) if isinstance(v, str) else v
+            for k, v in _parse_params(items, "--set").items()}
 
 
 def _learned_search(info, graph, cluster, env, args):

@@ -322,11 +322,12 @@ class RLSearch:
     def converged(self) -> bool:
         return 0 < self.config.converged_updates <= self.same_streak
 
-    def best_placement(self, method: str = "rl") -> Placement:
+    def best_placement(self, **meta) -> Placement:
+        """The best placement that ran (``meta`` in its meta); "infeasible" if none did."""
         if self.best_groups is None:
-            raise InfeasibleError(f"{method}: none of the {self.samples} sampled placements of "
-                                  f"{self.graph.name!r} ran on cluster {self.cluster.name!r} (all out of memory)")
-        return Placement.from_array(self.graph, self.cluster, self.grouping.expand(self.best_groups), method)
+            raise InfeasibleError(f"rl: none of the {self.samples} sampled placements of {self.graph.name!r} "
+                                  f"ran on cluster {self.cluster.name!r} (all out of memory)")
+        return Placement.from_array(self.graph, self.cluster, self.grouping.expand(self.best_groups), "rl", **meta)
 
     def close(self) -> None:
         if self._own_env:
@@ -386,13 +387,11 @@ def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | 
             search.curve.write_csv(curve_csv)
         if curve_png is not None:
             search.curve.plot(curve_png, f"rl on {graph.name}, {cluster.name}")
-        placement = search.best_placement()
+        placement = search.best_placement(
+            samples=search.samples, updates=search.updates, stop_reason=stop, evaluations=search.evaluate.evaluations,
+            cache_hits=search.evaluate.hits, groups=search.features.n_groups, best_step_s=search.best_step)
         extra = {"failing_step_s": search.failing_step, "baseline": search.baseline, "timings_s": search.timings,
-                 "n_groups": search.features.n_groups, "wall_s_this_run": time.monotonic() - t_start}
-        meta = {"samples": search.samples, "updates": search.updates, "stop_reason": stop,
-                "evaluations": search.evaluate.evaluations, "cache_hits": search.evaluate.hits,
-                "groups": search.features.n_groups, "best_step_s": search.best_step}
-        placement = Placement(placement.assignment, placement.graph, placement.cluster, "rl", meta)
+                 "wall_s_this_run": time.monotonic() - t_start}
         return RLResult(placement, search.curve, search.samples, search.updates, stop, search.evaluate.evaluations,
                         search.evaluate.hits, search.wall_s, extra)
     finally:
@@ -499,7 +498,6 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
         raise InfeasibleError(f"rl: none of the {total} sampled placements of {graph.name!r} ran on cluster "
                               f"{cluster.name!r} (all out of memory)")
     grouping, features, _, _ = policy_parts(graph, cluster, config, seed)
-    assignment = Placement.from_array(graph, cluster, grouping.expand(winner["best_groups"]), "rl").assignment
     meta = {"samples": total, "updates": sum(r["updates"] for r in results), "controllers": n_ctrl,
             "workers": workers, "evaluations": sum(r["evaluations"] for r in results),
             "cache_hits": sum(r["hits"] for r in results), "workers_replaced": sum(r["replaced"] for r in results),
@@ -510,7 +508,8 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
         merged.write_csv(curve_csv)
     if curve_png is not None:
         merged.plot(curve_png, f"rl on {graph.name}, {cluster.name} ({n_ctrl} controllers, {workers} workers)")
-    return RLResult(Placement(assignment, graph.name, cluster.name, "rl", meta), merged, total, meta["updates"],
+    placement = Placement.from_array(graph, cluster, grouping.expand(winner["best_groups"]), "rl", **meta)
+    return RLResult(placement, merged, total, meta["updates"],
                     meta["stop_reason"], meta["evaluations"], meta["cache_hits"], time.monotonic() - t0,
                     {"workers_replaced": meta["workers_replaced"]})
 

@@ -2,15 +2,13 @@
 a crash with at most one checkpoint interval lost.
 
 A checkpoint is one file, ``DIR/checkpoint.pt`` (a :func:`torch.save` of a plain dict: policy and
-optimizer state, random-number generator states, baselines, best placement, curve, counters), written to
-a temporary file in ``DIR`` first and moved over the old one with :func:`os.replace`, which is atomic on
-POSIX: a reader sees the old checkpoint or the new one, never half of one.
+optimizer state, random-number generator states, baselines, best placement, curve, counters), written as
+every output is (:func:`autoplace.formats._json.atomic_write_bytes`: a temporary file renamed over the
+old one): a reader sees the old checkpoint or the new one, never half of one.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,20 +22,17 @@ CHECKPOINT_FILE = "checkpoint.pt"
 
 def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
     """Write ``state`` to ``directory/checkpoint.pt`` atomically; returns the path."""
+    import io
+
     import torch
+
+    from autoplace.formats._json import atomic_write_bytes
 
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, d / CHECKPOINT_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    atomic_write_bytes(d / CHECKPOINT_FILE, buf.getvalue())
     return d / CHECKPOINT_FILE
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
-import os
-import tempfile
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
@@ -47,18 +46,21 @@ class Curve:
 
     def write_csv(self, path: str | Path) -> None:
         """Write the curve (header + one line per update), atomically."""
-        path = Path(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent or ".")
-        with os.fdopen(fd, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow([fl.name for fl in fields(CurvePoint)])
-            for p in self.points:
-                w.writerow([_fmt(v) for v in astuple(p)])
-        os.replace(tmp, path)
+        from autoplace.formats._json import atomic_write_text
+
+        out = io.StringIO()
+        w = csv.writer(out)
+        w.writerow([fl.name for fl in fields(CurvePoint)])
+        for p in self.points:
+            w.writerow([_fmt(v) for v in astuple(p)])
+        atomic_write_text(path, out.getvalue())
 
     def plot(self, path: str | Path, title: str = "") -> None:
-        """Best and sampled (mean of each update) step time against samples and against wall time, as PNG."""
+        """Best and sampled (mean of each update) step time against samples and against wall time, as PNG
+        (written atomically)."""
         import matplotlib
+
+        from autoplace.formats._json import atomic_write_bytes
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -78,12 +80,10 @@ class Curve:
         if title:
             fig.suptitle(title)
         fig.tight_layout()
-        path = Path(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".png", dir=path.parent or ".")
-        os.close(fd)
-        fig.savefig(tmp, dpi=110)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110)
         plt.close(fig)
-        os.replace(tmp, path)
+        atomic_write_bytes(Path(path), buf.getvalue())
 
 
 def _fmt(v) -> str:
