@@ -221,6 +221,9 @@ def cmd_place(args: argparse.Namespace) -> int:
     if args.curve:
         for ext in (".csv", ".png"):
             _check_output(args.curve + ext, "curve")
+    for option, folder in (("--checkpoint", args.checkpoint), ("--resume", args.resume)):
+        if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
+            raise FormatError(f"{option} {folder}: is a file, not a folder for the checkpoint")
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
     with make_env(args.env, graph, cluster, **_env_kwargs(args)) as env:
