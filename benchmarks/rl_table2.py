@@ -1,11 +1,12 @@
 """The RL placer on Mirhoseini et al.'s Table 2 settings, beside expert, single-GPU, auto and the paper's RL.
 
-    .venv/bin/python benchmarks/rl_table2.py [--samples 12000] [--json out.json] [--curves DIR] [--only MODEL@CLUSTER,...]
-                                             [--set KEY=VALUE ...]
+    .venv/bin/python benchmarks/rl_table2.py [--budget 600 | --samples N] [--json out.json] [--curves DIR] [--only MODEL@CLUSTER,...]
+                                               [--set KEY=VALUE ...]
     .venv/bin/python benchmarks/rl_table2.py --from-json saved.json          # the tables of a saved run
 
-Per setting (rnnlm-2, nmt-2, inception-v3 on ``k80x2`` and ``k80x4``): the RL search with ``--samples``
-samples (seed ``--seed``, reproducible; its wall time is reported), then the same placement refined by
+Per setting (rnnlm-2, nmt-2, inception-v3 on ``k80x2`` and ``k80x4``): the RL search with the samples a work
+budget of ``--budget`` seconds allows (as ``autoplace place -m rl --budget``; or ``--samples``), seed ``--seed``,
+reproducible, its wall time reported; then the same placement refined by
 local search (``--refine-budget``, as ``autoplace place --refine``), against single-GPU, the expert and
 ``auto`` (``--auto-budget``), all simulated; the paper's RL speedup over single-GPU beside. ``--curves DIR``
 writes each search's curve (CSV and PNG).
@@ -25,7 +26,7 @@ from autoplace.cli import _settings
 from autoplace.cluster import get_cluster
 from autoplace.placers import place
 from autoplace.placers.local_search import refine
-from autoplace.placers.rl import rl_search
+from autoplace.placers.rl import rl_search, work_budget
 from autoplace.search import SearchBudget
 from autoplace.sim import simulate
 from autoplace.zoo import build_graph
@@ -47,7 +48,9 @@ def run(args) -> list[dict]:
             row[method] = {"step_s": r.step_time, "ok": r.ok, "search_s": time.perf_counter() - t0}
         t0 = time.perf_counter()
         curve = None if args.curves is None else Path(args.curves) / f"{model}-{cname}"
-        res = rl_search(graph, cluster, budget=SearchBudget(samples=args.samples), seed=args.seed, config=args.config,
+        budget = (SearchBudget(samples=args.samples) if args.samples
+                  else work_budget(graph, cluster, args.budget, args.config))
+        res = rl_search(graph, cluster, budget=budget, seed=args.seed, config=args.config,
                         curve_csv=curve and f"{curve}.csv", curve_png=curve and f"{curve}.png")
         wall = time.perf_counter() - t0
         r = simulate(graph, cluster, res.placement)
@@ -77,7 +80,8 @@ def print_tables(rows: list[dict]) -> None:
         theirs = f"{ps / pr:.2f}x" if ps else "single-GPU OOM"
         rl = row["rl"]
         print(f"| {row['model']} {row['cluster']} | " + " | ".join(cells)
-              + f" | {rl['samples']} samples, {rl['search_s']:.0f} s, {rl['groups']} groups | {theirs} |")
+              + f" | {rl['samples']} samples ({rl['stop_reason']}), {rl['search_s']:.0f} s, {rl['groups']} groups"
+              + f" | {theirs} |")
     beats = [r for r in rows if r["rl"]["ok"]
              and r["rl"]["step_s"] < min(r["expert"]["step_s"], r["single-gpu"]["step_s"]) * (1 - 1e-3)]
     print(f"\nRL faster than both expert and single-GPU (by more than 0.1 %): {len(beats)} of {len(rows)} settings.")
@@ -85,7 +89,8 @@ def print_tables(rows: list[dict]) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--samples", type=int, default=12000)
+    ap.add_argument("--budget", type=float, default=600.0, help="work budget per setting, seconds")
+    ap.add_argument("--samples", type=int, default=None, help="samples per setting (instead of --budget)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--auto-budget", type=float, default=60.0)
     ap.add_argument("--refine-budget", type=float, default=60.0)
@@ -104,7 +109,7 @@ def main(argv=None) -> int:
             Path(args.curves).mkdir(parents=True, exist_ok=True)
         rows = run(args)
         if args.json:
-            json.dump({"samples": args.samples, "seed": args.seed, "settings": args.config, "rows": rows},
+            json.dump({"budget": args.budget, "samples": args.samples, "seed": args.seed, "settings": args.config, "rows": rows},
                       open(args.json, "w"), indent=1)
     print_tables(rows)
     return 0

@@ -168,3 +168,29 @@ def test_autograd_sums_join_the_gradient_ops_that_read_them():
     for i in sums:      # every sum is in the group of the ops that read it
         readers = {int(with_rule.group[c]) for c in g.successors(i)}
         assert readers == {int(with_rule.group[i])}
+
+
+def test_structure_first_keeps_the_branches_a_gradient_would_join():
+    """The backward of a block's concatenation slices the gradient for each branch, and one forward call
+    owns the slices: under the gradient rule that call joins every branch into one group. With
+    ``structure-first`` the branches stay apart and each op's gradient still joins its forward op."""
+    def tagged(name, inputs, fwd, phase="forward", **meta):
+        return op(name, inputs, phase=phase, meta={"fwd": fwd, "block": "B", **meta})
+
+    g = Graph([op("x"),
+               tagged("a", ["x"], 1, branch=0), tagged("b", ["x"], 2, branch=1), tagged("cat", ["a", "b"], 3),
+               op("loss", ["cat"]),
+               tagged("cat_grad_a", ["loss"], 3, "backward"), tagged("cat_grad_b", ["loss"], 3, "backward"),
+               tagged("a_grad", ["cat_grad_a"], 1, "backward", branch=0),
+               tagged("b_grad", ["cat_grad_b"], 2, "backward", branch=1)])
+    at = {o.name: i for i, o in enumerate(g.ops)}
+    merged = group_ops(g, ("colocation", "gradient", "structure"))
+    assert merged.group[at["a"]] == merged.group[at["b"]]
+    apart = group_ops(g, ("colocation", "gradient", "structure", "structure-first"))
+    assert apart.group[at["a"]] != apart.group[at["b"]]
+    for fwd, grad in (("a", "a_grad"), ("b", "b_grad"), ("a", "cat_grad_a"), ("b", "cat_grad_b")):
+        assert apart.group[at[fwd]] == apart.group[at[grad]], grad
+    assert apart.group[at["cat"]] in (apart.group[at["a"]], apart.group[at["b"]])
+    # without the structure rule there is nothing to keep apart: the modifier changes nothing
+    assert (group_ops(g, ("colocation", "gradient", "structure-first")).group
+            == group_ops(g, ("colocation", "gradient")).group).all()

@@ -238,3 +238,21 @@ def test_a_checkpoint_folder_that_is_a_file_is_refused_before_searching(tmp_path
     assert main(["place", "toy-mlp", "-c", "k80x2", "-m", "rl", "--samples", "8", "--checkpoint", str(f),
                  "-o", str(tmp_path / "rl.json")]) == 2
     assert "is a file, not a folder" in capsys.readouterr().err and not (tmp_path / "rl.json").exists()
+
+
+def test_step_blocks_coarsen_a_recurrent_model_layer_by_layer():
+    """Over ``groups``, a layer's time steps are taken in blocks: every group stays within one layer (so a
+    layer-per-device split can still be sampled) and there are at most ``groups`` of them."""
+    from autoplace.grouping import structural_key
+    from autoplace.placers.rl import rl_grouping
+
+    g = build_graph("rnnlm-2", vocab=50, hidden=16, steps=12, batch=2)
+    c = get_cluster("k80x4")
+    full = rl_grouping(g, c, RLConfig(groups=10_000))
+    blocked = rl_grouping(g, c, RLConfig(groups=30))
+    assert blocked.n_groups <= 30 < full.n_groups
+    for k in range(blocked.n_groups):
+        layers = {key[:3] for key in (structural_key(g.ops[i]) for i in blocked.members(k)) if key is not None}
+        assert len(layers) <= 1, layers           # (role, part, layer): one layer's steps, never two layers
+    with pytest.raises(AutoplaceError, match="coarsen"):
+        RLConfig(coarsen="kmeans")

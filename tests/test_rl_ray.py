@@ -56,3 +56,36 @@ def test_a_killed_worker_is_replaced_and_the_search_finishes(session, case):
                        seed=1, on_start=kill_one)
     assert killed and r.placement.meta["workers_replaced"] >= 1 and r.samples >= 1200
     assert simulate(g, c, r.placement).ok
+
+
+def test_a_distributed_search_checkpoints_and_resumes(session, case, tmp_path):
+    """Ctrl-C (here: raised as the controllers run) checkpoints the server and every controller; a resumed
+    search continues the same counters, curve and best placement to its budget."""
+    from autoplace.errors import AutoplaceError
+    from autoplace.search.checkpoint import load_checkpoint
+
+    g, c = case
+    cfg = RLConfig(samples_per_update=4, converged_updates=0)
+
+    def interrupt(ray, controllers):
+        while min(ray.get([k.updates_done.remote() for k in controllers])) < 3:
+            time.sleep(0.01)
+        raise KeyboardInterrupt
+
+    first = rl_distributed(g, c, budget=SearchBudget(samples=100_000), workers=2, controllers=2, config=cfg, seed=0,
+                           checkpoint=tmp_path, on_start=interrupt)
+    assert first.stop_reason == "interrupted" and 24 <= first.samples < 1000
+    saved = load_checkpoint(tmp_path)
+    assert saved["server"]["samples"] == first.samples and len(saved["controllers"]) == 2
+    assert min(s["best_step"] for s in saved["controllers"]) == first.placement.meta["best_step_s"]
+
+    second = rl_distributed(g, c, budget=SearchBudget(samples=first.samples + 64), workers=2, controllers=2,
+                            config=cfg, seed=0, resume=tmp_path)
+    assert second.samples >= first.samples + 64 and second.stop_reason == "samples"
+    assert len(second.curve) - len(first.curve) <= (64 + 2 * 4) // 4      # the counters went on, not from 0
+    assert [p.samples for p in second.curve.points[:len(first.curve)]] == [p.samples for p in first.curve.points]
+    assert second.placement.meta["best_step_s"] <= first.placement.meta["best_step_s"]
+    assert load_checkpoint(tmp_path)["server"]["samples"] == second.samples
+    with pytest.raises(AutoplaceError, match="number of controllers"):
+        rl_distributed(g, c, budget=SearchBudget(samples=8), workers=2, controllers=1, config=cfg, seed=0,
+                       resume=tmp_path)

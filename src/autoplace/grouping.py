@@ -14,7 +14,13 @@ the co-location constraint graph"):
   co-located with that op, applied recursively (follows chains);
 * ``structure`` — the capture metadata: each LSTM cell (``role=lstm`` at one ``layer`` and ``step``),
   each attention step, each softmax step, each embedding lookup, each Inception branch, each AmoebaNet
-  cell step, else each ``layer`` (Mirhoseini §4.1's groups).
+  cell step, else each ``layer`` (Mirhoseini §4.1's groups);
+* ``structure-first`` — with ``gradient`` and ``structure``: the structural groups are formed first and
+  the gradient rule never joins two of them. Without it, the gradient of an op that feeds several
+  structural groups joins them all: the backward of an Inception block's concatenation slices the
+  gradient for each branch, and one forward call owns the slices, so every branch of a block becomes one
+  group — too coarse for a learned placer, which must be able to split a block's branches (Mirhoseini
+  §4.1 places Inception by branch).
 
 A :class:`Grouping` maps ops to groups; :func:`grouped_graph` aggregates a graph over it (FLOPs, bytes,
 parameters, per-device times as the sum of the members') so any placer can place groups, and
@@ -38,7 +44,7 @@ from autoplace.graph import Graph, Op
 __all__ = ["RULES", "Grouping", "GroupGraph", "group_ops", "runnable_grouping", "grouped_graph", "structural_key", "weighted_csr", "coarsen",
            "part_graph", "floating_ops"]
 
-RULES = ("colocation", "gradient", "single-consumer", "structure")
+RULES = ("colocation", "gradient", "single-consumer", "structure", "structure-first")
 
 
 class _UnionFind:
@@ -64,19 +70,24 @@ class _UnionFind:
                 self.parent[ra] = rb
 
 
-def structural_key(op: Op) -> tuple | None:
-    """The structural group an op belongs to (Mirhoseini §4.1), or None if its metadata names none."""
+def structural_key(op: Op, step_block: int = 1) -> tuple | None:
+    """The structural group an op belongs to (Mirhoseini §4.1), or None if its metadata names none; with
+    ``step_block`` > 1, the time steps of a recurrent layer (or cell) are taken ``step_block`` at a time."""
     m = op.meta
     role = m.get("role")
     if role in ("lstm", "attention", "softmax", "embedding") and "step" in m:
-        return (role, m.get("part"), m.get("layer"), m.get("step"), m.get("direction"))
+        return (role, m.get("part"), m.get("layer"), _block(m.get("step"), step_block), m.get("direction"))
     if "block" in m and "branch" in m:
         return ("branch", m["block"], m["branch"])
     if "cell" in m:
-        return ("cell", m["cell"], m.get("step"))
+        return ("cell", m["cell"], _block(m.get("step"), step_block))
     if "layer" in m:
         return ("layer", role, m.get("part"), m["layer"], m.get("stack"))
     return None
+
+
+def _block(step, step_block: int):
+    return step // step_block if step_block > 1 and isinstance(step, int) else step
 
 
 @dataclass(frozen=True)
@@ -106,8 +117,10 @@ class Grouping:
         return group_devices[self.group]
 
 
-def group_ops(graph: Graph, rules: Iterable[str] = RULES) -> Grouping:
-    """Co-location groups of ``graph`` under ``rules`` (any of :data:`RULES`; ``colocation`` is always on)."""
+def group_ops(graph: Graph, rules: Iterable[str] = RULES[:4], *, step_block: int = 1) -> Grouping:
+    """Co-location groups of ``graph`` under ``rules`` (any of :data:`RULES`, by default all but ``structure-first``;
+    ``colocation`` is always on); ``step_block`` coarsens the structural groups of recurrent layers to blocks
+    of that many time steps (:func:`structural_key`)."""
     rules = tuple(dict.fromkeys(("colocation", *rules)))
     for r in rules:
         if r not in RULES:
@@ -115,20 +128,43 @@ def group_ops(graph: Graph, rules: Iterable[str] = RULES) -> Grouping:
     n = graph.n_ops
     uf = _UnionFind(n)
     by_key: dict[object, int] = {}
+    gradient, structure = "gradient" in rules, "structure" in rules
+    first = structure and gradient and "structure-first" in rules
+    skey = [structural_key(op, step_block) if structure else None for op in graph.ops]
     for i, op in enumerate(graph.ops):
         keys = []
         if op.colocation_group is not None:
             keys.append(("colocation", op.colocation_group))
-        if "gradient" in rules and op.meta.get("fwd") is not None:
+        if gradient and not first and op.meta.get("fwd") is not None:
             keys.append(("gradient", op.meta["fwd"]))
-        if "structure" in rules:
-            k = structural_key(op)
-            if k is not None:
-                keys.append(("structure", k))
+        if skey[i] is not None:
+            keys.append(("structure", skey[i]))
         for key in keys:
             j = by_key.setdefault(key, i)
             uf.union(i, j)
-    if "gradient" in rules and any(op.meta.get("fwd") is not None for op in graph.ops):
+    if first:
+        _join_readers_structure(graph, uf, by_key, skey)
+        # The structural groups as they stand; a gradient union goes ahead only where it joins no two.
+        label: dict[int, frozenset] = {}
+        for i, k in enumerate(skey):
+            if k is not None:
+                r = uf.find(i)
+                label[r] = label.get(r, frozenset()) | {k}
+
+        def join(a: int, b: int) -> None:
+            ra, rb = uf.find(a), uf.find(b)
+            la, lb = label.get(ra, frozenset()), label.get(rb, frozenset())
+            if ra != rb and (not la or not lb or la == lb):
+                uf.union(a, b)
+                label[uf.find(a)] = la | lb
+
+        owner: dict[object, int] = {}
+        for i, op in enumerate(graph.ops):
+            if op.meta.get("fwd") is not None:
+                join(i, owner.setdefault(op.meta["fwd"], i))
+    else:
+        join = uf.union
+    if gradient and any(op.meta.get("fwd") is not None for op in graph.ops):
         # Autograd's accumulations (in a captured graph, the backward ops no forward call owns: the sum of a
         # tensor's gradients from its several readers) join their readers when those are one group.
         # TensorFlow aggregates a tensor's gradients colocated with the op that produced the tensor, whose
@@ -140,24 +176,13 @@ def group_ops(graph: Graph, rules: Iterable[str] = RULES) -> Grouping:
                 continue
             readers = graph.successors(i)
             if len(readers) and len({uf.find(int(c)) for c in readers}) == 1:
-                uf.union(i, int(readers[0]))
-    if "structure" in rules:
-        # An op without structural metadata joins the structural group of its readers when they all belong
-        # to one: a parameter (with its gradient and update ops) read by one Inception branch, autograd's
-        # gradient accumulation feeding one LSTM cell's backward. Shared weights stay apart.
-        for i, op in enumerate(graph.ops):
-            if structural_key(op) is not None:
-                continue
-            keys = {structural_key(graph.ops[c]) for c in graph.successors(i) if graph.ops[c].phase != "update"}
-            keys.discard(None)
-            if len(keys) == 1:
-                uf.union(i, by_key[("structure", keys.pop())])
+                join(i, int(readers[0]))
+    if structure and not first:
+        _join_readers_structure(graph, uf, by_key, skey)
     if "single-consumer" in rules:
         # Every output of op i (control included) is read by exactly one op c: co-locate i with c, unless
         # that would join two structural groups (a gradient accumulated across time steps would otherwise
         # chain every step's LSTM cell together) or two distinct colocation groups.
-        structure = "structure" in rules
-        skey = [structural_key(op) if structure else None for op in graph.ops]
         tptr, pptr, pair_op = graph.op_tensor_ptr, graph.tensor_pair_ptr, graph.pair_op
         for i in range(n):
             lo, hi = pptr[tptr[i]], pptr[tptr[i + 1]]
@@ -184,11 +209,24 @@ def group_ops(graph: Graph, rules: Iterable[str] = RULES) -> Grouping:
 
 
 
-def runnable_grouping(graph: Graph, rules: Iterable[str], ok: np.ndarray) -> Grouping:
+def _join_readers_structure(graph: Graph, uf: _UnionFind, by_key: dict, skey: list) -> None:
+    """An op without structural metadata joins the structural group of its readers when they all belong
+    to one: a parameter (with its gradient and update ops) read by one Inception branch, autograd's
+    gradient accumulation feeding one LSTM cell's backward. Shared weights stay apart."""
+    for i, k in enumerate(skey):
+        if k is not None:
+            continue
+        keys = {skey[c] for c in graph.successors(i) if graph.ops[c].phase != "update"}
+        keys.discard(None)
+        if len(keys) == 1:
+            uf.union(i, by_key[("structure", keys.pop())])
+
+
+def runnable_grouping(graph: Graph, rules: Iterable[str], ok: np.ndarray, *, step_block: int = 1) -> Grouping:
     """:func:`group_ops` under ``rules`` if some device can run every group whole (``ok``: may op ``i`` run
     on device ``d``, ``[n_ops, n_devices]``); else the co-location groups alone — the other rules are
     heuristics, co-location is a constraint (:func:`autoplace.cost.check_runnable` checks it can be met)."""
-    grouping = group_ops(graph, rules=rules)
+    grouping = group_ops(graph, rules=rules, step_block=step_block)
     runs = np.ones((grouping.n_groups, ok.shape[1]), dtype=bool)
     np.logical_and.at(runs, grouping.group, ok)
     return grouping if runs.any(axis=1).all() else group_ops(graph, rules=("colocation",))

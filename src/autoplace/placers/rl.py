@@ -20,8 +20,9 @@ What is adapted, and why:
 
 * *groups*: the paper groups by hand (each LSTM cell, each Inception branch) and by a consumer-only
   merging rule; here the groups are the co-location groups with the structural rule (layers, cells,
-  branches: :mod:`autoplace.grouping`), METIS-coarsened to :attr:`RLConfig.groups` (about 256) so that
-  the decoder's length stays fixed whatever the graph's size;
+  branches: :mod:`autoplace.grouping`), at most :attr:`RLConfig.groups` (256) of them so that the
+  decoder's length stays bounded whatever the graph's size: a recurrent layer's steps are taken in
+  blocks, then METIS merges what is still over (:func:`rl_grouping`);
 * *the failing signal*: the paper sets it by hand per graph; here it is ``sqrt`` of
   :attr:`RLConfig.failing_factor` times the graph's serial time on its slowest devices
   (:func:`~autoplace.search.evaluation.default_failing_step`), above every placement that runs;
@@ -54,7 +55,7 @@ from autoplace.cost import feasible_devices
 from autoplace.env import BaseEnv, make_env
 from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
-from autoplace.grouping import coarsen, grouped_graph, runnable_grouping
+from autoplace.grouping import Grouping, coarsen, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers import register_placer, report_progress
 from autoplace.search.budget import SearchBudget
@@ -78,12 +79,15 @@ class RLConfig:
 
     groups: int = 256
     """Groups the policy places: the structural groups, METIS-coarsened to about this many (ours)."""
-    group_rules: str = "colocation,gradient,structure"
+    group_rules: str = "colocation,gradient,structure,structure-first"
     """The grouping rules (:mod:`autoplace.grouping`), comma-separated, before coarsening (§3.3)."""
+    coarsen: str = "steps"
+    """Over ``groups`` groups: ``steps`` takes a recurrent layer's time steps in blocks first (a layer stays
+    one column of groups, so a layer-per-device split stays possible), then METIS; ``metis``: METIS alone."""
     samples_per_update: int = 8
     """K, placements sampled per update (§3.1, eq. 3; the paper's controllers had 4 or 8 workers)."""
-    learning_rate: float = 1e-3
-    """Adam's step size (§3.1 uses Adam; the rate is not given: ours)."""
+    learning_rate: float = 3e-3
+    """Adam's step size (§3.1 uses Adam; the rate is not given: ours, the best of 1e-3 and 3e-3 on Table 2)."""
     baseline_decay: float = 0.9
     """B <- decay * B + (1 - decay) * mean reward of an update (§3.1: a simple moving average)."""
     failing_factor: float = 10.0
@@ -121,6 +125,8 @@ class RLConfig:
             raise AutoplaceError(f"RLConfig.baseline_decay must be in [0, 1), got {self.baseline_decay!r}")
         if not self.learning_rate > 0:
             raise AutoplaceError(f"RLConfig.learning_rate must be > 0, got {self.learning_rate!r}")
+        if self.coarsen not in ("steps", "metis"):
+            raise AutoplaceError(f"RLConfig.coarsen must be 'steps' or 'metis', got {self.coarsen!r}")
         from autoplace.grouping import RULES
 
         bad = [r for r in self.rules if r not in RULES]
@@ -174,6 +180,24 @@ def _torch_device(name: str):
     return torch.device(name)
 
 
+def rl_grouping(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0) -> Grouping:
+    """The groups the policy places (§3.3): ``config.rules``' groups; over ``config.groups`` of them, the
+    time steps of each recurrent layer taken in blocks (2, 3, ... steps) until they are few enough
+    (``coarsen="steps"``), then METIS for what remains over (or METIS alone, ``coarsen="metis"``)."""
+    ok = feasible_devices(graph, cluster)
+    base = runnable_grouping(graph, config.rules, ok)
+    if config.coarsen == "steps" and base.n_groups > config.groups:
+        steps = [op.meta["step"] for op in graph.ops if isinstance(op.meta.get("step"), int)]
+        for block in range(2, max(steps, default=0) + 2):
+            base = runnable_grouping(graph, config.rules, ok, step_block=block)
+            if base.n_groups <= config.groups:
+                break
+    try:
+        return coarsen(graph, base, config.groups, cluster, seed=seed)
+    except InfeasibleError:          # a structural group no device runs whole: place the finer groups
+        return base
+
+
 def policy_parts(graph: Graph, cluster: Cluster, config: RLConfig, seed: int):
     """The groups, their features, the device mask and the freshly initialised policy of a search: the same
     for the same arguments, in any process (the parameter server and the controllers build theirs so)."""
@@ -182,11 +206,7 @@ def policy_parts(graph: Graph, cluster: Cluster, config: RLConfig, seed: int):
     from autoplace.policies.features import group_features
     from autoplace.policies.seq2seq import Seq2SeqPolicy, device_mask
 
-    base = runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
-    try:
-        grouping = coarsen(graph, base, config.groups, cluster, seed=seed)
-    except InfeasibleError:          # a structural group no device runs whole: place the finer groups
-        grouping = base
+    grouping = rl_grouping(graph, cluster, config, seed)
     gg = grouped_graph(graph, grouping, cluster)
     features = group_features(graph, grouping, config.max_outputs)
     device = _torch_device(config.torch_device)
@@ -351,12 +371,11 @@ def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | 
     if not isinstance(budget, SearchBudget):
         budget = work_budget(graph, cluster, budget, config)
     if workers > 1 or ray_address is not None:
-        if checkpoint is not None or resume is not None:
-            raise AutoplaceError("checkpoint and resume are for the single-process search (--workers 1)")
         env_name = env.name if isinstance(env, BaseEnv) else env
         return rl_distributed(graph, cluster, budget=budget, workers=workers, controllers=controllers, config=config,
                               seed=seed, env=env_name, env_kwargs=env_kwargs, ray_address=ray_address,
-                              curve_csv=curve_csv, curve_png=curve_png)
+                              curve_csv=curve_csv, curve_png=curve_png, checkpoint=checkpoint, resume=resume,
+                              checkpoint_every_s=checkpoint_every_s)
     search = RLSearch(graph, cluster, config, seed=seed, env=env)
     try:
         if resume is not None:
@@ -412,7 +431,9 @@ class _Controller(RLSearch):
     """One controller of the distributed search (§3.4), run as a Ray actor: its own baseline and sampler,
     its ``n_workers`` evaluation workers, and the policy's parameters from the parameter server."""
 
-    def __init__(self, graph, cluster, config, seed, index, n_workers, env, env_kwargs, server):
+    def __init__(self, graph, cluster, config, seed, index, n_workers, env, env_kwargs, server, resume=None):
+        import threading
+
         import ray
 
         from autoplace.search.distributed import WorkerPool
@@ -420,9 +441,26 @@ class _Controller(RLSearch):
         super().__init__(graph, cluster, config, seed=seed, sample_seed=seed * 1009 + index + 1)
         self.ray, self.server = ray, server
         self.evaluate = WorkerPool(ray, self.grouping, graph, cluster, n_workers, env, env_kwargs)
+        if resume is not None:
+            self.load(resume)
         state, self.total = ray.get(server.parameters.remote())
         self.policy.load_state_dict(state)
         self._sent = False
+        self._lock = threading.Lock()     # a snapshot (the actor's second thread) waits for the update under way
+        self._stop = False
+
+    def update(self) -> CurvePoint:
+        with self._lock:
+            return super().update()
+
+    def snapshot(self) -> dict:
+        """This controller's part of a checkpoint (its baseline, sampler, best placement, curve, cache)."""
+        with self._lock:
+            return self.state()
+
+    def stop(self) -> None:
+        """End :meth:`run` after the update under way (Ctrl-C on the driver)."""
+        self._stop = True
 
     def apply_gradients(self) -> None:
         grads = [p.grad.detach().cpu() for p in self.policy.parameters()]
@@ -438,15 +476,16 @@ class _Controller(RLSearch):
 
     def run(self, samples: int | None, deadline_s: float | None) -> dict:
         """Updates until the server counts ``samples`` or ``deadline_s`` (seconds of wall clock) passes."""
-        t0 = time.monotonic()
-        while not ((samples is not None and self.total >= samples)
+        t0, wall0 = time.monotonic(), self.wall_s
+        while not ((samples is not None and self.total >= samples) or self._stop
                    or (deadline_s is not None and time.monotonic() - t0 >= deadline_s) or self.converged):
             self._sent = False
             p = self.update()
             if not self._sent:                                  # no gradient this time: still count the samples
                 state, self.total = self.ray.get(self.server.apply.remote(None, self.config.samples_per_update))
                 self.policy.load_state_dict(state)
-            self.curve.points[-1] = CurvePoint(self.total, time.monotonic() - t0, p.best_step_s, p.mean_step_s,
+            self.wall_s = wall0 + time.monotonic() - t0
+            self.curve.points[-1] = CurvePoint(self.total, self.wall_s, p.best_step_s, p.mean_step_s,
                                                p.failed, p.mean_reward)
         self.evaluate.close()
         return {"curve": self.curve.to_rows(), "best_step": self.best_step, "best_groups": self.best_groups,
@@ -454,12 +493,19 @@ class _Controller(RLSearch):
                 "replaced": self.evaluate.replaced, "updates": self.updates, "converged": self.converged}
 
 
+DISTRIBUTED_FORMAT = "autoplace.rl-distributed/v1"
+
+
 def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, workers: int, controllers: int | None = None,
                    config: RLConfig = RLConfig(), seed=None, env: str = "simulated", env_kwargs: dict | None = None,
-                   ray_address: str | None = None, curve_csv=None, curve_png=None, on_start=None) -> RLResult:
+                   ray_address: str | None = None, curve_csv=None, curve_png=None, checkpoint=None, resume=None,
+                   checkpoint_every_s: float = 30.0, on_start=None) -> RLResult:
     """The distributed search (§3.4) on Ray: ``controllers`` controllers (default: one per
     ``samples_per_update`` workers, at least one), ``workers`` evaluation workers shared out among them,
-    one parameter server; local Ray unless ``ray_address``. ``on_start(ray, controller_handles)`` is
+    one parameter server; local Ray unless ``ray_address``. Checkpoints (the server's parameters and
+    optimizer, each controller's baseline, sampler, best placement, curve and cache) go to ``checkpoint``
+    (default: the ``resume`` folder) every ``checkpoint_every_s`` seconds, on Ctrl-C and at the end;
+    ``resume`` continues one with the same number of controllers. ``on_start(ray, controller_handles)`` is
     called once the controllers run (tests use it to kill a worker mid-search). Not reproducible for a seed."""
     from functools import partial
 
@@ -469,24 +515,44 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
     n_ctrl = controllers or max(1, workers // config.samples_per_update)
     if workers < n_ctrl:
         raise AutoplaceError(f"{workers} workers cannot serve {n_ctrl} controllers (at least one each)")
+    saved = None if resume is None else _distributed_checkpoint(load_checkpoint(resume), graph, cluster, config,
+                                                                  seed, n_ctrl)
+    ckpt = Checkpointer(checkpoint if checkpoint is not None else resume, checkpoint_every_s)
     t0 = time.monotonic()
+    stop = None
     with ray_session(ray_address) as ray:
         server = ray.remote(num_cpus=0)(ParameterServer).remote(
             partial(_policy_only, graph, cluster, config, seed), partial(_adam, lr=config.learning_rate))
+        if saved is not None:
+            ray.get(server.load.remote(saved["server"]))
         g_ref, c_ref = ray.put(graph), ray.put(cluster)
         actor = ray.remote(num_cpus=0, max_concurrency=2)(_Controller)
         shares = [workers // n_ctrl + (i < workers % n_ctrl) for i in range(n_ctrl)]
-        ctrls = [actor.remote(g_ref, c_ref, config, seed, i, shares[i], env, env_kwargs, server) for i in range(n_ctrl)]
+        ctrls = [actor.remote(g_ref, c_ref, config, seed, i, shares[i], env, env_kwargs, server,
+                              None if saved is None else saved["controllers"][i]) for i in range(n_ctrl)]
+
+        def state() -> dict:
+            return {"format": DISTRIBUTED_FORMAT, "graph": graph.name, "cluster": cluster.name,
+                    "config": asdict(config), "seed": seed, "n_controllers": n_ctrl,
+                    "server": ray.get(server.state.remote()), "controllers": ray.get([c.snapshot.remote() for c in ctrls])}
+
         refs = [c.run.remote(budget.samples, budget.seconds) for c in ctrls]
-        if on_start is not None:
-            on_start(ray, ctrls)
         pending = list(refs)
-        while pending:
-            _, pending = ray.wait(pending, timeout=1.0)
-            done = ray.get(server.parameters.remote())[1]
-            report_progress(f"rl: {done} samples on {n_ctrl} controllers, {workers} workers",
-                            None if budget.samples is None else min(1.0, done / budget.samples))
+        try:
+            if on_start is not None:
+                on_start(ray, ctrls)
+            while pending:
+                _, pending = ray.wait(pending, timeout=1.0)
+                done = ray.get(server.parameters.remote())[1]
+                report_progress(f"rl: {done} samples on {n_ctrl} controllers, {workers} workers",
+                                None if budget.samples is None else min(1.0, done / budget.samples))
+                if pending:
+                    ckpt.maybe_save(state)
+        except KeyboardInterrupt:
+            stop = "interrupted"
+            ray.get([c.stop.remote() for c in ctrls])
         results = ray.get(refs)
+        ckpt.save(state)
         total = ray.get(server.parameters.remote())[1]
     points = sorted((CurvePoint(*r) for res in results for r in res["curve"]), key=lambda p: (p.samples, p.wall_s))
     best, merged = math.inf, Curve()
@@ -502,8 +568,8 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
             "workers": workers, "evaluations": sum(r["evaluations"] for r in results),
             "cache_hits": sum(r["hits"] for r in results), "workers_replaced": sum(r["replaced"] for r in results),
             "groups": features.n_groups, "best_step_s": winner["best_step"],
-            "stop_reason": "converged" if all(r["converged"] for r in results) else
-            ("samples" if budget.samples is not None and total >= budget.samples else "seconds")}
+            "stop_reason": stop or ("converged" if all(r["converged"] for r in results) else
+                                    ("samples" if budget.samples is not None and total >= budget.samples else "seconds"))}
     if curve_csv is not None:
         merged.write_csv(curve_csv)
     if curve_png is not None:
@@ -512,6 +578,19 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
     return RLResult(placement, merged, total, meta["updates"],
                     meta["stop_reason"], meta["evaluations"], meta["cache_hits"], time.monotonic() - t0,
                     {"workers_replaced": meta["workers_replaced"]})
+
+
+def _distributed_checkpoint(state: dict, graph: Graph, cluster: Cluster, config: RLConfig, seed: int,
+                            n_ctrl: int) -> dict:
+    """``state`` if it is a checkpoint of this distributed search, else :class:`AutoplaceError` naming what
+    differs."""
+    mine = (DISTRIBUTED_FORMAT, graph.name, cluster.name, asdict(config), seed, n_ctrl)
+    names = ("format", "graph", "cluster", "config", "seed", "n_controllers")
+    theirs = tuple(state.get(n) for n in names)
+    if mine != theirs:
+        diff = [n.replace("n_", "number of ") for n, a, b in zip(names, mine, theirs) if a != b]
+        raise AutoplaceError(f"checkpoint is of another search (its {', '.join(diff)} differ)")
+    return state
 
 
 def _ms(step: float) -> str:
@@ -525,8 +604,10 @@ def rl(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     return rl_search(graph, cluster, budget=budget, seed=seed).placement
 
 
-def work_budget(graph: Graph, cluster: Cluster, budget: float | None, config: RLConfig = RLConfig()) -> SearchBudget:
+def work_budget(graph: Graph, cluster: Cluster, budget: float | None,
+                config: RLConfig | dict = RLConfig()) -> SearchBudget:
     """The samples ``budget`` seconds of nominal work allow (default 60; see the module docstring)."""
+    config = RLConfig.from_dict(config) if isinstance(config, dict) else config
     budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
-    n_groups = min(config.groups, runnable_grouping(graph, config.rules, feasible_devices(graph, cluster)).n_groups)
+    n_groups = rl_grouping(graph, cluster, config).n_groups
     return SearchBudget(samples=max(config.samples_per_update, samples_for_budget(graph, n_groups, budget)))

@@ -71,6 +71,17 @@ class ParameterServer:
         """The current parameters and the samples counted so far."""
         return self.policy.state_dict(), self.samples
 
+    def state(self) -> dict:
+        """Parameters, optimizer state and counters, for a checkpoint."""
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "samples": self.samples, "updates": self.updates}
+
+    def load(self, state: dict) -> None:
+        """Continue from :meth:`state`."""
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.samples, self.updates = state["samples"], state["updates"]
+
     def apply(self, grads: list | None, samples: int) -> tuple[dict, int]:
         """Apply one controller's gradients (``None``: none this time) for ``samples`` samples; return the
         new parameters and the total samples."""
