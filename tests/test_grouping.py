@@ -194,3 +194,13 @@ def test_structure_first_keeps_the_branches_a_gradient_would_join():
     # without the structure rule there is nothing to keep apart: the modifier changes nothing
     assert (group_ops(g, ("colocation", "gradient", "structure-first")).group
             == group_ops(g, ("colocation", "gradient")).group).all()
+
+
+def test_structure_first_labels_a_group_once_it_takes_a_structural_op():
+    """An op without structural tags that one forward call shares with two branches joins the first
+    branch, and the second branch, now facing a labelled group, stays apart."""
+    g = Graph([op("p", meta={"fwd": 5}),
+               op("a", ["p"], meta={"fwd": 5, "block": "B", "branch": 0}),
+               op("b", ["p"], meta={"fwd": 5, "block": "B", "branch": 1})])
+    gr = group_ops(g, ("colocation", "gradient", "structure", "structure-first"))
+    assert gr.group[0] == gr.group[1] != gr.group[2]

@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 ray = pytest.importorskip("ray")
 
 from autoplace.cluster import get_cluster  # noqa: E402
-from autoplace.placers.rl import RLConfig, rl_distributed  # noqa: E402
+from autoplace.placers.rl import RLConfig, rl_distributed, rl_search  # noqa: E402
 from autoplace.search import SearchBudget  # noqa: E402
 from autoplace.search.distributed import ray_session  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402
@@ -74,7 +74,7 @@ def test_a_distributed_search_checkpoints_and_resumes(session, case, tmp_path):
 
     first = rl_distributed(g, c, budget=SearchBudget(samples=100_000), workers=2, controllers=2, config=cfg, seed=0,
                            checkpoint=tmp_path, on_start=interrupt)
-    assert first.stop_reason == "interrupted" and 24 <= first.samples < 1000
+    assert first.stop_reason == "interrupted" and first.samples >= 24
     saved = load_checkpoint(tmp_path)
     assert saved["server"]["samples"] == first.samples and len(saved["controllers"]) == 2
     assert min(s["best_step"] for s in saved["controllers"]) == first.placement.meta["best_step_s"]
@@ -89,3 +89,9 @@ def test_a_distributed_search_checkpoints_and_resumes(session, case, tmp_path):
     with pytest.raises(AutoplaceError, match="number of controllers"):
         rl_distributed(g, c, budget=SearchBudget(samples=8), workers=2, controllers=1, config=cfg, seed=0,
                        resume=tmp_path)
+    with pytest.raises(AutoplaceError, match="distributed search"):      # not one a single process resumes
+        rl_search(g, c, budget=SearchBudget(samples=8), config=cfg, seed=0, resume=tmp_path)
+    # a budget of seconds counts the search time before the checkpoint too: nothing is left of 1 s
+    third = rl_distributed(g, c, budget=SearchBudget(seconds=1e-3), workers=2, controllers=2, config=cfg, seed=0,
+                           resume=tmp_path)
+    assert third.samples == second.samples and third.wall_s >= second.wall_s > 0

@@ -129,20 +129,20 @@ def group_ops(graph: Graph, rules: Iterable[str] = RULES[:4], *, step_block: int
     uf = _UnionFind(n)
     by_key: dict[object, int] = {}
     gradient, structure = "gradient" in rules, "structure" in rules
-    first = structure and gradient and "structure-first" in rules
+    structure_first = structure and gradient and "structure-first" in rules
     skey = [structural_key(op, step_block) if structure else None for op in graph.ops]
     for i, op in enumerate(graph.ops):
         keys = []
         if op.colocation_group is not None:
             keys.append(("colocation", op.colocation_group))
-        if gradient and not first and op.meta.get("fwd") is not None:
+        if gradient and not structure_first and op.meta.get("fwd") is not None:
             keys.append(("gradient", op.meta["fwd"]))
         if skey[i] is not None:
             keys.append(("structure", skey[i]))
         for key in keys:
             j = by_key.setdefault(key, i)
             uf.union(i, j)
-    if first:
+    if structure_first:
         _join_readers_structure(graph, uf, by_key, skey)
         # The structural groups as they stand; a gradient union goes ahead only where it joins no two.
         label: dict[int, frozenset] = {}
@@ -154,7 +154,7 @@ def group_ops(graph: Graph, rules: Iterable[str] = RULES[:4], *, step_block: int
         def join(a: int, b: int) -> None:
             ra, rb = uf.find(a), uf.find(b)
             la, lb = label.get(ra, frozenset()), label.get(rb, frozenset())
-            if ra != rb and (not la or not lb or la == lb):
+            if ra != rb and (not la or not lb):             # two labels are two structural groups
                 uf.union(a, b)
                 label[uf.find(a)] = la | lb
 
@@ -177,7 +177,7 @@ def group_ops(graph: Graph, rules: Iterable[str] = RULES[:4], *, step_block: int
             readers = graph.successors(i)
             if len(readers) and len({uf.find(int(c)) for c in readers}) == 1:
                 join(i, int(readers[0]))
-    if structure and not first:
+    if structure and not structure_first:
         _join_readers_structure(graph, uf, by_key, skey)
     if "single-consumer" in rules:
         # Every output of op i (control included) is read by exactly one op c: co-locate i with c, unless

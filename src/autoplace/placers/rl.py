@@ -78,7 +78,7 @@ class RLConfig:
     """Every knob of the RL placer; the paper's value where it gives one."""
 
     groups: int = 256
-    """Groups the policy places: the structural groups, METIS-coarsened to about this many (ours)."""
+    """Groups the policy places: at most about this many (ours; see :func:`rl_grouping`)."""
     group_rules: str = "colocation,gradient,structure,structure-first"
     """The grouping rules (:mod:`autoplace.grouping`), comma-separated, before coarsening (§3.3)."""
     coarsen: str = "steps"
@@ -182,16 +182,30 @@ def _torch_device(name: str):
 
 def rl_grouping(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0) -> Grouping:
     """The groups the policy places (§3.3): ``config.rules``' groups; over ``config.groups`` of them, the
-    time steps of each recurrent layer taken in blocks (2, 3, ... steps) until they are few enough
-    (``coarsen="steps"``), then METIS for what remains over (or METIS alone, ``coarsen="metis"``)."""
+    time steps of every step-tagged structural group (LSTM layer, attention, softmax, embedding, cell)
+    taken in the smallest blocks that make them few enough (``coarsen="steps"``); where even one block
+    per layer leaves too many, or with ``coarsen="metis"``, METIS merges the groups instead."""
     ok = feasible_devices(graph, cluster)
     base = runnable_grouping(graph, config.rules, ok)
-    if config.coarsen == "steps" and base.n_groups > config.groups:
-        steps = [op.meta["step"] for op in graph.ops if isinstance(op.meta.get("step"), int)]
-        for block in range(2, max(steps, default=0) + 2):
-            base = runnable_grouping(graph, config.rules, ok, step_block=block)
-            if base.n_groups <= config.groups:
-                break
+    n_steps = 1 + max((op.meta["step"] for op in graph.ops if isinstance(op.meta.get("step"), int)), default=0)
+    if config.coarsen == "steps" and base.n_groups > config.groups and n_steps > 1:
+
+        def blocked(block: int) -> Grouping | None:   # None: no device runs some block whole
+            g = runnable_grouping(graph, config.rules, ok, step_block=block)
+            return g if g.rules == base.rules else None
+
+        whole = blocked(n_steps)
+        if whole is not None and whole.n_groups <= config.groups:
+            lo, hi, best = 2, n_steps, whole           # the smallest block that is few enough (bisection:
+            while lo < hi:                             # a group count never grows with the block)
+                mid = (lo + hi) // 2
+                g = blocked(mid)
+                if g is not None and g.n_groups <= config.groups:
+                    hi, best = mid, g
+                else:
+                    lo = mid + 1
+            return best
+        # blocks alone cannot get there (most groups are not recurrent): METIS on the finest groups
     try:
         return coarsen(graph, base, config.groups, cluster, seed=seed)
     except InfeasibleError:          # a structural group no device runs whole: place the finer groups
@@ -324,6 +338,9 @@ class RLSearch:
         mine = (self.graph.name, self.cluster.name, self.features.n_groups, asdict(self.config), self.seed)
         theirs = (state.get("graph"), state.get("cluster"), state.get("n_groups"), state.get("config"),
                   state.get("seed"))
+        if state.get("format") == DISTRIBUTED_FORMAT:
+            raise AutoplaceError("checkpoint is of a distributed search: resume it with the same --workers "
+                                 "and --controllers")
         if state.get("format") != "autoplace.rl/v1" or mine != theirs:
             names = ("graph", "cluster", "groups", "config", "seed")
             diff = [n for n, a, b in zip(names, mine, theirs) if a != b] or ["format"]
@@ -475,10 +492,11 @@ class _Controller(RLSearch):
         return self.updates
 
     def run(self, samples: int | None, deadline_s: float | None) -> dict:
-        """Updates until the server counts ``samples`` or ``deadline_s`` (seconds of wall clock) passes."""
+        """Updates until the server counts ``samples`` or this controller's search time, across resumes,
+        reaches ``deadline_s`` seconds."""
         t0, wall0 = time.monotonic(), self.wall_s
         while not ((samples is not None and self.total >= samples) or self._stop
-                   or (deadline_s is not None and time.monotonic() - t0 >= deadline_s) or self.converged):
+                   or (deadline_s is not None and wall0 + time.monotonic() - t0 >= deadline_s) or self.converged):
             self._sent = False
             p = self.update()
             if not self._sent:                                  # no gradient this time: still count the samples
@@ -490,7 +508,8 @@ class _Controller(RLSearch):
         self.evaluate.close()
         return {"curve": self.curve.to_rows(), "best_step": self.best_step, "best_groups": self.best_groups,
                 "evaluations": self.evaluate.evaluations, "hits": self.evaluate.hits,
-                "replaced": self.evaluate.replaced, "updates": self.updates, "converged": self.converged}
+                "replaced": self.evaluate.replaced, "updates": self.updates, "converged": self.converged,
+                "wall_s": self.wall_s}
 
 
 DISTRIBUTED_FORMAT = "autoplace.rl-distributed/v1"
@@ -518,7 +537,6 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
     saved = None if resume is None else _distributed_checkpoint(load_checkpoint(resume), graph, cluster, config,
                                                                   seed, n_ctrl)
     ckpt = Checkpointer(checkpoint if checkpoint is not None else resume, checkpoint_every_s)
-    t0 = time.monotonic()
     stop = None
     with ray_session(ray_address) as ray:
         server = ray.remote(num_cpus=0)(ParameterServer).remote(
@@ -534,7 +552,9 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
         def state() -> dict:
             return {"format": DISTRIBUTED_FORMAT, "graph": graph.name, "cluster": cluster.name,
                     "config": asdict(config), "seed": seed, "n_controllers": n_ctrl,
-                    "server": ray.get(server.state.remote()), "controllers": ray.get([c.snapshot.remote() for c in ctrls])}
+                    # the controllers first: the server's counters then cover every point of their curves
+                    "controllers": ray.get([c.snapshot.remote() for c in ctrls]),
+                    "server": ray.get(server.state.remote())}
 
         refs = [c.run.remote(budget.samples, budget.seconds) for c in ctrls]
         pending = list(refs)
@@ -576,7 +596,7 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
         merged.plot(curve_png, f"rl on {graph.name}, {cluster.name} ({n_ctrl} controllers, {workers} workers)")
     placement = Placement.from_array(graph, cluster, grouping.expand(winner["best_groups"]), "rl", **meta)
     return RLResult(placement, merged, total, meta["updates"],
-                    meta["stop_reason"], meta["evaluations"], meta["cache_hits"], time.monotonic() - t0,
+                    meta["stop_reason"], meta["evaluations"], meta["cache_hits"], max(r["wall_s"] for r in results),
                     {"workers_replaced": meta["workers_replaced"]})
 
 
