@@ -256,3 +256,88 @@ def test_step_blocks_coarsen_a_recurrent_model_layer_by_layer():
         assert len(layers) <= 1, layers           # (role, part, layer): one layer's steps, never two layers
     with pytest.raises(AutoplaceError, match="coarsen"):
         RLConfig(coarsen="kmeans")
+
+
+def test_a_layers_groups_at_every_step_share_one_unit_and_its_weights_join_it():
+    from autoplace.grouping import structural_key
+
+    g = build_graph("rnnlm-2", vocab=50, hidden=16, steps=12, batch=2)
+    s = RLSearch(g, get_cluster("k80x4"), RLConfig(), seed=0)
+    f, grouping = s.features, s.grouping
+    G = f.n_groups
+    assert f.unit.shape == (G,) and f.n_units < G
+    layer_of_unit: dict = {}
+    untagged = []
+    for p, k in enumerate(f.order):
+        tagged = [key[:3] for key in (structural_key(g.ops[i]) for i in grouping.members(k)) if key is not None]
+        if tagged:
+            layer_of_unit.setdefault(f.unit[p], set()).update(tagged)
+        else:
+            untagged.append(p)
+    assert all(len(v) == 1 for v in layer_of_unit.values())             # a unit is one layer ...
+    assert len(set(map(frozenset, layer_of_unit.values()))) == len(layer_of_unit)   # ... and a layer one unit
+    assert max((f.unit == u).sum() for u in layer_of_unit) > 1          # ... at every step
+    assert untagged
+    near = f.dense[:, -2 * G:-G] + f.dense[:, -G:]                       # groups it exchanges tensors with
+    joined = 0
+    for p in untagged:            # a weight: the unit of a tagged neighbour; none: a unit of its own
+        units = {f.unit[q] for q in np.flatnonzero(near[p]) if q not in untagged}
+        assert f.unit[p] in units if units else (f.unit == f.unit[p]).sum() == 1
+        joined += bool(units)
+    assert joined > 0
+
+
+def test_exploration_noise_moves_a_units_groups_together():
+    """With noise far above the logits (bounded to ±3), a sample puts every group of one unit on one device,
+    each sample its own draw, and its log-probability is that of the noisy distribution it came from (about 0);
+    without noise, a fresh policy places groups independently. The search passes its config's noise."""
+    g = build_graph("rnnlm-2", vocab=50, hidden=16, steps=12, batch=2)
+    s = RLSearch(g, get_cluster("k80x4"), RLConfig(exploration_noise=1e5), seed=0)
+    f, gen = s.features, torch.Generator().manual_seed(0)
+    anywhere = torch.isfinite(s.mask).all(dim=1).numpy()              # groups every device can run
+    shared = [f.unit == u for u in range(f.n_units) if ((f.unit == u) & anywhere).sum() > 2]
+    assert shared
+
+    def split_units(devices: np.ndarray) -> int:
+        return sum(len(set(row[u & anywhere])) > 1 for row in devices for u in shared)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)                  # small matrices: more threads only contend on a busy machine
+    try:
+        with torch.no_grad():
+            noisy, logp, _ = s.policy(f, s.mask, 16, gen, 1e5)
+            plain = s.policy(f, s.mask, 16, gen, 0.0)[0]
+        assert split_units(noisy.numpy()) == 0
+        assert len({tuple(row) for row in noisy.tolist()}) > 1           # a draw per sample, not one per update
+        assert logp.abs().max() < 1e-3                                 # log p under the noisy distribution
+        assert split_units(plain.numpy()) > 0
+        s.update()                                                      # the search samples with its noise
+        sampled = np.array([np.frombuffer(key, dtype=np.int64) for key in s.evaluate.cache])   # group ids
+        in_order = sampled[:, f.order]                                  # -> encoder order
+        assert len(sampled) > 1 and split_units(in_order) == 0
+    finally:
+        torch.set_num_threads(threads)
+    for bad in (-1, float("inf"), float("nan")):
+        with pytest.raises(AutoplaceError, match="exploration_noise"):
+            RLConfig(exploration_noise=bad)
+
+
+def test_an_untagged_group_joins_the_neighbour_unit_it_exchanges_the_most_bytes_with():
+    """``mix`` (no structural tag) reads both layers; its unit is the layer whose tensor into it is larger."""
+    from autoplace.grouping import group_ops
+
+    def unit_of_mix(bytes0: int, bytes1: int) -> str:
+        ops = [Op("x", "input", output_bytes=(8,)),
+               Op("l0", "mm", ("x",), output_bytes=(bytes0,), meta={"layer": 0}),
+               Op("l1", "mm", ("x",), output_bytes=(bytes1,), meta={"layer": 1}),
+               Op("mix", "add", ("l0", "l1"), output_bytes=(8,))]
+        g = Graph(ops, name="mix")
+        grouping = group_ops(g, ("colocation",))                        # one op a group
+        f = group_features(g, grouping)
+        unit = dict(zip((grouping.names[k] for k in f.order), f.unit.tolist()))
+        name = {v: k for k, v in unit.items() if k in ("l0", "l1")}
+        assert unit["x"] in name                                        # x joins a layer too ...
+        return name[unit["mix"]]
+
+    assert unit_of_mix(1000, 10) == "l0"
+    assert unit_of_mix(10, 1000) == "l1"

@@ -11,18 +11,26 @@ are its direct inputs and outputs. The policy here decides per group (§3.3), so
 3. its adjacency: a multi-hot vector over the groups that feed it, then one over the groups it feeds
    (``2 * n_groups`` entries).
 
+Beside the features, each group's *unit*: the structural unit it belongs to (a layer, an attention or
+softmax layer, an Inception branch, a cell — :func:`~autoplace.grouping.structural_key` without the time
+step), the one most of its ops belong to. A group whose ops name none (a parameter with its gradient and
+update, an input) joins the unit of the tagged group it exchanges the most bytes with, or else is a unit
+of its own. The policy's
+exploration noise is drawn per unit (:class:`~autoplace.policies.seq2seq.Seq2SeqPolicy`).
+
 Groups are ordered topologically (by their first op in the graph's topological order), the order in which
 the encoder reads them.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from autoplace.graph import Graph
-from autoplace.grouping import Grouping
+from autoplace.grouping import Grouping, structural_key
 
 __all__ = ["GroupFeatures", "group_features"]
 
@@ -41,6 +49,7 @@ class GroupFeatures:
     type_index: np.ndarray
     type_offsets: np.ndarray
     dense: np.ndarray
+    unit: np.ndarray
 
     @property
     def n_groups(self) -> int:
@@ -49,6 +58,10 @@ class GroupFeatures:
     @property
     def n_types(self) -> int:
         return len(self.type_names)
+
+    @property
+    def n_units(self) -> int:
+        return int(self.unit.max()) + 1 if len(self.unit) else 0
 
 
 def group_features(graph: Graph, grouping: Grouping, max_outputs: int = 8) -> GroupFeatures:
@@ -85,4 +98,30 @@ def group_features(graph: Graph, grouping: Grouping, max_outputs: int = 8) -> Gr
     for p, s in enumerate(out_sizes):
         s = sorted(s, reverse=True)[:max_outputs]
         dense[p, :len(s)] = np.log2(np.maximum(s, 1.0)) / 40.0
-    return GroupFeatures(order, type_names, type_index, type_offsets, dense)
+    return GroupFeatures(order, type_names, type_index, type_offsets, dense, _units(graph, g_of, order))
+
+
+def _units(graph: Graph, g_of: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Each group's structural unit (see the module docstring), numbered in encoder order."""
+    whole = 1 + max((op.meta["step"] for op in graph.ops if isinstance(op.meta.get("step"), int)), default=0)
+    votes: list[Counter] = [Counter() for _ in range(len(order))]
+    for op, g in zip(graph.ops, g_of.tolist()):
+        key = structural_key(op, step_block=whole)           # one block of every step: the step drops out
+        if key is not None:
+            votes[g][key] += 1
+    key = [v.most_common(1)[0][0] if v else None for v in votes]
+    # an untagged group (a parameter with its gradient and update, an input) joins the tagged group it
+    # exchanges the most bytes with: a layer's weights move with the layer
+    src, dst, nbytes = graph.edges()
+    a, b = g_of[src], g_of[dst]
+    traffic: dict[int, Counter] = {}
+    for x, y, n in zip(np.concatenate([a, b]).tolist(), np.concatenate([b, a]).tolist(), np.tile(nbytes, 2).tolist()):
+        if key[x] is None and key[y] is not None:
+            traffic.setdefault(x, Counter())[y] += n
+    unit_key = []
+    for g, k in enumerate(key):
+        if k is None:
+            k = key[traffic[g].most_common(1)[0][0]] if g in traffic else ("group", g)
+        unit_key.append(k)
+    ids: dict = {}
+    return np.array([ids.setdefault(unit_key[g], len(ids)) for g in order.tolist()], dtype=np.int64)

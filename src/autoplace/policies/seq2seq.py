@@ -18,6 +18,14 @@ At decoder step ``t``, with encoder outputs ``h_1..h_G`` and decoder state ``s_{
 where ``y_{t-1}`` is the previous device's embedding and ``mask_t`` is ``-inf`` on devices that cannot
 run group ``t`` (a device type its ops lack). The paper's π(P|G; θ) is the product over steps.
 
+*Structured exploration* (ours): with ``noise`` σ > 0, each sample draws ε ~ N(0, σ²) once per structural
+unit and device (:attr:`GroupFeatures.unit`: a layer's groups at every time step share one draw) and adds
+ε[unit_t] to the logits of step ``t`` before sampling; the log-probability is that of the noisy
+distribution the sample was drawn from. Noise drawn per step (the authors' later hierarchical placer adds
+Gaussian noise to every logit, its deviation half the logits' RMS, in its first 750 steps) mostly flips
+single groups, each flip a transfer; a draw per unit moves a whole layer, the kind of move that separates
+one device from a layer-per-device split.
+
 **Shapes:** ``forward(features, k)`` samples ``k`` placements: devices ``[k, G]`` (in encoder order) and
 their log-probabilities ``[k]``; ``log_prob(features, devices)`` scores given placements ``[k, G]``.
 """
@@ -40,7 +48,8 @@ class Seq2SeqPolicy(nn.Module):
     op-type embedding size; ``hidden``: the LSTMs' and the attention's size; ``device_dim``: the device
     embedding size. ``temperature`` divides the logits and ``logit_clip`` bounds them to ``±C`` by
     ``C tanh(logits / C)`` — both keep a policy from collapsing early (not in the 2017 paper; the authors'
-    later hierarchical placer uses them); 1 and None leave the logits as they are.
+    later hierarchical placer has a temperature and a ``c tanh(logits)`` bound); 1 and None leave the
+    logits as they are.
     """
 
     def __init__(self, n_types: int, dense_dim: int, n_devices: int, *, type_dim: int = 32, hidden: int = 128,
@@ -59,8 +68,10 @@ class Seq2SeqPolicy(nn.Module):
 
     def encode(self, f: GroupFeatures) -> torch.Tensor:
         """Encoder outputs ``[1, G, hidden]``."""
-        types = self.type_embedding(torch.as_tensor(f.type_index), torch.as_tensor(f.type_offsets))
-        x = torch.cat([types, torch.as_tensor(f.dense)], dim=1).unsqueeze(0)
+        dev = self.out.weight.device
+        types = self.type_embedding(torch.as_tensor(f.type_index, device=dev),
+                                    torch.as_tensor(f.type_offsets, device=dev))
+        x = torch.cat([types, torch.as_tensor(f.dense, device=dev)], dim=1).unsqueeze(0)
         h, _ = self.encoder(x)
         return h
 
@@ -76,18 +87,26 @@ class Seq2SeqPolicy(nn.Module):
         return logits + mask_t, s, c
 
     def _decode(self, f: GroupFeatures, mask: torch.Tensor, k: int, devices: torch.Tensor | None,
-                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                generator: torch.Generator | None, noise: float = 0.0
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         h = self.encode(f).expand(k, -1, -1)                                # [k, G, H]
         keys = self.attn_h(h)
         G = h.shape[1]
         s = c = h.new_zeros(k, h.shape[2])
-        prev = torch.full((k,), self.n_devices, dtype=torch.long)
+        prev = torch.full((k,), self.n_devices, dtype=torch.long, device=h.device)
         chosen, logp, entropy = [], h.new_zeros(k), h.new_zeros(k)
+        eps = None
+        if noise > 0:                                                       # one draw per unit and device
+            eps = torch.randn(k, f.n_units, self.n_devices, generator=generator) * noise
+            eps = eps[:, torch.as_tensor(f.unit)].to(h.device)              # [k, G, D]
         for t in range(G):
             logits, s, c = self._step(h, keys, s, c, prev, mask[t])
+            if eps is not None:
+                logits = logits + eps[:, t]
             log_probs = torch.log_softmax(logits, dim=1)
             if devices is None:
-                d = torch.multinomial(log_probs.detach().exp(), 1, generator=generator).squeeze(1)
+                # drawn on the CPU by the seeded CPU generator, wherever the policy runs
+                d = torch.multinomial(log_probs.detach().exp().cpu(), 1, generator=generator).squeeze(1).to(h.device)
             else:
                 d = devices[:, t]
             logp = logp + log_probs.gather(1, d.unsqueeze(1)).squeeze(1)
@@ -97,29 +116,16 @@ class Seq2SeqPolicy(nn.Module):
             prev = d
         return torch.stack(chosen, dim=1), logp, entropy / max(G, 1)
 
-    def forward(self, f: GroupFeatures, mask: torch.Tensor, k: int, generator: torch.Generator | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, f: GroupFeatures, mask: torch.Tensor, k: int, generator: torch.Generator | None = None,
+                noise: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample ``k`` placements: devices ``[k, G]``, log-probabilities ``[k]`` (with gradient) and the
-        mean per-step entropy ``[k]``."""
-        return self._decode(f, mask, k, None, generator)
+        mean per-step entropy ``[k]``; ``noise``: σ of the structured exploration noise (0: none)."""
+        return self._decode(f, mask, k, None, generator, noise)
 
     def log_prob(self, f: GroupFeatures, mask: torch.Tensor, devices: torch.Tensor) -> torch.Tensor:
-        """Log-probabilities ``[k]`` of given placements ``[k, G]`` (teacher forcing)."""
+        """Log-probabilities ``[k]`` of given placements ``[k, G]`` (teacher forcing) under the noise-free
+        policy, not under the noisy distribution a sample was drawn from."""
         return self._decode(f, mask, devices.shape[0], devices, None)[1]
-
-    @torch.no_grad()
-    def greedy(self, f: GroupFeatures, mask: torch.Tensor) -> np.ndarray:
-        """The most likely device at every step, feeding each choice back: ``[G]``."""
-        h = self.encode(f)
-        keys = self.attn_h(h)
-        s = c = h.new_zeros(1, h.shape[2])
-        prev = torch.full((1,), self.n_devices, dtype=torch.long)
-        out = []
-        for t in range(h.shape[1]):
-            logits, s, c = self._step(h, keys, s, c, prev, mask[t])
-            prev = logits.argmax(dim=1)
-            out.append(int(prev))
-        return np.array(out, dtype=np.int64)
 
 
 def device_mask(feasible: np.ndarray, order: np.ndarray) -> torch.Tensor:
