@@ -124,9 +124,12 @@ def test_resuming_another_search_or_nothing_is_one_clear_error(tmp_path):
 
 def test_a_search_whose_samples_all_fail_says_so():
     g, _ = three_groups()
-    c = Cluster("tiny", [Device("gpu:0", "gpu", 10, 1e12, 1e11)])   # no parameter fits
+    c = Cluster("tiny", [Device("gpu:0", "gpu", 305, 1e12, 1e11)])   # the parameters fit, not the outputs too
     with pytest.raises(AutoplaceError, match="none of the 8 sampled placements"):
         rl_search(g, c, budget=SearchBudget(samples=8), seed=0)
+    c = Cluster("tiny", [Device("gpu:0", "gpu", 10, 1e12, 1e11)])    # no parameter fits: before any sample
+    with pytest.raises(AutoplaceError, match="exceed the memory"):
+        rl_search(g, c, budget=SearchBudget(samples=10**6), seed=0)
 
 
 def test_the_work_budget_grows_with_the_budget_and_shrinks_with_the_graph():

@@ -95,3 +95,18 @@ def test_a_distributed_search_checkpoints_and_resumes(session, case, tmp_path):
     third = rl_distributed(g, c, budget=SearchBudget(seconds=1e-3), workers=2, controllers=2, config=cfg, seed=0,
                            resume=tmp_path)
     assert third.samples == second.samples and third.wall_s >= second.wall_s > 0
+
+
+def test_gdp_and_hdp_score_their_samples_on_ray_workers(session, case):
+    from autoplace.placers.gdp import GDPConfig, gdp_search
+    from autoplace.placers.hdp import HDPConfig, hdp_search
+
+    g, c = case
+    r = gdp_search(g, c, budget=SearchBudget(samples=32), workers=2, seed=0,
+                   config=GDPConfig(hidden=16, type_dim=8, ff=32, heads=2, segment=8, memory=8))
+    local = gdp_search(g, c, budget=SearchBudget(samples=32), seed=0,
+                       config=GDPConfig(hidden=16, type_dim=8, ff=32, heads=2, segment=8, memory=8))
+    assert r.samples == 32 and r.evaluations > 0 and simulate(g, c, r.placement).ok
+    assert r.placement.assignment == local.placement.assignment      # the workers score as the local env does
+    h = hdp_search(g, c, budget=SearchBudget(samples=16), workers=2, seed=0, config=HDPConfig(groups=4, hidden=16))
+    assert h.samples == 16 and simulate(g, c, h.placement).ok and session.is_initialized()

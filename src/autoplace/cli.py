@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -214,10 +215,16 @@ def cmd_place(args: argparse.Namespace) -> int:
     _check_output(args.output)
     info = get_placer(args.method)  # unknown method: fail before loading anything big
     search_args = [f for f in ("samples", "wall_clock", "checkpoint", "resume", "curve", "workers", "controllers",
-                               "ray_address", "settings") if getattr(args, f)]
+                               "ray_address", "settings", "policy", "zero_shot") if getattr(args, f)]
     if search_args and not info.learned:
         raise AutoplaceError(f"--{search_args[0].replace('_', '-')} applies to the learned methods only "
                          f"({args.method!r} is not one)")
+    if (args.policy or args.zero_shot) and args.method != "gdp":
+        raise AutoplaceError(f"--{'policy' if args.policy else 'zero-shot'} applies to the gdp method only")
+    if args.zero_shot and not args.policy:
+        raise AutoplaceError("--zero-shot places with a trained policy: give it with --policy FILE")
+    if args.policy and not Path(args.policy).is_file():
+        raise FormatError(f"--policy {args.policy}: no such file")
     if args.curve:
         for ext in (".csv", ".png"):
             _check_output(args.curve + ext, "curve")
@@ -263,20 +270,63 @@ def _settings(items: list[str]) -> dict[str, Any]:
 def _learned_search(info, graph, cluster, env, args):
     """A learned placer's search with the command line's options: ``--samples`` or ``--budget`` (nominal
     work, or wall-clock seconds with ``--wall-clock``), ``--checkpoint``/``--resume``, ``--curve``."""
-    from autoplace.search import SearchBudget
-
-    if args.samples:
-        budget = SearchBudget(samples=args.samples, seconds=args.budget if args.wall_clock else None)
-    elif args.wall_clock:
-        budget = SearchBudget(seconds=args.budget if args.budget is not None else 60.0)
-    else:
-        budget = args.budget
-    r = info.search(graph, cluster, budget=budget, seed=args.seed, env=env, checkpoint=args.checkpoint,
+    r = info.search(graph, cluster, budget=_search_budget(args), seed=args.seed, env=env, checkpoint=args.checkpoint,
                     resume=args.resume, curve_csv=args.curve and args.curve + ".csv",
                     curve_png=args.curve and args.curve + ".png", checkpoint_every_s=args.checkpoint_every,
                     workers=args.workers or 1, controllers=args.controllers, ray_address=args.ray_address,
-                    env_kwargs=_env_kwargs(args), config=_settings(args.settings))
+                    env_kwargs=_env_kwargs(args), config=_settings(args.settings),
+                    **({"policy": args.policy, "zero_shot_only": args.zero_shot} if args.policy else {}))
     return r.placement
+
+
+def _search_budget(args: argparse.Namespace):
+    """A learned search's budget from ``--samples``, ``--budget`` and ``--wall-clock``: samples (and wall-clock
+    seconds), wall-clock seconds, or seconds of nominal work (``None``: the placer's default)."""
+    from autoplace.search import SearchBudget
+
+    if args.samples:
+        return SearchBudget(samples=args.samples, seconds=args.budget if args.wall_clock else None)
+    if args.wall_clock:
+        return SearchBudget(seconds=args.budget if args.budget is not None else 60.0)
+    return args.budget
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from autoplace.placers.gdp import gdp_train
+    from autoplace.report import fmt_time
+
+    _check_output(args.output, "policy")
+    if args.curve:
+        for ext in (".csv", ".png"):
+            _check_output(args.curve + ext, "curve")
+    names = [n for n in args.graphs.split(",") if n.strip()]
+    cnames = [n for n in args.cluster.split(",") if n.strip()]
+    if not names:
+        raise AutoplaceError("--graphs: give at least one graph")
+    if len(cnames) not in (1, len(names)):
+        raise AutoplaceError(f"--cluster: give one cluster, or one per graph ({len(names)}), not {len(cnames)}")
+    if args.policy and not Path(args.policy).is_file():
+        raise FormatError(f"--policy {args.policy}: no such file")
+    params = _parse_params(args.param)
+    graphs = [resolve_graph(n.strip(), params) for n in names]
+    clusters = [resolve_cluster(n.strip()) for n in (cnames if len(cnames) > 1 else cnames * len(names))]
+    budget = _search_budget(args)
+    r = _with_progress("training gdp", args.json, lambda: gdp_train(
+        graphs, clusters, budget=budget, config=_settings(args.settings), seed=args.seed, policy=args.policy,
+        output=args.output, checkpoint=args.checkpoint, resume=args.resume,
+        curve_csv=args.curve and args.curve + ".csv", curve_png=args.curve and args.curve + ".png",
+        checkpoint_every_s=args.checkpoint_every, workers=args.workers or 1, ray_address=args.ray_address))
+    steps = r.extra["best_steps_s"]
+    if args.json:
+        _print_json({"policy": args.output, "samples": r.samples, "updates": r.updates, "stop_reason": r.stop_reason,
+                     "graphs": [{"graph": g.name, "cluster": c.name, "best_step_s": _finite_or_none(s)}
+                                for g, c, s in zip(graphs, clusters, steps)]})
+    else:
+        con = _console(False)
+        for g, c, s in zip(graphs, clusters, steps):
+            con.print(f"{g.name} on {c.name}: best step {fmt_time(s) if math.isfinite(s) else 'none ran'}")
+        con.print(f"{r.samples} samples, {r.updates} updates ({r.stop_reason}); policy written to {args.output}")
+    return 0
 
 
 def _with_progress(title: str, quiet: bool, work):
@@ -657,7 +707,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "time, local search's evaluations), so results do not depend on machine load")
     p.add_argument("--refine", action="store_true", help="improve the result by local search under the simulator")
     p.add_argument("--refine-budget", type=_seconds, default=None, help="local-search budget, about seconds of simulation (default 10)")
-    g = p.add_argument_group("learned methods (rl)")
+    g = p.add_argument_group("learned methods (rl, hdp, gdp)")
     g.add_argument("--samples", type=_positive_int, default=None,
                    help="stop after this many sampled placements (reproducible for a seed)")
     g.add_argument("--wall-clock", action="store_true", help="--budget is wall-clock seconds, not nominal work")
@@ -673,10 +723,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="distributed: controllers, each with its own baseline (default: one per 8 workers)")
     g.add_argument("--ray-address", metavar="A", default=None, help="join the Ray cluster at A (host:port or auto)")
     g.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
-                   help="a setting of the learned method's config (rl: RLConfig, docs/algorithms.md), repeatable")
+                   help="a setting of the learned method's config (RLConfig, HDPConfig, GDPConfig: "
+                        "docs/algorithms.md), repeatable")
+    g.add_argument("--policy", metavar="FILE", default=None,
+                   help="gdp: start from this trained policy ('autoplace train') and fine-tune it")
+    g.add_argument("--zero-shot", action="store_true", help="gdp: place with --policy as it is, without training")
     _add_env_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_place)
+
+    p = sub.add_parser("train", help="train one GDP policy over several graphs (and save it)")
+    p.add_argument("--graphs", required=True, metavar="A,B,C", help="graph files or built-in model names")
+    p.add_argument("--cluster", "-c", required=True, metavar="C[,C2,...]",
+                   help="cluster file or preset, one for all graphs or one per graph")
+    p.add_argument("--param", "-P", action="append", metavar="KEY=VALUE", help="parameter of the built-in models")
+    p.add_argument("--output", "-o", required=True, metavar="FILE", help="policy file to write")
+    p.add_argument("--policy", metavar="FILE", default=None, help="start from this policy")
+    p.add_argument("--seed", type=_seed, default=0, help="the search's seed (default 0)")
+    p.add_argument("--budget", type=_seconds, default=None, help="about seconds of work (default 60), or wall-clock "
+                                                                   "seconds with --wall-clock")
+    p.add_argument("--samples", type=_positive_int, default=None, help="stop after this many samples (all graphs)")
+    p.add_argument("--wall-clock", action="store_true", help="--budget is wall-clock seconds, not nominal work")
+    p.add_argument("--checkpoint", metavar="DIR", default=None, help="checkpoint the search into DIR")
+    p.add_argument("--checkpoint-every", type=_seconds, default=30.0, metavar="S", help="seconds between checkpoints")
+    p.add_argument("--resume", metavar="DIR", default=None, help="continue the search checkpointed in DIR")
+    p.add_argument("--curve", metavar="PREFIX", default=None, help="write the training curve to PREFIX.csv/.png")
+    p.add_argument("--workers", type=_positive_int, default=None, help="score samples on this many Ray workers")
+    p.add_argument("--ray-address", metavar="A", default=None, help="join the Ray cluster at A")
+    p.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                   help="a GDPConfig setting (docs/algorithms.md), repeatable")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("compare", help="compare placement methods on one graph and cluster")
     _add_graph_args(p)

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -65,8 +65,10 @@ from autoplace.placement import Placement
 from autoplace.placers import register_placer, report_progress
 from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import Checkpointer, load_checkpoint
+from autoplace.search.config import SearchConfig
+from autoplace.search.engine import run_search, torch_device, torch_threads
 from autoplace.search.curve import Curve, CurvePoint
-from autoplace.search.evaluation import Evaluator, default_failing_step
+from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
 from autoplace.validation import check_budget, seed_int
 
 __all__ = ["RLConfig", "RLResult", "RLSearch", "rl_search", "rl_distributed", "rl", "samples_for_budget",
@@ -79,8 +81,10 @@ POLICY_SECONDS_PER_SAMPLE = 1.5e-3  #: nominal fixed cost per sample (its share 
 
 
 @dataclass(frozen=True)
-class RLConfig:
+class RLConfig(SearchConfig):
     """Every knob of the RL placer; the paper's value where it gives one."""
+
+    LABEL = "RL"
 
     groups: int = 256
     """Groups the policy places: at most about this many (ours; see :func:`rl_grouping`)."""
@@ -131,39 +135,13 @@ class RLConfig:
     exploration noise on, samples almost never repeat so: the stop is for the paper's policy."""
 
     def __post_init__(self):
-        for name in ("groups", "samples_per_update"):
-            if int(getattr(self, name)) < 1:
-                raise AutoplaceError(f"RLConfig.{name} must be at least 1, got {getattr(self, name)!r}")
+        self.check(at_least_one=("groups", "samples_per_update"), positive=("learning_rate",))
         if not 0 <= self.baseline_decay < 1:
             raise AutoplaceError(f"RLConfig.baseline_decay must be in [0, 1), got {self.baseline_decay!r}")
         if not (self.exploration_noise >= 0 and math.isfinite(self.exploration_noise)):
             raise AutoplaceError(f"RLConfig.exploration_noise must be >= 0, got {self.exploration_noise!r}")
-        if not self.learning_rate > 0:
-            raise AutoplaceError(f"RLConfig.learning_rate must be > 0, got {self.learning_rate!r}")
         if self.coarsen not in ("steps", "metis"):
             raise AutoplaceError(f"RLConfig.coarsen must be 'steps' or 'metis', got {self.coarsen!r}")
-        from autoplace.grouping import RULES
-
-        bad = [r for r in self.rules if r not in RULES]
-        if bad or not self.rules:
-            raise AutoplaceError(f"RLConfig.group_rules: unknown rule {bad[0] if bad else self.group_rules!r} "
-                                 f"(choose from: {', '.join(RULES)})")
-
-    @property
-    def rules(self) -> tuple[str, ...]:
-        return tuple(r.strip() for r in self.group_rules.split(",") if r.strip())
-
-    @classmethod
-    def field_names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "RLConfig":
-        """The default config with ``values`` (field name -> value) set; an unknown name is one clear error."""
-        unknown = sorted(set(values) - set(cls.field_names()))
-        if unknown:
-            raise AutoplaceError(f"unknown RL setting {unknown[0]!r} (known: {', '.join(cls.field_names())})")
-        return cls(**values)
 
 
 @dataclass
@@ -185,14 +163,6 @@ def samples_for_budget(graph: Graph, n_groups: int, budget: float) -> int:
     """The samples a work budget of ``budget`` seconds allows (see the module docstring)."""
     per_sample = graph.n_ops / OPS_PER_SECOND + n_groups * POLICY_SECONDS_PER_GROUP + POLICY_SECONDS_PER_SAMPLE
     return max(1, int(budget / per_sample))
-
-
-def _torch_device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def rl_grouping(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0) -> Grouping:
@@ -238,7 +208,7 @@ def policy_parts(graph: Graph, cluster: Cluster, config: RLConfig, seed: int):
     grouping = rl_grouping(graph, cluster, config, seed)
     gg = grouped_graph(graph, grouping, cluster)
     features = group_features(graph, grouping, config.max_outputs)
-    device = _torch_device(config.torch_device)
+    device = torch_device(config.torch_device)
     mask = device_mask(gg.feasible, features.order).to(device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -259,6 +229,7 @@ class RLSearch:
         self.graph, self.cluster, self.config = graph, cluster, config
         self.seed = seed_int(seed)
         self.grouping, self.features, self.mask, self.policy = policy_parts(graph, cluster, config, self.seed)
+        check_params_fit(graph, cluster, self.grouping, "rl")
         self.device = self.mask.device
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
         self.generator = torch.Generator().manual_seed(self.seed if sample_seed is None else sample_seed)
@@ -279,14 +250,8 @@ class RLSearch:
     # ----------------------------------------------------------------- one update (§3.1, eq. 3)
     def update(self) -> CurvePoint:
         """Sample K placements, score them, and take one REINFORCE step."""
-        import torch
-
-        threads = torch.get_num_threads()
-        torch.set_num_threads(self.config.torch_threads)
-        try:
+        with torch_threads(self.config.torch_threads):
             return self._update()
-        finally:
-            torch.set_num_threads(threads)
 
     def _update(self) -> CurvePoint:
         import torch
@@ -411,39 +376,15 @@ def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | 
                               checkpoint_every_s=checkpoint_every_s)
     search = RLSearch(graph, cluster, config, seed=seed, env=env)
     try:
-        if resume is not None:
-            search.load(load_checkpoint(resume))
-        ckpt = Checkpointer(checkpoint if checkpoint is not None else resume, checkpoint_every_s)
-        clock = budget.start()
-        clock.offset_s = search.wall_s
-        stop, done_here, t_start = None, 0, time.monotonic()
-        try:
-            while (stop := clock.done(search.samples)) is None:
-                if search.converged:
-                    stop = "converged"
-                    break
-                if stop_after_updates is not None and done_here >= stop_after_updates:
-                    stop = "interrupted"
-                    break
-                p = search.update()
-                done_here += 1
-                rate = search.samples / max(search.wall_s, 1e-9)
-                report_progress(f"rl: {search.samples} samples, {rate:.0f}/s, best "
-                                f"{_ms(search.best_step)}, mean reward {p.mean_reward:.4f}",
-                                clock.fraction(search.samples))
-                ckpt.maybe_save(search.state)
-        except KeyboardInterrupt:
-            stop = "interrupted"
-        ckpt.save(search.state)
-        if curve_csv is not None:
-            search.curve.write_csv(curve_csv)
-        if curve_png is not None:
-            search.curve.plot(curve_png, f"rl on {graph.name}, {cluster.name}")
+        run = run_search(search, budget, name="rl", title=f"rl on {graph.name}, {cluster.name}", checkpoint=checkpoint,
+                         resume=resume, checkpoint_every_s=checkpoint_every_s, curve_csv=curve_csv,
+                         curve_png=curve_png, stop_after_updates=stop_after_updates)
+        stop = run.stop_reason
         placement = search.best_placement(
             samples=search.samples, updates=search.updates, stop_reason=stop, evaluations=search.evaluate.evaluations,
             cache_hits=search.evaluate.hits, groups=search.features.n_groups, best_step_s=search.best_step)
         extra = {"failing_step_s": search.failing_step, "baseline": search.baseline, "timings_s": search.timings,
-                 "wall_s_this_run": time.monotonic() - t_start}
+                 "wall_s_this_run": run.wall_s_this_run}
         return RLResult(placement, search.curve, search.samples, search.updates, stop, search.evaluate.evaluations,
                         search.evaluate.hits, search.wall_s, extra)
     finally:
@@ -627,10 +568,6 @@ def _distributed_checkpoint(state: dict, graph: Graph, cluster: Cluster, config:
         diff = [n.replace("n_", "number of ") for n, a, b in zip(names, mine, theirs) if a != b]
         raise AutoplaceError(f"checkpoint is of another search (its {', '.join(diff)} differ)")
     return state
-
-
-def _ms(step: float) -> str:
-    return f"{step * 1e3:.1f} ms" if math.isfinite(step) else "none yet"
 
 
 @register_placer("rl", description="seq2seq policy over groups trained with REINFORCE on the step time",

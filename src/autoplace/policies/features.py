@@ -32,7 +32,8 @@ import numpy as np
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping, structural_key
 
-__all__ = ["GroupFeatures", "group_features"]
+__all__ = ["GroupFeatures", "group_features", "NodeFeatures", "node_features", "type_bucket", "N_TYPE_BUCKETS",
+           "NODE_DENSE"]
 
 
 @dataclass(frozen=True)
@@ -64,15 +65,22 @@ class GroupFeatures:
         return int(self.unit.max()) + 1 if len(self.unit) else 0
 
 
+def topological_order(graph: Graph, grouping: Grouping) -> tuple[np.ndarray, np.ndarray]:
+    """The groups ordered by their first op in the graph's topological order: ``order`` (group id at each
+    position) and ``position`` (each group's position)."""
+    first = np.full(grouping.n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, grouping.group, graph.rank)
+    order = np.argsort(first, kind="stable")
+    position = np.empty(grouping.n_groups, dtype=np.int64)
+    position[order] = np.arange(grouping.n_groups)
+    return order, position
+
+
 def group_features(graph: Graph, grouping: Grouping, max_outputs: int = 8) -> GroupFeatures:
     """The features of ``grouping``'s groups of ``graph`` (see the module docstring)."""
     G = grouping.n_groups
     g_of = grouping.group
-    first = np.full(G, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first, g_of, graph.rank)
-    order = np.argsort(first, kind="stable")
-    position = np.empty(G, dtype=np.int64)
-    position[order] = np.arange(G)
+    order, position = topological_order(graph, grouping)
 
     kinds = [op.type for op in graph.ops]
     type_names = tuple(sorted(set(kinds)))
@@ -125,3 +133,108 @@ def _units(graph: Graph, g_of: np.ndarray, order: np.ndarray) -> np.ndarray:
         unit_key.append(k)
     ids: dict = {}
     return np.array([ids.setdefault(unit_key[g], len(ids)) for g in order.tolist()], dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Per-node features of the graph-neural placers (HDP's grouper, GDP)
+
+N_TYPE_BUCKETS = 1024       #: op types hash into this many embedding rows, the same for every graph
+NODE_DENSE = 17             #: dense features per node (see :func:`node_features`)
+_PHASES = ("forward", "backward", "update")
+
+
+@dataclass(frozen=True)
+class NodeFeatures:
+    """Features of the nodes (groups of a fine grouping: co-located ops) of one graph, nodes in
+    topological order, for policies that must read *any* graph with one set of parameters.
+
+    **Shapes:** ``type_index`` ``[sum of node sizes]`` and ``type_offsets`` ``[N]`` (an ``EmbeddingBag``'s
+    input: the member ops' type buckets, nodes in order); ``dense`` ``[N, NODE_DENSE]``; ``edge_index``
+    ``[2, E]`` (node positions: the distinct edges between two nodes in their own direction, then the same
+    edges reversed, so that a node's neighbours are its producers and its consumers); ``order`` ``[N]``
+    (group id of each position).
+    """
+
+    order: np.ndarray
+    type_index: np.ndarray
+    type_offsets: np.ndarray
+    dense: np.ndarray
+    edge_index: np.ndarray
+    graph_name: str = ""
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.order)
+
+
+def type_bucket(op_type: str) -> int:
+    """The embedding row of an op type: a stable hash, so that one type has one row in every graph."""
+    import zlib
+
+    return zlib.crc32(op_type.encode()) % N_TYPE_BUCKETS
+
+
+def node_features(graph: Graph, grouping: Grouping) -> NodeFeatures:
+    """Features of ``grouping``'s groups of ``graph`` as the nodes of a graph-neural policy.
+
+    Per node (the op meta features GDP §3.1 names — type, output shapes, adjacency — in a form that means
+    the same in every graph, so that a policy trained on some graphs reads others):
+
+    * its member ops' op types, hashed to :data:`N_TYPE_BUCKETS` rows (:func:`type_bucket`);
+    * ``dense``: the four largest output tensors (``log2(bytes) / 40``), ``log2(1 + FLOPs) / 50``,
+      ``log2(1 + parameter bytes) / 40``, ``log2(1 + degree) / 8`` in and out, its position in topological
+      order and its depth (longest path from an input, in nodes), each as a fraction of the graph's;
+      layer and time step as fractions of the graph's (with a flag saying whether the capture named
+      them); the phase (forward, backward, update) one-hot;
+    * adjacency as ``edge_index``: the graph's distinct edges between nodes, then the same reversed.
+    """
+    N = grouping.n_groups
+    order, pos = topological_order(graph, grouping)
+    p_of = pos[grouping.group]                                                     # node position of each op
+
+    by_node = np.argsort(p_of, kind="stable")
+    buckets = np.array([type_bucket(op.type) for op in graph.ops], dtype=np.int64)
+    sizes = np.bincount(p_of, minlength=N)
+    type_offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+
+    src, dst, _ = graph.edges()
+    a, b = p_of[src], p_of[dst]
+    keep = a != b
+    pairs = np.unique(np.stack([a[keep], b[keep]], axis=1), axis=0) if keep.any() else np.zeros((0, 2), np.int64)
+    indeg = np.bincount(pairs[:, 1], minlength=N)
+    outdeg = np.bincount(pairs[:, 0], minlength=N)
+    # depth: longest path in nodes (pairs go from an earlier to a later position: one pass in order)
+    depth = np.zeros(N, dtype=np.int64)
+    if len(pairs):
+        srt = pairs[np.argsort(pairs[:, 1], kind="stable")]
+        ptr = np.searchsorted(srt[:, 1], np.arange(N + 1))
+        for v in range(N):
+            s, e = ptr[v], ptr[v + 1]
+            if e > s:
+                depth[v] = depth[srt[s:e, 0]].max() + 1
+
+    dense = np.zeros((N, NODE_DENSE), dtype=np.float32)
+    outs: list[list[int]] = [[] for _ in range(N)]
+    for op, p in zip(graph.ops, p_of.tolist()):
+        outs[p].extend(op.out_bytes)
+    for p, s in enumerate(outs):
+        s = sorted(s, reverse=True)[:4]
+        dense[p, :len(s)] = np.log2(np.maximum(s, 1.0)) / 40.0
+    dense[:, 4] = np.log2(1.0 + np.bincount(p_of, weights=graph.flops, minlength=N)) / 50.0
+    dense[:, 5] = np.log2(1.0 + np.bincount(p_of, weights=graph.param_bytes.astype(float), minlength=N)) / 40.0
+    dense[:, 6] = np.log2(1.0 + indeg) / 8.0
+    dense[:, 7] = np.log2(1.0 + outdeg) / 8.0
+    dense[:, 8] = np.arange(N) / max(N - 1, 1)
+    dense[:, 9] = depth / max(int(depth.max()) if N else 0, 1)
+    for col, key in ((10, "layer"), (12, "step")):
+        vals = [(p, op.meta[key]) for op, p in zip(graph.ops, p_of.tolist()) if isinstance(op.meta.get(key), int)]
+        if vals:
+            top = max(v for _, v in vals) + 1
+            for p, v in vals:
+                dense[p, col] = max(dense[p, col], (v + 1) / top)
+                dense[p, col + 1] = 1.0
+    for op, p in zip(graph.ops, p_of.tolist()):
+        if op.phase in _PHASES:
+            dense[p, 14 + _PHASES.index(op.phase)] = 1.0
+    edge_index = np.concatenate([pairs.T, pairs[:, ::-1].T], axis=1).astype(np.int64)
+    return NodeFeatures(order, buckets[by_node], type_offsets, dense, edge_index, graph.name)

@@ -71,7 +71,11 @@ class Seq2SeqPolicy(nn.Module):
         dev = self.out.weight.device
         types = self.type_embedding(torch.as_tensor(f.type_index, device=dev),
                                     torch.as_tensor(f.type_offsets, device=dev))
-        x = torch.cat([types, torch.as_tensor(f.dense, device=dev)], dim=1).unsqueeze(0)
+        return self.encode_inputs(torch.cat([types, torch.as_tensor(f.dense, device=dev)], dim=1).unsqueeze(0))
+
+    def encode_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """Encoder outputs ``[k, G, hidden]`` of group embeddings ``x`` ``[k, G, type_dim + dense_dim]`` (a
+        caller that embeds its groups itself, as HDP's grouper does, one grouping per sample)."""
         h, _ = self.encoder(x)
         return h
 
@@ -89,7 +93,16 @@ class Seq2SeqPolicy(nn.Module):
     def _decode(self, f: GroupFeatures, mask: torch.Tensor, k: int, devices: torch.Tensor | None,
                 generator: torch.Generator | None, noise: float = 0.0
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        h = self.encode(f).expand(k, -1, -1)                                # [k, G, H]
+        return self.decode(self.encode(f).expand(k, -1, -1), mask, devices, generator, noise, f.unit)
+
+    def decode(self, h: torch.Tensor, mask: torch.Tensor, devices: torch.Tensor | None = None,
+               generator: torch.Generator | None = None, noise: float = 0.0, unit: np.ndarray | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The attentional decoder over encoder outputs ``h`` ``[k, G, H]`` with device mask ``[G, D]`` (or
+        ``[k, G, D]``): sampled (``devices`` None) or given placements ``[k, G]``, their log-probabilities
+        ``[k]`` and mean per-step entropies ``[k]``; ``unit`` ``[G]``: the structural unit of each step for
+        the exploration noise (default: one unit per step)."""
+        k = h.shape[0]
         keys = self.attn_h(h)
         G = h.shape[1]
         s = c = h.new_zeros(k, h.shape[2])
@@ -97,10 +110,11 @@ class Seq2SeqPolicy(nn.Module):
         chosen, logp, entropy = [], h.new_zeros(k), h.new_zeros(k)
         eps = None
         if noise > 0:                                                       # one draw per unit and device
-            eps = torch.randn(k, f.n_units, self.n_devices, generator=generator) * noise
-            eps = eps[:, torch.as_tensor(f.unit)].to(h.device)              # [k, G, D]
+            unit = np.arange(G) if unit is None else unit
+            eps = torch.randn(k, int(unit.max()) + 1, self.n_devices, generator=generator) * noise
+            eps = eps[:, torch.as_tensor(unit)].to(h.device)                # [k, G, D]
         for t in range(G):
-            logits, s, c = self._step(h, keys, s, c, prev, mask[t])
+            logits, s, c = self._step(h, keys, s, c, prev, mask[..., t, :])
             if eps is not None:
                 logits = logits + eps[:, t]
             log_probs = torch.log_softmax(logits, dim=1)

@@ -25,7 +25,25 @@ from autoplace.env import BaseEnv
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping
 
-__all__ = ["Scores", "CachedScorer", "Evaluator", "score_batch", "default_failing_step"]
+__all__ = ["Scores", "CachedScorer", "Evaluator", "score_batch", "default_failing_step", "check_params_fit"]
+
+
+def check_params_fit(graph: Graph, cluster: Cluster, grouping: Grouping, method: str) -> None:
+    """:class:`~autoplace.errors.InfeasibleError` before a search starts when no placement of ``grouping``'s
+    groups can hold the parameters: more parameter bytes than the cluster's memory, or a group's more than
+    any one device's (a search would otherwise spend its whole budget on failing samples)."""
+    from autoplace.errors import InfeasibleError
+    from autoplace.report import fmt_bytes
+
+    params = np.bincount(grouping.group, weights=graph.param_bytes.astype(float), minlength=grouping.n_groups)
+    total, memory = float(params.sum()), cluster.memory_bytes
+    if total > float(memory.sum()):
+        raise InfeasibleError(f"{method}: the parameters of {graph.name!r} ({fmt_bytes(total)}) exceed the memory "
+                              f"of cluster {cluster.name!r} ({fmt_bytes(float(memory.sum()))})")
+    g = int(np.argmax(params))
+    if params[g] > float(memory.max()):
+        raise InfeasibleError(f"{method}: group {grouping.names[g]!r} holds {fmt_bytes(float(params[g]))} of "
+                              f"parameters, more than any device of cluster {cluster.name!r} can")
 
 
 def default_failing_step(graph: Graph, cluster: Cluster, factor: float = 10.0) -> float:

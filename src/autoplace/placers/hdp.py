@@ -1,0 +1,325 @@
+"""HDP, the hierarchical device placer of Mirhoseini et al., "A Hierarchical Model for Device Placement"
+(ICLR 2018), GDP's main baseline.
+
+Two networks, trained jointly: a feed-forward *grouper* (:class:`~autoplace.policies.grouper.Grouper`)
+samples a group for every node (the graph's co-location groups: co-located ops never part) out of a
+fixed number of groups, and the seq2seq *placer* of the RL placer
+(:class:`~autoplace.policies.seq2seq.Seq2SeqPolicy`, Mirhoseini et al. 2017 §3.2) reads the groups'
+embeddings (:func:`~autoplace.policies.grouper.group_inputs`: type counts, sizes, adjacency) in the order
+of their nodes' mean topological position and samples a device for each. A placement's probability is
+the product of both, and one REINFORCE step trains both on the same reward:
+
+.. math::
+
+    \\nabla J \\approx \\frac{1}{K} \\sum_{i=1}^{K} (R_i - B)\\,
+        \\nabla \\big(\\log p_g(\\text{groups}_i) + \\log p_d(\\text{devices}_i \\mid \\text{groups}_i)\\big),
+    \\qquad R = \\sqrt{\\text{step time}}
+
+with ``B`` a moving average of the rewards (initialised to the failing signal) and Adam, as the RL placer
+(:mod:`autoplace.placers.rl`). A placement that runs out of memory scores the failing signal.
+
+Adapted: the number of groups (:attr:`HDPConfig.groups`, 64 here: the decoder's length) and the group
+embedding's exact layout are ours; the 2018 paper is not among this project's references, and these
+follow its description.
+
+``budget`` (seconds, through :func:`~autoplace.placers.place`) counts work like the RL placer's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from autoplace.cluster import Cluster
+from autoplace.cost import feasible_devices
+from autoplace.env import BaseEnv, make_env
+from autoplace.errors import AutoplaceError, InfeasibleError
+from autoplace.graph import Graph
+from autoplace.grouping import Grouping, grouped_graph, runnable_grouping
+from autoplace.placement import Placement
+from autoplace.placers import register_placer
+from autoplace.placers.rl import RLResult
+from autoplace.search.budget import SearchBudget
+from autoplace.search.config import SearchConfig
+from autoplace.search.curve import Curve, CurvePoint
+from autoplace.search.engine import check_checkpoint, run_search, torch_device, torch_threads
+from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
+from autoplace.validation import check_budget, seed_int
+
+__all__ = ["HDPConfig", "HDPSearch", "hdp_search", "hdp", "work_budget"]
+
+DEFAULT_BUDGET_S = 60.0
+OPS_PER_SECOND = 1e7                 #: nominal simulator speed, as the other searches'
+POLICY_SECONDS_PER_NODE = 2e-6       #: nominal grouper cost per node and sample
+POLICY_SECONDS_PER_GROUP = 2e-4      #: nominal placer cost per decoder step and sample (as the RL placer's)
+CHECKPOINT_FORMAT = "autoplace.hdp/v1"
+
+
+@dataclass(frozen=True)
+class HDPConfig(SearchConfig):
+    """Every knob of HDP."""
+
+    LABEL = "HDP"
+
+    groups: int = 64
+    """Groups the grouper's softmax chooses from (ours)."""
+    group_rules: str = "colocation"
+    """The nodes the grouper groups: groups of these rules (co-location groups by default)."""
+    samples_per_update: int = 8
+    """K, placements sampled per update."""
+    learning_rate: float = 3e-4
+    """Adam's step size, both networks (ours)."""
+    baseline_decay: float = 0.9
+    """B <- decay * B + (1 - decay) * mean reward of an update."""
+    failing_factor: float = 10.0
+    """A failing placement scores as this many times the serial step on the slowest devices (as rl)."""
+    grouper_hidden: int = 64
+    """The grouper's width (ours)."""
+    hidden: int = 128
+    """The placer's encoder, decoder and attention size (ours)."""
+    type_dim: int = 16
+    """Op-type embedding size, grouper and placer (ours)."""
+    device_dim: int = 32
+    """Device embedding size (ours)."""
+    logit_clip: float | None = 5.0
+    """Bounds the placer's logits to ±C by C·tanh(logits / C) (HDP bounds them by a tanh; None: off)."""
+    grad_clip: float | None = 1.0
+    """Clip the gradient's norm to this (ours; None: off)."""
+    torch_device: str = "auto"
+    """Where the networks run: "cpu", "cuda", or "auto"."""
+    torch_threads: int = 1
+    """CPU threads for the networks (ours)."""
+
+    def __post_init__(self):
+        self.check(at_least_one=("groups", "samples_per_update", "grouper_hidden", "hidden", "type_dim", "device_dim"),
+                   positive=("learning_rate",))
+        if not 0 <= self.baseline_decay < 1:
+            raise AutoplaceError(f"HDPConfig.baseline_decay must be in [0, 1), got {self.baseline_decay!r}")
+
+
+def hdp_nodes(graph: Graph, cluster: Cluster, config: HDPConfig) -> Grouping:
+    """The nodes the grouper assigns to groups (co-location groups by default)."""
+    return runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
+
+
+class HDPSearch:
+    """Grouper and placer of one graph on one cluster, trained jointly: the engine's
+    :class:`~autoplace.search.engine.Searcher`. ``scorer``: scores node placements in place of the env
+    (a Ray worker pool)."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, config: HDPConfig = HDPConfig(), *, seed=None,
+                 env: str | BaseEnv = "simulated", scorer=None):
+        import torch
+
+        from autoplace.policies.features import N_TYPE_BUCKETS, node_features
+        from autoplace.policies.grouper import Grouper, group_input_dim
+        from autoplace.policies.seq2seq import Seq2SeqPolicy
+
+        self.graph, self.cluster, self.config = graph, cluster, config
+        self.seed = seed_int(seed)
+        self.nodes = hdp_nodes(graph, cluster, config)
+        check_params_fit(graph, cluster, self.nodes, "hdp")
+        self.features = node_features(graph, self.nodes)
+        self.feasible = grouped_graph(graph, self.nodes, cluster).feasible[self.features.order]   # [N, D]
+        self.device = torch_device(config.torch_device)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            self.grouper = Grouper(config.groups, config.grouper_hidden, config.type_dim).to(self.device)
+            self.placer = Seq2SeqPolicy(N_TYPE_BUCKETS, group_input_dim(config.groups), cluster.n_devices,
+                                        type_dim=config.type_dim, hidden=config.hidden, device_dim=config.device_dim,
+                                        logit_clip=config.logit_clip).to(self.device)
+        self.optimizer = torch.optim.Adam([*self.grouper.parameters(), *self.placer.parameters()],
+                                          lr=config.learning_rate)
+        self.generator = torch.Generator().manual_seed(self.seed)
+        self._own_env = scorer is None and not isinstance(env, BaseEnv)
+        self.env = (make_env(env, graph, cluster) if self._own_env else env) if scorer is None else None
+        self.evaluate = scorer if scorer is not None else Evaluator(self.env, self.nodes)
+        self.failing_step = default_failing_step(graph, cluster, config.failing_factor)
+        self.failing_signal = math.sqrt(self.failing_step)
+        self.baseline = self.failing_signal
+        self.best_step = math.inf
+        self.best_groups: np.ndarray | None = None
+        self.samples = self.updates = 0
+        self.wall_s = 0.0
+        self.curve = Curve()
+        self.timings: dict[str, float] = {}
+
+    @property
+    def converged(self) -> bool:
+        return False
+
+    def update(self) -> CurvePoint:
+        with torch_threads(self.config.torch_threads):
+            return self._update()
+
+    def _sample(self, k: int):
+        """``k`` groupings and placements: node devices ``[k, N]`` (nodes in order), whether every node
+        landed on a device that runs it, and the log-probabilities ``[k]`` (with gradient)."""
+        import torch
+
+        from autoplace.policies.grouper import group_inputs
+
+        cfg, G, f = self.config, self.config.groups, self.features
+        glogp = torch.log_softmax(self.grouper(f), dim=1)                                  # [N, G]
+        assign = torch.multinomial(glogp.detach().exp().cpu(), k, replacement=True, generator=self.generator).T
+        logp = glogp.gather(1, assign.T.to(self.device)).sum(0)                           # [k]
+        a = assign.numpy()
+        x = group_inputs(f, a, G, self.placer.type_embedding)                             # [k, G, F]
+        # the groups in the order of their nodes' mean position (empty groups last)
+        pos = np.zeros((k, G))
+        for i in range(k):
+            count = np.bincount(a[i], minlength=G)
+            pos[i] = np.where(count > 0, np.bincount(a[i], weights=np.arange(f.n_nodes), minlength=G)
+                              / np.maximum(count, 1), np.inf)
+        order = np.argsort(pos, axis=1, kind="stable")                                   # [k, G]
+        x = torch.gather(x, 1, torch.as_tensor(order, device=self.device).unsqueeze(2).expand(-1, -1, x.shape[2]))
+        # a group's devices: those that run every node in it (none: all, and the placement fails)
+        bad = np.zeros((k, G, self.cluster.n_devices), dtype=np.int64)
+        for i in range(k):
+            np.add.at(bad[i], a[i], ~self.feasible)
+        ok = bad == 0
+        ok[~ok.any(axis=2)] = True
+        ok = np.take_along_axis(ok, order[:, :, None], axis=1)
+        mask = torch.as_tensor(np.where(ok, 0.0, -np.inf).astype(np.float32), device=self.device)
+        devices, plogp, _ = self.placer.decode(self.placer.encode_inputs(x), mask, generator=self.generator)
+        gdev = np.empty((k, G), dtype=np.int64)
+        np.put_along_axis(gdev, order, devices.cpu().numpy(), axis=1)                   # back to group ids
+        node_dev = np.take_along_axis(gdev, a, axis=1)                                    # [k, N]
+        runs = self.feasible[np.arange(f.n_nodes)[None, :], node_dev].all(axis=1)
+        return node_dev, runs, logp + plogp
+
+    def _update(self) -> CurvePoint:
+        import torch
+
+        cfg = self.config
+        t0 = time.monotonic()
+        node_dev, runs, logp = self._sample(cfg.samples_per_update)
+        groups = np.empty_like(node_dev)
+        groups[:, self.features.order] = node_dev                                        # positions -> node ids
+        t1 = time.monotonic()
+        step = np.full(len(groups), np.inf)
+        ok = np.zeros(len(groups), dtype=bool)
+        if runs.any():
+            scores = self.evaluate(groups[runs])
+            step[runs], ok[runs] = scores.step_time, scores.ok
+        t2 = time.monotonic()
+        reward = np.where(ok, np.sqrt(np.where(ok, step, 1.0)), self.failing_signal)
+        adv = torch.as_tensor(reward - self.baseline, dtype=torch.float32, device=self.device)
+        loss = (adv * logp).mean()
+        self.optimizer.zero_grad()
+        loss.backward()
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_([*self.grouper.parameters(), *self.placer.parameters()], cfg.grad_clip)
+        self.optimizer.step()
+        self.baseline = cfg.baseline_decay * self.baseline + (1 - cfg.baseline_decay) * float(reward.mean())
+        if ok.any():
+            i = int(np.argmin(step))
+            if step[i] < self.best_step:
+                self.best_step, self.best_groups = float(step[i]), groups[i].copy()
+        self.samples += cfg.samples_per_update
+        self.updates += 1
+        t3 = time.monotonic()
+        for part, dt in (("policy_forward", t1 - t0), ("evaluate", t2 - t1), ("policy_update", t3 - t2)):
+            self.timings[part] = self.timings.get(part, 0.0) + dt
+        self.wall_s += t3 - t0
+        ran = step[ok]
+        point = CurvePoint(self.samples, self.wall_s, self.best_step, float(ran.mean()) if len(ran) else math.inf,
+                           float(1 - ok.mean()), float(reward.mean()))
+        self.curve.append(point)
+        return point
+
+    # ----------------------------------------------------------------- checkpoints
+    def _identity(self) -> dict:
+        return {"graph": self.graph.name, "cluster": self.cluster.name, "nodes": self.features.n_nodes,
+                "config": asdict(self.config), "seed": self.seed}
+
+    def state(self) -> dict:
+        import torch
+
+        return {"format": CHECKPOINT_FORMAT, **self._identity(), "grouper": self.grouper.state_dict(),
+                "placer": self.placer.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
+                "baseline": self.baseline, "best_step": self.best_step, "best_groups": self.best_groups,
+                "samples": self.samples, "updates": self.updates, "wall_s": self.wall_s,
+                "curve": self.curve.to_rows(), "cache": self.evaluate.cache}
+
+    def load(self, state: dict) -> None:
+        import torch
+
+        check_checkpoint(state, CHECKPOINT_FORMAT, self._identity())
+        self.grouper.load_state_dict(state["grouper"])
+        self.placer.load_state_dict(state["placer"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        self.baseline, self.best_step, self.best_groups = state["baseline"], state["best_step"], state["best_groups"]
+        self.samples, self.updates, self.wall_s = state["samples"], state["updates"], state["wall_s"]
+        self.curve = Curve.from_rows(state["curve"])
+        self.evaluate.cache.update(state["cache"])
+
+    def best_placement(self, **meta) -> Placement:
+        if self.best_groups is None:
+            raise InfeasibleError(f"hdp: none of the {self.samples} sampled placements of {self.graph.name!r} ran "
+                                  f"on cluster {self.cluster.name!r} (all failed)")
+        return Placement.from_array(self.graph, self.cluster, self.nodes.expand(self.best_groups), "hdp", **meta)
+
+    def close(self) -> None:
+        if self._own_env:
+            self.env.close()
+
+
+def work_budget(graph: Graph, cluster: Cluster, budget: float | None, config: HDPConfig = HDPConfig()) -> SearchBudget:
+    """The samples ``budget`` seconds of nominal work allow (default 60)."""
+    budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
+    n_nodes = hdp_nodes(graph, cluster, config).n_groups
+    per_sample = (graph.n_ops / OPS_PER_SECOND + n_nodes * POLICY_SECONDS_PER_NODE
+                  + config.groups * POLICY_SECONDS_PER_GROUP)
+    return SearchBudget(samples=max(config.samples_per_update, int(budget / per_sample)))
+
+
+def hdp_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | None = None,
+               config: HDPConfig | dict = HDPConfig(), seed=None, env: str | BaseEnv = "simulated",
+               checkpoint=None, resume=None, curve_csv=None, curve_png=None, checkpoint_every_s: float = 30.0,
+               stop_after_updates: int | None = None, workers: int = 1, controllers: int | None = None,
+               ray_address: str | None = None, env_kwargs: dict | None = None) -> RLResult:
+    """Train HDP's grouper and placer on ``graph`` to ``budget`` (a :class:`SearchBudget`, or seconds of
+    nominal work: :func:`work_budget`); the engine's checkpoints, resume, curve and Ctrl-C
+    (:func:`~autoplace.search.engine.run_search`); ``workers`` > 1 or a ``ray_address`` scores the
+    samples on Ray workers."""
+    import contextlib
+
+    if controllers is not None:
+        raise AutoplaceError("--controllers applies to the rl method only (HDP trains one policy)")
+    config = HDPConfig.from_dict(config) if isinstance(config, dict) else config
+    if not isinstance(budget, SearchBudget):
+        budget = work_budget(graph, cluster, budget, config)
+    with contextlib.ExitStack() as stack:
+        scorer = None
+        if workers > 1 or ray_address is not None:
+            from autoplace.search.distributed import WorkerPool, ray_session
+
+            ray = stack.enter_context(ray_session(ray_address))
+            scorer = WorkerPool(ray, hdp_nodes(graph, cluster, config), graph, cluster, workers,
+                                env.name if isinstance(env, BaseEnv) else env, env_kwargs)
+            stack.callback(scorer.close)
+        search = HDPSearch(graph, cluster, config, seed=seed, env=env, scorer=scorer)
+        stack.callback(search.close)
+        run = run_search(search, budget, name="hdp", title=f"hdp on {graph.name}, {cluster.name}",
+                         checkpoint=checkpoint, resume=resume, checkpoint_every_s=checkpoint_every_s,
+                         curve_csv=curve_csv, curve_png=curve_png, stop_after_updates=stop_after_updates)
+        placement = search.best_placement(samples=search.samples, updates=search.updates,
+                                          stop_reason=run.stop_reason, evaluations=search.evaluate.evaluations,
+                                          cache_hits=search.evaluate.hits, best_step_s=search.best_step)
+        return RLResult(placement, search.curve, search.samples, search.updates, run.stop_reason,
+                        search.evaluate.evaluations, search.evaluate.hits, search.wall_s,
+                        {"timings_s": search.timings, "wall_s_this_run": run.wall_s_this_run})
+
+
+@register_placer("hdp", description="learned grouper + seq2seq placer, trained jointly with REINFORCE",
+                 paper="Mirhoseini et al. 2018", memory_aware=True, learned=True, search=hdp_search)
+def hdp(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    """See the module docstring: ``budget`` seconds of nominal work (default 60) become samples."""
+    return hdp_search(graph, cluster, budget=budget, seed=seed).placement

@@ -1,0 +1,52 @@
+"""What the learned placers' config dataclasses share: their grouping rules, building one from a dict of
+settings (``--set KEY=VALUE``), and one clear error for a bad value."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from autoplace.errors import AutoplaceError
+
+__all__ = ["SearchConfig"]
+
+
+class SearchConfig:
+    """A mixin for a frozen dataclass of a learned placer's settings with a ``group_rules`` field; ``LABEL``
+    names the placer in errors (``"RL"``, ``"GDP"`` …)."""
+
+    LABEL = ""
+    group_rules: str
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        """``group_rules`` as a tuple of rule names."""
+        return tuple(r.strip() for r in self.group_rules.split(",") if r.strip())
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: dict):
+        """The default config with ``values`` (field name -> value) set; an unknown name is one clear error."""
+        unknown = sorted(set(values) - set(cls.field_names()))
+        if unknown:
+            raise AutoplaceError(f"unknown {cls.LABEL} setting {unknown[0]!r} (known: {', '.join(cls.field_names())})")
+        return cls(**values)
+
+    def check(self, *, at_least_one: tuple[str, ...] = (), positive: tuple[str, ...] = ()) -> None:
+        """One clear error unless the fields ``at_least_one`` are >= 1, the fields ``positive`` > 0, and
+        every grouping rule is known."""
+        from autoplace.grouping import RULES
+
+        name = type(self).__name__
+        for f in at_least_one:
+            if int(getattr(self, f)) < 1:
+                raise AutoplaceError(f"{name}.{f} must be at least 1, got {getattr(self, f)!r}")
+        for f in positive:
+            if not getattr(self, f) > 0:
+                raise AutoplaceError(f"{name}.{f} must be > 0, got {getattr(self, f)!r}")
+        bad = [r for r in self.rules if r not in RULES]
+        if bad or not self.rules:
+            raise AutoplaceError(f"{name}.group_rules: unknown rule {bad[0] if bad else self.group_rules!r} "
+                                 f"(choose from: {', '.join(RULES)})")

@@ -1,0 +1,264 @@
+"""GDP (graph embedding + Transformer-XL placer + PPO) and HDP (grouper + seq2seq placer): layer shapes
+and equations, segment recurrence, training on toy graphs, policy files, co-location, checkpoints, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from autoplace.cli import main  # noqa: E402
+from autoplace.cluster import get_cluster  # noqa: E402
+from autoplace.errors import AutoplaceError, FormatError  # noqa: E402
+from autoplace.graph import Graph, Op  # noqa: E402
+from autoplace.grouping import group_ops  # noqa: E402
+from autoplace.placers.gdp import (GDPConfig, GDPPolicy, GDPSearch, gdp_search, gdp_train, load_policy,  # noqa: E402
+                                   save_policy, zero_shot)
+from autoplace.placers.hdp import HDPConfig, HDPSearch, hdp_search  # noqa: E402
+from autoplace.policies.features import NODE_DENSE, node_features  # noqa: E402
+from autoplace.policies.graphsage import GraphEmbedding, SageLayer  # noqa: E402
+from autoplace.policies.grouper import Grouper, group_input_dim, group_inputs  # noqa: E402
+from autoplace.policies.transformer_xl import Superposition, TransformerXLPlacer, XLLayer  # noqa: E402
+from autoplace.search import SearchBudget  # noqa: E402
+from autoplace.sim import simulate  # noqa: E402
+from autoplace.zoo import build_graph  # noqa: E402
+
+SMALL = dict(hidden=16, type_dim=8, ff=32, heads=2, segment=8, memory=8)
+
+
+def chain(n: int = 6) -> Graph:
+    """x -> a1 -> ... -> a{n}, with a co-location group joining a2 and a5."""
+    ops = [Op("x", "input", output_bytes=(1024,))]
+    for i in range(1, n + 1):
+        ops.append(Op(f"a{i}", "mm" if i % 2 else "relu", (ops[-1].name,), output_bytes=(1024 * i,), flops=1e6 * i,
+                      colocation_group="g" if i in (2, 5) else None))
+    return Graph(ops, name="chain")
+
+
+def toy():
+    return build_graph("layered-dag", ops=40, width=4), get_cluster("k80x2")
+
+
+# ----------------------------------------------------------------------------------------------- layers
+def test_node_features_shapes_and_colocated_ops_are_one_node():
+    g = chain()
+    f = node_features(g, group_ops(g, ("colocation",)))
+    assert f.n_nodes == 6 and f.dense.shape == (6, NODE_DENSE)            # a2 and a5 share a node
+    assert len(f.type_offsets) == 6 and len(f.type_index) == 7
+    assert f.edge_index.shape[0] == 2 and f.edge_index.shape[1] % 2 == 0
+    half = f.edge_index.shape[1] // 2
+    assert (f.edge_index[:, half:] == f.edge_index[::-1, :half]).all()     # second half: reversed edges
+    assert f.dense[:, 8].tolist() == pytest.approx(np.linspace(0, 1, 6).tolist())   # topological position
+
+
+def test_the_sage_layer_computes_eq_2_and_3_by_hand():
+    torch.manual_seed(0)
+    layer = SageLayer(3, 4, pool_dim=2)
+    x = torch.randn(3, 3)
+    edges = torch.tensor([[0, 1], [2, 2]])                               # 0 -> 2, 1 -> 2; nodes 0, 1: none
+    out = layer(x, edges)
+    msg = torch.sigmoid(x @ layer.pool.weight.T + layer.pool.bias)
+    agg2 = torch.maximum(msg[0], msg[1])                                  # eq. 2: max over N(2)
+    want2 = torch.relu(layer.dense(torch.cat([x[2], agg2])))               # eq. 3
+    want0 = torch.relu(layer.dense(torch.cat([x[0], torch.zeros(2)])))     # no neighbours: zeros
+    assert out.shape == (3, 4)
+    assert torch.allclose(out[2], want2, atol=1e-6) and torch.allclose(out[0], want0, atol=1e-6)
+
+
+def test_every_layer_has_its_documented_shape():
+    g, c = toy()
+    f = node_features(g, group_ops(g, ("colocation",)))
+    N = f.n_nodes
+    assert GraphEmbedding(16, 2, 8)(f).shape == (N, 16)
+    x = torch.randn(N, 16)
+    assert XLLayer(16, 2, 32)(x[:8], x[8:12]).shape == (8, 16)
+    cs = Superposition(16, 2, [16, 32, 16], segment=8)(x)
+    assert [v.shape for v in cs] == [(16,), (32,), (16,)] and all(torch.allclose(v, torch.ones_like(v)) for v in cs)
+    mask = torch.zeros(N, 5)
+    assert TransformerXLPlacer(16, 5, heads=2, ff=32, segment=8, memory=8)(x, mask).shape == (N, 5)
+    assert GDPPolicy(GDPConfig(max_devices=5, **SMALL))(f, mask).shape == (N, 5)
+    assert Grouper(7, 16, 8)(f).shape == (N, 7)
+    assign = np.random.default_rng(0).integers(0, 7, (3, N))
+    emb = torch.nn.EmbeddingBag(1024, 8, mode="mean")
+    assert group_inputs(f, assign, 7, emb).shape == (3, 7, 8 + group_input_dim(7))
+
+
+def test_segment_recurrence_equals_one_long_segment_when_the_memory_covers_the_graph():
+    torch.manual_seed(0)
+    N = 37
+    x, mask = torch.randn(N, 16), torch.zeros(N, 4)
+    long = TransformerXLPlacer(16, 4, heads=2, ff=32, segment=N, memory=0)
+    seg = TransformerXLPlacer(16, 4, heads=2, ff=32, segment=5, memory=N)
+    seg.load_state_dict(long.state_dict())
+    long.eval(), seg.eval()
+    assert torch.allclose(long(x, mask), seg(x, mask), atol=1e-5)
+    short = TransformerXLPlacer(16, 4, heads=2, ff=32, segment=5, memory=5)   # memory of one segment: differs
+    short.load_state_dict(long.state_dict())
+    short.eval()
+    assert not torch.allclose(long(x, mask), short(x, mask), atol=1e-3)
+
+
+def test_the_memory_carries_no_gradient():
+    torch.manual_seed(0)
+    x = torch.randn(10, 16, requires_grad=True)
+    placer = TransformerXLPlacer(16, 4, heads=2, ff=32, segment=5, memory=5, superposition=False)
+    placer(x, torch.zeros(10, 4))[5:].sum().backward()                  # the second segment's outputs only
+    assert x.grad[:5].abs().sum() == 0 and x.grad[5:].abs().sum() > 0
+
+
+def test_superposition_scales_the_dense_layers_inputs():
+    torch.manual_seed(0)
+    x, mask = torch.randn(12, 16), torch.zeros(12, 4)
+    placer = TransformerXLPlacer(16, 4, heads=2, ff=32, segment=6, memory=6)
+    before = placer(x, mask)
+    torch.nn.init.constant_(placer.superpose.heads[-1].bias, 3.0)          # c of the output layer != 1
+    assert not torch.allclose(before, placer(x, mask))
+    plain = TransformerXLPlacer(16, 4, heads=2, ff=32, segment=6, memory=6, superposition=False)
+    assert plain.superpose is None
+
+
+def test_without_attention_a_node_is_placed_from_its_own_embedding_only():
+    torch.manual_seed(0)
+    x, mask = torch.randn(12, 16), torch.zeros(12, 4)
+    placer = TransformerXLPlacer(16, 4, heads=2, ff=32, segment=6, memory=6, attention=False, superposition=False)
+    y = placer(x, mask)
+    x2 = x.clone()
+    x2[0] += 1.0
+    assert torch.allclose(y[1:], placer(x2, mask)[1:]) and not torch.allclose(y[0], placer(x2, mask)[0])
+
+
+# ----------------------------------------------------------------------------------------------- GDP
+def test_a_tiny_ppo_run_improves_on_its_first_samples():
+    g, c = toy()
+    r = gdp_search(g, c, budget=SearchBudget(samples=480), seed=0, config=GDPConfig(learning_rate=1e-3, **SMALL))
+    first = r.curve.points[0].mean_step_s
+    late = np.mean([p.mean_step_s for p in r.curve.points[-5:]])
+    assert r.placement.meta["best_step_s"] < first and late < 0.9 * first
+    assert simulate(g, c, r.placement).step_time == pytest.approx(r.placement.meta["best_step_s"])
+
+
+def test_gdp_never_breaks_colocation_and_keeps_to_the_devices_of_the_cluster():
+    g, c = chain(), get_cluster("k80x2")
+    search = GDPSearch([g], [c], GDPConfig(**SMALL), seed=0)
+    d, _ = search._sample(search.problems[0], 50)
+    assert int(d.max()) < c.n_devices
+    r = gdp_search(g, c, budget=SearchBudget(samples=16), seed=0, config=GDPConfig(**SMALL))
+    dev = r.placement.to_array(g, c)
+    assert dev[g.index("a2")] == dev[g.index("a5")]
+
+
+def test_save_then_load_gives_identical_placements_for_a_seed(tmp_path):
+    g, c = toy()
+    cfg = GDPConfig(**SMALL)
+    r = gdp_train([g], [c], budget=SearchBudget(samples=32), seed=0, config=cfg, output=tmp_path / "p.pt")
+    net, cfg2 = load_policy(tmp_path / "p.pt")
+    assert cfg2 == cfg
+    a = zero_shot(r.extra["policy"], g, c, cfg, seed=3).to_array(g, c)
+    b = zero_shot(net, g, c, cfg2, seed=3).to_array(g, c)
+    assert (a == b).all()
+    save_policy(net, cfg2, tmp_path / "q.pt")
+    again, _ = load_policy(tmp_path / "q.pt")
+    assert all(torch.equal(x, y) for x, y in zip(net.state_dict().values(), again.state_dict().values()))
+    with pytest.raises(FormatError, match="not a GDP policy"):
+        (tmp_path / "bad.pt").write_bytes(b"nonsense")
+        load_policy(tmp_path / "bad.pt")
+    with pytest.raises(AutoplaceError, match="shapes the network"):
+        load_policy(tmp_path / "p.pt", {"hidden": 32})
+
+
+def test_one_policy_trains_on_a_batch_of_graphs_and_places_a_held_out_one(tmp_path):
+    a, c2 = build_graph("layered-dag", ops=30, width=3), get_cluster("k80x2")
+    b, c4 = build_graph("layered-dag", ops=50, width=5, seed=1), get_cluster("k80x4")
+    r = gdp_train([a, b], [c2, c4], budget=SearchBudget(samples=64), seed=0, config=GDPConfig(**SMALL),
+                  output=tmp_path / "p.pt")
+    assert len(r.placements) == 2 and r.samples == 64 and len(r.extra["best_steps_s"]) == 2
+    held = build_graph("layered-dag", ops=40, width=4, seed=2)
+    p = gdp_search(held, c4, policy=tmp_path / "p.pt", zero_shot_only=True, seed=0).placement
+    assert p.meta["mode"] == "zero-shot" and p.meta["policy_time_s"] >= 0 and simulate(held, c4, p).ok
+    tuned = gdp_search(held, c4, policy=tmp_path / "p.pt", budget=SearchBudget(samples=16), seed=0)
+    assert tuned.samples == 16
+
+
+def test_an_interrupted_gdp_search_resumes_to_the_uninterrupted_result(tmp_path):
+    g, c = toy()
+    cfg = GDPConfig(**SMALL)
+    whole = gdp_search(g, c, budget=SearchBudget(samples=64), seed=0, config=cfg)
+    gdp_search(g, c, budget=SearchBudget(samples=64), seed=0, config=cfg, checkpoint=tmp_path, stop_after_updates=3)
+    resumed = gdp_search(g, c, budget=SearchBudget(samples=64), seed=0, config=cfg, resume=tmp_path)
+    assert (resumed.placement.to_array(g, c) == whole.placement.to_array(g, c)).all()
+    assert [p.best_step_s for p in resumed.curve.points] == [p.best_step_s for p in whole.curve.points]
+    with pytest.raises(AutoplaceError, match="config differ"):
+        gdp_search(g, c, budget=SearchBudget(samples=64), seed=0, config=GDPConfig(**{**SMALL, "clip": 0.1}),
+                   resume=tmp_path)
+
+
+def test_too_many_devices_for_the_policy_is_one_clear_error():
+    g = chain()
+    with pytest.raises(AutoplaceError, match="max_devices"):
+        GDPSearch([g], [get_cluster("k80x4")], GDPConfig(max_devices=3, **{k: v for k, v in SMALL.items()}))
+
+
+# ----------------------------------------------------------------------------------------------- HDP
+def test_hdp_samples_valid_groupings_and_placements_and_learns():
+    g, c = toy()
+    search = HDPSearch(g, c, HDPConfig(groups=8, hidden=32), seed=0)
+    node_dev, runs, logp = search._sample(5)
+    assert node_dev.shape == (5, search.features.n_nodes) and runs.all() and logp.shape == (5,)
+    assert logp.requires_grad
+    r = hdp_search(g, c, budget=SearchBudget(samples=400), seed=0, config=HDPConfig(groups=8, hidden=32))
+    first = r.curve.points[0].mean_step_s
+    late = np.mean([p.mean_step_s for p in r.curve.points[-5:]])
+    assert r.placement.meta["best_step_s"] < first and late < first
+    again = hdp_search(g, c, budget=SearchBudget(samples=400), seed=0, config=HDPConfig(groups=8, hidden=32))
+    assert (again.placement.to_array(g, c) == r.placement.to_array(g, c)).all()
+
+
+def test_hdp_keeps_colocated_ops_together_and_resumes(tmp_path):
+    g, c = chain(), get_cluster("k80x2")
+    cfg = HDPConfig(groups=3, hidden=16)
+    whole = hdp_search(g, c, budget=SearchBudget(samples=48), seed=0, config=cfg)
+    dev = whole.placement.to_array(g, c)
+    assert dev[g.index("a2")] == dev[g.index("a5")]
+    hdp_search(g, c, budget=SearchBudget(samples=48), seed=0, config=cfg, checkpoint=tmp_path, stop_after_updates=2)
+    resumed = hdp_search(g, c, budget=SearchBudget(samples=48), seed=0, config=cfg, resume=tmp_path)
+    assert (resumed.placement.to_array(g, c) == dev).all()
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+def test_train_then_zero_shot_then_fine_tune_from_the_command_line(tmp_path, capsys):
+    pol = tmp_path / "policy.pt"
+    settings = [a for k, v in SMALL.items() for a in ("--set", f"{k}={v}")]
+    assert main(["train", "--graphs", "transformer-xl-2,wavenet-2x18", "-c", "p100x2,p100x4", "-o", str(pol),
+                 "--samples", "32", "--json", *settings]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["samples"] == 32 and [x["graph"] for x in out["graphs"]] == ["transformer-xl-2", "wavenet-2x18"]
+    assert [x["cluster"] for x in out["graphs"]] == ["p100x2", "p100x4"]
+    held = ["layered-dag", "-P", "ops=60", "-P", "width=4", "-c", "k80x2", "-m", "gdp", "--policy", str(pol)]
+    assert main(["place", *held, "--zero-shot", "-o", str(tmp_path / "z.json")]) == 0
+    assert main(["place", *held, "--samples", "8", "-o", str(tmp_path / "f.json")]) == 0
+    capsys.readouterr()
+    for bad in (["-m", "hdp", "--zero-shot"], ["-m", "gdp", "--zero-shot"], ["-m", "gdp", "--policy", "nope.pt"],
+                ["-m", "gdp", "--set", "hidden=7", "--samples", "8"]):
+        assert main(["place", "layered-dag", "-P", "ops=60", "-c", "k80x2", "-o", str(tmp_path / "x.json"), *bad]) == 2
+        assert "error" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_parameters_no_cluster_can_hold_fail_before_the_search():
+    from autoplace.cluster import Cluster, Device, LinkSpec
+    from autoplace.errors import InfeasibleError
+
+    ops = [Op("w", "parameter", output_bytes=(4096,), param_bytes=4096, meta={"view": True}),
+           Op("y", "mm", ("w",), output_bytes=(64,), flops=1e6)]
+    g = Graph(ops, name="heavy")
+    def cluster(memory: int) -> Cluster:
+        return Cluster("tiny", [Device(f"gpu:{i}", "gpu", memory, 1e12, 1e11) for i in range(2)],
+                       default_link=LinkSpec(1e10, 1e-5))
+
+    for memory, why in ((3000, "more than any device"), (1000, "exceed the memory")):
+        for search in (gdp_search, hdp_search):
+            with pytest.raises(InfeasibleError, match=why):
+                search(g, cluster(memory), budget=SearchBudget(samples=10**6))
