@@ -160,7 +160,7 @@ COMPARED = {"mirhoseini": ("single-gpu", ("single-cpu", "expert", "scotch", "min
 
 def print_compared(table: str, rows: list[dict]) -> None:
     """One compact table: each setting's speedup over the baseline of the placers the paper compares, ours /
-    the paper's ("-": none; "OOM": out of memory; the papers' learned placers are not ours yet)."""
+    the paper's ("-": none; "OOM": out of memory; the learned placers run only when a field run includes them)."""
     base_method, methods = COMPARED[table]
     ours = {(r["model"], r["cluster"], r["method"]): r for r in rows}
     print(f"\n### Speedup over {base_method}, ours / paper\n")
