@@ -60,6 +60,7 @@ from autoplace.graph import Graph
 from autoplace.grouping import Grouping, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers import register_placer
+from autoplace.placers.rl import RLResult
 from autoplace.search.budget import SearchBudget
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
@@ -215,23 +216,11 @@ def _problem(graph: Graph, cluster: Cluster, config: GDPConfig, device, env, sco
 
 
 @dataclass
-class GDPResult:
-    """What a GDP search returns: the best placement of each graph that ran (``placement``: the first's),
-    the curve, and how it ended."""
+class GDPResult(RLResult):
+    """What a GDP search returns: a learned search's result (``placement``: the first graph's best), and
+    the best placement that ran of every graph of the batch."""
 
-    placements: list[Placement]
-    curve: Curve
-    samples: int
-    updates: int
-    stop_reason: str
-    evaluations: int
-    cache_hits: int
-    wall_s: float
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def placement(self) -> Placement:
-        return self.placements[0]
+    placements: list[Placement] = field(default_factory=list)
 
 
 class GDPSearch:
@@ -494,8 +483,8 @@ def gdp_train(graphs: list[Graph], clusters: list[Cluster], *, budget: SearchBud
             search.problems[0].placement(method)          # raises: nothing ran
         extra = {"timings_s": search.timings, "wall_s_this_run": run.wall_s_this_run,
                  "best_steps_s": [p.best_step for p in search.problems], "policy": search.policy}
-        return GDPResult(placements, search.curve, search.samples, search.updates, run.stop_reason, evaluations,
-                         hits, search.wall_s, extra)
+        return GDPResult(placements[0], search.curve, search.samples, search.updates, run.stop_reason, evaluations,
+                         hits, search.wall_s, extra, placements=placements)
 
 
 def gdp_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | None = None,
@@ -514,8 +503,8 @@ def gdp_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float |
         net, cfg = load_policy(policy, _config(config) if isinstance(config, dict) else None)
         t0 = time.monotonic()
         placement = zero_shot(net, graph, cluster, cfg, seed=seed, env=env)
-        return GDPResult([placement], Curve(), cfg.zero_shot_samples + 1, 0, "zero-shot", cfg.zero_shot_samples + 1,
-                         0, time.monotonic() - t0)
+        return GDPResult(placement, Curve(), cfg.zero_shot_samples + 1, 0, "zero-shot", cfg.zero_shot_samples + 1,
+                         0, time.monotonic() - t0, placements=[placement])
     return gdp_train([graph], [cluster], budget=budget, config=config, seed=seed, env=env, policy=policy,
                      checkpoint=checkpoint, resume=resume, curve_csv=curve_csv, curve_png=curve_png,
                      checkpoint_every_s=checkpoint_every_s, stop_after_updates=stop_after_updates,
