@@ -4,6 +4,8 @@ and equations, segment recurrence, training on toy graphs, policy files, co-loca
 from __future__ import annotations
 
 import json
+import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from autoplace.cluster import get_cluster  # noqa: E402
 from autoplace.errors import AutoplaceError, FormatError  # noqa: E402
 from autoplace.graph import Graph, Op  # noqa: E402
 from autoplace.grouping import group_ops  # noqa: E402
+from autoplace.placers import place  # noqa: E402
 from autoplace.placers.gdp import (GDPConfig, GDPPolicy, GDPSearch, gdp_search, gdp_train, load_policy,  # noqa: E402
                                    save_policy, zero_shot)
 from autoplace.placers.hdp import HDPConfig, HDPSearch, hdp_search  # noqa: E402
@@ -26,7 +29,7 @@ from autoplace.search import SearchBudget  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402
 from autoplace.zoo import build_graph  # noqa: E402
 
-SMALL = dict(hidden=16, type_dim=8, ff=32, heads=2, segment=8, memory=8)
+SMALL = dict(hidden=16, type_dim=8, ff=32, heads=2, segment=8, memory=8, samples_per_update=8)
 
 
 def chain(n: int = 6) -> Graph:
@@ -133,7 +136,9 @@ def test_without_attention_a_node_is_placed_from_its_own_embedding_only():
 # ----------------------------------------------------------------------------------------------- GDP
 def test_a_tiny_ppo_run_improves_on_its_first_samples():
     g, c = toy()
-    r = gdp_search(g, c, budget=SearchBudget(samples=480), seed=0, config=GDPConfig(learning_rate=1e-3, **SMALL))
+    # the paper's policy: no prior, no structured noise — the network alone must learn
+    cfg = GDPConfig(learning_rate=1e-3, prior=None, unit_moves=0, **SMALL)
+    r = gdp_search(g, c, budget=SearchBudget(samples=480), seed=0, config=cfg)
     first = r.curve.points[0].mean_step_s
     late = np.mean([p.mean_step_s for p in r.curve.points[-5:]])
     assert r.placement.meta["best_step_s"] < first and late < 0.9 * first
@@ -143,22 +148,134 @@ def test_a_tiny_ppo_run_improves_on_its_first_samples():
 def test_gdp_never_breaks_colocation_and_keeps_to_the_devices_of_the_cluster():
     g, c = chain(), get_cluster("k80x2")
     search = GDPSearch([g], [c], GDPConfig(**SMALL), seed=0)
-    d, _ = search._sample(search.problems[0], 50)
+    d, _, _ = search._sample(search.problems[0], 50)
     assert int(d.max()) < c.n_devices
     r = gdp_search(g, c, budget=SearchBudget(samples=16), seed=0, config=GDPConfig(**SMALL))
     dev = r.placement.to_array(g, c)
     assert dev[g.index("a2")] == dev[g.index("a5")]
 
 
+def test_the_search_starts_from_its_prior_and_biases_toward_the_best_so_far():
+    g, c = toy()
+    expert = simulate(g, c, place(g, c, "expert")).step_time
+    search = GDPSearch([g], [c], GDPConfig(prior="expert", **SMALL), seed=0)
+    p = search.problems[0]
+    assert p.prior_method == "expert" and p.prior_step == pytest.approx(expert) and p.best_step == p.prior_step
+    D, N, U = c.n_devices, p.features.n_nodes, int(p.features.unit.max()) + 1
+    assert p.weight == pytest.approx(math.log((D - 1) * N / 1.0))
+    tail = 0.5 / (U * (D - 1))
+    assert p.sigma == pytest.approx(p.weight / (math.sqrt(2) * NormalDist().inv_cdf(1 - tail)))
+    bias = p.bias.numpy()[:, :D]
+    assert (bias.argmax(1) == p.prior[p.features.order]).all() and bias.max(1) == pytest.approx(p.weight)
+    for _ in range(6):
+        search.update()
+        assert search.best_step <= p.prior_step
+        assert (p.bias.numpy()[:, :D].argmax(1) == p.best_groups[p.features.order]).all()   # re-centred
+    r = gdp_search(g, c, budget=SearchBudget(samples=64), seed=0, config=GDPConfig(prior="expert", **SMALL))
+    assert r.placement.meta["prior"] == "expert" and r.placement.meta["best_step_s"] <= expert
+    assert simulate(g, c, r.placement).step_time == pytest.approx(r.placement.meta["best_step_s"])
+    paper = GDPSearch([g], [c], GDPConfig(prior=None, **SMALL), seed=0).problems[0]
+    assert paper.bias is None and paper.best_groups is None and paper.sigma == 0.0
+
+
+def test_zero_shot_and_fine_tune_keep_the_saved_settings_and_never_lose_to_the_prior(tmp_path):
+    g, c = toy()
+    gdp_train([g], [c], budget=SearchBudget(samples=16), seed=0, output=tmp_path / "p.pt",
+              config=GDPConfig(prior=None, unit_moves=0, **SMALL))
+    z = gdp_search(g, c, policy=tmp_path / "p.pt", zero_shot_only=True, seed=0, config={}).placement
+    assert z.meta["prior"] is None and z.meta["prior_step_s"] is None
+    tuned = gdp_search(g, c, policy=tmp_path / "p.pt", budget=SearchBudget(samples=8), seed=0)
+    assert tuned.placement.meta["prior"] is None
+    with pytest.raises(AutoplaceError, match="shapes the network"):
+        gdp_search(g, c, policy=tmp_path / "p.pt", budget=SearchBudget(samples=8), config={"hidden": 32, "heads": 2})
+    # no bias (w = 0): the network's own placements, and the prior among the candidates
+    with_prior = gdp_search(g, c, policy=tmp_path / "p.pt", zero_shot_only=True, seed=0,
+                            config={"prior": "metis", "node_moves": 1e9}).placement
+    assert with_prior.meta["prior"] == "metis"
+    assert with_prior.meta["best_step_s"] <= with_prior.meta["prior_step_s"] + 1e-15
+
+
+def test_a_prior_that_splits_a_node_biases_it_to_a_device_that_can_run_it(monkeypatch):
+    import autoplace.placers as placers
+    from autoplace.placers.gdp import gdp_nodes, prior_nodes
+
+    g, c = chain(), get_cluster("k80x2")
+    nodes = gdp_nodes(g, c, GDPConfig())
+    split = np.zeros(g.n_ops, dtype=np.int64)
+    split[[g.index("a2"), g.index("a5")]] = [1, 2]               # the a2/a5 node split over both GPUs
+    split[g.index("a4")] = 1
+
+    class Fake:
+        method = "fake"
+
+        def to_array(self, graph, cluster):
+            return split
+
+    monkeypatch.setattr(placers, "place", lambda *a, **k: Fake())
+    feasible = np.ones((nodes.n_groups, c.n_devices), dtype=bool)
+    node = nodes.group[g.index("a2")]
+    feasible[node, 1] = False                                    # it cannot run on device 1
+    dev, method = prior_nodes(g, c, nodes, "expert", 0, feasible)
+    assert method == "fake" and dev[node] == 2 and dev[nodes.group[g.index("a4")]] == 1
+
+
+def test_colocated_ops_share_a_device_in_every_gdp_sample():
+    g, c = build_graph("rnnlm-2", layers=2, steps=3, batch=4, hidden=8, vocab=16), get_cluster("p100x4")
+    groups: dict[str, list[int]] = {}
+    for i, op in enumerate(g.ops):
+        if op.colocation_group:
+            groups.setdefault(op.colocation_group, []).append(i)
+    assert any(len(v) > 1 for v in groups.values())
+    search = GDPSearch([g], [c], GDPConfig(prior=None, **SMALL), seed=0)      # uniform: splits are likely
+    p = search.problems[0]
+    d, _, _ = search._sample(p, 20)
+    per_node = np.empty((20, p.features.n_nodes), dtype=np.int64)
+    per_node[:, p.features.order] = d.numpy()
+    for k in range(20):
+        dev = p.grouping.expand(per_node[k])
+        assert all(len(set(dev[v].tolist())) == 1 for v in groups.values())
+
+
+def test_the_papers_policy_without_a_prior_writes_its_placement(tmp_path):
+    args = ["place", "layered-dag", "-P", "ops=20", "-c", "k80x2", "-m", "gdp", "--samples", "8",
+            "--set", "prior=none", "--set", "unit_moves=0", "-o", str(tmp_path / "p.json")]
+    assert main(args) == 0
+    saved = json.loads((tmp_path / "p.json").read_text())
+    assert saved["prior"] is None and saved["prior_step_s"] is None and saved["method"] == "gdp"
+
+
+def test_structured_noise_moves_whole_units():
+    g, c = build_graph("rnnlm-2", layers=2, steps=3, batch=4, hidden=8, vocab=16), get_cluster("p100x2")
+    search = GDPSearch([g], [c], GDPConfig(prior="single-gpu", node_moves=1e-9, unit_moves=2.0, **SMALL), seed=0)
+    p = search.problems[0]
+    d, _, eps = search._sample(p, 64)
+    unit = p.features.unit
+    assert eps.shape == (64, p.features.n_nodes, 16)
+    assert all((eps[:, unit == u] == eps[:, unit == u][:, :1]).all() for u in range(int(unit.max()) + 1))
+    moved = d.numpy() != p.prior[p.features.order][None]
+    assert moved.any(axis=1).mean() > 0.3                     # samples move...
+    # ...whole units (where a unit's draw lands on the threshold, the nodes' own logits decide)
+    whole = [moved[k, unit == u].all() for k in range(64) for u in np.unique(unit[moved[k]])]
+    assert np.mean(whole) > 0.5
+
+
+@pytest.mark.parametrize("bad, match", [({"prior": "gdp"}, "fast placers"), ({"prior": "nope"}, "prior"),
+                                        ({"node_moves": 0}, "node_moves"), ({"unit_moves": -1}, "unit_moves")])
+def test_bad_search_settings_are_one_clear_error(bad, match):
+    with pytest.raises(AutoplaceError, match=match):
+        GDPConfig(**bad)
+
+
 def test_save_then_load_gives_identical_placements_for_a_seed(tmp_path):
     g, c = toy()
-    cfg = GDPConfig(**SMALL)
+    cfg = GDPConfig(prior=None, unit_moves=0, **SMALL)          # the network alone places
+    fresh = zero_shot(GDPPolicy(cfg), g, c, cfg, seed=3).to_array(g, c)
     r = gdp_train([g], [c], budget=SearchBudget(samples=32), seed=0, config=cfg, output=tmp_path / "p.pt")
     net, cfg2 = load_policy(tmp_path / "p.pt")
     assert cfg2 == cfg
     a = zero_shot(r.extra["policy"], g, c, cfg, seed=3).to_array(g, c)
     b = zero_shot(net, g, c, cfg2, seed=3).to_array(g, c)
-    assert (a == b).all()
+    assert (a == b).all() and (a != fresh).any()                # the loaded weights, not any network's
     save_policy(net, cfg2, tmp_path / "q.pt")
     again, _ = load_policy(tmp_path / "q.pt")
     assert all(torch.equal(x, y) for x, y in zip(net.state_dict().values(), again.state_dict().values()))

@@ -37,7 +37,18 @@ What is adapted, and why:
   (:attr:`GDPConfig.normalize_advantage`), so that one learning rate serves graphs whose steps differ by
   orders of magnitude; the failing reward stays the paper's ``-10``;
 * *devices*: the output layer has :attr:`GDPConfig.max_devices` logits, those a cluster lacks masked out,
-  so that one policy serves clusters of 2 to 8 GPUs.
+  so that one policy serves clusters of 2 to 8 GPUs;
+* *search near the best placement* (:attr:`GDPConfig.prior`; ``None`` with ``unit_moves=0``: the paper's
+  policy): a fresh
+  network draws every node's device uniformly, scattering a graph of thousands of nodes over every device,
+  and PPO first learns to pile it onto one; so the search starts from the fast placers' best placement,
+  scored first, and the logits of the best placement so far get a bias ``w`` (re-centred after every
+  update) under which a sample moves about :attr:`GDPConfig.node_moves` nodes — the network's own logits
+  decide which;
+* *structured exploration* (:attr:`GDPConfig.unit_moves`): one Gaussian draw per sample, structural unit
+  and device added to the logits, so that samples also move whole layers;
+* *samples per update*: 32, not a handful: the network's passes are per update, so on a large graph more
+  samples cost little.
 
 ``budget`` (seconds, through :func:`~autoplace.placers.place`) counts work, not wall-clock time:
 :func:`work_budget` turns it into samples with a nominal cost per simulated op and per policy node.
@@ -73,8 +84,9 @@ __all__ = ["GDPConfig", "GDPPolicy", "GDPResult", "GDPSearch", "gdp_search", "gd
 
 DEFAULT_BUDGET_S = 60.0
 OPS_PER_SECOND = 1e7                 #: nominal simulator speed, as the other searches'
-POLICY_SECONDS_PER_NODE = 2e-5       #: nominal policy cost per node and sample (sampling and PPO epochs)
-POLICY_SECONDS_PER_UPDATE = 0.04     #: nominal fixed cost of one graph's update (its PPO epochs' passes)
+POLICY_SECONDS_PER_NODE = 2e-5       #: nominal cost of one forward pass of the policy per node (a backward: 2)
+SAMPLE_SECONDS_PER_NODE = 1e-6       #: nominal cost per node and sample of drawing it and its PPO ratios
+POLICY_SECONDS_PER_UPDATE = 0.04     #: nominal fixed cost of one graph's update
 POLICY_FORMAT = "autoplace.gdp-policy/v1"
 CHECKPOINT_FORMAT = "autoplace.gdp/v1"
 
@@ -109,8 +121,9 @@ class GDPConfig(SearchConfig):
     """Eq. 4's conditioning of the dense layers (off: GDP §4.4's ablation)."""
     max_devices: int = 16
     """Logits of the output layer: the most devices a cluster may have (ours)."""
-    samples_per_update: int = 8
-    """K: placements sampled per graph per update (ours)."""
+    samples_per_update: int = 32
+    """K: placements sampled per graph per update (ours: the policy's passes are per update, not per sample,
+    so on a large graph 32 samples cost little more than 8)."""
     ppo_epochs: int = 4
     """Gradient steps on each batch of samples (PPO; ours)."""
     clip: float = 0.2
@@ -125,6 +138,23 @@ class GDPConfig(SearchConfig):
     """Divide the advantage by the standard deviation of the graph's previous rewards (ours)."""
     grad_clip: float | None = 1.0
     """Clip the gradient's norm to this (ours; None: off)."""
+    prior: str | None = "fast"
+    """Search near the best placement so far (ours; None, with ``unit_moves=0``: the paper's policy,
+    sampling from the network alone). The search starts from ``"fast"``, the best of the fast placers
+    (:func:`~autoplace.placers.auto.best_fast`), or from the named fast placer's placement, scored first
+    (its time counts in the search's wall time, not in its work budget); every node's logit of its device
+    in the best placement found so far is raised by ``w`` (see :attr:`node_moves`), and each update
+    re-centres the bias on the new best. Zero-shot, the bias is on the prior: a trained network moves a
+    node off it only where its logits differ by more than ``w``."""
+    node_moves: float = 1.0
+    """The bias ``w = log((D - 1) N / node_moves)`` (``N`` nodes, ``D`` devices): with the network's logits
+    level, a sample moves about this many nodes off the best placement (ours; ``w`` is at least 0)."""
+    unit_moves: float = 0.5
+    """Structured exploration (ours; 0: off): one N(0, σ²) draw per sample, structural unit (a layer with
+    its weights, at every time step) and device is added to the logits, so that a sample moves whole
+    layers as well as single nodes (as the RL placer's noise); σ is set so that about this many units move
+    per sample against the bias ``w``: ``σ = w / (√2 Φ⁻¹(1 - min(unit_moves / (U (D - 1)), 0.45)))``;
+    without a prior (no ``w``), none."""
     zero_shot_samples: int = 8
     """Zero-shot: placements sampled beside the most likely one, the best that runs kept (ours)."""
     torch_device: str = "auto"
@@ -141,6 +171,20 @@ class GDPConfig(SearchConfig):
                                  "samples_per_update", "ppo_epochs", "zero_shot_samples"), positive=("learning_rate",))
         if self.hidden % self.heads:
             raise AutoplaceError(f"GDPConfig.hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        for name in ("node_moves", "unit_moves"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise AutoplaceError(f"GDPConfig.{name} must be a number >= 0, got {v!r}")
+        if isinstance(self.prior, str) and self.prior.lower() in ("none", "null", ""):
+            object.__setattr__(self, "prior", None)                    # --set prior=none
+        if self.node_moves == 0:
+            raise AutoplaceError("GDPConfig.node_moves must be > 0")
+        if self.prior is not None:
+            from autoplace.placers.auto import FAST_PLACERS
+
+            if self.prior != "fast" and self.prior not in FAST_PLACERS:
+                raise AutoplaceError(f"GDPConfig.prior must be 'fast', one of the fast placers "
+                                     f"({', '.join(FAST_PLACERS)}) or None; got {self.prior!r}")
         if not 0 < self.clip < 1:
             raise AutoplaceError(f"GDPConfig.clip must be in (0, 1), got {self.clip!r}")
 
@@ -167,6 +211,13 @@ class _Problem:
     mask: object
     evaluate: CachedScorer
     env: BaseEnv | None
+    bias: object = None
+    weight: float = 0.0
+    sigma: float = 0.0
+    prior: np.ndarray | None = None
+    prior_method: str = ""
+    prior_s: float = 0.0
+    prior_step: float = math.inf
     reward_n: int = 0
     reward_sum: float = 0.0
     reward_sq: float = 0.0
@@ -194,7 +245,7 @@ def gdp_nodes(graph: Graph, cluster: Cluster, config: GDPConfig) -> Grouping:
     return runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
 
 
-def _problem(graph: Graph, cluster: Cluster, config: GDPConfig, device, env, scorer=None) -> _Problem:
+def _problem(graph: Graph, cluster: Cluster, config: GDPConfig, device, env, scorer=None, seed=0) -> _Problem:
     import torch
 
     from autoplace.grouping import grouped_graph
@@ -206,13 +257,53 @@ def _problem(graph: Graph, cluster: Cluster, config: GDPConfig, device, env, sco
     grouping = gdp_nodes(graph, cluster, config)
     check_params_fit(graph, cluster, grouping, "gdp")
     f = node_features(graph, grouping)
-    feasible = grouped_graph(graph, grouping, cluster).feasible[f.order]
+    can_run = grouped_graph(graph, grouping, cluster).feasible                    # [N, D], group id order
+    feasible = can_run[f.order]
     m = np.full((f.n_nodes, config.max_devices), -np.inf, dtype=np.float32)
     m[:, :cluster.n_devices] = np.where(feasible, 0.0, -np.inf)
     own = scorer is None and not isinstance(env, BaseEnv)
     env_obj = (make_env(env, graph, cluster) if own else env) if scorer is None else None
-    return _Problem(graph, cluster, grouping, f, torch.as_tensor(m, device=device),
-                    scorer if scorer is not None else Evaluator(env_obj, grouping), env_obj if own else None)
+    p = _Problem(graph, cluster, grouping, f, torch.as_tensor(m, device=device),
+                 scorer if scorer is not None else Evaluator(env_obj, grouping), env_obj if own else None)
+    D, U = cluster.n_devices, int(f.unit.max()) + 1 if f.n_nodes else 1
+    if config.prior is not None:
+        t0 = time.monotonic()
+        p.prior, p.prior_method = prior_nodes(graph, cluster, grouping, config.prior, seed, can_run)
+        p.prior_s = time.monotonic() - t0
+        p.weight = max(math.log(max(D - 1, 1) * f.n_nodes / config.node_moves), 0.0) if D > 1 else 0.0
+        if config.unit_moves and p.weight > 0:
+            from statistics import NormalDist
+
+            tail = min(config.unit_moves / (U * (D - 1)), 0.45)
+            p.sigma = p.weight / (math.sqrt(2) * NormalDist().inv_cdf(1 - tail))
+        centre(p, p.prior)
+    return p
+
+
+def centre(p: _Problem, groups: np.ndarray) -> None:
+    """Bias problem ``p``'s logits toward ``groups`` (a device per node, group id order) by its weight."""
+    import torch
+
+    f = p.features
+    bias = torch.zeros(p.mask.shape, dtype=torch.float32, device=p.mask.device)
+    bias[torch.arange(f.n_nodes), torch.as_tensor(groups[f.order])] = p.weight
+    p.bias = bias
+
+
+def prior_nodes(graph: Graph, cluster: Cluster, grouping: Grouping, prior: str, seed,
+                feasible: np.ndarray) -> tuple[np.ndarray, str]:
+    """The prior placement of :attr:`GDPConfig.prior` as a device per node (group id order; a node whose
+    ops the prior splits takes the device of most of them among those that can run it all: ``feasible``
+    ``[N, D]``, group id order), and the placer that made it."""
+    from autoplace.placers import place
+    from autoplace.placers.auto import best_fast
+
+    placement = best_fast(graph, cluster, seed=seed)[0] if prior == "fast" else place(graph, cluster, prior,
+                                                                                       seed=seed)
+    dev = placement.to_array(graph, cluster)
+    counts = np.zeros((grouping.n_groups, cluster.n_devices), dtype=np.int64)
+    np.add.at(counts, (grouping.group, dev), 1)
+    return np.where(feasible, counts, -1).argmax(1), placement.method
 
 
 @dataclass
@@ -236,15 +327,21 @@ class GDPSearch:
             raise AutoplaceError(f"GDP needs one cluster per graph ({len(graphs)} graphs, {len(clusters)} clusters)")
         self.config, self.seed = config, seed_int(seed)
         self.device = torch_device(config.torch_device)
-        self.problems = [_problem(g, c, config, self.device, env, None if scorers is None else scorers[i])
-                         for i, (g, c) in enumerate(zip(graphs, clusters))]
+        self.problems = [_problem(g, c, config, self.device, env, None if scorers is None else scorers[i],
+                                  self.seed) for i, (g, c) in enumerate(zip(graphs, clusters))]
+        for p in self.problems:                     # the prior is scored first: the search never returns worse
+            if p.prior is not None:
+                scores = p.evaluate(p.prior[None, :])
+                if scores.ok[0]:
+                    p.prior_step = float(scores.step_time[0])
+                    p.best_step, p.best_groups = float(scores.step_time[0]), p.prior.copy()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             self.policy = (policy if policy is not None else GDPPolicy(config)).to(self.device)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
         self.generator = torch.Generator().manual_seed(self.seed)
         self.samples = self.updates = 0
-        self.wall_s = 0.0
+        self.wall_s = sum(p.prior_s for p in self.problems)       # the search's time includes its prior's
         self.curve = Curve()
         self.timings: dict[str, float] = {}
 
@@ -261,16 +358,35 @@ class GDPSearch:
         with torch_threads(self.config.torch_threads):
             return self._update()
 
+    def _logits(self, p: _Problem):
+        """The policy's logits of problem ``p``'s nodes ``[N, D]``, the prior's bias added."""
+        logits = self.policy(p.features, p.mask)
+        return logits if p.bias is None else logits + p.bias
+
+    def _noise(self, p: _Problem, k: int):
+        """The structured exploration noise of ``k`` samples ``[k, N, D]`` (None when off)."""
+        import torch
+
+        sigma = p.sigma
+        if not sigma:
+            return None
+        unit = torch.as_tensor(p.features.unit)
+        eps = torch.randn(k, int(unit.max()) + 1, self.config.max_devices, generator=self.generator) * sigma
+        return eps[:, unit].to(self.device)
+
     def _sample(self, p: _Problem, k: int):
-        """``k`` placements of problem ``p`` (nodes in order) and each node decision's log-probability."""
+        """``k`` placements of problem ``p`` (nodes in order), each node decision's log-probability, and the
+        exploration noise they were drawn with (None: none)."""
         import torch
 
         with torch.no_grad():
-            logp = torch.log_softmax(self.policy(p.features, p.mask), dim=1)            # [N, D]
-            d = torch.multinomial(logp.exp().cpu(), k, replacement=True, generator=self.generator).T   # [k, N]
-            d = d.to(logp.device)
-            old = logp.gather(1, d.T).T                                                  # [k, N]
-        return d, old
+            eps = self._noise(p, k)
+            logits = self._logits(p).expand(k, -1, -1)
+            logp = torch.log_softmax(logits if eps is None else logits + eps, dim=2)     # [k, N, D]
+            flat = logp.exp().reshape(-1, logp.shape[2]).cpu()
+            d = torch.multinomial(flat, 1, generator=self.generator).reshape(k, -1).to(logp.device)   # [k, N]
+            old = logp.gather(2, d.unsqueeze(2)).squeeze(2)                                   # [k, N]
+        return d, old, eps
 
     def _update(self) -> CurvePoint:
         import torch
@@ -280,7 +396,7 @@ class GDPSearch:
         batch = []
         means, fails, rewards_all = [], [], []
         for p in self.problems:
-            d, old = self._sample(p, cfg.samples_per_update)
+            d, old, eps = self._sample(p, cfg.samples_per_update)
             groups = np.empty((cfg.samples_per_update, p.features.n_nodes), dtype=np.int64)
             groups[:, p.features.order] = d.cpu().numpy()
             scores = p.evaluate(groups)
@@ -298,7 +414,7 @@ class GDPSearch:
                 i = int(np.argmin(scores.step_time))
                 if scores.step_time[i] < p.best_step:
                     p.best_step, p.best_groups = float(scores.step_time[i]), groups[i].copy()
-            batch.append((p, d, old, torch.as_tensor(adv, dtype=torch.float32, device=self.device)))
+            batch.append((p, d, old, eps, torch.as_tensor(adv, dtype=torch.float32, device=self.device)))
             ran = scores.step_time[scores.ok]
             means.append(float(ran.mean()) if len(ran) else math.inf)
             fails.append(float(1 - scores.ok.mean()))
@@ -306,22 +422,26 @@ class GDPSearch:
         t1 = time.monotonic()
         for _ in range(cfg.ppo_epochs):                                    # PPO's clipped surrogate
             loss = 0.0
-            for p, d, old, adv in batch:
-                logp = torch.log_softmax(self.policy(p.features, p.mask), dim=1)
-                new = logp.gather(1, d.T).T                                               # [k, N]
+            for p, d, old, eps, adv in batch:
+                logits = self._logits(p).expand(d.shape[0], -1, -1)
+                logp = torch.log_softmax(logits if eps is None else logits + eps, dim=2)          # [k, N, D]
+                new = logp.gather(2, d.unsqueeze(2)).squeeze(2)                                   # [k, N]
                 ratio = torch.exp(new - old)
                 a = adv.unsqueeze(1)
                 surrogate = torch.minimum(ratio * a, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * a).mean()
                 loss = loss - surrogate / len(batch)
                 if cfg.entropy_weight:
                     probs = logp.exp()
-                    ent = -(probs * torch.where(probs > 0, logp, torch.zeros_like(logp))).sum(1).mean()
+                    ent = -(probs * torch.where(probs > 0, logp, torch.zeros_like(logp))).sum(2).mean()
                     loss = loss - cfg.entropy_weight * ent / len(batch)
             self.optimizer.zero_grad()
             loss.backward()
             if cfg.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
             self.optimizer.step()
+        for p in self.problems:
+            if p.bias is not None and p.best_groups is not None:
+                centre(p, p.best_groups)
         t2 = time.monotonic()
         self.samples += cfg.samples_per_update * len(self.problems)
         self.updates += 1
@@ -358,6 +478,8 @@ class GDPSearch:
         torch.set_rng_state(state["torch_rng"])
         for p, s in zip(self.problems, state["problems"]):
             p.load(s)
+            if p.bias is not None and p.best_groups is not None:
+                centre(p, p.best_groups)
         self.samples, self.updates, self.wall_s = state["samples"], state["updates"], state["wall_s"]
         self.curve = Curve.from_rows(state["curve"])
 
@@ -420,23 +542,30 @@ def load_policy(path: str | Path, config: GDPConfig | dict | None = None):
 # --------------------------------------------------------------------------------------------- entry points
 def work_budget(graphs: list[Graph], clusters: list[Cluster], budget: float | None,
                 config: GDPConfig = GDPConfig()) -> SearchBudget:
-    """The samples ``budget`` seconds of nominal work allow (default 60): each sample of a graph costs a
-    simulation (``n_ops / OPS_PER_SECOND``) and its share of the policy's passes over the nodes, each
-    update of a graph a fixed cost besides."""
+    """The samples ``budget`` seconds of nominal work allow (default 60). One update of a graph costs a
+    fixed ``POLICY_SECONDS_PER_UPDATE``, one forward pass of the policy over its nodes to sample and a
+    forward and backward pass (3 forward passes' worth) per PPO epoch, each ``POLICY_SECONDS_PER_NODE`` per
+    node and pass; each of its samples a simulation (``n_ops / OPS_PER_SECOND``) and
+    ``SAMPLE_SECONDS_PER_NODE`` per node (drawing it, its log-probabilities)."""
     budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
-    per_round = sum(g.n_ops / OPS_PER_SECOND * config.samples_per_update + POLICY_SECONDS_PER_UPDATE
-                    + gdp_nodes(g, c, config).n_groups * POLICY_SECONDS_PER_NODE * config.samples_per_update
-                    for g, c in zip(graphs, clusters))
+    k, passes = config.samples_per_update, 1 + 3 * config.ppo_epochs
+    per_round = 0.0
+    for g, c in zip(graphs, clusters):
+        n = gdp_nodes(g, c, config).n_groups
+        per_round += (POLICY_SECONDS_PER_UPDATE + n * POLICY_SECONDS_PER_NODE * passes
+                      + k * (g.n_ops / OPS_PER_SECOND + n * SAMPLE_SECONDS_PER_NODE))
     rounds = max(1, int(budget / per_round))
     return SearchBudget(samples=rounds * config.samples_per_update * len(graphs))
 
 
 def _config(config) -> GDPConfig:
+    if config is None:
+        return GDPConfig()
     return GDPConfig.from_dict(config) if isinstance(config, dict) else config
 
 
 def gdp_train(graphs: list[Graph], clusters: list[Cluster], *, budget: SearchBudget | float | None = None,
-              config: GDPConfig | dict = GDPConfig(), seed=None, env: str | BaseEnv = "simulated",
+              config: GDPConfig | dict | None = None, seed=None, env: str | BaseEnv = "simulated",
               policy: str | Path | None = None, output: str | Path | None = None, checkpoint=None, resume=None,
               curve_csv=None, curve_png=None, checkpoint_every_s: float = 30.0, stop_after_updates: int | None = None,
               workers: int = 1, ray_address: str | None = None, env_kwargs: dict | None = None,
@@ -448,10 +577,10 @@ def gdp_train(graphs: list[Graph], clusters: list[Cluster], *, budget: SearchBud
     samples on Ray workers (one pool per graph)."""
     import contextlib
 
-    config = _config(config)
     net = None
-    if policy is not None:
+    if policy is not None:           # the file's settings, but for those ``config`` names
         net, config = load_policy(policy, config)
+    config = _config(config)
     if not isinstance(budget, SearchBudget):
         budget = work_budget(graphs, clusters, budget, config)
     env_name = env.name if isinstance(env, BaseEnv) else env
@@ -477,7 +606,10 @@ def gdp_train(graphs: list[Graph], clusters: list[Cluster], *, budget: SearchBud
         evaluations = sum(p.evaluate.evaluations for p in search.problems)
         hits = sum(p.evaluate.hits for p in search.problems)
         placements = [p.placement(method, samples=search.samples, updates=search.updates,
-                                  stop_reason=run.stop_reason, nodes=p.features.n_nodes, best_step_s=p.best_step)
+                                  stop_reason=run.stop_reason, nodes=p.features.n_nodes, best_step_s=p.best_step,
+                                  prior=p.prior_method or None,
+                                  prior_step_s=p.prior_step if math.isfinite(p.prior_step) else None,
+                                  prior_s=p.prior_s)
                       for p in search.problems if p.best_groups is not None]
         if not placements:
             search.problems[0].placement(method)          # raises: nothing ran
@@ -488,7 +620,7 @@ def gdp_train(graphs: list[Graph], clusters: list[Cluster], *, budget: SearchBud
 
 
 def gdp_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | None = None,
-               config: GDPConfig | dict = GDPConfig(), seed=None, env: str | BaseEnv = "simulated",
+               config: GDPConfig | dict | None = None, seed=None, env: str | BaseEnv = "simulated",
                policy: str | Path | None = None, zero_shot_only: bool = False, checkpoint=None, resume=None,
                curve_csv=None, curve_png=None, checkpoint_every_s: float = 30.0,
                stop_after_updates: int | None = None, workers: int = 1, controllers: int | None = None,
@@ -500,7 +632,7 @@ def gdp_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float |
     if zero_shot_only:
         if policy is None:
             raise AutoplaceError("a zero-shot placement needs a trained policy (--policy FILE)")
-        net, cfg = load_policy(policy, _config(config) if isinstance(config, dict) else None)
+        net, cfg = load_policy(policy, config)
         t0 = time.monotonic()
         placement = zero_shot(net, graph, cluster, cfg, seed=seed, env=env)
         return GDPResult(placement, Curve(), cfg.zero_shot_samples + 1, 0, "zero-shot", cfg.zero_shot_samples + 1,
@@ -514,8 +646,9 @@ def gdp_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float |
 def zero_shot(policy, graph: Graph, cluster: Cluster, config: GDPConfig = GDPConfig(), *, seed=None,
               env: str | BaseEnv = "simulated") -> Placement:
     """A trained policy's placement of a graph it may never have seen, without training: the most likely
-    device of every node, and :attr:`GDPConfig.zero_shot_samples` samples beside it; the fastest that runs.
-    ``meta["policy_time_s"]``: the seconds the policy took (embedding, placer, sampling)."""
+    device of every node, :attr:`GDPConfig.zero_shot_samples` samples beside it, and the prior's placement
+    (with a prior); the fastest that runs. ``meta["policy_time_s"]``: the seconds the policy took
+    (embedding, placer, sampling); ``prior_s``: the prior's."""
     import torch
 
     search = GDPSearch([graph], [cluster], config, seed=seed, env=env, policy=policy)
@@ -523,12 +656,13 @@ def zero_shot(policy, graph: Graph, cluster: Cluster, config: GDPConfig = GDPCon
         p = search.problems[0]
         t0 = time.monotonic()
         with torch.no_grad():
-            logits = search.policy(p.features, p.mask)
-            greedy = logits.argmax(1).unsqueeze(0)
-        d, _ = search._sample(p, config.zero_shot_samples)
+            greedy = search._logits(p).argmax(1).unsqueeze(0)
+        d, _, _ = search._sample(p, config.zero_shot_samples)
         policy_s = time.monotonic() - t0
         groups = np.empty((1 + config.zero_shot_samples, p.features.n_nodes), dtype=np.int64)
         groups[:, p.features.order] = torch.cat([greedy, d]).cpu().numpy()
+        if p.best_groups is not None:                       # the prior, scored already: never return worse
+            groups = np.concatenate([groups, p.best_groups[None, :]])
         scores = p.evaluate(groups)
         if not scores.ok.any():
             raise InfeasibleError(f"gdp: none of the zero-shot placements of {graph.name!r} ran on cluster "
@@ -536,7 +670,9 @@ def zero_shot(policy, graph: Graph, cluster: Cluster, config: GDPConfig = GDPCon
         i = int(np.argmin(scores.step_time))
         return Placement.from_array(graph, cluster, p.grouping.expand(groups[i]), "gdp", mode="zero-shot",
                                     policy_time_s=policy_s, best_step_s=float(scores.step_time[i]),
-                                    greedy_step_s=float(scores.step_time[0]), nodes=p.features.n_nodes)
+                                    greedy_step_s=float(scores.step_time[0]), nodes=p.features.n_nodes,
+                                    prior=p.prior_method or None, prior_s=p.prior_s,
+                                    prior_step_s=p.prior_step if math.isfinite(p.prior_step) else None)
     finally:
         search.close()
 

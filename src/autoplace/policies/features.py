@@ -152,7 +152,8 @@ class NodeFeatures:
     input: the member ops' type buckets, nodes in order); ``dense`` ``[N, NODE_DENSE]``; ``edge_index``
     ``[2, E]`` (node positions: the distinct edges between two nodes in their own direction, then the same
     edges reversed, so that a node's neighbours are its producers and its consumers); ``order`` ``[N]``
-    (group id of each position).
+    (group id of each position); ``unit`` ``[N]``: each node's structural unit (a layer with its weights,
+    at every time step; see :class:`GroupFeatures`), numbered in order.
     """
 
     order: np.ndarray
@@ -160,6 +161,7 @@ class NodeFeatures:
     type_offsets: np.ndarray
     dense: np.ndarray
     edge_index: np.ndarray
+    unit: np.ndarray
     graph_name: str = ""
 
     @property
@@ -237,4 +239,5 @@ def node_features(graph: Graph, grouping: Grouping) -> NodeFeatures:
         if op.phase in _PHASES:
             dense[p, 14 + _PHASES.index(op.phase)] = 1.0
     edge_index = np.concatenate([pairs.T, pairs[:, ::-1].T], axis=1).astype(np.int64)
-    return NodeFeatures(order, buckets[by_node], type_offsets, dense, edge_index, graph.name)
+    return NodeFeatures(order, buckets[by_node], type_offsets, dense, edge_index,
+                        _units(graph, grouping.group, order), graph.name)
