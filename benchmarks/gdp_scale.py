@@ -1,10 +1,11 @@
 """GDP at scale: time per PPO update and peak memory when placing a large graph op by op.
 
-    .venv/bin/python benchmarks/gdp_scale.py                   # gnmt-8 on p100x8, 3 updates of 8 samples
+    .venv/bin/python benchmarks/gdp_scale.py                   # gnmt-8 on p100x8, 3 updates of 32 samples
     .venv/bin/python benchmarks/gdp_scale.py --model gnmt-4 --cluster p100x4 --updates 5
 
-Prints the graph's ops and GDP nodes, the seconds of each update (sampling and scoring, then the PPO
-epochs) and the process's peak resident memory (``ru_maxrss``) before and after the search.
+Prints the graph's ops and GDP nodes, its prior (the fast placers' best), the seconds of each update
+(sampling and scoring, then the PPO epochs) and the process's peak resident memory (``ru_maxrss``)
+before and after the search.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ def main(argv=None) -> int:
     print(f"{args.model}: {graph.n_ops:,} ops, built in {time.perf_counter() - t0:.1f} s; peak RSS {peak_gib():.2f} GiB")
     t0 = time.perf_counter()
     search = GDPSearch([graph], [cluster], GDPConfig(), seed=args.seed)
-    nodes = search.problems[0].features.n_nodes
-    print(f"GDP nodes: {nodes:,}; features and policy ready in {time.perf_counter() - t0:.1f} s; "
+    prob = search.problems[0]
+    print(f"GDP nodes: {prob.features.n_nodes:,}; features, policy and prior ({prob.prior_method}, "
+          f"{prob.prior_step:.3f} s, found in {prob.prior_s:.1f} s) ready in {time.perf_counter() - t0:.1f} s; "
           f"peak RSS {peak_gib():.2f} GiB")
     before = dict(search.timings)
     for i in range(args.updates):
