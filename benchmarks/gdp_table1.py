@@ -32,12 +32,15 @@ from paper_tables import GDP, settings  # noqa: E402
 LEARNED = ("gdp", "hdp")
 
 
-def _time_to_best(curve, final: float, offset: float = 0.0) -> float:
-    """Wall seconds until the search first held its final best (``offset``: seconds before the curve)."""
+def _time_to_best(curve, final: float, prior_step: float | None, prior_s: float) -> float:
+    """Wall seconds until the search first held its final best: the prior's seconds if that is the prior,
+    else the first curve point holding it (a GDP curve's wall times include the prior's)."""
+    if prior_step is not None and final >= prior_step * (1 - 1e-9):
+        return prior_s
     for point in curve.points:
         if point.best_step_s <= final * (1 + 1e-9):
-            return offset + point.wall_s
-    return offset
+            return point.wall_s
+    return curve.points[-1].wall_s if curve.points else 0.0
 
 
 def run_one(model: str, cname: str, method: str, budget: float, seed: int) -> dict:
@@ -57,7 +60,7 @@ def run_one(model: str, cname: str, method: str, budget: float, seed: int) -> di
             prior_s = p.meta.get("prior_s") or 0.0
             row.update(samples=res.samples, updates=res.updates, prior=p.meta.get("prior"),
                        prior_step_s=p.meta.get("prior_step_s"), prior_s=prior_s,
-                       best_at_s=_time_to_best(res.curve, p.meta["best_step_s"], prior_s))
+                       best_at_s=_time_to_best(res.curve, p.meta["best_step_s"], p.meta.get("prior_step_s"), prior_s))
         else:
             p = place(graph, cluster, method, seed=seed, budget=budget)
     except AutoplaceError as e:
