@@ -92,7 +92,8 @@ def cmd_run(args) -> int:
         print(json.dumps(row), file=sys.stderr, flush=True)
 
     batch_policy = os.path.join(out, "batch.pt")
-    if "batch" in args.parts and not all(("batch", s) in have for s in batch) or not os.path.exists(batch_policy):
+    need_batch = not all(("batch", s) in have for s in batch) or not os.path.exists(batch_policy)
+    if ("batch" in args.parts or "large" in args.parts) and need_batch:      # "large" places with the batch policy
         probs = [_problem(s) for s in batch]
         t0 = time.perf_counter()
         r = gdp_train([g for g, _ in probs], [c for _, c in probs], budget=args.batch_budget, seed=args.seed,
@@ -164,10 +165,12 @@ def cmd_report(args) -> int:
     def sp(a, b):
         return "-" if a is None or b is None else f"{a / b:.2f}x"
 
-    batch = [r for r in rows if r["part"] == "batch"]
-    if batch:
-        print(f"### GDP-batch against GDP-one (budget: batch {batch[0]['budget']:g} s of nominal work in all, "
-              f"{batch[0]['updates']} updates, {batch[0]['wall_s']:.0f} s wall)\n")
+    for mode in MODES:
+        batch = [r for r in rows if r["part"] == "batch" and r.get("mode", "default") == mode]
+        if not batch:
+            continue
+        print(f"### GDP-batch against GDP-one, mode {mode!r} (budget: batch {batch[0]['budget']:g} s of nominal "
+              f"work in all, {batch[0]['updates']} updates, {batch[0]['wall_s']:.0f} s wall; GDP-one: default mode)\n")
         print("| setting | expert | gdp-one | gdp-batch | batch vs one | batch vs expert | auto |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         g1, ge = [], []
