@@ -707,7 +707,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "time, local search's evaluations), so results do not depend on machine load")
     p.add_argument("--refine", action="store_true", help="improve the result by local search under the simulator")
     p.add_argument("--refine-budget", type=_seconds, default=None, help="local-search budget, about seconds of simulation (default 10)")
-    g = p.add_argument_group("learned methods (rl, hdp, gdp)")
+    g = p.add_argument_group("search methods (rl, hdp, gdp, htf-mpr)")
     g.add_argument("--samples", type=_positive_int, default=None,
                    help="stop after this many sampled placements (reproducible for a seed)")
     g.add_argument("--wall-clock", action="store_true", help="--budget is wall-clock seconds, not nominal work")
@@ -723,7 +723,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="distributed: controllers, each with its own baseline (default: one per 8 workers)")
     g.add_argument("--ray-address", metavar="A", default=None, help="join the Ray cluster at A (host:port or auto)")
     g.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
-                   help="a setting of the learned method's config (RLConfig, HDPConfig, GDPConfig: "
+                   help="a setting of the search method's config (RLConfig, HDPConfig, GDPConfig, HTFMPRConfig: "
                         "docs/algorithms.md), repeatable")
     g.add_argument("--policy", metavar="FILE", default=None,
                    help="gdp: start from this trained policy ('autoplace train') and fine-tune it")

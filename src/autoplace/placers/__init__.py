@@ -115,4 +115,4 @@ def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.
 
 
 # Built-in placer modules register themselves on import.
-from autoplace.placers import auto, baselines, cpsat, dp_split, expert, gdp, hdp, list_scheduling, local_search, partitioning, rl  # noqa: E402,F401,I001
+from autoplace.placers import auto, baselines, cpsat, dp_split, expert, gdp, hdp, htf_mpr, list_scheduling, local_search, partitioning, rl  # noqa: E402,F401,I001

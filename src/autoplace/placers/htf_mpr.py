@@ -1,0 +1,480 @@
+"""HTF-MPR (Alhassan et al., "HTF-MPR: a heterogeneous TensorFlow mapper targeting performance using
+genetic algorithms and gradient boosting regressors"): a genetic search over mappings whose children are
+screened by a learned fitness predictor, only the most promising run for real.
+
+*Nodes.* HTF-MPR maps only the ops a user can place; the hidden ops TensorFlow creates follow their
+master. Ours: the groups of :attr:`HTFMPRConfig.group_rules` (co-location groups by default — a parameter
+with its gradient and update ops), a mapping a device per node.
+
+*Initial mappings* (§III-E, :func:`initial_mappings`), evaluated for real; they train the predictor and
+seed the population:
+
+* **default**: every node on the first GPU (TensorFlow's default with GPUs) and every node on the CPU;
+* **homogeneous**: every node on one device, for each device;
+* **longest path**: the node DAG (nodes in topological order of their first op, the edges that go forward
+  in it) split into vertex-disjoint paths, each the heaviest path left (node weight: its FLOPs, plus one
+  per op); for each permutation π of the devices, path ``k`` goes to device ``π(k mod D)`` — the longest
+  path on one device, ``D!`` mappings (at most :attr:`HTFMPRConfig.max_permutations`, drawn at random
+  beyond);
+* **random homogeneous**: the longest path on one device, every other path on one random device each
+  (:attr:`HTFMPRConfig.random_homogeneous` mappings);
+* **colour**: a greedy colouring of the undirected node graph with ``D`` colours that leaves as few
+  connected pairs of one colour as it can (none where ``D`` colours suffice), over the permutations of
+  colours to devices.
+
+A node on a device that cannot run it moves to the first device that can.
+
+*Fitness predictor* (§III-F, :class:`~autoplace.search.predictor.FitnessPredictor`): fitness ``1 / step``
+(0 for a failing mapping), features the one-hot device of every node, scikit-learn's gradient-boosting
+regressor, refitted on every mapping evaluated so far after each generation.
+
+*Genetic algorithm* (§III-G, one generation per engine update): the population is the
+:attr:`HTFMPRConfig.population` fittest mappings evaluated so far; :attr:`HTFMPRConfig.pairs` parent pairs
+are drawn with fitness-proportional (roulette-wheel) selection; each pair breeds by both crossovers —
+*stochastic* (each node from the fitter parent with probability ``f_a / (f_a + f_b)``: one child) and
+*crossover points* (1–3 random cut points in node order, ``N_c``; every mixture of the ``N_c + 1``
+segments but the two parents: ``2^(N_c+1) − 2`` children — Figure 7's six for two points; the paper's
+formula ``(N_c + 1)^2 − 2`` agrees with it for one and three points, not for two); every child is mutated
+(each node to a random device with probability :attr:`HTFMPRConfig.mutation` ``/ N``). The predictor
+ranks the children not evaluated before, and the top :attr:`HTFMPRConfig.top_x` run for real (the
+simulator or a measured env) and join the evaluated set. The best evaluated mapping wins.
+
+``budget`` (seconds, through :func:`~autoplace.placers.place`) counts work, not wall-clock time: each
+evaluation costs ``n_ops / OPS_PER_SECOND`` and each generation a nominal predictor cost
+(:func:`work_budget`). ``samples`` in the engine's terms are real evaluations; ``meta["screened"]`` counts
+the children the predictor ranked, so ``screened - evaluations`` are the runs it saved.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from autoplace.cluster import Cluster
+from autoplace.cost import feasible_devices
+from autoplace.env import BaseEnv, make_env
+from autoplace.errors import AutoplaceError, InfeasibleError
+from autoplace.graph import Graph
+from autoplace.grouping import Grouping, grouped_graph, runnable_grouping
+from autoplace.placement import Placement
+from autoplace.placers import register_placer
+from autoplace.placers.rl import RLResult
+from autoplace.search.budget import SearchBudget
+from autoplace.search.config import SearchConfig
+from autoplace.search.curve import Curve, CurvePoint
+from autoplace.search.engine import check_checkpoint, run_search
+from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit
+from autoplace.search.predictor import MODELS, FitnessPredictor
+from autoplace.validation import check_budget, seed_int
+
+__all__ = ["HTFMPRConfig", "HTFMPRSearch", "htf_mpr_search", "initial_mappings", "node_paths", "colouring",
+           "stochastic_crossover", "point_crossover", "work_budget"]
+
+DEFAULT_BUDGET_S = 30.0
+OPS_PER_SECOND = 1e7                 #: nominal simulator speed, as the other searches'
+GENERATION_SECONDS = 0.05            #: nominal fixed cost of a generation (breeding, the predictor's fit)
+FIT_SECONDS_PER_FEATURE = 2e-6       #: nominal cost of the predictor's fit per mapping and one-hot feature
+CHECKPOINT_FORMAT = "autoplace.htf-mpr/v1"
+
+
+@dataclass(frozen=True)
+class HTFMPRConfig(SearchConfig):
+    """Every knob of HTF-MPR; the paper's value where it gives one."""
+
+    LABEL = "HTF-MPR"
+
+    group_rules: str = "colocation"
+    """The nodes a mapping places: groups of these rules (:mod:`autoplace.grouping`)."""
+    random_homogeneous: int = 20
+    """Random homogeneous initial mappings (ours)."""
+    max_permutations: int = 24
+    """Device permutations of the longest-path and colour mappings: all ``D!`` up to this many (ours)."""
+    population: int = 20
+    """Parents: the fittest mappings evaluated so far (ours)."""
+    pairs: int = 10
+    """Parent pairs bred per generation (ours)."""
+    mutation: float = 1.0
+    """Expected nodes moved to a random device per child (ours)."""
+    top_x: int = 10
+    """Children of the highest predicted fitness evaluated per generation (the paper: 10; 50 for MNIST)."""
+    model: str = "gbr"
+    """The fitness predictor's regressor (:data:`~autoplace.search.predictor.MODELS`; the paper: gbr)."""
+
+    def __post_init__(self):
+        self.check(at_least_one=("population", "pairs", "top_x", "max_permutations"))
+        if self.random_homogeneous < 0 or not (self.mutation >= 0 and math.isfinite(self.mutation)):
+            raise AutoplaceError("HTFMPRConfig.random_homogeneous and mutation must be >= 0")
+        if self.model not in MODELS:
+            raise AutoplaceError(f"HTFMPRConfig.model must be one of {', '.join(MODELS)}, got {self.model!r}")
+
+
+# ------------------------------------------------------------------------------------------ initial mappings
+def _node_dag(graph: Graph, grouping: Grouping) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Node positions in topological order of their first op (``order``: node at each position), and the
+    distinct edges between nodes as positions, each going forward (``src < dst``)."""
+    first = np.full(grouping.n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, grouping.group, graph.rank)
+    order = np.argsort(first, kind="stable")
+    pos = np.empty(grouping.n_groups, dtype=np.int64)
+    pos[order] = np.arange(grouping.n_groups)
+    src, dst, _ = graph.edges()
+    a, b = pos[grouping.group[src]], pos[grouping.group[dst]]
+    keep = a < b
+    pairs = np.unique(np.stack([a[keep], b[keep]], axis=1), axis=0) if keep.any() else np.zeros((0, 2), np.int64)
+    return order, pairs[:, 0], pairs[:, 1]
+
+
+def node_paths(graph: Graph, grouping: Grouping, max_paths: int = 64) -> list[np.ndarray]:
+    """The node DAG split into vertex-disjoint paths (node ids), heaviest first: each the heaviest path
+    of the nodes left (weight: FLOPs plus one per op). After ``max_paths`` paths the nodes left join the
+    path of the node before them in topological order, so that every node is on one path."""
+    N = grouping.n_groups
+    order, s, d = _node_dag(graph, grouping)
+    weight = np.bincount(grouping.group, weights=graph.flops + 1.0, minlength=N)[order]
+    preds: list[list[int]] = [[] for _ in range(N)]
+    for u, v in zip(s.tolist(), d.tolist()):
+        preds[v].append(u)
+    left = np.ones(N, dtype=bool)
+    path_of = np.full(N, -1, dtype=np.int64)
+    paths: list[list[int]] = []
+    while left.any() and len(paths) < max_paths:
+        best = np.zeros(N)
+        back = np.full(N, -1, dtype=np.int64)
+        for v in np.flatnonzero(left).tolist():
+            b, arg = 0.0, -1
+            for u in preds[v]:
+                if left[u] and best[u] > b:
+                    b, arg = best[u], u
+            best[v], back[v] = b + weight[v], arg
+        v = int(np.argmax(np.where(left, best, -1.0)))
+        path = []
+        while v >= 0:
+            path.append(v)
+            v = int(back[v])
+        path.reverse()
+        for v in path:
+            left[v], path_of[v] = False, len(paths)
+        paths.append(path)
+    for v in range(N):                               # beyond max_paths: the path of the node before
+        if path_of[v] < 0:
+            path_of[v] = path_of[v - 1] if v > 0 else 0
+            if path_of[v] < 0:
+                path_of[v] = 0
+    return [order[np.flatnonzero(path_of == k)] for k in range(len(paths))]
+
+
+def colouring(graph: Graph, grouping: Grouping, n_colours: int) -> np.ndarray:
+    """A colour per node (node ids) of the undirected node graph with ``n_colours`` colours, greedy in order
+    of decreasing degree: each node takes the colour fewest of its coloured neighbours have (no
+    monochrome edge wherever that greedy order finds ``n_colours`` enough)."""
+    N = grouping.n_groups
+    src, dst, _ = graph.edges()
+    a, b = grouping.group[src], grouping.group[dst]
+    keep = a != b
+    adj: list[set[int]] = [set() for _ in range(N)]
+    for u, v in zip(a[keep].tolist(), b[keep].tolist()):
+        adj[u].add(v)
+        adj[v].add(u)
+    colour = np.full(N, -1, dtype=np.int64)
+    for v in sorted(range(N), key=lambda x: (-len(adj[x]), x)):
+        used = np.bincount([colour[u] for u in adj[v] if colour[u] >= 0], minlength=n_colours)
+        colour[v] = int(np.argmin(used))
+    return colour
+
+
+def _permutations(n: int, limit: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
+    """All permutations of ``range(n)`` if there are at most ``limit``, else ``limit`` distinct random ones
+    (the identity first)."""
+    if math.factorial(n) <= limit:
+        return list(itertools.permutations(range(n)))
+    out = {tuple(range(n))}
+    while len(out) < limit:
+        out.add(tuple(rng.permutation(n).tolist()))
+    return sorted(out)
+
+
+def initial_mappings(graph: Graph, cluster: Cluster, grouping: Grouping, *, seed=None,
+                     random_homogeneous: int = 20, max_permutations: int = 24) -> list[tuple[str, np.ndarray]]:
+    """HTF-MPR's initial mappings (see the module docstring) as ``(family, device per node)``, duplicates
+    dropped (the first family that makes a mapping keeps it), every node on a device that can run it."""
+    rng = np.random.default_rng(seed_int(seed))
+    D, N = cluster.n_devices, grouping.n_groups
+    can_run = grouped_graph(graph, grouping, cluster).feasible              # [N, D]
+    kinds = [dev.kind for dev in cluster.devices]
+    out: list[tuple[str, np.ndarray]] = []
+    if "gpu" in kinds:
+        out.append(("default-gpu", np.full(N, kinds.index("gpu"))))
+    if "cpu" in kinds:
+        out.append(("default-cpu", np.full(N, kinds.index("cpu"))))
+    out += [("homogeneous", np.full(N, d)) for d in range(D)]
+    paths = node_paths(graph, grouping)
+    for perm in _permutations(D, max_permutations, rng):
+        m = np.empty(N, dtype=np.int64)
+        for k, p in enumerate(paths):
+            m[p] = perm[k % D]
+        out.append(("longest-path", m))
+    for _ in range(random_homogeneous):
+        m = np.empty(N, dtype=np.int64)
+        m[paths[0]] = rng.integers(D)
+        for p in paths[1:]:
+            m[p] = rng.integers(D)
+        out.append(("random-homogeneous", m))
+    colour = colouring(graph, grouping, D)
+    for perm in _permutations(D, max_permutations, rng):
+        out.append(("colour", np.asarray(perm)[colour]))
+    seen, unique = set(), []
+    for family, m in out:
+        m = repair(m, can_run)
+        key = m.tobytes()
+        if key not in seen:
+            seen.add(key)
+            unique.append((family, m))
+    return unique
+
+
+def repair(mapping: np.ndarray, can_run: np.ndarray) -> np.ndarray:
+    """``mapping`` with every node on a device that cannot run it moved to the first device that can."""
+    m = np.asarray(mapping, dtype=np.int64).copy()
+    bad = ~can_run[np.arange(len(m)), m]
+    m[bad] = can_run[bad].argmax(1)
+    return m
+
+
+# ----------------------------------------------------------------------------------------------- breeding
+def stochastic_crossover(a: np.ndarray, b: np.ndarray, fa: float, fb: float, rng: np.random.Generator) -> np.ndarray:
+    """One child: each node from parent ``a`` with probability ``fa / (fa + fb)`` (from the fitter parent
+    more often; even odds when neither ran), else from ``b`` (Figure 6)."""
+    pa = fa / (fa + fb) if fa + fb > 0 else 0.5
+    return np.where(rng.random(len(a)) < pa, a, b)
+
+
+def point_crossover(a: np.ndarray, b: np.ndarray, n_points: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``n_points`` random cut points (distinct, in node order) split the parents into ``n_points + 1``
+    segments; the children are every mixture of the segments but the two parents: ``2^(n_points+1) - 2``
+    of them (Figure 7). Fewer points where the mappings are too short for that many cuts."""
+    n = len(a)
+    n_points = min(n_points, n - 1)
+    if n_points < 1:
+        return []
+    cuts = np.sort(rng.choice(np.arange(1, n), size=n_points, replace=False))
+    seg = np.searchsorted(cuts, np.arange(n), side="right")                   # segment of each node
+    children = []
+    for mask in range(1, 2 ** (n_points + 1) - 1):                           # 0 and all-ones: the parents
+        from_b = np.array([(mask >> s) & 1 for s in range(n_points + 1)], dtype=bool)[seg]
+        children.append(np.where(from_b, b, a))
+    return children
+
+
+# ----------------------------------------------------------------------------------------------- the search
+class HTFMPRSearch:
+    """The genetic search with a fitness predictor: the engine's
+    :class:`~autoplace.search.engine.Searcher`, one generation per update; ``samples`` counts real
+    evaluations. ``scorer``: scores mappings in place of the env (a Ray worker pool)."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, config: HTFMPRConfig = HTFMPRConfig(), *, seed=None,
+                 env: str | BaseEnv = "simulated", scorer: CachedScorer | None = None):
+        self.graph, self.cluster, self.config, self.seed = graph, cluster, config, seed_int(seed)
+        self.nodes = runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
+        check_params_fit(graph, cluster, self.nodes, "htf-mpr")
+        self.can_run = grouped_graph(graph, self.nodes, cluster).feasible
+        self._own_env = scorer is None and not isinstance(env, BaseEnv)
+        self.env = None
+        if scorer is None:
+            self.env = env if isinstance(env, BaseEnv) else make_env(env, graph, cluster)
+            scorer = Evaluator(self.env, self.nodes)
+        self.evaluate = scorer
+        self.rng = np.random.default_rng(self.seed)
+        self.X = np.zeros((0, self.nodes.n_groups), dtype=np.int64)        # every mapping evaluated
+        self.steps = np.zeros(0)                                            # their steps (inf: failed)
+        self.families: list[str] = []
+        self.samples = self.updates = self.screened = 0
+        self.wall_s = 0.0
+        self.curve = Curve()
+        self.predictor: FitnessPredictor | None = None
+        self._initialised = False
+
+    # fitness = 1 / step (0 for a failing mapping)
+    @property
+    def fitness(self) -> np.ndarray:
+        return np.where(np.isfinite(self.steps), 1.0 / np.where(np.isfinite(self.steps), self.steps, 1.0), 0.0)
+
+    @property
+    def best_step(self) -> float:
+        return float(self.steps.min()) if len(self.steps) else math.inf
+
+    @property
+    def converged(self) -> bool:
+        return False
+
+    def _run(self, mappings: np.ndarray, families: list[str]) -> np.ndarray:
+        scores = self.evaluate(mappings)
+        step = np.where(scores.ok, scores.step_time, np.inf)
+        self.X = np.concatenate([self.X, mappings])
+        self.steps = np.concatenate([self.steps, step])
+        self.families += families
+        self.samples += len(mappings)
+        return step
+
+    def _fit(self) -> None:
+        self.predictor = FitnessPredictor(self.config.model, n_devices=self.cluster.n_devices,
+                                          random_state=self.seed).fit(self.X, self.fitness)
+
+    def update(self) -> CurvePoint:
+        """The initial mappings (first update), then one generation."""
+        t0 = time.monotonic()
+        if not self._initialised:
+            init = initial_mappings(self.graph, self.cluster, self.nodes, seed=self.seed,
+                                    random_homogeneous=self.config.random_homogeneous,
+                                    max_permutations=self.config.max_permutations)
+            step = self._run(np.stack([m for _, m in init]), [f for f, _ in init])
+            self._initialised = True
+        else:
+            step = self._generation()
+        self._fit()
+        self.updates += 1
+        self.wall_s += time.monotonic() - t0
+        ran = step[np.isfinite(step)]
+        point = CurvePoint(self.samples, self.wall_s, self.best_step, float(ran.mean()) if len(ran) else math.inf,
+                           float(1 - np.isfinite(step).mean()) if len(step) else 0.0,
+                           float(np.mean(np.where(np.isfinite(step), 1.0 / np.where(np.isfinite(step), step, 1.0),
+                                                  0.0))) if len(step) else 0.0)
+        self.curve.append(point)
+        return point
+
+    def _generation(self) -> np.ndarray:
+        cfg, rng = self.config, self.rng
+        fit = self.fitness
+        parents = np.argsort(-fit, kind="stable")[:cfg.population]
+        pf = fit[parents]
+        prob = pf / pf.sum() if pf.sum() > 0 else np.full(len(parents), 1.0 / len(parents))
+        children = []
+        for _ in range(cfg.pairs):
+            i, j = rng.choice(len(parents), size=2, replace=len(parents) < 2, p=prob)
+            a, b = self.X[parents[i]], self.X[parents[j]]
+            children.append(stochastic_crossover(a, b, fit[parents[i]], fit[parents[j]], rng))
+            children += point_crossover(a, b, int(rng.integers(1, 4)), rng)
+        kids = np.stack(children)
+        n = kids.shape[1]
+        flip = rng.random(kids.shape) < cfg.mutation / max(n, 1)
+        kids = np.where(flip, rng.integers(self.cluster.n_devices, size=kids.shape), kids)
+        kids = np.stack([repair(k, self.can_run) for k in kids])
+        kids = np.unique(kids, axis=0)
+        seen = {row.tobytes() for row in self.X}
+        new = np.array([k not in seen for k in map(np.ndarray.tobytes, kids)], dtype=bool)
+        kids = kids[new]
+        if not len(kids):
+            return np.zeros(0)
+        self.screened += len(kids)
+        top = np.argsort(-self.predictor.predict(kids), kind="stable")[:cfg.top_x]
+        return self._run(kids[top], ["ga"] * len(top))
+
+    # ----------------------------------------------------------------- checkpoints
+    def _identity(self) -> dict:
+        return {"graph": self.graph.name, "cluster": self.cluster.name, "nodes": self.nodes.n_groups,
+                "config": asdict(self.config), "seed": self.seed}
+
+    def state(self) -> dict:
+        return {"format": CHECKPOINT_FORMAT, **self._identity(), "rng": self.rng.bit_generator.state,
+                "X": self.X, "steps": self.steps, "families": self.families, "samples": self.samples,
+                "updates": self.updates, "screened": self.screened, "wall_s": self.wall_s,
+                "initialised": self._initialised, "curve": self.curve.to_rows(), "cache": self.evaluate.cache}
+
+    def load(self, state: dict) -> None:
+        check_checkpoint(state, CHECKPOINT_FORMAT, self._identity())
+        self.rng.bit_generator.state = state["rng"]
+        self.X, self.steps, self.families = state["X"], state["steps"], list(state["families"])
+        self.samples, self.updates, self.screened = state["samples"], state["updates"], state["screened"]
+        self.wall_s, self._initialised = state["wall_s"], state["initialised"]
+        self.curve = Curve.from_rows(state["curve"])
+        self.evaluate.cache.update(state["cache"])
+        if len(self.X):
+            self._fit()
+
+    def close(self) -> None:
+        if self._own_env and self.env is not None:
+            self.env.close()
+
+    def best_placement(self, **meta) -> Placement:
+        if not len(self.steps) or not np.isfinite(self.steps).any():
+            raise InfeasibleError(f"htf-mpr: no evaluated mapping of {self.graph.name!r} ran on cluster "
+                                  f"{self.cluster.name!r} (all failed)")
+        i = int(np.argmin(self.steps))
+        return Placement.from_array(self.graph, self.cluster, self.nodes.expand(self.X[i]), "htf-mpr",
+                                    family=self.families[i], **meta)
+
+
+def work_budget(graph: Graph, cluster: Cluster, budget: float | None, config: HTFMPRConfig = HTFMPRConfig(),
+                n_nodes: int | None = None) -> SearchBudget:
+    """The real evaluations ``budget`` seconds of nominal work allow (default 30). Each evaluation costs a
+    simulation (``n_ops / OPS_PER_SECOND``); each generation ``GENERATION_SECONDS`` and the predictor's
+    refit on every mapping evaluated so far, ``FIT_SECONDS_PER_FEATURE`` per mapping and one-hot feature
+    (nodes x devices): the generations are counted until their cost passes ``budget``."""
+    budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
+    n = n_nodes if n_nodes is not None else runnable_grouping(graph, config.rules,
+                                                              feasible_devices(graph, cluster)).n_groups
+    features = n * cluster.n_devices
+    evaluated = 2 + cluster.n_devices + 2 * config.max_permutations + config.random_homogeneous   # about
+    spent = evaluated * graph.n_ops / OPS_PER_SECOND + GENERATION_SECONDS + evaluated * features * FIT_SECONDS_PER_FEATURE
+    while True:
+        nxt = (config.top_x * graph.n_ops / OPS_PER_SECOND + GENERATION_SECONDS
+               + (evaluated + config.top_x) * features * FIT_SECONDS_PER_FEATURE)
+        if spent + nxt > budget:
+            break
+        spent += nxt
+        evaluated += config.top_x
+    return SearchBudget(samples=evaluated)
+
+
+def htf_mpr_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | None = None,
+                   config: HTFMPRConfig | dict | None = None, seed=None, env: str | BaseEnv = "simulated",
+                   checkpoint=None, resume=None, curve_csv=None, curve_png=None, checkpoint_every_s: float = 30.0,
+                   stop_after_updates: int | None = None, workers: int = 1, controllers: int | None = None,
+                   ray_address: str | None = None, env_kwargs: dict | None = None) -> RLResult:
+    """HTF-MPR on ``graph`` to ``budget`` (a :class:`SearchBudget` of real evaluations, or seconds of
+    nominal work: :func:`work_budget`); the engine's progress, checkpoints, resume, curve and Ctrl-C
+    (:func:`~autoplace.search.engine.run_search`); ``workers`` > 1 or a ``ray_address`` runs the
+    evaluations on Ray workers. The result's ``extra``: ``screened``, ``initial`` (initial mappings
+    evaluated), and every mapping evaluated (``mappings`` ``[n, n_nodes]``, ``steps``, ``families``)."""
+    import contextlib
+
+    if controllers is not None:
+        raise AutoplaceError("--controllers applies to the rl method only")
+    config = HTFMPRConfig() if config is None else HTFMPRConfig.from_dict(config) if isinstance(config, dict) \
+        else config
+    if not isinstance(budget, SearchBudget):
+        budget = work_budget(graph, cluster, budget, config)
+    with contextlib.ExitStack() as stack:
+        scorer = None
+        if workers > 1 or ray_address is not None:
+            from autoplace.search.distributed import WorkerPool, ray_session
+
+            ray = stack.enter_context(ray_session(ray_address))
+            nodes = runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
+            scorer = WorkerPool(ray, nodes, graph, cluster, workers, env.name if isinstance(env, BaseEnv) else env,
+                                env_kwargs)
+            stack.callback(scorer.close)
+        search = HTFMPRSearch(graph, cluster, config, seed=seed, env=env, scorer=scorer)
+        stack.callback(search.close)
+        run = run_search(search, budget, name="htf-mpr", title=f"htf-mpr on {graph.name}, {cluster.name}",
+                         checkpoint=checkpoint, resume=resume, checkpoint_every_s=checkpoint_every_s,
+                         curve_csv=curve_csv, curve_png=curve_png, stop_after_updates=stop_after_updates)
+        placement = search.best_placement(samples=search.samples, updates=search.updates,
+                                          stop_reason=run.stop_reason, evaluations=search.samples,
+                                          screened=search.screened, best_step_s=search.best_step)
+        return RLResult(placement, search.curve, search.samples, search.updates, run.stop_reason,
+                        search.evaluate.evaluations, search.evaluate.hits, search.wall_s,
+                        {"wall_s_this_run": run.wall_s_this_run, "screened": search.screened,
+                         "initial": len(search.families) - search.families.count("ga"),
+                         "mappings": search.X, "steps": search.steps, "families": search.families})
+
+
+@register_placer("htf-mpr", description="genetic search over mappings, children screened by a gradient-boosting "
+                 "fitness predictor", paper="Alhassan et al. (HTF-MPR)", memory_aware=True, learned=True,
+                 search=htf_mpr_search)
+def htf_mpr(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    """See the module docstring: ``budget`` seconds of nominal work (default 30) become real evaluations."""
+    return htf_mpr_search(graph, cluster, budget=budget, seed=seed).placement

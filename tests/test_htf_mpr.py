@@ -1,0 +1,208 @@
+"""HTF-MPR: initial mapping families on hand-made DAGs, the Kendall tau distance by hand, both crossovers,
+the fitness predictor, and the genetic search end to end (determinism, resume, command line)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from autoplace.cli import main
+from autoplace.cluster import get_cluster
+from autoplace.errors import AutoplaceError
+from autoplace.graph import Graph, Op
+from autoplace.grouping import runnable_grouping
+from autoplace.cost import feasible_devices
+from autoplace.placers.htf_mpr import (HTFMPRConfig, colouring, htf_mpr_search, initial_mappings, node_paths,
+                                       point_crossover, stochastic_crossover, work_budget)
+from autoplace.search import SearchBudget
+from autoplace.search.predictor import (MODELS, FitnessPredictor, compare_models, cross_validate,
+                                        kendall_tau_distance, one_hot)
+from autoplace.sim import simulate
+from autoplace.zoo import build_graph
+
+
+def diamond() -> Graph:
+    """x -> h1 -> h2 -> h3 -> out (heavy), x -> s -> out (light), x -> t (a leaf)."""
+    ops = [Op("x", "input", output_bytes=(1024,))]
+    prev = "x"
+    for i in (1, 2, 3):
+        ops.append(Op(f"h{i}", "mm", (prev,), output_bytes=(1024,), flops=1e9))
+        prev = f"h{i}"
+    ops.append(Op("s", "relu", ("x",), output_bytes=(1024,), flops=1e3))
+    ops.append(Op("t", "relu", ("x",), output_bytes=(1024,), flops=1e3))
+    ops.append(Op("out", "add", ("h3", "s"), output_bytes=(1024,), flops=1e3))
+    return Graph(ops, name="diamond")
+
+
+def nodes_of(graph, cluster):
+    return runnable_grouping(graph, ("colocation",), feasible_devices(graph, cluster))
+
+
+# ------------------------------------------------------------------------------------------ initial mappings
+def test_the_longest_path_comes_first_and_the_paths_cover_every_node_once():
+    g, c = diamond(), get_cluster("gtx1050tix2")
+    nodes = nodes_of(g, c)
+    paths = node_paths(g, nodes)
+    names = [[g.ops[int(np.flatnonzero(nodes.group == v)[0])].name for v in p] for p in paths]
+    assert names[0] == ["x", "h1", "h2", "h3", "out"]
+    assert sorted(v for p in paths for v in p.tolist()) == list(range(nodes.n_groups))
+
+
+def test_every_initial_family_is_what_it_says():
+    g, c = diamond(), get_cluster("gtx1050tix2")                   # cpu:0, gpu:0, gpu:1
+    nodes = nodes_of(g, c)
+    init = initial_mappings(g, c, nodes, seed=0, random_homogeneous=10)
+    fam: dict[str, list[np.ndarray]] = {}
+    for f, m in init:
+        fam.setdefault(f, []).append(m)
+    assert (fam["default-gpu"][0] == 1).all() and (fam["default-cpu"][0] == 0).all()
+    assert [int(m[0]) for m in fam["homogeneous"]] == [2]       # all-cpu and all-gpu:0 came first
+    paths = node_paths(g, nodes)
+    assert len(fam["longest-path"]) == math.factorial(3)           # one per device permutation
+    for m in fam["longest-path"] + fam["random-homogeneous"]:
+        assert all(len(set(m[p].tolist())) == 1 for p in paths)    # a path on one device
+    longest = {tuple(m[paths[0]].tolist()) for m in fam["longest-path"]}
+    assert len(longest) == 3                                       # the longest path on every device
+    src, dst, _ = g.edges()
+    a, b = nodes.group[src], nodes.group[dst]
+    for m in fam["colour"]:
+        assert not np.any((m[a] == m[b]) & (a != b))               # no monochrome edge
+    keys = [m.tobytes() for _, m in init]
+    assert len(keys) == len(set(keys))                             # no duplicates
+
+
+def test_a_node_no_device_can_run_is_moved_and_colouring_minimises_conflicts():
+    g = build_graph("layered-dag", ops=60, width=6, seed=3)
+    c = get_cluster("k80x2")
+    nodes = nodes_of(g, c)
+    colour = colouring(g, nodes, 2)
+    src, dst, _ = g.edges()
+    a, b = nodes.group[src], nodes.group[dst]
+    mono = int(np.sum((colour[a] == colour[b]) & (a != b)))
+    assert mono < 0.5 * int(np.sum(a != b))                       # far fewer than a random 2-colouring's half
+    for _, m in initial_mappings(g, c, nodes, seed=0, random_homogeneous=3):
+        assert ((0 <= m) & (m < c.n_devices)).all()
+
+
+# ------------------------------------------------------------------------------------------------ predictor
+def test_kendall_tau_distance_by_hand():
+    assert kendall_tau_distance([1, 2, 3, 4], [10, 20, 30, 40]) == 0.0
+    assert kendall_tau_distance([1, 2, 3, 4], [4, 3, 2, 1]) == 1.0
+    # one swapped pair of six: (2, 3)
+    assert kendall_tau_distance([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(1 / 6)
+    # pairs (1,2) tied in the prediction only: discordant; (3,4) agree -> 1 of 6 ... and (1,3),(1,4),(2,3),(2,4) agree
+    assert kendall_tau_distance([1, 2, 3, 4], [5, 5, 6, 7]) == pytest.approx(1 / 6)
+    with pytest.raises(AutoplaceError):
+        kendall_tau_distance([1, 2], [1, 2, 3])
+
+
+def test_the_predictor_ranks_a_learnable_fitness_and_follows_sklearn_conventions():
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 3, (300, 8))
+    y = 1.0 / (1.0 + (X == 0).sum(1) + 0.5 * (X[:, 0] != X[:, 1]))      # the CPU (0) is slow; a cut costs
+    p = FitnessPredictor(n_devices=3).fit(X[:200], y[:200])
+    assert kendall_tau_distance(y[200:], p.predict(X[200:])) < 0.2
+    assert p.score(X[200:], y[200:]) > 0.8 and p.get_params()["model"] == "gbr"
+    assert one_hot(X[:2], 3).shape == (2, 24) and one_hot(X[:2], 3).sum() == 16
+    folds = cross_validate(p, X, y, k=5)
+    assert folds.shape == (5,) and (folds < 0.3).all()
+    table = compare_models(X[:120], y[:120], n_devices=3, runs=2)
+    assert set(table) == set(MODELS) and all(0 <= m <= 1 and s >= 0 for m, s in table.values())
+    with pytest.raises(AutoplaceError, match="before fit"):
+        FitnessPredictor().predict(X)
+    with pytest.raises(AutoplaceError, match="unknown fitness model"):
+        FitnessPredictor("xgboost")
+
+
+# ------------------------------------------------------------------------------------------------- breeding
+@pytest.mark.parametrize("n_points, expected", [(1, 2), (2, 6), (3, 14)])
+def test_point_crossover_gives_every_mixture_of_segments_but_the_parents(n_points, expected):
+    rng = np.random.default_rng(n_points)
+    a, b = np.zeros(12, dtype=np.int64), np.ones(12, dtype=np.int64)
+    kids = point_crossover(a, b, n_points, rng)
+    assert len(kids) == expected == 2 ** (n_points + 1) - 2
+    assert len({k.tobytes() for k in kids}) == expected
+    for k in kids:
+        assert not (k == a).all() and not (k == b).all()
+        assert int(np.sum(k[1:] != k[:-1])) <= n_points              # at most one switch per cut
+
+
+def test_stochastic_crossover_takes_more_from_the_fitter_parent():
+    rng = np.random.default_rng(0)
+    a, b = np.zeros(2000, dtype=np.int64), np.ones(2000, dtype=np.int64)
+    kid = stochastic_crossover(a, b, 9.0, 1.0, rng)
+    assert set(kid.tolist()) <= {0, 1} and 0.85 < float((kid == 0).mean()) < 0.95
+
+
+# ------------------------------------------------------------------------------------------------ the search
+def test_a_tiny_htf_mpr_search_beats_its_initial_mappings_and_is_reproducible():
+    g, c = build_graph("mnist-softmax"), get_cluster("gtx1050tix2")
+    cfg = HTFMPRConfig(random_homogeneous=5)
+    r = htf_mpr_search(g, c, budget=SearchBudget(samples=200), seed=0, config=cfg)
+    p = r.placement
+    initial = r.extra["initial"]
+    first = r.curve.points[0].best_step_s                          # the best initial mapping
+    assert r.samples >= 200 and p.meta["best_step_s"] < first and 10 <= initial <= 25   # the GA improved on them
+    assert p.meta["screened"] > r.samples - initial                 # the predictor screened out children
+    assert simulate(g, c, p).step_time == pytest.approx(p.meta["best_step_s"])
+    again = htf_mpr_search(g, c, budget=SearchBudget(samples=200), seed=0, config=cfg)
+    assert (again.placement.to_array(g, c) == p.to_array(g, c)).all()
+    assert [q.best_step_s for q in again.curve.points] == [q.best_step_s for q in r.curve.points]
+
+
+def test_an_interrupted_htf_mpr_search_resumes_to_the_uninterrupted_result(tmp_path):
+    g, c = build_graph("toy-mlp", layers=2), get_cluster("k80x2")
+    cfg = HTFMPRConfig(random_homogeneous=3, top_x=4, pairs=3)
+    whole = htf_mpr_search(g, c, budget=SearchBudget(samples=60), seed=1, config=cfg)
+    htf_mpr_search(g, c, budget=SearchBudget(samples=60), seed=1, config=cfg, checkpoint=tmp_path,
+                   stop_after_updates=3)
+    resumed = htf_mpr_search(g, c, budget=SearchBudget(samples=60), seed=1, config=cfg, resume=tmp_path)
+    assert (resumed.placement.to_array(g, c) == whole.placement.to_array(g, c)).all()
+    assert [q.best_step_s for q in resumed.curve.points] == [q.best_step_s for q in whole.curve.points]
+    with pytest.raises(AutoplaceError, match="config differ"):
+        htf_mpr_search(g, c, budget=SearchBudget(samples=60), seed=1, config=HTFMPRConfig(top_x=5), resume=tmp_path)
+
+
+def test_the_work_budget_counts_growing_refits():
+    g, c = build_graph("mnist-softmax"), get_cluster("gtx1050tix2")
+    small, large = work_budget(g, c, 5.0), work_budget(g, c, 50.0)
+    assert small.samples < large.samples < 10 * small.samples        # refits grow with the evaluated set
+
+
+def test_htf_mpr_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "m.json"
+    assert main(["place", "mnist-softmax", "-c", "gtx1050tix2", "-m", "htf-mpr", "--samples", "60",
+                 "--set", "top_x=5", "-o", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["method"] == "htf-mpr" and saved["family"] in {"ga", "default-gpu", "default-cpu", "homogeneous",
+                                                                 "longest-path", "random-homogeneous", "colour"}
+    capsys.readouterr()
+    assert main(["place", "mnist-softmax", "-c", "gtx1050tix2", "-m", "htf-mpr", "--set", "model=xgb",
+                 "-o", str(tmp_path / "x.json")]) == 2
+    assert "model" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+
+
+def test_a_generation_runs_the_children_the_predictor_ranks_highest(monkeypatch):
+    from autoplace.placers.htf_mpr import HTFMPRSearch
+
+    g, c = build_graph("mnist-softmax"), get_cluster("gtx1050tix2")
+    search = HTFMPRSearch(g, c, HTFMPRConfig(random_homogeneous=5, top_x=4), seed=0)
+    search.update()                                                  # the initial mappings
+    seen = []
+
+    class Stub:                                                      # a distinct score per mapping
+        def predict(self, kids):
+            seen.append(kids.copy())
+            return kids @ (3.0 ** np.arange(kids.shape[1]))
+
+    search.predictor = Stub()
+    monkeypatch.setattr(search, "_fit", lambda: None)
+    before = len(search.X)
+    search.update()
+    kids = seen[0]
+    best = kids[np.argsort(-Stub().predict(kids))[:4]]
+    assert search.screened == len(kids) > 4 and len(search.X) == before + 4
+    assert {r.tobytes() for r in search.X[before:]} == {r.tobytes() for r in best}
