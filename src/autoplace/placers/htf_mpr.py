@@ -116,11 +116,9 @@ class HTFMPRConfig(SearchConfig):
 def _node_dag(graph: Graph, grouping: Grouping) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Node positions in topological order of their first op (``order``: node at each position), and the
     distinct edges between nodes as positions, each going forward (``src < dst``)."""
-    first = np.full(grouping.n_groups, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first, grouping.group, graph.rank)
-    order = np.argsort(first, kind="stable")
-    pos = np.empty(grouping.n_groups, dtype=np.int64)
-    pos[order] = np.arange(grouping.n_groups)
+    from autoplace.policies.features import topological_order
+
+    order, pos = topological_order(graph, grouping)
     src, dst, _ = graph.edges()
     a, b = pos[grouping.group[src]], pos[grouping.group[dst]]
     keep = a < b
