@@ -61,11 +61,18 @@ def cmd_speedup(args) -> int:
         g, c, r, wall = _run(model, args.budget, args.seed)
         default = _default_step(g, c)
         m = r.placement.meta
+        from autoplace.placers import place
+        from autoplace.sim import simulate
+
+        t0 = time.perf_counter()
+        auto = simulate(g, c, place(g, c, "auto", seed=args.seed)).step_time
+        auto_s = time.perf_counter() - t0
         rows.append({"model": model, "default_step_s": default, "htf_mpr_step_s": m["best_step_s"],
                      "speedup": default / m["best_step_s"], "paper_speedup": PAPER_SPEEDUP.get(model),
                      "family": m["family"], "evaluations": r.samples, "initial": r.extra["initial"],
                      "screened": r.extra["screened"], "generations": r.updates - 1, "wall_s": wall,
-                     "nodes": int(r.extra["mappings"].shape[1]), "budget": args.budget, "seed": args.seed})
+                     "nodes": int(r.extra["mappings"].shape[1]), "auto_step_s": float(auto), "auto_s": auto_s,
+                     "budget": args.budget, "seed": args.seed})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     _save(args.json, {"rows": rows})
     return 0
@@ -137,13 +144,14 @@ def cmd_report(args) -> int:
     path = os.path.join(d, "speedup.json")
     if os.path.exists(path):
         rows = json.load(open(path))["rows"]
-        print("| model | default (all gpu:0) s | htf-mpr s | speedup | paper | winner | evaluations (initial) "
-              "| screened | search s |")
-        print("|---|---:|---:|---:|---:|---|---:|---:|---:|")
+        print("| model (nodes) | default (all gpu:0) ms | htf-mpr ms | speedup | paper | winner | evaluations "
+              "(initial) | screened | search s | auto ms | auto s |")
+        print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|")
         for r in rows:
-            print(f"| {r['model']} | {r['default_step_s']:.4f} | {r['htf_mpr_step_s']:.4f} | {r['speedup']:.2f}x | "
-                  f"{r['paper_speedup']:.2f}x | {r['family']} | {r['evaluations']} ({r['initial']}) | {r['screened']} | "
-                  f"{r['wall_s']:.0f} |")
+            print(f"| {r['model']} ({r['nodes']}) | {r['default_step_s'] * 1e3:.4g} | {r['htf_mpr_step_s'] * 1e3:.4g} | "
+                  f"{r['speedup']:.2f}x | {r['paper_speedup']:.2f}x | {r['family']} | {r['evaluations']} "
+                  f"({r['initial']}) | {r['screened']} | {r['wall_s']:.0f} | {r['auto_step_s'] * 1e3:.4g} | "
+                  f"{r['auto_s']:.1f} |")
         print()
     path = os.path.join(d, "predictor.json")
     if os.path.exists(path):
@@ -152,7 +160,8 @@ def cmd_report(args) -> int:
         print("| model (mappings) | " + " | ".join(names) + " |")
         print("|---|" + "---:|" * len(names))
         for r in rows:
-            cells = [f"{r['models'][n]['mean']:.3f} ± {r['models'][n]['std']:.3f}" for n in names]
+            cells = [f"{r['models'][n]['mean']:.3f} ± {r['models'][n]['std']:.3f}"
+                     if r["models"][n]["mean"] == r["models"][n]["mean"] else "fit failed" for n in names]
             print(f"| {r['model']} ({r['mappings']}) | " + " | ".join(cells) + " |")
         print()
     path = os.path.join(d, "enumerate.json")

@@ -3,7 +3,8 @@
 A *mapping* is a device index per node (``[n_nodes]`` integers, a grouping's groups); its *fitness* is
 ``1 / step time`` (0 for a mapping that fails). :class:`FitnessPredictor` follows scikit-learn's
 conventions (``fit(X, y)``, ``predict(X)``, ``score(X, y)``, ``get_params``): its features are the
-one-hot device of every node, its model scikit-learn's gradient-boosting regressor by default (or one of
+one-hot device of every node (less the columns no mapping varies in, and for the linear models each
+node's first device, whose column the others determine), its model scikit-learn's gradient-boosting regressor by default (or one of
 :data:`MODELS`, the paper's Figure 8 field). Any search can screen candidate mappings with it.
 
 Models are compared by the *normalised Kendall tau rank distance* (eq. 1–2): over all pairs of mappings,
@@ -29,6 +30,7 @@ MODELS = {
     "knn": ("sklearn.neighbors.KNeighborsRegressor", {}),
 }
 _SEEDED = ("gbr",)          # the models that take a random_state
+_LINEAR = ("ridge", "lars", "omp")
 
 
 def one_hot(X: np.ndarray, n_devices: int) -> np.ndarray:
@@ -88,11 +90,16 @@ class FitnessPredictor:
         self.scale_ = float(np.abs(y).max()) or 1.0          # fitnesses of 1e1–1e4: scaled to about 1
         self.estimator_ = self._estimator()
         features = one_hot(X, self.n_devices_)
-        if len(X) == 1 or np.ptp(y) == 0:                    # nothing to learn: a constant
+        # the columns the mappings vary in; for a linear model less each node's first device (its column
+        # is one minus the others': collinear columns break LARS)
+        self.columns_ = features.min(0) != features.max(0)
+        if self.model in _LINEAR:
+            self.columns_[::self.n_devices_] = False
+        if len(X) == 1 or np.ptp(y) == 0 or not self.columns_.any():      # nothing to learn: a constant
             self.constant_ = float(y.mean())
         else:
             self.constant_ = None
-            self.estimator_.fit(features, y / self.scale_)
+            self.estimator_.fit(features[:, self.columns_], y / self.scale_)
         return self
 
     def predict(self, X) -> np.ndarray:
@@ -104,7 +111,7 @@ class FitnessPredictor:
             raise AutoplaceError(f"mappings of {X.shape[1]} nodes; the predictor was fitted on {self.n_nodes_}")
         if self.constant_ is not None:
             return np.full(len(X), self.constant_)
-        return self.estimator_.predict(one_hot(X, self.n_devices_)) * self.scale_
+        return self.estimator_.predict(one_hot(X, self.n_devices_)[:, self.columns_]) * self.scale_
 
     def score(self, X, y) -> float:
         """``1 -`` the normalised Kendall tau distance of the predictions of ``X`` to ``y`` (1: same order)."""
@@ -152,11 +159,16 @@ def cross_validate(predictor: FitnessPredictor, X, y, *, k: int = 5, seed: int =
 def compare_models(X, y, *, n_devices: int | None = None, models=tuple(MODELS), k: int = 5, runs: int = 5,
                    seed: int = 0) -> dict[str, tuple[float, float]]:
     """The paper's Figure 8: per model, the mean and standard deviation over ``runs`` runs (each a
-    differently shuffled ``k``-fold cross-validation) of the mean Kendall tau distance over the folds."""
+    differently shuffled ``k``-fold cross-validation) of the mean Kendall tau distance over the folds;
+    ``(nan, nan)`` for a model whose fit fails on these mappings (LARS on degenerate one-hot columns)."""
     out = {}
     for name in models:
-        per_run = [float(cross_validate(FitnessPredictor(name, n_devices=n_devices, random_state=seed + r), X, y,
-                                        k=k, seed=seed + r).mean()) for r in range(runs)]
+        try:
+            per_run = [float(cross_validate(FitnessPredictor(name, n_devices=n_devices, random_state=seed + r), X,
+                                            y, k=k, seed=seed + r).mean()) for r in range(runs)]
+        except (ValueError, FloatingPointError, np.linalg.LinAlgError):
+            out[name] = (float("nan"), float("nan"))
+            continue
         out[name] = (float(np.mean(per_run)), float(np.std(per_run)) if len(per_run) > 1 else 0.0)
     return out
 
