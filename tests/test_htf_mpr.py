@@ -74,17 +74,30 @@ def test_every_initial_family_is_what_it_says():
     assert len(keys) == len(set(keys))                             # no duplicates
 
 
-def test_a_node_no_device_can_run_is_moved_and_colouring_minimises_conflicts():
-    g = build_graph("layered-dag", ops=60, width=6, seed=3)
-    c = get_cluster("k80x2")
+def test_a_node_only_the_cpu_runs_stays_on_the_cpu_in_every_initial_mapping():
+    from autoplace.grouping import grouped_graph
+
+    ops = [Op("x", "input", output_bytes=(1024,)), Op("a", "mm", ("x",), output_bytes=(1024,), flops=1e6),
+           Op("io", "decode", ("a",), output_bytes=(1024,), flops=1e3, device_types=("cpu",)),
+           Op("b", "mm", ("io",), output_bytes=(1024,), flops=1e6)]
+    g, c = Graph(ops, name="cpu-op"), get_cluster("gtx1050tix2")
+    nodes = nodes_of(g, c)
+    can_run = grouped_graph(g, nodes, c).feasible
+    assert not can_run.all()                                        # the test needs a node some device cannot run
+    for _, m in initial_mappings(g, c, nodes, seed=0, random_homogeneous=5):
+        assert can_run[np.arange(nodes.n_groups), m].all()
+
+
+def test_colouring_an_odd_cycle_with_two_colours_leaves_one_conflict():
+    ops = [Op("x", "input", output_bytes=(8,)), Op("a", "relu", ("x",), output_bytes=(8,)),
+           Op("b", "add", ("x", "a"), output_bytes=(8,))]            # undirected: a triangle
+    g, c = Graph(ops, name="triangle"), get_cluster("k80x2")
     nodes = nodes_of(g, c)
     colour = colouring(g, nodes, 2)
     src, dst, _ = g.edges()
     a, b = nodes.group[src], nodes.group[dst]
-    mono = int(np.sum((colour[a] == colour[b]) & (a != b)))
-    assert mono < 0.5 * int(np.sum(a != b))                       # far fewer than a random 2-colouring's half
-    for _, m in initial_mappings(g, c, nodes, seed=0, random_homogeneous=3):
-        assert ((0 <= m) & (m < c.n_devices)).all()
+    assert int(np.sum(colour[a] == colour[b])) == 1
+    assert len(set(colouring(g, nodes, 3).tolist())) == 3          # with three colours: none
 
 
 # ------------------------------------------------------------------------------------------------ predictor
@@ -93,8 +106,10 @@ def test_kendall_tau_distance_by_hand():
     assert kendall_tau_distance([1, 2, 3, 4], [4, 3, 2, 1]) == 1.0
     # one swapped pair of six: (2, 3)
     assert kendall_tau_distance([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(1 / 6)
-    # pairs (1,2) tied in the prediction only: discordant; (3,4) agree -> 1 of 6 ... and (1,3),(1,4),(2,3),(2,4) agree
-    assert kendall_tau_distance([1, 2, 3, 4], [5, 5, 6, 7]) == pytest.approx(1 / 6)
+    # the pair (1, 2) ties in the prediction only: ½; the other five agree
+    assert kendall_tau_distance([1, 2, 3, 4], [5, 5, 6, 7]) == pytest.approx(0.5 / 6)
+    assert kendall_tau_distance([1, 2, 3, 4], [7, 7, 7, 7]) == pytest.approx(0.5)   # a constant: chance
+    assert kendall_tau_distance([1, 1, 2], [3, 3, 4]) == 0.0                        # ties on both sides agree
     with pytest.raises(AutoplaceError):
         kendall_tau_distance([1, 2], [1, 2, 3])
 
@@ -166,10 +181,34 @@ def test_an_interrupted_htf_mpr_search_resumes_to_the_uninterrupted_result(tmp_p
         htf_mpr_search(g, c, budget=SearchBudget(samples=60), seed=1, config=HTFMPRConfig(top_x=5), resume=tmp_path)
 
 
-def test_the_work_budget_counts_growing_refits():
+def test_the_work_budget_counts_growing_refits(monkeypatch):
+    import autoplace.placers.htf_mpr as htf
+
     g, c = build_graph("mnist-softmax"), get_cluster("gtx1050tix2")
     small, large = work_budget(g, c, 5.0), work_budget(g, c, 50.0)
     assert small.samples < large.samples < 10 * small.samples        # refits grow with the evaluated set
+    monkeypatch.setattr(htf, "FIT_SECONDS_PER_FEATURE", 0.0)
+    free = work_budget(g, c, 50.0)
+    assert free.samples > 3 * large.samples
+
+
+def test_a_graph_with_fewer_mappings_than_the_budget_converges():
+    ops = [Op("x", "input", output_bytes=(8,)), Op("a", "relu", ("x",), output_bytes=(8,), flops=1e3)]
+    g, c = Graph(ops, name="two"), get_cluster("gtx1050tix2")
+    r = htf_mpr_search(g, c, budget=SearchBudget(samples=1000), seed=0)
+    assert r.stop_reason == "converged" and r.samples <= 9
+
+
+def test_a_population_where_one_mapping_ran_still_breeds():
+    from autoplace.placers.htf_mpr import HTFMPRSearch
+
+    g, c = build_graph("mnist-softmax"), get_cluster("gtx1050tix2")
+    search = HTFMPRSearch(g, c, HTFMPRConfig(random_homogeneous=5), seed=0)
+    search.update()
+    search.steps[1:] = np.inf                                        # as if only one mapping had run
+    search._fit()
+    search.update()
+    assert len(search.X) > 25
 
 
 def test_htf_mpr_from_the_command_line(tmp_path, capsys):

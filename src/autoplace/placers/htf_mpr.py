@@ -18,9 +18,9 @@ seed the population:
   beyond);
 * **random homogeneous**: the longest path on one device, every other path on one random device each
   (:attr:`HTFMPRConfig.random_homogeneous` mappings);
-* **colour**: a greedy colouring of the undirected node graph with ``D`` colours that leaves as few
-  connected pairs of one colour as it can (none where ``D`` colours suffice), over the permutations of
-  colours to devices.
+* **colour**: a greedy colouring of the undirected node graph with ``D`` colours, largest degree first,
+  each node the colour fewest of its coloured neighbours have (no monochrome edge wherever that greedy
+  order finds ``D`` colours enough), over the permutations of colours to devices.
 
 A node on a device that cannot run it moves to the first device that can.
 
@@ -28,7 +28,9 @@ A node on a device that cannot run it moves to the first device that can.
 (0 for a failing mapping), features the one-hot device of every node, scikit-learn's gradient-boosting
 regressor, refitted on every mapping evaluated so far after each generation.
 
-*Genetic algorithm* (§III-G, one generation per engine update): the population is the
+*Genetic algorithm* (§III-G, one generation per engine update; the paper breeds thousands of children
+from a predictor trained once on the initial mappings and runs the top 50 once — ours runs the top
+:attr:`HTFMPRConfig.top_x` of every generation and refits the predictor on them, "fed back"): the population is the
 :attr:`HTFMPRConfig.population` fittest mappings evaluated so far; :attr:`HTFMPRConfig.pairs` parent pairs
 are drawn with fitness-proportional (roulette-wheel) selection; each pair breeds by both crossovers —
 *stochastic* (each node from the fitter parent with probability ``f_a / (f_a + f_b)``: one child) and
@@ -79,6 +81,7 @@ OPS_PER_SECOND = 1e7                 #: nominal simulator speed, as the other se
 GENERATION_SECONDS = 0.05            #: nominal fixed cost of a generation (breeding, the predictor's fit)
 FIT_SECONDS_PER_FEATURE = 2e-6       #: nominal cost of the predictor's fit per mapping and one-hot feature
 CHECKPOINT_FORMAT = "autoplace.htf-mpr/v1"
+STALL_GENERATIONS = 20               #: generations in a row with no child not evaluated before: converged
 
 
 @dataclass(frozen=True)
@@ -294,6 +297,9 @@ class HTFMPRSearch:
         self.curve = Curve()
         self.predictor: FitnessPredictor | None = None
         self._initialised = False
+        self._stalled = 0
+        self._snapshot: dict | None = None
+        self._snapshot = self._state()
 
     # fitness = 1 / step (0 for a failing mapping)
     @property
@@ -306,7 +312,9 @@ class HTFMPRSearch:
 
     @property
     def converged(self) -> bool:
-        return False
+        """Every mapping evaluated, or :data:`STALL_GENERATIONS` generations in a row without a new child."""
+        total = float(self.cluster.n_devices) ** self.nodes.n_groups
+        return len(self.X) >= total or self._stalled >= STALL_GENERATIONS
 
     def _run(self, mappings: np.ndarray, families: list[str]) -> np.ndarray:
         scores = self.evaluate(mappings)
@@ -341,6 +349,7 @@ class HTFMPRSearch:
                            float(np.mean(np.where(np.isfinite(step), 1.0 / np.where(np.isfinite(step), step, 1.0),
                                                   0.0))) if len(step) else 0.0)
         self.curve.append(point)
+        self._snapshot = self._state()
         return point
 
     def _generation(self) -> np.ndarray:
@@ -351,7 +360,7 @@ class HTFMPRSearch:
         prob = pf / pf.sum() if pf.sum() > 0 else np.full(len(parents), 1.0 / len(parents))
         children = []
         for _ in range(cfg.pairs):
-            i, j = rng.choice(len(parents), size=2, replace=len(parents) < 2, p=prob)
+            i, j = rng.choice(len(parents), size=2, replace=int((prob > 0).sum()) < 2, p=prob)
             a, b = self.X[parents[i]], self.X[parents[j]]
             children.append(stochastic_crossover(a, b, fit[parents[i]], fit[parents[j]], rng))
             children += point_crossover(a, b, int(rng.integers(1, 4)), rng)
@@ -365,7 +374,10 @@ class HTFMPRSearch:
         new = np.array([k not in seen for k in map(np.ndarray.tobytes, kids)], dtype=bool)
         kids = kids[new]
         if not len(kids):
+            self._stalled += 1
             return np.zeros(0)
+        self._stalled = 0
+        kids = kids[rng.permutation(len(kids))]          # equal predictions: no bias to low device indices
         self.screened += len(kids)
         top = np.argsort(-self.predictor.predict(kids), kind="stable")[:cfg.top_x]
         return self._run(kids[top], ["ga"] * len(top))
@@ -376,21 +388,29 @@ class HTFMPRSearch:
                 "config": asdict(self.config), "seed": self.seed}
 
     def state(self) -> dict:
-        return {"format": CHECKPOINT_FORMAT, **self._identity(), "rng": self.rng.bit_generator.state,
-                "X": self.X, "steps": self.steps, "families": self.families, "samples": self.samples,
-                "updates": self.updates, "screened": self.screened, "wall_s": self.wall_s,
-                "initialised": self._initialised, "curve": self.curve.to_rows(), "cache": self.evaluate.cache}
+        """The search as it stood after its last whole update (an interrupted update is not half-saved)."""
+        return self._snapshot if self._snapshot is not None else self._state()
+
+    def _state(self) -> dict:
+        import copy
+
+        return {"format": CHECKPOINT_FORMAT, **self._identity(), "rng": copy.deepcopy(self.rng.bit_generator.state),
+                "X": self.X.copy(), "steps": self.steps.copy(), "families": list(self.families),
+                "samples": self.samples, "updates": self.updates, "screened": self.screened, "wall_s": self.wall_s,
+                "initialised": self._initialised, "stalled": self._stalled, "curve": self.curve.to_rows(),
+                "cache": dict(self.evaluate.cache)}
 
     def load(self, state: dict) -> None:
         check_checkpoint(state, CHECKPOINT_FORMAT, self._identity())
         self.rng.bit_generator.state = state["rng"]
         self.X, self.steps, self.families = state["X"], state["steps"], list(state["families"])
         self.samples, self.updates, self.screened = state["samples"], state["updates"], state["screened"]
-        self.wall_s, self._initialised = state["wall_s"], state["initialised"]
+        self.wall_s, self._initialised, self._stalled = state["wall_s"], state["initialised"], state["stalled"]
         self.curve = Curve.from_rows(state["curve"])
         self.evaluate.cache.update(state["cache"])
         if len(self.X):
             self._fit()
+        self._snapshot = self._state()
 
     def close(self) -> None:
         if self._own_env and self.env is not None:
@@ -415,7 +435,8 @@ def work_budget(graph: Graph, cluster: Cluster, budget: float | None, config: HT
     n = n_nodes if n_nodes is not None else runnable_grouping(graph, config.rules,
                                                               feasible_devices(graph, cluster)).n_groups
     features = n * cluster.n_devices
-    evaluated = 2 + cluster.n_devices + 2 * config.max_permutations + config.random_homogeneous   # about
+    perms = min(math.factorial(cluster.n_devices), config.max_permutations)
+    evaluated = cluster.n_devices + 2 * perms + config.random_homogeneous         # the initial mappings, about
     spent = evaluated * graph.n_ops / OPS_PER_SECOND + GENERATION_SECONDS + evaluated * features * FIT_SECONDS_PER_FEATURE
     while True:
         nxt = (config.top_x * graph.n_ops / OPS_PER_SECOND + GENERATION_SECONDS

@@ -8,7 +8,8 @@ node's first device, whose column the others determine), its model scikit-learn'
 :data:`MODELS`, the paper's Figure 8 field). Any search can screen candidate mappings with it.
 
 Models are compared by the *normalised Kendall tau rank distance* (eq. 1–2): over all pairs of mappings,
-the share whose predicted fitnesses are in the other order than their actual ones —
+the share whose predicted fitnesses are in the other order than their actual ones (a pair tied on one
+side only counts ½) —
 :func:`kendall_tau_distance` — under k-fold cross-validation (:func:`cross_validate`, :func:`compare_models`).
 """
 
@@ -119,9 +120,11 @@ class FitnessPredictor:
 
 
 def kendall_tau_distance(actual, predicted) -> float:
-    """The normalised Kendall tau rank distance (HTF-MPR eq. 1–2): the share of the ``n (n - 1) / 2`` pairs
-    ``i < j`` whose order differs — ``K(i, j) = 1`` where ``(f_i - f_j)`` and ``(f̂_i - f̂_j)`` have different
-    signs (a tie on one side and not the other counts as different), else 0. 0: the same ranking; 1: reversed."""
+    """The normalised Kendall tau rank distance (HTF-MPR eq. 1–2): over the ``n (n - 1) / 2`` pairs ``i < j``,
+    the mean of ``K(i, j)``: 1 where ``(f_i - f_j)`` and ``(f̂_i - f̂_j)`` have opposite signs, 0 where the same,
+    and ½ where one side ties and the other does not (Fagin et al.'s penalty ``p = ½``; eq. 1 as printed
+    counts such a pair 0, which would rank a constant predictor perfect). 0: the same ranking; 1:
+    reversed; about ½: no better than chance, as a constant predictor."""
     f = np.asarray(actual, dtype=float)
     g = np.asarray(predicted, dtype=float)
     if f.shape != g.shape or f.ndim != 1:
@@ -130,8 +133,9 @@ def kendall_tau_distance(actual, predicted) -> float:
     if n < 2:
         return 0.0
     i, j = np.triu_indices(n, k=1)
-    differ = np.sign(f[i] - f[j]) != np.sign(g[i] - g[j])
-    return float(differ.sum() / (n * (n - 1) / 2))
+    a, b = np.sign(f[i] - f[j]), np.sign(g[i] - g[j])
+    k = np.where(a * b < 0, 1.0, np.where(a == b, 0.0, 0.5))     # opposite, same, one-sided tie
+    return float(k.sum() / (n * (n - 1) / 2))
 
 
 def cross_validate(predictor: FitnessPredictor, X, y, *, k: int = 5, seed: int = 0) -> np.ndarray:
