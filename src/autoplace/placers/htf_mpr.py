@@ -298,6 +298,8 @@ class HTFMPRSearch:
         self.predictor: FitnessPredictor | None = None
         self._initialised = False
         self._stalled = 0
+        D, n = cluster.n_devices, self.nodes.n_groups
+        self._space = D ** n if n * math.log2(max(D, 2)) < 62 else None      # the mappings there are (None: too many to run)
         self._snapshot: dict | None = None
         self._snapshot = self._state()
 
@@ -313,8 +315,7 @@ class HTFMPRSearch:
     @property
     def converged(self) -> bool:
         """Every mapping evaluated, or :data:`STALL_GENERATIONS` generations in a row without a new child."""
-        total = float(self.cluster.n_devices) ** self.nodes.n_groups
-        return len(self.X) >= total or self._stalled >= STALL_GENERATIONS
+        return (self._space is not None and len(self.X) >= self._space) or self._stalled >= STALL_GENERATIONS
 
     def _run(self, mappings: np.ndarray, families: list[str]) -> np.ndarray:
         scores = self.evaluate(mappings)
