@@ -79,6 +79,7 @@ def cmd_speedup(args) -> int:
 
 
 def cmd_predictor(args) -> int:
+    from autoplace.placers.htf_mpr import fitness
     from autoplace.search.predictor import compare_models
 
     rows = []
@@ -86,7 +87,7 @@ def cmd_predictor(args) -> int:
         g, c, r, _ = _run(model, args.budget, args.seed)
         X, steps = r.extra["mappings"], r.extra["steps"]                # every mapping the run evaluated
         ok = np.isfinite(steps)
-        y = np.where(ok, 1.0 / np.where(ok, steps, 1.0), 0.0)
+        y = fitness(steps)
         table = compare_models(X, y, n_devices=c.n_devices, k=5, runs=5, seed=args.seed)
         rows.append({"model": model, "mappings": int(len(X)), "failed": int((~ok).sum()),
                      "models": {k: {"mean": v[0], "std": v[1]} for k, v in table.items()}})

@@ -489,7 +489,6 @@ class GDPSearch:
 
 
 def _geomean(xs: list[float]) -> float:
-    xs = [x for x in xs]
     if not xs or not all(math.isfinite(x) and x > 0 for x in xs):
         return math.inf
     return float(math.exp(sum(math.log(x) for x in xs) / len(xs)))

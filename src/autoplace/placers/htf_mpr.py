@@ -73,7 +73,7 @@ from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fi
 from autoplace.search.predictor import MODELS, FitnessPredictor
 from autoplace.validation import check_budget, seed_int
 
-__all__ = ["HTFMPRConfig", "HTFMPRSearch", "htf_mpr_search", "initial_mappings", "node_paths", "colouring",
+__all__ = ["HTFMPRConfig", "HTFMPRSearch", "htf_mpr_search", "fitness", "initial_mappings", "node_paths", "colouring",
            "stochastic_crossover", "point_crossover", "work_budget"]
 
 DEFAULT_BUDGET_S = 30.0
@@ -113,6 +113,12 @@ class HTFMPRConfig(SearchConfig):
             raise AutoplaceError("HTFMPRConfig.random_homogeneous and mutation must be >= 0")
         if self.model not in MODELS:
             raise AutoplaceError(f"HTFMPRConfig.model must be one of {', '.join(MODELS)}, got {self.model!r}")
+
+
+def fitness(steps: np.ndarray) -> np.ndarray:
+    """HTF-MPR's fitness of mappings whose steps are ``steps``: ``1 / step``, 0 where one failed (``inf``)."""
+    ok = np.isfinite(steps)
+    return np.where(ok, 1.0 / np.where(ok, steps, 1.0), 0.0)
 
 
 # ------------------------------------------------------------------------------------------ initial mappings
@@ -161,10 +167,8 @@ def node_paths(graph: Graph, grouping: Grouping, max_paths: int = 64) -> list[np
             left[v], path_of[v] = False, len(paths)
         paths.append(path)
     for v in range(N):                               # beyond max_paths: the path of the node before
-        if path_of[v] < 0:
+        if path_of[v] < 0:                          # the node before is on a path already
             path_of[v] = path_of[v - 1] if v > 0 else 0
-            if path_of[v] < 0:
-                path_of[v] = 0
     return [order[np.flatnonzero(path_of == k)] for k in range(len(paths))]
 
 
@@ -303,10 +307,9 @@ class HTFMPRSearch:
         self._snapshot: dict | None = None
         self._snapshot = self._state()
 
-    # fitness = 1 / step (0 for a failing mapping)
     @property
     def fitness(self) -> np.ndarray:
-        return np.where(np.isfinite(self.steps), 1.0 / np.where(np.isfinite(self.steps), self.steps, 1.0), 0.0)
+        return fitness(self.steps)
 
     @property
     def best_step(self) -> float:
@@ -347,8 +350,7 @@ class HTFMPRSearch:
         ran = step[np.isfinite(step)]
         point = CurvePoint(self.samples, self.wall_s, self.best_step, float(ran.mean()) if len(ran) else math.inf,
                            float(1 - np.isfinite(step).mean()) if len(step) else 0.0,
-                           float(np.mean(np.where(np.isfinite(step), 1.0 / np.where(np.isfinite(step), step, 1.0),
-                                                  0.0))) if len(step) else 0.0)
+                           float(fitness(step).mean()) if len(step) else 0.0)
         self.curve.append(point)
         self._snapshot = self._state()
         return point
