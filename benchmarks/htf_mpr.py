@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/htf_mpr.py speedup   --json docs/htf-mpr/speedup.json      # alexnet, vgg16, mnist-softmax
     .venv/bin/python benchmarks/htf_mpr.py predictor --json docs/htf-mpr/predictor.json    # Figure 8
     .venv/bin/python benchmarks/htf_mpr.py enumerate --json docs/htf-mpr/enumerate.json    # every mnist-softmax mapping
+    .venv/bin/python benchmarks/htf_mpr.py table2    --json docs/htf-mpr/table2-NAME.json [--label L --set KEY=VALUE ...]
     .venv/bin/python benchmarks/htf_mpr.py report    --json docs/htf-mpr
 
 ``speedup``: HTF-MPR (``--budget`` seconds of nominal work, seed ``--seed``) on each model against the
@@ -11,12 +12,19 @@ evaluations, and children the predictor screened. ``predictor``: the paper's Fig
 Kendall tau distance of six regressors under 5-fold cross-validation, mean ± std over 5 runs, on the
 mappings an HTF-MPR run evaluated (the initial mappings and the GA's). ``enumerate``: every mapping of
 mnist-softmax's nodes (its co-location groups: ``3^N``) simulated in batches: the share faster than the
-default mapping, and where HTF-MPR's answer ranks among them. ``report`` prints the tables.
+default mapping, and where HTF-MPR's answer ranks among them. ``table2``: HTF-MPR (``--set``: an
+``HTFMPRConfig`` variant, named ``--label``) on Mirhoseini et al.'s Table 2 settings with the RL placer's
+budget (``--budget`` 600 s of nominal work), beside the RL benchmark's rows (``--rl``: the JSON of
+``benchmarks/rl_table2.py``: single-GPU, expert, auto, RL); rows are added to ``--json`` one setting at a
+time, and a setting already there is skipped (an interrupted run continues). ``report`` prints the tables
+(of every ``table2*.json`` in the folder);
+with variants ``L`` and ``L-random`` (``--set model=random``), how many real runs the predictor saved.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -90,7 +98,7 @@ def cmd_predictor(args) -> int:
         y = fitness(steps)
         table = compare_models(X, y, n_devices=c.n_devices, k=5, runs=5, seed=args.seed)
         rows.append({"model": model, "mappings": int(len(X)), "failed": int((~ok).sum()),
-                     "models": {k: {"mean": v[0], "std": v[1]} for k, v in table.items()}})
+                     "models": {k: {"mean": v[0], "std": v[1], "failed_runs": v[2]} for k, v in table.items()}})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     _save(args.json, {"rows": rows})
     return 0
@@ -140,6 +148,110 @@ def cmd_enumerate(args) -> int:
     return 0
 
 
+TABLE2 = [(m, c) for m in ("rnnlm-2", "nmt-2", "inception-v3") for c in ("k80x2", "k80x4")]
+
+
+def cmd_table2(args) -> int:
+    from autoplace.cli import _settings
+    from autoplace.cluster import get_cluster
+    from autoplace.placers.htf_mpr import htf_mpr_search
+    from autoplace.zoo import build_graph
+
+    settings = _settings(args.settings)
+    out = json.load(open(args.json)) if os.path.exists(args.json) else {"rows": []}
+    done = {(r["model"], r["cluster"], r["label"]) for r in out["rows"]}
+    other = next((r for r in out["rows"] if r["label"] == args.label and r["settings"] != settings), None)
+    if other is not None:
+        sys.exit(f"{args.json}: variant {args.label!r} was run with --set {other['settings']}; name this one "
+                 "another --label")
+    only = set(args.only.split(",")) if args.only else None
+    for model, cname in TABLE2:
+        if (only and f"{model}@{cname}" not in only) or (model, cname, args.label) in done:
+            continue
+        g, c = build_graph(model), get_cluster(cname)
+        t0 = time.perf_counter()
+        curve = os.path.join(args.curves, f"{args.label}-{model}-{cname}") if args.curves else None
+        r = htf_mpr_search(g, c, budget=args.budget, seed=args.seed, config=settings,
+                           curve_csv=curve and curve + ".csv", curve_png=curve and curve + ".png")
+        wall = time.perf_counter() - t0
+        m = r.placement.meta
+        out["rows"].append({"model": model, "cluster": cname, "label": args.label, "settings": settings,
+                            "step_s": m["best_step_s"], "family": m["family"], "evaluations": r.samples,
+                            "initial": r.extra["initial"], "screened": r.extra["screened"],
+                            "generations": r.updates - 1, "stop_reason": r.stop_reason, "wall_s": wall,
+                            "nodes": int(r.extra["mappings"].shape[1]),
+                            "best_curve": [[p.samples, p.best_step_s] for p in r.curve.points],
+                            "budget": args.budget, "seed": args.seed})
+        _save(args.json, out)
+        print(f"{args.label} {model} on {cname}: {m['best_step_s']:.3f} s in {wall:.0f} s, {r.samples} runs",
+              file=sys.stderr, flush=True)
+    return 0
+
+
+def _runs_to_reach(curve: list, step: float) -> int | None:
+    """Real runs a search took until its best was ``step`` or faster (None: never)."""
+    return next((n for n, best in curve if best <= step * (1 + 1e-9)), None)
+
+
+def _report_table2(paths: list[str], rl_dir: str) -> None:
+    rows = [r for p in paths for r in json.load(open(p))["rows"]]
+    rl = {}
+    for cname in ("k80x2", "k80x4"):
+        p = os.path.join(rl_dir, f"{cname}.json")
+        if os.path.exists(p):
+            rl.update({(r["model"], r["cluster"]): r for r in json.load(open(p))["rows"]})
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    by = {(r["model"], r["cluster"], r["label"]): r for r in rows}
+    base = ("single-gpu", "expert", "auto", "rl", "rl+refine")
+    print("| setting | " + " | ".join(base + tuple(labels)) + " |")
+    print("|---|" + "---:|" * (len(base) + len(labels)))
+    for model, cname in TABLE2:
+        ref = rl.get((model, cname))
+        if ref is None or not any((model, cname, lab) in by for lab in labels):
+            continue
+        single = ref["single-gpu"]["step_s"]
+        cells = [f"{ref[k]['step_s']:.3f} ({single / ref[k]['step_s']:.2f}x)" for k in base]
+        for lab in labels:
+            r = by.get((model, cname, lab))
+            cells.append("" if r is None else f"{r['step_s']:.3f} ({single / r['step_s']:.2f}x)")
+        print(f"| {model} {cname} | " + " | ".join(cells) + " |")
+    print()
+    print("| setting | variant | nodes | real runs (initial) | new children bred | generations | search s | rl search s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for model, cname in TABLE2:
+        for lab in labels:
+            r = by.get((model, cname, lab))
+            if r is None:
+                continue
+            ref = rl.get((model, cname))
+            rls = f"{ref['rl']['search_s']:.0f}" if ref else ""
+            print(f"| {model} {cname} | {lab} | {r['nodes']} | {r['evaluations']} ({r['initial']}) | {r['screened']} | "
+                  f"{r['generations']} | {r['wall_s']:.0f} | {rls} |")
+    pairs = [lab for lab in labels if lab + "-random" in labels]
+    if pairs:
+        print()
+        print("| setting | variant | step with predictor | its runs to reach it | step with random picks | "
+              "random picks' runs to reach the predictor's step |")
+        print("|---|---|---:|---:|---:|---:|")
+        for model, cname in TABLE2:
+            for lab in pairs:
+                a, b = by.get((model, cname, lab)), by.get((model, cname, lab + "-random"))
+                if a is None or b is None:
+                    continue
+                need = _runs_to_reach(b["best_curve"], a["step_s"])
+                print(f"| {model} {cname} | {lab} | {a['step_s']:.3f} | {_runs_to_reach(a['best_curve'], a['step_s'])} | "
+                      f"{b['step_s']:.3f} | {need if need is not None else 'not in ' + str(b['evaluations'])} |")
+    print()
+
+
+def _figure8_cell(m: dict) -> str:
+    """``mean ± std``, and how many of the runs failed to fit (left out of the mean)."""
+    failed = m.get("failed_runs", 0)
+    if m["mean"] != m["mean"]:
+        return "every fit failed"
+    return f"{m['mean']:.3f} ± {m['std']:.3f}" + (f" ({failed} run{'s' * (failed > 1)} failed)" if failed else "")
+
+
 def cmd_report(args) -> int:
     d = args.json
     path = os.path.join(d, "speedup.json")
@@ -161,8 +273,7 @@ def cmd_report(args) -> int:
         print("| model (mappings) | " + " | ".join(names) + " |")
         print("|---|" + "---:|" * len(names))
         for r in rows:
-            cells = [f"{r['models'][n]['mean']:.3f} ± {r['models'][n]['std']:.3f}"
-                     if r["models"][n]["mean"] == r["models"][n]["mean"] else "fit failed" for n in names]
+            cells = [_figure8_cell(r["models"][n]) for n in names]
             print(f"| {r['model']} ({r['mappings']}) | " + " | ".join(cells) + " |")
         print()
     path = os.path.join(d, "enumerate.json")
@@ -173,6 +284,10 @@ def cmd_report(args) -> int:
               f"(paper: 13 %), {e['failed']:,} failed; best {e['best_step_s'] * 1e3:.4f} ms; HTF-MPR's "
               f"{e['htf_mpr_step_s'] * 1e3:.4f} ms ranks {e['htf_mpr_rank']:,} ({e['htf_mpr_ties']:,} mappings tie "
               f"with it) after {e['htf_mpr_evaluations']} evaluations.")
+        print()
+    paths = sorted(glob.glob(os.path.join(d, "table2*.json")))
+    if paths:
+        _report_table2(paths, args.rl)
     return 0
 
 
@@ -186,10 +301,20 @@ def main(argv=None) -> int:
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--models", default=",".join(MODELS))
         p.add_argument("--chunk", type=int, default=500_000)
+    p = sub.add_parser("table2")
+    p.add_argument("--json", required=True, help="rows are added here; settings already there are skipped")
+    p.add_argument("--budget", type=float, default=600.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--label", default="htf-mpr", help="the variant's name in the tables")
+    p.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                   help="an HTFMPRConfig setting (as autoplace place --set)")
+    p.add_argument("--only", default=None, help="comma-separated MODEL@CLUSTER settings")
+    p.add_argument("--curves", default=None, help="write each search's curve (CSV, PNG) here")
     p = sub.add_parser("report")
     p.add_argument("--json", required=True, help="the folder of the JSON files")
+    p.add_argument("--rl", default="docs/rl/table2", help="the folder of rl_table2.py's k80x2.json, k80x4.json")
     args = ap.parse_args(argv)
-    return {"speedup": cmd_speedup, "predictor": cmd_predictor, "enumerate": cmd_enumerate,
+    return {"speedup": cmd_speedup, "predictor": cmd_predictor, "enumerate": cmd_enumerate, "table2": cmd_table2,
             "report": cmd_report}[args.cmd](args)
 
 

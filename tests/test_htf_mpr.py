@@ -125,11 +125,38 @@ def test_the_predictor_ranks_a_learnable_fitness_and_follows_sklearn_conventions
     folds = cross_validate(p, X, y, k=5)
     assert folds.shape == (5,) and (folds < 0.3).all()
     table = compare_models(X[:120], y[:120], n_devices=3, runs=2)
-    assert set(table) == set(MODELS) and all(0 <= m <= 1 and s >= 0 for m, s in table.values())
+    assert set(table) == set(MODELS) and all(0 <= m <= 1 and s >= 0 and f == 0 for m, s, f in table.values())
     with pytest.raises(AutoplaceError, match="before fit"):
         FitnessPredictor().predict(X)
     with pytest.raises(AutoplaceError, match="unknown fitness model"):
         FitnessPredictor("xgboost")
+    with pytest.raises(AutoplaceError, match="unknown fitness model"):
+        FitnessPredictor().set_params(model="xgboost").fit(X, y)
+    from sklearn.model_selection import GridSearchCV, cross_val_score       # scikit-learn's own tools take it
+
+    assert (cross_val_score(FitnessPredictor(n_devices=3), X[:150], y[:150], cv=3) > 0.7).all()
+    grid = GridSearchCV(FitnessPredictor(n_devices=3), {"model": ["gbr", "omp"]}, cv=3).fit(X[:150], y[:150])
+    assert grid.best_params_ == {"model": "gbr"}
+
+
+def test_a_model_whose_fit_fails_in_one_run_is_reported_beside_the_runs_that_fitted(monkeypatch):
+    import autoplace.search.predictor as pred
+
+    real, calls = pred.cross_validate, []
+
+    def flaky(predictor, X, y, *, k, seed):
+        calls.append(seed)
+        if predictor.model == "ridge" and len(calls) % 2:
+            raise ValueError("cannot convert float NaN to integer")           # as LARS's path does
+        return real(predictor, X, y, k=k, seed=seed)
+
+    monkeypatch.setattr(pred, "cross_validate", flaky)
+    rng = np.random.default_rng(1)
+    X = rng.integers(0, 3, (60, 5))
+    y = 1.0 / (1.0 + (X == 0).sum(1))
+    table = pred.compare_models(X, y, n_devices=3, models=("ridge",), runs=4)
+    mean, std, failed = table["ridge"]
+    assert failed == 2 and 0 <= mean < 0.5 and std >= 0
 
 
 # ------------------------------------------------------------------------------------------------- breeding
@@ -177,6 +204,9 @@ def test_an_interrupted_htf_mpr_search_resumes_to_the_uninterrupted_result(tmp_p
     resumed = htf_mpr_search(g, c, budget=SearchBudget(samples=60), seed=1, config=cfg, resume=tmp_path)
     assert (resumed.placement.to_array(g, c) == whole.placement.to_array(g, c)).all()
     assert [q.best_step_s for q in resumed.curve.points] == [q.best_step_s for q in whole.curve.points]
+    assert (resumed.samples, resumed.updates, resumed.extra["screened"], resumed.extra["families"]) == \
+        (whole.samples, whole.updates, whole.extra["screened"], whole.extra["families"])
+    assert (resumed.extra["mappings"] == whole.extra["mappings"]).all()
     with pytest.raises(AutoplaceError, match="config differ"):
         htf_mpr_search(g, c, budget=SearchBudget(samples=60), seed=1, config=HTFMPRConfig(top_x=5), resume=tmp_path)
 
@@ -245,3 +275,109 @@ def test_a_generation_runs_the_children_the_predictor_ranks_highest(monkeypatch)
     best = kids[np.argsort(-Stub().predict(kids))[:4]]
     assert search.screened == len(kids) > 4 and len(search.X) == before + 4
     assert {r.tobytes() for r in search.X[before:]} == {r.tobytes() for r in best}
+
+
+def test_groups_coarsen_the_nodes_as_the_rl_placer_does_and_the_placement_expands_to_every_op():
+    from autoplace.placers.htf_mpr import htf_mpr_nodes
+    from autoplace.placers.rl import RLConfig, rl_grouping
+
+    g, c = build_graph("rnnlm-2", steps=6, hidden=256), get_cluster("k80x2")
+    fine = htf_mpr_nodes(g, c, HTFMPRConfig())
+    cfg = HTFMPRConfig(groups=24, group_rules="colocation,gradient,structure,structure-first")
+    coarse = htf_mpr_nodes(g, c, cfg)
+    assert coarse.n_groups <= 24 < fine.n_groups
+    rl = rl_grouping(g, c, RLConfig(groups=24))
+    assert (coarse.group == rl.group).all()
+    r = htf_mpr_search(g, c, budget=SearchBudget(samples=60), seed=0, config=cfg)
+    assert r.extra["mappings"].shape[1] == coarse.n_groups
+    p = r.placement.to_array(g, c)
+    assert len(p) == g.n_ops and all(len(set(p[coarse.members(k)].tolist())) == 1 for k in range(coarse.n_groups))
+    assert simulate(g, c, r.placement).step_time == pytest.approx(r.placement.meta["best_step_s"])
+
+
+def test_the_random_model_runs_children_without_a_predictor_and_predicts_nothing(monkeypatch):
+    from autoplace.placers.htf_mpr import HTFMPRSearch
+
+    g, c = build_graph("mnist-softmax"), get_cluster("gtx1050tix2")
+    search = HTFMPRSearch(g, c, HTFMPRConfig(random_homogeneous=5, top_x=4, model="random"), seed=0)
+    monkeypatch.setattr(FitnessPredictor, "fit", lambda *a, **k: pytest.fail("fitted a predictor"))
+    search.update()
+    before = len(search.X)
+    search.update()
+    assert search.predictor is None and len(search.X) == before + 4 and search.screened > 4
+    with pytest.raises(AutoplaceError, match="model"):
+        HTFMPRConfig(model="none")
+
+
+def test_roulette_selection_draws_parents_in_proportion_to_fitness():
+    from autoplace.placers.htf_mpr import roulette_pair
+
+    rng = np.random.default_rng(0)
+    draws = np.array([roulette_pair(np.array([6.0, 3.0, 1.0, 0.0]), rng) for _ in range(4000)])
+    share = np.bincount(draws[:, 0], minlength=4) / len(draws)          # the first parent: the wheel itself
+    assert abs(share[0] - 0.6) < 0.03 and abs(share[1] - 0.3) < 0.03 and (draws != 3).all()
+    assert (draws[:, 0] != draws[:, 1]).all()                      # two parents that ran: distinct
+    assert roulette_pair(np.array([2.0, 0.0, 0.0]), rng) == (0, 0)  # one that ran: bred with itself
+    none = np.array([roulette_pair(np.zeros(4), rng) for _ in range(2000)])
+    assert (np.bincount(none.ravel(), minlength=4) > 800).all()     # none ran: uniform
+
+
+def test_mutation_draws_the_configured_number_of_nodes_per_child():
+    from autoplace.placers.htf_mpr import mutate
+
+    rng = np.random.default_rng(0)
+    kids = np.zeros((4000, 50), dtype=np.int64)
+    out = mutate(kids, 2.0, 4, rng)
+    assert abs((out != kids).sum(1).mean() - 2.0 * 3 / 4) < 0.1 and set(np.unique(out).tolist()) == {0, 1, 2, 3}
+    assert (mutate(kids, 0.0, 4, rng) == kids).all()
+
+
+def test_the_predictor_is_refitted_on_every_mapping_run_so_far_after_each_generation(monkeypatch):
+    from autoplace.placers.htf_mpr import HTFMPRSearch
+
+    sizes = []
+    real = FitnessPredictor.fit
+    monkeypatch.setattr(FitnessPredictor, "fit", lambda self, X, y: (sizes.append(len(X)), real(self, X, y))[1])
+    g, c = build_graph("mnist-softmax"), get_cluster("gtx1050tix2")
+    search = HTFMPRSearch(g, c, HTFMPRConfig(random_homogeneous=5, top_x=4), seed=0)
+    seen = []
+    for _ in range(4):
+        search.update()
+        seen.append(len(search.X))
+    assert sizes == seen and seen[1:] == [seen[0] + 4, seen[0] + 8, seen[0] + 12]
+
+
+def test_children_bred_onto_a_device_that_cannot_run_a_node_are_repaired():
+    ops = [Op("x", "input", output_bytes=(1024,)), Op("a", "mm", ("x",), output_bytes=(1024,), flops=1e6),
+           Op("io", "decode", ("a",), output_bytes=(1024,), flops=1e3, device_types=("cpu",))]
+    ops += [Op(f"b{i}", "mm", ("io" if i == 0 else f"b{i - 1}",), output_bytes=(1024,), flops=1e6) for i in range(6)]
+    g, c = Graph(ops, name="cpu-op"), get_cluster("gtx1050tix2")
+    from autoplace.grouping import grouped_graph
+    from autoplace.placers.htf_mpr import HTFMPRSearch
+
+    search = HTFMPRSearch(g, c, HTFMPRConfig(random_homogeneous=5, top_x=4, mutation=4.0), seed=0)
+    can_run = grouped_graph(g, search.nodes, c).feasible
+    for _ in range(6):
+        search.update()
+    assert (search.families.count("ga") > 0 and
+            all(can_run[np.arange(search.nodes.n_groups), m].all() for m in search.X))
+
+
+def test_a_generation_with_new_children_ends_a_stall():
+    from autoplace.placers.htf_mpr import HTFMPRSearch
+
+    search = HTFMPRSearch(build_graph("mnist-softmax"), get_cluster("gtx1050tix2"),
+                          HTFMPRConfig(random_homogeneous=5), seed=0)
+    search.update()
+    search._stalled = 19
+    search.update()
+    assert search._stalled == 0 and not search.converged
+
+
+def test_device_permutations_beyond_the_limit_are_distinct_draws_with_the_identity_first():
+    from autoplace.placers.htf_mpr import _permutations
+
+    perms = _permutations(5, 24, np.random.default_rng(0))
+    assert len(perms) == 24 == len(set(perms)) and perms[0] == (0, 1, 2, 3, 4)
+    assert all(sorted(p) == list(range(5)) for p in perms)
+    assert len(_permutations(3, 24, np.random.default_rng(0))) == 6

@@ -4,7 +4,8 @@ screened by a learned fitness predictor, only the most promising run for real.
 
 *Nodes.* HTF-MPR maps only the ops a user can place; the hidden ops TensorFlow creates follow their
 master. Ours: the groups of :attr:`HTFMPRConfig.group_rules` (co-location groups by default — a parameter
-with its gradient and update ops), a mapping a device per node.
+with its gradient and update ops), a mapping a device per node. On graphs of thousands of such nodes
+:attr:`HTFMPRConfig.groups` coarsens them as the RL placer does (not in the paper).
 
 *Initial mappings* (§III-E, :func:`initial_mappings`), evaluated for real; they train the predictor and
 seed the population:
@@ -44,7 +45,9 @@ simulator or a measured env) and join the evaluated set. The best evaluated mapp
 ``budget`` (seconds, through :func:`~autoplace.placers.place`) counts work, not wall-clock time: each
 evaluation costs ``n_ops / OPS_PER_SECOND`` and each generation a nominal predictor cost
 (:func:`work_budget`). ``samples`` in the engine's terms are real evaluations; ``meta["screened"]`` counts
-the children the predictor ranked, so ``screened - evaluations`` are the runs it saved.
+the new children the predictor ranked, so ``screened - (evaluations - initial)`` are the runs it saved.
+The initial mappings always run whole, so a budget smaller than they are is overrun by them (the
+engine stops between updates, and the first update runs them all).
 """
 
 from __future__ import annotations
@@ -73,8 +76,8 @@ from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fi
 from autoplace.search.predictor import MODELS, FitnessPredictor
 from autoplace.validation import check_budget, seed_int
 
-__all__ = ["HTFMPRConfig", "HTFMPRSearch", "htf_mpr_search", "fitness", "initial_mappings", "node_paths", "colouring",
-           "stochastic_crossover", "point_crossover", "work_budget"]
+__all__ = ["HTFMPRConfig", "HTFMPRSearch", "htf_mpr_search", "htf_mpr_nodes", "fitness", "initial_mappings", "node_paths", "colouring",
+           "stochastic_crossover", "point_crossover", "roulette_pair", "mutate", "work_budget"]
 
 DEFAULT_BUDGET_S = 30.0
 OPS_PER_SECOND = 1e7                 #: nominal simulator speed, as the other searches'
@@ -92,6 +95,13 @@ class HTFMPRConfig(SearchConfig):
 
     group_rules: str = "colocation"
     """The nodes a mapping places: groups of these rules (:mod:`autoplace.grouping`)."""
+    groups: int = 0
+    """0: the nodes are ``group_rules``' groups (the paper: every op a user can place); ``N > 0``: at most
+    about ``N`` of them, coarsened as the RL placer's (:func:`~autoplace.placers.rl.rl_grouping`) — for
+    graphs of thousands of nodes (ours)."""
+    coarsen: str = "steps"
+    """With ``groups``: ``steps`` (a recurrent layer's time steps in blocks, METIS where blocks cannot get
+    there) or ``metis`` (see :class:`~autoplace.placers.rl.RLConfig`)."""
     random_homogeneous: int = 20
     """Random homogeneous initial mappings (ours)."""
     max_permutations: int = 24
@@ -101,18 +111,32 @@ class HTFMPRConfig(SearchConfig):
     pairs: int = 10
     """Parent pairs bred per generation (ours)."""
     mutation: float = 1.0
-    """Expected nodes moved to a random device per child (ours)."""
+    """Expected nodes per child drawn anew, uniform over the devices (its own included: ``mutation (D - 1) / D``
+    nodes moved) (ours)."""
     top_x: int = 10
     """Children of the highest predicted fitness evaluated per generation (the paper: 10; 50 for MNIST)."""
     model: str = "gbr"
-    """The fitness predictor's regressor (:data:`~autoplace.search.predictor.MODELS`; the paper: gbr)."""
+    """The fitness predictor's regressor (:data:`~autoplace.search.predictor.MODELS`; the paper: gbr);
+    ``random``: no predictor, the ``top_x`` children run are drawn at random (an ablation: what the
+    predictor's screening is worth)."""
 
     def __post_init__(self):
         self.check(at_least_one=("population", "pairs", "top_x", "max_permutations"))
-        if self.random_homogeneous < 0 or not (self.mutation >= 0 and math.isfinite(self.mutation)):
-            raise AutoplaceError("HTFMPRConfig.random_homogeneous and mutation must be >= 0")
-        if self.model not in MODELS:
-            raise AutoplaceError(f"HTFMPRConfig.model must be one of {', '.join(MODELS)}, got {self.model!r}")
+        if self.random_homogeneous < 0 or self.groups < 0 or not (self.mutation >= 0 and math.isfinite(self.mutation)):
+            raise AutoplaceError("HTFMPRConfig.random_homogeneous, groups and mutation must be >= 0")
+        if self.model not in (*MODELS, "random"):
+            raise AutoplaceError(f"HTFMPRConfig.model must be one of {', '.join(MODELS)} or random, got {self.model!r}")
+        if self.coarsen not in ("steps", "metis"):
+            raise AutoplaceError(f"HTFMPRConfig.coarsen must be 'steps' or 'metis', got {self.coarsen!r}")
+
+
+def htf_mpr_nodes(graph: Graph, cluster: Cluster, config: HTFMPRConfig, seed: int = 0) -> Grouping:
+    """The nodes HTF-MPR maps: ``config.rules``' groups, coarsened to about ``config.groups`` when set."""
+    if config.groups:
+        from autoplace.placers.rl import rl_grouping
+
+        return rl_grouping(graph, cluster, config, seed)
+    return runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
 
 
 def fitness(steps: np.ndarray) -> np.ndarray:
@@ -250,6 +274,22 @@ def repair(mapping: np.ndarray, can_run: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------- breeding
+def roulette_pair(fitnesses: np.ndarray, rng: np.random.Generator) -> tuple[int, int]:
+    """Two parents (indices into ``fitnesses``) by fitness-proportional (roulette-wheel) selection,
+    distinct where two have a fitness above 0; uniform where none has."""
+    f = np.asarray(fitnesses, dtype=float)
+    prob = f / f.sum() if f.sum() > 0 else np.full(len(f), 1.0 / len(f))
+    i, j = rng.choice(len(f), size=2, replace=int((prob > 0).sum()) < 2, p=prob)
+    return int(i), int(j)
+
+
+def mutate(children: np.ndarray, rate: float, n_devices: int, rng: np.random.Generator) -> np.ndarray:
+    """``children`` ``[k, n]`` with each node drawn anew (uniform over the devices, its own included) with
+    probability ``rate / n``: ``rate`` draws per child, ``rate (D - 1) / D`` nodes moved, expected."""
+    flip = rng.random(children.shape) < rate / max(children.shape[1], 1)
+    return np.where(flip, rng.integers(n_devices, size=children.shape), children)
+
+
 def stochastic_crossover(a: np.ndarray, b: np.ndarray, fa: float, fb: float, rng: np.random.Generator) -> np.ndarray:
     """One child: each node from parent ``a`` with probability ``fa / (fa + fb)`` (from the fitter parent
     more often; even odds when neither ran), else from ``b`` (Figure 6)."""
@@ -278,12 +318,13 @@ def point_crossover(a: np.ndarray, b: np.ndarray, n_points: int, rng: np.random.
 class HTFMPRSearch:
     """The genetic search with a fitness predictor: the engine's
     :class:`~autoplace.search.engine.Searcher`, one generation per update; ``samples`` counts real
-    evaluations. ``scorer``: scores mappings in place of the env (a Ray worker pool)."""
+    evaluations. ``scorer``: scores mappings in place of the env (a Ray worker pool); ``nodes``: the nodes'
+    grouping when the caller has it (else :func:`htf_mpr_nodes`)."""
 
     def __init__(self, graph: Graph, cluster: Cluster, config: HTFMPRConfig = HTFMPRConfig(), *, seed=None,
-                 env: str | BaseEnv = "simulated", scorer: CachedScorer | None = None):
+                 env: str | BaseEnv = "simulated", scorer: CachedScorer | None = None, nodes: Grouping | None = None):
         self.graph, self.cluster, self.config, self.seed = graph, cluster, config, seed_int(seed)
-        self.nodes = runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
+        self.nodes = nodes if nodes is not None else htf_mpr_nodes(graph, cluster, config, self.seed)
         check_params_fit(graph, cluster, self.nodes, "htf-mpr")
         self.can_run = grouped_graph(graph, self.nodes, cluster).feasible
         self._own_env = scorer is None and not isinstance(env, BaseEnv)
@@ -330,6 +371,8 @@ class HTFMPRSearch:
         return step
 
     def _fit(self) -> None:
+        if self.config.model == "random":
+            return
         self.predictor = FitnessPredictor(self.config.model, n_devices=self.cluster.n_devices,
                                           random_state=self.seed).fit(self.X, self.fitness)
 
@@ -344,7 +387,8 @@ class HTFMPRSearch:
             self._initialised = True
         else:
             step = self._generation()
-        self._fit()
+        if len(step):                                    # a generation that bred nothing new: nothing to learn
+            self._fit()
         self.updates += 1
         self.wall_s += time.monotonic() - t0
         ran = step[np.isfinite(step)]
@@ -360,17 +404,13 @@ class HTFMPRSearch:
         fit = self.fitness
         parents = np.argsort(-fit, kind="stable")[:cfg.population]
         pf = fit[parents]
-        prob = pf / pf.sum() if pf.sum() > 0 else np.full(len(parents), 1.0 / len(parents))
         children = []
         for _ in range(cfg.pairs):
-            i, j = rng.choice(len(parents), size=2, replace=int((prob > 0).sum()) < 2, p=prob)
+            i, j = roulette_pair(pf, rng)
             a, b = self.X[parents[i]], self.X[parents[j]]
             children.append(stochastic_crossover(a, b, fit[parents[i]], fit[parents[j]], rng))
             children += point_crossover(a, b, int(rng.integers(1, 4)), rng)
-        kids = np.stack(children)
-        n = kids.shape[1]
-        flip = rng.random(kids.shape) < cfg.mutation / max(n, 1)
-        kids = np.where(flip, rng.integers(self.cluster.n_devices, size=kids.shape), kids)
+        kids = mutate(np.stack(children), cfg.mutation, self.cluster.n_devices, rng)
         kids = np.stack([repair(k, self.can_run) for k in kids])
         kids = np.unique(kids, axis=0)
         seen = {row.tobytes() for row in self.X}
@@ -382,7 +422,10 @@ class HTFMPRSearch:
         self._stalled = 0
         kids = kids[rng.permutation(len(kids))]          # equal predictions: no bias to low device indices
         self.screened += len(kids)
-        top = np.argsort(-self.predictor.predict(kids), kind="stable")[:cfg.top_x]
+        if self.predictor is None:                       # model "random": the children to run drawn at random
+            top = np.arange(min(cfg.top_x, len(kids)))
+        else:
+            top = np.argsort(-self.predictor.predict(kids), kind="stable")[:cfg.top_x]
         return self._run(kids[top], ["ga"] * len(top))
 
     # ----------------------------------------------------------------- checkpoints
@@ -435,8 +478,7 @@ def work_budget(graph: Graph, cluster: Cluster, budget: float | None, config: HT
     refit on every mapping evaluated so far, ``FIT_SECONDS_PER_FEATURE`` per mapping and one-hot feature
     (nodes x devices): the generations are counted until their cost passes ``budget``."""
     budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
-    n = n_nodes if n_nodes is not None else runnable_grouping(graph, config.rules,
-                                                              feasible_devices(graph, cluster)).n_groups
+    n = n_nodes if n_nodes is not None else htf_mpr_nodes(graph, cluster, config).n_groups
     features = n * cluster.n_devices
     perms = min(math.factorial(cluster.n_devices), config.max_permutations)
     evaluated = cluster.n_devices + 2 * perms + config.random_homogeneous         # the initial mappings, about
@@ -467,19 +509,19 @@ def htf_mpr_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | flo
         raise AutoplaceError("--controllers applies to the rl method only")
     config = HTFMPRConfig() if config is None else HTFMPRConfig.from_dict(config) if isinstance(config, dict) \
         else config
+    nodes = htf_mpr_nodes(graph, cluster, config, seed_int(seed))
     if not isinstance(budget, SearchBudget):
-        budget = work_budget(graph, cluster, budget, config)
+        budget = work_budget(graph, cluster, budget, config, n_nodes=nodes.n_groups)
     with contextlib.ExitStack() as stack:
         scorer = None
         if workers > 1 or ray_address is not None:
             from autoplace.search.distributed import WorkerPool, ray_session
 
             ray = stack.enter_context(ray_session(ray_address))
-            nodes = runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
             scorer = WorkerPool(ray, nodes, graph, cluster, workers, env.name if isinstance(env, BaseEnv) else env,
                                 env_kwargs)
             stack.callback(scorer.close)
-        search = HTFMPRSearch(graph, cluster, config, seed=seed, env=env, scorer=scorer)
+        search = HTFMPRSearch(graph, cluster, config, seed=seed, env=env, scorer=scorer, nodes=nodes)
         stack.callback(search.close)
         run = run_search(search, budget, name="htf-mpr", title=f"htf-mpr on {graph.name}, {cluster.name}",
                          checkpoint=checkpoint, resume=resume, checkpoint_every_s=checkpoint_every_s,

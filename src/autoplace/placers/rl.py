@@ -169,7 +169,8 @@ def rl_grouping(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0)
     """The groups the policy places (§3.3): ``config.rules``' groups; over ``config.groups`` of them, the
     time steps of every step-tagged structural group (LSTM layer, attention, softmax, embedding, cell)
     taken in the smallest blocks that make them few enough (``coarsen="steps"``); where even one block
-    per layer leaves too many, or with ``coarsen="metis"``, METIS merges the groups instead."""
+    per layer leaves too many, or with ``coarsen="metis"``, METIS merges the groups instead. ``config``: any
+    search config with ``rules``, ``groups`` and ``coarsen`` (HTF-MPR's coarsens the same way)."""
     ok = feasible_devices(graph, cluster)
     base = runnable_grouping(graph, config.rules, ok)
     n_steps = 1 + max((op.meta["step"] for op in graph.ops if isinstance(op.meta.get("step"), int)), default=0)

@@ -9,6 +9,8 @@ from autoplace.errors import AutoplaceError
 
 __all__ = ["SearchConfig"]
 
+_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
 
 class SearchConfig:
     """A mixin for a frozen dataclass of a learned placer's settings with a ``group_rules`` field; ``LABEL``
@@ -40,6 +42,7 @@ class SearchConfig:
         from autoplace.grouping import RULES
 
         name = type(self).__name__
+        self._check_types()
         for f in at_least_one:
             if int(getattr(self, f)) < 1:
                 raise AutoplaceError(f"{name}.{f} must be at least 1, got {getattr(self, f)!r}")
@@ -50,3 +53,18 @@ class SearchConfig:
         if bad or not self.rules:
             raise AutoplaceError(f"{name}.group_rules: unknown rule {bad[0] if bad else self.group_rules!r} "
                                  f"(choose from: {', '.join(RULES)})")
+
+    def _check_types(self) -> None:
+        """One clear error for a value of the wrong type (``--set top_x=2.5``, ``groups=abc``): every field
+        annotated ``int``, ``float``, ``str`` or ``bool`` (or one of them ``| None``) must hold one; a bool is
+        no number here."""
+        for f in fields(self):
+            parts = [p.strip() for p in str(f.type).split("|")]
+            if any(p not in _TYPES and p != "None" for p in parts):
+                continue                                          # an annotation this check does not know
+            value = getattr(self, f.name)
+            if value is None and "None" in parts:
+                continue
+            allowed = tuple(t for p in parts for t in _TYPES.get(p, ()))
+            if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+                raise AutoplaceError(f"{type(self).__name__}.{f.name} must be {' or '.join(parts)}, got {value!r}")
