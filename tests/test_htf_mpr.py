@@ -381,3 +381,36 @@ def test_device_permutations_beyond_the_limit_are_distinct_draws_with_the_identi
     assert len(perms) == 24 == len(set(perms)) and perms[0] == (0, 1, 2, 3, 4)
     assert all(sorted(p) == list(range(5)) for p in perms)
     assert len(_permutations(3, 24, np.random.default_rng(0))) == 6
+
+
+def test_a_setting_of_the_wrong_type_is_one_clear_error_for_every_learned_placer(tmp_path, capsys):
+    from autoplace.placers.gdp import GDPConfig
+    from autoplace.placers.rl import RLConfig
+
+    for bad in ("top_x=2.5", "groups=abc", "max_permutations=true"):
+        assert main(["place", "mnist-softmax", "-c", "gtx1050tix2", "-m", "htf-mpr", "--set", bad,
+                     "-o", str(tmp_path / "x.json")]) == 2
+        err = capsys.readouterr().err
+        assert bad.split("=")[0] in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(AutoplaceError, match="learning_rate must be float"):
+        RLConfig(learning_rate="fast")
+    with pytest.raises(AutoplaceError, match="attention must be bool"):
+        GDPConfig(attention=1)
+    assert RLConfig(groups=np.int64(8), learning_rate=1, logit_clip=None).groups == 8   # NumPy ints, ints as floats
+    assert GDPConfig(attention=np.True_).attention
+
+
+def test_a_generation_that_breeds_nothing_new_does_not_refit(monkeypatch):
+    from autoplace.placers.htf_mpr import HTFMPRSearch
+
+    fits = []
+    real = FitnessPredictor.fit
+    monkeypatch.setattr(FitnessPredictor, "fit", lambda self, X, y: (fits.append(len(X)), real(self, X, y))[1])
+    search = HTFMPRSearch(build_graph("mnist-softmax"), get_cluster("gtx1050tix2"),
+                          HTFMPRConfig(random_homogeneous=5, top_x=4), seed=0)
+    search.update()
+    search.update()
+    assert len(fits) == 2
+    monkeypatch.setattr(search, "_generation", lambda: np.zeros(0))          # as when every child ran before
+    point = search.update()
+    assert len(fits) == 2 and search.updates == 3 and point.samples == len(search.X)

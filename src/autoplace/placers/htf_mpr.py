@@ -509,7 +509,8 @@ def htf_mpr_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | flo
         raise AutoplaceError("--controllers applies to the rl method only")
     config = HTFMPRConfig() if config is None else HTFMPRConfig.from_dict(config) if isinstance(config, dict) \
         else config
-    nodes = htf_mpr_nodes(graph, cluster, config, seed_int(seed))
+    seed = seed_int(seed)                     # one draw from a Generator, for the nodes and the search alike
+    nodes = htf_mpr_nodes(graph, cluster, config, seed)
     if not isinstance(budget, SearchBudget):
         budget = work_budget(graph, cluster, budget, config, n_nodes=nodes.n_groups)
     with contextlib.ExitStack() as stack:

@@ -3,13 +3,23 @@ settings (``--set KEY=VALUE``), and one clear error for a bad value."""
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import fields
 
 from autoplace.errors import AutoplaceError
 
 __all__ = ["SearchConfig"]
 
-_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+def _is_bool(v) -> bool:
+    import numpy as np
+
+    return isinstance(v, (bool, np.bool_))                                 # Python's or NumPy's
+
+
+#: annotation -> does a value fit it (NumPy scalars count as numbers; a bool is no number here)
+_TYPES = {"int": lambda v: isinstance(v, numbers.Integral) and not _is_bool(v),
+          "float": lambda v: isinstance(v, numbers.Real) and not _is_bool(v),
+          "str": lambda v: isinstance(v, str), "bool": _is_bool}
 
 
 class SearchConfig:
@@ -59,12 +69,12 @@ class SearchConfig:
         annotated ``int``, ``float``, ``str`` or ``bool`` (or one of them ``| None``) must hold one; a bool is
         no number here."""
         for f in fields(self):
-            parts = [p.strip() for p in str(f.type).split("|")]
+            ann = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            parts = [p.strip() for p in ann.replace("NoneType", "None").split("|")]
             if any(p not in _TYPES and p != "None" for p in parts):
                 continue                                          # an annotation this check does not know
             value = getattr(self, f.name)
             if value is None and "None" in parts:
                 continue
-            allowed = tuple(t for p in parts for t in _TYPES.get(p, ()))
-            if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            if not any(_TYPES[p](value) for p in parts if p != "None"):
                 raise AutoplaceError(f"{type(self).__name__}.{f.name} must be {' or '.join(parts)}, got {value!r}")
