@@ -75,7 +75,7 @@ def paper_row(table: str, model: str, cluster: str) -> dict[str, float | None]:
 
 def run(table: str, budget: float, seed: int) -> list[dict]:
     from autoplace.cluster import get_cluster
-    from autoplace.compare import compare
+    from autoplace.comparison import compare
     from autoplace.zoo import build_graph
 
     rows = []

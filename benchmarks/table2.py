@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=30.0)
     args = ap.parse_args(argv)
     from autoplace.cluster import get_cluster
-    from autoplace.compare import compare
+    from autoplace.comparison import compare
     from autoplace.zoo import build_graph
 
     for model in PAPER:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from autoplace.bounds import lower_bounds
 from autoplace.cluster import Cluster, Device, LinkSpec, Segment
-from autoplace.compare import ComparisonRow, compare
+from autoplace.comparison import ComparisonRow, compare
 from autoplace.cost import fastest_op_times
 from autoplace.graph import Graph, Op
 from autoplace.placers.cpsat import solve_cp_sat

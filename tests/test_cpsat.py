@@ -84,7 +84,7 @@ def test_bound_holds_where_memory_is_freed():
     r = solve_cp_sat(g, cl, budget=5)
     assert r.model == "ops" and r.bound_s <= single.step_time * (1 + 1e-9)
     assert simulate(g, cl, r.devices).ok
-    from autoplace.compare import compare
+    from autoplace.comparison import compare
 
     table = compare(g, cl, ["single-gpu", "cp-sat"])
     assert table.bounds.cp_sat == pytest.approx(r.bound_s)

@@ -8,7 +8,8 @@ The pieces, each its own module:
 * :mod:`autoplace.sim` — the execution simulator (:func:`simulate`, :func:`simulate_batch`);
 * :mod:`autoplace.placers` — placement algorithms by name (:func:`place`);
 * :mod:`autoplace.formats` — the versioned JSON formats;
-* :mod:`autoplace.zoo` — built-in graphs.
+* :mod:`autoplace.zoo` — built-in graphs;
+* :func:`autoplace.compile` — a PyTorch model's training step, placed and run on this machine's devices.
 """
 
 __version__ = "0.1.0"
@@ -18,7 +19,24 @@ from autoplace.errors import AutoplaceError  # noqa: E402
 from autoplace.graph import Graph, Op, TensorSpec  # noqa: E402
 from autoplace.placement import Placement  # noqa: E402
 
+#: imported on first use (``autoplace.compile`` imports torch; ``import autoplace`` stays light)
+_LAZY = {
+    "compile": "autoplace.runtime.placed", "PlacedStep": "autoplace.runtime.placed",
+    "place": "autoplace.placers", "simulate": "autoplace.sim", "Simulator": "autoplace.sim",
+    "compare": "autoplace.comparison", "build_graph": "autoplace.zoo",
+}
+
 __all__ = [
     "__version__", "AutoplaceError", "Graph", "Op", "TensorSpec", "Cluster", "Device", "Link", "LinkSpec",
-    "Placement", "get_cluster",
+    "Placement", "get_cluster", *_LAZY,
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'autoplace' has no attribute {name!r}")

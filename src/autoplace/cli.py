@@ -348,7 +348,7 @@ def _with_progress(title: str, quiet: bool, work):
 def cmd_compare(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from autoplace.compare import compare, row_note, speedup
+    from autoplace.comparison import compare, row_note, speedup
     from autoplace.placers import available_placers, get_placer
     from autoplace.report import fmt_bytes, fmt_ratio, fmt_time, markdown_table
 

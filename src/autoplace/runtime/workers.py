@@ -17,6 +17,7 @@ restarted on the next run. Workers die with their parent (``PR_SET_PDEATHSIG``).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import time
@@ -122,7 +123,8 @@ class _DeviceRuntime:
     def load(self, graph: Graph) -> None:
         self.program = Program(graph)
 
-    def setup(self, plan, transfers, shm, flags, layouts, seed: int, capacity: float, keep: set[int]) -> int:
+    def setup(self, plan, transfers, shm, flags, layouts, seed: int, capacity: float, keep: set[int],
+              values: dict | None = None) -> int:
         torch = self.torch
         prog = self.program
         self.plan = plan
@@ -176,9 +178,10 @@ class _DeviceRuntime:
         self.env: dict[Any, Any] = {}
         self.live: dict[int, list] = {}
         self.live_bytes = 0
+        values = values or {}
         for i in plan.ops:
             if prog.calls[i] is None:
-                self.env[i] = prog.make_input(i, seed, self.device)
+                self.env[i] = values[i].to(self.device) if i in values else prog.make_input(i, seed, self.device)
                 self._hold(self.env[i])
         self.resident = self.live_bytes
         if self.resident > capacity:
@@ -395,6 +398,16 @@ class _DeviceRuntime:
             self._out_bytes[i] = 0 if op.meta.get("view") or self.program.calls[i] is None or \
                 self.program.calls[i].mutates is not None else sum(op.out_bytes)
 
+    def assign(self, values: dict) -> None:
+        """Give placeholders (op index -> tensor) of this device new values, as a new batch of inputs."""
+        for i, v in values.items():
+            if i not in self.env or self.program.calls[i] is not None:
+                raise ExecutionError(f"{self.name}: op {self.program.graph.ops[i].name!r} is not an input here")
+            self._release(self.env[i])
+            self.env[i] = v.to(self.device)
+            self._hold(self.env[i])
+        self.resident = self.live_bytes
+
     def fetch(self, refs: list[TRef]) -> list:
         out = []
         for r in refs:
@@ -434,6 +447,9 @@ def _worker_main(conn, name: str, device: str, cores: list[int] | None) -> None:
                 conn.send(("done",) + rt.step(msg[1], profile=msg[2]))
             elif cmd == "fetch":
                 conn.send(("values", rt.fetch(msg[1])))
+            elif cmd == "assign":
+                rt.assign(msg[1])
+                conn.send(("ok",))
             elif cmd == "call":  # run a function in the worker (profiling, link tests)
                 conn.send(("ok", msg[1](rt, *msg[2:])))
             else:
@@ -456,6 +472,27 @@ _POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
 def _close_all() -> None:  # pragma: no cover - interpreter exit
     for p in list(_POOLS):
         p.close()
+
+
+@contextlib.contextmanager
+def _main_not_imported():
+    """Start workers without re-importing the caller's ``__main__`` (spawn's default): the workers run only
+    autoplace's code, and a user's script without an ``if __name__ == "__main__":`` guard must not run
+    again in each of them."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+            if "__spec__" not in saved:
+                main.__dict__.pop("__spec__", None)
 
 
 def _cores_of(device, index: int) -> list[int] | None:
@@ -481,6 +518,7 @@ class WorkerPool:
         self._conns: list = []
         self._program: Program | None = None
         self._loaded = False  # the workers hold self._program's graph
+        self._prepared: dict | None = None  # the placement set up on the workers (prepare)
         _POOLS.add(self)
 
     # -------------------------------------------------------------- lifecycle
@@ -502,14 +540,15 @@ class WorkerPool:
                 if d.startswith("cuda") and int(d.split(":")[1]) >= n:
                     raise ExecutionError(f"device {d!r} is not on this machine ({n} CUDA devices)")
         ctx = tmp.get_context("spawn")
-        for k, (dev, tdev) in enumerate(zip(self.cluster.devices, self.devices)):
-            parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker_main, args=(child, dev.name, tdev, _cores_of(dev, k)),
-                            daemon=True, name=f"autoplace-{dev.name}")
-            p.start()
-            child.close()
-            self._procs.append(p)
-            self._conns.append(parent)
+        with _main_not_imported():
+            for k, (dev, tdev) in enumerate(zip(self.cluster.devices, self.devices)):
+                parent, child = ctx.Pipe()
+                p = ctx.Process(target=_worker_main, args=(child, dev.name, tdev, _cores_of(dev, k)),
+                                daemon=True, name=f"autoplace-{dev.name}")
+                p.start()
+                child.close()
+                self._procs.append(p)
+                self._conns.append(parent)
         self._gather(timeout=max(self.timeout, 60.0))
         self._loaded = False
 
@@ -531,7 +570,7 @@ class WorkerPool:
                 p.join(1.0)
         for c in self._conns:
             c.close()
-        self._procs, self._conns, self._loaded = [], [], False
+        self._procs, self._conns, self._loaded, self._prepared = [], [], False, None
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -627,36 +666,83 @@ class WorkerPool:
         return self._program
 
     # -------------------------------------------------------------- running a placement
+    def prepare(self, graph: Graph, placement: Placement, *, seed: int = 0, values: dict[str, Any] | None = None) -> None:
+        """Set ``placement`` up on the workers: each device's part of the program, the shared-memory slots of
+        its transfers, and its placeholders — ``values`` (op name -> tensor) where given, else synthetic
+        from ``seed``. Then :meth:`step` runs steps, :meth:`assign` feeds new inputs, :meth:`fetch` reads
+        values back. Raises ``_WorkerFailed`` (a failing run) as :meth:`step` does."""
+        cluster = self.cluster
+        assignment = placement.to_array(graph, cluster)
+        program = self.load(graph)
+        index = {op.name: i for i, op in enumerate(graph.ops)}
+        by_index = {index[n]: v for n, v in (values or {}).items()}
+        plans = plan_all(program, assignment, cluster.n_devices)
+        transfers, total = _layout(program, plans)
+        import torch
+
+        shm = torch.empty(total, dtype=torch.uint8).share_memory_()
+        flags = torch.full((len(transfers) + 1,), -1, dtype=torch.int64).share_memory_()
+        layouts = torch.full((len(transfers) + 1, 9), -1, dtype=torch.int64).share_memory_()
+        keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
+        used = [k for k, plan in enumerate(plans) if plan.ops]  # idle devices take no part
+        self._prepared = None
+        for k in used:
+            mine = {i: v for i, v in by_index.items() if int(assignment[i]) == k}
+            self._send(k, ("setup", plans[k], transfers, shm, flags, layouts, seed,
+                           float(cluster.devices[k].memory_bytes), keep, mine))
+        self._gather(which=used)
+        self._prepared = {"program": program, "assignment": assignment, "plans": plans, "transfers": transfers,
+                          "used": used, "index": index, "steps": 0, "buffers": (shm, flags, layouts)}
+
+    def step(self, profile: bool = False) -> list[tuple]:
+        """One step of the prepared placement on every device taking part: each device's reply
+        ``(start, end, peak bytes, busy seconds, op times, exchange counters)``."""
+        prep = self._prepared
+        if prep is None:
+            raise ExecutionError("no placement is prepared on this worker pool")
+        self._send_all(("step", prep["steps"], profile), which=prep["used"])
+        prep["steps"] += 1
+        return [msg[1:] for msg in self._gather(which=prep["used"])]
+
+    def assign(self, values: dict[str, Any]) -> None:
+        """New values (op name -> tensor) for placeholders of the prepared placement — the next batch."""
+        prep = self._prepared
+        if prep is None:
+            raise ExecutionError("no placement is prepared on this worker pool")
+        by_dev: dict[int, dict[int, Any]] = {}
+        for name, v in values.items():
+            i = prep["index"][name]
+            by_dev.setdefault(int(prep["assignment"][i]), {})[i] = v
+        for k, vals in by_dev.items():
+            self._send(k, ("assign", vals))
+        self._gather(which=list(by_dev))
+
+    def fetch(self, names: list[str] | None = None) -> dict[str, Any]:
+        """Values of the prepared placement after its last step: by name the program's outputs
+        (``output0``: the loss) and every placeholder's latest value (parameters, buffers, optimizer state);
+        all of them when ``names`` is None."""
+        prep = self._prepared
+        if prep is None:
+            raise ExecutionError("no placement is prepared on this worker pool")
+        return self._fetch(prep["program"], prep["assignment"], names)
+
     def run(self, graph: Graph, placement: Placement, *, steps: int = DEFAULT_STEPS, seed: int = 0,
             fetch: bool = False, profile: bool = False) -> MeasuredResult:
         """Run ``steps`` training steps of ``placement``; step time = mean of all steps but the first."""
         cluster = self.cluster
-        assignment = placement.to_array(graph, cluster)
         names = tuple(d.name for d in cluster.devices)
         capacity = np.array([float(d.memory_bytes) for d in cluster.devices])
         try:
-            program = self.load(graph)
-            plans = plan_all(program, assignment, cluster.n_devices)
-            transfers, total = _layout(program, plans)
-            import torch
-
-            shm = torch.empty(total, dtype=torch.uint8).share_memory_()
-            flags = torch.full((len(transfers) + 1,), -1, dtype=torch.int64).share_memory_()
-            layouts = torch.full((len(transfers) + 1, 9), -1, dtype=torch.int64).share_memory_()
-            keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
-            used = [k for k, plan in enumerate(plans) if plan.ops]  # idle devices take no part
-            for k in used:
-                self._send(k, ("setup", plans[k], transfers, shm, flags, layouts, seed, float(capacity[k]), keep))
-            self._gather(which=used)
+            self.prepare(graph, placement, seed=seed)
+            prep = self._prepared
+            plans, used = prep["plans"], prep["used"]
             starts, ends = np.full((steps, len(plans)), np.inf), np.full((steps, len(plans)), -np.inf)
             peak = np.zeros(len(plans))
             busy = np.zeros(len(plans))
             op_times: list[dict] = []
             exchange = np.zeros((len(plans), 7))
             for s in range(steps):
-                self._send_all(("step", s, profile), which=used)
-                for k, msg in zip(used, self._gather(which=used)):
-                    _, t0, t1, pk, b, times, xfer = msg
+                for k, (t0, t1, pk, b, times, xfer) in zip(used, self.step(profile)):
                     starts[s, k], ends[s, k] = t0, t1
                     if s > 0 or steps == 1:
                         exchange[k] += xfer
@@ -667,9 +753,10 @@ class WorkerPool:
                         op_times.append(times)
             per_step = ends.max(axis=1) - starts.min(axis=1)
             measured = per_step[1:] if steps > 1 else per_step
-            outputs = self._fetch(program, assignment) if fetch else None
+            outputs = self.fetch() if fetch else None
             if profile:
                 outputs = {"op_times": op_times}
+            transfers = prep["transfers"]
             return MeasuredResult(float(measured.mean()), names, peak, capacity, tuple(float(x) for x in per_step),
                                   busy / max(1, len(measured)), len(transfers),
                                   int(sum(_nbytes(t) for t in transfers)), None, outputs,
@@ -681,9 +768,14 @@ class WorkerPool:
             self.close()
             raise
 
-    def _fetch(self, program: Program, assignment: np.ndarray) -> dict[str, Any]:
+    def _fetch(self, program: Program, assignment: np.ndarray, names: list[str] | None = None) -> dict[str, Any]:
         wanted: dict[str, TRef] = {f"output{j}": r for j, r in enumerate(program.outputs)}
         wanted.update(program.final_versions)
+        if names is not None:
+            unknown = [n for n in names if n not in wanted]
+            if unknown:
+                raise ExecutionError(f"no output or state named {unknown[0]!r} in graph {program.graph.name!r}")
+            wanted = {n: wanted[n] for n in names}
         by_dev: dict[int, list[tuple[str, TRef]]] = {}
         for name, r in wanted.items():
             by_dev.setdefault(int(assignment[r.op]), []).append((name, r))

@@ -1,0 +1,201 @@
+"""A placed training step to call from PyTorch: :func:`compile`, in the spirit of ``torch.compile`` and
+Accelerate's ``dispatch_model``.
+
+``step = autoplace.compile(model, inputs, loss_fn, optimizer, targets=targets)`` captures one training
+step of ``model`` (forward, backward, the optimizer's update: :func:`~autoplace.capture.capture_training_step`),
+places it on ``cluster`` with ``method`` (or takes a saved ``placement``), and sets it up on one worker
+process per device (:class:`~autoplace.runtime.workers.WorkerPool`) with the model's own parameters,
+buffers and optimizer state. Then ``loss = step(inputs, targets)`` runs forward, backward and update across
+the placed devices; parameters and optimizer state stay on the devices the placement put them on, between
+steps. ``step.state_dict()`` returns the trained parameters and buffers (``model.load_state_dict`` takes it),
+``step.load_into(model, optimizer)`` writes them and the optimizer state back.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from autoplace.cluster import Cluster
+from autoplace.errors import AutoplaceError
+from autoplace.graph import Graph
+from autoplace.placement import Placement
+from autoplace.runtime.program import ExecutionError
+from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool, _WorkerFailed
+
+__all__ = ["PlacedStep", "compile"]
+
+
+def _flat(x: Any) -> tuple:
+    from autoplace.capture._torch import _as_tuple
+
+    return _as_tuple(x)
+
+
+def _cluster_of(cluster: str | Cluster) -> Cluster:
+    if isinstance(cluster, Cluster):
+        return cluster
+    from autoplace.cli import resolve_cluster
+
+    return resolve_cluster(str(cluster))
+
+
+def _placement_of(placement: str | os.PathLike | Placement, graph: Graph, cluster: Cluster) -> Placement:
+    from autoplace.formats import load_placement
+
+    p = placement if isinstance(placement, Placement) else load_placement(placement)
+    p.to_array(graph, cluster)                 # one clear error for a placement of another graph or cluster
+    return p
+
+
+class PlacedStep:
+    """One training step of a captured model, placed and set up on worker processes (see the module
+    docstring). Call it with a batch; use as a context manager, or :meth:`close` it."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, placement: Placement, values: dict[str, Any], *,
+                 timeout: float = DEFAULT_TIMEOUT_S):
+        self.graph, self.cluster, self.placement = graph, cluster, placement
+        self.inputs = [op for op in graph.ops if op.type == "input"]
+        self.parameters = [op.name for op in graph.ops if op.type == "parameter"]
+        self.buffers = [op.name for op in graph.ops if op.type == "buffer"]
+        self.optimizer_state_names = [op.name for op in graph.ops if op.type == "optimizer_state"]
+        self.steps = 0
+        self._closed = False
+        self._pool = WorkerPool(cluster, timeout=timeout)
+        try:
+            self._pool.prepare(graph, placement, values=values)
+        except _WorkerFailed as e:
+            self._pool.close()
+            raise ExecutionError(f"the placed step of {graph.name!r} cannot be set up on {cluster.name}: {e}") from None
+
+    @property
+    def devices(self) -> dict[str, str]:
+        """Where each parameter and buffer lives: name -> device name."""
+        return {n: self.placement.assignment[n] for n in (*self.parameters, *self.buffers)}
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AutoplaceError(f"the placed step of {self.graph.name!r} is closed (its state went with its "
+                                 "workers: read state_dict() before close())")
+
+    def __call__(self, inputs: Any, targets: Any = None):
+        """Run one training step on the batch ``inputs`` (and ``targets``, as ``loss_fn(outputs, *targets)``
+        takes them); returns the loss (a CPU tensor) the step computed before its update."""
+        self._check_open()
+        flat = _flat(inputs) + _flat(targets)
+        if len(flat) != len(self.inputs):
+            raise AutoplaceError(f"the step of {self.graph.name!r} takes {len(self.inputs)} tensors (inputs, then "
+                                 f"targets), got {len(flat)}")
+        batch = {}
+        for op, t in zip(self.inputs, flat):
+            spec = op.outputs[0]
+            if tuple(t.shape) != tuple(spec.shape) or str(t.dtype).removeprefix("torch.") != spec.dtype:
+                raise AutoplaceError(f"{op.name}: got a {str(t.dtype).removeprefix('torch.')} tensor of shape "
+                                     f"{tuple(t.shape)}, the step was captured with {spec.dtype} {tuple(spec.shape)}")
+            batch[op.name] = t.detach().cpu()
+        try:
+            self._pool.assign(batch)
+            self._pool.step()
+            loss = self._pool.fetch(["output0"])["output0"]
+        except _WorkerFailed as e:
+            self.close()
+            raise ExecutionError(f"the placed step of {self.graph.name!r} failed: {e}") from None
+        self.steps += 1
+        return loss
+
+    def _values(self, names: list[str]) -> dict[str, Any]:
+        self._check_open()
+        try:
+            return self._pool.fetch(names)
+        except _WorkerFailed as e:
+            self.close()
+            raise ExecutionError(f"cannot read the state of {self.graph.name!r}: {e}") from None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The parameters and buffers as they are now (CPU tensors), keyed as the model's ``state_dict``."""
+        return self._values([*self.parameters, *self.buffers])
+
+    def optimizer_state(self) -> dict[str, dict[str, Any]]:
+        """The optimizer's state per parameter name: ``{"fc.weight": {"exp_avg": ..., "step": ...}}``."""
+        values = self._values(self.optimizer_state_names)
+        out: dict[str, dict[str, Any]] = {}
+        for op in self.graph.ops:
+            if op.type == "optimizer_state":
+                param = op.colocation_group
+                out.setdefault(param, {})[op.name[len(param) + 1:]] = values[op.name]
+        return out
+
+    def load_into(self, model, optimizer=None) -> None:
+        """Copy the trained parameters and buffers into ``model`` (and the optimizer state into
+        ``optimizer``, the one the step was compiled with), in place."""
+        import torch
+
+        state = self.state_dict()
+        with torch.no_grad():
+            for name, t in [*model.named_parameters(), *model.named_buffers()]:
+                if name in state:
+                    t.copy_(state[name])
+        if optimizer is not None:
+            params = dict(model.named_parameters())
+            for name, st in self.optimizer_state().items():
+                p = params[name]
+                optimizer.state[p] = {k: v.clone() for k, v in st.items()}
+
+    def close(self) -> None:
+        """Stop the worker processes (the state on them is gone: read it first)."""
+        self._closed = True
+        self._pool.close()
+
+    def __enter__(self) -> PlacedStep:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{d}: {n}" for d, n in sorted(self.placement.counts().items()))
+        return (f"PlacedStep({self.graph.name!r}, {self.placement.method} on {self.cluster.name}: {counts} ops, "
+                f"{self.steps} steps run)")
+
+
+def initial_values(graph: Graph, model, optimizer) -> dict[str, Any]:
+    """The placeholders' starting values: the model's parameters and buffers, the optimizer's state where it
+    has some (zeros where a parameter has none yet, as a fresh optimizer's first step starts from)."""
+    import torch
+
+    values: dict[str, Any] = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+    values.update({n: b.detach().cpu().clone() for n, b in model.named_buffers()})
+    params = dict(model.named_parameters())
+    for op in graph.ops:
+        if op.type != "optimizer_state":
+            continue
+        param, key = op.colocation_group, op.name[len(op.colocation_group) + 1:]
+        have = optimizer.state.get(params[param], {}).get(key)
+        spec = op.outputs[0]
+        values[op.name] = have.detach().cpu().clone() if isinstance(have, torch.Tensor) else \
+            torch.zeros(tuple(spec.shape), dtype=getattr(torch, spec.dtype))
+    return {op.name: values[op.name] for op in graph.ops if op.name in values}
+
+
+def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets: Any = None,
+            cluster: str | Cluster = "localhost", method: str = "auto",
+            placement: str | os.PathLike | Placement | None = None, seed: int = 0, budget: float | None = None,
+            name: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> PlacedStep:
+    """Capture, place and set up one training step of ``model`` (see the module docstring).
+
+    ``example_inputs`` (and ``targets``): a batch of the shapes every later batch has; ``loss_fn(outputs,
+    *targets)`` returns a scalar; ``optimizer``: a ``torch.optim`` optimizer over the model's parameters (its
+    class and hyper-parameters are captured; its state, if it has stepped, is the starting state).
+    ``cluster``: a preset name, a cluster file or a :class:`~autoplace.cluster.Cluster` (default
+    ``localhost``: this machine's devices); ``method``: a placer's name (``autoplace.placers.place``) with
+    ``seed`` and ``budget``; or ``placement``: a :class:`~autoplace.placement.Placement` or a saved
+    placement file of this captured graph (``autoplace place``'s output for ``autoplace capture``'s graph)."""
+    from autoplace.capture import capture_training_step
+    from autoplace.placers import place
+
+    graph = capture_training_step(model, example_inputs, loss_fn, optimizer, targets=targets, name=name)
+    cl = _cluster_of(cluster)
+    chosen = place(graph, cl, method, seed=seed, budget=budget) if placement is None \
+        else _placement_of(placement, graph, cl)
+    return PlacedStep(graph, cl, chosen, initial_values(graph, model, optimizer), timeout=timeout)
