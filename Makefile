@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile setup.py src/autoplace/sim/_csim.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e ".[test,torch,onnx,plot,ray]" "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[test,torch,onnx,plot,ray,accelerate]" "$(TORCH_PIN)"
 	@touch $(STAMP)
 
 system-deps:

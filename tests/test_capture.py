@@ -205,6 +205,32 @@ def branchy():
 
 def broken():
     raise RuntimeError("dataset missing")
+
+
+def _mlp():
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+
+def optimizer_class():
+    m = _mlp()
+    return m, torch.randn(4, 8), torch.nn.functional.cross_entropy, torch.optim.Adam, torch.randint(0, 3, (4,))
+
+
+def model_class():
+    m = _mlp()
+    return (torch.nn.Linear, torch.randn(4, 8), torch.nn.functional.cross_entropy,
+            torch.optim.SGD(m.parameters(), lr=0.1), torch.randint(0, 3, (4,)))
+
+
+def vector_loss():
+    m = _mlp()
+    return m, torch.randn(4, 8), lambda o, y: o, torch.optim.SGD(m.parameters(), lr=0.1), torch.randint(0, 3, (4,))
+
+
+def on_meta():
+    m = _mlp()
+    return (m, torch.randn(4, 8, device="meta"), torch.nn.functional.cross_entropy,
+            torch.optim.SGD(m.parameters(), lr=0.1), torch.randint(0, 3, (4,)))
 '''
 
 
@@ -227,6 +253,10 @@ def test_cli_capture(tmp_path, capsys):
                           (f"{f}:branchy", "cannot trace M training step: data-dependent"),
                           (f"{f}:nothing", "has no callable 'nothing'"),
                           ("no_such_module_xyz:make", "ModuleNotFoundError"),
+                          (f"{f}:optimizer_class", "got the class Adam, not an optimizer: pass an instance"),
+                          (f"{f}:model_class", "got the class Linear, not a model: pass an instance"),
+                          (f"{f}:vector_loss", "scalar tensor (reduce it, e.g. .mean()), got a tensor of shape (4, 3)"),
+                          (f"{f}:on_meta", "input 0 is on the meta device but target 0 is not"),
                           ("justaname", "expected MODULE:FUNCTION")):
         bad = tmp_path / "bad.json"
         assert main(["capture", spec, "-o", str(bad)]) == 2
@@ -240,3 +270,46 @@ def gzip_text(path):
     import gzip
 
     return gzip.decompress(path.read_bytes()).decode()
+
+
+def test_a_module_in_the_current_directory_is_found(tmp_path, monkeypatch):
+    from autoplace.cli import main
+
+    (tmp_path / "my_local_models.py").write_text(FACTORY)
+    monkeypatch.chdir(tmp_path)
+    assert main(["capture", "my_local_models:make", "-o", str(tmp_path / "g.json")]) == 0
+
+
+class Keyworded(torch.nn.Module):
+    """Takes keyword arguments, as Hugging Face models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(20, 8)
+        self.fc = torch.nn.Linear(8, 3)
+
+    def forward(self, input_ids, attention_mask=None):
+        h = self.emb(input_ids)
+        if attention_mask is not None:
+            h = h * attention_mask[..., None]
+        return self.fc(h).mean(1)
+
+
+def test_keyword_inputs_and_an_exported_program_are_captured_alike():
+    from torch.nn.functional import cross_entropy
+
+    model = Keyworded()
+    ids, mask, y = torch.randint(0, 20, (4, 5)), torch.ones(4, 5), torch.randint(0, 3, (4,))
+    by_kw = capture_training_step(model, {"input_ids": ids, "attention_mask": mask}, cross_entropy,
+                                  torch.optim.SGD(model.parameters(), lr=0.1), targets=y)
+    both = capture_training_step(model, ((ids,), {"attention_mask": mask}), cross_entropy,
+                                 torch.optim.SGD(model.parameters(), lr=0.1), targets=y)
+    ep = torch.export.export(model, (ids,), {"attention_mask": mask})
+    exported = capture_training_step(ep, None, cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1), targets=y)
+    no_mask = capture_training_step(model, {"input_ids": ids}, cross_entropy,
+                                    torch.optim.SGD(model.parameters(), lr=0.1), targets=y)
+    for g in (by_kw, both, exported):
+        assert [tuple(op.outputs[0].shape) for op in g.ops if op.type == "input"] == [(4, 5), (4, 5), (4,)]
+        assert g.total_flops == pytest.approx(by_kw.total_flops)
+    assert no_mask.total_flops < by_kw.total_flops                      # the mask's multiply is really there
+    assert len(capture_inference(ep, None).ops) < len(exported.ops)

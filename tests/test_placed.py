@@ -152,3 +152,120 @@ def test_the_readme_python_section_runs_as_written(tmp_path):
     losses = [float(v) for v in re.findall(r"loss (\d+\.\d+)", out.stdout)]
     assert len(losses) == 5 and losses[-1] < losses[0]
     assert "cpu:0" in out.stdout and "PlacedStep" in out.stdout
+
+
+class TiedLM(TinyLM):
+    """TinyLM whose output layer shares the embedding's matrix."""
+
+    def __init__(self):
+        super().__init__()
+        self.head.weight = self.emb.weight
+
+
+def covering_keys(device_map: dict, name: str) -> list[str]:
+    return [k for k in device_map if k == "" or name == k or name.startswith(k + ".")]
+
+
+def test_module_granularity_trains_as_eager_and_exports_a_device_map_accelerate_applies(tmp_path):
+    torch.manual_seed(0)
+    model = TiedLM()
+    ref = copy.deepcopy(model)
+    data = batches(5)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    expected = eager(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9), lm_loss, data)
+    with autoplace.compile(model, data[0][0], lm_loss, opt, targets=data[0][1], method="metis",
+                           granularity="module") as step:
+        assert step.graph.meta["tied"] == {"head.weight": "emb.weight"}
+        assert len(set(step.devices.values())) == 2
+        losses = [float(step(x, y)) for x, y in data]
+        state = step.state_dict()
+        dmap = step.device_map()
+        owner = {n: step.placement.assignment[n] for n in step.parameters}
+    assert losses == pytest.approx(expected, abs=1e-5)
+    assert max_diff(state, {k: v for k, v in ref.state_dict().items() if k in state}) < 1e-5
+    modules = dict(model.named_modules())
+    assert all(k in modules for k in dmap)                            # every key is a module of the model
+    for name, _ in model.named_parameters(remove_duplicate=False):    # every parameter, tied ones too, once
+        assert len(covering_keys(dmap, name)) == 1, name
+    for name, d in owner.items():                                     # where the placement put it
+        assert step.cluster.devices[[x.name for x in step.cluster.devices].index(d)].kind == "cpu"
+    assert covering_keys(dmap, "head.weight") and owner["emb.weight"] == owner["head.bias"]   # tied: together
+    accelerate = pytest.importorskip("accelerate")
+    dispatched = accelerate.dispatch_model(copy.deepcopy(ref), device_map=dmap)
+    x = data[0][0]
+    assert torch.allclose(dispatched(x), ref(x))
+
+
+def test_an_op_granularity_split_of_a_module_says_how_to_get_a_device_map():
+    torch.manual_seed(0)
+    model = TinyLM()
+    data = batches(1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    from autoplace.capture import capture_training_step
+    from autoplace.cluster import get_cluster
+    from autoplace.placement import Placement
+    from autoplace.runtime.export import device_map
+
+    graph = capture_training_step(model, data[0][0], lm_loss, opt, targets=data[0][1])
+    cluster = get_cluster("k80x2")                                       # cpu:0, gpu:0, gpu:1
+    split = [2 if op.colocation_group == "head.bias" else 1 for op in graph.ops]
+    with pytest.raises(AutoplaceError, match="module 'head'.*granularity module"):
+        device_map(graph, Placement.from_array(graph, cluster, split, "manual"), cluster)
+    from autoplace.grouping import with_granularity
+    from autoplace.placers import place
+
+    whole = with_granularity(graph, "module")
+    for method in ("metis", "m-etf"):                                     # any placer, through co-location groups
+        dmap = device_map(whole, place(whole, cluster, method, seed=0), cluster)
+        for name, _ in model.named_parameters():
+            assert len(covering_keys(dmap, name)) == 1
+
+
+def test_place_with_module_granularity_then_export_a_device_map_from_the_command_line(tmp_path, capsys):
+    import json
+
+    from autoplace.capture import capture_training_step
+    from autoplace.cli import main
+    from autoplace.formats import save_graph
+
+    torch.manual_seed(0)
+    model = TiedLM()
+    data = batches(1)
+    graph = capture_training_step(model, data[0][0], lm_loss, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  targets=data[0][1])
+    save_graph(graph, tmp_path / "lm.json")
+    g, p, dm = (str(tmp_path / n) for n in ("lm.json", "p.json", "dm.json"))
+    assert main(["place", g, "-c", "k80x2", "-m", "metis", "--granularity", "module", "-o", p]) == 0
+    assert main(["export", p, "--graph", g, "-c", "k80x2", "-o", str(tmp_path / "placed.py"), "--device-map", dm]) == 0
+    dmap = json.loads(open(dm).read())
+    assert len(set(dmap.values())) == 2
+    for name, _ in model.named_parameters(remove_duplicate=False):
+        assert len(covering_keys(dmap, name)) == 1, name
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(["place", g, "-c", "k80x2", "-m", "metis", "--granularity", "layer", "-o", p])
+    assert e.value.code == 2 and "granularity" in capsys.readouterr().err
+
+
+def test_keyword_inputs_train_through_compile_as_eager():
+    from test_capture import Keyworded
+
+    torch.manual_seed(0)
+    model = Keyworded()
+    ref = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(3)
+    data = [({"input_ids": torch.randint(0, 20, (4, 5), generator=g), "attention_mask": torch.ones(4, 5)},
+             torch.randint(0, 3, (4,), generator=g)) for _ in range(3)]
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+    expected = []
+    for x, y in data:
+        ref_opt.zero_grad()
+        loss = nn.functional.cross_entropy(ref(**x), y)
+        loss.backward()
+        ref_opt.step()
+        expected.append(loss.item())
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    with autoplace.compile(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1],
+                           method="metis") as step:
+        assert [float(step(x, y)) for x, y in data] == pytest.approx(expected, abs=1e-5)
+        assert max_diff(step.state_dict(), ref.state_dict()) < 1e-5

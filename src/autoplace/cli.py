@@ -61,6 +61,21 @@ def resolve_graph(arg: str, params: dict[str, Any] | None = None) -> Graph:
     return build_graph(arg, **(params or {}))
 
 
+def _granular(graph: Graph, granularity: str) -> Graph:
+    """``graph`` at the placement granularity of ``--granularity`` (module: a module's parameters, tied ones
+    and its ops kept together, so that the placement exports as a device_map)."""
+    from autoplace.grouping import with_granularity
+
+    return with_granularity(graph, granularity)
+
+
+def _add_granularity(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--granularity", choices=("op", "module"), default="op",
+                   help="op (default): place every op; module: keep each module with parameters whole (its "
+                        "parameters, tied ones, optimizer state and ops on one device), so that the placement "
+                        "exports as an Accelerate device_map")
+
+
 def resolve_cluster(arg: str) -> Cluster:
     """A cluster file path or a preset name."""
     from autoplace.formats import load_cluster
@@ -231,7 +246,7 @@ def cmd_place(args: argparse.Namespace) -> int:
     for option, folder in (("--checkpoint", args.checkpoint), ("--resume", args.resume)):
         if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
             raise FormatError(f"{option} {folder}: is a file, not a folder for the checkpoint")
-    graph = resolve_graph(args.graph, _parse_params(args.param))
+    graph = _granular(resolve_graph(args.graph, _parse_params(args.param)), args.granularity)
     cluster = resolve_cluster(args.cluster)
     with make_env(args.env, graph, cluster, **_env_kwargs(args)) as env:
         if info.learned:
@@ -329,6 +344,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spinner(title: str, quiet: bool):
+    """A spinner on standard error while long work runs with nothing to count (capture, a zoo export);
+    nothing when it is not a terminal."""
+    import contextlib
+
+    if quiet or not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    return _console(True).status(f"{title} …")
+
+
 def _with_progress(title: str, quiet: bool, work):
     """Run ``work()`` showing a progress bar on a terminal, fed by the searches' progress reports."""
     from rich.progress import Progress
@@ -355,7 +380,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     methods = args.methods or ["auto", *(m for m in available_placers(include_learned=False) if m != "auto")]
     for m in methods:
         get_placer(m)
-    graph = resolve_graph(args.graph, _parse_params(args.param))
+    graph = _granular(resolve_graph(args.graph, _parse_params(args.param)), args.granularity)
     cluster = resolve_cluster(args.cluster)
     with Progress(transient=True, disable=args.json or args.markdown or not sys.stderr.isatty(),
                   console=_console(True)) as bar:
@@ -585,7 +610,8 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     if args.zoo_cmd == "export":
         _check_output(args.output)
         get_model(args.name)
-        graph = build_graph(args.name, **_parse_params(args.param))
+        with _spinner(f"building {args.name}", args.output == "-"):
+            graph = build_graph(args.name, **_parse_params(args.param))
         save_graph(graph, args.output)
         _console(args.output == "-").print(f"{args.name}: {graph.n_ops} ops, {graph.n_edges} edges -> {args.output}")
         return 0
@@ -619,13 +645,37 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+CAPTURE_HELP = """Capture one training step of a PyTorch model (forward, backward, the optimizer's update) as a graph.
+
+FACTORY is MODULE:FUNCTION (a module importable from the current directory) or FILE.py:FUNCTION. The
+function takes no arguments and returns (model, example_inputs, loss_fn, optimizer[, targets]), or a
+dict with those keys (inputs for example_inputs):
+  model           an nn.Module instance, or a torch.export ExportedProgram (its example inputs by default)
+  example_inputs  one batch: a tensor, a tuple of positional arguments, a dict of keyword arguments
+                  (model(**inputs), as Hugging Face models take them), or (args, kwargs)
+  loss_fn         loss_fn(outputs, *targets) -> a scalar tensor
+  optimizer       a torch.optim optimizer instance over the model's parameters
+  targets         a tensor or a tuple of them, passed to loss_fn after the outputs
+Nothing is computed: the step is traced on fake tensors.
+
+  # mymodels.py
+  def make_step():
+      model = MyNet()
+      return model, torch.randn(32, 3, 224, 224), nn.functional.cross_entropy, \\
+          torch.optim.SGD(model.parameters(), lr=0.1), torch.randint(0, 1000, (32,))
+
+  autoplace capture mymodels:make_step -o mine.json.gz
+"""
+
+
 def cmd_capture(args: argparse.Namespace) -> int:
     from autoplace.capture import capture_from_factory
     from autoplace.formats import save_graph
     from autoplace.report import fmt_bytes, fmt_flops
 
     _check_output(args.output)
-    graph = capture_from_factory(args.factory, inference=args.inference, name=args.name)
+    with _spinner(f"capturing {args.factory}", args.output == "-"):
+        graph = capture_from_factory(args.factory, inference=args.inference, name=args.name)
     save_graph(graph, args.output)
     phases = {p: sum(op.phase == p for op in graph.ops) for p in ("forward", "backward", "update")}
     _console(args.output == "-").print(f"{graph.name}: {graph.n_ops} ops ({', '.join(f'{n} {p}' for p, n in phases.items() if n)}), "
@@ -706,6 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="search budget, about seconds (auto: 60); searches count it as work (CP-SAT's deterministic "
                         "time, local search's evaluations), so results do not depend on machine load")
     p.add_argument("--refine", action="store_true", help="improve the result by local search under the simulator")
+    _add_granularity(p)
     p.add_argument("--refine-budget", type=_seconds, default=None, help="local-search budget, about seconds of simulation (default 10)")
     g = p.add_argument_group("search methods (rl, hdp, gdp, htf-mpr)")
     g.add_argument("--samples", type=_positive_int, default=None,
@@ -761,6 +812,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_seed, default=0, help="every placer's seed (default 0)")
     p.add_argument("--budget", type=_seconds, default=None,
                    help="search budget per method, about seconds (counted as work, see 'place --help')")
+    _add_granularity(p)
     _add_env_args(p)
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
@@ -803,9 +855,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device-map", metavar="MAP.json", help="also write an Accelerate device_map")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("capture", help="capture a PyTorch training step (or forward pass) as a graph")
+    p = sub.add_parser("capture", help="capture a PyTorch training step (or forward pass) as a graph",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, description=CAPTURE_HELP)
     p.add_argument("factory", metavar="MODULE:FUNCTION",
-                   help="callable returning (model, example_inputs, loss_fn, optimizer[, targets])")
+                   help="a function (in a module importable from here, or FILE.py:FUNCTION) returning "
+                        "(model, example_inputs, loss_fn, optimizer[, targets])")
     p.add_argument("--output", "-o", required=True, metavar="GRAPH", help="graph file to write (.json or .json.gz)")
     p.add_argument("--inference", action="store_true", help="capture the forward pass only")
     p.add_argument("--name", help="graph name (default: the function's name)")

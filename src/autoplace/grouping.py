@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from autoplace.cost import op_time_matrix
 from autoplace.errors import InfeasibleError, UnknownNameError
 from autoplace.graph import Graph, Op
 
-__all__ = ["RULES", "Grouping", "GroupGraph", "group_ops", "runnable_grouping", "grouped_graph", "structural_key", "weighted_csr", "coarsen",
+__all__ = ["RULES", "GRANULARITIES", "Grouping", "GroupGraph", "group_ops", "with_granularity", "runnable_grouping", "grouped_graph", "structural_key", "weighted_csr", "coarsen",
            "part_graph", "floating_ops"]
 
 RULES = ("colocation", "gradient", "single-consumer", "structure", "structure-first")
@@ -115,6 +115,59 @@ class Grouping:
         if group_devices.shape != (self.n_groups,):
             raise ValueError(f"expected {self.n_groups} group devices, got shape {group_devices.shape}")
         return group_devices[self.group]
+
+
+GRANULARITIES = ("op", "module")
+
+
+def with_granularity(graph: Graph, granularity: str = "op") -> Graph:
+    """``graph`` to be placed at ``granularity``: ``op``, as it is; ``module``, every module that owns
+    parameters or buffers kept whole on one device — with everything under it, its parameters, buffers,
+    optimizer state and the ops run in it (its ``scope``, forward and backward) in one co-location group —
+    and a module that reads a tied parameter (``graph.meta["tied"]``, recorded by capture) in the group of
+    the module that owns it. Every placer honours co-location groups, so its placement exports as a
+    ``device_map`` whose keys are modules covering every parameter once, which Accelerate's
+    ``dispatch_model`` applies as placed. A graph without parameters is returned as it is."""
+    if granularity not in GRANULARITIES:
+        raise UnknownNameError(f"unknown granularity {granularity!r} (choose from: {', '.join(GRANULARITIES)})")
+    if granularity == "op":
+        return graph
+    uf = _UnionFind(graph.n_ops)
+    index = {op.name: i for i, op in enumerate(graph.ops)}
+    by_group: dict[str, int] = {}
+    for i, op in enumerate(graph.ops):
+        if op.colocation_group is not None:
+            uf.union(by_group.setdefault(op.colocation_group, i), i)
+    owner: dict[str, int] = {}                               # module path -> an op of its group
+    for i, op in enumerate(graph.ops):
+        if op.type in ("parameter", "buffer"):
+            module = op.name.rpartition(".")[0]
+            uf.union(owner.setdefault(module, i), i)
+    for alias, name in dict(graph.meta.get("tied", {})).items():
+        if name in index:
+            module = alias.rpartition(".")[0]
+            uf.union(owner.setdefault(module, index[name]), index[name])
+    if not owner:
+        return graph
+    for module, i in owner.items():                          # a module with parameters: its subtree with it
+        for m, j in owner.items():
+            if m != module and (not module or m.startswith(module + ".")):
+                uf.union(i, j)
+    for i, op in enumerate(graph.ops):                       # an op: with the nearest module owning parameters
+        scope = op.scope
+        while scope is not None and op.type not in ("parameter", "buffer", "optimizer_state"):
+            if scope in owner:
+                uf.union(owner[scope], i)
+                break
+            scope = scope.rpartition(".")[0] if scope else None
+    roots = [uf.find(i) for i in range(graph.n_ops)]
+    size = np.bincount(roots, minlength=graph.n_ops)
+    names: dict[int, str] = {}
+    for module, i in owner.items():
+        names.setdefault(uf.find(i), f"module:{module}" if module else "module:(root)")
+    ops = [replace(op, colocation_group=names.get(r, op.colocation_group) if size[r] > 1 else op.colocation_group)
+           for op, r in zip(graph.ops, roots)]
+    return Graph(ops, name=graph.name, meta={**graph.meta, "granularity": "module"})
 
 
 def group_ops(graph: Graph, rules: Iterable[str] = RULES[:4], *, step_block: int = 1) -> Grouping:

@@ -25,6 +25,7 @@ from autoplace.graph import Graph, Op, TensorSpec
 
 __all__ = [
     "CaptureError", "capture_training_step", "capture_inference", "capture_from_factory", "load_factory", "tag",
+    "resolve_model", "split_inputs",
 ]
 
 #: aten ops that only re-describe memory: no FLOPs, no bytes moved on their device.
@@ -215,10 +216,72 @@ def _as_tuple(x: Any) -> tuple:
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
+def resolve_model(model, example_inputs: Any = None) -> tuple[Any, Any]:
+    """``(module, example_inputs)`` to capture: a ``torch.export`` ``ExportedProgram`` becomes its module
+    (its own example inputs by default, as ``(args, kwargs)``); anything that is not an ``nn.Module``
+    instance is one clear error."""
+    import torch
+
+    if isinstance(model, torch.export.ExportedProgram):
+        if example_inputs is None and getattr(model, "example_inputs", None) is not None:
+            example_inputs = tuple(model.example_inputs)
+        model = model.module()
+    if isinstance(model, type):
+        raise CaptureError(f"model: got the class {model.__name__}, not a model: pass an instance ({model.__name__}(...))")
+    if not isinstance(model, torch.nn.Module):
+        raise CaptureError(f"model: expected a torch.nn.Module (or a torch.export ExportedProgram), got "
+                           f"{type(model).__name__}")
+    if example_inputs is None:
+        raise CaptureError("no example inputs: give a batch of the shapes the model will see")
+    return model, example_inputs
+
+
+def split_inputs(example_inputs: Any) -> tuple[tuple, dict]:
+    """The model's call as ``(args, kwargs)``: a dict is keyword arguments (``model(**inputs)``, as Hugging
+    Face models take them), a tuple or list positional ones, a single value one argument, and an
+    ``(args_tuple, kwargs_dict)`` pair both."""
+    x = example_inputs
+    if isinstance(x, dict):
+        return (), dict(x)
+    if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], (tuple, list)) and isinstance(x[1], dict):
+        return tuple(x[0]), dict(x[1])
+    return _as_tuple(x), {}
+
+
+def _check_optimizer(optimizer) -> None:
+    import torch
+
+    if isinstance(optimizer, type):
+        raise CaptureError(f"optimizer: got the class {optimizer.__name__}, not an optimizer: pass an instance, "
+                           f"e.g. {optimizer.__name__}(model.parameters(), lr=...)")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise CaptureError(f"optimizer: expected a torch.optim optimizer, got {type(optimizer).__name__}")
+
+
+def _check_not_meta(model, args: tuple, kwargs: dict, targets: tuple) -> None:
+    """A model and inputs all on the ``meta`` device capture (only shapes are needed: the zoo builds its
+    large models so); some on ``meta`` and some not fail in the tracer with a confusing device error, so
+    that is one clear error here, naming the first on ``meta``."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    named = [(f"input {k}", v) for k, v in enumerate(tree_leaves(args))] + \
+        [(f"input {k!r}", v) for k, v in kwargs.items()] + [(f"target {k}", v) for k, v in enumerate(targets)]
+    named += [(f"parameter {n!r}", p) for n, p in model.named_parameters()]
+    tensors = [(what, t) for what, t in named if isinstance(t, torch.Tensor)]
+    meta = [what for what, t in tensors if t.is_meta]
+    if meta and len(meta) < len(tensors):
+        real = next(what for what, t in tensors if not t.is_meta)
+        raise CaptureError(f"{meta[0]} is on the meta device but {real} is not: put the model and its example "
+                           "inputs on one kind of device (meta for shapes only, or the CPU)")
+
+
 def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimizer, *,
                           targets: Any = None, name: str | None = None) -> Graph:
     """Capture one training step of ``model`` as an autoplace Graph (nothing is computed).
 
+    ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs``: one batch —
+    a tensor, a tuple of positional arguments, a dict of keyword arguments, or ``(args, kwargs)``;
     ``loss_fn(outputs, *targets)`` must return a scalar; ``optimizer`` is a configured
     ``torch.optim`` optimizer over (some of) the model's parameters — its class and per-group
     hyper-parameters are reused with ``foreach=False`` so each parameter gets its own update ops.
@@ -228,7 +291,12 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     """
     import torch
 
-    inputs, targets = _as_tuple(example_inputs), _as_tuple(targets)
+    model, example_inputs = resolve_model(model, example_inputs)
+    _check_optimizer(optimizer)
+    if not callable(loss_fn):
+        raise CaptureError(f"loss_fn: expected a function loss_fn(outputs, *targets), got {type(loss_fn).__name__}")
+    (inputs, kwargs), targets = split_inputs(example_inputs), _as_tuple(targets)
+    _check_not_meta(model, inputs, kwargs, targets)
     opt_cls, groups = _optimizer_groups(model, optimizer)
     trained = [n for names, _ in groups for n in names]
     all_params = dict(model.named_parameters())
@@ -240,16 +308,17 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
              for n in trained}
     scopes = _Scopes(model)
 
-    def step(params, frozen, buffers, state, inputs, targets):
+    def step(params, frozen, buffers, state, inputs, kwargs, targets):
         import torch.fx.traceback as fxt
 
         live = {n: p.requires_grad_() for n, p in params.items()}
         with fxt.annotate({"phase": "forward"}), _grad_fn_tagger(scopes):
-            out = torch.func.functional_call(model, {**live, **frozen, **buffers}, inputs)
+            out = torch.func.functional_call(model, {**live, **frozen, **buffers}, inputs, kwargs)
             with fxt.annotate({"scope": "loss"}):
                 loss = loss_fn(out, *targets)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            raise CaptureError("loss_fn must return a scalar tensor")
+            got = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise CaptureError(f"loss_fn must return a scalar tensor (reduce it, e.g. .mean()), got {got}")
         with fxt.annotate({"phase": "backward"}):
             _scope_backward([loss.grad_fn])
             grads = torch.autograd.grad(loss, list(live.values()), allow_unused=True)
@@ -262,32 +331,52 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
         return loss, [g for g in grads]
 
     try:
-        gm = _trace(step, (params, frozen, buffers, state, inputs, targets), f"{type(model).__name__} training step")
+        gm = _trace(step, (params, frozen, buffers, state, inputs, kwargs, targets),
+                    f"{type(model).__name__} training step")
     finally:
         scopes.remove()
-    return _to_graph(gm, name or type(model).__name__, trained, list(frozen), list(buffers), layout, training=True)
+    graph = _to_graph(gm, name or type(model).__name__, trained, list(frozen), list(buffers), layout, training=True)
+    return _with_tied(graph, model)
+
+
+def _with_tied(graph: Graph, model) -> Graph:
+    """Record parameters and buffers reachable under a second name (tied weights: an output layer sharing
+    the embedding's matrix) in ``graph.meta["tied"]``: alias -> the name the graph has it under."""
+    first: dict[int, str] = {}
+    tied: dict[str, str] = {}
+    for n, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        if id(t) in first:
+            tied[n] = first[id(t)]
+        else:
+            first[id(t)] = n
+    if tied:
+        graph.meta["tied"] = tied
+    return graph
 
 
 def capture_inference(model, example_inputs: Any, *, name: str | None = None) -> Graph:
     """Capture the forward pass of ``model`` (no backward, no update) as an autoplace Graph."""
     import torch
 
-    inputs = _as_tuple(example_inputs)
+    model, example_inputs = resolve_model(model, example_inputs)
+    inputs, kwargs = split_inputs(example_inputs)
+    _check_not_meta(model, inputs, kwargs, ())
     params = {n: p.detach() for n, p in model.named_parameters()}
     buffers = {n: b.detach() for n, b in model.named_buffers()}
     scopes = _Scopes(model)
 
-    def forward(params, buffers, inputs):
+    def forward(params, buffers, inputs, kwargs):
         import torch.fx.traceback as fxt
 
         with fxt.annotate({"phase": "forward"}), torch.no_grad():
-            return torch.func.functional_call(model, {**params, **buffers}, inputs)
+            return torch.func.functional_call(model, {**params, **buffers}, inputs, kwargs)
 
     try:
-        gm = _trace(forward, (params, buffers, inputs), f"{type(model).__name__} forward")
+        gm = _trace(forward, (params, buffers, inputs, kwargs), f"{type(model).__name__} forward")
     finally:
         scopes.remove()
-    return _to_graph(gm, name or type(model).__name__, [], list(params), list(buffers), {}, training=False)
+    return _with_tied(_to_graph(gm, name or type(model).__name__, [], list(params), list(buffers), {}, training=False),
+                      model)
 
 
 # ---------------------------------------------------------------------- fx -> autoplace
@@ -599,7 +688,17 @@ def load_factory(spec: str) -> Callable[[], Any]:
             module = importlib.util.module_from_spec(mod_spec)
             mod_spec.loader.exec_module(module)
         else:
-            module = importlib.import_module(target)
+            import sys
+
+            here = os.getcwd()                     # a module in the current directory, as ``python -m`` finds it
+            added = here not in sys.path
+            if added:
+                sys.path.insert(0, here)
+            try:
+                module = importlib.import_module(target)
+            finally:
+                if added:
+                    sys.path.remove(here)
     except CaptureError:
         raise
     except Exception as e:  # noqa: BLE001 - whatever the user's module raises on import
@@ -613,7 +712,9 @@ def load_factory(spec: str) -> Callable[[], Any]:
 def capture_from_factory(spec: str, *, inference: bool = False, name: str | None = None) -> Graph:
     """Call a user factory and capture what it returns.
 
-    The factory returns ``(model, example_inputs, loss_fn, optimizer[, targets])`` for a training step,
+    The factory returns ``(model, example_inputs, loss_fn, optimizer[, targets])`` for a training step
+    (``loss_fn(outputs, *targets)`` a scalar; ``example_inputs`` a tensor, a tuple, a dict of keyword
+    arguments or ``(args, kwargs)``; ``model`` an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``),
     or ``(model, example_inputs)`` (or the training tuple) with ``inference=True``; a dict with those keys
     (``model``, ``inputs``, ``loss_fn``, ``optimizer``, ``targets``) works too.
     """
@@ -630,8 +731,8 @@ def capture_from_factory(spec: str, *, inference: bool = False, name: str | None
     else:
         raise CaptureError(f"factory {spec!r} must return (model, inputs, loss_fn, optimizer[, targets])")
     default = name or spec.rpartition(":")[2]
-    if parts.get("model") is None or parts.get("inputs") is None:
-        raise CaptureError(f"factory {spec!r} returned no model or no example inputs")
+    if parts.get("model") is None:
+        raise CaptureError(f"factory {spec!r} returned no model")
     if inference:
         return capture_inference(parts["model"], parts["inputs"], name=default)
     if parts.get("loss_fn") is None or parts.get("optimizer") is None:

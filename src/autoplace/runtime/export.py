@@ -145,19 +145,24 @@ def export_python(graph: Graph, placement: Placement, cluster: Cluster) -> str:
 def device_map(graph: Graph, placement: Placement, cluster: Cluster) -> dict[str, str]:
     """Module path -> device (``{"encoder.layer1": "cuda:0", ...}``), as Accelerate's ``device_map``.
 
-    Each module's parameters and buffers must be on one device; the map names the largest subtrees that
-    share a device (``""`` for the whole model)."""
+    A module with parameters of its own must be on one device with everything under it (as
+    ``--granularity module`` places); the map names the largest subtrees that share a device (``""`` for
+    the whole model), each parameter — tied ones under every name — covered by exactly one key.
+    Devices are torch's: ``cpu`` here means *run on the CPU*, while Accelerate reads ``"cpu"`` as *keep
+    the weights in CPU memory and run on the main device* whenever a GPU is in the map: pass
+    ``main_device="cpu"`` to ``dispatch_model`` to run those modules on the CPU as placed."""
     dev = placement.to_array(graph, cluster)
+    index = {op.name: i for i, op in enumerate(graph.ops)}
+    holders = [(op.name, i) for i, op in enumerate(graph.ops) if op.type in ("parameter", "buffer")]
+    holders += [(alias, index[name]) for alias, name in dict(graph.meta.get("tied", {})).items() if name in index]
     module_dev: dict[str, str] = {}
-    for i, op in enumerate(graph.ops):
-        if op.type not in ("parameter", "buffer"):
-            continue
-        module, _, _ = op.name.rpartition(".")
+    for name, i in holders:
+        module, _, _ = name.rpartition(".")
         d = torch_device(cluster.devices[dev[i]].name)
         if module_dev.setdefault(module, d) != d:
             raise ExecutionError(f"module {module or '(root)'!r} has parameters on {module_dev[module]} and {d}: "
-                                 "a device_map cannot express this placement (use 'autoplace export' for "
-                                 "the placed program)")
+                                 "a device_map cannot express this placement (place with --granularity module "
+                                 "to keep every module whole; the placed program itself exports without it)")
     if not module_dev:
         raise ExecutionError(f"graph {graph.name!r} has no parameters: nothing to map")
 
@@ -171,8 +176,10 @@ def device_map(graph: Graph, placement: Placement, cluster: Cluster) -> dict[str
         if len(ds) == 1:
             out[prefix] = ds.pop()
             return
-        if prefix in module_dev:  # the module's own parameters stay with it; children may differ
-            out[prefix] = module_dev[prefix]
+        if prefix in module_dev:  # own parameters and children on other devices: no module key covers it once
+            raise ExecutionError(f"module {prefix or '(root)'!r} has its own parameters on {module_dev[prefix]} and "
+                                 f"submodules on {', '.join(sorted(ds - {module_dev[prefix]}))}: a device_map cannot "
+                                 "express this placement (place with --granularity module)")
         depth = prefix.count(".") + 1 if prefix else 0
         children = sorted({".".join(m.split(".")[:depth + 1]) for m in module_dev
                            if (not prefix or m.startswith(prefix + ".")) and m.count(".") >= depth})

@@ -27,10 +27,14 @@ from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool, _WorkerFail
 __all__ = ["PlacedStep", "compile"]
 
 
-def _flat(x: Any) -> tuple:
-    from autoplace.capture._torch import _as_tuple
+def _flat(inputs: Any, targets: Any) -> list:
+    """A batch's tensors in the captured graph's input order (as the tracer flattened them)."""
+    from torch.utils._pytree import tree_leaves
 
-    return _as_tuple(x)
+    from autoplace.capture._torch import _as_tuple, split_inputs
+
+    args, kwargs = split_inputs(inputs)
+    return tree_leaves((args, kwargs, _as_tuple(targets)))
 
 
 def _cluster_of(cluster: str | Cluster) -> Cluster:
@@ -79,11 +83,19 @@ class PlacedStep:
             raise AutoplaceError(f"the placed step of {self.graph.name!r} is closed (its state went with its "
                                  "workers: read state_dict() before close())")
 
+    def device_map(self) -> dict[str, str]:
+        """Module path -> torch device, as Accelerate's ``dispatch_model`` takes it
+        (:func:`~autoplace.runtime.export.device_map`; a placement that splits a module cannot be one:
+        compile with ``granularity="module"``)."""
+        from autoplace.runtime.export import device_map
+
+        return device_map(self.graph, self.placement, self.cluster)
+
     def __call__(self, inputs: Any, targets: Any = None):
         """Run one training step on the batch ``inputs`` (and ``targets``, as ``loss_fn(outputs, *targets)``
         takes them); returns the loss (a CPU tensor) the step computed before its update."""
         self._check_open()
-        flat = _flat(inputs) + _flat(targets)
+        flat = _flat(inputs, targets)
         if len(flat) != len(self.inputs):
             raise AutoplaceError(f"the step of {self.graph.name!r} takes {len(self.inputs)} tensors (inputs, then "
                                  f"targets), got {len(flat)}")
@@ -122,8 +134,8 @@ class PlacedStep:
         out: dict[str, dict[str, Any]] = {}
         for op in self.graph.ops:
             if op.type == "optimizer_state":
-                param = op.colocation_group
-                out.setdefault(param, {})[op.name[len(param) + 1:]] = values[op.name]
+                param, _, key = op.name.rpartition(".")
+                out.setdefault(param, {})[key] = values[op.name]
         return out
 
     def load_into(self, model, optimizer=None) -> None:
@@ -170,7 +182,7 @@ def initial_values(graph: Graph, model, optimizer) -> dict[str, Any]:
     for op in graph.ops:
         if op.type != "optimizer_state":
             continue
-        param, key = op.colocation_group, op.name[len(op.colocation_group) + 1:]
+        param, _, key = op.name.rpartition(".")                  # "<parameter>.<state key>"
         have = optimizer.state.get(params[param], {}).get(key)
         spec = op.outputs[0]
         values[op.name] = have.detach().cpu().clone() if isinstance(have, torch.Tensor) else \
@@ -181,20 +193,32 @@ def initial_values(graph: Graph, model, optimizer) -> dict[str, Any]:
 def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets: Any = None,
             cluster: str | Cluster = "localhost", method: str = "auto",
             placement: str | os.PathLike | Placement | None = None, seed: int = 0, budget: float | None = None,
-            name: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> PlacedStep:
+            granularity: str = "op", name: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> PlacedStep:
     """Capture, place and set up one training step of ``model`` (see the module docstring).
 
-    ``example_inputs`` (and ``targets``): a batch of the shapes every later batch has; ``loss_fn(outputs,
+    ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs`` (and ``targets``):
+    a batch of the shapes every later batch has (a tensor, a tuple of positional arguments, a dict of keyword
+    arguments, or ``(args, kwargs)``); ``loss_fn(outputs,
     *targets)`` returns a scalar; ``optimizer``: a ``torch.optim`` optimizer over the model's parameters (its
     class and hyper-parameters are captured; its state, if it has stepped, is the starting state).
     ``cluster``: a preset name, a cluster file or a :class:`~autoplace.cluster.Cluster` (default
     ``localhost``: this machine's devices); ``method``: a placer's name (``autoplace.placers.place``) with
     ``seed`` and ``budget``; or ``placement``: a :class:`~autoplace.placement.Placement` or a saved
-    placement file of this captured graph (``autoplace place``'s output for ``autoplace capture``'s graph)."""
+    placement file of this captured graph (``autoplace place``'s output for ``autoplace capture``'s graph).
+    ``granularity="module"`` keeps every module with parameters whole on one device
+    (:func:`~autoplace.grouping.with_granularity`): ``step.device_map()`` is then an Accelerate device map."""
     from autoplace.capture import capture_training_step
+    from autoplace.capture._torch import resolve_model
+    from autoplace.grouping import with_granularity
     from autoplace.placers import place
 
+    model, example_inputs = resolve_model(model, example_inputs)
+    meta = next((n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta), None)
+    if meta is not None:
+        raise AutoplaceError(f"parameter {meta!r} is on the meta device: a placed step trains real weights "
+                             "(materialise the model first)")
     graph = capture_training_step(model, example_inputs, loss_fn, optimizer, targets=targets, name=name)
+    graph = with_granularity(graph, granularity)
     cl = _cluster_of(cluster)
     chosen = place(graph, cl, method, seed=seed, budget=budget) if placement is None \
         else _placement_of(placement, graph, cl)
