@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from autoplace.cli import main
@@ -184,6 +185,14 @@ def test_missing_scotch_binary_is_a_clear_error(tmp_path, capsys, monkeypatch):
     rc, _, err = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "-m", "scotch", "-o", str(out))
     assert rc == 2 and "Scotch tools (scotch_gmap, amk_grf) are not installed" in err and err.count("\n") == 1
     assert not out.exists()
+    rc, text, _ = run(capsys, "compare", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "--methods",
+                      "single-gpu,scotch,mincut,metis", "--json")
+    rows = {r["method"]: r for r in json.loads(text)["rows"]}              # the others still run
+    assert rc == 0 and rows["single-gpu"]["ok"] and rows["metis"]["ok"]
+    assert all(rows[m]["error"].startswith("skipped: the Scotch tools") for m in ("scotch", "mincut"))
+    rc, text, _ = run(capsys, "compare", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "--methods", "single-gpu,scotch",
+                      "--markdown")
+    assert rc == 0 and "| scotch |" in text and "skipped: the Scotch tools" in text
 
 
 def test_place_refine(tmp_path, capsys):
@@ -193,6 +202,7 @@ def test_place_refine(tmp_path, capsys):
     assert main([*args, "--refine", "--refine-budget", "5", "-o", str(refined)]) == 0
     a, b = json.loads(base.read_text()), json.loads(refined.read_text())
     assert b["method"] == "metis+ls" and b["refined_from"] == "metis"
+    assert "metis+ls: simulated step time" in capsys.readouterr().out
     assert b["result"]["step_time_s"] <= a["result"]["step_time_s"] * (1 + 1e-9)
 
 
@@ -206,6 +216,32 @@ def test_no_feasible_placement_exit_3(tmp_path, capsys):
     rc, _, err = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", c, "-m", "m-etf", "-o", str(out))
     assert rc == 3 and "m-etf: no device can take op" in err and "memory" in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_a_failing_placement_exits_1_from_every_verb_and_is_still_written(tmp_path, capsys):
+    small = {"format": "autoplace.cluster/v1", "name": "small", "devices": [
+        {"name": "cpu:0", "type": "cpu", "memory_bytes": 1000, "peak_flops": 1e11, "memory_bandwidth": 1e10},
+        {"name": "gpu:0", "type": "gpu", "memory_bytes": 1000, "peak_flops": 1e12, "memory_bandwidth": 1e11}],
+        "default_link": {"bandwidth": 1e10, "latency_s": 1e-5}}
+    c = write(tmp_path, "c.json", small)
+    out = tmp_path / "p.json"
+    rc, text, _ = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", c, "-m", "single-gpu", "-o", str(out))
+    assert rc == 1 and "FAILING" in text and out.exists()
+    rc, text, _ = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", c, "-m", "single-gpu", "-o", str(out), "--json")
+    assert rc == 1 and json.loads(text)["ok"] is False
+    for extra in ([], ["--json"]):
+        rc, _, _ = run(capsys, "simulate", "toy-mlp", "-P", "layers=2", "-c", c, "-p", str(out), *extra)
+        assert rc == 1
+
+
+def test_scoring_a_placement_made_for_another_cluster_says_so(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert main(["place", "toy-mlp", "-P", "layers=2", "-c", "k80x4", "-m", "single-cpu", "-o", str(out)]) == 0
+    capsys.readouterr()
+    rc, _, err = run(capsys, "simulate", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "-p", str(out))
+    assert rc == 0 and err.strip() == "note: placement made for cluster 'k80x4', scored on 'k80x2'"
+    rc, _, err = run(capsys, "simulate", "toy-mlp", "-P", "layers=2", "-c", "k80x4", "-p", str(out))
+    assert rc == 0 and err == ""
 
 
 def test_compare_includes_cp_sat_bound(capsys):
@@ -303,3 +339,14 @@ def test_a_long_chain_file_goes_through_every_placer(tmp_path, capsys):
     rc, out, err = run(capsys, "compare", str(path), "-c", "k80x2", "--budget", "0.5", "--json")
     assert rc == 0, err
     assert all(r["ok"] for r in json.loads(out)["rows"])
+
+
+def test_numbers_never_print_in_exponent_notation():
+    from autoplace.report import fmt_bytes, fmt_flops, fmt_rate, fmt_time
+
+    assert fmt_bytes(999.7 * 2**20) == "1000 MiB" and fmt_bytes(1019.6 * 2**20) == "1020 MiB"
+    assert fmt_time(0.9997) == "1000 ms" and fmt_time(1234.0) == "1234 s" and fmt_time(0.0123) == "12.3 ms"
+    assert fmt_flops(999.9e9) == "1000 GFLOP" and fmt_rate(2.5e9) == "2.5 GB/s" and fmt_bytes(5) == "5 B"
+    for f, lo in ((fmt_bytes, 1.0), (fmt_time, 1e-12), (fmt_flops, 1.0), (fmt_rate, 1.0)):
+        for x in np.geomspace(lo, 1e17, 400):
+            assert "e+" not in f(float(x)) and "e-" not in f(float(x)), (f.__name__, x, f(float(x)))

@@ -489,6 +489,9 @@ def test_cli_measure_profile_export(tmp_path, mlp_graph, capsys):
     assert main(["measure", str(gpath), "-c", "localhost", "-p", str(ppath), "--steps", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] and out["step_time_s"] > 0 and len(out["step_times_s"]) == 3
+    assert main(["measure", str(gpath), "-c", "localhost", "-p", str(ppath), "--steps", "4"]) == 0
+    text = capsys.readouterr().out
+    assert "mean of 3 steps after the first: min " in text and ", median " in text and ", max " in text
     assert main(["profile", str(gpath), "-c", "localhost", "--steps", "2", "--rounds", "1", "-o", str(tmp_path / "gp.json")]) == 0
     prof = json.loads((tmp_path / "gp.json").read_text())
     assert all("cpu" in op["cost"] for op in prof["ops"])
@@ -530,3 +533,19 @@ def test_contention_blends_loaded_costs_by_host_mates_busy_share():
     assert simulate(g, cluster(None), Placement(split, "graph", "c")).step_time == pytest.approx(2e-3)
     one = {n: "cpu:0" for n in "abc"}
     assert simulate(g, cluster("h"), Placement(one, "graph", "c")).step_time == pytest.approx(3e-3)
+
+
+def test_identical_cores_measuring_far_apart_are_a_warning():
+    from dataclasses import replace
+
+    from autoplace.runtime.profile import speed_warnings
+
+    c = get_cluster("localhost")
+    slow = [replace(d, peak_flops=d.peak_flops / (2.1 if i == 1 else 1)) for i, d in enumerate(c.devices)]
+    (line,) = speed_warnings(Cluster(c.name, slow, default_link=c.default_link))
+    assert "cpu:0 and cpu:1" in line and "2.1x apart" in line
+    near = [replace(d, peak_flops=d.peak_flops / (1.2 if i == 1 else 1)) for i, d in enumerate(c.devices)]
+    assert speed_warnings(Cluster(c.name, near, default_link=c.default_link)) == []
+    other = [replace(d, peak_flops=d.peak_flops / (3 if i == 1 else 1), meta={**d.meta, "model": f"m{i}"})
+             for i, d in enumerate(c.devices)]
+    assert speed_warnings(Cluster(c.name, other, default_link=c.default_link)) == []   # different models may differ

@@ -61,6 +61,21 @@ def resolve_graph(arg: str, params: dict[str, Any] | None = None) -> Graph:
     return build_graph(arg, **(params or {}))
 
 
+EXIT_FAILING = 1
+"""Exit code of ``place``, ``simulate`` and ``measure`` when the placement fails (out of memory, a failed
+run); what they write is written all the same. 2: bad input; 3: no feasible placement exists."""
+
+
+def _exit_code(result) -> int:
+    return 0 if result.ok else EXIT_FAILING
+
+
+def _note_other_cluster(placement, cluster: Cluster) -> None:
+    """One line on standard error when a placement made for another cluster is scored on this one."""
+    if placement.cluster != cluster.name:
+        _console(True).print(f"note: placement made for cluster {placement.cluster!r}, scored on {cluster.name!r}")
+
+
 def _granular(graph: Graph, granularity: str) -> Graph:
     """``graph`` at the placement granularity of ``--granularity`` (module: a module's parameters, tied ones
     and its ops kept together, so that the placement exports as a device_map)."""
@@ -202,12 +217,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     cluster = resolve_cluster(args.cluster)
     placement = load_placement(args.placement)
     result = simulate(graph, cluster, placement, trace=bool(args.trace))
+    _note_other_cluster(placement, cluster)
     if args.trace:
         write_json(args.trace, chrome_trace(graph, cluster, result), indent=None)
     if args.json:
         _print_json({"graph": graph.name, "cluster": cluster.name, "method": placement.method,
                      **result.to_dict()})
-        return 0
+        return _exit_code(result)
     con = _console()
     status = ("FAILING (OOM on " + ", ".join(result.oom_devices) + ")", "bold red") if not result.ok else "ok"
     con.print(_bold((graph.name, "bold"), " on ", (cluster.name, "bold"), f" ({placement.method}): step time ",
@@ -217,7 +233,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
               f"{fmt_time(result.transfer_time)}")
     if args.trace:
         _console(args.trace == "-").print(f"trace written to {args.trace} (open in https://ui.perfetto.dev)")
-    return 0
+    return _exit_code(result)
 
 
 def cmd_place(args: argparse.Namespace) -> int:
@@ -264,14 +280,15 @@ def cmd_place(args: argparse.Namespace) -> int:
     save_placement(placement, args.output, result)
     if args.json:
         _print_json({"placement": args.output, **result.to_dict()})
+        return _exit_code(result)
     else:
         counts = ", ".join(f"{d}: {n}" for d, n in sorted(placement.counts().items()))
         status = "ok" if result.ok else "FAILING (" + _failure(result) + ")"
-        _console(args.output == "-").print(f"{args.method}: {args.env} step time {fmt_time(result.step_time)}, {status}; ops per device "
+        _console(args.output == "-").print(f"{placement.method}: {args.env} step time {fmt_time(result.step_time)}, {status}; ops per device "
                          f"{counts}; written to {args.output}")
         if args.curve:
             _console(args.output == "-").print(f"training curve written to {args.curve}.csv and {args.curve}.png")
-    return 0
+    return _exit_code(result)
 
 
 def _settings(items: list[str]) -> dict[str, Any]:
@@ -435,7 +452,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     table_rows = []
     for r in rows:
         if r.result is None:
-            table_rows.append([r.method, "-", "-", "-", "-", *["-"] * len(names), f"no placement: {r.error}",
+            why = r.error if r.error.startswith("skipped") else f"no placement: {r.error}"
+            table_rows.append([r.method, "-", "-", "-", "-", *["-"] * len(names), why,
                                fmt_time(r.search_time_s)])
             continue
         status = _failure(r.result) if not r.result.ok else "ok"
@@ -500,20 +518,23 @@ def cmd_measure(args: argparse.Namespace) -> int:
     cluster = resolve_cluster(args.cluster)
     placement = load_placement(args.placement)
     placement.to_array(graph, cluster)  # validate before starting workers (the pool decodes the graph first)
+    _note_other_cluster(placement, cluster)
     predicted = simulate(graph, cluster, placement)
     result = measure(graph, cluster, placement, steps=args.steps, timeout=args.timeout, seed=args.seed)
     if args.json:
         _print_json({"graph": graph.name, "cluster": cluster.name, "method": placement.method,
                      "simulated_step_time_s": predicted.step_time, **result.to_dict()})
-        return 0 if result.ok else 1
+        return _exit_code(result)
     con = _console()
     if not result.ok:
         con.print(_bold((graph.name, "bold"), " on ", (cluster.name, "bold"), f" ({placement.method}): ",
                         ("FAILING", "bold red"), f": {_failure(result)}"))
-        return 1
+        return _exit_code(result)
+    steps = np.asarray(result.step_times[1:] if len(result.step_times) > 1 else result.step_times)
     con.print(_bold((graph.name, "bold"), " on ", (cluster.name, "bold"), f" ({placement.method}): measured step "
                     "time ", (fmt_time(result.step_time), "bold"),
-                    f" (mean of {len(result.step_times) - 1} steps after the first; simulated "
+                    f" (mean of {len(steps)} steps after the first: min {fmt_time(steps.min())}, median "
+                    f"{fmt_time(float(np.median(steps)))}, max {fmt_time(steps.max())}; simulated "
                     f"{fmt_time(predicted.step_time)})"))
     con.print(_sim_table(graph, cluster, result, title=""))
     con.print(f"{result.n_transfers} transfers per step, {fmt_bytes(result.transfer_bytes)}")
@@ -552,13 +573,15 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     from autoplace.report import fmt_flops, fmt_rate, fmt_time
 
     _check_output(args.output)
-    from autoplace.runtime.profile import detect_cluster
+    from autoplace.runtime.profile import detect_cluster, speed_warnings
 
     base = resolve_cluster(args.base) if args.base else None
     err = Console(stderr=True, highlight=False)
     with err.status("measuring") as status:
         cluster = detect_cluster(base, repeats=args.repeats,
                                  progress=lambda what: status.update(f"measuring {what}"))
+    for line in speed_warnings(cluster):
+        _console(True).print(line)
     if args.output:
         save_cluster(cluster, args.output)
     if args.json:

@@ -14,7 +14,7 @@ __all__ = [
     "ClusterError",
     "PlacementError",
     "UnknownNameError",
-    "InfeasibleError",
+    "InfeasibleError", "UnavailableError",
 ]
 
 
@@ -55,3 +55,7 @@ class InfeasibleError(AutoplaceError):
     """No feasible placement exists (or a placer found none). CLI exit code 3."""
 
     exit_code = 3
+
+
+class UnavailableError(AutoplaceError):
+    """A placer cannot run on this machine: a tool it needs is not installed (Scotch's command-line tools)."""

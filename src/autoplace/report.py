@@ -8,37 +8,40 @@ from collections.abc import Sequence
 __all__ = ["fmt_time", "fmt_bytes", "fmt_rate", "fmt_flops", "fmt_ratio", "markdown_table"]
 
 
+def _num(v: float) -> str:
+    """Three significant digits, never in exponent notation (999.7 -> ``1000``, 1234 -> ``1234``)."""
+    s = f"{v:.3g}"
+    return f"{v:.0f}" if "e+" in s else s
+
+
+def _scaled(x: float, units: Sequence[tuple[str, float]], last: str, last_scale: float) -> str:
+    """``x`` in the first unit it is at least one of (largest first), else in ``last``."""
+    for unit, scale in units:
+        if abs(x) >= scale:
+            return f"{_num(x / scale)} {unit}"
+    return f"{_num(x / last_scale)} {last}"
+
+
 def fmt_time(seconds: float) -> str:
     if seconds is None or not math.isfinite(seconds):
         return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(seconds) >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
+    return _scaled(seconds, (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)), "ns", 1e-9)
 
 
 def fmt_bytes(n: float) -> str:
     n = float(n)
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            v = n / scale
-            return f"{v:.3g} {unit}" if abs(v) < 1000 else f"{v:.0f} {unit}"  # 1010 MiB, not 1.01e+03
-    return f"{int(n)} B"
+    if abs(n) < 2**10:
+        return f"{int(n)} B"
+    return _scaled(n, (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)), "KiB", 2**10)
 
 
 def fmt_rate(bytes_per_s: float) -> str:
     """Bandwidth in decimal units, as vendors quote it (GB/s)."""
-    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6)):
-        if abs(bytes_per_s) >= scale:
-            return f"{bytes_per_s / scale:.3g} {unit}"
-    return f"{bytes_per_s:.3g} B/s"
+    return _scaled(bytes_per_s, (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6)), "B/s", 1.0)
 
 
 def fmt_flops(f: float) -> str:
-    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
-        if abs(f) >= scale:
-            return f"{f / scale:.3g} {unit}"
-    return f"{f:.3g} FLOP"
+    return _scaled(f, (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)), "FLOP", 1.0)
 
 
 def fmt_ratio(x: float) -> str:

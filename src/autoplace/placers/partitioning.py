@@ -26,7 +26,7 @@ import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.cost import feasible_devices
-from autoplace.errors import AutoplaceError, InfeasibleError
+from autoplace.errors import AutoplaceError, InfeasibleError, UnavailableError
 from autoplace.graph import Graph
 from autoplace.grouping import GroupGraph, grouped_graph, part_graph, runnable_grouping, weighted_csr
 from autoplace.placement import Placement
@@ -36,7 +36,7 @@ from autoplace.validation import seed_int
 __all__ = ["scotch", "mincut", "metis", "ScotchMissingError"]
 
 
-class ScotchMissingError(AutoplaceError):
+class ScotchMissingError(UnavailableError):
     """The Scotch command-line tools are not installed (Debian package ``scotch``)."""
 
 

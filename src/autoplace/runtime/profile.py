@@ -27,7 +27,7 @@ from autoplace.grouping import group_ops
 from autoplace.placement import Placement
 from autoplace.runtime.workers import WorkerPool
 
-__all__ = ["profile_graph", "detect_cluster", "LinkFit"]
+__all__ = ["profile_graph", "detect_cluster", "speed_warnings", "LinkFit"]
 
 LINK_SIZES = tuple(64 * 4**k for k in range(10))  # 64 B .. 16 MiB
 #: Shared-memory exchange between CPU workers: the copy is the sender's work (``send_cost_s_per_byte``);
@@ -405,6 +405,28 @@ class LinkFit:
         k = int(np.argmin(sizes))
         self.latency_s = float(max(times[k] - sizes[k] / self.bandwidth, 0.0))
         self.sizes, self.times = sizes, times
+
+
+SPREAD_WARNING = 1.5  #: devices of one model measuring further apart than this are worth a warning
+
+
+def speed_warnings(cluster: Cluster, spread: float = SPREAD_WARNING) -> list[str]:
+    """A line for each group of devices of one kind and model whose measured matmul speeds differ by more
+    than ``spread`` times: identical cores should measure alike, so the machine was busy or the cores are
+    not alike (SMT siblings, frequency limits) — either way the figures should not be trusted as they are."""
+    groups: dict[tuple, list] = {}
+    for d in cluster.devices:
+        groups.setdefault((d.kind, d.meta.get("model")), []).append(d)
+    out = []
+    for (kind, model), devs in groups.items():
+        if len(devs) < 2:
+            continue
+        slow, fast = min(devs, key=lambda d: d.peak_flops), max(devs, key=lambda d: d.peak_flops)
+        if fast.peak_flops > spread * slow.peak_flops:
+            out.append(f"warning: {fast.name} and {slow.name} are both {model or kind} but measured "
+                       f"{fast.peak_flops / slow.peak_flops:.1f}x apart in matmul speed: the machine was busy, or "
+                       "the cores differ (SMT siblings, frequency); measure again on an idle machine (--repeats)")
+    return out
 
 
 def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Sequence[int] = LINK_SIZES,
