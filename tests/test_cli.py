@@ -206,12 +206,14 @@ def test_place_refine(tmp_path, capsys):
     assert b["result"]["step_time_s"] <= a["result"]["step_time_s"] * (1 + 1e-9)
 
 
+TINY_MEMORY = {"format": "autoplace.cluster/v1", "name": "small", "devices": [     # 1000 bytes a device
+    {"name": "cpu:0", "type": "cpu", "memory_bytes": 1000, "peak_flops": 1e11, "memory_bandwidth": 1e10},
+    {"name": "gpu:0", "type": "gpu", "memory_bytes": 1000, "peak_flops": 1e12, "memory_bandwidth": 1e11}],
+    "default_link": {"bandwidth": 1e10, "latency_s": 1e-5}}
+
+
 def test_no_feasible_placement_exit_3(tmp_path, capsys):
-    small = {"format": "autoplace.cluster/v1", "name": "small", "devices": [
-        {"name": "cpu:0", "type": "cpu", "memory_bytes": 1000, "peak_flops": 1e11, "memory_bandwidth": 1e10},
-        {"name": "gpu:0", "type": "gpu", "memory_bytes": 1000, "peak_flops": 1e12, "memory_bandwidth": 1e11}],
-        "default_link": {"bandwidth": 1e10, "latency_s": 1e-5}}
-    c = write(tmp_path, "c.json", small)
+    c = write(tmp_path, "c.json", TINY_MEMORY)
     out = tmp_path / "p.json"
     rc, _, err = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", c, "-m", "m-etf", "-o", str(out))
     assert rc == 3 and "m-etf: no device can take op" in err and "memory" in err and err.count("\n") == 1
@@ -219,11 +221,7 @@ def test_no_feasible_placement_exit_3(tmp_path, capsys):
 
 
 def test_a_failing_placement_exits_1_from_every_verb_and_is_still_written(tmp_path, capsys):
-    small = {"format": "autoplace.cluster/v1", "name": "small", "devices": [
-        {"name": "cpu:0", "type": "cpu", "memory_bytes": 1000, "peak_flops": 1e11, "memory_bandwidth": 1e10},
-        {"name": "gpu:0", "type": "gpu", "memory_bytes": 1000, "peak_flops": 1e12, "memory_bandwidth": 1e11}],
-        "default_link": {"bandwidth": 1e10, "latency_s": 1e-5}}
-    c = write(tmp_path, "c.json", small)
+    c = write(tmp_path, "c.json", TINY_MEMORY)
     out = tmp_path / "p.json"
     rc, text, _ = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", c, "-m", "single-gpu", "-o", str(out))
     assert rc == 1 and "FAILING" in text and out.exists()
