@@ -69,3 +69,23 @@ def test_bad_onnx_files(tmp_path, capsys, content, message):
     assert main(["import", str(f), "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_a_standard_transformer_encoder_exported_by_torch_imports(tmp_path, dynamo):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")                     # the onnx extra: torch.onnx.export needs it
+    import warnings
+
+    enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(32, 4, 64), 2).eval()
+    path = tmp_path / "enc.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(enc, (torch.randn(8, 2, 32),), str(path), dynamo=dynamo)
+    g = import_onnx(path)                                # no symbolic dimension, whichever exporter
+    weights = sum(p.numel() * 4 for p in enc.parameters())
+    assert 0.85 * weights <= sum(op.param_bytes for op in g.ops) <= weights      # exporters fold a few
+    # two layers of q, k, v and out projections (4 x 2·16·32·32) and a feed-forward (2 x 2·16·32·64),
+    # plus the attention itself and the norms: a little more
+    matmuls = 2 * (4 * 2 * 16 * 32 * 32 + 2 * 2 * 16 * 32 * 64)
+    assert matmuls <= g.total_flops <= 1.2 * matmuls

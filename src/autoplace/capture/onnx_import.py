@@ -79,6 +79,46 @@ def _flops(node, ins: list[TensorSpec | None], outs: list[TensorSpec]) -> float:
     return float(out_el)
 
 
+def _symbolic(model) -> bool:
+    g = model.graph
+    return any(d.dim_param or not d.HasField("dim_value")
+               for v in [*g.input, *g.output, *g.value_info] for d in v.type.tensor_type.shape.dim)
+
+
+def _infer_shapes(model, where: str):
+    """Shapes of every value. Where ONNX's inference leaves a dimension symbolic although the inputs are
+    fixed (the TorchScript exporter computes a reshape's target from ``Shape`` ops: ``unk__0``), the shape
+    arithmetic is folded to constants first (onnxscript's optimizer, from the ``onnx`` extra) and the
+    shapes inferred again."""
+    import onnx
+
+    def infer(m):
+        try:
+            return onnx.shape_inference.infer_shapes(m, strict_mode=True, data_prop=True)
+        except Exception as e:  # noqa: BLE001 - onnx raises its own InferenceError and others
+            raise CaptureError(f"{where}: shape inference failed: {' '.join(str(e).split())[:200]}") from None
+
+    inferred = infer(model)
+    if not _symbolic(inferred) or _symbolic_inputs(model):
+        return inferred
+    try:
+        import onnxscript.optimizer
+    except ImportError:
+        return inferred                     # the symbolic dimension is reported where it is met
+    try:
+        folded = onnxscript.optimizer.optimize(model)
+    except Exception:  # noqa: BLE001 - an optimizer failure leaves the model as it was
+        return inferred
+    return infer(folded)
+
+
+def _symbolic_inputs(model) -> bool:
+    """An input with a dimension that is not a number: the model was exported with dynamic sizes."""
+    inits = {i.name for i in model.graph.initializer}
+    return any(d.dim_param or not d.HasField("dim_value")
+               for v in model.graph.input if v.name not in inits for d in v.type.tensor_type.shape.dim)
+
+
 def import_onnx(path: str | os.PathLike, *, name: str | None = None) -> Graph:
     """Read ``path`` (an ONNX model), infer shapes, and build the forward graph."""
     import onnx
@@ -102,10 +142,7 @@ def import_onnx(path: str | os.PathLike, *, name: str | None = None) -> Graph:
         if (node.domain or "ai.onnx") not in ("ai.onnx", "ai.onnx.ml"):
             raise CaptureError(f"{where}: op {node.name or node.op_type!r} is from domain {node.domain!r}, "
                                f"which cannot be imported (only the standard ONNX operators)")
-    try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-    except Exception as e:  # noqa: BLE001 - onnx raises its own InferenceError and others
-        raise CaptureError(f"{where}: shape inference failed: {' '.join(str(e).split())[:200]}") from None
+    model = _infer_shapes(model, where)
     g = model.graph
     types = {v.name: v.type for v in list(g.input) + list(g.output) + list(g.value_info)}
     specs: dict[str, TensorSpec] = {}
