@@ -313,13 +313,13 @@ def program_cases(rng: random.Random) -> list[Case]:
             hurt(g["ops"][k]["call"])
             files = {"graph.json": _dump(g), "placement.json": _dump(placement)}
             out.append(Case(f"export: op {g['ops'][k]['name']}'s call has {what}",
-                            ["export", "{dir}/placement.json", "--graph", "{dir}/graph.json", "-o", "{dir}/placed.py",
+                            ["export", "{dir}/graph.json", "-p", "{dir}/placement.json", "-o", "{dir}/placed.py",
                              "--device-map", "{dir}/map.json"], files, ["placed.py", "map.json"]))
     for outputs in ([{"ref": "nope"}], "x", [{"ref": graph["ops"][0]["name"] + ":3"}]):
         g = copy.deepcopy(graph)
         g["program"]["outputs"] = outputs
         out.append(Case(f"export: program outputs {outputs!r}",
-                        ["export", "{dir}/placement.json", "--graph", "{dir}/graph.json", "-o", "{dir}/placed.py"],
+                        ["export", "{dir}/graph.json", "-p", "{dir}/placement.json", "-o", "{dir}/placed.py"],
                         {"graph.json": _dump(g), "placement.json": _dump(placement)}, ["placed.py"]))
     return out
 

@@ -348,3 +348,43 @@ def test_numbers_never_print_in_exponent_notation():
     for f, lo in ((fmt_bytes, 1.0), (fmt_time, 1e-12), (fmt_flops, 1.0), (fmt_rate, 1.0)):
         for x in np.geomspace(lo, 1e17, 400):
             assert "e+" not in f(float(x)) and "e-" not in f(float(x)), (f.__name__, x, f(float(x)))
+
+
+def _verbs(parser, prefix=()):
+    """(name path, parser) for every verb, nested ones (zoo list, cluster detect) included."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+                if nested:
+                    yield from _verbs(sub, (*prefix, name))
+                else:
+                    yield (*prefix, name), sub
+
+
+def test_one_grammar_every_verb_has_json_and_the_graph_comes_first():
+    from autoplace.cli import build_parser
+
+    verbs = dict(_verbs(build_parser()))
+    assert {("export",), ("capture",), ("import",), ("profile",), ("zoo", "export"), ("measure",)} <= set(verbs)
+    for path, sub in verbs.items():
+        options = {o for a in sub._actions for o in a.option_strings}
+        assert "--json" in options, path
+        positional = [a.dest for a in sub._actions if not a.option_strings and a.dest != "help"]
+        if "graph" in positional:
+            assert positional[0] == "graph", path
+        if "--seed" in options:                       # always a placer's (or a search's) seed
+            help_text = next(a.help for a in sub._actions if "--seed" in a.option_strings)
+            assert "placer" in help_text or "search" in help_text, path
+    assert [a.dest for a in verbs[("export",)]._actions if not a.option_strings][0] == "graph"
+
+
+def test_json_summaries_of_what_was_written(tmp_path, capsys):
+    out = tmp_path / "g.json"
+    rc, text, _ = run(capsys, "zoo", "export", "toy-mlp", "-P", "layers=2", "-o", str(out), "--json")
+    doc = json.loads(text)
+    assert rc == 0 and doc["output"] == str(out) and doc["ops"] > 0 and out.exists()
+    rc, _, err = run(capsys, "zoo", "export", "toy-mlp", "-o", "-", "--json")
+    assert rc == 2 and "-o FILE" in err

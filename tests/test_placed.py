@@ -236,7 +236,7 @@ def test_place_with_module_granularity_then_export_a_device_map_from_the_command
     save_graph(graph, tmp_path / "lm.json")
     g, p, dm = (str(tmp_path / n) for n in ("lm.json", "p.json", "dm.json"))
     assert main(["place", g, "-c", "k80x2", "-m", "metis", "--granularity", "module", "-o", p]) == 0
-    assert main(["export", p, "--graph", g, "-c", "k80x2", "-o", str(tmp_path / "placed.py"), "--device-map", dm]) == 0
+    assert main(["export", g, "-p", p, "-c", "k80x2", "-o", str(tmp_path / "placed.py"), "--device-map", dm]) == 0
     dmap = json.loads(open(dm).read())
     assert len(set(dmap.values())) == 2
     for name, _ in model.named_parameters(remove_duplicate=False):

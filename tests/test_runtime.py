@@ -247,7 +247,15 @@ def test_a_failing_measured_result_is_plain_json(capsys, monkeypatch):
     failing = MeasuredResult(float("inf"), ("cpu:0", "cpu:1"), np.zeros(2), np.ones(2), (0.1, float("inf")),
                              np.array([0.1, float("nan")]), error="worker cpu:1 died")
     d = json.loads(json.dumps(failing.to_dict(), allow_nan=False))
-    assert d["step_time_s"] is None and d["step_times_s"] == [0.1, None] and d["devices"]["cpu:1"]["busy_s"] is None
+    assert d["step_time_s"] is None and d["step_times_s"] == [0.1, None] and d["devices"][1]["busy_s"] is None
+    from autoplace.zoo import build_graph
+
+    g, c = build_graph("toy-mlp", layers=1), get_cluster("localhost")
+    simulated = simulate(g, c, Placement.from_array(g, c, np.zeros(g.n_ops, dtype=int), "one"))
+    assert set(simulated.to_dict()) == set(d)                        # one schema for both envs
+    assert (d["env"], simulated.to_dict()["env"]) == ("measured", "simulated")
+    assert [x["name"] for x in d["devices"]] == ["cpu:0", "cpu:1"] and set(d["devices"][0]) == \
+        set(simulated.to_dict()["devices"][0])
 
     from autoplace.env import BaseEnv
 
@@ -496,7 +504,7 @@ def test_cli_measure_profile_export(tmp_path, mlp_graph, capsys):
     prof = json.loads((tmp_path / "gp.json").read_text())
     assert all("cpu" in op["cost"] for op in prof["ops"])
     capsys.readouterr()
-    assert main(["export", str(ppath), "--graph", str(gpath), "-o", str(tmp_path / "placed.py"),
+    assert main(["export", str(gpath), "-p", str(ppath), "-o", str(tmp_path / "placed.py"),
                  "--device-map", str(tmp_path / "map.json")]) == 0
     assert "def step(" in (tmp_path / "placed.py").read_text()
     assert json.loads((tmp_path / "map.json").read_text()) == {"": "cpu"}
@@ -509,7 +517,7 @@ def test_cli_refuses_uncaptured_graph(tmp_path, capsys):
     assert main(["measure", "toy-mlp", "-c", "localhost", "-p", str(ppath)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("autoplace: error: graph 'toy-mlp' has no aten program") and err.count("\n") == 1
-    assert main(["export", str(ppath), "--graph", "toy-mlp", "-o", str(tmp_path / "x.py")]) == 2
+    assert main(["export", "toy-mlp", "-p", str(ppath), "-o", str(tmp_path / "x.py")]) == 2
     assert not (tmp_path / "x.py").exists()
 
 

@@ -66,6 +66,24 @@ EXIT_FAILING = 1
 run); what they write is written all the same. 2: bad input; 3: no feasible placement exists."""
 
 
+def _written(args, graph: Graph | None = None, **extra) -> bool:
+    """With ``--json``: print what was written (the output path, the graph's size, ``extra``) as JSON and
+    return True (the caller prints nothing else); without, False."""
+    if not getattr(args, "json", False):
+        return False
+    out: dict[str, Any] = {"output": args.output}
+    if graph is not None:
+        out.update(graph=graph.name, ops=graph.n_ops, edges=graph.n_edges, param_bytes=int(graph.total_param_bytes),
+                   flops=float(graph.total_flops))
+    _print_json({**out, **extra})
+    return True
+
+
+def _check_json_output(args) -> None:
+    if getattr(args, "json", False) and args.output == "-":
+        raise FormatError("--json prints a summary on standard output: write the file with -o FILE, not -")
+
+
 def _exit_code(result) -> int:
     return 0 if result.ok else EXIT_FAILING
 
@@ -520,7 +538,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     placement.to_array(graph, cluster)  # validate before starting workers (the pool decodes the graph first)
     _note_other_cluster(placement, cluster)
     predicted = simulate(graph, cluster, placement)
-    result = measure(graph, cluster, placement, steps=args.steps, timeout=args.timeout, seed=args.seed)
+    result = measure(graph, cluster, placement, steps=args.steps, timeout=args.timeout, seed=args.data_seed)
     if args.json:
         _print_json({"graph": graph.name, "cluster": cluster.name, "method": placement.method,
                      "simulated_step_time_s": predicted.step_time, **result.to_dict()})
@@ -548,6 +566,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from autoplace.runtime.profile import profile_graph
 
     _check_output(args.output)
+    _check_json_output(args)
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
     devices = [d.strip() for d in args.devices.split(",")] if args.devices else None
@@ -560,6 +579,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     save_graph(profiled, args.output)
     from autoplace.report import fmt_time
 
+    if _written(args, profiled, profiled=profiled.meta["profiled"]):
+        return 0
     for dtype, info in profiled.meta["profiled"].items():
         _console(args.output == "-").print(f"{graph.name}: {graph.n_ops} ops timed on {info['device']} ({dtype}): "
                          f"{fmt_time(info['step_s'])} per step -> {args.output}")
@@ -607,6 +628,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     _check_output(args.output)
     _check_output(args.device_map)
+    _check_json_output(args)
     placement = load_placement(args.placement)
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster or placement.cluster)
@@ -617,6 +639,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     atomic_write_text(args.output, source)
     if dmap is not None:
         write_json(args.device_map, dmap)
+    if _written(args, None, lines=len(source.splitlines()), device_map=args.device_map, device_map_entries=dmap):
+        return 0
     _console(args.output == "-").print(f"placed program ({len(source.splitlines())} lines) -> {args.output}"
                      + (f"; device_map ({len(dmap)} entries) -> {args.device_map}" if dmap is not None else ""))
     return 0
@@ -632,10 +656,13 @@ def cmd_zoo(args: argparse.Namespace) -> int:
 
     if args.zoo_cmd == "export":
         _check_output(args.output)
+        _check_json_output(args)
         get_model(args.name)
-        with _spinner(f"building {args.name}", args.output == "-"):
+        with _spinner(f"building {args.name}", args.output == "-" or args.json):
             graph = build_graph(args.name, **_parse_params(args.param))
         save_graph(graph, args.output)
+        if _written(args, graph):
+            return 0
         _console(args.output == "-").print(f"{args.name}: {graph.n_ops} ops, {graph.n_edges} edges -> {args.output}")
         return 0
     if args.json:
@@ -660,8 +687,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     from autoplace.report import fmt_bytes, fmt_flops
 
     _check_output(args.output)
+    _check_json_output(args)
     graph = import_onnx(args.model, name=args.name)
     save_graph(graph, args.output)
+    if _written(args, graph):
+        return 0
     _console(args.output == "-").print(f"{graph.name}: {graph.n_ops} ops, {graph.n_edges} edges, "
                      f"{fmt_bytes(graph.total_param_bytes)} of parameters, {fmt_flops(graph.total_flops)} "
                      f"per forward pass -> {args.output}")
@@ -697,9 +727,13 @@ def cmd_capture(args: argparse.Namespace) -> int:
     from autoplace.report import fmt_bytes, fmt_flops
 
     _check_output(args.output)
-    with _spinner(f"capturing {args.factory}", args.output == "-"):
+    _check_json_output(args)
+    with _spinner(f"capturing {args.factory}", args.output == "-" or args.json):
         graph = capture_from_factory(args.factory, inference=args.inference, name=args.name)
     save_graph(graph, args.output)
+    if _written(args, graph, phases={p: sum(op.phase == p for op in graph.ops)
+                                     for p in ("forward", "backward", "update")}):
+        return 0
     phases = {p: sum(op.phase == p for op in graph.ops) for p in ("forward", "backward", "update")}
     _console(args.output == "-").print(f"{graph.name}: {graph.n_ops} ops ({', '.join(f'{n} {p}' for p, n in phases.items() if n)}), "
                      f"{graph.n_edges} edges, {fmt_bytes(graph.total_param_bytes)} resident, "
@@ -847,7 +881,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--placement", "-p", required=True, metavar="P", help="placement file")
     p.add_argument("--steps", type=_positive_int, default=10, help="steps to run (the first is dropped; default 10)")
     p.add_argument("--timeout", type=_positive_seconds, default=120.0, help="seconds before a run counts as failing")
-    p.add_argument("--seed", type=_seed, default=0, help="seed of the synthetic parameters and inputs")
+    p.add_argument("--data-seed", type=_seed, default=0,
+                   help="seed of the synthetic parameters and inputs (--seed is always a placer's seed)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_measure)
 
@@ -858,6 +893,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=_positive_int, default=3,
                    help="alone/loaded runs alternate this many times; op costs are medians over all (default 3)")
     p.add_argument("--output", "-o", required=True, metavar="GRAPH", help="graph file to write")
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("cluster", help="measure this machine: devices and links")
@@ -870,12 +906,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_cluster)
 
     p = sub.add_parser("export", help="write a placement as runnable Python (and an Accelerate device_map)")
-    p.add_argument("placement", metavar="PLACEMENT", help="placement file")
-    p.add_argument("--graph", "-g", required=True, metavar="GRAPH", help="the captured graph it places")
+    p.add_argument("graph", metavar="GRAPH", help="the captured graph the placement places (file or built-in name)")
+    p.add_argument("--placement", "-p", required=True, metavar="P", help="placement file")
     p.add_argument("--cluster", "-c", metavar="CLUSTER", help="cluster (default: the placement's, a preset)")
-    p.add_argument("--param", "-P", action="append", metavar="KEY=VALUE")
+    p.add_argument("--param", "-P", action="append", metavar="KEY=VALUE", help="parameter of a built-in model")
     p.add_argument("--output", "-o", required=True, metavar="placed.py", help="Python file to write")
     p.add_argument("--device-map", metavar="MAP.json", help="also write an Accelerate device_map")
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("capture", help="capture a PyTorch training step (or forward pass) as a graph",
@@ -886,12 +923,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", required=True, metavar="GRAPH", help="graph file to write (.json or .json.gz)")
     p.add_argument("--inference", action="store_true", help="capture the forward pass only")
     p.add_argument("--name", help="graph name (default: the function's name)")
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=cmd_capture)
 
     p = sub.add_parser("import", help="import an ONNX model (shape-inferred, forward pass) as a graph")
     p.add_argument("model", metavar="MODEL.onnx")
     p.add_argument("--output", "-o", required=True, metavar="GRAPH", help="graph file to write (.json or .json.gz)")
     p.add_argument("--name", help="graph name (default: the ONNX graph's name)")
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("clusters", help="list cluster presets, or show/export one")
@@ -908,6 +947,7 @@ def build_parser() -> argparse.ArgumentParser:
     ze.add_argument("name")
     ze.add_argument("--output", "-o", required=True)
     ze.add_argument("--param", "-P", action="append", metavar="KEY=VALUE")
+    ze.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=cmd_zoo)
     return parser
 

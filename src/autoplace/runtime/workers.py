@@ -31,6 +31,7 @@ import numpy as np
 from autoplace.cluster import Cluster
 from autoplace.graph import Graph
 from autoplace.placement import Placement
+from autoplace.result import StepResult
 from autoplace.runtime.program import (
     ExecutionError, Program, TRef, get_value, plan_all, torch_device,
 )
@@ -45,10 +46,12 @@ POLL_SLEEP_S = float(os.environ.get("AUTOPLACE_POLL_SLEEP_S", 20e-6))
 
 
 @dataclass(frozen=True)
-class MeasuredResult:
+class MeasuredResult(StepResult):
     """A placement's measured training step (Mirhoseini et al. 2017 §3.4: run N steps, drop the first,
     average the rest). A failing run (OOM, a crashed worker, a timeout) has ``error`` set and an
     infinite ``step_time``."""
+
+    ENV = "measured"
 
     step_time: float
     device_names: tuple[str, ...]
@@ -64,26 +67,6 @@ class MeasuredResult:
     #: seconds handling arrivals, summed and counted delays from a flag raised to its receiver — already
     #: waiting — seeing it): what ``cluster detect`` fits the per-transfer costs and latency to
     exchange: np.ndarray | None = field(default=None, repr=False)
-
-    @property
-    def oom_devices(self) -> tuple[str, ...]:
-        return tuple(n for n, p, c in zip(self.device_names, self.peak_memory, self.memory_capacity) if p > c)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and not self.oom_devices
-
-    def to_dict(self) -> dict:
-        """Plain JSON (non-finite numbers, as a failing run has, become null)."""
-        finite = lambda x: float(x) if np.isfinite(x) else None  # noqa: E731
-        return {"step_time_s": finite(self.step_time) if self.ok else None, "ok": self.ok, "error": self.error,
-                "step_times_s": [finite(t) for t in self.step_times], "n_transfers": self.n_transfers,
-                "transfer_bytes": self.transfer_bytes,
-                "devices": {n: {"peak_memory_bytes": int(p), "memory_bytes": int(c),
-                                **({"busy_s": finite(b)} if self.busy_time is not None else {})}
-                            for n, p, c, b in zip(self.device_names, self.peak_memory, self.memory_capacity,
-                                                  self.busy_time if self.busy_time is not None
-                                                  else [0.0] * len(self.device_names))}}
 
 
 class _WorkerFailed(Exception):

@@ -23,6 +23,7 @@ from autoplace.cost import check_device_types, check_runnable, fastest_op_times,
 from autoplace.errors import PlacementError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
+from autoplace.result import StepResult
 from autoplace.sim import _cbackend, _kernel
 
 __all__ = ["Simulator", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch", "host_busy_share", "BACKEND"]
@@ -52,8 +53,10 @@ class Timeline:
 
 
 @dataclass(frozen=True)
-class SimResult:
+class SimResult(StepResult):
     """What one simulated training step of a placement costs."""
+
+    ENV = "simulated"
 
     step_time: float
     device_names: tuple[str, ...]
@@ -68,15 +71,6 @@ class SimResult:
     segment_time: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
-    def oom_devices(self) -> tuple[str, ...]:
-        """Devices whose peak memory exceeds their capacity (a failing placement if non-empty)."""
-        return tuple(n for n, p, c in zip(self.device_names, self.peak_memory, self.memory_capacity) if p > c)
-
-    @property
-    def ok(self) -> bool:
-        return not self.oom_devices
-
-    @property
     def transfer_bytes(self) -> int:
         return int(self.link_bytes.sum())
 
@@ -84,23 +78,16 @@ class SimResult:
     def transfer_time(self) -> float:
         return float(self.link_time.sum())
 
-    def to_dict(self) -> dict:
-        """Plain-JSON summary (what placement files and ``--json`` carry)."""
+    def _links(self) -> list[dict]:
         names = self.device_names
-        links = [{"src": names[s], "dst": names[d], "bytes": int(self.link_bytes[s, d]),
-                  "busy_s": float(self.link_time[s, d])}
-                 for s, d in zip(*np.nonzero(self.link_bytes + self.link_time))]
-        out = {
-            "step_time_s": float(self.step_time),
-            "ok": self.ok,
-            "oom_devices": list(self.oom_devices),
-            "devices": [{"name": n, "busy_s": float(b), "peak_memory_bytes": int(p),
-                         "memory_bytes": int(c), "oom": bool(p > c)}
-                        for n, b, p, c in zip(names, self.busy_time, self.peak_memory, self.memory_capacity)],
-            "links": links,
-            "transfers": int(self.n_transfers),
-            "transfer_bytes": self.transfer_bytes,
-        }
+        return [{"src": names[s], "dst": names[d], "bytes": int(self.link_bytes[s, d]),
+                 "busy_s": float(self.link_time[s, d])}
+                for s, d in zip(*np.nonzero(self.link_bytes + self.link_time))]
+
+    def to_dict(self) -> dict:
+        """Plain-JSON summary (what placement files and ``--json`` carry: :meth:`StepResult.to_dict`,
+        and the shared segments' busy time where the cluster has segments)."""
+        out = super().to_dict()
         if self.segment_names:
             out["segments"] = [{"name": n, "busy_s": float(b)} for n, b in zip(self.segment_names, self.segment_time)]
         return out
