@@ -313,3 +313,14 @@ def test_keyword_inputs_and_an_exported_program_are_captured_alike():
         assert g.total_flops == pytest.approx(by_kw.total_flops)
     assert no_mask.total_flops < by_kw.total_flops                      # the mask's multiply is really there
     assert len(capture_inference(ep, None).ops) < len(exported.ops)
+
+
+def test_an_fx_graph_module_is_captured_as_its_module():
+    from torch.nn.functional import cross_entropy
+
+    model = mlp()
+    x, y = torch.randn(B, I), torch.randint(0, C, (B,))
+    traced = torch.fx.symbolic_trace(model)
+    a = capture_training_step(model, x, cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1), targets=y)
+    b = capture_training_step(traced, x, cross_entropy, torch.optim.SGD(traced.parameters(), lr=0.1), targets=y)
+    assert b.total_flops == a.total_flops and b.total_param_bytes == a.total_param_bytes

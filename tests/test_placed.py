@@ -120,6 +120,12 @@ def test_adam_state_and_a_saved_placement(tmp_path):
         pytest.approx(eager(ref, ref_opt, nn.functional.cross_entropy, [(x, y)]), abs=1e-5)
 
 
+def test_the_python_api_is_importable_from_the_package():
+    from autoplace import PlacedStep, Simulator, build_graph, compare, compile, place, simulate  # noqa: F401
+
+    assert callable(compare) and compile is autoplace.compile and isinstance(Simulator, type)
+
+
 def test_a_batch_of_another_shape_and_a_placement_of_another_graph_are_clear_errors(tmp_path):
     model = nn.Linear(4, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -272,6 +272,22 @@ def test_a_failing_measured_result_is_plain_json(capsys, monkeypatch):
     assert row["ok"] is False and row["step_time_s"] is None and row["gap_to_bound"] is None
     assert row["run_error"] == "worker cpu:1 died"
 
+    fast = MeasuredResult(1e-9, ("cpu:0", "cpu:1"), np.zeros(2), np.ones(2) * 1e12, (1e-9, 1e-9))
+
+    class FastEnv(FailingEnv):                      # a measured step below the simulator's bounds
+        def evaluate(self, placement):
+            return fast
+
+    monkeypatch.setattr("autoplace.env.make_env", lambda name, graph, cluster, **k: FastEnv(graph, cluster))
+    assert main(["compare", "toy-mlp", "-P", "layers=2", "-c", "localhost", "--methods", "single-cpu",
+                 "--env", "measured", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert row["ok"] and row["gap_to_bound"] is None                  # never a negative gap
+    assert main(["compare", "toy-mlp", "-P", "layers=2", "-c", "localhost", "--methods", "single-cpu",
+                 "--env", "measured", "--markdown"]) == 0
+    text = capsys.readouterr().out
+    assert "| single-cpu |" in text and "%" not in text.split("| single-cpu |")[1].split("\n")[0]
+
 
 def test_hung_worker_times_out(mlp_graph):
     cluster = _cpu_cluster()
