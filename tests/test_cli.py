@@ -230,6 +230,16 @@ def test_a_failing_placement_exits_1_from_every_verb_and_is_still_written(tmp_pa
     for extra in ([], ["--json"]):
         rc, _, _ = run(capsys, "simulate", "toy-mlp", "-P", "layers=2", "-c", c, "-p", str(out), *extra)
         assert rc == 1
+    rc, text, _ = run(capsys, "simulate", "toy-mlp", "-P", "layers=2", "-c", c, "-p", str(out), "--json")
+    simulated = json.loads(text)
+    rc, text, _ = run(capsys, "compare", "toy-mlp", "-P", "layers=2", "-c", c, "--methods", "single-gpu,single-cpu",
+                      "--json")
+    rows = json.loads(text)["rows"]
+    assert rc == 1 and all(r["step_time_s"] is None and not r["ok"] for r in rows)   # every row fails: exit 1
+    schema = set(simulated) - {"graph", "cluster", "method"}
+    assert all(schema <= set(r) for r in rows) and rows[0]["devices"][0].keys() == simulated["devices"][0].keys()
+    rc, _, err = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "-o", "-", "--json")
+    assert rc == 2 and "-o FILE" in err
 
 
 def test_scoring_a_placement_made_for_another_cluster_says_so(tmp_path, capsys):

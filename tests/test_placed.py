@@ -188,7 +188,8 @@ def test_module_granularity_trains_as_eager_and_exports_a_device_map_accelerate_
         dmap = step.device_map()
         owner = {n: step.placement.assignment[n] for n in step.parameters}
     assert losses == pytest.approx(expected, abs=1e-5)
-    assert max_diff(state, {k: v for k, v in ref.state_dict().items() if k in state}) < 1e-5
+    assert max_diff(state, ref.state_dict()) < 1e-5                  # tied names included
+    TiedLM().load_state_dict(state)                                   # strict
     modules = dict(model.named_modules())
     assert all(k in modules for k in dmap)                            # every key is a module of the model
     for name, _ in model.named_parameters(remove_duplicate=False):    # every parameter, tied ones too, once
@@ -200,6 +201,17 @@ def test_module_granularity_trains_as_eager_and_exports_a_device_map_accelerate_
     dispatched = accelerate.dispatch_model(copy.deepcopy(ref), device_map=dmap)
     x = data[0][0]
     assert torch.allclose(dispatched(x), ref(x))
+    # localhost's workers are all torch's "cpu": the same module-granular graph on four GPUs, by two placers
+    from autoplace.cluster import get_cluster
+    from autoplace.runtime.export import device_map
+
+    gpus = get_cluster("k80x4")
+    for method in ("metis", "scotch"):
+        dmap = device_map(step.graph, autoplace.place(step.graph, gpus, method, seed=0), gpus)
+        assert len(set(dmap.values())) >= 2 and all(k in modules for k in dmap), (method, dmap)
+        for name, _ in model.named_parameters(remove_duplicate=False):
+            assert len(covering_keys(dmap, name)) == 1, (method, name)
+        assert dmap[covering_keys(dmap, "head.weight")[0]] == dmap[covering_keys(dmap, "emb.weight")[0]]
 
 
 def test_an_op_granularity_split_of_a_module_says_how_to_get_a_device_map():
@@ -221,10 +233,10 @@ def test_an_op_granularity_split_of_a_module_says_how_to_get_a_device_map():
     from autoplace.placers import place
 
     whole = with_granularity(graph, "module")
-    for method in ("metis", "m-etf"):                                     # any placer, through co-location groups
-        dmap = device_map(whole, place(whole, cluster, method, seed=0), cluster)
-        for name, _ in model.named_parameters():
-            assert len(covering_keys(dmap, name)) == 1
+    dmap = device_map(whole, place(whole, cluster, "metis", seed=0), cluster)
+    assert len(set(dmap.values())) == 2                                   # a real split, kept whole per module
+    for name, _ in model.named_parameters():
+        assert len(covering_keys(dmap, name)) == 1
 
 
 def test_place_with_module_granularity_then_export_a_device_map_from_the_command_line(tmp_path, capsys):
@@ -275,3 +287,69 @@ def test_keyword_inputs_train_through_compile_as_eager():
                            method="metis") as step:
         assert [float(step(x, y)) for x, y in data] == pytest.approx(expected, abs=1e-5)
         assert max_diff(step.state_dict(), ref.state_dict()) < 1e-5
+
+
+class Mixed(nn.Module):
+    """A frozen layer, a layer the loss never reaches, a non-persistent buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.frozen = nn.Linear(6, 8)
+        self.frozen.weight.requires_grad_(False)
+        self.fc = nn.Linear(8, 3)
+        self.unused = nn.Linear(3, 3)
+        self.register_buffer("scale", torch.tensor(2.0), persistent=False)
+
+    def forward(self, x):
+        return self.fc(torch.tanh(self.frozen(x)) * self.scale)
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+    lambda ps: torch.optim.NAdam(ps, lr=1e-2),
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+], ids=["adamw", "nadam", "sgd-nesterov"])
+def test_optimizers_frozen_unused_and_unsaved_state_train_as_eager(make_opt):
+    torch.manual_seed(0)
+    model = Mixed()
+    ref = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(4)
+    data = [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g)) for _ in range(4)]
+    expected = eager(ref, make_opt(ref.parameters()), nn.functional.cross_entropy, data)
+    with autoplace.compile(model, data[0][0], nn.functional.cross_entropy, make_opt(model.parameters()),
+                           targets=data[0][1], method="metis") as step:
+        before = step.state_dict()                                     # before any step: the module's own
+        assert max_diff(before, model.state_dict()) == 0.0
+        losses = [float(step(x, y)) for x, y in data]
+        state = step.state_dict()
+    assert losses == pytest.approx(expected, abs=1e-5)
+    assert list(state) == list(ref.state_dict()) and "scale" not in state
+    assert max_diff(state, ref.state_dict()) < 1e-5                   # frozen and unused weights untouched
+    Mixed().load_state_dict(state)                                     # strict
+
+
+def test_mistakes_with_a_compiled_step_are_clear_errors():
+    from test_capture import Keyworded
+
+    model = Keyworded()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, dampening=0.5)
+    x = {"input_ids": torch.randint(0, 20, (4, 5)), "attention_mask": torch.ones(4, 5)}
+    y = torch.randint(0, 3, (4,))
+    with pytest.raises(AutoplaceError, match="dampening"):
+        autoplace.compile(model, x, nn.functional.cross_entropy, opt, targets=y)
+    with pytest.raises(AutoplaceError, match="input 'scale' is a float, not a tensor"):
+        autoplace.compile(model, {**x, "scale": 2.0}, nn.functional.cross_entropy,
+                          torch.optim.SGD(model.parameters(), lr=0.1), targets=y)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    ref = copy.deepcopy(model)
+    with autoplace.compile(model, x, nn.functional.cross_entropy, opt, targets=y, method="metis") as step:
+        ids = torch.randint(0, 20, (4, 5))
+        mask = (torch.rand(4, 5) > 0.5).float()                        # given in the other order: matched by name
+        swapped = float(step({"attention_mask": mask, "input_ids": ids}, y))
+        expected = nn.functional.cross_entropy(ref(input_ids=ids, attention_mask=mask), y).item()
+        assert swapped == pytest.approx(expected, abs=1e-6)
+        with pytest.raises(AutoplaceError, match="keyword inputs"):
+            step({"input_ids": ids}, y)
+        opt.param_groups[0]["lr"] = 0.0                                # a scheduler's change would not reach it
+        with pytest.raises(AutoplaceError, match="changed after compile"):
+            step(x, y)

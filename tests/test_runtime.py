@@ -267,10 +267,10 @@ def test_a_failing_measured_result_is_plain_json(capsys, monkeypatch):
 
     monkeypatch.setattr("autoplace.env.make_env", lambda name, graph, cluster, **k: FailingEnv(graph, cluster))
     assert main(["compare", "toy-mlp", "-P", "layers=2", "-c", "localhost", "--methods", "single-cpu",
-                 "--env", "measured", "--json"]) == 0
+                 "--env", "measured", "--json"]) == 1                 # no method found a placement that runs
     row = json.loads(capsys.readouterr().out)["rows"][0]
     assert row["ok"] is False and row["step_time_s"] is None and row["gap_to_bound"] is None
-    assert row["run_error"] == "worker cpu:1 died"
+    assert row["error"] == "worker cpu:1 died" and row["env"] == "measured"
 
     fast = MeasuredResult(1e-9, ("cpu:0", "cpu:1"), np.zeros(2), np.ones(2) * 1e12, (1e-9, 1e-9))
 

@@ -262,6 +262,7 @@ def cmd_place(args: argparse.Namespace) -> int:
     from autoplace.sim import simulate
 
     _check_output(args.output)
+    _check_json_output(args)
     info = get_placer(args.method)  # unknown method: fail before loading anything big
     search_args = [f for f in ("samples", "wall_clock", "checkpoint", "resume", "curve", "workers", "controllers",
                                "ray_address", "settings", "policy", "zero_shot") if getattr(args, f)]
@@ -454,17 +455,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                 "cp_sat_s": bounds.cp_sat, "best_s": bounds.best,
                                 "of": "the simulated step"},
                      "rows": [
-            {"method": r.method, "step_time_s": _finite_or_none(r.result.step_time) if r.result else None,
-             "ok": bool(r.result is not None and r.result.ok), "error": r.error,
+            {"method": r.method, **_result_dict(r.result, result.env, r.error),
              "speedup_vs_single_gpu": _finite_or_none(speedup(gpu_time, r.step_time)),
              "speedup_vs_expert": _finite_or_none(speedup(expert_time, r.step_time)),
              "gap_to_bound": _finite_or_none(result.gap(r)),
              "search_time_s": r.search_time_s, "wall_time_s": _finite_or_none(r.wall_time_s),
-             "details": _jsonable(r.details), "note": row_note(r),
-             "peak_memory_bytes": ({n: int(p) for n, p in zip(names, r.result.peak_memory)} if r.result else None),
-             "oom_devices": list(r.result.oom_devices) if r.result else [],
-             "run_error": getattr(r.result, "error", None)} for r in rows]})
-        return 0
+             "details": _jsonable(r.details), "note": row_note(r)} for r in rows]})
+        return _compare_exit(rows)
     header = ["method", "step time", "vs single-gpu", "vs expert", "gap to bound",
               *[f"peak {n}" for n in names], "status", "search"]
     table_rows = []
@@ -490,7 +487,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.markdown:
         print(markdown_table(header, table_rows))
         print(f"\n{footer}")
-        return 0
+        return _compare_exit(rows)
     from rich.table import Table
 
     table = Table(title=f"{graph.name} ({graph.n_ops} ops) on {cluster.name}: {args.env} training step",
@@ -500,7 +497,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for row in table_rows:
         table.add_row(*row)
     _console().print(table)
-    return 0
+    return _compare_exit(rows)
+
+
+def _result_dict(result, env: str, why_none: str | None) -> dict:
+    """A row's step in the one result schema (:meth:`autoplace.result.StepResult.to_dict`); a method that
+    found no placement gets the same keys, empty, and ``error`` saying why."""
+    if result is not None:
+        return result.to_dict()
+    return {"env": env, "step_time_s": None, "ok": False, "error": why_none, "oom_devices": [], "step_times_s": [],
+            "devices": [], "links": [], "transfers": 0, "transfer_bytes": 0}
+
+
+def _compare_exit(rows) -> int:
+    """``compare`` follows the failing-placement rule too: 1 when no method found a placement that runs."""
+    return 0 if any(r.result is not None and r.result.ok for r in rows) else EXIT_FAILING
 
 
 def _jsonable(x: Any) -> Any:
@@ -551,9 +562,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
     steps = np.asarray(result.step_times[1:] if len(result.step_times) > 1 else result.step_times)
     con.print(_bold((graph.name, "bold"), " on ", (cluster.name, "bold"), f" ({placement.method}): measured step "
                     "time ", (fmt_time(result.step_time), "bold"),
-                    f" (mean of {len(steps)} steps after the first: min {fmt_time(steps.min())}, median "
-                    f"{fmt_time(float(np.median(steps)))}, max {fmt_time(steps.max())}; simulated "
-                    f"{fmt_time(predicted.step_time)})"))
+                    (f" (mean of {len(steps)} steps after the first: min {fmt_time(steps.min())}, median "
+                     f"{fmt_time(float(np.median(steps)))}, max {fmt_time(steps.max())}" if len(result.step_times) > 1
+                     else " (one step)") + f"; simulated {fmt_time(predicted.step_time)})"))
     con.print(_sim_table(graph, cluster, result, title=""))
     con.print(f"{result.n_transfers} transfers per step, {fmt_bytes(result.transfer_bytes)}")
     return 0

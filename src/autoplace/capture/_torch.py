@@ -205,6 +205,9 @@ def _trace(fn: Callable, args: tuple, what: str):
         text = " ".join(str(e).split())
         if "data-dependent" in text or "DataDependent" in type(e).__name__ or "GuardOnDataDependent" in type(e).__name__:
             why = "data-dependent Python control flow or output shape"
+        elif "convert all Tensors to FakeTensors" in text:
+            why = ("the model or loss_fn uses a tensor from outside it (a closure, a loss's class weights): "
+                   "register it as a buffer of the model, or pass it among the targets")
         else:
             why = type(e).__name__
         raise CaptureError(f"cannot trace {what}: {why}: {text[:200]}") from None
@@ -266,7 +269,12 @@ def _check_not_meta(model, args: tuple, kwargs: dict, targets: tuple) -> None:
     from torch.utils._pytree import tree_leaves
 
     named = [(f"input {k}", v) for k, v in enumerate(tree_leaves(args))] + \
-        [(f"input {k!r}", v) for k, v in kwargs.items()] + [(f"target {k}", v) for k, v in enumerate(targets)]
+        [(f"input {k!r}", v) for k, val in kwargs.items() for v in tree_leaves(val)] + \
+        [(f"target {k}", v) for k, v in enumerate(targets)]
+    for what, v in named:
+        if v is not None and not isinstance(v, torch.Tensor):
+            raise CaptureError(f"{what} is a {type(v).__name__}, not a tensor: a step's inputs and targets are "
+                               "tensors (make a setting like this a default argument or an attribute of the model)")
     named += [(f"parameter {n!r}", p) for n, p in model.named_parameters()]
     tensors = [(what, t) for what, t in named if isinstance(t, torch.Tensor)]
     meta = [what for what, t in tensors if t.is_meta]
@@ -298,8 +306,11 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     (inputs, kwargs), targets = split_inputs(example_inputs), _as_tuple(targets)
     _check_not_meta(model, inputs, kwargs, targets)
     opt_cls, groups = _optimizer_groups(model, optimizer)
-    trained = [n for names, _ in groups for n in names]
     all_params = dict(model.named_parameters())
+    # a parameter with requires_grad=False gets no gradient, so the optimizer leaves it alone (as eager)
+    groups = [(kept, hyper) for names, hyper in groups
+              if (kept := [n for n in names if all_params[n].requires_grad])]
+    trained = [n for names, _ in groups for n in names]
     params = {n: all_params[n].detach() for n in trained}
     frozen = {n: p.detach() for n, p in all_params.items() if n not in params}
     buffers = {n: b.detach() for n, b in model.named_buffers()}
@@ -325,7 +336,7 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
         with fxt.annotate({"phase": "update", "scope": "optimizer"}), torch.no_grad():
             opt = opt_cls([{"params": [live[n] for n in names], **hyper} for names, hyper in groups], foreach=False)
             for (n, p), g in zip(live.items(), grads):
-                p.grad = g if g is not None else torch.zeros_like(p)
+                p.grad = g                         # None (unused in the loss): skipped, as eager skips it
                 opt.state[p] = dict(state[n])
             opt.step()
         return loss, [g for g in grads]
@@ -684,9 +695,19 @@ def load_factory(spec: str) -> Callable[[], Any]:
         if target.endswith(".py") or os.sep in target:
             if not os.path.exists(target):
                 raise CaptureError(f"factory {spec!r}: no such file {target!r}")
+            import sys
+
             mod_spec = importlib.util.spec_from_file_location(f"_autoplace_factory_{abs(hash(target))}", target)
             module = importlib.util.module_from_spec(mod_spec)
-            mod_spec.loader.exec_module(module)
+            folder = os.path.dirname(os.path.abspath(target))      # its sibling modules import, as python FILE
+            added = folder not in sys.path
+            if added:
+                sys.path.insert(0, folder)
+            try:
+                mod_spec.loader.exec_module(module)
+            finally:
+                if added:
+                    sys.path.remove(folder)
         else:
             import sys
 

@@ -27,14 +27,29 @@ from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool, _WorkerFail
 __all__ = ["PlacedStep", "compile"]
 
 
-def _flat(inputs: Any, targets: Any) -> list:
-    """A batch's tensors in the captured graph's input order (as the tracer flattened them)."""
+def _flat(inputs: Any, targets: Any, keys: tuple[str, ...]) -> list:
+    """A batch's tensors in the captured graph's input order (as the tracer flattened them); keyword inputs
+    are matched by name to ``keys``, the captured batch's, whatever order the dict has."""
     from torch.utils._pytree import tree_leaves
 
     from autoplace.capture._torch import _as_tuple, split_inputs
 
     args, kwargs = split_inputs(inputs)
-    return tree_leaves((args, kwargs, _as_tuple(targets)))
+    if set(kwargs) != set(keys):
+        raise AutoplaceError(f"the step was compiled with keyword inputs {sorted(keys)}, got {sorted(kwargs)}")
+    return tree_leaves((args, {k: kwargs[k] for k in keys}, _as_tuple(targets)))
+
+
+#: optimizer state a fresh optimizer does not start at zero (torch.optim's first-step values):
+#: NAdam's running product of momentum factors, ASGD's eta and mu, Rprop's step sizes
+_FRESH = {"mu_product": lambda group: 1.0, "mu": lambda group: 1.0, "eta": lambda group: group["lr"],
+          "step_size": lambda group: group["lr"]}
+
+
+def _hyper(optimizer) -> list[dict]:
+    """The optimizer's hyper-parameters, as captured (what a change after compile would not reach)."""
+    return [{k: v for k, v in g.items() if k != "params" and isinstance(v, (int, float, bool, tuple, str, type(None)))}
+            for g in optimizer.param_groups]
 
 
 def _cluster_of(cluster: str | Cluster) -> Cluster:
@@ -58,11 +73,20 @@ class PlacedStep:
     docstring). Call it with a batch; use as a context manager, or :meth:`close` it."""
 
     def __init__(self, graph: Graph, cluster: Cluster, placement: Placement, values: dict[str, Any], *,
-                 timeout: float = DEFAULT_TIMEOUT_S):
+                 timeout: float = DEFAULT_TIMEOUT_S, keys: tuple[str, ...] = (), state_keys: list[str] | None = None,
+                 optimizer=None):
         self.graph, self.cluster, self.placement = graph, cluster, placement
+        self._keys = tuple(keys)                    # the captured batch's keyword inputs, in captured order
+        self._initial = values                      # the state before the first step
+        self._optimizer = optimizer
+        self._hyper = _hyper(optimizer) if optimizer is not None else None
         self.inputs = [op for op in graph.ops if op.type == "input"]
         self.parameters = [op.name for op in graph.ops if op.type == "parameter"]
         self.buffers = [op.name for op in graph.ops if op.type == "buffer"]
+        tied = dict(graph.meta.get("tied", {}))
+        #: state_dict's keys: the model's own (persistent buffers only, tied names too), in its order
+        self.state_keys = list(state_keys) if state_keys is not None else [*self.parameters, *self.buffers, *tied]
+        self._source = {k: tied.get(k, k) for k in self.state_keys}
         self.optimizer_state_names = [op.name for op in graph.ops if op.type == "optimizer_state"]
         self.steps = 0
         self._closed = False
@@ -95,16 +119,22 @@ class PlacedStep:
         """Run one training step on the batch ``inputs`` (and ``targets``, as ``loss_fn(outputs, *targets)``
         takes them); returns the loss (a CPU tensor) the step computed before its update."""
         self._check_open()
-        flat = _flat(inputs, targets)
+        if self._optimizer is not None and _hyper(self._optimizer) != self._hyper:
+            raise AutoplaceError("the optimizer's hyper-parameters (learning rate ...) changed after compile: they are "
+                                 "part of the captured step, so a scheduler has no effect on it; compile again "
+                                 "(load_into the module first) to train with the new ones")
+        flat = _flat(inputs, targets, self._keys)
         if len(flat) != len(self.inputs):
             raise AutoplaceError(f"the step of {self.graph.name!r} takes {len(self.inputs)} tensors (inputs, then "
                                  f"targets), got {len(flat)}")
         batch = {}
         for op, t in zip(self.inputs, flat):
             spec = op.outputs[0]
+            if not hasattr(t, "shape"):
+                raise AutoplaceError(f"{op.name}: got a {type(t).__name__}, not a tensor")
             if tuple(t.shape) != tuple(spec.shape) or str(t.dtype).removeprefix("torch.") != spec.dtype:
-                raise AutoplaceError(f"{op.name}: got a {str(t.dtype).removeprefix('torch.')} tensor of shape "
-                                     f"{tuple(t.shape)}, the step was captured with {spec.dtype} {tuple(spec.shape)}")
+                raise AutoplaceError(f"{op.name}: got dtype {str(t.dtype).removeprefix('torch.')}, shape "
+                                     f"{tuple(t.shape)}; the step was captured with {spec.dtype} {tuple(spec.shape)}")
             batch[op.name] = t.detach().cpu()
         try:
             self._pool.assign(batch)
@@ -113,11 +143,16 @@ class PlacedStep:
         except _WorkerFailed as e:
             self.close()
             raise ExecutionError(f"the placed step of {self.graph.name!r} failed: {e}") from None
+        except KeyboardInterrupt:                   # the workers' replies are out of step now: start afresh
+            self.close()
+            raise
         self.steps += 1
         return loss
 
     def _values(self, names: list[str]) -> dict[str, Any]:
         self._check_open()
+        if self.steps == 0:                         # nothing ran yet: the state it was set up with
+            return {n: self._initial[n].clone() for n in names}
         try:
             return self._pool.fetch(names)
         except _WorkerFailed as e:
@@ -125,8 +160,10 @@ class PlacedStep:
             raise ExecutionError(f"cannot read the state of {self.graph.name!r}: {e}") from None
 
     def state_dict(self) -> dict[str, Any]:
-        """The parameters and buffers as they are now (CPU tensors), keyed as the model's ``state_dict``."""
-        return self._values([*self.parameters, *self.buffers])
+        """The parameters and buffers as they are now (CPU tensors), keyed as the model's ``state_dict``
+        (tied names included, non-persistent buffers not): ``model.load_state_dict`` takes it as it is."""
+        values = self._values(sorted(set(self._source.values())))
+        return {k: values[self._source[k]] for k in self.state_keys}
 
     def optimizer_state(self) -> dict[str, dict[str, Any]]:
         """The optimizer's state per parameter name: ``{"fc.weight": {"exp_avg": ..., "step": ...}}``."""
@@ -143,7 +180,7 @@ class PlacedStep:
         ``optimizer``, the one the step was compiled with), in place."""
         import torch
 
-        state = self.state_dict()
+        state = self._values([*self.parameters, *self.buffers])
         with torch.no_grad():
             for name, t in [*model.named_parameters(), *model.named_buffers()]:
                 if name in state:
@@ -172,21 +209,39 @@ class PlacedStep:
 
 
 def initial_values(graph: Graph, model, optimizer) -> dict[str, Any]:
-    """The placeholders' starting values: the model's parameters and buffers, the optimizer's state where it
-    has some (zeros where a parameter has none yet, as a fresh optimizer's first step starts from)."""
+    """The placeholders' starting values: the model's parameters and buffers, and the optimizer's state where
+    it has some; where a parameter has none yet, what a fresh optimizer's first step starts from (zeros,
+    but :data:`_FRESH`'s keys). The captured update is the steady-state one, so an optimizer whose first
+    step takes another path (SGD with momentum and dampening: its buffer starts as the gradient) must have
+    stepped once in eager PyTorch first: one clear error says so."""
     import torch
 
     values: dict[str, Any] = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
     values.update({n: b.detach().cpu().clone() for n, b in model.named_buffers()})
     params = dict(model.named_parameters())
+    group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
     for op in graph.ops:
         if op.type != "optimizer_state":
             continue
         param, _, key = op.name.rpartition(".")                  # "<parameter>.<state key>"
-        have = optimizer.state.get(params[param], {}).get(key)
+        p = params[param]
+        own = optimizer.state.get(p, {})
+        have = own.get(key)
         spec = op.outputs[0]
-        values[op.name] = have.detach().cpu().clone() if isinstance(have, torch.Tensor) else \
-            torch.zeros(tuple(spec.shape), dtype=getattr(torch, spec.dtype))
+        dtype = getattr(torch, spec.dtype)
+        group = group_of[id(p)]
+        if isinstance(have, torch.Tensor):
+            values[op.name] = have.detach().cpu().clone()
+        elif key in own:                                          # a number in the optimizer's state
+            values[op.name] = torch.full(tuple(spec.shape), float(have), dtype=dtype)
+        else:
+            if key == "momentum_buffer" and group.get("dampening", 0) and group.get("momentum", 0):
+                raise AutoplaceError(f"{type(optimizer).__name__} with momentum and dampening starts its momentum "
+                                     "buffer from the first gradient, which the captured steady-state step does "
+                                     "not: run one eager optimizer step before compile, or set dampening=0")
+            fresh = _FRESH.get(key)
+            values[op.name] = torch.full(tuple(spec.shape), float(fresh(group)), dtype=dtype) if fresh else \
+                torch.zeros(tuple(spec.shape), dtype=dtype)
     return {op.name: values[op.name] for op in graph.ops if op.name in values}
 
 
@@ -212,6 +267,8 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     from autoplace.grouping import with_granularity
     from autoplace.placers import place
 
+    from autoplace.capture._torch import split_inputs
+
     model, example_inputs = resolve_model(model, example_inputs)
     meta = next((n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta), None)
     if meta is not None:
@@ -222,4 +279,6 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     cl = _cluster_of(cluster)
     chosen = place(graph, cl, method, seed=seed, budget=budget) if placement is None \
         else _placement_of(placement, graph, cl)
-    return PlacedStep(graph, cl, chosen, initial_values(graph, model, optimizer), timeout=timeout)
+    return PlacedStep(graph, cl, chosen, initial_values(graph, model, optimizer), timeout=timeout,
+                      keys=tuple(split_inputs(example_inputs)[1]), state_keys=list(model.state_dict()),
+                      optimizer=optimizer)
