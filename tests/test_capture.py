@@ -249,6 +249,9 @@ def test_cli_capture(tmp_path, capsys):
     assert main(["capture", f"{f}:make", "--inference", "-o", str(tmp_path / "fwd.json")]) == 0
     assert {op.phase for op in load_graph(tmp_path / "fwd.json").ops} == {"forward"}
     capsys.readouterr()
+    assert main(["capture", f"{f}:make", "-o", str(tmp_path / "j.json"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["ops"] == g.n_ops and summary["phases"]["update"] > 0 and summary["output"].endswith("j.json")
     for spec, message in ((f"{f}:broken", "raised RuntimeError: dataset missing"),
                           (f"{f}:branchy", "cannot trace M training step: data-dependent"),
                           (f"{f}:nothing", "has no callable 'nothing'"),
