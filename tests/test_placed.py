@@ -350,6 +350,12 @@ def test_mistakes_with_a_compiled_step_are_clear_errors():
         assert swapped == pytest.approx(expected, abs=1e-6)
         with pytest.raises(AutoplaceError, match="keyword inputs"):
             step({"input_ids": ids}, y)
+        torch.optim.lr_scheduler.StepLR(opt, step_size=100)             # attaching one changes nothing yet
+        step(x, y)
         opt.param_groups[0]["lr"] = 0.0                                # a scheduler's change would not reach it
         with pytest.raises(AutoplaceError, match="changed after compile"):
             step(x, y)
+    for make in (torch.optim.ASGD, torch.optim.Adagrad):               # optimizers that cannot run: one line
+        other = Keyworded()
+        with pytest.raises(AutoplaceError, match="ASGD cannot be captured|Adagrad and Rprop"):
+            autoplace.compile(other, x, nn.functional.cross_entropy, make(other.parameters(), lr=0.1), targets=y)

@@ -314,7 +314,13 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     params = {n: all_params[n].detach() for n in trained}
     frozen = {n: p.detach() for n, p in all_params.items() if n not in params}
     buffers = {n: b.detach() for n, b in model.named_buffers()}
-    layout = _state_layout(opt_cls, groups, params)
+    try:
+        layout = _state_layout(opt_cls, groups, params)
+    except AutoplaceError:
+        raise
+    except Exception as e:  # noqa: BLE001 - an optimizer whose step fake tensors cannot run (ASGD)
+        raise CaptureError(f"optimizer {opt_cls.__name__} cannot be captured: its step does not run on fake tensors "
+                           f"({type(e).__name__})") from None
     state = {n: {k: torch.zeros(shape, dtype=dtype, device=device) for k, (shape, dtype, device) in layout[n].items()}
              for n in trained}
     scopes = _Scopes(model)

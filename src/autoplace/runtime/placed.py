@@ -40,8 +40,9 @@ def _flat(inputs: Any, targets: Any, keys: tuple[str, ...]) -> list:
     return tree_leaves((args, {k: kwargs[k] for k in keys}, _as_tuple(targets)))
 
 
-#: optimizer state a fresh optimizer does not start at zero (torch.optim's first-step values):
-#: NAdam's running product of momentum factors, ASGD's eta and mu, Rprop's step sizes
+#: optimizer state a fresh optimizer does not start at zero (torch.optim's first-step values): NAdam's
+#: running product of momentum factors (ASGD's eta and mu and Rprop's step sizes too, though neither
+#: optimizer can be captured or run yet)
 _FRESH = {"mu_product": lambda group: 1.0, "mu": lambda group: 1.0, "eta": lambda group: group["lr"],
           "step_size": lambda group: group["lr"]}
 
@@ -102,6 +103,12 @@ class PlacedStep:
         """Where each parameter and buffer lives: name -> device name."""
         return {n: self.placement.assignment[n] for n in (*self.parameters, *self.buffers)}
 
+    def _hyper_changed(self) -> bool:
+        """A captured hyper-parameter has another value now (keys added later, as a scheduler's
+        ``initial_lr``, are not captured ones)."""
+        now = _hyper(self._optimizer)
+        return len(now) != len(self._hyper) or any(n.get(k) != v for n, g in zip(now, self._hyper) for k, v in g.items())
+
     def _check_open(self) -> None:
         if self._closed:
             raise AutoplaceError(f"the placed step of {self.graph.name!r} is closed (its state went with its "
@@ -119,7 +126,7 @@ class PlacedStep:
         """Run one training step on the batch ``inputs`` (and ``targets``, as ``loss_fn(outputs, *targets)``
         takes them); returns the loss (a CPU tensor) the step computed before its update."""
         self._check_open()
-        if self._optimizer is not None and _hyper(self._optimizer) != self._hyper:
+        if self._optimizer is not None and self._hyper_changed():
             raise AutoplaceError("the optimizer's hyper-parameters (learning rate ...) changed after compile: they are "
                                  "part of the captured step, so a scheduler has no effect on it; compile again "
                                  "(load_into the module first) to train with the new ones")
@@ -280,5 +287,6 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     chosen = place(graph, cl, method, seed=seed, budget=budget) if placement is None \
         else _placement_of(placement, graph, cl)
     return PlacedStep(graph, cl, chosen, initial_values(graph, model, optimizer), timeout=timeout,
-                      keys=tuple(split_inputs(example_inputs)[1]), state_keys=list(model.state_dict()),
+                      keys=tuple(split_inputs(example_inputs)[1]),
+                      state_keys=[k for k in model.state_dict() if k in graph or k in graph.meta.get("tied", {})],
                       optimizer=optimizer)

@@ -161,9 +161,9 @@ class Program:
             if "device" in a:
                 return DEVICE
             if "opaque" in a and str(a["opaque"]).startswith("_tensor_constant"):
-                raise ExecutionError(f"{where} reads a tensor constant made in the model's code (torch.tensor(...) "
-                                     "in forward, or an optimizer that makes one, as Adagrad and Rprop do), which "
-                                     "the executor cannot run: register it as a buffer of the model")
+                raise ExecutionError(f"{where} reads a tensor constant made during the step, which the executor "
+                                     "cannot run: if the model makes it (torch.tensor(...) in forward), register it as "
+                                     "a buffer; Adagrad and Rprop make one in their update and cannot be used here")
             raise ExecutionError(f"{where}: argument {a!r} cannot be executed")
         return a
 
