@@ -398,3 +398,27 @@ def test_json_summaries_of_what_was_written(tmp_path, capsys):
     assert rc == 0 and doc["output"] == str(out) and doc["ops"] > 0 and out.exists()
     rc, _, err = run(capsys, "zoo", "export", "toy-mlp", "-o", "-", "--json")
     assert rc == 2 and "-o FILE" in err
+
+
+def test_compare_draws_step_times_and_memory_against_capacity(tmp_path, capsys):
+    from autoplace.cluster import get_cluster
+    from autoplace.comparison import compare
+    from autoplace.formats import load_cluster
+    from autoplace.plots import comparison_data
+    from autoplace.zoo import build_graph
+
+    png = tmp_path / "cmp.png"
+    rc, _, _ = run(capsys, "compare", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "--methods", "single-gpu,metis",
+                   "--plot", str(png), "--markdown")
+    assert rc == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    g = build_graph("toy-mlp", layers=2)
+    ok = compare(g, get_cluster("k80x2"), ["single-gpu", "metis"])
+    methods, steps, names, share = comparison_data(ok)
+    assert methods == ["single-gpu", "metis"] and np.isfinite(steps).all() and names == ["cpu:0", "gpu:0", "gpu:1"]
+    assert share[0, 1] > 0 and share[0, 2] == 0 and (share <= 100).all()    # single-gpu: all on gpu:0
+    tiny = load_cluster(write(tmp_path, "c.json", TINY_MEMORY))
+    failing = compare(g, tiny, ["single-gpu"])
+    _, steps, _, share = comparison_data(failing)
+    assert np.isinf(steps[0]) and share[0, 1] > 100                        # drawn as out of memory
+    rc, _, err = run(capsys, "compare", "toy-mlp", "-c", "k80x2", "--plot", str(tmp_path / "no" / "x.png"))
+    assert rc == 2 and "does not exist" in err and err.count("\n") == 1

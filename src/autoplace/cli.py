@@ -413,6 +413,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from autoplace.placers import available_placers, get_placer
     from autoplace.report import fmt_bytes, fmt_ratio, fmt_time, markdown_table
 
+    _check_output(args.plot, "plot")
     methods = args.methods or ["auto", *(m for m in available_placers(include_learned=False) if m != "auto")]
     for m in methods:
         get_placer(m)
@@ -448,6 +449,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     rows, bounds = result.rows, result.bounds
     gpu_time, expert_time = result.step_time("single-gpu"), result.step_time("expert")
     names = cluster.device_names
+    if args.plot:
+        from autoplace.plots import comparison_png
+
+        comparison_png(result, args.plot, title=f"{graph.name} ({graph.n_ops} ops) on {cluster.name}")
 
     if args.json:
         _print_json({"graph": graph.name, "cluster": cluster.name, "ops": graph.n_ops, "env": result.env,
@@ -882,6 +887,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="search budget per method, about seconds (counted as work, see 'place --help')")
     _add_granularity(p)
     _add_env_args(p)
+    p.add_argument("--plot", metavar="FILE.png", help="also draw step time per method (with the bound) and each "
+                                                       "method's peak memory per device against capacity")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--markdown", action="store_true")

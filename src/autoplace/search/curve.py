@@ -60,7 +60,7 @@ class Curve:
         (written atomically)."""
         import matplotlib
 
-        from autoplace.formats._json import atomic_write_bytes
+        from autoplace.plots import save_png
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -77,13 +77,7 @@ class Curve:
             ax.grid(alpha=0.3)
         axes[0].set_ylabel("step time (ms)")
         axes[0].legend()
-        if title:
-            fig.suptitle(title)
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110)
-        plt.close(fig)
-        atomic_write_bytes(Path(path), buf.getvalue())
+        save_png(fig, path, title)
 
 
 def _fmt(v) -> str:

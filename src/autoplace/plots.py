@@ -1,0 +1,111 @@
+"""Charts a person reads at a glance (PNG, matplotlib's Agg backend: no display needed).
+
+:func:`comparison_png`: a comparison of placers — step time per method with the lower bound (simulated
+runs), and each method's peak memory per device against the device's capacity.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["comparison_png", "comparison_data", "save_png"]
+
+
+def comparison_png(comparison, path: str | Path, *, title: str = "") -> None:
+    """Write ``comparison`` (:class:`~autoplace.comparison.Comparison`) as a two-panel PNG at ``path``
+    (atomically): left, step time per method (a failing placement or a method without one is marked and
+    named, not drawn as a bar) with the best lower bound as a line when the runs were simulated; right,
+    per method and device, peak memory as a share of the device's capacity (over 100 %: out of memory)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list(comparison.rows)
+    methods, steps, names, share = comparison_data(comparison)
+    ok = np.isfinite(steps)
+    y = np.arange(len(rows))
+    height = max(3.0, 0.35 * len(rows) + 1.2)
+    fig, (ax, mem) = plt.subplots(1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [3, 2]})
+
+    longest = float(steps[ok].max()) if ok.any() else (comparison.bounds.best or 1.0)
+    scale, unit = _time_unit(longest)
+    ax.barh(y[ok], steps[ok] * scale, color="tab:blue")
+    top = max(longest, comparison.bounds.best if comparison.env == "simulated" else 0.0) * scale
+    for i in np.flatnonzero(ok):
+        ax.text(steps[i] * scale, i, f" {steps[i] * scale:.3g}", va="center", fontsize=8)
+    for i in np.flatnonzero(~ok):
+        why = "no placement" if rows[i].result is None else "failing"
+        ax.text(0, i, f" {why}", va="center", color="tab:red", fontsize=8)
+    if comparison.env == "simulated" and comparison.bounds.best > 0:
+        ax.axvline(comparison.bounds.best * scale, color="black", ls="--", lw=1, label="lower bound")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_yticks(y, methods)
+    ax.invert_yaxis()
+    ax.set_xlim(0, top * 1.15)
+    ax.set_xlabel(f"{comparison.env} step time ({unit})")
+    ax.grid(axis="x", alpha=0.3)
+
+    cap = max(100.0, float(np.nanmax(share)) if np.isfinite(share).any() else 100.0)
+    image = mem.imshow(np.nan_to_num(share, nan=0.0), aspect="auto", cmap="viridis", vmin=0, vmax=cap)
+    for i in range(share.shape[0]):
+        for j in range(share.shape[1]):
+            v = share[i, j]
+            if math.isfinite(v):
+                mem.text(j, i, f"{v:.0f}%", ha="center", va="center", fontsize=7,
+                         color="white" if v < 0.6 * cap else "black", fontweight="bold" if v > 100 else None)
+    over = np.argwhere(share > 100)
+    for i, j in over:
+        mem.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", lw=2))
+    mem.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
+    mem.set_yticks(y, methods)
+    mem.set_title("peak memory / capacity (red: out of memory)", fontsize=9)
+    fig.colorbar(image, ax=mem, label="% of capacity")
+    save_png(fig, path, title)
+
+
+def save_png(fig, path: str | Path, title: str = "") -> None:
+    """``fig`` (titled ``title``) as a PNG at ``path``, written atomically; the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    from autoplace.formats._json import atomic_write_bytes
+
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(Path(path), buf.getvalue())
+
+
+def comparison_data(comparison) -> tuple[list[str], np.ndarray, list[str], np.ndarray]:
+    """What :func:`comparison_png` draws: the methods, their step times (``inf``: failing or no
+    placement), the device names, and each method's peak memory per device in % of capacity (``nan``
+    where a method has no placement)."""
+    rows = list(comparison.rows)
+    names = _device_names(rows)
+    share = np.full((len(rows), len(names)), np.nan)
+    for i, r in enumerate(rows):
+        if r.result is not None:
+            for j, (p, c) in enumerate(zip(r.result.peak_memory, r.result.memory_capacity)):
+                share[i, j] = 100.0 * p / c if c > 0 else np.nan
+    return [r.method for r in rows], np.array([r.step_time for r in rows], dtype=float), names, share
+
+
+def _time_unit(seconds: float) -> tuple[float, str]:
+    for scale, unit in ((1.0, "s"), (1e3, "ms"), (1e6, "µs")):
+        if seconds * scale >= 1:
+            return scale, unit
+    return 1e9, "ns"
+
+
+def _device_names(rows) -> list[str]:
+    for r in rows:
+        if r.result is not None:
+            return list(r.result.device_names)
+    return []
