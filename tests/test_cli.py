@@ -422,3 +422,26 @@ def test_compare_draws_step_times_and_memory_against_capacity(tmp_path, capsys):
     assert np.isinf(steps[0]) and share[0, 1] > 100                        # drawn as out of memory
     rc, _, err = run(capsys, "compare", "toy-mlp", "-c", "k80x2", "--plot", str(tmp_path / "no" / "x.png"))
     assert rc == 2 and "does not exist" in err and err.count("\n") == 1
+
+
+def test_simulate_draws_where_the_step_time_goes(tmp_path, capsys):
+    from autoplace.cluster import get_cluster
+    from autoplace.placers import place
+    from autoplace.plots import PHASES, step_data
+    from autoplace.sim import simulate
+    from autoplace.zoo import build_graph
+
+    g, c = build_graph("toy-mlp", layers=3), get_cluster("k80x4")
+    p = place(g, c, "metis", seed=0)
+    r = simulate(g, c, p, trace=True)
+    compute, copies = step_data(g, r)
+    assert compute.shape == (c.n_devices, 3) and np.allclose(compute.sum(1), r.busy_time)
+    assert (compute[:, PHASES.index("backward")] > 0).any() and (compute[:, PHASES.index("update")] > 0).any()
+    assert np.allclose(copies, r.link_time) and copies.sum() > 0        # metis splits: copies between GPUs
+    with pytest.raises(ValueError, match="timeline"):
+        step_data(g, simulate(g, c, p))
+    path = tmp_path / "p.json"
+    assert main(["place", "toy-mlp", "-P", "layers=3", "-c", "k80x4", "-m", "metis", "-o", str(path)]) == 0
+    png = tmp_path / "step.png"
+    rc, _, _ = run(capsys, "simulate", "toy-mlp", "-P", "layers=3", "-c", "k80x4", "-p", str(path), "--plot", str(png))
+    assert rc == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -231,10 +231,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from autoplace.sim.trace import chrome_trace
 
     _check_output(args.trace)
+    _check_output(args.plot, "plot")
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
     placement = load_placement(args.placement)
-    result = simulate(graph, cluster, placement, trace=bool(args.trace))
+    result = simulate(graph, cluster, placement, trace=bool(args.trace or args.plot))
+    if args.plot:
+        from autoplace.plots import step_png
+
+        step_png(graph, cluster, result, args.plot,
+                 title=f"{graph.name} on {cluster.name} ({placement.method}): where the step's time goes")
     _note_other_cluster(placement, cluster)
     if args.trace:
         write_json(args.trace, chrome_trace(graph, cluster, result), indent=None)
@@ -816,6 +822,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_graph_args(p)
     p.add_argument("--placement", "-p", required=True, metavar="P", help="placement file")
     p.add_argument("--trace", metavar="OUT", help="write the timeline as a Chrome trace (Perfetto)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw compute time per device by phase, memory-copy time per "
+                                                       "device pair and peak memory against capacity")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_simulate)
 

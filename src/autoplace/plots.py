@@ -2,6 +2,9 @@
 
 :func:`comparison_png`: a comparison of placers — step time per method with the lower bound (simulated
 runs), and each method's peak memory per device against the device's capacity.
+:func:`step_png`: one simulated step of a placement — each device's compute time split into forward,
+backward and update (Mirhoseini et al.'s Figure 8), the memory-copy time per device pair (their
+Figure 9), and peak memory against capacity.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["comparison_png", "comparison_data", "save_png"]
+__all__ = ["comparison_png", "comparison_data", "step_png", "step_data", "save_png"]
 
 
 def comparison_png(comparison, path: str | Path, *, title: str = "") -> None:
@@ -65,6 +68,72 @@ def comparison_png(comparison, path: str | Path, *, title: str = "") -> None:
     mem.set_yticks(y, methods)
     mem.set_title("peak memory / capacity (red: out of memory)", fontsize=9)
     fig.colorbar(image, ax=mem, label="% of capacity")
+    save_png(fig, path, title)
+
+
+PHASES = ("forward", "backward", "update")
+
+
+def step_data(graph, result) -> tuple[np.ndarray, np.ndarray]:
+    """``(compute, copies)`` of a simulated step with a timeline (``simulate(..., trace=True)``):
+    ``compute[d, k]`` seconds device ``d`` spent on ops of phase ``PHASES[k]`` (ops without a phase count as
+    forward), ``copies[s, t]`` seconds transfers held the link from device ``s`` to ``t``."""
+    if result.timeline is None:
+        raise ValueError("step_data needs a simulated step with its timeline (simulate(..., trace=True))")
+    tl = result.timeline
+    D = len(result.device_names)
+    phase = np.array([PHASES.index(op.phase) if op.phase in PHASES else 0 for op in graph.ops])
+    compute = np.zeros((D, len(PHASES)))
+    np.add.at(compute, (tl.device, phase), tl.finish - tl.start)
+    return compute, np.asarray(result.link_time, dtype=float)
+
+
+def step_png(graph, cluster, result, path: str | Path, *, title: str = "") -> None:
+    """Write one simulated step (with its timeline) as a three-panel PNG at ``path``: compute time per
+    device split by phase, memory-copy time per (source, destination) pair, and peak memory per device
+    against its capacity (red: out of memory)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    compute, copies = step_data(graph, result)
+    names = list(result.device_names)
+    y = np.arange(len(names))
+    fig, (ax, cp, mem) = plt.subplots(1, 3, figsize=(15, max(3.0, 0.4 * len(names) + 1.5)),
+                                      gridspec_kw={"width_ratios": [3, 2, 2]})
+    scale, unit = _time_unit(max(float(compute.sum(1).max()), float(copies.max()), 1e-12))
+    left = np.zeros(len(names))
+    for k, (phase, colour) in enumerate(zip(PHASES, ("tab:blue", "tab:orange", "tab:green"))):
+        ax.barh(y, compute[:, k] * scale, left=left, color=colour, label=phase)
+        left += compute[:, k] * scale
+    ax.set_yticks(y, names)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"compute time ({unit})")
+    ax.set_title(f"step {result.step_time * scale:.3g} {unit}", fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    image = cp.imshow(copies * scale, cmap="magma_r", aspect="auto")
+    most = float((copies * scale).max())
+    for (i, j), v in np.ndenumerate(copies * scale):
+        if v > 0:
+            cp.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7,
+                    color="white" if v > 0.6 * most else "black")
+    cp.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
+    cp.set_yticks(y, names, fontsize=8)
+    cp.set_xlabel("to")
+    cp.set_ylabel("from")
+    cp.set_title(f"memory copies ({unit})", fontsize=9)
+    fig.colorbar(image, ax=cp)
+    peak = np.asarray(result.peak_memory, dtype=float) / 2**30
+    capacity = np.asarray(result.memory_capacity, dtype=float) / 2**30
+    mem.barh(y, peak, color=["tab:red" if p > c else "tab:blue" for p, c in zip(peak, capacity)])
+    mem.scatter(capacity, y, marker="|", s=300, color="black", label="capacity")
+    mem.set_yticks(y, names)
+    mem.invert_yaxis()
+    mem.set_xlabel("peak memory (GiB)")
+    mem.legend(fontsize=8, loc="lower right")
+    mem.grid(axis="x", alpha=0.3)
     save_png(fig, path, title)
 
 
