@@ -5,8 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.autoplace-installed
 TORCH_PIN := torch==2.13.0
-# Debian packages the tests use (scotch: the Scotch static mapper tools).
-APT_PACKAGES := scotch
+# Debian packages the tests use (scotch: the Scotch static mapper tools; chromium: the HTML report, rendered headless).
+APT_PACKAGES := scotch chromium
 
 .PHONY: demo test bench venv system-deps clean
 

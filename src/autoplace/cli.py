@@ -672,6 +672,25 @@ def _finite_or_none(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from autoplace.formats import load_placement
+    from autoplace.formats._json import atomic_write_text
+    from autoplace.htmlreport import placement_report
+
+    _check_output(args.output)
+    _check_json_output(args)
+    graph = resolve_graph(args.graph, _parse_params(args.param))
+    placement = load_placement(args.placement)
+    cluster = resolve_cluster(args.cluster or placement.cluster)
+    page = placement_report(graph, cluster, placement)
+    atomic_write_text(args.output, page)
+    if _written(args, graph, bytes=len(page.encode())):
+        return 0
+    _console(args.output == "-").print(f"report of {placement.method} on {cluster.name} ({len(page) // 1024} KiB) -> "
+                                       f"{args.output} (open it in a browser)")
+    return 0
+
+
 def cmd_zoo(args: argparse.Namespace) -> int:
     from autoplace.formats import save_graph
     from autoplace.zoo import build_graph, get_model, zoo_names
@@ -806,6 +825,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
+def _add_placement_output_args(p: argparse.ArgumentParser, graph_help: str, output: str, output_help: str) -> None:
+    """GRAPH, a placement file, its cluster (default: the placement's), and a file to write (``export``,
+    ``report``)."""
+    p.add_argument("graph", metavar="GRAPH", help=graph_help)
+    p.add_argument("--placement", "-p", required=True, metavar="P", help="placement file")
+    p.add_argument("--cluster", "-c", metavar="CLUSTER", help="cluster (default: the placement's, a preset)")
+    p.add_argument("--param", "-P", action="append", metavar="KEY=VALUE", help="parameter of a built-in model")
+    p.add_argument("--output", "-o", required=True, metavar=output, help=output_help)
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
+
+
 def _add_env_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", choices=("simulated", "measured"), default="simulated",
                    help="score placements with the simulator (default) or by real runs on this machine")
@@ -932,14 +962,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_cluster)
 
     p = sub.add_parser("export", help="write a placement as runnable Python (and an Accelerate device_map)")
-    p.add_argument("graph", metavar="GRAPH", help="the captured graph the placement places (file or built-in name)")
-    p.add_argument("--placement", "-p", required=True, metavar="P", help="placement file")
-    p.add_argument("--cluster", "-c", metavar="CLUSTER", help="cluster (default: the placement's, a preset)")
-    p.add_argument("--param", "-P", action="append", metavar="KEY=VALUE", help="parameter of a built-in model")
-    p.add_argument("--output", "-o", required=True, metavar="placed.py", help="Python file to write")
+    _add_placement_output_args(p, "the captured graph the placement places (file or built-in name)", "placed.py",
+                               "Python file to write")
     p.add_argument("--device-map", metavar="MAP.json", help="also write an Accelerate device_map")
-    p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("report", help="one placement on one HTML page: summary, charts, an interactive timeline")
+    _add_placement_output_args(p, "graph file or built-in model name", "report.html", "HTML file to write")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("capture", help="capture a PyTorch training step (or forward pass) as a graph",
                        formatter_class=argparse.RawDescriptionHelpFormatter, description=CAPTURE_HELP)

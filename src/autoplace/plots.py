@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["comparison_png", "comparison_data", "step_png", "step_data", "save_png"]
+__all__ = ["comparison_png", "comparison_data", "step_png", "step_figure", "step_data", "save_png", "svg_text"]
 
 
 def comparison_png(comparison, path: str | Path, *, title: str = "") -> None:
@@ -92,6 +92,11 @@ def step_png(graph, cluster, result, path: str | Path, *, title: str = "") -> No
     """Write one simulated step (with its timeline) as a three-panel PNG at ``path``: compute time per
     device split by phase, memory-copy time per (source, destination) pair, and peak memory per device
     against its capacity (red: out of memory)."""
+    save_png(step_figure(graph, result), path, title)
+
+
+def step_figure(graph, result):
+    """The figure of :func:`step_png` (matplotlib), to save as PNG or SVG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -134,7 +139,19 @@ def step_png(graph, cluster, result, path: str | Path, *, title: str = "") -> No
     mem.set_xlabel("peak memory (GiB)")
     mem.legend(fontsize=8, loc="lower right")
     mem.grid(axis="x", alpha=0.3)
-    save_png(fig, path, title)
+    return fig
+
+
+def svg_text(fig) -> str:
+    """``fig`` as an inline SVG element (for a self-contained HTML page); the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
 
 
 def save_png(fig, path: str | Path, title: str = "") -> None:

@@ -1,0 +1,60 @@
+"""autoplace report: one placement on one self-contained HTML page, checked in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from autoplace.cli import main
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _render(page, tmp_path):
+    """The page's DOM after its scripts ran in headless Chromium, and a screenshot of it."""
+    shot = tmp_path / "report.png"
+    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1400"]
+    dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    subprocess.run([*base, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
+    return dom, shot
+
+
+def test_a_report_draws_in_a_real_browser(tmp_path, capsys):
+    p, page = tmp_path / "p.json", tmp_path / "report.html"
+    assert main(["place", "toy-mlp", "-P", "layers=3", "-c", "k80x4", "-m", "metis", "-o", str(p)]) == 0
+    capsys.readouterr()
+    assert main(["report", "toy-mlp", "-P", "layers=3", "-p", str(p), "-o", str(page), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["output"] == str(page)
+    text = page.read_text()
+    assert "<svg" in text and "http://" not in text.split("<svg")[0] and "<script src" not in text   # self-contained
+    data = json.loads(re.search(r'id="timeline-data">(.*?)</script>', text, re.S).group(1))
+    assert len(data["ops"]) == 34 and data["devices"] == ["cpu:0", "gpu:0", "gpu:1", "gpu:2", "gpu:3"]
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (make test installs it)")
+    dom, shot = _render(page, tmp_path)
+    status = re.search(r'<p id="status">(.*?)</p>', dom).group(1)
+    errors = re.search(r'<pre id="errors">(.*?)</pre>', dom, re.S).group(1)
+    painted = int(re.search(r"painted (\d+) pixels", status).group(1))
+    assert errors == "" and "drawn 34 ops" in status and painted > 1000 and "svg 1" in status
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_a_report_on_a_failing_placement_names_the_device_out_of_memory(tmp_path):
+    tiny = {"format": "autoplace.cluster/v1", "name": "small", "devices": [
+        {"name": "cpu:0", "type": "cpu", "memory_bytes": 10**6, "peak_flops": 1e11, "memory_bandwidth": 1e10},
+        {"name": "gpu:0", "type": "gpu", "memory_bytes": 10**6, "peak_flops": 1e12, "memory_bandwidth": 1e11}],
+        "default_link": {"bandwidth": 1e10, "latency_s": 1e-5}}
+    c, p, page = tmp_path / "c.json", tmp_path / "p.json", tmp_path / "r.html"
+    c.write_text(json.dumps(tiny))
+    assert main(["place", "toy-mlp", "-P", "layers=2", "-c", str(c), "-m", "single-gpu", "-o", str(p)]) == 1
+    assert main(["report", "toy-mlp", "-P", "layers=2", "-p", str(p), "-c", str(c), "-o", str(page)]) == 0
+    banner = re.search(r'<p class="banner" id="oom">(.*?)</p>', page.read_text()).group(1)
+    assert "Out of memory on gpu:0 (peak" in banner and "cpu:0" not in banner
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (make test installs it)")
+    dom, _ = _render(page, tmp_path)
+    assert 'id="oom"' in dom and re.search(r'<pre id="errors">(.*?)</pre>', dom, re.S).group(1) == ""
