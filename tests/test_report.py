@@ -58,3 +58,22 @@ def test_a_report_on_a_failing_placement_names_the_device_out_of_memory(tmp_path
         pytest.skip("chromium is not installed (make test installs it)")
     dom, _ = _render(page, tmp_path)
     assert 'id="oom"' in dom and re.search(r'<pre id="errors">(.*?)</pre>', dom, re.S).group(1) == ""
+
+
+def test_a_search_report_draws_its_training_curve(tmp_path, capsys):
+    p, page, curve = tmp_path / "p.json", tmp_path / "r.html", tmp_path / "c"
+    assert main(["place", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "-m", "htf-mpr", "--samples", "60",
+                 "--curve", str(curve), "-o", str(p)]) == 0
+    assert main(["report", "toy-mlp", "-P", "layers=2", "-p", str(p), "-o", str(page), "--curve", f"{curve}.csv"]) == 0
+    text = page.read_text()
+    assert '<div class="charts" id="curve"><svg' in text and text.count("<svg") == 2
+    from autoplace.search.curve import Curve
+
+    read = Curve.read_csv(f"{curve}.csv")                               # the CSV round-trips
+    assert read.points[-1].best_step_s == json.loads(p.read_text())["best_step_s"] and read.points[-1].samples >= 60
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    capsys.readouterr()
+    assert main(["report", "toy-mlp", "-P", "layers=2", "-p", str(p), "-o", str(tmp_path / "x.html"),
+                 "--curve", str(bad)]) == 2
+    assert "not a training curve" in capsys.readouterr().err and not (tmp_path / "x.html").exists()

@@ -682,7 +682,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     graph = resolve_graph(args.graph, _parse_params(args.param))
     placement = load_placement(args.placement)
     cluster = resolve_cluster(args.cluster or placement.cluster)
-    page = placement_report(graph, cluster, placement)
+    curve = None
+    if args.curve:
+        from autoplace.search.curve import Curve
+
+        curve = Curve.read_csv(args.curve)
+    page = placement_report(graph, cluster, placement, curve=curve)
     atomic_write_text(args.output, page)
     if _written(args, graph, bytes=len(page.encode())):
         return 0
@@ -969,6 +974,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="one placement on one HTML page: summary, charts, an interactive timeline")
     _add_placement_output_args(p, "graph file or built-in model name", "report.html", "HTML file to write")
+    p.add_argument("--curve", metavar="PREFIX.csv", help="a search's training curve (as place --curve writes it)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("capture", help="capture a PyTorch training step (or forward pass) as a graph",

@@ -5,7 +5,7 @@
 device out of memory), the step's charts as inline SVG (:func:`autoplace.plots.step_figure`: compute per
 device by phase, memory-copy time per device pair, peak memory against capacity) and an interactive
 timeline drawn on a canvas by a few lines of plain JavaScript (wheel to zoom, drag to pan, hover for an
-op's name, scope, phase, start and duration). The page reports its own drawing in ``#status`` (``drawn N
+op's name, scope, phase, start and duration), and for a search its training curve. The page reports its own drawing in ``#status`` (``drawn N
 ops``, the canvas's painted pixels) and any script error in ``#errors``, which is what a headless browser
 test reads.
 """
@@ -39,8 +39,9 @@ def _timeline_data(graph: Graph, result) -> dict:
             "names": [op.name for op in graph.ops], "scopes": list(scopes), "colours": PHASE_COLOURS}
 
 
-def placement_report(graph: Graph, cluster: Cluster, placement: Placement) -> str:
-    """The HTML page of ``placement`` (see the module docstring)."""
+def placement_report(graph: Graph, cluster: Cluster, placement: Placement, *, curve=None) -> str:
+    """The HTML page of ``placement`` (see the module docstring); ``curve``: the search's training curve
+    (:class:`~autoplace.search.curve.Curve`, as ``--curve`` writes it), drawn too when given."""
     from autoplace.plots import step_figure, svg_text
     from autoplace.report import fmt_bytes, fmt_time
     from autoplace.sim import simulate
@@ -57,12 +58,14 @@ def placement_report(graph: Graph, cluster: Cluster, placement: Placement) -> st
                  for n, p, c in zip(result.device_names, result.peak_memory, result.memory_capacity) if p > c]
         banner = f'<p class="banner" id="oom">Out of memory on {", ".join(parts)}: this placement fails.</p>'
     charts = svg_text(step_figure(graph, result))
+    search = "" if curve is None or not len(curve) else \
+        f'<h2>The search</h2><div class="charts" id="curve">{svg_text(curve.figure())}</div>'
     data = json.dumps(_timeline_data(graph, result), separators=(",", ":"))
     title = f"{graph.name} on {cluster.name}: {placement.method}"
     return _PAGE.format(
         title=html.escape(title), banner=banner, step=fmt_time(result.step_time),
         status="ok" if result.ok else "failing", ops=graph.n_ops, transfers=result.n_transfers,
-        bytes=fmt_bytes(result.transfer_bytes), rows=rows, charts=charts, data=data.replace("</", "<\\/"),
+        bytes=fmt_bytes(result.transfer_bytes), rows=rows, charts=charts, search=search, data=data.replace("</", "<\\/"),
         script=_SCRIPT)
 
 
@@ -140,6 +143,7 @@ td:first-child, th:first-child {{ text-align: left; }}
 <table><tr><th>device</th><th>ops</th><th>busy</th><th>peak memory</th></tr>{rows}</table>
 <h2>Where the time goes</h2>
 <div class="charts">{charts}</div>
+{search}
 <h2>Timeline</h2>
 <p>Wheel: zoom; drag: pan; hover: the op. Blue forward, orange backward, green update.</p>
 <canvas id="timeline"></canvas><div id="tip"></div>

@@ -55,12 +55,31 @@ class Curve:
             w.writerow([_fmt(v) for v in astuple(p)])
         atomic_write_text(path, out.getvalue())
 
+    @classmethod
+    def read_csv(cls, path: str | Path) -> "Curve":
+        """A curve written by :meth:`write_csv`; one clear error for a file that is not one."""
+        from autoplace.errors import FormatError
+
+        names = [fl.name for fl in fields(CurvePoint)]
+        try:
+            with open(path, newline="") as f:
+                rows = list(csv.reader(f))
+            if not rows or rows[0] != names:
+                raise ValueError("header")
+            return cls([CurvePoint(int(r[0]), *(float(v) for v in r[1:])) for r in rows[1:]])
+        except (OSError, ValueError, TypeError, IndexError) as e:
+            raise FormatError(f"{path}: not a training curve written by --curve ({type(e).__name__})") from None
+
     def plot(self, path: str | Path, title: str = "") -> None:
         """Best and sampled (mean of each update) step time against samples and against wall time, as PNG
         (written atomically)."""
-        import matplotlib
-
         from autoplace.plots import save_png
+
+        save_png(self.figure(), path, title)
+
+    def figure(self):
+        """The figure of :meth:`plot` (matplotlib), to save as PNG or SVG."""
+        import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -77,7 +96,7 @@ class Curve:
             ax.grid(alpha=0.3)
         axes[0].set_ylabel("step time (ms)")
         axes[0].legend()
-        save_png(fig, path, title)
+        return fig
 
 
 def _fmt(v) -> str:
