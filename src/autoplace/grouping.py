@@ -149,17 +149,22 @@ def with_granularity(graph: Graph, granularity: str = "op") -> Graph:
             uf.union(owner.setdefault(module, index[name]), index[name])
     if not owner:
         return graph
+    def nearest_owner(path: str | None) -> int | None:
+        """An op of the group of the deepest module owning parameters at or above ``path``."""
+        while path is not None:
+            if path in owner:
+                return owner[path]
+            path = path.rpartition(".")[0] if path else None
+        return None
+
     for module, i in owner.items():                          # a module with parameters: its subtree with it
-        for m, j in owner.items():
-            if m != module and (not module or m.startswith(module + ".")):
-                uf.union(i, j)
+        above = nearest_owner(module.rpartition(".")[0]) if module else None
+        if above is not None:
+            uf.union(above, i)
     for i, op in enumerate(graph.ops):                       # an op: with the nearest module owning parameters
-        scope = op.scope
-        while scope is not None and op.type not in ("parameter", "buffer", "optimizer_state"):
-            if scope in owner:
-                uf.union(owner[scope], i)
-                break
-            scope = scope.rpartition(".")[0] if scope else None
+        j = nearest_owner(op.scope) if op.type not in ("parameter", "buffer", "optimizer_state") else None
+        if j is not None:
+            uf.union(j, i)
     roots = [uf.find(i) for i in range(graph.n_ops)]
     size = np.bincount(roots, minlength=graph.n_ops)
     names: dict[int, str] = {}

@@ -261,10 +261,10 @@ def _check_optimizer(optimizer) -> None:
         raise CaptureError(f"optimizer: expected a torch.optim optimizer, got {type(optimizer).__name__}")
 
 
-def _check_not_meta(model, args: tuple, kwargs: dict, targets: tuple) -> None:
-    """A model and inputs all on the ``meta`` device capture (only shapes are needed: the zoo builds its
-    large models so); some on ``meta`` and some not fail in the tracer with a confusing device error, so
-    that is one clear error here, naming the first on ``meta``."""
+def _check_inputs(model, args: tuple, kwargs: dict, targets: tuple) -> None:
+    """Inputs and targets must be tensors (or None). A model and inputs all on the ``meta`` device capture
+    (only shapes are needed: the zoo builds its large models so); some on ``meta`` and some not fail in the
+    tracer with a confusing device error, so that is one clear error here, naming the first on ``meta``."""
     import torch
     from torch.utils._pytree import tree_leaves
 
@@ -304,7 +304,7 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     if not callable(loss_fn):
         raise CaptureError(f"loss_fn: expected a function loss_fn(outputs, *targets), got {type(loss_fn).__name__}")
     (inputs, kwargs), targets = split_inputs(example_inputs), _as_tuple(targets)
-    _check_not_meta(model, inputs, kwargs, targets)
+    _check_inputs(model, inputs, kwargs, targets)
     opt_cls, groups = _optimizer_groups(model, optimizer)
     all_params = dict(model.named_parameters())
     # a parameter with requires_grad=False gets no gradient, so the optimizer leaves it alone (as eager)
@@ -377,7 +377,7 @@ def capture_inference(model, example_inputs: Any, *, name: str | None = None) ->
 
     model, example_inputs = resolve_model(model, example_inputs)
     inputs, kwargs = split_inputs(example_inputs)
-    _check_not_meta(model, inputs, kwargs, ())
+    _check_inputs(model, inputs, kwargs, ())
     params = {n: p.detach() for n, p in model.named_parameters()}
     buffers = {n: b.detach() for n, b in model.named_buffers()}
     scopes = _Scopes(model)
