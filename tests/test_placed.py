@@ -359,3 +359,34 @@ def test_mistakes_with_a_compiled_step_are_clear_errors():
         other = Keyworded()
         with pytest.raises(AutoplaceError, match="ASGD cannot be captured|Adagrad and Rprop"):
             autoplace.compile(other, x, nn.functional.cross_entropy, make(other.parameters(), lr=0.1), targets=y)
+
+
+def test_a_module_with_its_own_parameters_keeps_its_submodules_with_it():
+    from autoplace.capture import capture_training_step
+    from autoplace.grouping import with_granularity
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = nn.Parameter(torch.ones(8))
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.fc(x) * self.gate
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Block()
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.head(self.block(x))
+
+    model = Net()
+    g = capture_training_step(model, torch.randn(4, 8), nn.functional.cross_entropy,
+                              torch.optim.SGD(model.parameters(), lr=0.1), targets=torch.randint(0, 3, (4,)))
+    whole = with_granularity(g, "module")
+    group = {op.name: op.colocation_group for op in whole.ops}
+    assert group["block.gate"] == group["block.fc.weight"] == group["block.fc.bias"]   # the subtree with its owner
+    assert group["head.weight"] != group["block.gate"]                                  # siblings stay apart
