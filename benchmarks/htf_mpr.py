@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 MODELS = ("alexnet", "vgg16", "mnist-softmax")
-PAPER_SPEEDUP = {"alexnet": 1.18, "vgg16": 1.13, "mnist-softmax": 3.33}
+from autoplace.bench.published import HTF_SPEEDUP as PAPER_SPEEDUP  # noqa: E402
 CLUSTER = "gtx1050tix2"
 
 

@@ -24,36 +24,8 @@ import math
 import sys
 import time
 
-#: Mirhoseini et al. 2017, Table 2 (seconds; None = OOM): single-CPU, single-GPU, then per #GPUs
-#: (2, 4): Scotch, MinCut, Expert, RL.
-MIRHOSEINI = {
-    "rnnlm-2": {"single-cpu": 6.89, "single-gpu": 1.57,
-                2: {"scotch": 13.43, "mincut": 11.94, "expert": 3.81, "rl": 1.57},
-                4: {"scotch": 11.52, "mincut": 10.44, "expert": 4.46, "rl": 1.57}},
-    "nmt-2": {"single-cpu": 10.72, "single-gpu": None,
-              2: {"scotch": 14.19, "mincut": 11.54, "expert": 4.99, "rl": 4.04},
-              4: {"scotch": 11.23, "mincut": 11.78, "expert": 4.73, "rl": 3.92}},
-    "inception-v3": {"single-cpu": 26.21, "single-gpu": 4.60,
-                     2: {"scotch": 25.24, "mincut": 22.88, "expert": 11.22, "rl": 4.60},
-                     4: {"scotch": 23.41, "mincut": 24.52, "expert": 10.65, "rl": 3.85}},
-}
-
-#: GDP (Zhou et al.), Table 1: (model, #GPUs) -> seconds of GDP-one, human placement (HP), METIS, HDP;
-#: None = OOM.
-GDP = {
-    ("rnnlm-2", 2): (0.234, 0.257, 0.355, 0.243),
-    ("rnnlm-4", 4): (0.409, 0.48, None, 0.490),
-    ("gnmt-2", 2): (0.301, 0.384, None, 0.376),
-    ("gnmt-4", 4): (0.409, 0.469, None, 0.520),
-    ("gnmt-8", 8): (0.649, 0.610, None, 0.693),
-    ("transformer-xl-2", 2): (0.386, 0.473, None, 0.435),
-    ("transformer-xl-4", 4): (0.580, 0.641, None, 0.621),
-    ("transformer-xl-8", 8): (0.748, 0.813, None, 0.789),
-    ("inception-v3", 2): (0.405, 0.418, 0.423, 0.417),
-    ("amoebanet", 4): (0.394, 0.44, 0.426, 0.418),
-    ("wavenet-2x18", 2): (0.317, 0.376, None, 0.354),
-    ("wavenet-4x36", 4): (0.659, 0.988, None, 0.721),
-}
+from autoplace.bench.published import GDP_TABLE1 as GDP  # noqa: E402  the papers' figures
+from autoplace.bench.published import MIRHOSEINI_TABLE2 as MIRHOSEINI  # noqa: E402
 
 
 def settings(table: str) -> list[tuple[str, str]]:

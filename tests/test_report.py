@@ -77,3 +77,38 @@ def test_a_search_report_draws_its_training_curve(tmp_path, capsys):
     assert main(["report", "toy-mlp", "-P", "layers=2", "-p", str(p), "-o", str(tmp_path / "x.html"),
                  "--curve", str(bad)]) == 2
     assert "not a training curve" in capsys.readouterr().err and not (tmp_path / "x.html").exists()
+
+
+def test_a_report_draws_the_graph_by_device_and_a_comparison(tmp_path, capsys):
+    """--compare puts the placers' chart and table on the page, the graph is drawn coloured by device in
+    the browser, and --png writes the page's charts as PNG files."""
+    p, page = tmp_path / "p.json", tmp_path / "r.html"
+    assert main(["place", "toy-mlp", "-P", "layers=3", "-c", "k80x4", "-m", "metis", "-o", str(p)]) == 0
+    capsys.readouterr()
+    assert main(["report", "toy-mlp", "-P", "layers=3", "-p", str(p), "-o", str(page), "--compare",
+                 "single-gpu,expert,metis", "--png", str(tmp_path / "chart"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pngs"] == [str(tmp_path / f"chart.{k}.png") for k in ("step", "graph", "compare")]
+    for path in out["pngs"]:
+        with open(path, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    text = page.read_text()
+    assert '<div class="charts" id="compare"><svg' in text and text.count("<svg") == 2
+    assert re.findall(r"<tr><td>(single-gpu|expert|metis)</td>", text) == ["single-gpu", "expert", "metis"]
+    g = json.loads(re.search(r'id="graph-data">(.*?)</script>', text, re.S).group(1))
+    placement = json.loads(p.read_text())["assignment"]
+    used = {placement[g["names"][k]] for k in range(len(g["nodes"]))}
+    assert {g["devices"][n[2]] for n in g["nodes"]} == used and len(used) >= 2      # coloured by device
+    assert sum(n[3] for n in g["nodes"]) == 34                                       # every op in one node
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (make test installs it)")
+    dom, _ = _render(page, tmp_path)
+    status = re.search(r'<p id="status">(.*?)</p>', dom).group(1)
+    assert re.search(r'<pre id="errors">(.*?)</pre>', dom, re.S).group(1) == ""
+    m = re.search(r"graph (\d+) nodes, (\d+) edges, painted (\d+) pixels", status)
+    assert m and int(m.group(1)) == len(g["nodes"]) and int(m.group(3)) > 500 and "svg 2" in status
+    assert re.findall(r'<span style="color: [^"]+;">● ([a-z0-9:]+)', dom) == sorted(used, key=g["devices"].index)
+    capsys.readouterr()
+    assert main(["report", "toy-mlp", "-P", "layers=3", "-p", str(p), "-o", str(tmp_path / "x.html"),
+                 "--compare", "single-gpu,nope"]) == 2
+    assert "unknown placement method 'nope'" in capsys.readouterr().err and not (tmp_path / "x.html").exists()

@@ -687,12 +687,83 @@ def cmd_report(args: argparse.Namespace) -> int:
         from autoplace.search.curve import Curve
 
         curve = Curve.read_csv(args.curve)
-    page = placement_report(graph, cluster, placement, curve=curve)
+    comparison = None
+    if args.compare:
+        from autoplace.comparison import compare
+
+        comparison = _with_progress("compare", args.json, lambda: compare(
+            graph, cluster, args.compare, seed=args.seed, budget=args.budget))
+    page = placement_report(graph, cluster, placement, curve=curve, comparison=comparison)
+    pngs = []
+    if args.png:
+        from autoplace.htmlreport import report_pngs
+
+        pngs = report_pngs(graph, cluster, placement, args.png, curve=curve, comparison=comparison)
     atomic_write_text(args.output, page)
-    if _written(args, graph, bytes=len(page.encode())):
+    if _written(args, graph, bytes=len(page.encode()), pngs=pngs):
         return 0
+    for path in pngs:
+        _console(args.output == "-").print(f"chart -> {path}")
     _console(args.output == "-").print(f"report of {placement.method} on {cluster.name} ({len(page) // 1024} KiB) -> "
                                        f"{args.output} (open it in a browser)")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from rich.progress import Progress
+
+    from autoplace.bench import FULL, QUICK, TABLES, run_bench
+    from autoplace.bench.suite import table_settings
+    from autoplace.placers import progress_to
+
+    if args.list:
+        listing = [{"name": n, "title": t.title, "settings": [s.key for s in table_settings(t, args.quick)]}
+                   for n, t in TABLES.items()]
+        if args.json:
+            _print_json(listing)
+        else:
+            for t in listing:
+                _console().print(_bold((t["name"], "bold"), f"  {t['title']}: {len(t['settings'])} settings"))
+        return 0
+    budgets = QUICK if args.quick else FULL
+    if args.budget is not None:
+        budgets = replace(budgets, search=args.budget)
+    if args.learned_budget is not None:
+        budgets = replace(budgets, learned=args.learned_budget)
+    for g in args.graph:
+        resolve_graph(g)                 # an unknown graph is one clear error before any job runs
+    quiet = args.json or not sys.stderr.isatty()
+    with Progress(disable=quiet, console=_console(True)) as bar:
+        task = bar.add_task("bench", total=None)
+        state = {"label": "", "done": 0}
+
+        def on_job(done: int, total: int, label: str) -> None:
+            state.update(label=label, done=done)
+            bar.update(task, total=max(total, 1), completed=done, description=label)
+
+        def on_search(message: str, fraction: float | None) -> None:
+            bar.update(task, description=f"{state['label']}: {message}",
+                       completed=state["done"] + (fraction or 0.0))
+
+        try:
+            with progress_to(on_search):
+                result = run_bench(args.output, tables=args.tables, quick=args.quick, graphs=args.graph,
+                                   seed=args.seed, budgets=budgets, progress=on_job)
+        except KeyboardInterrupt:
+            print(f"autoplace: interrupted; finished jobs are kept in {args.output}/jobs.jsonl: run the same "
+                  "command to continue", file=sys.stderr)
+            return 130
+    if args.json:
+        _print_json({"folder": str(result.folder), "ran": result.ran, "reused": result.reused,
+                     "wall_s": result.wall_s, "tables": [t.to_dict() for t in result.tables]})
+        return 0
+    con = _console()
+    for t in result.tables:
+        con.print(_bold((t.title, "bold"), f" -> {result.folder / t.name}.md, .json, .png"))
+    con.print(f"{result.ran} jobs run, {result.reused} from earlier runs, {result.wall_s:.0f} s; "
+              f"index: {result.folder / 'README.md'}")
     return 0
 
 
@@ -975,7 +1046,34 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="one placement on one HTML page: summary, charts, an interactive timeline")
     _add_placement_output_args(p, "graph file or built-in model name", "report.html", "HTML file to write")
     p.add_argument("--curve", metavar="PREFIX.csv", help="a search's training curve (as place --curve writes it)")
+    p.add_argument("--compare", type=_method_list, metavar="M1,M2",
+                   help="also compare these placers on the graph and cluster: their chart and table on the page")
+    p.add_argument("--seed", type=_seed, default=0, help="the compared placers' seed (default 0)")
+    p.add_argument("--budget", type=_seconds, default=None, help="the compared placers' search budget (see compare)")
+    p.add_argument("--png", metavar="PREFIX", help="also write the page's charts as PREFIX.step.png, PREFIX.graph.png, "
+                                                   "PREFIX.curve.png, PREFIX.compare.png")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("bench", help="the papers' tables, simulated beside the papers' figures (resumable)",
+                       description="Run the papers' experiments in simulation and write one Markdown, JSON and "
+                                   "PNG per table under the results folder. Finished jobs are kept there "
+                                   "(jobs.jsonl): an interrupted bench continues where it stopped.")
+    p.add_argument("--output", "-o", default="bench-results", metavar="DIR",
+                   help="results folder (default: bench-results)")
+    p.add_argument("--quick", action="store_true",
+                   help="each table's small settings and short budgets (about 15 minutes on 2 cores)")
+    p.add_argument("--tables", type=_method_list, metavar="T1,T2", help="the tables to run (default: all; --list)")
+    p.add_argument("--graph", action="append", default=[], metavar="GRAPH",
+                   help="run every table on this graph (file or built-in name) on the table's clusters, "
+                        "in place of the paper's models; repeatable")
+    p.add_argument("--seed", type=_seed, default=0, help="every placer's seed (default 0)")
+    p.add_argument("--budget", type=_positive_seconds, default=None,
+                   help="search placers' budget, about seconds (default 60; --quick 1)")
+    p.add_argument("--learned-budget", type=_positive_seconds, default=None,
+                   help="learned placers' budget, seconds of nominal work (default 600; --quick 2)")
+    p.add_argument("--list", action="store_true", help="list the tables and their settings, run nothing")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("capture", help="capture a PyTorch training step (or forward pass) as a graph",
                        formatter_class=argparse.RawDescriptionHelpFormatter, description=CAPTURE_HELP)

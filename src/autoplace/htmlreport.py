@@ -3,11 +3,14 @@
 :func:`placement_report` simulates the placement with its timeline and writes one self-contained HTML page
 (no network needed to view it): a summary (step time, ops per device, transfers, a banner naming every
 device out of memory), the step's charts as inline SVG (:func:`autoplace.plots.step_figure`: compute per
-device by phase, memory-copy time per device pair, peak memory against capacity) and an interactive
+device by phase, memory-copy time per device pair, peak memory against capacity), the graph drawn with its
+groups coloured by device (:func:`autoplace.plots.graph_layout`; hover names a group), an interactive
 timeline drawn on a canvas by a few lines of plain JavaScript (wheel to zoom, drag to pan, hover for an
-op's name, scope, phase, start and duration), and for a search its training curve. The page reports its own drawing in ``#status`` (``drawn N
-ops``, the canvas's painted pixels) and any script error in ``#errors``, which is what a headless browser
-test reads.
+op's name, scope, phase, start and duration), for a search its training curve, and with a comparison
+of placers (:func:`autoplace.comparison.compare`) its chart and table. The page reports its own drawing
+in ``#status`` (``drawn N ops``, the canvas's painted pixels, the graph's nodes) and any script error in
+``#errors``, which is what a headless browser test reads. :func:`report_pngs` writes the same charts as
+PNG files.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from autoplace.cluster import Cluster
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 
-__all__ = ["placement_report"]
+__all__ = ["placement_report", "report_pngs"]
 
 PHASE_COLOURS = {"forward": "#1f77b4", "backward": "#ff7f0e", "update": "#2ca02c"}
 
@@ -39,9 +42,38 @@ def _timeline_data(graph: Graph, result) -> dict:
             "names": [op.name for op in graph.ops], "scopes": list(scopes), "colours": PHASE_COLOURS}
 
 
-def placement_report(graph: Graph, cluster: Cluster, placement: Placement, *, curve=None) -> str:
+def _graph_data(graph: Graph, cluster: Cluster, placement: Placement) -> dict | None:
+    from autoplace.plots import DEVICE_COLOURS, graph_layout
+
+    lay = graph_layout(graph, placement.to_array(graph, cluster))
+    if lay is None:
+        return None
+    return {"nodes": [[int(c), float(r), int(d), int(n), int(f)] for c, r, d, n, f in
+                      zip(lay.col, lay.row, lay.device, lay.size, lay.first)],
+            "edges": lay.edges.tolist(), "cols": lay.n_cols, "rows": lay.n_rows,
+            "names": [graph.ops[int(f)].name for f in lay.first],
+            "devices": [d.name for d in cluster.devices], "colours": list(DEVICE_COLOURS)}
+
+
+def _comparison_html(comparison) -> str:
+    from autoplace.comparison import row_note, speedup
+    from autoplace.plots import comparison_figure, svg_text
+    from autoplace.report import fmt_time
+
+    best = min((r.step_time for r in comparison.rows), default=float("inf"))
+    rows = "".join(
+        f"<tr><td>{html.escape(r.method)}</td><td>{fmt_time(r.step_time) if r.result is not None and r.result.ok else 'fails' if r.result is not None else 'none'}</td>"
+        f"<td>{speedup(r.step_time, best):.2f}x</td><td>{r.search_time_s:.2f} s</td>"
+        f"<td>{html.escape(r.error or row_note(r))}</td></tr>" for r in comparison.rows)
+    return (f'<h2>Placers compared</h2><div class="charts" id="compare">{svg_text(comparison_figure(comparison))}</div>'
+            f"<table><tr><th>method</th><th>step</th><th>best / step</th><th>search</th><th>note</th></tr>{rows}</table>")
+
+
+def placement_report(graph: Graph, cluster: Cluster, placement: Placement, *, curve=None, comparison=None) -> str:
     """The HTML page of ``placement`` (see the module docstring); ``curve``: the search's training curve
-    (:class:`~autoplace.search.curve.Curve`, as ``--curve`` writes it), drawn too when given."""
+    (:class:`~autoplace.search.curve.Curve`, as ``--curve`` writes it), drawn too when given;
+    ``comparison``: a :class:`~autoplace.comparison.Comparison` on the same graph and cluster, drawn and
+    tabled when given."""
     from autoplace.plots import step_figure, svg_text
     from autoplace.report import fmt_bytes, fmt_time
     from autoplace.sim import simulate
@@ -61,12 +93,42 @@ def placement_report(graph: Graph, cluster: Cluster, placement: Placement, *, cu
     search = "" if curve is None or not len(curve) else \
         f'<h2>The search</h2><div class="charts" id="curve">{svg_text(curve.figure())}</div>'
     data = json.dumps(_timeline_data(graph, result), separators=(",", ":"))
+    gdata = _graph_data(graph, cluster, placement)
+    gnote = ("Nodes: co-location groups (split by device and phase), in columns by dataflow depth, coloured by "
+             "device; grey: tensors between them. Hover: the group's first op." if gdata is not None else
+             "The graph has too many groups to draw.")
     title = f"{graph.name} on {cluster.name}: {placement.method}"
     return _PAGE.format(
         title=html.escape(title), banner=banner, step=fmt_time(result.step_time),
         status="ok" if result.ok else "failing", ops=graph.n_ops, transfers=result.n_transfers,
-        bytes=fmt_bytes(result.transfer_bytes), rows=rows, charts=charts, search=search, data=data.replace("</", "<\\/"),
+        bytes=fmt_bytes(result.transfer_bytes), rows=rows, charts=charts, search=search,
+        compare="" if comparison is None else _comparison_html(comparison), gnote=gnote,
+        data=data.replace("</", "<\\/"), gdata=json.dumps(gdata, separators=(",", ":")).replace("</", "<\\/"),
         script=_SCRIPT)
+
+
+def report_pngs(graph: Graph, cluster: Cluster, placement: Placement, prefix: str, *, curve=None,
+                comparison=None) -> list[str]:
+    """The page's charts as PNG files ``PREFIX.step.png``, ``PREFIX.graph.png`` (where the graph is small
+    enough to draw), ``PREFIX.curve.png`` and ``PREFIX.compare.png`` (when given); returns the paths."""
+    from autoplace.plots import comparison_figure, graph_figure, graph_layout, save_png, step_figure
+    from autoplace.sim import simulate
+
+    title = f"{graph.name} on {cluster.name}: {placement.method}"
+    result = simulate(graph, cluster, placement, trace=True)
+    figures = [("step", step_figure(graph, result))]
+    lay = graph_layout(graph, placement.to_array(graph, cluster))
+    if lay is not None:
+        figures.append(("graph", graph_figure(lay, [d.name for d in cluster.devices])))
+    if curve is not None and len(curve):
+        figures.append(("curve", curve.figure()))
+    if comparison is not None:
+        figures.append(("compare", comparison_figure(comparison)))
+    paths = []
+    for name, fig in figures:
+        paths.append(f"{prefix}.{name}.png")
+        save_png(fig, paths[-1], title)
+    return paths
 
 
 _SCRIPT = r"""
@@ -115,11 +177,47 @@ _SCRIPT = r"""
         "\nstart: " + (hit[1] * 1e3).toFixed(4) + " ms\nduration: " + (hit[2] * 1e3).toFixed(4) + " ms";
     });
     draw();
-    const px = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
-    let painted = 0;
-    for (let i = 3; i < px.length; i += 4) if (px[i] > 0) painted++;
+    const painted = c => {
+      const px = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+      let n = 0;
+      for (let i = 3; i < px.length; i += 4) if (px[i] > 0) n++;
+      return n;
+    };
+    const g = JSON.parse(document.getElementById("graph-data").textContent);
+    const gc = document.getElementById("graph");
+    let gstatus = "graph not drawn";
+    if (g) {
+      const gx = gc.getContext("2d"), pad = 12;
+      gc.width = gc.clientWidth || 1200;
+      gc.height = Math.min(700, Math.max(200, 8 * g.rows + 2 * pad));
+      const px = n => pad + (g.cols > 1 ? n[0] / (g.cols - 1) : 0.5) * (gc.width - 2 * pad);
+      const py = n => gc.height / 2 + (g.rows > 1 ? n[1] / g.rows : 0) * (gc.height - 2 * pad);
+      const r = n => Math.min(6, 1.5 + Math.sqrt(n[3]) / 2);
+      gx.strokeStyle = "rgba(120,120,120,0.35)"; gx.lineWidth = 0.5; gx.beginPath();
+      for (const [a, b] of g.edges) { gx.moveTo(px(g.nodes[a]), py(g.nodes[a])); gx.lineTo(px(g.nodes[b]), py(g.nodes[b])); }
+      gx.stroke();
+      for (const n of g.nodes) {
+        gx.fillStyle = g.colours[n[2] % g.colours.length];
+        gx.beginPath(); gx.arc(px(n), py(n), r(n), 0, 2 * Math.PI); gx.fill();
+      }
+      const legend = document.getElementById("graph-legend");
+      [...new Set(g.nodes.map(n => n[2]))].sort((a, b) => a - b).forEach(k => {
+        const s = document.createElement("span");
+        s.style.color = g.colours[k % g.colours.length]; s.textContent = "\u25cf " + g.devices[k] + "  ";
+        legend.appendChild(s);
+      });
+      gc.addEventListener("mousemove", e => {
+        const hit = g.nodes.findIndex(n => Math.hypot(px(n) - e.offsetX, py(n) - e.offsetY) <= r(n) + 2);
+        if (hit < 0) { tip.style.display = "none"; return; }
+        const n = g.nodes[hit];
+        tip.style.display = "block"; tip.style.left = (e.pageX + 12) + "px"; tip.style.top = (e.pageY + 12) + "px";
+        tip.textContent = g.names[hit] + "\ndevice: " + g.devices[n[2]] + "\nops: " + n[3];
+      });
+      gstatus = "graph " + g.nodes.length + " nodes, " + g.edges.length + " edges, painted " + painted(gc) + " pixels";
+    }
     document.getElementById("status").textContent =
-      "drawn " + d.ops.length + " ops; painted " + painted + " pixels; svg " + document.querySelectorAll("svg").length;
+      "drawn " + d.ops.length + " ops; painted " + painted(canvas) + " pixels; svg " +
+      document.querySelectorAll("svg").length + "; " + gstatus;
   } catch (e) { errors.textContent += e + "\n"; }
 })();
 """
@@ -133,6 +231,7 @@ td:first-child, th:first-child {{ text-align: left; }}
 .oom {{ color: #c00; font-weight: bold; }}
 .banner {{ background: #fdd; border: 1px solid #c00; padding: .5em; font-weight: bold; }}
 #timeline {{ width: 100%; border: 1px solid #ccc; cursor: grab; }}
+#graph {{ width: 100%; border: 1px solid #ccc; }}
 #tip {{ position: absolute; display: none; background: #ffe; border: 1px solid #999; padding: 4px; white-space: pre;
         font-size: 12px; pointer-events: none; }}
 .charts svg {{ max-width: 100%; height: auto; }}
@@ -144,11 +243,16 @@ td:first-child, th:first-child {{ text-align: left; }}
 <h2>Where the time goes</h2>
 <div class="charts">{charts}</div>
 {search}
+{compare}
+<h2>The graph</h2>
+<p>{gnote}</p><p id="graph-legend"></p>
+<canvas id="graph"></canvas>
 <h2>Timeline</h2>
 <p>Wheel: zoom; drag: pan; hover: the op. Blue forward, orange backward, green update.</p>
 <canvas id="timeline"></canvas><div id="tip"></div>
 <p id="status"></p><pre id="errors"></pre>
 <script type="application/json" id="timeline-data">{data}</script>
+<script type="application/json" id="graph-data">{gdata}</script>
 <script>{script}</script>
 </body></html>
 """

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["comparison_png", "comparison_data", "step_png", "step_figure", "step_data", "save_png", "svg_text"]
+__all__ = ["comparison_png", "comparison_figure", "comparison_data", "step_png", "step_figure", "step_data",
+           "graph_layout", "graph_figure", "GraphLayout", "DEVICE_COLOURS", "save_png", "svg_text"]
+
+#: One colour per device index (matplotlib's tab10, then tab20's light shades), in the PNGs and the HTML page.
+DEVICE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                  "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94")
 
 
 def comparison_png(comparison, path: str | Path, *, title: str = "") -> None:
@@ -23,6 +29,11 @@ def comparison_png(comparison, path: str | Path, *, title: str = "") -> None:
     (atomically): left, step time per method (a failing placement or a method without one is marked and
     named, not drawn as a bar) with the best lower bound as a line when the runs were simulated; right,
     per method and device, peak memory as a share of the device's capacity (over 100 %: out of memory)."""
+    save_png(comparison_figure(comparison), path, title)
+
+
+def comparison_figure(comparison):
+    """The figure of :func:`comparison_png` (matplotlib), to save as PNG or SVG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -68,7 +79,7 @@ def comparison_png(comparison, path: str | Path, *, title: str = "") -> None:
     mem.set_yticks(y, methods)
     mem.set_title("peak memory / capacity (red: out of memory)", fontsize=9)
     fig.colorbar(image, ax=mem, label="% of capacity")
-    save_png(fig, path, title)
+    return fig
 
 
 PHASES = ("forward", "backward", "update")
@@ -195,3 +206,98 @@ def _device_names(rows) -> list[str]:
         if r.result is not None:
             return list(r.result.device_names)
     return []
+
+
+@dataclass(frozen=True)
+class GraphLayout:
+    """A placed graph laid out for drawing: one node per co-location group, device and phase (a group split
+    over devices is one node per device; its forward, backward and update ops are drawn apart), in columns
+    by dataflow depth.
+
+    ``col``, ``row``: each node's column (its ops' median depth, ranked) and place in the column (columns
+    centred on row 0, so rows run from ``-n_rows / 2`` to ``n_rows / 2``); ``device``:
+    its device index; ``size``: its ops; ``first``: the op that names it; ``edges``: ``[E, 2]`` node pairs
+    joined by a tensor; ``n_cols``, ``n_rows``: the grid's extent."""
+
+    col: np.ndarray
+    row: np.ndarray
+    device: np.ndarray
+    size: np.ndarray
+    first: np.ndarray
+    edges: np.ndarray
+    n_cols: int
+    n_rows: int
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.col)
+
+
+#: Above this many nodes a drawing is a blur: :func:`graph_layout` returns None.
+MAX_DRAWN_NODES = 4000
+
+
+def graph_layout(graph, assignment: np.ndarray, *, max_nodes: int = MAX_DRAWN_NODES) -> GraphLayout | None:
+    """Lay ``graph`` out with each op on device ``assignment[i]`` (see :class:`GraphLayout`); ``None`` when
+    it has more than ``max_nodes`` nodes. O(ops + edges)."""
+    from autoplace.grouping import group_ops
+
+    assignment = np.asarray(assignment, dtype=np.int64)
+    n_dev = int(assignment.max()) + 1 if len(assignment) else 1
+    phase = np.array([PHASES.index(op.phase) if op.phase in PHASES else 0 for op in graph.ops], dtype=np.int64)
+    key = (group_ops(graph).group * n_dev + assignment) * len(PHASES) + phase
+    _, first_op, node = np.unique(key, return_index=True, return_inverse=True)
+    node = node.ravel()
+    if len(first_op) > max_nodes:
+        return None
+    src, dst, _ = graph.edges()
+    depth = np.zeros(graph.n_ops, dtype=np.int64)
+    preds = [[] for _ in range(graph.n_ops)]
+    for a, b in zip(src.tolist(), dst.tolist()):
+        preds[b].append(a)
+    for i in graph.topological_order.tolist():
+        if preds[i]:
+            depth[i] = max(depth[j] for j in preds[i]) + 1
+    by_node = np.lexsort((depth, node))                     # ops by node, then depth: each node's median
+    counts = np.bincount(node, minlength=len(first_op))
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    node_depth = depth[by_node][starts + counts // 2]
+    _, col = np.unique(node_depth, return_inverse=True)
+    col = col.ravel()
+    dev = assignment[first_op]
+    order = np.lexsort((first_op, dev, col))
+    row = np.zeros(len(first_op), dtype=np.int64)
+    starts = np.searchsorted(col[order], col[order], side="left")
+    row[order] = np.arange(len(order)) - starts
+    height = np.bincount(col)
+    row = row - (height[col] - 1) / 2.0
+    pairs = np.stack([node[src], node[dst]], axis=1) if len(src) else np.zeros((0, 2), np.int64)
+    pairs = np.unique(pairs[pairs[:, 0] != pairs[:, 1]], axis=0) if len(pairs) else pairs
+    return GraphLayout(col, row, dev, counts, first_op, pairs,
+                       int(col.max()) + 1 if len(col) else 0, int(height.max()) if len(col) else 0)
+
+
+def graph_figure(layout: GraphLayout, device_names):
+    """The placed graph of ``layout`` drawn: nodes coloured by device, sized by their ops, edges grey."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection
+
+    fig, ax = plt.subplots(figsize=(12, min(9.0, 2.5 + 0.12 * layout.n_rows)))
+    x, y = layout.col.astype(float), layout.row.astype(float)
+    if len(layout.edges):
+        segs = np.stack([np.stack([x[layout.edges[:, 0]], y[layout.edges[:, 0]]], 1),
+                         np.stack([x[layout.edges[:, 1]], y[layout.edges[:, 1]]], 1)], 1)
+        ax.add_collection(LineCollection(segs, colors="#bbbbbb", linewidths=0.4, zorder=1))
+    colours = [DEVICE_COLOURS[d % len(DEVICE_COLOURS)] for d in layout.device]
+    ax.scatter(x, y, s=6 + 4 * np.sqrt(layout.size), c=colours, zorder=2, edgecolors="none")
+    for d in sorted(set(layout.device.tolist())):
+        ax.scatter([], [], color=DEVICE_COLOURS[d % len(DEVICE_COLOURS)], label=device_names[d])
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), markerscale=1.5)
+    ax.set_xlabel("dataflow depth (columns of co-location groups)")
+    ax.set_yticks([])
+    ax.invert_yaxis()
+    ax.set_title(f"{layout.n_nodes} groups coloured by device", fontsize=9)
+    return fig
