@@ -156,7 +156,12 @@ def test_list_names_every_table(capsys):
     assert main(["bench", "--list", "--quick", "--json"]) == 0
     listing = json.loads(capsys.readouterr().out)
     assert [t["name"] for t in listing] == list(TABLES)
-    assert all(t["settings"] for t in listing)
+    assert all(t["settings"] and t["jobs"] >= len(t["settings"]) for t in listing)
+    assert main(["bench", "--list", "--json"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    # full mode: every learned search gets 600 s of nominal work (Table 2's RL rows alone: 6 x 4 learned)
+    table2 = next(t for t in full if t["name"] == "mirhoseini-table2")
+    assert len(table2["settings"]) == 6 and table2["search_budget_s"] == 6 * (4 * 600 + 60)
 
 
 def test_tight_cluster_fits_no_single_gpu():

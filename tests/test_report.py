@@ -105,8 +105,9 @@ def test_a_report_draws_the_graph_by_device_and_a_comparison(tmp_path, capsys):
     dom, _ = _render(page, tmp_path)
     status = re.search(r'<p id="status">(.*?)</p>', dom).group(1)
     assert re.search(r'<pre id="errors">(.*?)</pre>', dom, re.S).group(1) == ""
-    m = re.search(r"graph (\d+) nodes, (\d+) edges, painted (\d+) pixels", status)
-    assert m and int(m.group(1)) == len(g["nodes"]) and int(m.group(3)) > 500 and "svg 2" in status
+    m = re.search(r"graph (\d+) nodes \((\d+) in their device's colour\), (\d+) edges, painted (\d+) pixels", status)
+    assert m and int(m.group(1)) == len(g["nodes"]) and int(m.group(3)) == len(g["edges"]) and "svg 2" in status
+    assert int(m.group(2)) >= 0.9 * len(g["nodes"]) and int(m.group(4)) > 500
     assert re.findall(r'<span style="color: [^"]+;">● ([a-z0-9:]+)', dom) == sorted(used, key=g["devices"].index)
     capsys.readouterr()
     assert main(["report", "toy-mlp", "-P", "layers=3", "-p", str(p), "-o", str(tmp_path / "x.html"),

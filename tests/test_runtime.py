@@ -24,6 +24,7 @@ from autoplace.grouping import group_ops  # noqa: E402
 from autoplace.placement import Placement  # noqa: E402
 from autoplace.runtime import ExecutionError, MeasuredResult, Program, WorkerPool, run_reference  # noqa: E402
 from autoplace.runtime.export import device_map, export_python  # noqa: E402
+from autoplace.capture import capture_training_step  # noqa: E402
 from autoplace.runtime.profile import LinkFit, _costs_of, profile_graph  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402
 
@@ -573,3 +574,29 @@ def test_identical_cores_measuring_far_apart_are_a_warning():
     other = [replace(d, peak_flops=d.peak_flops / (3 if i == 1 else 1), meta={**d.meta, "model": f"m{i}"})
              for i, d in enumerate(c.devices)]
     assert speed_warnings(Cluster(c.name, other, default_link=c.default_link)) == []   # different models may differ
+
+
+def test_exchange_calibration_keeps_co_location_groups_whole_when_ops_are_unscoped():
+    """cluster detect's calibration programs deal an MLP's layers round-robin; a capture that leaves a
+    parameter's ops unscoped (as torch 2.11 did on a CPU+GPU machine) must still keep each co-location
+    group on one device, and every layer on ``layer % D``."""
+    import dataclasses
+
+    from autoplace.graph import Graph
+    from autoplace.runtime.profile import _deal_layers
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()) for _ in range(6)])
+    g = capture_training_step(model, torch.randn(4, 8), torch.nn.functional.mse_loss,
+                              torch.optim.SGD(model.parameters(), lr=0.1), targets=torch.randn(4, 8))
+    bare = Graph([dataclasses.replace(op, scope=None) if op.param_bytes or "weight" in op.name else op
+                  for op in g.ops], g.name, g.meta)
+    for graph in (g, bare):
+        for D in (2, 3, 5):
+            c = Cluster("c", [Device(f"cpu:{i}", "cpu", 2**30, 1e10, 1e10) for i in range(D)],
+                        default_link=LinkSpec(1e9, 1e-6))
+            a = _deal_layers(graph, D)
+            Placement.from_array(graph, c, a, "calibration")          # raises if a group is split
+            for i, op in enumerate(graph.ops):
+                if op.name.split(".")[0].isdigit():
+                    assert a[i] == int(op.name.split(".")[0]) % D, op.name

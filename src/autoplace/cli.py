@@ -715,23 +715,35 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from autoplace.bench import FULL, QUICK, TABLES, run_bench
-    from autoplace.bench.suite import table_settings
+    from autoplace.bench.suite import nominal_work, table_settings
     from autoplace.placers import progress_to
 
-    if args.list:
-        listing = [{"name": n, "title": t.title, "settings": [s.key for s in table_settings(t, args.quick)]}
-                   for n, t in TABLES.items()]
-        if args.json:
-            _print_json(listing)
-        else:
-            for t in listing:
-                _console().print(_bold((t["name"], "bold"), f"  {t['title']}: {len(t['settings'])} settings"))
-        return 0
     budgets = QUICK if args.quick else FULL
     if args.budget is not None:
         budgets = replace(budgets, search=args.budget)
     if args.learned_budget is not None:
         budgets = replace(budgets, learned=args.learned_budget)
+    if args.list:
+        listing, every = [], {}
+        for n, t in TABLES.items():
+            settings = table_settings(t, args.quick, tuple(args.graph))
+            jobs = t.jobs(settings, budgets, args.seed)
+            every.update(dict.fromkeys(jobs))
+            listing.append({"name": n, "title": t.title, "settings": [s.key for s in settings], "jobs": len(jobs),
+                            "search_budget_s": sum(nominal_work(j) for j in jobs)})
+        if args.json:
+            _print_json(listing)
+            return 0
+
+        def hours(s: float) -> str:
+            return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
+
+        for t in listing:
+            _console().print(_bold((t["name"], "bold"), f"  {t['title']}: {len(t['settings'])} settings, "
+                                   f"{t['jobs']} jobs, {hours(t['search_budget_s'])} of search budget"))
+        _console().print(f"all: {len(every)} jobs (a job two tables share runs once), "
+                         f"{hours(sum(nominal_work(j) for j in every))} of search budget")
+        return 0
     for g in args.graph:
         resolve_graph(g)                 # an unknown graph is one clear error before any job runs
     quiet = args.json or not sys.stderr.isatty()

@@ -213,7 +213,13 @@ _SCRIPT = r"""
         tip.style.display = "block"; tip.style.left = (e.pageX + 12) + "px"; tip.style.top = (e.pageY + 12) + "px";
         tip.textContent = g.names[hit] + "\ndevice: " + g.devices[n[2]] + "\nops: " + n[3];
       });
-      gstatus = "graph " + g.nodes.length + " nodes, " + g.edges.length + " edges, painted " + painted(gc) + " pixels";
+      const hex = c => [1, 3, 5].map(i => parseInt(c.slice(i, i + 2), 16));
+      const coloured = g.nodes.filter(n => {          // the pixel at a node's centre has its device's colour
+        const p = gx.getImageData(Math.round(px(n)), Math.round(py(n)), 1, 1).data, want = hex(g.colours[n[2] % g.colours.length]);
+        return want.every((v, i) => Math.abs(v - p[i]) < 8);
+      }).length;
+      gstatus = "graph " + g.nodes.length + " nodes (" + coloured + " in their device's colour), " + g.edges.length +
+        " edges, painted " + painted(gc) + " pixels";
     }
     document.getElementById("status").textContent =
       "drawn " + d.ops.length + " ops; painted " + painted(canvas) + " pixels; svg " +

@@ -329,14 +329,35 @@ def _exchange_programs(cluster: Cluster) -> list[tuple[Graph, np.ndarray]]:
         mlp = capture_training_step(model, x, torch.nn.functional.mse_loss,
                                     torch.optim.SGD(model.parameters(), lr=0.1), targets=y,
                                     name=f"exchange-calibration-{width}")
-        layer = [int(op.scope.split(".")[0]) if op.scope and op.scope.split(".")[0].isdigit() else 0
-                 for op in mlp.ops]
-        out.append((mlp, np.array(layer) % D))
+        out.append((mlp, _deal_layers(mlp, D)))
     lstm = build_graph("rnnlm-2", vocab=500, hidden=64, steps=6, batch=8)
     groups = group_ops(lstm, rules=("colocation",))
     rng = np.random.default_rng(0)
     out.append((lstm, groups.expand(rng.integers(0, D, groups.n_groups))))
     return out
+
+
+def _deal_layers(graph: Graph, n_devices: int) -> np.ndarray:
+    """Each op of a ``nn.Sequential`` step on device ``layer % n_devices``, the layer read from the op's
+    module scope (``"3.0"``) or, where a capture leaves an op unscoped (a parameter, its update), from its
+    name (``"3.0.weight"``); a co-location group goes whole to the device of its first op with a layer."""
+    from autoplace.grouping import group_ops
+
+    def layer(op) -> int | None:
+        for text in (op.scope or "", op.name):
+            head = text.split(".")[0]
+            if head.isdigit():
+                return int(head)
+        return None
+
+    groups = group_ops(graph, rules=("colocation",))
+    device = np.zeros(groups.n_groups, dtype=np.int64)
+    known = np.zeros(groups.n_groups, dtype=bool)
+    for i, op in enumerate(graph.ops):
+        g, k = groups.group[i], layer(op)
+        if k is not None and not known[g]:
+            device[g], known[g] = k % n_devices, True
+    return groups.expand(device)
 
 
 def fit_send_costs(n_sent: np.ndarray, sent_bytes: np.ndarray, send_t: np.ndarray,
@@ -465,14 +486,19 @@ def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Seq
                 sent = np.array(ms[1]).reshape(repeats, len(sizes), 2)
                 seen = np.array(mt[1]).reshape(repeats, len(sizes))
                 keep = slice(1, None) if repeats > 1 else slice(None)
-                # the sender copies into the exchange buffer (its compute: bytes / bandwidth) and the
-                # receiver reads it in place; the link only adds the time until the flag is seen
+                # the sender copies into the exchange buffer (its compute: bytes / bandwidth; a GPU's copy
+                # out to host memory is its worker's too, the executor copying synchronously); a CPU
+                # receiver reads it in place, so its link only adds the time until the flag is seen; a GPU
+                # receiver copies it in, which the link's bandwidth carries
                 fit = LinkFit(np.array(sizes), np.median((sent[..., 1] - sent[..., 0])[keep], axis=0))
                 send_cost[s] = max(send_cost[s], 1.0 / fit.bandwidth)
-                latency = float(np.median((seen - sent[..., 1])[keep]))
-                links.append(Link(a.name, b.name, EXCHANGE_BANDWIDTH, max(latency, 0.0)))
-        devices = [replace(d, send_cost_s_per_byte=float(c)) if d.kind == "cpu" else d
-                   for d, c in zip(devices, send_cost)]
+                arrive = (seen - sent[..., 1])[keep]
+                if b.kind == "cpu":
+                    links.append(Link(a.name, b.name, EXCHANGE_BANDWIDTH, max(float(np.median(arrive)), 0.0)))
+                else:
+                    copy_in = LinkFit(np.array(sizes), np.median(arrive, axis=0))
+                    links.append(Link(a.name, b.name, copy_in.bandwidth, copy_in.latency_s))
+        devices = [replace(d, send_cost_s_per_byte=float(c)) for d, c in zip(devices, send_cost)]
         devices, latency = _exchange_overheads(pool, Cluster(base.name, devices, links), progress)
         # the executor's latency (a flag raised -> its waiting receiver seeing it, polling with back-off)
         # where it measured one; the link test's tight spin otherwise
