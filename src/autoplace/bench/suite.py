@@ -350,6 +350,7 @@ def build_placer_table(spec: TableSpec, settings, b: Budgets, seed: int, store: 
     speedup, the search and wall time; a wide table of speedups (ours / paper); per method the geometric
     mean of the speedups over the settings where both ran, ours and the paper's."""
     methods = spec.methods or _all_placers()
+    has_paper = spec.paper is not None          # a table of our own settings shows no paper columns
     rows, wide, ours_sp, paper_sp = [], [], {m: [] for m in methods}, {m: [] for m in methods}
     plot = {}
     for s in settings:
@@ -368,18 +369,22 @@ def build_placer_table(spec: TableSpec, settings, b: Budgets, seed: int, store: 
             if psp is not None:
                 paper_sp[m].append(psp)
             plot.setdefault(s.key, {})[m] = (sp, psp)
-            rows.append([s.key, m, _step_text(r), fmt_speedup(sp), ptext, fmt_speedup(psp),
-                         f"{r['search_s']:.2f}", f"{r['wall_s']:.2f}"])
-            cells.append(f"{fmt_speedup(sp)} / {fmt_speedup(psp)}")
+            paper_cols = [ptext, fmt_speedup(psp)] if has_paper else []
+            rows.append([s.key, m, _step_text(r), fmt_speedup(sp), *paper_cols, f"{r['search_s']:.2f}",
+                         f"{r['wall_s']:.2f}"])
+            cells.append(f"{fmt_speedup(sp)} / {fmt_speedup(psp)}" if has_paper else fmt_speedup(sp))
         wide.append([s.key, *cells])
     summary = [[m, fmt_speedup(geomean(ours_sp[m])), f"{len(ours_sp[m])}/{len(settings)}",
-                fmt_speedup(geomean(paper_sp[m])), str(len(paper_sp[m]))] for m in methods]
+                *([fmt_speedup(geomean(paper_sp[m])), str(len(paper_sp[m]))] if has_paper else [])] for m in methods]
     t = Table(spec.name, spec.title, spec.about, budgets=b, seed=seed)
-    t.add_section(f"Speedup over {spec.baseline}, ours / paper", ["setting", *methods], wide)
+    t.add_section(f"Speedup over {spec.baseline}" + (", ours / paper" if has_paper else ""), ["setting", *methods],
+                  wide)
     t.add_section(f"Geometric mean of the speedup over {spec.baseline}",
-                  ["method", "ours", "settings that ran", "paper", "paper's settings"], summary)
-    t.add_section("Every cell", ["setting", "method", "step (s)", f"vs {spec.baseline}", f"paper step ({spec.paper_unit})",
-                                 f"paper vs {spec.baseline}", "search (s)", "wall (s)"], rows)
+                  ["method", "ours", "settings that ran", *(["paper", "paper's settings"] if has_paper else [])],
+                  summary)
+    t.add_section("Every cell", ["setting", "method", "step (s)", f"vs {spec.baseline}",
+                                 *([f"paper step ({spec.paper_unit})", f"paper vs {spec.baseline}"] if has_paper else []),
+                                 "search (s)", "wall (s)"], rows)
     t.plot = ("speedup", spec.baseline, plot)
     return t
 
@@ -389,7 +394,8 @@ def _step_text(r: dict) -> str:
         return f"{r['step_s']:.4g}"
     if r["oom"]:
         return "OOM (" + ", ".join(r["oom"]) + ")"
-    return "none: " + (r["error"] or "no placement").split(":")[0][:60]
+    why = (r["error"] or "no placement").split(": ", 1)[-1]         # the placer's message, less its name
+    return "none: " + (why if len(why) <= 70 else why[:69] + "…")
 
 
 def _all_placers() -> tuple[str, ...]:
