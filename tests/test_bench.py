@@ -153,6 +153,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_list_names_every_table(capsys):
+    assert main(["bench", "--list", "--tables", "htf-mpr,gdp-table2", "--json"]) == 0
+    assert [t["name"] for t in json.loads(capsys.readouterr().out)] == ["htf-mpr", "gdp-table2"]
+    assert main(["bench", "--list", "--tables", "nope"]) == 2
+    assert "unknown bench table 'nope'" in capsys.readouterr().err
     assert main(["bench", "--list", "--quick", "--json"]) == 0
     listing = json.loads(capsys.readouterr().out)
     assert [t["name"] for t in listing] == list(TABLES)
@@ -178,7 +182,9 @@ def test_tight_cluster_fits_no_single_gpu():
     assert simulate(g, t, place(g, t, "auto", budget=0.5)).ok
 
 
-def test_store_skips_a_cut_line(tmp_path):
+def test_store_skips_a_cut_line_and_keeps_the_next_job(tmp_path):
+    """A kill mid-write leaves a line without its newline: the next job appended after it must not be
+    glued to it (and lost on the next resume)."""
     s = Store(tmp_path)
     a, b = Job.of("place", setting=Setting("x", "k80x2"), method="m", budget=1.0, seed=0), Job.of("place", x=1)
     s.add(a, {"v": 1})
@@ -186,6 +192,73 @@ def test_store_skips_a_cut_line(tmp_path):
         f.write('{"job": "cut')
     again = Store(tmp_path)
     assert a in again and b not in again and again[a] == {"v": 1}
+    again.add(b, {"v": 2})
+    third = Store(tmp_path)
+    assert third[a] == {"v": 1} and third[b] == {"v": 2}
+    assert (tmp_path / "jobs.jsonl").read_text().count("\n") == 2
+
+
+def test_an_unusable_results_folder_fails_before_any_job(tmp_path, monkeypatch, capsys):
+    def never(job):
+        raise AssertionError("a job ran")
+
+    monkeypatch.setattr(bench, "run_job", never)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["bench", *QUICK, "--tables", "htf-mpr", "-o", str(blocker / "results")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("autoplace: error:") and len(err.strip().splitlines()) == 1
+
+
+def test_a_graph_file_is_keyed_by_its_content(tmp_path, capsys):
+    """The same path holding another graph runs its jobs again instead of reusing the old results."""
+    g, out = tmp_path / "g.json", tmp_path / "r"
+    args = ["bench", *QUICK, "--tables", "htf-mpr", "--graph", str(g), "-o", str(out), "--json"]
+    assert main(["zoo", "export", "toy-mlp", "-o", str(g)]) == 0
+    capsys.readouterr()
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["ran"] == 3
+    assert main(["zoo", "export", "toy-mlp", "-P", "layers=3", "-o", str(g)]) == 0
+    capsys.readouterr()
+    assert main(args) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["ran"] == 3 and second["reused"] == 0
+    keys = {r[0] for r in second["tables"][0]["sections"][0]["rows"]}
+    assert len(keys) == 1 and "[sha256:" in keys.pop()
+
+
+def test_speedups_paper_figures_and_geomeans_on_a_paper_setting(tmp_path):
+    """The table arithmetic on Table 2's rnnlm-2 on k80x2 with made-up steps: ours over single-gpu, the
+    paper's (its seconds: single-gpu 1.57, expert 3.81, rl 1.57, single-cpu 6.89), geomeans."""
+    from autoplace.bench.suite import QUICK as B, build_placer_table
+
+    spec = TABLES["mirhoseini-table2"]
+    s1, s2 = Setting("rnnlm-2", "k80x2"), Setting("nmt-2", "k80x2")
+    store = Store(tmp_path)
+    steps = {"single-gpu": 2.0, "expert": 1.0, "single-cpu": 4.0}
+    for s, scale in ((s1, 1.0), (s2, 4.0)):
+        for m in spec.methods:
+            v = steps.get(m, 2.0) * (1.0 if m == "single-gpu" else scale)
+            ok = m != "hdp"
+            store.add(Job.of("place", setting=s, method=m, budget=B.learned if m in ("rl", "hdp", "gdp", "htf-mpr")
+                             else B.search, seed=0),
+                      {"step_s": v if ok else None, "ok": ok, "oom": [] if ok else ["gpu:0"], "error": None,
+                       "search_s": 0.5, "wall_s": 0.6})
+    t = build_placer_table(spec, (s1, s2), B, 0, store)
+    wide, geo, every = (sec.rows for sec in t.sections)
+    head = t.sections[0].columns
+    row = dict(zip(head, wide[0]))
+    assert row["single-gpu"] == "1.00x / 1.00x" and row["expert"] == "2.00x / 0.41x"      # 2/1; 1.57/3.81
+    assert row["single-cpu"] == "0.50x / 0.23x" and row["rl"] == "1.00x / 1.00x" and row["hdp"] == "– / –"
+    assert dict(zip(head, wide[1]))["expert"] == "0.50x / –"                 # nmt-2: the paper's single-GPU is OOM
+    g = {r[0]: r for r in geo}
+    assert g["expert"][1:] == ["1.00x", "2/2", "0.41x", "1", "2.00x"]        # sqrt(2 * 0.5); paper and ours on rnnlm-2
+    assert g["hdp"][1:3] == ["–", "0/2"]
+    cell = next(r for r in every if r[0] == s1.key and r[1] == "hdp")
+    assert cell[2] == "OOM (gpu:0)" and cell[4] == "–"
+    cell = next(r for r in every if r[0] == s1.key and r[1] == "single-cpu")
+    assert cell[2:6] == ["4", "0.50x", "6.89", "0.23x"]
 
 
 def test_published_figures():

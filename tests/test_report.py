@@ -51,9 +51,12 @@ def test_a_report_on_a_failing_placement_names_the_device_out_of_memory(tmp_path
     c, p, page = tmp_path / "c.json", tmp_path / "p.json", tmp_path / "r.html"
     c.write_text(json.dumps(tiny))
     assert main(["place", "toy-mlp", "-P", "layers=2", "-c", str(c), "-m", "single-gpu", "-o", str(p)]) == 1
-    assert main(["report", "toy-mlp", "-P", "layers=2", "-p", str(p), "-c", str(c), "-o", str(page)]) == 0
+    assert main(["report", "toy-mlp", "-P", "layers=2", "-p", str(p), "-c", str(c), "-o", str(page),
+                 "--compare", "single-gpu"]) == 0
     banner = re.search(r'<p class="banner" id="oom">(.*?)</p>', page.read_text()).group(1)
     assert "Out of memory on gpu:0 (peak" in banner and "cpu:0" not in banner
+    row = re.search(r"<tr><td>single-gpu</td>(.*?)</tr>", page.read_text()).group(1)   # the compared row too
+    assert "<td>fails</td><td>–</td>" in row and "out of memory on gpu:0" in row
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (make test installs it)")
     dom, _ = _render(page, tmp_path)
@@ -94,11 +97,20 @@ def test_a_report_draws_the_graph_by_device_and_a_comparison(tmp_path, capsys):
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     text = page.read_text()
     assert '<div class="charts" id="compare"><svg' in text and text.count("<svg") == 2
-    assert re.findall(r"<tr><td>(single-gpu|expert|metis)</td>", text) == ["single-gpu", "expert", "metis"]
+    rows = re.findall(r"<tr><td>(single-gpu|expert|metis)</td><td>([^<]*)</td><td>([^<]*)</td>", text)
+    assert [r[0] for r in rows] == ["single-gpu", "expert", "metis"]
+    def ms(t):
+        return float(t.split()[0]) * {"s": 1e3, "ms": 1.0, "µs": 1e-3}[t.split()[1]]
+    best = min(ms(r[1]) for r in rows)
+    for _, step, rel in rows:                                            # best / step: 1.00x for the best
+        assert rel == f"{best / ms(step):.2f}x"
+    assert any(rel != "1.00x" for _, _, rel in rows)
     g = json.loads(re.search(r'id="graph-data">(.*?)</script>', text, re.S).group(1))
     placement = json.loads(p.read_text())["assignment"]
     used = {placement[g["names"][k]] for k in range(len(g["nodes"]))}
-    assert {g["devices"][n[2]] for n in g["nodes"]} == used and len(used) >= 2      # coloured by device
+    for k, n in enumerate(g["nodes"]):                                   # each node coloured by its op's device
+        assert g["devices"][n[2]] == placement[g["names"][k]], g["names"][k]
+    assert len(used) >= 2
     assert sum(n[3] for n in g["nodes"]) == 34                                       # every op in one node
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (make test installs it)")

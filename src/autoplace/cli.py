@@ -22,15 +22,12 @@ from autoplace import __version__
 from autoplace.cluster import CLUSTER_PRESETS, Cluster, get_cluster
 from autoplace.errors import AutoplaceError, FormatError
 from autoplace.graph import Graph
+from autoplace.resolve import resolve_cluster, resolve_graph
 
 __all__ = ["main", "resolve_graph", "resolve_cluster"]
 
 
 # ---------------------------------------------------------------------- argument resolution
-def _looks_like_file(arg: str) -> bool:
-    return os.path.exists(arg) or arg.endswith((".json", ".gz")) or os.sep in arg
-
-
 def _parse_params(pairs: list[str] | None, option: str = "--param") -> dict[str, Any]:
     """``KEY=VALUE`` strings -> a dict, each value read as JSON where it parses, else as text."""
     params: dict[str, Any] = {}
@@ -43,22 +40,6 @@ def _parse_params(pairs: list[str] | None, option: str = "--param") -> dict[str,
         except json.JSONDecodeError:
             params[key] = value
     return params
-
-
-def resolve_graph(arg: str, params: dict[str, Any] | None = None) -> Graph:
-    """A graph file path or a built-in model name (with optional parameters)."""
-    from autoplace.formats import load_graph
-    from autoplace.zoo import build_graph
-
-    if _looks_like_file(arg) or arg.endswith(".onnx"):
-        if params:
-            raise FormatError("--param applies to built-in models, not to graph files")
-        if arg.endswith(".onnx"):
-            from autoplace.capture.onnx_import import import_onnx
-
-            return import_onnx(arg)
-        return load_graph(arg)
-    return build_graph(arg, **(params or {}))
 
 
 EXIT_FAILING = 1
@@ -107,15 +88,6 @@ def _add_granularity(p: argparse.ArgumentParser) -> None:
                    help="op (default): place every op; module: keep each module with parameters whole (its "
                         "parameters, tied ones, optimizer state and ops on one device), so that the placement "
                         "exports as an Accelerate device_map")
-
-
-def resolve_cluster(arg: str) -> Cluster:
-    """A cluster file path or a preset name."""
-    from autoplace.formats import load_cluster
-
-    if arg not in CLUSTER_PRESETS and _looks_like_file(arg):
-        return load_cluster(arg)
-    return get_cluster(arg)
 
 
 def _check_output(path: str | None, what: str = "output") -> None:
@@ -678,6 +650,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from autoplace.htmlreport import placement_report
 
     _check_output(args.output)
+    if args.png:
+        _check_output(f"{args.png}.step.png", "--png chart")
     _check_json_output(args)
     graph = resolve_graph(args.graph, _parse_params(args.param))
     placement = load_placement(args.placement)
@@ -693,12 +667,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         comparison = _with_progress("compare", args.json, lambda: compare(
             graph, cluster, args.compare, seed=args.seed, budget=args.budget))
-    page = placement_report(graph, cluster, placement, curve=curve, comparison=comparison)
+    from autoplace.sim import simulate
+
+    result = simulate(graph, cluster, placement, trace=True)
+    page = placement_report(graph, cluster, placement, curve=curve, comparison=comparison, result=result)
     pngs = []
     if args.png:
         from autoplace.htmlreport import report_pngs
 
-        pngs = report_pngs(graph, cluster, placement, args.png, curve=curve, comparison=comparison)
+        pngs = report_pngs(graph, cluster, placement, args.png, curve=curve, comparison=comparison, result=result)
     atomic_write_text(args.output, page)
     if _written(args, graph, bytes=len(page.encode()), pngs=pngs):
         return 0
@@ -716,6 +693,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from autoplace.bench import FULL, QUICK, TABLES, run_bench
     from autoplace.bench.suite import nominal_work, table_settings
+    from autoplace.errors import UnknownNameError
     from autoplace.placers import progress_to
 
     budgets = QUICK if args.quick else FULL
@@ -725,7 +703,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         budgets = replace(budgets, learned=args.learned_budget)
     if args.list:
         listing, every = [], {}
-        for n, t in TABLES.items():
+        for n in args.tables or TABLES:
+            if n not in TABLES:
+                raise UnknownNameError(f"unknown bench table {n!r} (known: {', '.join(TABLES)})")
+            t = TABLES[n]
             settings = table_settings(t, args.quick, tuple(args.graph))
             jobs = t.jobs(settings, budgets, args.seed)
             every.update(dict.fromkeys(jobs))
@@ -736,7 +717,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             return 0
 
         def hours(s: float) -> str:
-            return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
+            return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min" if s >= 60 else f"{s:.0f} s"
 
         for t in listing:
             _console().print(_bold((t["name"], "bold"), f"  {t['title']}: {len(t['settings'])} settings, "

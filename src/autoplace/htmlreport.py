@@ -61,24 +61,33 @@ def _comparison_html(comparison) -> str:
     from autoplace.report import fmt_time
 
     best = min((r.step_time for r in comparison.rows), default=float("inf"))
-    rows = "".join(
-        f"<tr><td>{html.escape(r.method)}</td><td>{fmt_time(r.step_time) if r.result is not None and r.result.ok else 'fails' if r.result is not None else 'none'}</td>"
-        f"<td>{speedup(r.step_time, best):.2f}x</td><td>{r.search_time_s:.2f} s</td>"
-        f"<td>{html.escape(r.error or row_note(r))}</td></tr>" for r in comparison.rows)
+
+    def cells(r) -> tuple[str, str, str]:
+        if r.result is None:
+            return "none", "–", r.error or "no placement"
+        if not r.result.ok:
+            why = r.result.error or "out of memory on " + ", ".join(r.result.oom_devices)
+            return "fails", "–", why
+        return fmt_time(r.step_time), f"{speedup(best, r.step_time):.2f}x", row_note(r)
+
+    rows = "".join(f"<tr><td>{html.escape(r.method)}</td><td>{step}</td><td>{rel}</td><td>{r.search_time_s:.2f} s</td>"
+                   f"<td>{html.escape(note)}</td></tr>" for r in comparison.rows for step, rel, note in [cells(r)])
     return (f'<h2>Placers compared</h2><div class="charts" id="compare">{svg_text(comparison_figure(comparison))}</div>'
             f"<table><tr><th>method</th><th>step</th><th>best / step</th><th>search</th><th>note</th></tr>{rows}</table>")
 
 
-def placement_report(graph: Graph, cluster: Cluster, placement: Placement, *, curve=None, comparison=None) -> str:
+def placement_report(graph: Graph, cluster: Cluster, placement: Placement, *, curve=None, comparison=None,
+                     result=None) -> str:
     """The HTML page of ``placement`` (see the module docstring); ``curve``: the search's training curve
     (:class:`~autoplace.search.curve.Curve`, as ``--curve`` writes it), drawn too when given;
     ``comparison``: a :class:`~autoplace.comparison.Comparison` on the same graph and cluster, drawn and
-    tabled when given."""
+    tabled when given; ``result``: the placement's simulated step with its timeline, when the caller
+    has it (``simulate(..., trace=True)``)."""
     from autoplace.plots import step_figure, svg_text
     from autoplace.report import fmt_bytes, fmt_time
     from autoplace.sim import simulate
 
-    result = simulate(graph, cluster, placement, trace=True)
+    result = result if result is not None else simulate(graph, cluster, placement, trace=True)
     counts = placement.counts()
     rows = "".join(
         f"<tr><td>{html.escape(n)}</td><td>{counts.get(n, 0)}</td><td>{fmt_time(float(b))}</td>"
@@ -108,14 +117,14 @@ def placement_report(graph: Graph, cluster: Cluster, placement: Placement, *, cu
 
 
 def report_pngs(graph: Graph, cluster: Cluster, placement: Placement, prefix: str, *, curve=None,
-                comparison=None) -> list[str]:
+                comparison=None, result=None) -> list[str]:
     """The page's charts as PNG files ``PREFIX.step.png``, ``PREFIX.graph.png`` (where the graph is small
     enough to draw), ``PREFIX.curve.png`` and ``PREFIX.compare.png`` (when given); returns the paths."""
     from autoplace.plots import comparison_figure, graph_figure, graph_layout, save_png, step_figure
     from autoplace.sim import simulate
 
     title = f"{graph.name} on {cluster.name}: {placement.method}"
-    result = simulate(graph, cluster, placement, trace=True)
+    result = result if result is not None else simulate(graph, cluster, placement, trace=True)
     figures = [("step", step_figure(graph, result))]
     lay = graph_layout(graph, placement.to_array(graph, cluster))
     if lay is not None:

@@ -7,6 +7,7 @@ gathering them, and ``jobs.jsonl``, the finished jobs, from which an interrupted
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from autoplace.bench.render import Table
 from autoplace.bench.suite import FULL, QUICK, TABLES, Budgets, Job, Setting, Store, run_job, table_settings
-from autoplace.errors import UnknownNameError
+from autoplace.errors import FormatError, UnknownNameError
 
 __all__ = ["run_bench", "BenchResult", "TABLES", "QUICK", "FULL", "Budgets", "Setting", "Table"]
 
@@ -45,6 +46,9 @@ def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick:
             raise UnknownNameError(f"unknown bench table {n!r} (known: {', '.join(TABLES)})")
     b = budgets or (QUICK if quick else FULL)
     folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)       # an unusable folder fails now, not after the first job
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise FormatError(f"{folder}: the results folder is not writable")
     store = Store(folder)
     plan = [(TABLES[n], table_settings(TABLES[n], quick, tuple(graphs))) for n in names]
     jobs: list[Job] = list(dict.fromkeys(j for spec, settings in plan for j in spec.jobs(settings, b, seed)))

@@ -7,7 +7,7 @@ Figure 8) is summarised by the claims its text makes (:data:`GDP_FIGURE2_CLAIMS`
 
 from __future__ import annotations
 
-__all__ = ["MIRHOSEINI_TABLE2", "GDP_TABLE1", "GDP_TABLE2", "GDP_FIGURE2_CLAIMS", "HTF_SPEEDUP",
+__all__ = ["MIRHOSEINI_TABLE2", "MIRHOSEINI_LARGE_RL", "GDP_TABLE1", "GDP_TABLE2", "GDP_FIGURE2_CLAIMS", "HTF_SPEEDUP",
            "HTF_FIGURE8_CLAIM", "mirhoseini_seconds", "gdp_table1_seconds"]
 
 #: Mirhoseini et al. 2017, Table 2 (seconds per step): single-CPU, single-GPU, then per number of GPUs
@@ -23,6 +23,10 @@ MIRHOSEINI_TABLE2 = {
                      2: {"scotch": 25.24, "mincut": 22.88, "expert": 11.22, "rl": 4.60},
                      4: {"scotch": 23.41, "mincut": 24.52, "expert": 10.65, "rl": 3.85}},
 }
+
+#: Mirhoseini et al. 2017, section 4.3: the RL placer's steps (seconds) on RNNLM and NMT at batch 256 with
+#: LSTMs of 4,096 and 2,048 (our ``rnnlm-2-large``, ``nmt-2-large``); no baseline ran, the GPUs unstated.
+MIRHOSEINI_LARGE_RL = {"rnnlm-2-large": 33.46, "nmt-2-large": 35.84}
 
 #: GDP (Zhou et al.), Table 1: (model, number of GPUs) -> seconds of GDP-one, human placement (our
 #: ``expert``), METIS and HDP; None = OOM.

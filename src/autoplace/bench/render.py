@@ -45,7 +45,8 @@ class Section:
 
 @dataclass
 class Table:
-    """One table of the suite. ``plot`` is ``(kind, baseline, {setting: {series: (ours, paper-or-std)}})``:
+    """One table of the suite. ``plot`` is ``(kind, baseline, {setting: {series: (ours, paper-or-std)}})``
+    (also in the JSON, as numbers, under ``chart``):
     ``speedup`` (bars of our speedup over ``baseline``, the paper's as markers), ``gain`` (bars of a
     relative gain, the paper's as markers) or ``tau`` (bars of Kendall tau distance with their std)."""
 
@@ -73,8 +74,12 @@ class Table:
         return "\n".join(parts) + "\n"
 
     def to_dict(self) -> dict:
+        kind, baseline, data = self.plot or ("", "", {})
         return {"name": self.name, "title": self.title, "about": self.about, "seed": self.seed,
-                "budgets": asdict(self.budgets), "sections": [asdict(s) for s in self.sections]}
+                "budgets": asdict(self.budgets), "sections": [asdict(s) for s in self.sections],
+                "chart": {"kind": kind, "baseline": baseline,
+                          "data": {s: {k: [_json_num(x) for x in v] for k, v in series.items()}
+                                   for s, series in data.items()}}}
 
     def png(self, path: str | Path) -> None:
         """The table's chart: one panel per setting (at most 12), one bar per series."""
@@ -118,6 +123,10 @@ class Table:
         for ax in list(axes.flat)[len(settings):]:
             ax.axis("off")
         save_png(fig, path, self.title)
+
+
+def _json_num(x) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
 
 
 def _num(x) -> float:

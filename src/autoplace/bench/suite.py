@@ -47,12 +47,14 @@ class Setting:
     cluster: str
     params: tuple[tuple[str, Any], ...] = ()
     gpu_memory: float | None = None
+    digest: str = ""          #: a graph file's content hash: its results are keyed by content, not by path
 
     @property
     def key(self) -> str:
         p = "".join(f" -P {k}={v}" for k, v in self.params)
+        d = f" [{self.digest}]" if self.digest else ""
         m = f" (GPU memory {self.gpu_memory:.0%} of one-GPU peak)" if self.gpu_memory is not None else ""
-        return f"{self.model}{p} on {self.cluster}{m}"
+        return f"{self.model}{d}{p} on {self.cluster}{m}"
 
     @property
     def n_gpus(self) -> int:
@@ -67,7 +69,7 @@ class Setting:
 
 @functools.lru_cache(maxsize=32)
 def _problem(s: Setting):
-    from autoplace.cli import resolve_cluster, resolve_graph
+    from autoplace.resolve import resolve_cluster, resolve_graph
 
     graph = resolve_graph(s.model, dict(s.params) or None)
     cluster = resolve_cluster(s.cluster)
@@ -261,13 +263,17 @@ class Store:
         self.path = self.folder / "jobs.jsonl"
         self.results: dict[str, dict] = {}
         if self.path.exists():
-            with open(self.path, encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        rec = json.loads(line)
-                        self.results[rec["job"]] = rec["result"]
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        continue            # a line cut short by a kill: that job runs again
+            data = self.path.read_bytes()
+            if data and not data.endswith(b"\n"):   # a line cut short by a kill: dropped (that job runs again)
+                data = data[:data.rfind(b"\n") + 1]
+                with open(self.path, "r+b") as f:
+                    f.truncate(len(data))
+            for line in data.decode("utf-8", errors="replace").splitlines():
+                try:
+                    rec = json.loads(line)
+                    self.results[rec["job"]] = rec["result"]
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue
 
     def __contains__(self, job: Job) -> bool:
         return job.key in self.results
@@ -348,10 +354,12 @@ def _paper_cell(spec: TableSpec, s: Setting, method: str) -> tuple[str, float | 
 def build_placer_table(spec: TableSpec, settings, b: Budgets, seed: int, store: Store) -> Table:
     """Per setting and method: our simulated step and speedup over the baseline, the paper's step and
     speedup, the search and wall time; a wide table of speedups (ours / paper); per method the geometric
-    mean of the speedups over the settings where both ran, ours and the paper's."""
+    mean of our speedups over the settings where the method and the baseline ran, of the paper's over the
+    settings where it prints both, and of ours over those same settings."""
     methods = spec.methods or _all_placers()
     has_paper = spec.paper is not None          # a table of our own settings shows no paper columns
     rows, wide, ours_sp, paper_sp = [], [], {m: [] for m in methods}, {m: [] for m in methods}
+    both = {m: [] for m in methods}             # ours, on the settings where the paper has a figure too
     plot = {}
     for s in settings:
         res = {m: store[Job.of("place", setting=s, method=m, budget=_method_budget(m, b), seed=seed)]
@@ -368,6 +376,8 @@ def build_placer_table(spec: TableSpec, settings, b: Budgets, seed: int, store: 
                 ours_sp[m].append(sp)
             if psp is not None:
                 paper_sp[m].append(psp)
+                if sp is not None:
+                    both[m].append(sp)
             plot.setdefault(s.key, {})[m] = (sp, psp)
             paper_cols = [ptext, fmt_speedup(psp)] if has_paper else []
             rows.append([s.key, m, _step_text(r), fmt_speedup(sp), *paper_cols, f"{r['search_s']:.2f}",
@@ -375,12 +385,14 @@ def build_placer_table(spec: TableSpec, settings, b: Budgets, seed: int, store: 
             cells.append(f"{fmt_speedup(sp)} / {fmt_speedup(psp)}" if has_paper else fmt_speedup(sp))
         wide.append([s.key, *cells])
     summary = [[m, fmt_speedup(geomean(ours_sp[m])), f"{len(ours_sp[m])}/{len(settings)}",
-                *([fmt_speedup(geomean(paper_sp[m])), str(len(paper_sp[m]))] if has_paper else [])] for m in methods]
+                *([fmt_speedup(geomean(paper_sp[m])), str(len(paper_sp[m])), fmt_speedup(geomean(both[m]))]
+                  if has_paper else [])] for m in methods]
     t = Table(spec.name, spec.title, spec.about, budgets=b, seed=seed)
     t.add_section(f"Speedup over {spec.baseline}" + (", ours / paper" if has_paper else ""), ["setting", *methods],
                   wide)
     t.add_section(f"Geometric mean of the speedup over {spec.baseline}",
-                  ["method", "ours", "settings that ran", *(["paper", "paper's settings"] if has_paper else [])],
+                  ["method", "ours", "settings that ran",
+                   *(["paper", "paper's settings", "ours on the paper's settings"] if has_paper else [])],
                   summary)
     t.add_section("Every cell", ["setting", "method", "step (s)", f"vs {spec.baseline}",
                                  *([f"paper step ({spec.paper_unit})", f"paper vs {spec.baseline}"] if has_paper else []),
@@ -518,6 +530,10 @@ def _mirhoseini_paper(s: Setting, m: str):
     return published.mirhoseini_seconds(s.model, s.n_gpus, m)
 
 
+def _large_paper(s: Setting, m: str):
+    return {"rl": published.MIRHOSEINI_LARGE_RL[s.model]}[m]
+
+
 def _gdp_paper(s: Setting, m: str):
     return published.gdp_table1_seconds(s.model, s.n_gpus, m)
 
@@ -549,8 +565,9 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
                     _s("nmt-2-large", "k80x4")),
               quick=(_s("rnnlm-2-large", "k80x2"), _s("nmt-2-large", "k80x4")),
               jobs=_placer_jobs(_MIRHOSEINI_METHODS), build=build_placer_table, methods=_MIRHOSEINI_METHODS,
-              baseline="single-cpu", memory_tight=0.6,
-              about="The models of Table 2 at sizes no single K80 die holds; speedup over the CPU (which holds them)."),
+              baseline="single-cpu", memory_tight=0.6, paper=_large_paper,
+              about="The models of Table 2 at sizes no single K80 die holds; speedup over the CPU (which holds them). "
+                    "The paper prints only its RL placer's steps (its section 4.3; the number of GPUs unstated)."),
     TableSpec("gdp-table1", "GDP (Zhou et al.), Table 1", full=_GDP_SETTINGS,
               quick=tuple(s for s in _GDP_SETTINGS if s.cluster == "p100x2" and s.model != "gnmt-2"),
               jobs=_placer_jobs(_GDP_METHODS), build=build_placer_table, methods=_GDP_METHODS, baseline="expert",
@@ -597,4 +614,16 @@ def table_settings(spec: TableSpec, quick: bool, graphs: tuple[str, ...] = ()) -
     clusters = list(dict.fromkeys(s.cluster for s in own))
     if spec.name == "gdp-generalisation" and len(graphs) == 1 and len(clusters) < 2:
         clusters = list(dict.fromkeys(s.cluster for s in spec.full))[:2]   # leave-one-out needs two settings
-    return tuple(Setting(g, c, (), spec.memory_tight) for g in graphs for c in clusters)
+    return tuple(Setting(g, c, (), spec.memory_tight, file_digest(g)) for g in graphs for c in clusters)
+
+
+def file_digest(graph: str) -> str:
+    """``sha256:`` and the first 12 hex digits of a graph file's bytes; ``""`` for a built-in name."""
+    import hashlib
+
+    from autoplace.resolve import looks_like_file
+
+    if not (looks_like_file(graph) or graph.endswith(".onnx")) or not os.path.isfile(graph):
+        return ""
+    with open(graph, "rb") as f:
+        return "sha256:" + hashlib.sha256(f.read()).hexdigest()[:12]

@@ -56,7 +56,7 @@ def _hyper(optimizer) -> list[dict]:
 def _cluster_of(cluster: str | Cluster) -> Cluster:
     if isinstance(cluster, Cluster):
         return cluster
-    from autoplace.cli import resolve_cluster
+    from autoplace.resolve import resolve_cluster
 
     return resolve_cluster(str(cluster))
 
