@@ -6,6 +6,7 @@
     python3 benchmarks/gpu_check.py split GRAPH -c CLUSTER -o P.json # LSTM layers on the GPU, the rest on cpu:0
     python3 benchmarks/gpu_check.py compile -c CLUSTER --json OUT    # autoplace.compile against eager PyTorch
     python3 benchmarks/gpu_check.py summary OUTDIR                   # one table of what the steps wrote
+    python3 benchmarks/gpu_check.py repeats OUTDIR                   # benchmarks/gpu_repeat.sh's runs, per method
 
 Every subcommand prints what it does and lets a traceback through (the shell script logs it whole).
 """
@@ -328,6 +329,29 @@ def cmd_summary(args) -> int:
     return 0
 
 
+def cmd_repeats(args) -> int:
+    """Per method: the simulated step and every measured run's step (benchmarks/gpu_repeat.sh), their
+    median and range."""
+    import glob
+    import statistics
+
+    sim = {r["method"]: r.get("step_time_s") for r in _load(os.path.join(args.outdir, "compare_simulated.json"))
+           .get("rows", [])}
+    runs: dict[str, list] = {}
+    for path in sorted(glob.glob(os.path.join(args.outdir, "compare_measured_*.json"))):
+        for r in _load(path).get("rows", []):
+            runs.setdefault(r["method"], []).append(r.get("step_time_s"))
+    print(f"{'method':<12}{'simulated ms':>14}{'measured ms, median':>21}{'min':>8}{'max':>8}{'median/sim':>12}  runs")
+    for m, steps in runs.items():
+        ok = [x for x in steps if x]
+        med = statistics.median(ok) if ok else None
+        s = sim.get(m)
+        print(f"{m:<12}{s * 1e3 if s else float('nan'):14.2f}{med * 1e3 if med else float('nan'):21.2f}"
+              f"{min(ok) * 1e3 if ok else float('nan'):8.2f}{max(ok) * 1e3 if ok else float('nan'):8.2f}"
+              f"{med / s if med and s else float('nan'):12.2f}  {len(ok)}/{len(steps)}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -347,11 +371,13 @@ def main(argv=None) -> int:
     p.add_argument("-c", "--cluster", required=True)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--json")
+    p = sub.add_parser("repeats")
+    p.add_argument("outdir")
     p = sub.add_parser("summary")
     p.add_argument("outdir")
     args = ap.parse_args(argv)
     return {"env": cmd_env, "wheels": cmd_wheels, "base": cmd_base, "split": cmd_split, "compile": cmd_compile,
-            "summary": cmd_summary}[args.cmd](args)
+            "summary": cmd_summary, "repeats": cmd_repeats}[args.cmd](args)
 
 
 if __name__ == "__main__":
