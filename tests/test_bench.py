@@ -226,6 +226,11 @@ def test_a_graph_file_is_keyed_by_its_content(tmp_path, capsys):
     assert second["ran"] == 3 and second["reused"] == 0
     keys = {r[0] for r in second["tables"][0]["sections"][0]["rows"]}
     assert len(keys) == 1 and "[sha256:" in keys.pop()
+    moved = tmp_path / "elsewhere.json"                                   # the same content under another name
+    moved.write_bytes(g.read_bytes())
+    assert main([*args[:-5], "--graph", str(moved), "-o", str(out), "--json"]) == 0
+    third = json.loads(capsys.readouterr().out)
+    assert third["ran"] == 0 and third["reused"] == 3
 
 
 def test_speedups_paper_figures_and_geomeans_on_a_paper_setting(tmp_path):

@@ -691,9 +691,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from rich.progress import Progress
 
-    from autoplace.bench import FULL, QUICK, TABLES, run_bench
+    from autoplace.bench import FULL, QUICK, TABLES, run_bench, table_names
     from autoplace.bench.suite import nominal_work, table_settings
-    from autoplace.errors import UnknownNameError
     from autoplace.placers import progress_to
 
     budgets = QUICK if args.quick else FULL
@@ -703,9 +702,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         budgets = replace(budgets, learned=args.learned_budget)
     if args.list:
         listing, every = [], {}
-        for n in args.tables or TABLES:
-            if n not in TABLES:
-                raise UnknownNameError(f"unknown bench table {n!r} (known: {', '.join(TABLES)})")
+        for n in table_names(args.tables):
             t = TABLES[n]
             settings = table_settings(t, args.quick, tuple(args.graph))
             jobs = t.jobs(settings, budgets, args.seed)

@@ -17,7 +17,7 @@ from autoplace.bench.render import Table
 from autoplace.bench.suite import FULL, QUICK, TABLES, Budgets, Job, Setting, Store, run_job, table_settings
 from autoplace.errors import FormatError, UnknownNameError
 
-__all__ = ["run_bench", "BenchResult", "TABLES", "QUICK", "FULL", "Budgets", "Setting", "Table"]
+__all__ = ["run_bench", "table_names", "BenchResult", "TABLES", "QUICK", "FULL", "Budgets", "Setting", "Table"]
 
 
 @dataclass
@@ -31,6 +31,15 @@ class BenchResult:
     wall_s: float
 
 
+def table_names(tables: Sequence[str] | None = None) -> list[str]:
+    """``tables`` (default: every table), each checked to be one: an unknown name is one clear error."""
+    names = list(tables or TABLES)
+    for n in names:
+        if n not in TABLES:
+            raise UnknownNameError(f"unknown bench table {n!r} (known: {', '.join(TABLES)})")
+    return names
+
+
 def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick: bool = False,
               graphs: Sequence[str] = (), seed: int = 0, budgets: Budgets | None = None,
               progress: Callable[[int, int, str], None] | None = None) -> BenchResult:
@@ -40,10 +49,7 @@ def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick:
     table's clusters. ``progress(done, total, label)`` is called before each job runs."""
     from autoplace.formats._json import atomic_write_text, write_json
 
-    names = list(tables or TABLES)
-    for n in names:
-        if n not in TABLES:
-            raise UnknownNameError(f"unknown bench table {n!r} (known: {', '.join(TABLES)})")
+    names = table_names(tables)
     b = budgets or (QUICK if quick else FULL)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)       # an unusable folder fails now, not after the first job
@@ -69,8 +75,9 @@ def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick:
         built.append(t)
     index = ["# Benchmark results", "",
              f"`autoplace bench{' --quick' if quick else ''}" + "".join(f" --graph {g}" for g in graphs)
-             + f" --seed {seed}`: {len(jobs)} jobs ({len(todo)} run now, {len(jobs) - len(todo)} from "
-             f"earlier runs).", ""]
+             + (f" --tables {','.join(names)}" if tables else "") + f" --seed {seed}`: {len(jobs)} jobs "
+             f"({len(todo)} run now, {len(jobs) - len(todo)} from earlier runs); search placers {b.search:g} s, "
+             f"learned placers {b.learned:g} s of nominal work.", ""]
     index += [f"- [{t.title}]({t.name}.md) — ![{t.name}]({t.name}.png)" for t in built]
     atomic_write_text(folder / "README.md", "\n".join(index) + "\n")
     return BenchResult(built, len(todo), len(jobs) - len(todo), folder, time.perf_counter() - t0)

@@ -57,6 +57,12 @@ class Setting:
         return f"{self.model}{d}{p} on {self.cluster}{m}"
 
     @property
+    def identity(self) -> str:
+        """What a job's key holds of the setting: its key, with a graph file named by its content's hash
+        alone (the same file under another path is the same setting)."""
+        return replace(self, model="graph file").key if self.digest else self.key
+
+    @property
     def n_gpus(self) -> int:
         """The GPUs of a preset named ``...xN`` (the papers' tables key their figures by it)."""
         tail = self.cluster.rsplit("x", 1)[-1]
@@ -123,7 +129,7 @@ class Job:
 
 def _jsonable(v):
     if isinstance(v, Setting):
-        return v.key
+        return v.identity
     if isinstance(v, tuple):
         return [_jsonable(x) for x in v]
     return v
@@ -172,7 +178,7 @@ def gdp_holdout_job(held_out: Setting, others: tuple[Setting, ...], budget: floa
     updates; the steps and the wall time of each part."""
     import tempfile
 
-    from autoplace.placers.gdp import GDPConfig, gdp_search, gdp_train, load_policy, zero_shot
+    from autoplace.placers.gdp import gdp_search, gdp_train, load_policy, zero_shot
     from autoplace.search import SearchBudget
 
     probs = [s.problem() for s in others]
@@ -188,7 +194,7 @@ def gdp_holdout_job(held_out: Setting, others: tuple[Setting, ...], budget: floa
         zs = zero_shot(net, graph, cluster, cfg, seed=seed)
         zero_shot_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        samples = SearchBudget(samples=fine_tune_updates * GDPConfig().samples_per_update)
+        samples = SearchBudget(samples=fine_tune_updates * cfg.samples_per_update)
         tuned = gdp_search(graph, cluster, policy=path, budget=samples, seed=seed)
         _check_finished(tuned.stop_reason)
         fine_tune_s = time.perf_counter() - t0
