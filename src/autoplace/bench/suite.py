@@ -25,7 +25,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from autoplace.bench import published
 from autoplace.bench.render import Table, fmt_seconds, fmt_speedup, geomean
