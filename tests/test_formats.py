@@ -50,9 +50,10 @@ def test_cluster_and_placement_golden_round_trip():
 def test_simulated_result_matches_golden():
     """The golden placement's step, derived by hand from the golden graph and cluster, equals the
     simulator's and the file's stored result. Roofline ``overhead + max(flops / peak, bytes touched /
-    memory bandwidth)``. The cluster file predates copy engines, overheads and segments, so the defaults
-    apply: each GPU sends and receives one transfer at a time, the CPU without limit; a transfer holds
-    its engines and link for ``bytes / bandwidth`` and lands ``latency`` later."""
+    memory bandwidth)``. The cluster file predates copy engines, overheads, segments and launchers, so
+    the defaults apply: a GPU's host thread launches its ops ahead of its kernels; a GPU's copies out
+    (to a peer too) run on its one send engine, copies from the CPU on its one receive engine; a transfer
+    moves ``bytes / bandwidth`` and lands ``latency`` later."""
     g, c = load_graph(GOLDEN / "graph_v1.json"), load_cluster(GOLDEN / "cluster_v1.json")
     p = load_placement(GOLDEN / "placement_v1_with_result.json")
     gpu_bw, link, host = 112e9, 7.88e9, 7.88e9            # gpu memory, gpu<->gpu and cpu<->gpu link bandwidth
@@ -64,15 +65,19 @@ def test_simulated_result_matches_golden():
     lookup_end = split0_sent + 4096 / host + 2e-5 + 2.5e-5  # split:1 lands on cpu:0; lookup's measured 25 us
     loss_end = max(split0_sent + 1e-5,                     # split:0 on gpu:0 ...
                    lookup_end + 1024 / host + 2e-5) + 1e-5  # ... and lookup's 1 KiB; loss measured 10 us
-    # loss -> gpu:1 holds link and engines for the 4-byte loss, then the control edge to update_w (0 bytes)
-    # holds them for nothing: both land one latency after their copies, together
+    # loss -> gpu:1 takes gpu:0's send engine for the 4-byte loss; the control edge to update_w holds
+    # nothing and lands one latency after loss ends
     loss_arrives = loss_end + 4 / link + 1e-5
-    control_arrives = loss_end + 4 / link + 0 / link + 1e-5
+    control_arrives = loss_end + 1e-5
     grad_end = loss_arrives + (16384 + 4 + 32768) / gpu_bw  # grad_w: memory-bound (0.44 us > 0.25 us of FLOPs)
     step = max(grad_end, control_arrives) + (32768 + 32768) / gpu_bw  # update_w after both
     got = simulate(g, c, p).to_dict()
     assert got["step_time_s"] == pytest.approx(step, rel=1e-9)
     assert got["transfers"] == 6 and got["transfer_bytes"] == 16384 + 4 + 4096 + 4096 + 1024
+    # gpu:0's host thread launches x and loss (10 us each); the GPU itself runs only x's kernel (loss's
+    # measured 10 us is all launch)
+    assert got["devices"][1]["host_s"] == pytest.approx(2e-5) and got["devices"][1]["busy_s"] == pytest.approx(
+        16384 / gpu_bw)
     expected = golden("placement_v1_with_result.json")["result"]
     assert expected["step_time_s"] == pytest.approx(step, rel=1e-9)
     assert got["devices"] == expected["devices"] and got["transfers"] == expected["transfers"]

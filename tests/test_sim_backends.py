@@ -15,14 +15,14 @@ pytestmark = pytest.mark.skipif(BACKEND != "c", reason="the C extension is not b
 def numba_run(sim: Simulator, dev: np.ndarray, op_times: np.ndarray | None = None):
     g, c = sim.graph, sim.cluster
     n, D, P, S = g.n_ops, c.n_devices, g.n_edges, len(c.segments)
-    start, finish = np.empty(n), np.empty(n)
-    busy, peak = np.zeros(D), np.zeros(D, np.int64)
+    start, finish, lstart = np.empty(n), np.empty(n), np.empty(n)
+    busy, host, peak = np.zeros(D), np.zeros(D), np.zeros(D, np.int64)
     lt, lb, st = np.zeros((D, D)), np.zeros((D, D), np.int64), np.zeros(S)
     xf = [np.empty(P, np.int64) for _ in range(3)] + [np.empty(P), np.empty(P), np.empty(P)]
     op_times = sim.op_times if op_times is None else op_times
-    step, nx = _kernel.simulate_one(dev, op_times, *sim._graph_args, *sim._cluster_args, start, finish,
-                                    busy, peak, lt, lb, st, *xf)
-    return step, start, finish, busy, peak, lt, lb, st, nx, [a[:nx] for a in xf]
+    step, nx = _kernel.simulate_one(dev, op_times, *sim._graph_args, *sim._cluster_args, len(c.launcher_names),
+                                    start, finish, lstart, busy, host, peak, lt, lb, st, *xf)
+    return step, start, finish, lstart, busy, host, peak, lt, lb, st, nx, [a[:nx] for a in xf]
 
 
 @SETTINGS
@@ -31,9 +31,10 @@ def test_c_matches_numba(case):
     graph, cluster, dev = case
     sim = Simulator(graph, cluster)
     r = sim.run(dev, trace=True)
-    step, start, finish, busy, peak, lt, lb, st, nx, xf = numba_run(sim, dev)
+    step, start, finish, lstart, busy, host, peak, lt, lb, st, nx, xf = numba_run(sim, dev)
     assert r.step_time == step
     assert np.array_equal(r.timeline.start, start) and np.array_equal(r.timeline.finish, finish)
+    assert np.array_equal(r.timeline.launch_start, lstart) and np.array_equal(r.host_time, host)
     assert np.array_equal(r.busy_time, busy) and np.array_equal(r.peak_memory, peak)
     assert np.array_equal(r.link_time, lt) and np.array_equal(r.link_bytes, lb) and r.n_transfers == nx
     assert np.array_equal(r.segment_time, st)
@@ -48,9 +49,10 @@ def _agree(sim: Simulator, dev: np.ndarray) -> None:
     r = sim.run(dev, trace=True)
     times = sim.op_times.copy()
     times[np.arange(len(dev)), dev] += sim.exchange_charges(dev)
-    step, start, finish, busy, peak, lt, lb, st, nx, xf = numba_run(sim, dev, times)
+    step, start, finish, lstart, busy, host, peak, lt, lb, st, nx, xf = numba_run(sim, dev, times)
     assert r.step_time == step and r.n_transfers == nx
     assert np.array_equal(r.timeline.start, start) and np.array_equal(r.timeline.finish, finish)
+    assert np.array_equal(r.timeline.launch_start, lstart) and np.array_equal(r.host_time, host)
     assert np.array_equal(r.peak_memory, peak) and np.array_equal(r.link_time, lt)
     assert np.array_equal(r.segment_time, st) and np.array_equal(r.timeline.transfer_end, xf[4])
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from conftest import op, two_devices
@@ -117,14 +119,20 @@ def test_oom_is_reported_not_raised():
 
 
 def test_roofline_and_overhead():
-    dev = Device("g", "gpu", 10**9, peak_flops=1e9, memory_bandwidth=1e6, op_overhead_s=0.25)
-    cl = Cluster("one", [dev])
     from autoplace.graph import Op
 
     g = Graph([Op("compute", "mm", flops=2e9, output_bytes=(1000,)),   # 2 s of FLOPs vs 1 ms of bytes
                Op("memory", "copy", ["compute"], output_bytes=(3_000_000,))])  # (1e3 + 3e6) B / 1e6 B/s
-    r = simulate(g, cl, np.zeros(2, np.int64))
-    assert r.step_time == pytest.approx(0.25 + 2.0 + 0.25 + 3.001)
+    # a CPU runs each op's overhead and its work in series
+    cpu = Cluster("one", [Device("c", "cpu", 10**9, peak_flops=1e9, memory_bandwidth=1e6, op_overhead_s=0.25)])
+    assert simulate(g, cpu, np.zeros(2, np.int64)).step_time == pytest.approx(0.25 + 2.0 + 0.25 + 3.001)
+    # a GPU's host thread launches "memory" [0.25, 0.5] while "compute" runs [0.25, 2.25]: one overhead
+    gpu = Cluster("one", [Device("g", "gpu", 10**9, peak_flops=1e9, memory_bandwidth=1e6, op_overhead_s=0.25)])
+    r = simulate(g, gpu, np.zeros(2, np.int64), trace=True)
+    assert r.step_time == pytest.approx(0.25 + 2.0 + 3.001)
+    assert r.timeline.launch_start.tolist() == [0.0, 0.25]
+    assert r.timeline.start.tolist() == [0.25, 2.25]
+    assert r.busy_time.tolist() == pytest.approx([5.001]) and r.host_time.tolist() == [0.5]
 
 
 def test_placement_object_and_array_agree(two):
@@ -239,19 +247,25 @@ def test_broadcast_to_three_devices_through_one_send_engine():
     assert simulate(g, star(3, send=0), np.array([0, 1, 2, 3])).step_time == 3.5
 
 
-def test_gather_into_one_receive_engine():
-    # three producers on D0..D2 [0,1] (1000 B each) read by one op on S: S's single receive engine takes
-    # the copies one at a time, [1,2], [2,3], [3,4]; the reader starts at the last landing, 4.5.
+def test_a_peer_copy_takes_the_senders_engine_and_a_host_copy_the_gpus():
+    # three producers on GPUs D0..D2 [0,1] (1000 B each) read by one op on GPU S: a copy between GPUs runs
+    # on the source's engine (PyTorch copies on the source device's stream), so the three copies run at
+    # once, [1,2], land at 2.5, and s runs [2.5, 3.5]
     g = Graph([op(f"a{k}", [], 1, 1000) for k in range(3)] + [op("s", ["a0", "a1", "a2"], 1, 0)])
     r = simulate(g, star(3), np.array([1, 2, 3, 0]), trace=True)
+    assert r.timeline.transfer_start.tolist() == [1, 1, 1]
+    assert r.step_time == 3.5
+    # from three CPUs instead, each copy into S runs on S's one receive engine: [1,2], [2,3], [3,4]
+    devs = [Device("S", "gpu", 10**9, 1e9, 1e9)] + [Device(f"D{k}", "cpu", 10**9, 1e9, 1e9) for k in range(3)]
+    host = Cluster("host", devs, default_link=LinkSpec(1000.0, 0.5))
+    r = simulate(g, host, np.array([1, 2, 3, 0]), trace=True)
     assert sorted(r.timeline.transfer_start.tolist()) == [1, 2, 3]
     assert r.step_time == 5.5
-    assert simulate(g, star(3, recv=0), np.array([1, 2, 3, 0])).step_time == 3.5
 
 
 def test_two_transfers_crossing_one_shared_segment():
     # A->C and B->D both cross segment "up" (1000 B/s); their links carry 2000 B/s. At t = 1 each sends
-    # 1000 B: the first holds the segment at the segment's rate, [1,2]; the second waits for it, [2,3].
+    # 1000 B: they share the segment, 500 B/s each, and both end at 3 (the segment busy [1, 3]).
     # A->B does not cross it and runs at the link's rate at once: [1,1.5].
     devs = [Device(n, "gpu", 10**9, 1e9, 1e9) for n in "ABCD"]
     links = [Link(s, d, 2000.0, 0.0, 0.0, ("up",) if (s, d) in {("A", "C"), ("B", "D")} else ())
@@ -259,7 +273,7 @@ def test_two_transfers_crossing_one_shared_segment():
     cl = Cluster("seg", devs, links, segments=[Segment("up", 1000.0)])
     g = Graph([op("a", [], 1, 1000), op("b", [], 1, 1000), op("c", ["a"], 1, 0), op("d", ["b"], 1, 0)])
     r = simulate(g, cl, np.array([0, 1, 2, 3]), trace=True)
-    assert r.timeline.transfer_start.tolist() == [1, 2] and r.timeline.transfer_end.tolist() == [2, 3]
+    assert r.timeline.transfer_start.tolist() == [1, 1] and r.timeline.transfer_end.tolist() == [3, 3]
     assert r.step_time == 4.0
     assert r.segment_time.tolist() == [2.0] and r.to_dict()["segments"] == [{"name": "up", "busy_s": 2.0}]
     g2 = Graph([op("a", [], 1, 1000), op("c", ["a"], 1, 0)])
@@ -280,15 +294,122 @@ def test_latencies_of_small_transfers_overlap(two):
     assert r.step_time == pytest.approx(2.54)
 
 
-def test_per_transfer_overhead_holds_the_link():
-    # overhead 0.25 s per copy, 1000 B/s, latency 0.5: a1:0, a2:0 (500 B each, both ready at 1 on A) hold
-    # the link [1, 1.75] and [1.75, 2.5] and land at 2.25 and 3.0.
-    devs = [Device(n, "gpu", 10**9, 1e9, 1e9, send_engines=0, recv_engines=0) for n in "AB"]
-    cl = Cluster("oh", devs, default_link=LinkSpec(1000.0, 0.5, 0.25))
+def test_per_transfer_overhead_is_a_host_cost():
+    # overhead 0.25 s per copy, 1000 B/s, latency 0.5: a:0, a:1 (500 B each, ready at 1 on A).
     from autoplace.graph import Op
 
-    g = Graph([Op("a", "op", output_bytes=(500, 500), cost={"gpu": 1}), op("b", ["a:0", "a:1"], 1, 0)])
-    r = simulate(g, cl, np.array([0, 1]), trace=True)
-    assert r.timeline.transfer_end.tolist() == [1.75, 2.5]
-    assert r.timeline.transfer_arrival.tolist() == [2.25, 3.0]
-    assert r.link_time[0, 1] == 1.5 and r.step_time == 4.0
+    g = Graph([Op("a", "op", output_bytes=(500, 500), cost={"cpu": 1, "gpu": 1}), op("b", ["a:0", "a:1"], 1, 0)])
+    # between CPUs the overhead delays each copy without holding the link: both join the link's queue at
+    # 1.25 and run [1.25, 1.75], [1.75, 2.25], landing at 2.25 and 2.75; b [2.75, 3.75]
+    cpus = Cluster("oh", [Device(n, "cpu", 10**9, 1e9, 1e9) for n in "AB"], default_link=LinkSpec(1000.0, 0.5, 0.25))
+    r = simulate(g, cpus, np.array([0, 1]), trace=True)
+    assert r.timeline.transfer_start.tolist() == [1.25, 1.75]
+    assert r.timeline.transfer_arrival.tolist() == [2.25, 2.75]
+    assert r.link_time[0, 1] == 1.0 and r.step_time == 3.75
+    # between GPUs A's host thread submits both copies right after launching a, while a runs (0 to 0.5 of
+    # its time, 0.25 each): they start as a ends, [1, 1.5] and [1.5, 2] on A's one send engine
+    gpus = Cluster("oh", [Device(n, "gpu", 10**9, 1e9, 1e9) for n in "AB"], default_link=LinkSpec(1000.0, 0.5, 0.25))
+    r = simulate(g, gpus, np.array([0, 1]), trace=True)
+    assert r.timeline.transfer_start.tolist() == [1.0, 1.5]
+    assert r.timeline.transfer_arrival.tolist() == [2.0, 2.5]
+    assert r.host_time.tolist() == [0.5, 0.0] and r.step_time == 3.5
+
+
+# ---------------------------------------------------------------------- host threads and launches
+def gpu_chain(n, flops, *, reader=None, depth=1024, overhead=10e-6, out=4):
+    """``n`` ops in a chain on one GPU (1 GFLOP/s, ``overhead`` s per launch), ``flops`` each; with
+    ``reader``, op ``h`` on the CPU also reads chain op ``reader``'s output."""
+    from autoplace.graph import Op
+
+    devs = [Device("cpu", "cpu", 10**9, 1e9, 1e12, op_overhead_s=overhead),
+            Device("gpu", "gpu", 10**9, 1e9, 1e12, op_overhead_s=overhead, launch_queue_depth=depth)]
+    cl = Cluster("host", devs, default_link=LinkSpec(1e9, 0.0, 6e-6))
+    ops = [Op(f"g{i}", "op", (f"g{i - 1}",) if i else (), output_bytes=(out,), flops=float(flops)) for i in range(n)]
+    place = [1] * n
+    if reader is not None:
+        ops.append(Op("h", "op", (f"g{reader}",), cost={"cpu": 0.0}))
+        place.append(0)
+    return Graph(ops), cl, np.array(place)
+
+
+def test_launches_run_ahead_of_the_gpu():
+    # 1,000 kernels of 1 us, each launched in 10 us: bound by the host thread, 1,000 x 10 us + the last 1 us
+    g, cl, dev = gpu_chain(1000, 1e3)
+    assert simulate(g, cl, dev).step_time == pytest.approx(1000 * 10e-6 + 1e-6, rel=1e-9)
+    # kernels of 100 us: the launches hide behind them, 10 us + 1,000 x 100 us (not 110 ms)
+    g, cl, dev = gpu_chain(1000, 1e5)
+    r = simulate(g, cl, dev)
+    assert r.step_time == pytest.approx(10e-6 + 1000 * 100e-6, rel=1e-9)
+    assert r.host_time[1] == pytest.approx(1000 * 10e-6) and r.busy_time[1] == pytest.approx(0.1)
+    # the same chain on the CPU pays each overhead in series: 1,000 x 110 us
+    assert simulate(g, cl, np.zeros(1000, np.int64)).step_time == pytest.approx(1000 * 110e-6, rel=1e-9)
+
+
+def test_a_host_op_reading_a_gpu_tensor_drains_the_queue():
+    # launches g0 [0,10], g1 [10,20] us; kernels g0 [10,110], g1 [110,210]. Without a host reader g2 is
+    # launched at 20. With h on the CPU reading g1, the host thread waits for g1's kernel (210), submits the
+    # copy (6 us) and only then launches g2 [216, 226], whose kernel runs [226, 326]: the GPU idles 16 us.
+    g, cl, dev = gpu_chain(4, 1e5)
+    tl = simulate(g, cl, dev, trace=True).timeline
+    assert tl.launch_start[2] == pytest.approx(20e-6)
+    g, cl, dev = gpu_chain(4, 1e5, reader=1)
+    r = simulate(g, cl, dev, trace=True)
+    tl = r.timeline
+    assert tl.finish[1] == pytest.approx(210e-6)
+    assert tl.launch_start[2] == pytest.approx(216e-6) and tl.start[2] == pytest.approx(226e-6)
+    assert tl.transfer_start.tolist() == pytest.approx([216e-6])
+    assert r.step_time == pytest.approx(426e-6)
+
+
+def test_a_full_launch_queue_blocks_the_host_thread():
+    # depth 2: g0, g1 launched at 0 and 10 us; g2 waits for g0's kernel to finish (110 us) before launching
+    g, cl, dev = gpu_chain(5, 1e5, depth=2)
+    tl = simulate(g, cl, dev, trace=True).timeline
+    assert tl.launch_start.tolist()[:4] == pytest.approx([0, 10e-6, 110e-6, 210e-6])
+
+
+def test_a_launch_group_pays_its_launches_once_per_device():
+    # ten ops of one foreach update (3 launches on each device it touches) on a GPU with 10 us launches:
+    # the first op launched on a device pays 30 us, the others nothing; split over two GPUs, each pays 30 us
+    from autoplace.graph import Op
+
+    ops = [Op(f"u{i}", "adam", flops=1e3, meta={"launch_group": "adam", "group_launches": 3}) for i in range(10)]
+    g = Graph(ops)
+    gpu = Device("g0", "gpu", 10**9, 1e9, 1e12, op_overhead_s=10e-6)
+    cl = Cluster("two", [gpu, replace(gpu, name="g1")], default_link=LinkSpec(1e9, 0.0))
+    r = simulate(g, cl, np.zeros(10, np.int64))
+    assert r.host_time.tolist() == pytest.approx([30e-6, 0.0])
+    assert r.step_time == pytest.approx(30e-6 + 10 * 1e-6)
+    r = simulate(g, cl, np.array([0, 1] * 5))
+    assert r.host_time.tolist() == pytest.approx([30e-6, 30e-6])
+    # on a CPU the same: one op pays the group's 3 overheads, each op its own work (1 us)
+    cpu = Cluster("c", [replace(gpu, type="cpu")])
+    assert simulate(g, cpu, np.zeros(10, np.int64)).step_time == pytest.approx(30e-6 + 10e-6)
+
+
+def test_a_control_edge_out_of_a_view_does_not_hold_its_base():
+    # a (1000 B) -> v = view(a) -> b (5000 B, control input v): b waits for v but reads none of a's
+    # bytes, so a's buffer is free when v ends; peak 5000 (holding it through b would be 6000)
+    from autoplace.graph import Op
+
+    g = Graph([op("a", [], 1, 1000), view("v", "a"), Op("b", "op", control_inputs=("v",), output_bytes=(5000,),
+                                                        cost={"cpu": 1, "gpu": 1})])
+    assert run(g, two_devices(), "AAA").peak_memory.tolist() == [5000, 0]
+
+
+def test_fair_sharing_lets_a_small_transfer_pass_a_large_one():
+    # g0 -> cpu (1e9 B) and g1 -> cpu (1e6 B) both cross segment "up" (1e9 B/s) at t = 1: each moves at
+    # 5e8 B/s, the small one ends at 1.002; the large one then has the segment alone: 1 + 0.002 + 0.999
+    from autoplace.graph import Op
+
+    devs = [Device("cpu", "cpu", 10**10, 1e9, 1e9), Device("g0", "gpu", 10**10, 1e9, 1e9),
+            Device("g1", "gpu", 10**10, 1e9, 1e9)]
+    links = [Link(s, d, 1e9, 0.0, 0.0, ("up",) if d == "cpu" else ()) for s in ("cpu", "g0", "g1")
+             for d in ("cpu", "g0", "g1") if s != d]
+    cl = Cluster("share", devs, links, segments=[Segment("up", 1e9)])
+    g = Graph([Op("a", "op", output_bytes=(10**9,), cost={"gpu": 1}), Op("b", "op", output_bytes=(10**6,), cost={"gpu": 1}),
+               Op("h", "op", ("a", "b"), cost={"cpu": 0})])
+    r = simulate(g, cl, np.array([1, 2, 0]), trace=True)
+    assert r.timeline.transfer_start.tolist() == [1.0, 1.0]
+    assert r.timeline.transfer_end.tolist() == pytest.approx([2.001, 1.002])
+    assert r.segment_time.tolist() == pytest.approx([1.001])

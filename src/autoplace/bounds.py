@@ -61,8 +61,9 @@ def unavoidable_delays(graph: Graph, cluster: Cluster) -> np.ndarray:
     src, dst, nbytes = graph.edges()
     delay = np.zeros(len(src))
     apart = ~(ok[src] & ok[dst]).any(axis=1)
+    control = graph.tensor_out[graph.pair_tensor] < 0
     for q in np.flatnonzero(apart).tolist():
-        t = cluster.transfer_time(float(nbytes[q]))
+        t = cluster.latency if control[q] else cluster.transfer_time(float(nbytes[q]))
         delay[q] = t[np.ix_(ok[src[q]], ok[dst[q]])].min()
     return delay
 

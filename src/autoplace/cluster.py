@@ -19,7 +19,8 @@ import numpy as np
 from autoplace.errors import ClusterError, UnknownNameError
 from autoplace.validation import MAX_BYTES, MAX_CONCURRENCY, MAX_RATE, MAX_SECONDS, MIN_RATE, check_name, check_number
 
-__all__ = ["Device", "Link", "LinkSpec", "Segment", "Cluster", "DEFAULT_ENGINES", "CLUSTER_PRESETS", "get_cluster"]
+__all__ = ["Device", "Link", "LinkSpec", "Segment", "Cluster", "DEFAULT_ENGINES", "DEFAULT_LAUNCH_QUEUE_DEPTH",
+           "ASYNCHRONOUS_TYPES", "CLUSTER_PRESETS", "get_cluster"]
 
 GB = 10**9
 GiB = 2**30
@@ -32,7 +33,11 @@ class Device:
     ``peak_flops`` / ``memory_bandwidth`` are the vendor's peaks; ``achievable_flops`` /
     ``achievable_bandwidth`` what a large GEMM / a STREAM-style copy reach on it (``None``: the peak), which
     the roofline uses. ``concurrency`` is how many ops the device runs at once (TensorFlow's inter-op
-    parallelism); ``op_overhead_s`` is added to every roofline-estimated op (kernel launch, dispatch);
+    parallelism); ``op_overhead_s`` is added to every roofline-estimated op (kernel launch, dispatch) —
+    on an *asynchronous* device it is the host's launch cost, paid by its ``launcher`` thread while the
+    device runs earlier kernels (``asynchronous``: ``None`` is the type's default, :data:`ASYNCHRONOUS_TYPES`;
+    ``launcher``: the host thread's name, ``None`` for one of its own; devices naming the same thread share
+    it; ``launch_queue_depth``: launched kernels not yet finished before a launch blocks the thread);
     ``send_engines`` / ``recv_engines`` are how many transfers it can send / receive at once (its DMA copy
     engines; ``None``: the type's default, :data:`DEFAULT_ENGINES`; ``0``: no limit);
     ``send_cost_s_per_byte`` is compute the device spends per byte it sends (a CPU worker's copy into the
@@ -56,6 +61,9 @@ class Device:
     recv_engines: int | None = None
     achievable_flops: float | None = None
     achievable_bandwidth: float | None = None
+    asynchronous: bool | None = None
+    launcher: str | None = None
+    launch_queue_depth: int = 1024
 
     @property
     def kind(self) -> str:
@@ -69,6 +77,21 @@ class Device:
         return (default[0] if self.send_engines is None else self.send_engines,
                 default[1] if self.recv_engines is None else self.recv_engines)
 
+
+    @property
+    def is_asynchronous(self) -> bool:
+        """Is the device driven by a host thread that launches its ops ahead of it (a GPU)?"""
+        return self.kind in ASYNCHRONOUS_TYPES if self.asynchronous is None else self.asynchronous
+
+
+#: Device types driven by a launching host thread when a device does not say: a GPU runs kernels that a
+#: host thread enqueued (CUDA C++ Programming Guide, "Asynchronous Concurrent Execution": kernel launches
+#: return to the host before the kernel completes); a CPU worker runs its ops on its own thread.
+ASYNCHRONOUS_TYPES = frozenset({"gpu"})
+#: Launched kernels a GPU queues before the next launch blocks its host thread: about 1024 (measured on
+#: NVIDIA GPUs: forums.developer.nvidia.com "Kernel launches blocking when 1024 kernels in a queue"; NVIDIA
+#: documents no figure).
+DEFAULT_LAUNCH_QUEUE_DEPTH = 1024
 
 #: Copy engines of a device type when a device does not say: a GPU has one engine per direction (CUDA's
 #: ``asyncEngineCount == 2``: one host-to-device and one device-to-host copy at a time, CUDA C++
@@ -142,6 +165,11 @@ def _check_device(where: str, d: Device) -> None:
     for fld in ("send_engines", "recv_engines"):
         if getattr(d, fld) is not None:
             check_number(getattr(d, fld), f"{where} {fld}", ClusterError, lo=0, hi=MAX_CONCURRENCY, integer=True)
+    if d.asynchronous is not None and not isinstance(d.asynchronous, bool):
+        raise ClusterError(f"{where} asynchronous must be true or false")
+    if d.launcher is not None:
+        check_name(d.launcher, f"{where} launcher", ClusterError)
+    check_number(d.launch_queue_depth, f"{where} launch_queue_depth", ClusterError, lo=1, hi=10**9, integer=True)
 
 
 class Cluster:
@@ -238,14 +266,29 @@ class Cluster:
         self.send_cost = np.array([d.send_cost_s_per_byte for d in self.devices], dtype=np.float64)
         self.send_overhead = np.array([d.send_overhead_s for d in self.devices], dtype=np.float64)
         self.recv_overhead = np.array([d.recv_overhead_s for d in self.devices], dtype=np.float64)
+        # host threads that launch the asynchronous devices' ops, in order of first use
+        names: dict[str, int] = {}
+        self.launcher = np.full(D, -1, dtype=np.int64)
+        for i, d in enumerate(self.devices):
+            if d.is_asynchronous:
+                self.launcher[i] = names.setdefault(d.launcher or f"host thread of {d.name}", len(names))
+        self.launcher_names: tuple[str, ...] = tuple(names)
+        # the least a copy's submit overhead delays it: none between asynchronous devices (its launcher
+        # submits it while the producer's kernel runs)
+        peer = (self.launcher[:, None] >= 0) & (self.launcher[None, :] >= 0)
+        self.submit_overhead = np.where(peer, 0.0, self.overhead)
+        self.launch_queue_depth = np.array([d.launch_queue_depth for d in self.devices], dtype=np.int64)
 
     def transfer_time(self, nbytes: float | np.ndarray) -> np.ndarray:
         """Seconds from a tensor of ``nbytes`` being ready to its landing on each other device when nothing
         else is in flight: ``overhead + nbytes / transfer_bandwidth + latency`` per ordered pair (``[D, D]``,
         or ``[..., D, D]`` for an array of sizes); 0 on the diagonal. The least a transfer can take in the
-        simulator, so estimates and bounds built on it never exceed a simulated delay."""
+        simulator, so estimates and bounds built on it never exceed a simulated delay: a copy between two
+        asynchronous devices (a peer copy) is submitted right after its producer's launch, so its
+        ``overhead`` can pass while the producer runs and is not counted. A control tensor takes only the
+        latency."""
         b = np.asarray(nbytes, dtype=np.float64)[..., None, None]
-        t = self.overhead + b / self.transfer_bandwidth + self.latency
+        t = self.submit_overhead + b / self.transfer_bandwidth + self.latency
         return np.where(np.eye(self.n_devices, dtype=bool), 0.0, t)
 
     def mean_transfer_time(self, nbytes: float | np.ndarray) -> np.ndarray:
@@ -256,7 +299,7 @@ class Cluster:
             return np.zeros(np.shape(nbytes))
         off = ~np.eye(D, dtype=bool)
         b = np.asarray(nbytes, dtype=np.float64)
-        return (self.overhead[off] + self.latency[off]).mean() + b * (1.0 / self.transfer_bandwidth[off]).mean()
+        return (self.submit_overhead[off] + self.latency[off]).mean() + b * (1.0 / self.transfer_bandwidth[off]).mean()
 
     # ------------------------------------------------------------------ queries
     @property

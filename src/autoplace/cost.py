@@ -25,7 +25,7 @@ from autoplace.errors import InfeasibleError, PlacementError
 from autoplace.graph import Graph
 
 __all__ = ["feasible_devices", "check_device_types", "op_time_matrix", "least_op_times", "fastest_op_times",
-           "check_runnable"]
+           "check_runnable", "launch_times", "device_times"]
 
 
 def feasible_devices(graph: Graph, cluster: Cluster) -> np.ndarray:
@@ -98,13 +98,34 @@ def check_runnable(graph: Graph, cluster: Cluster, times: np.ndarray | None = No
 
 def least_op_times(graph: Graph, cluster: Cluster, times: np.ndarray | None = None) -> np.ndarray:
     """``[n_ops, n_devices]``: the least time each op can take on each device under any contention — the
-    smaller of its alone cost (``times``, default the cost model) and its loaded cost where it has one.
+    smaller of its alone cost (``times``, default the cost model) and its loaded cost where it has one, less
+    what its launcher or launch group pays (:func:`device_times`).
     Profiling can measure an op faster with the host's other cores busy, and the simulator blends the two
     (docs/algorithms.md, Simulator step 7), so bounds must start from the smaller."""
     times = op_time_matrix(graph, cluster) if times is None else times
     if any(k.endswith(LOADED) for op in graph.ops if op.cost for k in op.cost):
         times = np.minimum(times, op_time_matrix(graph, cluster, loaded=True))
-    return times
+    return device_times(graph, cluster, times)
+
+
+def launch_times(graph: Graph, cluster: Cluster, times: np.ndarray) -> np.ndarray:
+    """``[n_ops, n_devices]``: the part of each op's time that is its launch or dispatch overhead,
+    ``min(op_overhead_s, time)`` — on an asynchronous device its launcher's share, which overlaps earlier
+    kernels; for an op of a launch group, the share a group launch on that device replaces."""
+    return np.minimum(cluster.op_overhead[None, :], times)
+
+
+def device_times(graph: Graph, cluster: Cluster, times: np.ndarray) -> np.ndarray:
+    """``times`` less what the device itself need not spend: the launch on an asynchronous device (its
+    launcher pays it, overlapping earlier kernels), and for an op of a launch group the per-op overhead
+    (the group pays its launches once per device). What a bound may charge an op on each device."""
+    lean = np.zeros(times.shape, dtype=bool)
+    lean[:, cluster.launcher >= 0] = True
+    lean[graph.op_group >= 0, :] = True
+    if not lean.any():
+        return times
+    with np.errstate(invalid="ignore"):
+        return np.where(lean, times - launch_times(graph, cluster, times), times)
 
 
 def fastest_op_times(graph: Graph, cluster: Cluster, times: np.ndarray | None = None) -> np.ndarray:

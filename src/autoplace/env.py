@@ -99,7 +99,7 @@ class MeasuredEnv(BaseEnv):
                            self.cluster.memory_bytes.copy(), np.zeros((len(devs), D, D)),
                            np.zeros((len(devs), D, D), np.int64),
                            np.array([r.n_transfers for r in results], dtype=np.int64),
-                           np.zeros((len(devs), len(self.cluster.segments))))
+                           np.zeros((len(devs), len(self.cluster.segments))), np.zeros((len(devs), D)))
 
     def close(self) -> None:
         self.pool.close()

@@ -165,6 +165,10 @@ class Graph:
         device memory an op's outputs take (0 for views), and the part no op reads.
     ``alias_pair``
         for a view, the pair of the input its outputs alias (its first data input), else ``-1``.
+    ``op_group``, ``group_launches``, ``launch_groups``
+        each op's launch group (``meta["launch_group"]``: ops one multi-tensor kernel runs, such as a
+        foreach optimizer step), ``-1`` for none; per group, the launches it takes on each device it
+        touches (``meta["group_launches"]``); the groups' names.
     ``tensor_src``, ``tensor_out``, ``tensor_bytes``, ``tensor_alloc``
         per tensor: producer op, output index (``-1`` = control tensor), bytes moved, bytes allocated.
     ``op_tensor_ptr``
@@ -257,6 +261,29 @@ class Graph:
                 t = tensor_of[(index[pname], k)]
                 pairs = self.in_pair[self.in_ptr[i]:self.in_ptr[i + 1]]
                 self.alias_pair[i] = pairs[self.pair_tensor[pairs] == t][0]
+        # launch groups: ops one multi-tensor kernel runs together (a foreach optimizer update); on each
+        # device they cost ``group_launches`` launches in all, however many of them it runs
+        group_index: dict[str, int] = {}
+        launches: list[int] = []
+        self.op_group = np.full(n, -1, np.int64)
+        for i, op in enumerate(ops):
+            name = op.meta.get("launch_group")
+            if name is None:
+                continue
+            k = op.meta.get("group_launches", 1)
+            if not isinstance(name, str) or not name:
+                raise GraphError(f"op {op.name!r}: launch_group must be a non-empty string")
+            if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 10**6:
+                raise GraphError(f"op {op.name!r}: group_launches must be an integer from 1 to 1000000, got {k!r}")
+            g = group_index.setdefault(name, len(group_index))
+            if g == len(launches):
+                launches.append(k)
+            elif launches[g] != k:
+                raise GraphError(f"op {op.name!r}: launch group {name!r} has group_launches {launches[g]} on "
+                                 f"another op and {k} here")
+            self.op_group[i] = g
+        self.group_launches = np.array(launches, np.int64)
+        self.launch_groups: tuple[str, ...] = tuple(group_index)
         consumed = np.zeros(n, np.int64)
         np.add.at(consumed, self.tensor_src, self.tensor_alloc)
         self.unconsumed_alloc = self.out_alloc_total - consumed

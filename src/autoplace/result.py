@@ -38,12 +38,15 @@ class StepResult:
     def to_dict(self) -> dict:
         """Plain JSON, the same keys for both envs (non-finite numbers become null): ``env``, ``step_time_s``
         (null for a failing placement), ``ok``, ``error``, ``oom_devices``, ``step_times_s``, ``devices``
-        (``name``, ``busy_s``, ``peak_memory_bytes``, ``memory_bytes``, ``oom``), ``links`` (``src``,
+        (``name``, ``busy_s``, ``peak_memory_bytes``, ``memory_bytes``, ``oom``, ``host_s``: its launcher's
+        time, simulated only), ``links`` (``src``,
         ``dst``, ``bytes``, ``busy_s``: simulated only), ``transfers``, ``transfer_bytes``."""
         def finite(x):
             return float(x) if x is not None and math.isfinite(x) else None
 
         busy = self.busy_time if self.busy_time is not None else [None] * len(self.device_names)
+        host = getattr(self, "host_time", None)
+        host = host if host is not None and len(host) else [None] * len(self.device_names)
         return {
             "env": self.ENV,
             "step_time_s": finite(self.step_time) if self.ok else None,
@@ -52,8 +55,9 @@ class StepResult:
             "oom_devices": list(self.oom_devices),
             "step_times_s": [finite(t) for t in self.step_times],
             "devices": [{"name": n, "busy_s": finite(b), "peak_memory_bytes": int(p), "memory_bytes": int(c),
-                         "oom": bool(p > c)}
-                        for n, b, p, c in zip(self.device_names, busy, self.peak_memory, self.memory_capacity)],
+                         "oom": bool(p > c), "host_s": finite(h)}
+                        for n, b, p, c, h in zip(self.device_names, busy, self.peak_memory, self.memory_capacity,
+                                                 host)],
             "links": self._links(),
             "transfers": int(self.n_transfers),
             "transfer_bytes": int(self.transfer_bytes),

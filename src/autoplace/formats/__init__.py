@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from autoplace.cluster import Cluster, Device, Link, LinkSpec, Segment
+from autoplace.cluster import DEFAULT_LAUNCH_QUEUE_DEPTH, Cluster, Device, Link, LinkSpec, Segment
 from autoplace.errors import AutoplaceError, FormatError
 from autoplace.formats._json import Fields, check_format, read_json, write_json
 from autoplace.graph import Graph, Op, TensorSpec
@@ -166,6 +166,8 @@ def cluster_from_dict(obj: Any, where: str = "cluster") -> Cluster:
             send_engines=df.int("send_engines", None), recv_engines=df.int("recv_engines", None),
             achievable_flops=_optional_float(df.number("achievable_flops", None, positive=True)),
             achievable_bandwidth=_optional_float(df.number("achievable_bandwidth", None, positive=True)),
+            asynchronous=df.bool("asynchronous", None), launcher=df.str("launcher", None),
+            launch_queue_depth=df.int("launch_queue_depth", DEFAULT_LAUNCH_QUEUE_DEPTH, minimum=1),
             meta=df.extra()))
     segments = []
     for i, raw in enumerate(f.list("segments", [])):
@@ -194,7 +196,10 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
                         **{k: getattr(d, k) for k in ("send_cost_s_per_byte", "send_overhead_s", "recv_overhead_s")
                            if getattr(d, k)},
                         **{k: getattr(d, k) for k in ("send_engines", "recv_engines", "achievable_flops",
-                                                      "achievable_bandwidth") if getattr(d, k) is not None},
+                                                      "achievable_bandwidth", "asynchronous", "launcher")
+                           if getattr(d, k) is not None},
+                        **({"launch_queue_depth": d.launch_queue_depth}
+                           if d.launch_queue_depth != DEFAULT_LAUNCH_QUEUE_DEPTH else {}),
                         **d.meta})
     out: dict[str, Any] = {"format": CLUSTER_FORMAT, "name": cluster.name, **cluster.meta, "devices": devices}
     if cluster.segments:

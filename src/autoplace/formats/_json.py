@@ -210,6 +210,14 @@ class Fields:
             raise self._fail(key, f"an integer >= {minimum}", v)
         return v
 
+    def bool(self, key: str, default: Any = _MISSING) -> Any:
+        v = self._raw(key, default)
+        if v is _MISSING:
+            return default
+        if not isinstance(v, bool):
+            raise self._fail(key, "true or false", v)
+        return v
+
     def list(self, key: str, default: Any = _MISSING) -> Any:
         v = self._raw(key, default)
         if v is _MISSING:

@@ -199,11 +199,16 @@ class _Model:
         self.largest_out = np.zeros(K, dtype=np.int64)
         np.maximum.at(self.largest_out, task, graph.out_alloc_total.astype(np.int64))
         src, dst, nbytes = graph.edges()
+        data = (graph.tensor_out[graph.pair_tensor] >= 0).tolist()
         edges: dict[tuple[int, int], int] = {}
-        for a, b, nb in zip(task[src].tolist(), task[dst].tolist(), nbytes.tolist()):
+        carries_data: set[tuple[int, int]] = set()
+        for a, b, nb, is_data in zip(task[src].tolist(), task[dst].tolist(), nbytes.tolist(), data):
             if a != b:
                 edges[(a, b)] = edges.get((a, b), 0) + nb
-        comm = {e: cluster.transfer_time(nb) for e, nb in edges.items()}  # the least a transfer can take
+                if is_data:
+                    carries_data.add((a, b))
+        # the least a transfer can take (only control edges: one latency)
+        comm = {e: cluster.transfer_time(nb) if e in carries_data else cluster.latency for e, nb in edges.items()}
         # the unit: about 1e6 units over a serial schedule on the slowest feasible devices
         worst = float(np.where(self.ok_task, t_task, 0).max(axis=1).sum()
                       + sum(float(np.where(np.isfinite(c), c, 0).max()) for c in comm.values()))

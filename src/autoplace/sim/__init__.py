@@ -33,9 +33,10 @@ BACKEND = _cbackend.BACKEND  # "c" (the built extension) or "numba" (the referen
 
 @dataclass(frozen=True)
 class Timeline:
-    """Per-op start/finish times and every transfer: its tensor, source and destination device, when it
-    held its link, segments and engines (``transfer_start`` to ``transfer_end``) and when it landed
-    (``transfer_arrival``: ``transfer_end`` plus the link's latency)."""
+    """Per-op start/finish times (of the kernel, on an asynchronous device; ``launch_start``: when its
+    launch began, the start on a synchronous one) and every transfer: its tensor, source and destination
+    device, when it moved (``transfer_start`` to ``transfer_end``: from taking its copy engine to its last
+    byte) and when it landed (``transfer_arrival``: ``transfer_end`` plus the link's latency)."""
 
     start: np.ndarray
     finish: np.ndarray
@@ -46,6 +47,7 @@ class Timeline:
     transfer_start: np.ndarray
     transfer_end: np.ndarray
     transfer_arrival: np.ndarray
+    launch_start: np.ndarray | None = None
 
     @property
     def n_transfers(self) -> int:
@@ -69,6 +71,7 @@ class SimResult(StepResult):
     timeline: Timeline | None = field(default=None, repr=False)
     segment_names: tuple[str, ...] = ()
     segment_time: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    host_time: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def transfer_bytes(self) -> int:
@@ -85,8 +88,8 @@ class SimResult(StepResult):
                 for s, d in zip(*np.nonzero(self.link_bytes + self.link_time))]
 
     def to_dict(self) -> dict:
-        """Plain-JSON summary (what placement files and ``--json`` carry: :meth:`StepResult.to_dict`,
-        and the shared segments' busy time where the cluster has segments)."""
+        """Plain-JSON summary (what placement files and ``--json`` carry: :meth:`StepResult.to_dict`, and
+        the shared segments' busy time where the cluster has segments)."""
         out = super().to_dict()
         if self.segment_names:
             out["segments"] = [{"name": n, "busy_s": float(b)} for n, b in zip(self.segment_names, self.segment_time)]
@@ -105,6 +108,7 @@ class BatchResult:
     link_bytes: np.ndarray
     n_transfers: np.ndarray
     segment_time: np.ndarray
+    host_time: np.ndarray
 
     @property
     def oom(self) -> np.ndarray:
@@ -132,19 +136,17 @@ class Simulator:
         check_runnable(graph, cluster, self.op_times)
         self._all_feasible = bool(np.isfinite(self.op_times).all())
         g, c = graph, cluster
-        self._graph_args = (g.topological_order, g.tensor_src, g.tensor_bytes, g.tensor_alloc, g.op_tensor_ptr,
-                            g.tensor_pair_ptr, g.pair_op, g.pair_tensor, g.in_ptr, g.in_pair,
-                            g.out_alloc_total, g.unconsumed_alloc, g.param_bytes, g.alias_pair)
-        if _cbackend.BACKEND == "c":
-            # the C loop takes the index arrays as int32 (half the memory traffic) and each op's first
-            # reader pair (it prefetches an op's readers when the op starts)
-            i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
-            self._c_graph_args = (g.topological_order, g.tensor_src, g.tensor_bytes, g.tensor_alloc,
-                                  i32(g.op_tensor_ptr), i32(g.tensor_pair_ptr), i32(g.pair_op), g.pair_tensor,
-                                  i32(g.in_ptr), i32(g.in_pair), g.out_alloc_total, g.unconsumed_alloc,
-                                  g.param_bytes, i32(g.alias_pair), i32(g.tensor_pair_ptr[g.op_tensor_ptr]))
-        self._cluster_args = (c.transfer_bandwidth, c.latency, c.overhead, c.route_ptr, c.route_seg, c.send_engines,
-                              c.recv_engines, c.concurrency)
+        # one argument bundle for both loops (index arrays as int32: half the memory traffic)
+        i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
+        f64 = lambda a: np.ascontiguousarray(a, dtype=np.float64)  # noqa: E731
+        self._graph_args = (g.topological_order, g.tensor_src, g.tensor_bytes, g.tensor_alloc, g.tensor_out,
+                            i32(g.op_tensor_ptr), i32(g.tensor_pair_ptr), i32(g.pair_op), g.pair_tensor,
+                            i32(g.in_ptr), i32(g.in_pair), g.out_alloc_total, g.unconsumed_alloc, g.param_bytes,
+                            i32(g.alias_pair), i32(g.tensor_pair_ptr[g.op_tensor_ptr]), i32(g.op_group),
+                            np.ascontiguousarray(g.group_launches, dtype=np.int64))
+        self._cluster_args = (f64(c.bandwidth), f64(c.latency), f64(c.overhead), c.route_ptr, c.route_seg,
+                              f64(c.segment_bandwidth), c.send_engines, c.recv_engines, c.concurrency, c.launcher,
+                              f64(c.op_overhead), c.launch_queue_depth)
         self._charges = bool((c.send_cost > 0).any() or (c.send_overhead > 0).any() or (c.recv_overhead > 0).any())
         # contention: devices of one host slow each other; ops profiled both ways carry it
         hosts = np.array([d.meta.get("host") or "" for d in c.devices], dtype=object)
@@ -225,32 +227,33 @@ class Simulator:
         cat = lambda f: np.concatenate([getattr(r[0], f) for r in rows])  # noqa: E731
         return BatchResult(cat("step_time"), cat("busy_time"), cat("peak_memory"),
                            self.cluster.memory_bytes.copy(), cat("link_time"), cat("link_bytes"),
-                           cat("n_transfers"), cat("segment_time")), rows[-1][1]
+                           cat("n_transfers"), cat("segment_time"), cat("host_time")), rows[-1][1]
 
     def _execute_rows(self, devs: np.ndarray, op_times: np.ndarray) -> tuple[BatchResult, Timeline]:
         B, n = devs.shape
         D, P, S = self.cluster.n_devices, self.graph.n_edges, len(self.cluster.segments)
-        start, finish = np.empty(n), np.empty(n)
+        H = len(self.cluster.launcher_names)
+        start, finish, lstart = np.empty(n), np.empty(n), np.empty(n)
         step, nx = np.zeros(B), np.zeros(B, np.int64)
-        busy, peak = np.zeros((B, D)), np.zeros((B, D), np.int64)
+        busy, host, peak = np.zeros((B, D)), np.zeros((B, D)), np.zeros((B, D), np.int64)
         link_time, link_bytes = np.zeros((B, D, D)), np.zeros((B, D, D), np.int64)
         seg_time = np.zeros((B, S))
         xf_t, xf_s, xf_d = np.empty(P, np.int64), np.empty(P, np.int64), np.empty(P, np.int64)
         xf_a, xf_b, xf_c = np.empty(P), np.empty(P), np.empty(P)
         if _cbackend.BACKEND == "c":
-            _cbackend.simulate(B, n, self.graph.n_tensors, P, D, S, (
-                devs, op_times, *self._c_graph_args, *self._cluster_args, start, finish, step, busy, peak,
-                link_time, link_bytes, seg_time, nx, xf_t, xf_s, xf_d, xf_a, xf_b, xf_c))
+            _cbackend.simulate(B, n, self.graph.n_tensors, P, D, S, H, (
+                devs, op_times, *self._graph_args, *self._cluster_args, start, finish, lstart, step, busy, host,
+                peak, link_time, link_bytes, seg_time, nx, xf_t, xf_s, xf_d, xf_a, xf_b, xf_c))
         else:
             for b in range(B):
                 step[b], nx[b] = _kernel.simulate_one(
-                    devs[b], op_times, *self._graph_args, *self._cluster_args, start, finish, busy[b],
-                    peak[b], link_time[b], link_bytes[b], seg_time[b], xf_t, xf_s, xf_d, xf_a, xf_b, xf_c)
+                    devs[b], op_times, *self._graph_args, *self._cluster_args, H, start, finish, lstart, busy[b],
+                    host[b], peak[b], link_time[b], link_bytes[b], seg_time[b], xf_t, xf_s, xf_d, xf_a, xf_b, xf_c)
         k = int(nx[-1]) if B else 0
         timeline = Timeline(start, finish, devs[-1] if B else devs, xf_t[:k], xf_s[:k], xf_d[:k], xf_a[:k], xf_b[:k],
-                            xf_c[:k])
+                            xf_c[:k], lstart)
         return BatchResult(step, busy, peak, self.cluster.memory_bytes.copy(), link_time, link_bytes, nx,
-                           seg_time), timeline
+                           seg_time, host), timeline
 
     def run(self, placement: Placement | np.ndarray | Sequence[int], *, trace: bool = False) -> SimResult:
         """Simulate one placement; ``trace=True`` keeps the full :class:`Timeline`."""
@@ -259,7 +262,7 @@ class Simulator:
         return SimResult(float(batch.step_time[0]), tuple(self.cluster.device_names), batch.busy_time[0],
                          batch.peak_memory[0], batch.memory_capacity, batch.link_time[0], batch.link_bytes[0],
                          int(batch.n_transfers[0]), timeline if trace else None,
-                         tuple(seg.name for seg in self.cluster.segments), batch.segment_time[0])
+                         tuple(seg.name for seg in self.cluster.segments), batch.segment_time[0], batch.host_time[0])
 
     def run_batch(self, placements: np.ndarray | Sequence[Placement]) -> BatchResult:
         """Simulate ``B`` placements (``[B, n_ops]`` device indices, or Placement objects) in one call."""

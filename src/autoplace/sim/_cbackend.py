@@ -12,7 +12,8 @@ from pathlib import Path
 
 __all__ = ["load", "BACKEND"]
 
-ABI = 3  # ap_abi() of a build whose ap_simulate takes the arguments simulate() passes
+ABI = 4  # ap_abi() of a build whose ap_simulate takes the arguments simulate() passes
+N_ARRAYS = 49  # the arrays ap_simulate takes after its sizes
 
 
 def load() -> ctypes.CDLL | None:
@@ -31,7 +32,7 @@ def load() -> ctypes.CDLL | None:
             continue
         fn = lib.ap_simulate
         fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_void_p] * 40
+        fn.argtypes = [ctypes.c_int64] * 7 + [ctypes.c_void_p] * N_ARRAYS
         return lib
     return None
 
@@ -40,10 +41,12 @@ _LIB = load()
 BACKEND = "c" if _LIB is not None else "numba"
 
 
-def simulate(B, n, T, P, D, S, arrays) -> None:
+def simulate(B, n, T, P, D, S, H, arrays) -> None:
     """Call ``ap_simulate`` with the contiguous arrays in its argument order (after the sizes; the graph's
     index arrays as int32, see ``Simulator._c_graph_args``)."""
-    rc = _LIB.ap_simulate(B, n, T, P, D, S, *[a.ctypes.data for a in arrays])
+    if len(arrays) != N_ARRAYS:
+        raise TypeError(f"ap_simulate takes {N_ARRAYS} arrays, got {len(arrays)}")
+    rc = _LIB.ap_simulate(B, n, T, P, D, S, H, *[a.ctypes.data for a in arrays])
     if rc == -2:
         raise ValueError("the graph is too large for the C simulator (2^31 ops, or tensors and edges); "
                          "use AUTOPLACE_SIM_BACKEND=numba")

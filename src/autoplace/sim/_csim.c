@@ -1,26 +1,16 @@
 /* The simulator's event loop in C: the same algorithm, event order and arithmetic as
  * autoplace/sim/_kernel.py (the numba kernel, which stays as the portable fallback and as the
- * reference the tests compare this one against). Loaded with ctypes; no Python API is used.
+ * reference the tests compare this one against, bit for bit). Loaded with ctypes; no Python API is used.
  *
- * Events are ordered by (time, kind, id): FINISH(op)=0, XFER(transfer lands)=1, DISPATCH(device)=2.
- * See _kernel.py's module docstring for the semantics.
+ * Events are ordered by (time, kind, id): FINISH(op)=0, LAUNCHED(op)=1, XEND(transfer)=2,
+ * SEGEND(generation)=3, XLAND(transfer)=4, XQUEUE(transfer)=5, LFREE(launcher)=6. See _kernel.py's
+ * module docstring for the semantics.
  *
- * Priority queues. Every key is unique (or two equal entries are the same event), so any correct
- * priority queue pops the same sequence: the queues below differ from the kernel's binary heaps in
- * speed only. They hold few entries (the event queue: at most one FINISH per busy slot, one XFER per
- * link with transfers in flight and one DISPATCH per device; a device's ready queue: its ops waiting
- * for an arrival), so they are kept as sorted arrays — popping is then free and inserting shifts the
- * few entries that pop earlier (event queue) or later (ready queues), instead of a heap's
- * mispredicted branches and dependent loads at every level — and turn into binary heaps (a sorted
- * array already is one) while they grow past a few dozen entries.
- *
- * Speed otherwise comes from memory layout and fewer data-dependent branches: a link's and a
- * device's state each sit in one record, an op's run state (ready time, inputs pending, device) in
- * another; the graph's index arrays are int32; an op's graph data is prefetched when it is released
- * and its readers' when it starts (they are cold by the time it finishes on large graphs); buffer
- * releases subtract a masked size instead of branching. Sums (busy seconds, link seconds) are kept in
- * the records and added to the caller's zeroed outputs at the end of a run: the same bits as adding
- * to the outputs directly.
+ * Every key in the event queue is unique, so any correct priority queue pops the same sequence. The
+ * queue holds few entries (a FINISH per busy slot, a LAUNCHED per busy launcher, the transfers in flight),
+ * so it is kept as a sorted array — popping is then free and inserting shifts the few entries that pop
+ * earlier — and turns into a binary heap while it grows past a few dozen entries. Ops, kernels and copies
+ * to submit wait in FIFOs (they are released in the order they become ready), copies in per-queue lists.
  */
 #include <math.h>
 #include <stdint.h>
@@ -147,135 +137,149 @@ static inline void ev_pop(Events *e) {
     }
 }
 
-/* A device's ready queue: q[head:tail], sorted ascending while `heap` is 0, a min-heap rooted at
- * q[head] while it is 1. Each op enters it at most once, so tail never passes the device's op count. */
+
+#define FINISH 0
+#define LAUNCHED 1
+#define XEND 2
+#define SEGEND 3
+#define XLAND 4
+#define XQUEUE 5
+#define LFREE 6
+
+enum { L_FREE = 0, L_BUSY = 1, L_SYNC = 2, L_DEPTH = 3 };
+
+static inline i64 key_of(i64 kind, i64 id) { return (kind << KSHIFT) + id; }
+static inline double dmax(double a, double b) { return a > b ? a : b; }
+
 typedef struct {
-    i64 head, tail;
-    int heap;
-} Ready;
+    /* graph */
+    i64 n, T, P, D, S, H, G;
+    const double *optime; /* [n, D] */
+    const i64 *order, *tensor_src, *tensor_bytes, *tensor_alloc, *tensor_out, *pair_tensor, *out_alloc_total,
+        *unconsumed_alloc, *param_bytes, *group_launches;
+    const i32 *op_tensor_ptr, *tensor_pair_ptr, *pair_op, *in_ptr, *in_pair, *alias_pair, *op_pair_ptr, *op_group;
+    /* cluster */
+    const double *bandwidth, *latency, *overhead, *seg_bw, *launch_cost;
+    const i64 *route_ptr, *route_seg, *send_cap, *recv_cap, *concurrency, *launcher, *qdepth;
+} Problem;
 
-static inline void rq_push(Ready *r, Ent *q, double t, i64 k) {
-    if (!r->heap) {
-        if (r->tail - r->head < SORTED_MAX) {
-            i64 i = r->tail++;
-            while (i > r->head && ent_less(t, k, q[i - 1].t, q[i - 1].k)) { /* shift the ops due later */
-                q[i] = q[i - 1];
-                i--;
-            }
-            q[i].t = t;
-            q[i].k = k;
-            return;
-        }
-        r->heap = 1;
-    }
-    r->tail = r->head + heap_push(q + r->head, r->tail - r->head, t, k);
-}
+/* Outputs of one run. */
+typedef struct {
+    double *start, *finish, *lstart, *busy_time, *host_time, *link_time, *seg_time;
+    i64 *peak, *link_bytes, *xf_tensor, *xf_src, *xf_dst;
+    double *xf_start, *xf_end, *xf_land;
+} Out;
 
-static inline void rq_pop(Ready *r, Ent *q) {
-    if (!r->heap) {
-        r->head += 1;
-    } else {
-        r->tail = r->head + heap_pop(q + r->head, r->tail - r->head);
-        if (r->tail == r->head) r->heap = 0;
-    }
-}
-
-/* A buffer: tensor tt's own allocation (index tt) or received copy x (index T + x): its readers and
- * pending sends, and its size, side by side. */
 typedef struct {
     i64 ref, bytes;
 } Buf;
 
-/* An op's state in a run: when its inputs are ready so far, how many it still waits for, its device. */
+/* An op's state in a run: inputs still awaited, its device, whether any of its outputs leaves the device
+ * (an asynchronous op's FINISH has nothing to deliver otherwise). One record: one cache line touched. */
 typedef struct {
-    double ready;
-    i32 cnt, dev;
+    i32 cnt, dev, remote, pad;
 } OpState;
 
-/* A link (ordered device pair s * D + d): its figures and its state in a run, in one cache line. */
 typedef struct {
-    double overhead, bandwidth, latency; /* bandwidth: the pair's transfer bandwidth */
-    double free, time;                   /* when it is free; seconds busy so far */
-    i64 bytes, tail;                     /* bytes sent so far; its newest transfer in flight, or -1 */
-    i64 route;                           /* its route: Problem.route[route : route + R] */
-} Link;
-
-/* A device's state in a run. Ops ready later than the instant they were released wait in its ready
- * queue (q[qbase:], rq), ops ready at once in a FIFO (f[qbase + fhead : qbase + ftail]), already in
- * (ready time, key) order. */
-typedef struct {
-    i64 qbase, fhead, ftail;
-    Ready rq;
-    i64 nfree;              /* free slots: concurrency - running ops */
-    i64 mem, peak;          /* bytes allocated now, and at most */
-    double pend, busy;      /* its earliest pending DISPATCH (+inf: none); seconds busy */
-    i64 stamp, xid;         /* the last tensor sent to it, and that transfer */
-    i32 send_cap, recv_cap;        /* copy engines, 0: no limit */
-    double *send_free, *recv_free; /* when each of them is free */
-} Dev; /* 128 bytes (LP64): indexing it is a shift */
+    i64 fbase, fhead, ftail; /* FIFO of ops (synchronous) or kernels (asynchronous) in w->fq */
+    i64 nfree, inflight;     /* free slots; launched kernels not yet finished */
+    i64 mem, peak;
+    i64 stamp, stamp2, xid;  /* the last tensor sent to it (at FINISH, at LAUNCHED), and that transfer */
+    i64 launcher;            /* -1: synchronous */
+    double busy, host;       /* seconds busy; seconds its launcher spent on it (added to the outputs at the end) */
+} Dev;
 
 typedef struct {
-    /* graph */
-    i64 n, T, P, D, S;
-    const double *optime; /* [n, D] */
-    const i64 *order, *tensor_bytes, *tensor_alloc, *out_alloc_total, *unconsumed_alloc, *param_bytes;
-    const i32 *op_tensor_ptr, *tensor_pair_ptr, *pair_op, *in_ptr, *in_pair, *alias_pair;
-    const i32 *op_pair_ptr; /* op i's readers: pairs op_pair_ptr[i]:op_pair_ptr[i + 1] (tensor_pair_ptr[op_tensor_ptr]) */
-    /* cluster */
-    const double *bandwidth, *latency, *overhead;
-    const i64 *send_cap, *recv_cap, *concurrency;
-    i64 ES, ER; /* engines per device in send_free / recv_free (at least 1) */
-    i64 R;      /* the longest route, rounded up to even; routes are padded with the spare segment S */
-    i64 *route; /* [D * D * R] */
-} Problem;
+    i64 lbase, lhead, ltail; /* FIFO of ops in w->lq */
+    i64 shead, stail;        /* copies to submit: a list through w->snext */
+    i64 state, wait;
+} Launcher;
 
 typedef struct {
-    Ent *q, *f, *ev;
+    Ent *ev;
     Buf *buf;
-    OpState *op;
-    Link *link;
     Dev *dev;
-    double *seg_free, *seg_time, *send_free, *recv_free;
-    i32 *pair_buf, *xf_buf, *xf_next; /* each pair's buffer; each transfer's source buffer and the next on its link */
+    Launcher *lau;
+    OpState *op;
+    i64 *fq, *dirty, *isdirty, *gseen;
+    i64 *lq; /* a launcher's FIFO keys: (release number << QSHIFT) | op */
+    double *lend, *psum;
+    i32 *pair_buf;
+    i64 *xbuf, *xq, *xsub, *xseq, *snext, *qnext, *act;
+    double *xrem, *xrate, *xtl, *xendp;
+    i64 *qcap, *quse, *qh, *qt, *nseg;
+    double *sbusy;
     void *block;
 } Work;
 
+typedef struct {
+    Events ev;
+    i64 seq, nx, ndirty, nact, gen, reshare;
+    double t;
+} Run;
+
 static int work_alloc(Work *w, const Problem *p) {
-    i64 n = p->n, T = p->T, P = p->P, D = p->D, S = p->S, cap = 2 * n + P + D + 1;
-    size_t ents = (size_t)(n + n + cap + 1 + (T + P) + n); /* q, f, ev; buf, op (as large as an Ent) */
-    size_t dbls = (size_t)((S + 1) + (S + 1) + D * p->ES + D * p->ER);
-    size_t ints = (size_t)(P + P + P);
-    char *b = malloc(ents * sizeof(Ent) + D * D * sizeof(Link) + D * sizeof(Dev) + dbls * sizeof(double) +
-                     ints * sizeof(i32));
+    i64 n = p->n, T = p->T, P = p->P, D = p->D, S = p->S, H = p->H, G = p->G;
+    i64 cap = 3 * n + 6 * P + 2 * D + 2 * H + 8, NQ = 2 * D + D * D;
+    size_t sz = sizeof(Ent) * (size_t)(cap + 1) + sizeof(Buf) * (size_t)(T + P) + sizeof(OpState) * (size_t)n +
+                sizeof(Dev) * (size_t)D + sizeof(Launcher) * (size_t)(H + 1) +
+                sizeof(i64) * (size_t)(n + n + 2 * (D + H) + (G * D + 1) + P * 7 + NQ * 4 + (S + 1)) +
+                sizeof(double) * (size_t)(n + n + P * 4 + (S + 1)) + sizeof(i32) * (size_t)P;
+    char *b = malloc(sz);
     if (!b) return -1;
     w->block = b;
     Ent *ep = (Ent *)b;
-    w->q = ep; ep += n;
-    w->f = ep; ep += n;
     ep->t = INFINITY; /* sentinel before the event queue */
     ep->k = 0;
-    w->ev = ep + 1; ep += cap + 1;
-    w->buf = (Buf *)ep; ep += T + P;
-    w->op = (OpState *)ep; ep += n;
-    w->link = (Link *)ep;
-    w->dev = (Dev *)(w->link + D * D);
-    double *dp = (double *)(w->dev + D);
-    w->seg_free = dp; dp += S + 1;
-    w->seg_time = dp; dp += S + 1;
-    w->send_free = dp; dp += D * p->ES;
-    w->recv_free = dp; dp += D * p->ER;
-    i32 *ip = (i32 *)dp;
-    w->pair_buf = ip; ip += P;
-    w->xf_buf = ip; ip += P;
-    w->xf_next = ip;
+    w->ev = ep + 1;
+    ep += cap + 1;
+    w->buf = (Buf *)ep;
+    w->op = (OpState *)(w->buf + T + P);
+    w->dev = (Dev *)(w->op + n);
+    w->lau = (Launcher *)(w->dev + D);
+    i64 *ip = (i64 *)(w->lau + H + 1);
+    w->fq = ip; ip += n;
+    w->lq = ip; ip += n;
+    w->dirty = ip; ip += D + H;
+    w->isdirty = ip; ip += D + H;
+    w->gseen = ip; ip += G * D + 1;
+    w->xbuf = ip; ip += P;
+    w->xq = ip; ip += P;
+    w->xsub = ip; ip += P;
+    w->xseq = ip; ip += P;
+    w->snext = ip; ip += P;
+    w->qnext = ip; ip += P;
+    w->act = ip; ip += P;
+    w->qcap = ip; ip += NQ;
+    w->quse = ip; ip += NQ;
+    w->qh = ip; ip += NQ;
+    w->qt = ip; ip += NQ;
+    w->nseg = ip; ip += S + 1;
+    double *dp = (double *)ip;
+    w->lend = dp; dp += n;
+    w->psum = dp; dp += n;
+    w->xrem = dp; dp += P;
+    w->xrate = dp; dp += P;
+    w->xtl = dp; dp += P;
+    w->xendp = dp; dp += P;
+    w->sbusy = dp; dp += S + 1;
+    w->pair_buf = (i32 *)dp;
     return 0;
 }
 
-/* Release op c on device dc, ready at time r (>= t), as release number seq: FIFO if r == t, else the
- * ready queue. */
-static inline void enqueue(const Problem *p, Work *w, i64 c, i64 dc, double r, double t, i64 seq) {
-    Dev *v = w->dev + dc;
-    i64 key = (seq << QSHIFT) | c;
+static inline void push(Run *r, double t, i64 kind, i64 id) { ev_push(&r->ev, t, key_of(kind, id)); }
+
+/* Device k (< D) or launcher k - D may start work: dispatch it after this event. */
+static inline void mark(Work *w, Run *r, i64 k) {
+    if (!w->isdirty[k]) {
+        w->isdirty[k] = 1;
+        w->dirty[r->ndirty++] = k;
+    }
+}
+
+/* Op c's last input has resolved: its launcher's FIFO (asynchronous device) or its device's. */
+static inline void release(const Problem *p, Work *w, Run *r, i64 c) {
+    i64 dc = w->op[c].dev;
     /* what the op reads when it starts and finishes */
     PREFETCH(&p->optime[c * p->D]);
     PREFETCH(&p->in_ptr[c]);
@@ -284,324 +288,545 @@ static inline void enqueue(const Problem *p, Work *w, i64 c, i64 dc, double r, d
     PREFETCH(&p->op_pair_ptr[c]);
     PREFETCH(&p->out_alloc_total[c]);
     PREFETCH(&p->unconsumed_alloc[c]);
-    if (r <= t) {
-        Ent *e = w->f + v->qbase + v->ftail++;
-        e->t = r;
-        e->k = key;
+    i64 h = w->dev[dc].launcher;
+    i64 seq = r->seq++;
+    if (h >= 0) {
+        Launcher *L = w->lau + h;
+        w->lq[L->lbase + L->ltail++] = (seq << QSHIFT) | c;
+        mark(w, r, p->D + h);
     } else {
-        rq_push(&v->rq, w->q + v->qbase, r, key);
+        Dev *v = w->dev + dc;
+        w->fq[v->fbase + v->ftail++] = c;
+        mark(w, r, dc);
     }
 }
 
-static inline int has_queued(const Dev *v) { return v->rq.tail > v->rq.head || v->fhead < v->ftail; }
-
-static inline int ready_now(const Work *w, const Dev *v, double t) {
-    return v->fhead < v->ftail || (v->rq.tail > v->rq.head && w->q[v->qbase + v->rq.head].t <= t);
+static inline i64 buffer_bytes(const Problem *p, const Out *o, i64 b) {
+    return b < p->T ? p->tensor_alloc[b] : p->tensor_bytes[o->xf_tensor[b - p->T]];
 }
 
-/* Start ready ops on device d at time t (earliest ready first, ties by release order) while it has
- * a free slot. */
-INLINE void dispatch(const Problem *p, Work *w, Events *ev, i64 d, double t, double *start, double *finish) {
-    Dev *v = w->dev + d;
-    Ent *q = w->q + v->qbase, *f = w->f + v->qbase;
-    while (v->nfree > 0) {
-        int from_fifo;
-        i64 fh = v->fhead, qh = v->rq.head;
-        int fifo = fh < v->ftail;
-        int queued = v->rq.tail > qh && q[qh].t <= t;
-        if (fifo && queued) from_fifo = ent_less(f[fh].t, f[fh].k, q[qh].t, q[qh].k);
-        else if (fifo) from_fifo = 1;
-        else if (queued) from_fifo = 0;
-        else break;
-        i64 c;
-        if (from_fifo) {
-            c = f[fh].k & QMASK;
-            v->fhead = fh + 1;
+/* Start transfers from the head of copy queue q while it has a free engine (0: no limit). */
+static void serve(const Problem *p, Work *w, Run *r, Out *o, i64 q) {
+    const i64 D = p->D;
+    while (w->qh[q] >= 0 && (w->qcap[q] == 0 || w->quse[q] < w->qcap[q])) {
+        i64 x = w->qh[q];
+        w->qh[q] = w->qnext[x];
+        if (w->qh[q] < 0) w->qt[q] = -1;
+        w->quse[q] += 1;
+        i64 s = o->xf_src[x], dc = o->xf_dst[x], l = s * D + dc;
+        o->xf_start[x] = r->t;
+        i64 b = p->tensor_bytes[o->xf_tensor[x]];
+        if (p->route_ptr[l] == p->route_ptr[l + 1]) {
+            push(r, r->t + (double)b / p->bandwidth[l], XEND, x);
         } else {
-            c = q[qh].k & QMASK;
-            rq_pop(&v->rq, q);
+            for (i64 k = p->route_ptr[l]; k < p->route_ptr[l + 1]; k++) {
+                i64 g = p->route_seg[k];
+                if (w->nseg[g] == 0) w->sbusy[g] = r->t;
+                w->nseg[g] += 1;
+            }
+            w->xrem[x] = (double)b;
+            w->xrate[x] = 0.0;
+            w->xtl[x] = r->t;
+            w->act[r->nact++] = x;
+            w->xendp[x] = INFINITY;
+            r->reshare = 1;
         }
-        double dt = p->optime[c * p->D + d];
-        /* what the op's FINISH reads: its inputs' pairs, its outputs' readers */
-        PREFETCH(&p->in_pair[p->in_ptr[c]]);
-        PREFETCH(&p->pair_op[p->op_pair_ptr[c]]);
-        PREFETCH(&p->tensor_pair_ptr[p->op_tensor_ptr[c]]);
-        PREFETCH(&p->tensor_bytes[p->op_tensor_ptr[c]]);
-        start[c] = t;
-        finish[c] = t + dt;
-        v->nfree -= 1;
-        v->busy += dt;
-        v->mem += p->out_alloc_total[c];
-        if (v->mem > v->peak) v->peak = v->mem;
-        ev_push(ev, t + dt, ((i64)FINISH << KSHIFT) + c);
-    }
-    /* Ops left in the ready queue become ready when a transfer lands; its XFER event dispatches d then. */
-}
-
-/* The engine among free[0:cap] that frees first (the lowest on ties). */
-static inline double *first_free(double *free, i64 cap) {
-    double *k = free;
-    for (i64 j = 1; j < cap; j++)
-        if (free[j] < *k) k = free + j;
-    return k;
-}
-
-static inline double dmax(double a, double b) { return a > b ? a : b; }
-
-/* Device d's DISPATCH at time t: now if no other event is due by then, else as an event (once). */
-INLINE void dispatch_at(const Problem *p, Work *w, Events *ev, i64 d, double t, double *start, double *finish) {
-    if (ev_none_by(ev, t)) {
-        dispatch(p, w, ev, d, t, start, finish);
-    } else if (t < w->dev[d].pend) {
-        ev_push(ev, t, ((i64)DISPATCH << KSHIFT) + d);
-        w->dev[d].pend = t;
     }
 }
 
-static double run_one(const Problem *p, Work *w, const i64 *dev, double *start, double *finish, double *busy_time,
-                      i64 *peak, double *link_time, i64 *link_bytes, double *seg_time, i64 *xf_tensor, i64 *xf_src,
-                      i64 *xf_dst, double *xf_start, double *xf_end, double *xf_land, i64 *n_transfers) {
-    const i64 n = p->n, D = p->D, T = p->T, P = p->P, S = p->S, R = p->R;
-    i64 nx = 0, seq = 0;
-    Events ev = {w->ev, 0, 0};
+/* Transfer x joins the tail of its copy queue; the queue starts what it can. */
+static inline void join(const Problem *p, Work *w, Run *r, Out *o, i64 x) {
+    i64 q = w->xq[x];
+    w->qnext[x] = -1;
+    if (w->qt[q] < 0) w->qh[q] = x;
+    else w->qnext[w->qt[q]] = x;
+    w->qt[q] = x;
+    serve(p, w, r, o, q);
+}
+
+/* Transfer x has moved its last byte: it frees its engine and segments and lands a latency later (the
+ * caller lands it now when the latency is 0). */
+static void end_transfer(const Problem *p, Work *w, Run *r, Out *o, i64 x) {
+    const i64 D = p->D;
+    i64 s = o->xf_src[x], dc = o->xf_dst[x], l = s * D + dc;
+    double t = r->t;
+    o->xf_end[x] = t;
+    o->xf_land[x] = t + p->latency[l];
+    o->link_time[l] += t - o->xf_start[x];
+    for (i64 k = p->route_ptr[l]; k < p->route_ptr[l + 1]; k++) {
+        i64 g = p->route_seg[k];
+        w->nseg[g] -= 1;
+        if (w->nseg[g] == 0) o->seg_time[g] += t - w->sbusy[g];
+        r->reshare = 1;
+    }
+    if (p->latency[l] != 0.0) push(r, o->xf_land[x], XLAND, x);
+    i64 q = w->xq[x];
+    w->quse[q] -= 1;
+    serve(p, w, r, o, q);
+}
+
+/* Transfer x lands: the source may free its buffer; its readers on the destination may be released. */
+static void land(const Problem *p, Work *w, Run *r, Out *o, i64 x) {
+    i64 bq = w->xbuf[x];
+    if (bq >= 0) {
+        if (--w->buf[bq].ref == 0) w->dev[o->xf_src[x]].mem -= w->buf[bq].bytes;
+    }
+    i64 tt = o->xf_tensor[x], dc = o->xf_dst[x];
+    for (i64 pr = p->tensor_pair_ptr[tt]; pr < p->tensor_pair_ptr[tt + 1]; pr++) {
+        i64 c = p->pair_op[pr];
+        OpState *oc = w->op + c;
+        if (oc->dev == dc && --oc->cnt == 0) release(p, w, r, c);
+    }
+}
+
+/* Each active shared transfer moves at the least of its link's bandwidth and its equal share of every
+ * segment it crosses; one SEGEND event (a new generation) is due at the earliest predicted end. */
+static void reshare(const Problem *p, Work *w, Run *r, Out *o) {
+    const i64 D = p->D;
+    double t = r->t, best = INFINITY;
+    for (i64 k = 0; k < r->nact; k++) {
+        i64 x = w->act[k];
+        i64 l = o->xf_src[x] * D + o->xf_dst[x];
+        double rate = p->bandwidth[l];
+        for (i64 j = p->route_ptr[l]; j < p->route_ptr[l + 1]; j++) {
+            i64 g = p->route_seg[j];
+            double share = p->seg_bw[g] / (double)w->nseg[g];
+            if (share < rate) rate = share;
+        }
+        if (rate != w->xrate[x]) {
+            if (w->xrate[x] > 0.0) {
+                w->xrem[x] -= w->xrate[x] * (t - w->xtl[x]);
+                if (w->xrem[x] < 0.0) w->xrem[x] = 0.0;
+            }
+            w->xtl[x] = t;
+            w->xrate[x] = rate;
+            w->xendp[x] = t + w->xrem[x] / rate;
+        }
+        if (w->xendp[x] < best) best = w->xendp[x];
+    }
+    if (r->nact > 0) {
+        r->gen += 1;
+        push(r, best, SEGEND, r->gen);
+    }
+}
+
+static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_transfers) {
+    const i64 n = p->n, D = p->D, T = p->T, P = p->P, S = p->S, H = p->H, G = p->G, NQ = 2 * D + D * D;
+    Run run = {{w->ev, 0, 0}, 0, 0, 0, 0, 0, 0, 0.0};
+    Run *r = &run;
     for (i64 d = 0; d < D; d++) {
         Dev *v = w->dev + d;
         memset(v, 0, sizeof(Dev));
         v->nfree = p->concurrency[d];
-        v->pend = INFINITY;
-        v->stamp = -1;
-        v->send_cap = (i32)p->send_cap[d];
-        v->recv_cap = (i32)p->recv_cap[d];
-        v->send_free = w->send_free + d * p->ES;
-        v->recv_free = w->recv_free + d * p->ER;
+        v->stamp = v->stamp2 = -1;
+        v->launcher = p->launcher[d];
     }
-    for (i64 l = 0; l < D * D; l++) {
-        Link *k = w->link + l;
-        k->overhead = p->overhead[l];
-        k->bandwidth = p->bandwidth[l];
-        k->latency = p->latency[l];
-        k->free = k->time = 0.0;
-        k->bytes = 0;
-        k->tail = -1;
-        k->route = l * R;
+    for (i64 h = 0; h <= H; h++) {
+        Launcher *L = w->lau + h;
+        memset(L, 0, sizeof(Launcher));
+        L->shead = L->stail = -1;
     }
     for (i64 i = 0; i < n; i++) {
-        Dev *v = w->dev + dev[i];
-        v->qbase += 1; /* counts for now */
-        v->mem += p->param_bytes[i];
-        w->op[i].ready = 0.0;
-        w->op[i].cnt = (i32)(p->in_ptr[i + 1] - p->in_ptr[i]);
-        w->op[i].dev = (i32)dev[i];
+        i64 d = dev[i];
+        w->dev[d].fbase += 1; /* counts for now */
+        if (p->launcher[d] >= 0) w->lau[p->launcher[d]].lbase += 1;
+        w->dev[d].mem += p->param_bytes[i];
+        w->op[i].cnt = p->in_ptr[i + 1] - p->in_ptr[i];
+        w->op[i].dev = (i32)d;
+        w->op[i].remote = 1;
     }
-    for (i64 d = 0, base = 0; d < D; d++) { /* device d's queues start after those of the devices before it */
-        i64 cnt = w->dev[d].qbase;
-        w->dev[d].qbase = base;
+    for (i64 d = 0, base = 0; d < D; d++) {
+        i64 c = w->dev[d].fbase;
+        w->dev[d].fbase = base;
         w->dev[d].peak = w->dev[d].mem;
-        base += cnt;
+        base += c;
     }
+    for (i64 h = 0, base = 0; h < H; h++) {
+        i64 c = w->lau[h].lbase;
+        w->lau[h].lbase = base;
+        base += c;
+    }
+    memset(w->isdirty, 0, sizeof(i64) * (D + H));
+    memset(w->gseen, 0, sizeof(i64) * (G * D + 1));
+    memset(w->xsub, 0, sizeof(i64) * P);
+    memset(w->nseg, 0, sizeof(i64) * (S + 1));
     for (i64 tt = 0; tt < T; tt++) {
         w->buf[tt].ref = 0;
         w->buf[tt].bytes = p->tensor_alloc[tt];
     }
-    memset(w->seg_free, 0, sizeof(double) * (S + 1));
-    memset(w->seg_time, 0, sizeof(double) * (S + 1));
-    memset(w->send_free, 0, sizeof(double) * D * p->ES);
-    memset(w->recv_free, 0, sizeof(double) * D * p->ER);
+    for (i64 d = 0; d < D; d++) {
+        w->qcap[d] = p->send_cap[d];
+        w->qcap[D + d] = p->recv_cap[d];
+    }
+    for (i64 q = 2 * D; q < NQ; q++) w->qcap[q] = 1;
+    for (i64 q = 0; q < NQ; q++) {
+        w->quse[q] = 0;
+        w->qh[q] = w->qt[q] = -1;
+    }
     for (i64 j = 0; j < n; j++) { /* sources, in topological order */
         i64 i = p->order[j];
-        if (w->op[i].cnt == 0) enqueue(p, w, i, dev[i], 0.0, 0.0, seq++);
+        if (w->op[i].cnt == 0) release(p, w, r, i);
     }
-    for (i64 d = 0; d < D; d++) {
-        if (has_queued(w->dev + d)) {
-            ev_push(&ev, 0.0, ((i64)DISPATCH << KSHIFT) + d);
-            w->dev[d].pend = 0.0;
-        }
-    }
+
     double makespan = 0.0;
-    while (ev.size > 0) {
-        const Ent *top = ev_top(&ev);
-        double t = top->t;
-        i64 key = top->k;
-        ev_pop(&ev);
-        i64 kind = key >> KSHIFT, ident = key & KMASK;
-        if (kind == FINISH) {
-            i64 i = ident, d = w->op[i].dev;
-            Dev *vd = w->dev + d;
-            Link *links = w->link + d * D; /* the links out of d */
-            vd->nfree += 1;
-            if (t > makespan) makespan = t;
-            /* a view's outputs live in the buffer of the input it aliases */
-            i64 obuf = p->alias_pair[i] >= 0 ? w->pair_buf[p->alias_pair[i]] : -1;
-            for (i64 tt = p->op_tensor_ptr[i]; tt < p->op_tensor_ptr[i + 1]; tt++) {
-                i64 b = p->tensor_bytes[tt], buf = obuf >= 0 ? obuf : tt;
-                for (i64 pr = p->tensor_pair_ptr[tt]; pr < p->tensor_pair_ptr[tt + 1]; pr++) {
-                    i64 c = p->pair_op[pr];
-                    PREFETCH(w->op + p->pair_op[pr + 2 < P ? pr + 2 : P - 1]); /* a later reader's state */
-                    OpState *oc = w->op + c;
-                    i64 dc = oc->dev;
-                    double arrival;
-                    if (dc == d) {
-                        w->pair_buf[pr] = (i32)buf;
-                        w->buf[buf].ref += 1;
-                        arrival = t;
-                    } else {
+    int first = 1;
+    for (;;) {
+        if (!first) {
+            if (r->ev.size == 0) break;
+            const Ent *top = ev_top(&r->ev);
+            double t = top->t;
+            i64 key = top->k;
+            ev_pop(&r->ev);
+            r->t = t;
+            i64 kind = key >> KSHIFT, ident = key & KMASK;
+            if (kind == FINISH) {
+                i64 i = ident, d = w->op[i].dev;
+                Dev *vd = w->dev + d;
+                i64 h = vd->launcher;
+                vd->nfree += 1;
+                if (t > makespan) makespan = t;
+                if (h >= 0) {
+                    vd->inflight -= 1;
+                    Launcher *L = w->lau + h;
+                    if (L->state == L_DEPTH && L->wait == d) {
+                        L->state = L_FREE;
+                        mark(w, r, D + h);
+                    }
+                }
+                i64 obuf = p->alias_pair[i] >= 0 ? w->pair_buf[p->alias_pair[i]] : -1;
+                double cum_p = w->lend[i], hc = -1.0;
+                /* an asynchronous op delivered to its own device at LAUNCHED: only transfers are left */
+                i64 tend = w->op[i].remote ? p->op_tensor_ptr[i + 1] : p->op_tensor_ptr[i];
+                for (i64 tt = p->op_tensor_ptr[i]; tt < tend; tt++) {
+                    int ctrl = p->tensor_out[tt] < 0;
+                    i64 buf = (ctrl || obuf < 0) ? tt : obuf;
+                    i64 b = p->tensor_bytes[tt];
+                    for (i64 pr = p->tensor_pair_ptr[tt]; pr < p->tensor_pair_ptr[tt + 1]; pr++) {
+                        i64 c = p->pair_op[pr];
+                        PREFETCH(w->op + p->pair_op[pr + 2 < P ? pr + 2 : P - 1]); /* a later reader's state */
+                        OpState *oc = w->op + c;
+                        i64 dc = oc->dev;
+                        if (dc == d) {
+                            if (h < 0) {
+                                w->pair_buf[pr] = (i32)buf;
+                                w->buf[buf].ref += 1;
+                                if (--oc->cnt == 0) release(p, w, r, c);
+                            }
+                            continue;
+                        }
                         Dev *vc = w->dev + dc;
-                        if (vc->stamp != tt) { /* the first reader of tt on device dc: send tt there */
+                        if (vc->stamp != tt) {
                             vc->stamp = tt;
-                            Link *k = links + dc;
-                            const i64 *route = p->route + k->route;
-                            double *ks = NULL, *kr = NULL; /* the engines it takes */
-                            double xs = dmax(t, k->free);
-                            if (vd->send_cap > 0) {
-                                ks = first_free(vd->send_free, vd->send_cap);
-                                xs = dmax(xs, *ks);
-                            }
-                            if (vc->recv_cap > 0) {
-                                kr = first_free(vc->recv_free, vc->recv_cap);
-                                xs = dmax(xs, *kr);
-                            }
-                            /* a padded route reads the spare segment S, whose free time stays 0 */
-                            for (i64 r = 0; r < R; r += 2) /* R is even: two segments a step */
-                                xs = dmax(dmax(xs, w->seg_free[route[r]]), w->seg_free[route[r + 1]]);
-                            double occ = k->overhead + (double)b / k->bandwidth;
-                            double xe = xs + occ;
-                            k->free = xe;
-                            if (ks) *ks = xe;
-                            if (kr) *kr = xe;
-                            for (i64 r = 0; r < R; r += 2) {
-                                w->seg_free[route[r]] = xe;
-                                w->seg_time[route[r]] += occ;
-                                w->seg_free[route[r + 1]] = xe;
-                                w->seg_time[route[r + 1]] += occ;
-                            }
-                            w->seg_free[S] = 0.0;
-                            k->time += occ;
-                            k->bytes += b;
-                            xf_tensor[nx] = tt;
-                            xf_src[nx] = d;
-                            xf_dst[nx] = dc;
-                            xf_start[nx] = xs;
-                            xf_end[nx] = xe;
-                            xf_land[nx] = xe + k->latency;
-                            w->xf_buf[nx] = (i32)buf;
-                            w->buf[buf].ref += 1;
-                            /* the received copy is allocated when the transfer is issued */
-                            w->buf[T + nx].ref = 0;
-                            w->buf[T + nx].bytes = b;
-                            vc->mem += b;
-                            if (vc->mem > vc->peak) vc->peak = vc->mem;
-                            vc->xid = nx;
-                            /* A link's transfers land in the order they were issued (starts and ends are
-                             * FIFO per link and its latency is fixed), so only its oldest pending landing
-                             * needs to be in the event queue; the rest wait on a list (same event order). */
-                            w->xf_next[nx] = -1;
-                            if (k->tail < 0) {
-                                ev_push(&ev, xf_land[nx], ((i64)XFER << KSHIFT) + nx);
+                            i64 x = r->nx++;
+                            vc->xid = x;
+                            o->xf_tensor[x] = tt;
+                            o->xf_src[x] = d;
+                            o->xf_dst[x] = dc;
+                            w->buf[T + x].ref = 0;
+                            w->buf[T + x].bytes = b;
+                            i64 l = d * D + dc;
+                            if (ctrl) {
+                                w->xbuf[x] = -1;
+                                o->xf_start[x] = t;
+                                o->xf_end[x] = t;
+                                o->xf_land[x] = t + p->latency[l];
+                                push(r, o->xf_land[x], XLAND, x);
                             } else {
-                                w->xf_next[k->tail] = (i32)nx;
+                                w->xbuf[x] = buf;
+                                if (h < 0) w->buf[buf].ref += 1; /* an asynchronous source reserved it at LAUNCHED */
+                                o->link_bytes[l] += b;
+                                vc->mem += b; /* the received copy is allocated when it is issued */
+                                if (vc->mem > vc->peak) vc->peak = vc->mem;
+                                w->xq[x] = p->send_cap[d] > 0 ? d : (p->recv_cap[dc] > 0 ? D + dc : 2 * D + l);
+                                double ov = p->overhead[l], at = t; /* when it joins its copy queue */
+                                if (h >= 0) {
+                                    vd->host += ov;
+                                    if (vc->launcher >= 0) {
+                                        cum_p += ov;
+                                        if (cum_p > at) at = cum_p;
+                                    } else {
+                                        if (hc < 0.0) {
+                                            hc = w->lend[i] + w->psum[i];
+                                            if (hc < t) hc = t;
+                                        }
+                                        hc += ov;
+                                        at = hc;
+                                    }
+                                } else if (vc->launcher >= 0) {
+                                    Launcher *Ld = w->lau + vc->launcher;
+                                    w->xseq[x] = r->seq++;
+                                    w->snext[x] = -1;
+                                    if (Ld->stail < 0) Ld->shead = x;
+                                    else w->snext[Ld->stail] = x;
+                                    Ld->stail = x;
+                                    mark(w, r, D + vc->launcher);
+                                    at = -1.0;
+                                } else {
+                                    at = t + ov;
+                                }
+                                if (at > t) push(r, at, XQUEUE, x);
+                                else if (at == t) join(p, w, r, o, x);
                             }
-                            k->tail = nx;
-                            nx += 1;
                         }
                         i64 x = vc->xid;
                         w->buf[T + x].ref += 1;
                         w->pair_buf[pr] = (i32)(T + x);
-                        arrival = xf_land[x];
                     }
-                    oc->ready = dmax(arrival, oc->ready);
-                    /* No DISPATCH event for a remote device: the op's last input is a transfer to dc
-                     * whose XFER event lands exactly at ready[c], and that event dispatches dc. */
-                    if (--oc->cnt == 0) enqueue(p, w, c, dc, oc->ready, t, seq++);
+                }
+                if (h >= 0) {
+                    Launcher *L = w->lau + h;
+                    if (L->state == L_SYNC && L->wait == i) {
+                        if (hc > t) {
+                            L->state = L_BUSY;
+                            push(r, hc, LFREE, h);
+                        } else {
+                            L->state = L_FREE;
+                            mark(w, r, D + h);
+                        }
+                    }
+                }
+                /* release the input buffers this op was holding (after delivery: a view's readers hold its base) */
+                i64 freed = p->unconsumed_alloc[i];
+                for (i64 q = p->in_ptr[i]; q < p->in_ptr[i + 1]; q++) {
+                    Buf *bq = w->buf + w->pair_buf[p->in_pair[q]];
+                    if (--bq->ref == 0) freed += bq->bytes;
+                }
+                vd->mem -= freed;
+                mark(w, r, d);
+            } else if (kind == LAUNCHED) {
+                i64 i = ident, d = w->op[i].dev;
+                Dev *vd = w->dev + d;
+                i64 h = vd->launcher;
+                Launcher *L = w->lau + h;
+                int remote = 0;
+                w->lend[i] = t;
+                i64 obuf = p->alias_pair[i] >= 0 ? w->pair_buf[p->alias_pair[i]] : -1;
+                double ps = 0.0;
+                int sync = 0;
+                for (i64 tt = p->op_tensor_ptr[i]; tt < p->op_tensor_ptr[i + 1]; tt++) {
+                    int ctrl = p->tensor_out[tt] < 0;
+                    i64 buf = (ctrl || obuf < 0) ? tt : obuf;
+                    for (i64 pr = p->tensor_pair_ptr[tt]; pr < p->tensor_pair_ptr[tt + 1]; pr++) {
+                        i64 c = p->pair_op[pr];
+                        PREFETCH(w->op + p->pair_op[pr + 2 < P ? pr + 2 : P - 1]);
+                        OpState *oc = w->op + c;
+                        i64 dc = oc->dev;
+                        if (dc == d) {
+                            w->pair_buf[pr] = (i32)buf;
+                            w->buf[buf].ref += 1;
+                            if (--oc->cnt == 0) release(p, w, r, c);
+                        } else {
+                            remote = 1;
+                            Dev *vc = w->dev + dc;
+                            if (vc->stamp2 != tt) {
+                                vc->stamp2 = tt;
+                                if (!ctrl) {
+                                    w->buf[buf].ref += 1; /* held for the transfer issued at FINISH */
+                                    if (vc->launcher >= 0) ps += p->overhead[d * D + dc];
+                                    else sync = 1;
+                                }
+                            }
+                        }
+                    }
+                }
+                w->psum[i] = ps;
+                w->op[i].remote = remote;
+                w->fq[vd->fbase + vd->ftail++] = i;
+                mark(w, r, d);
+                if (sync) {
+                    L->state = L_SYNC;
+                    L->wait = i;
+                } else if (ps > 0.0) {
+                    push(r, t + ps, LFREE, h);
+                } else {
+                    L->state = L_FREE;
+                    mark(w, r, D + h);
+                }
+            } else if (kind == XEND) {
+                end_transfer(p, w, r, o, ident);
+                if (p->latency[o->xf_src[ident] * D + o->xf_dst[ident]] == 0.0) land(p, w, r, o, ident);
+            } else if (kind == SEGEND) {
+                if (ident == r->gen) {
+                    for (;;) { /* every shared transfer due by now, lowest id first */
+                        i64 best = -1;
+                        for (i64 k = 0; k < r->nact; k++) {
+                            i64 x = w->act[k];
+                            if (w->xendp[x] <= t && (best < 0 || x < w->act[best])) best = k;
+                        }
+                        if (best < 0) break;
+                        i64 x = w->act[best];
+                        r->nact -= 1;
+                        w->act[best] = w->act[r->nact];
+                        end_transfer(p, w, r, o, x);
+                        if (p->latency[o->xf_src[x] * D + o->xf_dst[x]] == 0.0) land(p, w, r, o, x);
+                    }
+                }
+            } else if (kind == XLAND) {
+                land(p, w, r, o, ident);
+            } else if (kind == XQUEUE) {
+                i64 x = ident;
+                if (w->xsub[x]) {
+                    i64 hd = w->dev[o->xf_dst[x]].launcher;
+                    w->lau[hd].state = L_FREE;
+                    mark(w, r, D + hd);
+                }
+                join(p, w, r, o, x);
+            } else { /* LFREE */
+                w->lau[ident].state = L_FREE;
+                mark(w, r, D + ident);
+            }
+        }
+        first = 0;
+        double t = r->t;
+
+        /* dispatch what this event made ready: devices start ops or kernels, launchers launch or submit */
+        while (r->ndirty > 0) {
+            i64 k = w->dirty[--r->ndirty];
+            w->isdirty[k] = 0;
+            if (k < D) {
+                i64 d = k;
+                Dev *v = w->dev + d;
+                int asyn = v->launcher >= 0;
+                while (v->nfree > 0 && v->fhead < v->ftail) {
+                    i64 i = w->fq[v->fbase + v->fhead++];
+                    double s = t, ot = p->optime[i * D + d], m = p->launch_cost[d], dt;
+                    if (ot < m) m = ot;
+                    if (asyn) {
+                        dt = ot - m;
+                        if (p->concurrency[d] > 1) { /* in stream order: after the local inputs' kernels */
+                            for (i64 q = p->in_ptr[i]; q < p->in_ptr[i + 1]; q++) {
+                                i64 pp = p->tensor_src[p->pair_tensor[p->in_pair[q]]];
+                                if (w->op[pp].dev == d && o->finish[pp] > s) s = o->finish[pp];
+                            }
+                        }
+                    } else if (p->op_group[i] >= 0) {
+                        i64 g = p->op_group[i];
+                        dt = ot - m;
+                        if (w->gseen[g * D + d] == 0) {
+                            w->gseen[g * D + d] = 1;
+                            dt += (double)p->group_launches[g] * p->launch_cost[d];
+                        }
+                    } else {
+                        dt = ot;
+                    }
+                    /* what the op's FINISH reads: its inputs' pairs, its outputs' readers */
+                    PREFETCH(&p->in_pair[p->in_ptr[i]]);
+                    PREFETCH(&p->pair_op[p->op_pair_ptr[i]]);
+                    PREFETCH(&p->tensor_pair_ptr[p->op_tensor_ptr[i]]);
+                    PREFETCH(&p->tensor_bytes[p->op_tensor_ptr[i]]);
+                    o->start[i] = s;
+                    if (!asyn) o->lstart[i] = s;
+                    o->finish[i] = s + dt;
+                    v->nfree -= 1;
+                    v->busy += dt;
+                    v->mem += p->out_alloc_total[i];
+                    if (v->mem > v->peak) v->peak = v->mem;
+                    push(r, s + dt, FINISH, i);
+                }
+            } else {
+                i64 h = k - D;
+                Launcher *L = w->lau + h;
+                while (L->state == L_FREE) {
+                    int has_op = L->lhead < L->ltail;
+                    i64 x = L->shead;
+                    if (!has_op && x < 0) break;
+                    i64 head = has_op ? w->lq[L->lbase + L->lhead] : 0;
+                    if (has_op && (x < 0 || (head >> QSHIFT) < w->xseq[x])) {
+                        i64 c = head & QMASK, dc = w->op[c].dev;
+                        Dev *vc = w->dev + dc;
+                        if (vc->inflight >= p->qdepth[dc]) {
+                            L->state = L_DEPTH;
+                            L->wait = dc;
+                            break;
+                        }
+                        L->lhead += 1;
+                        double ln;
+                        if (p->op_group[c] >= 0) {
+                            i64 g = p->op_group[c];
+                            ln = 0.0;
+                            if (w->gseen[g * D + dc] == 0) {
+                                w->gseen[g * D + dc] = 1;
+                                ln = (double)p->group_launches[g] * p->launch_cost[dc];
+                            }
+                        } else {
+                            ln = p->launch_cost[dc];
+                            if (p->optime[c * D + dc] < ln) ln = p->optime[c * D + dc];
+                        }
+                        o->lstart[c] = t;
+                        vc->inflight += 1;
+                        vc->host += ln;
+                        L->state = L_BUSY;
+                        push(r, t + ln, LAUNCHED, c);
+                    } else {
+                        L->shead = w->snext[x];
+                        if (L->shead < 0) L->stail = -1;
+                        i64 l = o->xf_src[x] * D + o->xf_dst[x];
+                        double ov = p->overhead[l];
+                        w->dev[o->xf_dst[x]].host += ov;
+                        if (ov > 0.0) {
+                            w->xsub[x] = 1;
+                            L->state = L_BUSY;
+                            push(r, t + ov, XQUEUE, x);
+                        } else {
+                            join(p, w, r, o, x);
+                        }
+                    }
                 }
             }
-            /* release the input buffers this op was holding (after delivery: a view's readers hold its base) */
-            i64 freed = p->unconsumed_alloc[i];
-            for (i64 q = p->in_ptr[i]; q < p->in_ptr[i + 1]; q++) {
-                Buf *bq = w->buf + w->pair_buf[p->in_pair[q]];
-                i64 r = --bq->ref;
-                freed += bq->bytes & -(i64)(r == 0); /* without a branch: whether it frees is data-dependent */
-            }
-            vd->mem -= freed;
-            if (has_queued(vd)) dispatch_at(p, w, &ev, d, t, start, finish);
-        } else if (kind == XFER) {
-            i64 x = ident, s = xf_src[x], dc = xf_dst[x], nxt = w->xf_next[x];
-            if (nxt >= 0) {
-                ev_push(&ev, xf_land[nxt], ((i64)XFER << KSHIFT) + nxt);
-            } else {
-                w->link[s * D + dc].tail = -1;
-            }
-            Buf *bq = w->buf + w->xf_buf[x];
-            i64 r = --bq->ref;
-            w->dev[s].mem -= bq->bytes & -(i64)(r == 0);
-            Dev *vc = w->dev + dc;
-            if (vc->nfree > 0 && ready_now(w, vc, t)) dispatch_at(p, w, &ev, dc, t, start, finish);
-        } else {
-            i64 d = ident;
-            if (w->dev[d].pend <= t) w->dev[d].pend = INFINITY;
-            dispatch(p, w, &ev, d, t, start, finish);
+        }
+        if (r->reshare) {
+            r->reshare = 0;
+            reshare(p, w, r, o);
         }
     }
-    /* The outputs are zeroed by the caller: adding the run's sums to them stores them exactly. */
+    /* the outputs are zeroed by the caller: adding the run's sums to them stores them exactly */
     for (i64 d = 0; d < D; d++) {
-        busy_time[d] += w->dev[d].busy;
-        peak[d] = w->dev[d].peak;
+        o->peak[d] = w->dev[d].peak;
+        o->busy_time[d] += w->dev[d].busy;
+        o->host_time[d] += w->dev[d].host;
     }
-    for (i64 l = 0; l < D * D; l++) {
-        link_time[l] += w->link[l].time;
-        link_bytes[l] += w->link[l].bytes;
-    }
-    for (i64 s = 0; s < S; s++) seg_time[s] += w->seg_time[s];
-    *n_transfers = nx;
+    *n_transfers = r->nx;
     return makespan;
 }
 
 /* The argument list's version: _cbackend refuses a build whose ap_abi differs (or that has none),
  * so a stale build is never called with the wrong arguments. */
-int ap_abi(void) { return 3; }
+int ap_abi(void) { return 4; }
 
 /* Simulate B placements (rows of devs[B, n]). Per-placement outputs have a leading B axis;
- * start/finish/xf_* are scratch shared by all rows (the last row's timeline is left in them).
+ * start/finish/lstart/xf_* are scratch shared by all rows (the last row's timeline is left in them).
  * The graph's index arrays (op_tensor_ptr, tensor_pair_ptr, pair_op, in_ptr, in_pair, alias_pair,
- * op_pair_ptr) are int32. Returns 0, -1 if memory could not be allocated, -2 if the graph has 2^31 - 1
- * ops, or tensors and pairs, or more. */
-int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, const i64 *devs, const double *optime, const i64 *order,
-                const i64 *tensor_src, const i64 *tensor_bytes, const i64 *tensor_alloc, const i32 *op_tensor_ptr,
-                const i32 *tensor_pair_ptr, const i32 *pair_op, const i64 *pair_tensor, const i32 *in_ptr,
-                const i32 *in_pair, const i64 *out_alloc_total, const i64 *unconsumed_alloc,
-                const i64 *param_bytes, const i32 *alias_pair, const i32 *op_pair_ptr, const double *bandwidth,
-                const double *latency, const double *overhead, const i64 *route_ptr, const i64 *route_seg,
-                const i64 *send_cap, const i64 *recv_cap, const i64 *concurrency, double *start, double *finish,
-                double *step_time, double *busy_time, i64 *peak, double *link_time, i64 *link_bytes,
-                double *seg_time, i64 *n_transfers, i64 *xf_tensor, i64 *xf_src, i64 *xf_dst, double *xf_start,
-                double *xf_end, double *xf_land) {
-    (void)tensor_src;
-    (void)pair_tensor;
+ * op_pair_ptr, op_group) are int32. Returns 0, -1 if memory could not be allocated, -2 if the graph has
+ * 2^31 - 1 ops, or tensors and pairs, or more. */
+int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, i64 H, const i64 *devs, const double *optime,
+                const i64 *order, const i64 *tensor_src, const i64 *tensor_bytes, const i64 *tensor_alloc,
+                const i64 *tensor_out, const i32 *op_tensor_ptr, const i32 *tensor_pair_ptr, const i32 *pair_op,
+                const i64 *pair_tensor, const i32 *in_ptr, const i32 *in_pair, const i64 *out_alloc_total,
+                const i64 *unconsumed_alloc, const i64 *param_bytes, const i32 *alias_pair, const i32 *op_pair_ptr,
+                const i32 *op_group, const i64 *group_launches, const double *bandwidth, const double *latency,
+                const double *overhead, const i64 *route_ptr, const i64 *route_seg, const double *seg_bw,
+                const i64 *send_cap, const i64 *recv_cap, const i64 *concurrency, const i64 *launcher,
+                const double *launch_cost, const i64 *qdepth, double *start, double *finish, double *lstart,
+                double *step_time, double *busy_time, double *host_time, i64 *peak, double *link_time,
+                i64 *link_bytes, double *seg_time, i64 *n_transfers, i64 *xf_tensor, i64 *xf_src, i64 *xf_dst,
+                double *xf_start, double *xf_end, double *xf_land) {
     if (n >= INT32_MAX || T + P >= INT32_MAX) return -2; /* indices are int32 */
-    Problem p = {n, T, P, D, S, optime, order, tensor_bytes, tensor_alloc, out_alloc_total, unconsumed_alloc,
-                 param_bytes, op_tensor_ptr, tensor_pair_ptr, pair_op, in_ptr, in_pair, alias_pair, op_pair_ptr,
-                 bandwidth, latency, overhead, send_cap, recv_cap, concurrency, 1, 1, 0, NULL};
-    for (i64 d = 0; d < D; d++) {
-        if (send_cap[d] > p.ES) p.ES = send_cap[d];
-        if (recv_cap[d] > p.ER) p.ER = recv_cap[d];
-    }
-    for (i64 l = 0; l < D * D; l++)
-        if (route_ptr[l + 1] - route_ptr[l] > p.R) p.R = route_ptr[l + 1] - route_ptr[l];
-    p.R += p.R & 1; /* even: the loops take two segments a step */
-    p.route = malloc(sizeof(i64) * (D * D * p.R + 1));
+    i64 G = 0;
+    for (i64 i = 0; i < n; i++)
+        if (op_group[i] + 1 > G) G = op_group[i] + 1;
+    Problem p = {n, T, P, D, S, H, G, optime, order, tensor_src, tensor_bytes, tensor_alloc, tensor_out,
+                 pair_tensor, out_alloc_total, unconsumed_alloc, param_bytes, group_launches, op_tensor_ptr,
+                 tensor_pair_ptr, pair_op, in_ptr, in_pair, alias_pair, op_pair_ptr, op_group, bandwidth, latency,
+                 overhead, seg_bw, launch_cost, route_ptr, route_seg, send_cap, recv_cap, concurrency, launcher,
+                 qdepth};
     Work w;
-    if (!p.route || work_alloc(&w, &p) != 0) {
-        free(p.route);
-        return -1;
-    }
-    for (i64 l = 0; l < D * D; l++)
-        for (i64 r = 0; r < p.R; r++)
-            p.route[l * p.R + r] = route_ptr[l] + r < route_ptr[l + 1] ? route_seg[route_ptr[l] + r] : S;
+    if (work_alloc(&w, &p) != 0) return -1;
     for (i64 b = 0; b < B; b++) {
-        step_time[b] = run_one(&p, &w, devs + b * n, start, finish, busy_time + b * D, peak + b * D,
-                               link_time + b * D * D, link_bytes + b * D * D, seg_time + b * S, xf_tensor, xf_src,
-                               xf_dst, xf_start, xf_end, xf_land, n_transfers + b);
+        Out o = {start, finish, lstart, busy_time + b * D, host_time + b * D, link_time + b * D * D,
+                 seg_time + b * S, peak + b * D, link_bytes + b * D * D, xf_tensor, xf_src, xf_dst,
+                 xf_start, xf_end, xf_land};
+        step_time[b] = run_one(&p, &w, devs + b * n, &o, n_transfers + b);
     }
     free(w.block);
-    free(p.route);
     return 0;
 }

@@ -1,31 +1,49 @@
-"""Numba kernels of the discrete-event simulator (the hot path; see docs/algorithms.md#simulator).
+"""Numba kernels of the discrete-event simulator (the reference loop; see docs/algorithms.md#simulator).
+
+Two kinds of device. A *synchronous* device (a CPU worker: ``launcher[d] == -1``) runs an op on its own
+thread for the op's whole time, overhead included. An *asynchronous* device (a GPU) is driven by a host
+thread, its *launcher* (several GPUs may share one): the launcher spends the op's launch cost
+(``min(op_overhead_s, op time)``) and the device runs the rest, the kernel, later and in launch order.
+Launches run ahead of the device until a synchronisation: a kernel whose output a synchronous device reads
+(the launcher waits for it, then submits the copies out), or ``qdepth`` launched kernels not yet finished.
 
 Events, processed in ``(time, kind, id)`` order so that every run is deterministic:
 
-* ``FINISH(op)``   (kind 0) an op ends: its device slot frees, each of its tensors is delivered — to local
-  consumers at once, to each other consuming device by one transfer (Send/Recv; sent once per
-  destination device) — and then its inputs' buffers may be released.
-* ``XFER(x)``      (kind 1) a transfer lands: its consumers may become ready, and the source's buffer is
-  released if nothing else needs it.
-* ``DISPATCH(d)``  (kind 2) device ``d`` starts ready ops while it has a free slot (``concurrency``),
-  taking the one with the earliest ready time, ties by release order (the order in which ops had their
-  last input resolved; sources in topological order). Dispatch runs after all finishes and arrivals of
-  the same instant. Ops ready at the instant they are released wait in a per-device FIFO (already in
-  that order), ops waiting for a later arrival in a per-device heap.
+* ``FINISH(op)``   (0) an op (or kernel) ends: its slot frees; each output goes once to each other device
+  that reads it (a transfer), and — on a synchronous device — to its local readers; its inputs' buffers
+  may be released.
+* ``LAUNCHED(op)`` (1) a launch ends: the kernel joins its device's queue; local readers may be launched.
+* ``XEND(x)``      (2) a transfer that crosses no shared segment has moved its bytes.
+* ``SEGEND(g)``    (3) the earliest end among transfers crossing shared segments (generation ``g``; an
+  event of an older generation is stale and skipped).
+* ``XLAND(x)``     (4) a transfer lands ``latency`` after its end (inline when the latency is 0).
+* ``XQUEUE(x)``    (5) a transfer's submit overhead is over: it joins its copy queue.
+* ``LFREE(h)``     (6) launcher ``h`` is done submitting copies.
 
-Transfers: a transfer ``src -> dst`` needs the link, every segment on the pair's route, one of the
-source's send engines and one of the destination's receive engines (a count of 0 sets no limit). It is
-issued when its tensor is ready and starts when all of them are free, taking the engine that frees first;
-every resource serves transfers in the order they are issued (a CUDA stream's order), so the start is
-known at issue: ``start = max(ready, link free, segments free, engines free)``. It holds them all for
-``overhead + bytes / bandwidth`` (the pair's ``transfer_bandwidth``: the least of its link's and
-segments') and lands ``latency`` after that. Transfers do not use the devices' compute slots (DMA).
+Ops are released (their last input resolved) into a FIFO: their device's (synchronous) or their
+launcher's (asynchronous); a device or launcher with a free slot takes the first released. A launcher
+also takes copies into its devices from synchronous devices (it submits them), in release order with
+its ops. Inputs resolve when their producer finishes (synchronous consumer, same device), is launched
+(asynchronous consumer, same device: stream order keeps the kernels in order) or when their transfer
+lands (another device).
 
-Memory: parameters are resident all step; an op's outputs are allocated when it starts; a received copy
-when its transfer is issued. Outputs live in buffers: an op's own, or, for a view (``alias_pair``), the
-buffer of the input it aliases. A buffer is released when its last reader on that device has finished
-and its outgoing transfers have landed — readers of a view count as readers of its base. Outputs nobody
-reads are released when their op finishes.
+Transfers: a data tensor goes once to each other device that reads it. Its copy is submitted — by the
+source's launcher (after the producer's launch for a peer copy; after waiting for the kernel for a copy
+to a synchronous device), by the destination's launcher (a copy from a synchronous device into an
+asynchronous one), or after a plain delay (between synchronous devices) — for the link's ``overhead``,
+and then joins one FIFO *copy queue*: the send engines of the source if it has any, else the receive
+engines of the destination, else the link itself (one copy at a time). A transfer crossing shared
+segments shares each of them equally with the transfers crossing it at the time; it moves at the least of
+its link's bandwidth and its shares, recomputed whenever a transfer starts or ends on a segment. It lands
+``latency`` after its last byte. A control tensor crossing devices takes no resource: it lands one
+latency after its producer finishes.
+
+Memory: parameters are resident all step; an op's outputs are allocated when it (its kernel) starts; a
+received copy when its transfer is issued. Outputs live in buffers: an op's own, or, for a view
+(``alias_pair``), the buffer of the input it aliases. A control tensor is a buffer of its own (of no
+bytes). A buffer is released when its last reader on that device has finished and its outgoing transfers
+have landed — readers of a view count as readers of its base. Outputs nobody reads are released when
+their op finishes.
 """
 
 from __future__ import annotations
@@ -34,8 +52,22 @@ import numpy as np
 from numba import njit
 
 FINISH = 0
-XFER = 1
-DISPATCH = 2
+LAUNCHED = 1
+XEND = 2
+SEGEND = 3
+XLAND = 4
+XQUEUE = 5
+LFREE = 6
+
+# integer run state, one array: release counter, transfers issued, dirty entries, active shared
+# transfers, event heap size, SEGEND generation, whether shares need recomputing
+SEQ, NX, NDIRTY, NACT, ESIZE, GEN, RESHARE = 0, 1, 2, 3, 4, 5, 6
+
+# launcher states
+FREE, BUSY, SYNC, DEPTH = 0, 1, 2, 3
+
+KSHIFT = 40
+KB = np.int64(1) << KSHIFT  # event key = kind * KB + id, ordered by (time, kind, id)
 
 
 @njit(cache=True, inline="always")
@@ -86,54 +118,34 @@ def _heap_pop(ht, hk, base, size):
 
 
 @njit(cache=True, inline="always")
-def _enqueue(c, dc, r, t, seq, qbase, qt, qk, qsize, ft, fs, ftail, seq_op):
-    """Release op ``c`` on device ``dc``, ready at ``r >= t``: the FIFO if ``r == t``, else the heap."""
-    b0 = qbase[dc]
-    seq_op[seq] = c
-    if r <= t:
-        k = b0 + ftail[dc]
-        ftail[dc] += 1
-        ft[k] = r
-        fs[k] = seq
-    else:
-        qsize[dc] = _heap_push(qt, qk, b0, qsize[dc], r, seq)
+def _push(et, ek, ist, t, kind, ident):
+    ist[ESIZE] = _heap_push(et, ek, 0, ist[ESIZE], t, kind * KB + ident)
 
 
 @njit(cache=True, inline="always")
-def _dispatch(d, t, optime, out_alloc_total, qt, qk, qbase, qsize, ft, fs, fhead, ftail, seq_op, busy,
-              concurrency, pend, start, finish, busy_time, mem, peak, et, ek, esize, KB):
-    """Start ready ops on device ``d`` at time ``t`` (earliest ready first, ties by release order) while it
-    has a free slot; keep a DISPATCH pending for the earliest op that becomes ready later. Returns the
-    event heap's size."""
-    b0 = qbase[d]
-    while busy[d] < concurrency[d]:
-        fh = b0 + fhead[d]
-        from_fifo = 0
-        if fhead[d] < ftail[d]:
-            from_fifo = 1
-            if qsize[d] > 0 and (qt[b0] < ft[fh] or (qt[b0] == ft[fh] and qk[b0] < fs[fh])):
-                from_fifo = 0
-        elif qsize[d] == 0 or qt[b0] > t:
-            break
-        if from_fifo == 1:
-            c = seq_op[fs[fh]]
-            fhead[d] += 1
-        else:
-            c = seq_op[qk[b0]]
-            qsize[d] = _heap_pop(qt, qk, b0, qsize[d])
-        dt = optime[c, d]
-        start[c] = t
-        finish[c] = t + dt
-        busy[d] += 1
-        busy_time[d] += dt
-        mem[d] += out_alloc_total[c]
-        if mem[d] > peak[d]:
-            peak[d] = mem[d]
-        esize = _heap_push(et, ek, 0, esize, t + dt, FINISH * KB + c)
-    if busy[d] < concurrency[d] and qsize[d] > 0 and qt[b0] < pend[d]:
-        esize = _heap_push(et, ek, 0, esize, qt[b0], DISPATCH * KB + d)
-        pend[d] = qt[b0]
-    return esize
+def _mark(dirty, isdirty, ist, k):
+    """Device ``k`` (``< D``) or launcher ``k - D`` may start work: dispatch it after this event."""
+    if isdirty[k] == 0:
+        isdirty[k] = 1
+        dirty[ist[NDIRTY]] = k
+        ist[NDIRTY] += 1
+
+
+@njit(cache=True)
+def _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty):
+    """Op ``c``'s last input has resolved: its launcher's FIFO (asynchronous device) or its device's."""
+    dc = dev[c]
+    h = launcher[dc]
+    oseq[c] = ist[SEQ]
+    ist[SEQ] += 1
+    if h >= 0:
+        lq[lbase[h] + ltail[h]] = c
+        ltail[h] += 1
+        _mark(dirty, isdirty, ist, fbase.shape[0] - 1 + h)  # D + h: fbase has D + 1 entries
+    else:
+        fq[fbase[dc] + ftail[dc]] = c
+        ftail[dc] += 1
+        _mark(dirty, isdirty, ist, dc)
 
 
 @njit(cache=True, inline="always")
@@ -144,71 +156,96 @@ def _buffer_bytes(b, T, tensor_alloc, tensor_bytes, xf_tensor):
     return tensor_bytes[xf_tensor[b - T]]
 
 
-@njit(cache=True, inline="always")
-def _first_free(free, base, cap):
-    """Index of the engine among ``free[base:base+cap]`` that frees first (the lowest on ties)."""
-    k = base
-    for j in range(base + 1, base + cap):
-        if free[j] < free[k]:
-            k = j
-    return k
-
-
 @njit(cache=True)
-def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, op_tensor_ptr, tensor_pair_ptr,
-                 pair_op, pair_tensor, in_ptr, in_pair, out_alloc_total, unconsumed_alloc, param_bytes, alias_pair,
-                 bandwidth, latency, overhead, route_ptr, route_seg, send_cap, recv_cap, concurrency,
-                 start, finish, busy_time, peak, link_time, link_bytes, seg_time,
+def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, tensor_out, op_tensor_ptr,
+                 tensor_pair_ptr, pair_op, pair_tensor, in_ptr, in_pair, out_alloc_total, unconsumed_alloc,
+                 param_bytes, alias_pair, op_pair_ptr, op_group, group_launches,
+                 bandwidth, latency, overhead, route_ptr, route_seg, seg_bw, send_cap, recv_cap, concurrency,
+                 launcher, launch_cost, qdepth, n_launchers,
+                 start, finish, lstart, busy_time, host_time, peak, link_time, link_bytes, seg_time,
                  xf_tensor, xf_src, xf_dst, xf_start, xf_end, xf_land):
     """Simulate one placement ``dev`` (op -> device index). Fills the output arrays in place.
 
-    Returns ``(step_time, n_transfers)``. ``peak``, ``busy_time``, ``link_time``, ``link_bytes`` and
-    ``seg_time`` must be zeroed by the caller; ``xf_*`` need room for one transfer per (tensor, consumer)
-    pair. ``bandwidth`` is the cluster's ``transfer_bandwidth``.
+    Returns ``(step_time, n_transfers)``. ``peak``, ``busy_time``, ``host_time``, ``link_time``,
+    ``link_bytes`` and ``seg_time`` must be zeroed by the caller; ``xf_*`` need room for one transfer per
+    (tensor, consumer) pair. ``bandwidth`` is each link's own; ``seg_bw`` each segment's.
     """
     n = dev.shape[0]
     D = concurrency.shape[0]
     T = tensor_src.shape[0]
     P = pair_op.shape[0]
     S = seg_time.shape[0]
-    KB = np.int64(1) << 40  # event key = kind * KB + id, ordered by (time, kind, id)
+    H = n_launchers
+    G = group_launches.shape[0]
+    NQ = 2 * D + D * D  # copy queues: send engines of d, receive engines of d, link s * D + d
 
-    # per-device ready queues share one array, device d owning qbase[d]:qbase[d+1]
-    qbase = np.zeros(D + 1, np.int64)
+    ist = np.zeros(8, np.int64)
+    # FIFOs: a device's (ops of a synchronous device; kernels of an asynchronous one) and a launcher's
+    # (its devices' ops), each in one shared array at its base
+    fbase = np.zeros(D + 1, np.int64)
+    lbase = np.zeros(H + 1, np.int64)
     for i in range(n):
-        qbase[dev[i] + 1] += 1
+        fbase[dev[i] + 1] += 1
+        if launcher[dev[i]] >= 0:
+            lbase[launcher[dev[i]] + 1] += 1
     for d in range(D):
-        qbase[d + 1] += qbase[d]
-    qsize = np.zeros(D, np.int64)
-    qt = np.empty(n, np.float64)
-    qk = np.empty(n, np.int64)
-    ft = np.empty(n, np.float64)
-    fs = np.empty(n, np.int64)
+        fbase[d + 1] += fbase[d]
+    for h in range(H):
+        lbase[h + 1] += lbase[h]
+    fq = np.empty(n, np.int64)
     fhead = np.zeros(D, np.int64)
     ftail = np.zeros(D, np.int64)
-    seq_op = np.empty(n, np.int64)
-    seq = 0
+    lq = np.empty(max(1, lbase[H]), np.int64)
+    lhead = np.zeros(H, np.int64)
+    ltail = np.zeros(H, np.int64)
+    oseq = np.zeros(n, np.int64)
+    # dirty devices (k < D) and launchers (D + h), dispatched after each event; _release finds the
+    # launchers' offset as fbase.shape[0] - 1 == D
+    dirty = np.empty(D + H, np.int64)
+    isdirty = np.zeros(D + H, np.int64)
 
-    cap = 2 * n + P + D + 1
+    cap = 3 * n + 6 * P + 2 * D + 2 * H + 8
     et = np.empty(cap, np.float64)
     ek = np.empty(cap, np.int64)
-    esize = 0
 
     cnt = np.empty(n, np.int64)
-    ready = np.zeros(n, np.float64)
-    busy = np.zeros(D, np.int64)
-    pend = np.full(D, np.inf)
+    lend = np.zeros(n, np.float64)   # when an asynchronous op's launch ended
+    psum = np.zeros(n, np.float64)   # the launcher's time submitting its peer copies after that
+    nfree = concurrency.copy()
+    inflight = np.zeros(D, np.int64)  # launched kernels not yet finished
+    lstate = np.zeros(H, np.int64)
+    lwait = np.zeros(H, np.int64)     # the op a SYNC launcher waits for, the device a DEPTH one waits on
+    shead = np.full(H, -1, np.int64)  # copies a launcher has to submit: a list through snext
+    stail = np.full(H, -1, np.int64)
+    gseen = np.zeros(max(1, G * D), np.int64)
     ref = np.zeros(T + P, np.int64)       # readers and pending sends of each buffer (tensors, then copies)
     pair_buf = np.empty(P, np.int64)      # the buffer each (tensor, consumer) pair reads
-    xf_buf = np.empty(P, np.int64)        # the buffer each transfer sends from
-    stamp = np.full(D, -1, np.int64)
+    stamp = np.full(D, -1, np.int64)      # the last tensor sent to each device (at FINISH)
+    stamp2 = np.full(D, -1, np.int64)     # the same at LAUNCHED
     xid_of = np.zeros(D, np.int64)
-    link_free = np.zeros(D * D, np.float64)
-    seg_free = np.zeros(S, np.float64)
-    ES = max(1, send_cap.max())
-    ER = max(1, recv_cap.max())
-    send_free = np.zeros(D * ES, np.float64)
-    recv_free = np.zeros(D * ER, np.float64)
+    xbuf = np.empty(P, np.int64)          # each transfer's source buffer (-1: a control tensor)
+    xq = np.empty(P, np.int64)            # its copy queue
+    xsub = np.zeros(P, np.int64)          # 1: submitted by the destination's launcher
+    xseq = np.zeros(P, np.int64)          # release number of a copy to submit
+    snext = np.empty(P, np.int64)
+    qnext = np.empty(P, np.int64)
+    xrem = np.zeros(P, np.float64)        # bytes left, rate and when they were last brought up to date
+    xrate = np.zeros(P, np.float64)
+    xtl = np.zeros(P, np.float64)
+    xendp = np.zeros(P, np.float64)       # predicted end of an active shared transfer
+    xdone = np.zeros(P, np.int64)
+    act = np.empty(P, np.int64)           # active transfers that cross shared segments
+    qcap = np.empty(NQ, np.int64)
+    quse = np.zeros(NQ, np.int64)
+    qh = np.full(NQ, -1, np.int64)
+    qt = np.full(NQ, -1, np.int64)
+    for d in range(D):
+        qcap[d] = send_cap[d]
+        qcap[D + d] = recv_cap[d]
+    for l in range(D * D):
+        qcap[2 * D + l] = 1
+    nseg = np.zeros(max(1, S), np.int64)
+    sbusy = np.zeros(max(1, S), np.float64)
     mem = np.zeros(D, np.int64)
 
     for i in range(n):
@@ -220,130 +257,440 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, op_
     for j in range(n):  # sources, in topological order
         i = order[j]
         if cnt[i] == 0:
-            _enqueue(i, dev[i], 0.0, 0.0, seq, qbase, qt, qk, qsize, ft, fs, ftail, seq_op)
-            seq += 1
-    for d in range(D):
-        if qsize[d] > 0 or fhead[d] < ftail[d]:
-            esize = _heap_push(et, ek, 0, esize, 0.0, DISPATCH * KB + d)
-            pend[d] = 0.0
+            _release(i, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty)
 
     makespan = 0.0
-    nx = 0
-    while esize > 0:
-        t = et[0]
-        key = ek[0]
-        esize = _heap_pop(et, ek, 0, esize)
-        kind = key >> 40
-        ident = key & (KB - 1)
-        if kind == FINISH:
-            i = ident
-            d = dev[i]
-            busy[d] -= 1
-            if t > makespan:
-                makespan = t
-            # a view's outputs live in the buffer of the input it aliases
-            obuf = -1
-            if alias_pair[i] >= 0:
-                obuf = pair_buf[alias_pair[i]]
-            # deliver each output tensor: locally at once, remotely once per destination device
-            for tt in range(op_tensor_ptr[i], op_tensor_ptr[i + 1]):
-                b = tensor_bytes[tt]
-                buf = obuf if obuf >= 0 else tt
-                for p in range(tensor_pair_ptr[tt], tensor_pair_ptr[tt + 1]):
-                    c = pair_op[p]
-                    dc = dev[c]
-                    if dc == d:
-                        pair_buf[p] = buf
-                        ref[buf] += 1
-                        arrival = t
-                    else:
+    t = 0.0
+    first = True
+    while True:
+        if not first:
+            if ist[ESIZE] == 0:
+                break
+            t = et[0]
+            key = ek[0]
+            ist[ESIZE] = _heap_pop(et, ek, 0, ist[ESIZE])
+            kind = key >> KSHIFT
+            ident = key & (KB - 1)
+            if kind == FINISH:
+                i = ident
+                d = dev[i]
+                h = launcher[d]
+                nfree[d] += 1
+                if t > makespan:
+                    makespan = t
+                if h >= 0:
+                    inflight[d] -= 1
+                    if lstate[h] == DEPTH and lwait[h] == d:
+                        lstate[h] = FREE
+                        _mark(dirty, isdirty, ist, D + h)
+                obuf = -1
+                if alias_pair[i] >= 0:
+                    obuf = pair_buf[alias_pair[i]]
+                cum_p = lend[i]   # the launcher's peer submits, in order
+                hc = -1.0         # and its submits to synchronous devices, after the kernel
+                for tt in range(op_tensor_ptr[i], op_tensor_ptr[i + 1]):
+                    ctrl = tensor_out[tt] < 0
+                    buf = tt if (ctrl or obuf < 0) else obuf
+                    b = tensor_bytes[tt]
+                    for p in range(tensor_pair_ptr[tt], tensor_pair_ptr[tt + 1]):
+                        c = pair_op[p]
+                        dc = dev[c]
+                        if dc == d:
+                            if h < 0:
+                                pair_buf[p] = buf
+                                ref[buf] += 1
+                                cnt[c] -= 1
+                                if cnt[c] == 0:
+                                    _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist,
+                                             dirty, isdirty)
+                            continue
                         if stamp[dc] != tt:
                             stamp[dc] = tt
+                            x = ist[NX]
+                            ist[NX] += 1
+                            xid_of[dc] = x
+                            xf_tensor[x] = tt
+                            xf_src[x] = d
+                            xf_dst[x] = dc
+                            ref[T + x] = 0
                             l = d * D + dc
-                            xs = t if t > link_free[l] else link_free[l]
-                            ks = -1
-                            if send_cap[d] > 0:
-                                ks = _first_free(send_free, d * ES, send_cap[d])
-                                if send_free[ks] > xs:
-                                    xs = send_free[ks]
-                            kr = -1
-                            if recv_cap[dc] > 0:
-                                kr = _first_free(recv_free, dc * ER, recv_cap[dc])
-                                if recv_free[kr] > xs:
-                                    xs = recv_free[kr]
-                            for r in range(route_ptr[l], route_ptr[l + 1]):
-                                if seg_free[route_seg[r]] > xs:
-                                    xs = seg_free[route_seg[r]]
-                            occ = overhead[d, dc] + b / bandwidth[d, dc]
-                            xe = xs + occ
-                            link_free[l] = xe
-                            if ks >= 0:
-                                send_free[ks] = xe
-                            if kr >= 0:
-                                recv_free[kr] = xe
-                            for r in range(route_ptr[l], route_ptr[l + 1]):
-                                seg_free[route_seg[r]] = xe
-                                seg_time[route_seg[r]] += occ
-                            link_time[d, dc] += occ
-                            link_bytes[d, dc] += b
-                            xf_tensor[nx] = tt
-                            xf_src[nx] = d
-                            xf_dst[nx] = dc
-                            xf_start[nx] = xs
-                            xf_end[nx] = xe
-                            xf_land[nx] = xe + latency[d, dc]
-                            xf_buf[nx] = buf
-                            ref[buf] += 1
-                            # the received copy is allocated when the transfer is issued
-                            mem[dc] += b
-                            if mem[dc] > peak[dc]:
-                                peak[dc] = mem[dc]
-                            xid_of[dc] = nx
-                            esize = _heap_push(et, ek, 0, esize, xf_land[nx], XFER * KB + nx)
-                            nx += 1
+                            if ctrl:
+                                xbuf[x] = -1
+                                xf_start[x] = t
+                                xf_end[x] = t
+                                xf_land[x] = t + latency[d, dc]
+                                _push(et, ek, ist, xf_land[x], XLAND, x)
+                            else:
+                                xbuf[x] = buf
+                                if h < 0:
+                                    ref[buf] += 1   # an asynchronous source reserved it at LAUNCHED
+                                link_bytes[d, dc] += b
+                                mem[dc] += b        # the received copy is allocated when it is issued
+                                if mem[dc] > peak[dc]:
+                                    peak[dc] = mem[dc]
+                                if send_cap[d] > 0:
+                                    xq[x] = d
+                                elif recv_cap[dc] > 0:
+                                    xq[x] = D + dc
+                                else:
+                                    xq[x] = 2 * D + l
+                                ov = overhead[d, dc]
+                                at = t  # when it joins its copy queue
+                                if h >= 0:
+                                    host_time[d] += ov
+                                    if launcher[dc] >= 0:
+                                        cum_p += ov
+                                        if cum_p > at:
+                                            at = cum_p
+                                    else:
+                                        if hc < 0.0:
+                                            hc = lend[i] + psum[i]
+                                            if hc < t:
+                                                hc = t
+                                        hc += ov
+                                        at = hc
+                                elif launcher[dc] >= 0:
+                                    hd = launcher[dc]
+                                    xseq[x] = ist[SEQ]
+                                    ist[SEQ] += 1
+                                    snext[x] = -1
+                                    if stail[hd] < 0:
+                                        shead[hd] = x
+                                    else:
+                                        snext[stail[hd]] = x
+                                    stail[hd] = x
+                                    _mark(dirty, isdirty, ist, D + hd)
+                                    at = -1.0
+                                else:
+                                    at = t + ov
+                                if at > t:
+                                    _push(et, ek, ist, at, XQUEUE, x)
+                                elif at == t:
+                                    _join(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst,
+                                          xf_start, tensor_bytes, bandwidth, route_ptr, route_seg, nseg, sbusy,
+                                          xrem, xrate, xtl, xendp, act, ist, et, ek, D)
                         x = xid_of[dc]
                         ref[T + x] += 1
                         pair_buf[p] = T + x
-                        arrival = xf_land[x]
-                    if arrival > ready[c]:
-                        ready[c] = arrival
-                    cnt[c] -= 1
-                    if cnt[c] == 0:
-                        _enqueue(c, dc, ready[c], t, seq, qbase, qt, qk, qsize, ft, fs, ftail, seq_op)
-                        seq += 1
-                        # device d itself is dispatched below, once, after all deliveries
-                        if dc != d and busy[dc] < concurrency[dc] and ready[c] < pend[dc]:
-                            esize = _heap_push(et, ek, 0, esize, ready[c], DISPATCH * KB + dc)
-                            pend[dc] = ready[c]
-            # release the input buffers this op was holding (after delivery: a view's readers hold its base)
-            for q in range(in_ptr[i], in_ptr[i + 1]):
-                bq = pair_buf[in_pair[q]]
-                ref[bq] -= 1
-                if ref[bq] == 0:
-                    mem[d] -= _buffer_bytes(bq, T, tensor_alloc, tensor_bytes, xf_tensor)
-            mem[d] -= unconsumed_alloc[i]
-            if qsize[d] > 0 or fhead[d] < ftail[d]:
-                if esize == 0 or et[0] > t:
-                    # nothing else happens at this instant: dispatch now instead of via an event
-                    esize = _dispatch(d, t, optime, out_alloc_total, qt, qk, qbase, qsize, ft, fs, fhead, ftail,
-                                      seq_op, busy, concurrency, pend, start, finish, busy_time, mem, peak, et,
-                                      ek, esize, KB)
-                elif t < pend[d]:
-                    esize = _heap_push(et, ek, 0, esize, t, DISPATCH * KB + d)
-                    pend[d] = t
-        elif kind == XFER:
-            x = ident
-            bq = xf_buf[x]
-            ref[bq] -= 1
-            if ref[bq] == 0:
-                mem[xf_src[x]] -= _buffer_bytes(bq, T, tensor_alloc, tensor_bytes, xf_tensor)
+                if h >= 0 and lstate[h] == SYNC and lwait[h] == i:
+                    if hc > t:
+                        lstate[h] = BUSY
+                        _push(et, ek, ist, hc, LFREE, h)
+                    else:
+                        lstate[h] = FREE
+                        _mark(dirty, isdirty, ist, D + h)
+                # release the input buffers this op was holding (after delivery: a view's readers hold its base)
+                for q in range(in_ptr[i], in_ptr[i + 1]):
+                    bq = pair_buf[in_pair[q]]
+                    ref[bq] -= 1
+                    if ref[bq] == 0:
+                        mem[d] -= _buffer_bytes(bq, T, tensor_alloc, tensor_bytes, xf_tensor)
+                mem[d] -= unconsumed_alloc[i]
+                _mark(dirty, isdirty, ist, d)
+            elif kind == LAUNCHED:
+                i = ident
+                d = dev[i]
+                h = launcher[d]
+                lend[i] = t
+                obuf = -1
+                if alias_pair[i] >= 0:
+                    obuf = pair_buf[alias_pair[i]]
+                ps = 0.0
+                sync = False
+                for tt in range(op_tensor_ptr[i], op_tensor_ptr[i + 1]):
+                    ctrl = tensor_out[tt] < 0
+                    buf = tt if (ctrl or obuf < 0) else obuf
+                    for p in range(tensor_pair_ptr[tt], tensor_pair_ptr[tt + 1]):
+                        c = pair_op[p]
+                        dc = dev[c]
+                        if dc == d:
+                            pair_buf[p] = buf
+                            ref[buf] += 1
+                            cnt[c] -= 1
+                            if cnt[c] == 0:
+                                _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty,
+                                         isdirty)
+                        elif stamp2[dc] != tt:
+                            stamp2[dc] = tt
+                            if not ctrl:
+                                ref[buf] += 1  # held for the transfer issued at FINISH
+                                if launcher[dc] >= 0:
+                                    ps += overhead[d, dc]
+                                else:
+                                    sync = True
+                psum[i] = ps
+                fq[fbase[d] + ftail[d]] = i
+                ftail[d] += 1
+                _mark(dirty, isdirty, ist, d)
+                if sync:
+                    lstate[h] = SYNC
+                    lwait[h] = i
+                elif ps > 0.0:
+                    _push(et, ek, ist, t + ps, LFREE, h)
+                else:
+                    lstate[h] = FREE
+                    _mark(dirty, isdirty, ist, D + h)
+            elif kind == XEND:
+                _end(ident, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, xf_end,
+                     xf_land, tensor_bytes, bandwidth, latency, route_ptr, route_seg, nseg, sbusy, seg_time,
+                     link_time, xrem, xrate, xtl, xendp, act, xdone, ist, et, ek, D)
+                if latency[xf_src[ident], xf_dst[ident]] == 0.0:
+                    _land(ident, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src, xf_dst,
+                          tensor_pair_ptr, pair_op, dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq,
+                          ist, dirty, isdirty)
+            elif kind == SEGEND:
+                if ident == ist[GEN]:
+                    while True:  # every shared transfer due by now, lowest id first
+                        best = -1
+                        for k in range(ist[NACT]):
+                            x = act[k]
+                            if xendp[x] <= t and (best < 0 or x < act[best]):
+                                best = k
+                        if best < 0:
+                            break
+                        x = act[best]
+                        ist[NACT] -= 1
+                        act[best] = act[ist[NACT]]
+                        _end(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, xf_end,
+                             xf_land, tensor_bytes, bandwidth, latency, route_ptr, route_seg, nseg, sbusy,
+                             seg_time, link_time, xrem, xrate, xtl, xendp, act, xdone, ist, et, ek, D)
+                        if latency[xf_src[x], xf_dst[x]] == 0.0:
+                            _land(x, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src, xf_dst,
+                                  tensor_pair_ptr, pair_op, dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail,
+                                  oseq, ist, dirty, isdirty)
+            elif kind == XLAND:
+                _land(ident, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src, xf_dst,
+                      tensor_pair_ptr, pair_op, dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq,
+                      ist, dirty, isdirty)
+            elif kind == XQUEUE:
+                x = ident
+                if xsub[x] == 1:
+                    hd = launcher[xf_dst[x]]
+                    lstate[hd] = FREE
+                    _mark(dirty, isdirty, ist, D + hd)
+                _join(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, tensor_bytes,
+                      bandwidth, route_ptr, route_seg, nseg, sbusy, xrem, xrate, xtl, xendp, act, ist, et, ek, D)
+            else:  # LFREE
+                lstate[ident] = FREE
+                _mark(dirty, isdirty, ist, D + ident)
+        first = False
+
+        # dispatch what this event made ready: devices start ops or kernels, launchers launch or submit
+        while ist[NDIRTY] > 0:
+            ist[NDIRTY] -= 1
+            k = dirty[ist[NDIRTY]]
+            isdirty[k] = 0
+            if k < D:
+                d = k
+                asyn = launcher[d] >= 0
+                while nfree[d] > 0 and fhead[d] < ftail[d]:
+                    i = fq[fbase[d] + fhead[d]]
+                    fhead[d] += 1
+                    s = t
+                    ot = optime[i, d]
+                    m = launch_cost[d]
+                    if ot < m:
+                        m = ot
+                    if asyn:
+                        dt = ot - m
+                        if concurrency[d] > 1:  # in stream order: after the local inputs' kernels
+                            for q in range(in_ptr[i], in_ptr[i + 1]):
+                                pp = tensor_src[pair_tensor[in_pair[q]]]
+                                if dev[pp] == d and finish[pp] > s:
+                                    s = finish[pp]
+                    elif op_group[i] >= 0:
+                        g = op_group[i]
+                        dt = ot - m
+                        if gseen[g * D + d] == 0:
+                            gseen[g * D + d] = 1
+                            dt += group_launches[g] * launch_cost[d]
+                    else:
+                        dt = ot
+                    start[i] = s
+                    if not asyn:
+                        lstart[i] = s
+                    finish[i] = s + dt
+                    nfree[d] -= 1
+                    busy_time[d] += dt
+                    mem[d] += out_alloc_total[i]
+                    if mem[d] > peak[d]:
+                        peak[d] = mem[d]
+                    _push(et, ek, ist, s + dt, FINISH, i)
+            else:
+                h = k - D
+                while lstate[h] == FREE:
+                    has_op = lhead[h] < ltail[h]
+                    x = shead[h]
+                    if not has_op and x < 0:
+                        break
+                    if has_op and (x < 0 or oseq[lq[lbase[h] + lhead[h]]] < xseq[x]):
+                        c = lq[lbase[h] + lhead[h]]
+                        dc = dev[c]
+                        if inflight[dc] >= qdepth[dc]:
+                            lstate[h] = DEPTH
+                            lwait[h] = dc
+                            break
+                        lhead[h] += 1
+                        if op_group[c] >= 0:
+                            g = op_group[c]
+                            ln = 0.0
+                            if gseen[g * D + dc] == 0:
+                                gseen[g * D + dc] = 1
+                                ln = group_launches[g] * launch_cost[dc]
+                        else:
+                            ln = launch_cost[dc]
+                            if optime[c, dc] < ln:
+                                ln = optime[c, dc]
+                        lstart[c] = t
+                        inflight[dc] += 1
+                        host_time[dc] += ln
+                        lstate[h] = BUSY
+                        _push(et, ek, ist, t + ln, LAUNCHED, c)
+                    else:
+                        shead[h] = snext[x]
+                        if shead[h] < 0:
+                            stail[h] = -1
+                        ov = overhead[xf_src[x], xf_dst[x]]
+                        host_time[xf_dst[x]] += ov
+                        if ov > 0.0:
+                            xsub[x] = 1
+                            lstate[h] = BUSY
+                            _push(et, ek, ist, t + ov, XQUEUE, x)
+                        else:
+                            _join(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start,
+                                  tensor_bytes, bandwidth, route_ptr, route_seg, nseg, sbusy, xrem, xrate, xtl, xendp,
+                                  act, ist, et, ek, D)
+        if ist[RESHARE] == 1:
+            ist[RESHARE] = 0
+            _reshare(t, act, xf_src, xf_dst, bandwidth, route_ptr, route_seg, seg_bw, nseg, xrem, xrate, xtl,
+                     xendp, ist, et, ek, D)
+    return makespan, ist[NX]
+
+
+@njit(cache=True)
+def _join(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, tensor_bytes, bandwidth,
+          route_ptr, route_seg, nseg, sbusy, xrem, xrate, xtl, xendp, act, ist, et, ek, D):
+    """Transfer ``x`` joins the tail of its copy queue; the queue starts what it can."""
+    r = xq[x]
+    qnext[x] = -1
+    if qt[r] < 0:
+        qh[r] = x
+    else:
+        qnext[qt[r]] = x
+    qt[r] = x
+    _serve(r, t, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, tensor_bytes, bandwidth,
+           route_ptr, route_seg, nseg, sbusy, xrem, xrate, xtl, xendp, act, ist, et, ek, D)
+
+
+@njit(cache=True)
+def _serve(r, t, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, tensor_bytes, bandwidth,
+           route_ptr, route_seg, nseg, sbusy, xrem, xrate, xtl, xendp, act, ist, et, ek, D):
+    """Start transfers from the head of copy queue ``r`` while it has a free engine (0: no limit)."""
+    while qh[r] >= 0 and (qcap[r] == 0 or quse[r] < qcap[r]):
+        x = qh[r]
+        qh[r] = qnext[x]
+        if qh[r] < 0:
+            qt[r] = -1
+        quse[r] += 1
+        s = xf_src[x]
+        dc = xf_dst[x]
+        l = s * D + dc
+        xf_start[x] = t
+        b = tensor_bytes[xf_tensor[x]]
+        if route_ptr[l] == route_ptr[l + 1]:
+            _push(et, ek, ist, t + b / bandwidth[s, dc], XEND, x)
         else:
-            d = ident
-            if pend[d] <= t:
-                pend[d] = np.inf
-            esize = _dispatch(d, t, optime, out_alloc_total, qt, qk, qbase, qsize, ft, fs, fhead, ftail, seq_op,
-                              busy, concurrency, pend, start, finish, busy_time, mem, peak, et, ek, esize, KB)
-    return makespan, nx
+            for k in range(route_ptr[l], route_ptr[l + 1]):
+                g = route_seg[k]
+                if nseg[g] == 0:
+                    sbusy[g] = t
+                nseg[g] += 1
+            xrem[x] = b
+            xrate[x] = 0.0
+            xtl[x] = t
+            act[ist[NACT]] = x
+            ist[NACT] += 1
+            xendp[x] = np.inf  # until _reshare gives it a rate
+            ist[RESHARE] = 1
+
+
+@njit(cache=True)
+def _end(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, xf_end, xf_land, tensor_bytes,
+         bandwidth, latency, route_ptr, route_seg, nseg, sbusy, seg_time, link_time, xrem, xrate, xtl, xendp, act, xdone,
+         ist, et, ek, D):
+    """Transfer ``x`` has moved its last byte: it frees its engine and segments and lands a latency later
+    (the caller lands it now when the latency is 0)."""
+    s = xf_src[x]
+    dc = xf_dst[x]
+    l = s * D + dc
+    xdone[x] = 1
+    xf_end[x] = t
+    xf_land[x] = t + latency[s, dc]
+    link_time[s, dc] += t - xf_start[x]
+    for k in range(route_ptr[l], route_ptr[l + 1]):
+        g = route_seg[k]
+        nseg[g] -= 1
+        if nseg[g] == 0:
+            seg_time[g] += t - sbusy[g]
+        ist[RESHARE] = 1
+    if latency[s, dc] != 0.0:
+        _push(et, ek, ist, xf_land[x], XLAND, x)
+    r = xq[x]
+    quse[r] -= 1
+    _serve(r, t, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, tensor_bytes, bandwidth,
+           route_ptr, route_seg, nseg, sbusy, xrem, xrate, xtl, xendp, act, ist, et, ek, D)
+
+
+@njit(cache=True)
+def _land(x, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src, xf_dst, tensor_pair_ptr, pair_op,
+          dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty):
+    """Transfer ``x`` lands: the source may free its buffer; its readers on the destination may be released."""
+    bq = xbuf[x]
+    if bq >= 0:
+        ref[bq] -= 1
+        if ref[bq] == 0:
+            mem[xf_src[x]] -= _buffer_bytes(bq, T, tensor_alloc, tensor_bytes, xf_tensor)
+    tt = xf_tensor[x]
+    dc = xf_dst[x]
+    for p in range(tensor_pair_ptr[tt], tensor_pair_ptr[tt + 1]):
+        c = pair_op[p]
+        if dev[c] == dc:
+            cnt[c] -= 1
+            if cnt[c] == 0:
+                _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty)
+
+
+@njit(cache=True)
+def _reshare(t, act, xf_src, xf_dst, bandwidth, route_ptr, route_seg, seg_bw, nseg, xrem, xrate, xtl, xendp, ist,
+             et, ek, D):
+    """Each active shared transfer moves at the least of its link's bandwidth and its equal share of every
+    segment it crosses; those whose rate changes are brought up to date and get a new predicted end. One
+    SEGEND event (a new generation) is due at the earliest predicted end."""
+    best = np.inf
+    for k in range(ist[NACT]):
+        x = act[k]
+        s = xf_src[x]
+        dc = xf_dst[x]
+        l = s * D + dc
+        r = bandwidth[s, dc]
+        for j in range(route_ptr[l], route_ptr[l + 1]):
+            g = route_seg[j]
+            share = seg_bw[g] / nseg[g]
+            if share < r:
+                r = share
+        if r != xrate[x]:
+            if xrate[x] > 0.0:
+                xrem[x] -= xrate[x] * (t - xtl[x])
+                if xrem[x] < 0.0:
+                    xrem[x] = 0.0
+            xtl[x] = t
+            xrate[x] = r
+            xendp[x] = t + xrem[x] / r
+        if xendp[x] < best:
+            best = xendp[x]
+    if ist[NACT] > 0:
+        ist[GEN] += 1
+        _push(et, ek, ist, best, SEGEND, ist[GEN])
 
 
 @njit(cache=True)
