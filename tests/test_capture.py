@@ -62,6 +62,43 @@ def test_adam_state_is_resident_and_updates_are_per_parameter():
     assert len(by_type(g, "aten.addcdiv_")) == 4
 
 
+@pytest.mark.parametrize("flags, implementation", [({"foreach": False}, "for-loop"), ({"foreach": True}, "foreach"),
+                                                   ({}, "default"), ({"fused": True}, "fused")])
+def test_the_update_is_marked_with_the_kernels_pytorch_runs_it_in(flags, implementation):
+    """Per parameter, the k-th update op runs in the k-th foreach call (one launch group each, on every
+    device, or on GPUs only where the flags are unset: PyTorch's default); fused, the whole update of the
+    param group is one kernel; the for-loop has no groups. On one GPU the launches fall accordingly."""
+    g = train(mlp(), torch.randn(B, I), torch.randint(0, C, (B,)), torch.optim.Adam, **flags)
+    assert g.meta["optimizer"] == {"class": "Adam", "implementation": [implementation]}
+    update = [op for op in g.ops if op.phase == "update" and op.type.startswith("aten.")]
+    groups = {op.meta.get("launch_group") for op in update}
+    per_param = len(update) // 4
+    assert len(update) == 4 * per_param and per_param > 1
+    if implementation == "for-loop":
+        assert groups == {None}
+    elif implementation == "fused":
+        assert groups == {"optimizer.0"}
+    else:
+        assert len(groups) == per_param and None not in groups
+        # the same position of each parameter's update shares a group, in the same op type
+        first = [op for op in update if op.colocation_group == "0.weight"]
+        for k, op in enumerate(first):
+            members = [o for o in update if o.meta["launch_group"] == op.meta["launch_group"]]
+            assert len(members) == 4 and {o.type for o in members} == {op.type}, k
+    assert all(("group_device_types" in op.meta) == (implementation == "default") for op in update if op.meta.get("launch_group"))
+    # on one GPU its host thread pays each other op's launch and each group's once
+    from autoplace.cost import op_time_matrix
+
+    cluster = get_cluster("p100x2")
+    gpu = cluster.index("gpu:0")
+    host = simulate(g, cluster, place(g, cluster, "single-gpu")).host_time[gpu]
+    overhead = cluster.devices[gpu].op_overhead_s
+    launch = np.minimum(op_time_matrix(g, cluster)[:, gpu], overhead)
+    grouped = g.op_group >= 0
+    assert host == pytest.approx(launch[~grouped].sum() + len(g.launch_groups) * overhead, rel=1e-9)
+    assert len(g.launch_groups) == {"for-loop": 0, "foreach": per_param, "default": per_param, "fused": 1}[implementation]
+
+
 def test_in_place_ops_alias_what_they_write():
     """Captured in-place ops (SGD's ``add_``, Adam's ``lerp_``/``addcdiv_``/``denom.add_(eps)``) are views
     of the tensor they write, so they allocate nothing. One SGD step of a bias-free 1024x1024 linear

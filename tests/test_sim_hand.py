@@ -385,6 +385,10 @@ def test_a_launch_group_pays_its_launches_once_per_device():
     # on a CPU the same: one op pays the group's 3 overheads, each op its own work (1 us)
     cpu = Cluster("c", [replace(gpu, type="cpu")])
     assert simulate(g, cpu, np.zeros(10, np.int64)).step_time == pytest.approx(30e-6 + 10e-6)
+    # a group for GPUs only (a foreach update left at PyTorch's default): on the CPU each op pays its own
+    gpu_only = Graph([Op(o.name, o.type, flops=o.flops, meta={**o.meta, "group_device_types": ["gpu"]}) for o in ops])
+    assert simulate(gpu_only, cpu, np.zeros(10, np.int64)).step_time == pytest.approx(10 * 11e-6)
+    assert simulate(gpu_only, cl, np.zeros(10, np.int64)).host_time.tolist() == pytest.approx([30e-6, 0.0])
 
 
 def test_a_control_edge_out_of_a_view_does_not_hold_its_base():

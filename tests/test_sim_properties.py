@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoplace.cluster import Cluster, Device, Link, Segment
+from autoplace.cost import group_launch_matrix
 from autoplace.graph import Graph, Op
 from autoplace.sim import Simulator
 
@@ -17,7 +18,8 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 
 @st.composite
 def cases(draw, max_ops=24, max_devices=4, concurrency=False):
-    """A random DAG (some ops views of their first input, some in one of two launch groups), a random
+    """A random DAG (some ops views of their first input, some in one of two launch groups, one of them
+    only on GPUs), a random
     cluster (CPUs and GPUs, GPUs on their own host threads or sharing one, launch queues of 1-3 or 1024,
     copy engines 0-2 per device, per-transfer overheads, latencies, links crossing 0-2 of up to 3 shared
     segments) and a random placement."""
@@ -33,7 +35,8 @@ def cases(draw, max_ops=24, max_devices=4, concurrency=False):
         meta = {"view": True} if inputs and draw(st.integers(0, 4)) == 0 else {}
         group = draw(st.integers(0, 5))
         if group < 2:
-            meta = {**meta, "launch_group": f"g{group}", "group_launches": group + 1}
+            meta = {**meta, "launch_group": f"g{group}", "group_launches": group + 1,
+                    **({"group_device_types": ["gpu"]} if group == 1 else {})}
         ops.append(Op(f"o{i}", "op", inputs, tuple(f"o{c}" for c in ctrl), output_bytes=out,
                       flops=float(draw(st.integers(0, 10**9))), param_bytes=draw(st.integers(0, 3000)), meta=meta))
     engines = st.sampled_from([None, 0, 1, 2])
@@ -62,12 +65,14 @@ def test_single_device_step_is_sum_of_op_times(case):
     at most everything in series."""
     graph, cluster, _ = case
     sim = Simulator(graph, cluster)
-    grouped = graph.op_group >= 0
+    launches = group_launch_matrix(graph, cluster)
     for d in range(cluster.n_devices):
+        grouped = np.zeros(graph.n_ops, bool)
+        grouped[graph.op_group >= 0] = launches[graph.op_group[graph.op_group >= 0], d] > 0
         r = sim.run(np.full(graph.n_ops, d))
         t = sim.op_times[:, d]
         launch = np.minimum(cluster.op_overhead[d], t)
-        groups = graph.group_launches[np.unique(graph.op_group[grouped])].sum() * cluster.op_overhead[d]
+        groups = launches[np.unique(graph.op_group[grouped]), d].sum() * cluster.op_overhead[d]
         serial = np.where(grouped, t - launch, t).sum() + groups
         if cluster.launcher[d] < 0:
             assert np.isclose(r.step_time, serial, rtol=1e-12, atol=1e-15)

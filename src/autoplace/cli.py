@@ -216,14 +216,23 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     _note_other_cluster(placement, cluster)
     if args.trace:
         write_json(args.trace, chrome_trace(graph, cluster, result), indent=None)
+    rng = None
+    if result.ok:
+        from autoplace.placers.auto import uncertainty
+
+        rng = uncertainty(graph, cluster, [placement])[0]
     if args.json:
         _print_json({"graph": graph.name, "cluster": cluster.name, "method": placement.method,
-                     **result.to_dict()})
+                     **result.to_dict(), "uncertainty": rng.to_dict() if rng else None})
         return _exit_code(result)
     con = _console()
     status = ("FAILING (OOM on " + ", ".join(result.oom_devices) + ")", "bold red") if not result.ok else "ok"
     con.print(_bold((graph.name, "bold"), " on ", (cluster.name, "bold"), f" ({placement.method}): step time ",
                     (fmt_time(result.step_time), "bold"), ", ", status))
+    if rng is not None:
+        con.print(f"range over the cost model's uncertainty: {fmt_time(rng.low)} - {fmt_time(rng.high)}"
+                  + (f"; one GPU: {fmt_time(rng.one_gpu)}" if rng.one_gpu is not None else "")
+                  + ("; its gain over one GPU is inside that range" if rng.gain_inside_range else ""))
     con.print(_sim_table(graph, cluster, result, title=""))
     con.print(f"{result.n_transfers} transfers, {fmt_bytes(result.transfer_bytes)}, link busy "
               f"{fmt_time(result.transfer_time)}")
@@ -269,10 +278,13 @@ def cmd_place(args: argparse.Namespace) -> int:
             placement = _with_progress(f"placing with {args.method}", args.json or args.output == "-",
                                        lambda: place(graph, cluster, args.method, seed=args.seed, budget=args.budget))
         if args.refine:
+            from autoplace.placers.auto import robust_simulator
             from autoplace.placers.local_search import refine
 
+            # under the simulator, the refine minimises the worst case over the cost model's uncertainty
             placement = refine(graph, cluster, placement, seed=args.seed, budget=args.refine_budget,
-                               env=None if args.env == "simulated" else env)
+                               env=None if args.env == "simulated" else env,
+                               simulator=robust_simulator(graph, cluster) if args.env == "simulated" else None)
         result = simulate(graph, cluster, placement) if args.env == "simulated" else env.evaluate(placement)
     save_placement(placement, args.output, result)
     if args.json:
@@ -442,27 +454,34 @@ def cmd_compare(args: argparse.Namespace) -> int:
              "speedup_vs_single_gpu": _finite_or_none(speedup(gpu_time, r.step_time)),
              "speedup_vs_expert": _finite_or_none(speedup(expert_time, r.step_time)),
              "gap_to_bound": _finite_or_none(result.gap(r)),
+             "uncertainty": result.ranges[r.method].to_dict() if r.method in result.ranges else None,
              "search_time_s": r.search_time_s, "wall_time_s": _finite_or_none(r.wall_time_s),
-             "details": _jsonable(r.details), "note": row_note(r)} for r in rows]})
+             "details": _jsonable(r.details), "note": _range_note(result.ranges.get(r.method), row_note(r))}
+            for r in rows]})
         return _compare_exit(rows)
-    header = ["method", "step time", "vs single-gpu", "vs expert", "gap to bound",
+    header = ["method", "step time", "range", "vs single-gpu", "vs expert", "gap to bound",
               *[f"peak {n}" for n in names], "status", "search"]
     table_rows = []
     for r in rows:
         if r.result is None:
             why = r.error if r.error.startswith("skipped") else f"no placement: {r.error}"
-            table_rows.append([r.method, "-", "-", "-", "-", *["-"] * len(names), why,
+            table_rows.append([r.method, "-", "-", "-", "-", "-", *["-"] * len(names), why,
                                fmt_time(r.search_time_s)])
             continue
         status = _failure(r.result) if not r.result.ok else "ok"
-        note = row_note(r)
+        rng = result.ranges.get(r.method)
+        note = _range_note(rng, row_note(r))
         gap = result.gap(r)
         table_rows.append([r.method, fmt_time(r.result.step_time) if r.result.ok else "failing",
+                           f"{fmt_time(rng.low)} - {fmt_time(rng.high)}" if rng else "-",
                            fmt_ratio(speedup(gpu_time, r.step_time)), fmt_ratio(speedup(expert_time, r.step_time)),
                            f"{100 * gap:.0f}%" if np.isfinite(gap) else "-",
                            *[fmt_bytes(p) if p else "-" for p in r.result.peak_memory],
                            f"{status}; {note}" if note else status, fmt_time(r.search_time_s)])
-    footer = (f"lower bounds on the simulated step: critical path {fmt_time(bounds.critical_path)}, load "
+    footer = ("range: the step over the cost model's uncertain constants (docs/algorithms.md, Uncertainty); "
+              "gain uncertain: faster than one GPU nominally but not in every scenario; "
+              if result.ranges else "") + (
+             f"lower bounds on the simulated step: critical path {fmt_time(bounds.critical_path)}, load "
               f"{fmt_time(bounds.load)}"
               + (f", CP-SAT {fmt_time(bounds.cp_sat)}" if bounds.cp_sat else "")
               + ("; gap = step time / best bound - 1" if result.env == "simulated"
@@ -481,6 +500,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         table.add_row(*row)
     _console().print(table)
     return _compare_exit(rows)
+
+
+def _range_note(rng, note: str) -> str:
+    """A row's note, with a warning where its gain over one GPU is inside the uncertainty range."""
+    if rng is None or not rng.gain_inside_range:
+        return note
+    warn = "gain uncertain"
+    return f"{note}; {warn}" if note else warn
 
 
 def _result_dict(result, env: str, why_none: str | None) -> dict:
@@ -932,7 +959,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=_seconds, default=None,
                    help="search budget, about seconds (auto: 60); searches count it as work (CP-SAT's deterministic "
                         "time, local search's evaluations), so results do not depend on machine load")
-    p.add_argument("--refine", action="store_true", help="improve the result by local search under the simulator")
+    p.add_argument("--refine", action="store_true", help="improve the result by local search under the simulator "
+                   "(its worst case over the cost model's uncertainty)")
     _add_granularity(p)
     p.add_argument("--refine-budget", type=_seconds, default=None, help="local-search budget, about seconds of simulation (default 10)")
     g = p.add_argument_group("search methods (rl, hdp, gdp, htf-mpr)")

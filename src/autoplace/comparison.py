@@ -10,9 +10,10 @@ scoring included (``wall_time_s``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,6 +25,7 @@ from autoplace.errors import InfeasibleError, UnavailableError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.placers import available_placers, place
+from autoplace.placers.auto import uncertainty
 from autoplace.sim import SimResult, Simulator
 
 if TYPE_CHECKING:
@@ -93,6 +95,8 @@ class Comparison:
     rows: list[ComparisonRow]
     bounds: Bounds
     env: str = "simulated"
+    #: per method with a fitting simulated placement, its step under the cost model's uncertainty
+    ranges: dict = field(default_factory=dict)
 
     def gap(self, row: ComparisonRow) -> float:
         """``row``'s step over the best bound, minus 1; nan for measured rows and failing ones."""
@@ -103,6 +107,9 @@ class Comparison:
 
     def __iter__(self):
         return iter(self.rows)
+
+
+_UNSET = object()
 
 
 def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None, *, seed: int = 0,
@@ -116,7 +123,15 @@ def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None
     bounds = lower_bounds(graph, cluster, sim.op_times)
     scorer = SimulatedEnv(graph, cluster, simulator=sim) if env == "simulated" else make_env(env, graph, cluster)
     try:
-        return _compare(graph, cluster, methods, seed, budget, progress, scorer, bounds)
+        result = _compare(graph, cluster, methods, seed, budget, progress, scorer, bounds)
+        if result.env == "simulated":
+            ok = [r for r in result.rows if r.result is not None and r.result.ok]
+            one = next((r.placement for r in result.rows if r.method == "single-gpu"), _UNSET)
+            if ok:
+                ranges = uncertainty(graph, cluster, [r.placement for r in ok],
+                                     *(() if one is _UNSET else (one,)))
+                result = dataclasses.replace(result, ranges={r.method: x for r, x in zip(ok, ranges)})
+        return result
     finally:
         if scorer is not env:
             scorer.close()

@@ -25,7 +25,7 @@ from autoplace.errors import InfeasibleError, PlacementError
 from autoplace.graph import Graph
 
 __all__ = ["feasible_devices", "check_device_types", "op_time_matrix", "least_op_times", "fastest_op_times",
-           "check_runnable", "launch_times", "device_times"]
+           "check_runnable", "launch_times", "device_times", "group_launch_matrix"]
 
 
 def feasible_devices(graph: Graph, cluster: Cluster) -> np.ndarray:
@@ -115,13 +115,27 @@ def launch_times(graph: Graph, cluster: Cluster, times: np.ndarray) -> np.ndarra
     return np.minimum(cluster.op_overhead[None, :], times)
 
 
+def group_launch_matrix(graph: Graph, cluster: Cluster) -> np.ndarray:
+    """``[n_groups, n_devices]`` int64: the launches each launch group takes on each device it runs on (its
+    ``group_launches``), 0 where the group does not apply (a device type outside its
+    ``group_device_types``: a foreach update left at PyTorch's default runs per parameter on a CPU)."""
+    kinds = np.array([d.kind for d in cluster.devices])
+    out = np.zeros((len(graph.launch_groups), cluster.n_devices), dtype=np.int64)
+    for g, types in enumerate(graph.group_device_types):
+        applies = np.ones(cluster.n_devices, bool) if types is None else np.isin(kinds, [t.lower() for t in types])
+        out[g, applies] = graph.group_launches[g]
+    return out
+
+
 def device_times(graph: Graph, cluster: Cluster, times: np.ndarray) -> np.ndarray:
     """``times`` less what the device itself need not spend: the launch on an asynchronous device (its
     launcher pays it, overlapping earlier kernels), and for an op of a launch group the per-op overhead
     (the group pays its launches once per device). What a bound may charge an op on each device."""
     lean = np.zeros(times.shape, dtype=bool)
     lean[:, cluster.launcher >= 0] = True
-    lean[graph.op_group >= 0, :] = True
+    grouped = graph.op_group >= 0
+    if grouped.any():
+        lean[grouped] |= group_launch_matrix(graph, cluster)[graph.op_group[grouped]] > 0
     if not lean.any():
         return times
     with np.errstate(invalid="ignore"):

@@ -165,10 +165,11 @@ class Graph:
         device memory an op's outputs take (0 for views), and the part no op reads.
     ``alias_pair``
         for a view, the pair of the input its outputs alias (its first data input), else ``-1``.
-    ``op_group``, ``group_launches``, ``launch_groups``
+    ``op_group``, ``group_launches``, ``group_device_types``, ``launch_groups``
         each op's launch group (``meta["launch_group"]``: ops one multi-tensor kernel runs, such as a
         foreach optimizer step), ``-1`` for none; per group, the launches it takes on each device it
-        touches (``meta["group_launches"]``); the groups' names.
+        touches (``meta["group_launches"]``), the device types it applies on (``None``: all), and the
+        groups' names.
     ``tensor_src``, ``tensor_out``, ``tensor_bytes``, ``tensor_alloc``
         per tensor: producer op, output index (``-1`` = control tensor), bytes moved, bytes allocated.
     ``op_tensor_ptr``
@@ -265,6 +266,7 @@ class Graph:
         # device they cost ``group_launches`` launches in all, however many of them it runs
         group_index: dict[str, int] = {}
         launches: list[int] = []
+        types: list[tuple[str, ...] | None] = []
         self.op_group = np.full(n, -1, np.int64)
         for i, op in enumerate(ops):
             name = op.meta.get("launch_group")
@@ -275,15 +277,23 @@ class Graph:
                 raise GraphError(f"op {op.name!r}: launch_group must be a non-empty string")
             if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 10**6:
                 raise GraphError(f"op {op.name!r}: group_launches must be an integer from 1 to 1000000, got {k!r}")
+            kinds = op.meta.get("group_device_types")
+            if kinds is not None:
+                if isinstance(kinds, str) or not isinstance(kinds, (list, tuple)) or not kinds or \
+                        not all(isinstance(t, str) and t for t in kinds):
+                    raise GraphError(f"op {op.name!r}: group_device_types must be a non-empty list of device types")
+                kinds = tuple(kinds)
             g = group_index.setdefault(name, len(group_index))
             if g == len(launches):
                 launches.append(k)
-            elif launches[g] != k:
-                raise GraphError(f"op {op.name!r}: launch group {name!r} has group_launches {launches[g]} on "
-                                 f"another op and {k} here")
+                types.append(kinds)
+            elif launches[g] != k or types[g] != kinds:
+                raise GraphError(f"op {op.name!r}: launch group {name!r} has group_launches {launches[g]} and "
+                                 f"group_device_types {types[g]} on another op, {k} and {kinds} here")
             self.op_group[i] = g
         self.group_launches = np.array(launches, np.int64)
         self.launch_groups: tuple[str, ...] = tuple(group_index)
+        self.group_device_types: tuple[tuple[str, ...] | None, ...] = tuple(types)
         consumed = np.zeros(n, np.int64)
         np.add.at(consumed, self.tensor_src, self.tensor_alloc)
         self.unconsumed_alloc = self.out_alloc_total - consumed

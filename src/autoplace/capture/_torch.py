@@ -162,6 +162,18 @@ def _scope_backward(roots: Sequence[Any]) -> None:
 
 
 # ---------------------------------------------------------------------- tracing
+def _implementation(group: dict[str, Any]) -> str:
+    """How PyTorch runs a param group's update: ``"fused"`` (one kernel for all its parameters),
+    ``"foreach"`` (one multi-tensor kernel per step of the update), ``"for-loop"`` (kernels per parameter),
+    or ``"default"`` (neither flag set: foreach on CUDA, the for-loop elsewhere — torch.optim's
+    ``_default_to_fused_or_foreach``)."""
+    if group.get("fused"):
+        return "fused"
+    if group.get("foreach") is None:
+        return "default"
+    return "foreach" if group["foreach"] else "for-loop"
+
+
 def _optimizer_groups(model, optimizer) -> tuple[type, list[tuple[list[str], dict[str, Any]]]]:
     """The optimizer's class and, per param group, the parameter names and hyper-parameters."""
     by_id = {id(p): n for n, p in model.named_parameters()}
@@ -175,6 +187,32 @@ def _optimizer_groups(model, optimizer) -> tuple[type, list[tuple[list[str], dic
         hyper = {k: v for k, v in g.items() if k != "params" and k not in _OPTIMIZER_FLAGS}
         groups.append((names, hyper))
     return type(optimizer), groups
+
+
+def _launch_groups(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]], modes: list[str]) -> list[Op]:
+    """Mark each parameter's update ops with the multi-tensor kernel that runs them (op meta
+    ``launch_group``, docs/formats.md). The update is traced per parameter (``foreach=False``: every op
+    placeable with its parameter); PyTorch's foreach implementation runs the k-th op of every parameter's
+    update as one ``torch._foreach_*`` call over the group's parameters on a device, so the k-th ops form
+    one launch group; the fused implementation runs the whole update of the group's parameters on a
+    device as one kernel, so they all form one. ``default`` is foreach on GPUs only."""
+    import dataclasses
+
+    param_group = {n: k for k, (names, _) in enumerate(groups) for n in names}
+    position: dict[str, int] = {}
+    out = []
+    for op in ops:
+        k = param_group.get(op.colocation_group) if op.phase == "update" and op.type.startswith("aten.") else None
+        if k is None or modes[k] == "for-loop":
+            out.append(op)
+            continue
+        j = position[op.colocation_group] = position.get(op.colocation_group, -1) + 1
+        name = f"optimizer.{k}" if modes[k] == "fused" else f"optimizer.{k}.{j}.{op.type}"
+        meta = {**op.meta, "launch_group": name, "group_launches": 1}
+        if modes[k] == "default":
+            meta["group_device_types"] = ["gpu"]
+        out.append(dataclasses.replace(op, meta=meta))
+    return out
 
 
 def _state_layout(opt_cls, groups, params: dict) -> dict[str, dict[str, tuple]]:
@@ -292,7 +330,9 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     a tensor, a tuple of positional arguments, a dict of keyword arguments, or ``(args, kwargs)``;
     ``loss_fn(outputs, *targets)`` must return a scalar; ``optimizer`` is a configured
     ``torch.optim`` optimizer over (some of) the model's parameters — its class and per-group
-    hyper-parameters are reused with ``foreach=False`` so each parameter gets its own update ops.
+    hyper-parameters are reused with ``foreach=False`` so each parameter gets its own update ops, which
+    are marked with the multi-tensor kernels PyTorch runs them in (``foreach``/``fused`` as configured,
+    foreach on GPUs when unset: :func:`_launch_groups`).
     Parameters and optimizer state become ops with ``param_bytes``; each parameter's update ops and the
     op producing its gradient share its ``colocation_group`` (:func:`_group_gradients`), and ops writing
     a parameter or buffer in place join its group (:func:`_group_hidden_writes`).
@@ -306,10 +346,12 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     (inputs, kwargs), targets = split_inputs(example_inputs), _as_tuple(targets)
     _check_inputs(model, inputs, kwargs, targets)
     opt_cls, groups = _optimizer_groups(model, optimizer)
+    modes = [_implementation(g) for g in optimizer.param_groups]
     all_params = dict(model.named_parameters())
     # a parameter with requires_grad=False gets no gradient, so the optimizer leaves it alone (as eager)
-    groups = [(kept, hyper) for names, hyper in groups
-              if (kept := [n for n in names if all_params[n].requires_grad])]
+    kept_groups = [(kept, hyper, mode) for (names, hyper), mode in zip(groups, modes)
+                   if (kept := [n for n in names if all_params[n].requires_grad])]
+    groups, modes = [(n, h) for n, h, _ in kept_groups], [m for *_, m in kept_groups]
     trained = [n for names, _ in groups for n in names]
     params = {n: all_params[n].detach() for n in trained}
     frozen = {n: p.detach() for n, p in all_params.items() if n not in params}
@@ -353,6 +395,8 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     finally:
         scopes.remove()
     graph = _to_graph(gm, name or type(model).__name__, trained, list(frozen), list(buffers), layout, training=True)
+    graph = Graph(_launch_groups(list(graph.ops), groups, modes), name=graph.name,
+                  meta={**graph.meta, "optimizer": {"class": opt_cls.__name__, "implementation": sorted(set(modes))}})
     return _with_tied(graph, model)
 
 

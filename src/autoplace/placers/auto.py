@@ -1,24 +1,36 @@
-"""``auto``: what a user runs first — every fast placer, the best of them refined, the best valid result.
+"""``auto``: what a user runs first — every fast placer, the best of them refined, the best valid result,
+judged by its worst case over the cost model's uncertainty.
 
 1. Run the fast placers (:data:`FAST_PLACERS`: single device, the expert, the partitioners, ``dp-split``
    and the list schedulers), each scored by the simulator. A placer that finds no placement (no GPU,
    infeasible memory, Scotch not installed) is recorded with its reason.
-2. Refine the best of them (a failing placement scores its step penalised by its memory overflow, see
-   :func:`autoplace.placers.local_search.score`) with the hierarchical local search
-   (:func:`autoplace.placers.local_search.refine`).
-3. On a graph small enough for CP-SAT's op-level model (at most
-   :data:`autoplace.placers.cpsat.MAX_TASKS` ops), also solve it exactly, hinted with the best placement
-   so far (the refined one; :func:`autoplace.placers.cpsat.improve_with_cp_sat`); the refine and CP-SAT
+2. Score every placement by its **robust step** (:mod:`autoplace.robust`): simulated in each corner
+   scenario of the uncertain constants (per-op launch and overhead, achievable rates, bandwidth, per-copy
+   overhead, host contention), each scenario rescaled to the ``single-gpu`` placement, the worst taken —
+   a placement beats one GPU there only if it does in every scenario. Candidates within
+   :data:`NEAR_TIE` of the best go to the one with the fewest cross-device edges.
+3. Refine the best of them with the hierarchical local search
+   (:func:`autoplace.placers.local_search.refine`) under the robust step (a failing placement scores its
+   step penalised by its memory overflow, :func:`autoplace.placers.local_search.score`).
+4. On a graph small enough for CP-SAT's op-level model (at most
+   :data:`autoplace.placers.cpsat.MAX_TASKS` ops), also solve it exactly (nominal figures), hinted with
+   the refined placement (:func:`autoplace.placers.cpsat.improve_with_cp_sat`); the refine and CP-SAT
    split the budget there.
-4. Return the best valid placement found (the lowest score; a fitting placement always beats a failing
-   one); where none fits, raise :class:`InfeasibleError` naming the devices the best runs out of memory
-   on. Its meta says where it came from (``from``: the fast placer it started as, and the stages that
-   improved it: ``refined``, ``cp-sat``) and what every candidate scored (``candidates``: method, simulated
-   step, whether it fits, its search time or why it has no placement).
+5. Take the best of the start and the stages by step 2's rule, then return stray ops to their
+   neighbours' device wherever that costs nothing in the worst case
+   (:func:`autoplace.placers.local_search.return_strays`). Where the result does not fit, raise
+   :class:`InfeasibleError` naming the devices it runs out of memory on. Its meta says where it came
+   from (``from``: the fast placer it started as, and the stage that improved it: ``refined``,
+   ``cp-sat``), what every candidate scored (``candidates``: method, simulated step, robust step, whether
+   it fits, its search time or why it has no placement) and its steps per scenario (``robust``).
 
-``budget`` (default 60) is the refine's budget (evaluations counted as in local search), shared with
-CP-SAT's deterministic time on small graphs; the fast placers run with their defaults. ``seed`` goes to
-every placer. Deterministic for a seed: every budget counts work, not the wall clock.
+So ``auto`` returns one GPU when nothing is robustly faster: its robust step is at most one GPU's nominal
+step, i.e. it is at least as fast as ``single-gpu`` in every scenario.
+
+``budget`` (default 60): 90 % for the refine (evaluations counted as in local search, each evaluation
+simulating every scenario), shared with CP-SAT's deterministic time on small graphs, and 10 % for the
+stray cleanup; the fast placers run with their defaults. ``seed`` goes to every placer. Deterministic for
+a seed: every budget counts work, not the wall clock.
 """
 
 from __future__ import annotations
@@ -35,7 +47,9 @@ from autoplace.placement import Placement
 from autoplace.placers import place, register_placer, report_progress
 from autoplace.validation import check_budget
 
-__all__ = ["auto", "best_fast", "check_fits", "run_fast_placers", "Candidate", "FAST_PLACERS", "DEFAULT_BUDGET_S"]
+__all__ = ["auto", "best_fast", "check_fits", "run_fast_placers", "robust_simulator", "pick_robust", "uncertainty",
+           "Candidate",
+           "FAST_PLACERS", "DEFAULT_BUDGET_S", "NEAR_TIE"]
 
 #: the placers ``auto`` and ``local-search`` start from: each takes seconds at most on a 50k-op graph
 FAST_PLACERS = ("single-gpu", "single-cpu", "expert", "metis", "mincut", "scotch", "dp-split", "tf-greedy", "heft",
@@ -116,42 +130,108 @@ def best_fast(graph: Graph, cluster: Cluster, *, seed=None, progress=None) -> tu
     return _best(cands).placement, cands
 
 
+#: candidates whose robust scores are within this fraction of the best are near-ties: the one with the
+#: fewest cross-device edges wins (every cut is a transfer the cost model may undercount)
+NEAR_TIE = 0.01
+#: the share of ``budget`` the stray cleanup may spend (evaluations counted as in local search)
+CLEANUP_SHARE = 0.1
+
+
+_PLACE = object()
+
+
+def robust_simulator(graph: Graph, cluster: Cluster, one_gpu: Placement | None = _PLACE):
+    """A :class:`~autoplace.robust.RobustSimulator` scaled to one GPU: ``one_gpu`` (by default the
+    ``single-gpu`` placer's placement) where it fits, else (or for ``None``) plain worst cases."""
+    from autoplace.robust import RobustSimulator
+    from autoplace.sim import Simulator
+
+    if one_gpu is _PLACE:
+        try:
+            one_gpu = place(graph, cluster, "single-gpu") if cluster.devices_of_kind("gpu") else None
+        except AutoplaceError:
+            one_gpu = None
+    sim = Simulator(graph, cluster)
+    baseline = None
+    if one_gpu is not None:
+        devs = one_gpu.to_array(graph, cluster)
+        baseline = devs if not sim.run_batch(devs[None, :]).oom[0] else None
+    return RobustSimulator(graph, cluster, baseline=baseline)
+
+
+def uncertainty(graph: Graph, cluster: Cluster, placements: list[Placement], one_gpu: Placement | None = _PLACE
+                ) -> list:
+    """Each placement's :class:`~autoplace.robust.StepRange` (against one GPU: ``one_gpu``, by default the
+    ``single-gpu`` placer's, where it fits)."""
+    from autoplace.robust import step_ranges
+
+    robust = robust_simulator(graph, cluster, one_gpu)
+    return step_ranges(robust, np.stack([p.to_array(graph, cluster) for p in placements]))
+
+
+def pick_robust(graph: Graph, cluster: Cluster, placements: list[Placement], robust) -> tuple[int, list]:
+    """Index of the best of ``placements`` by ``robust`` (a :class:`~autoplace.robust.RobustSimulator`):
+    the lowest ``(out of memory, robust score)``, near-ties (:data:`NEAR_TIE`) going to the fewest
+    cross-device edges; and each placement's rank."""
+    from autoplace.placers.local_search import ranks
+    from autoplace.robust import cross_edges
+
+    devs = np.stack([p.to_array(graph, cluster) for p in placements])
+    r = ranks(robust.run_batch(devs))
+    best = min(r)
+    near = [i for i, x in enumerate(r) if x[0] == best[0] and x[1] <= best[1] * (1 + NEAR_TIE)]
+    cuts = cross_edges(graph, devs)
+    return min(near, key=lambda i: (cuts[i], r[i])), r
+
+
 @register_placer("auto", description="every fast placer, the best refined by hierarchical local search "
-                 "(and CP-SAT on small graphs); the best valid placement", paper="", memory_aware=True)
+                 "(and CP-SAT on small graphs), ranked by the worst case over the cost model's uncertainty; "
+                 "the best valid placement", paper="", memory_aware=True)
 def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """See the module docstring."""
     from autoplace.placers.cpsat import MAX_TASKS, improve_with_cp_sat
-    from autoplace.placers.local_search import ranks, refine
-    from autoplace.sim import Simulator
+    from autoplace.placers.local_search import OPS_PER_SECOND, refine, return_strays
 
     budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
-    start, cands = best_fast(graph, cluster, seed=seed,
+    cands = run_fast_placers(graph, cluster, seed=seed,
                              progress=lambda m: report_progress(f"auto: fast placers ({m})", None))
-    sim = Simulator(graph, cluster)
+    placed = [c for c in cands if c.placement is not None]
+    if not placed:
+        _best(cands)  # raises, naming each placer's reason
+    one = next((c for c in cands if c.method == "single-gpu"), None)
+    robust = robust_simulator(graph, cluster, one.placement if one is not None and one.ok else None)
+    k, fast_ranks = pick_robust(graph, cluster, [c.placement for c in placed], robust)
+    start = placed[k].placement
     small = graph.n_ops <= MAX_TASKS
-    stages = []
-    refined = refine(graph, cluster, start, seed=seed, budget=budget / 2 if small else budget,
-                     method=start.method)
-    stages.append(("refined", refined))
+    search = budget * (1 - CLEANUP_SHARE)
+    stages = [("refined", refine(graph, cluster, start, seed=seed, budget=search / 2 if small else search,
+                                 method=start.method, simulator=robust))]
     if small:
         report_progress("auto: CP-SAT", None)
-        hint = refined if ranks(sim.run_batch(refined.to_array(graph, cluster)[None, :]))[0] <= \
-            ranks(sim.run_batch(start.to_array(graph, cluster)[None, :]))[0] else start
         try:
-            stages.append(("cp-sat", improve_with_cp_sat(graph, cluster, hint, seed=seed, budget=budget / 2)))
+            stages.append(("cp-sat", improve_with_cp_sat(graph, cluster, stages[0][1], seed=seed, budget=search / 2)))
         except InfeasibleError:
             pass
-
-    def rank(p: Placement) -> tuple[bool, float]:
-        return ranks(sim.run_batch(p.to_array(graph, cluster)[None, :]))[0]
-
-    best, best_rank, origin = start, rank(start), []
-    for name, p in stages:
-        r = rank(p)
-        if r < best_rank:
-            best, best_rank = p, r
-            origin.append(name)
+    pool = [start, *(p for _, p in stages)]
+    k, pool_ranks = pick_robust(graph, cluster, pool, robust)
+    best = pool[k]
+    # the stages that improved on everything before them, up to the one kept
+    origin = [name for i, (name, _) in enumerate(stages[:k], 1) if pool_ranks[i] < min(pool_ranks[:i])]
+    report_progress("auto: returning stray ops", None)
+    cleanup = max(1, int(budget * CLEANUP_SHARE * OPS_PER_SECOND / max(graph.n_ops, 1) / len(robust.sims)))
+    dev, moves = return_strays(graph, cluster, best.to_array(graph, cluster), robust.run_batch,
+                               max_evaluations=cleanup)
+    steps = robust.steps(dev[None, :])[:, 0]
+    refined = stages[0][1]
     meta = {"from": start.method, "improved_by": origin,
-            "candidates": [c.to_dict() for c in cands],
-            "refine": {k: refined.meta[k] for k in ("evaluations", "stop_reason", "converged", "levels")}}
-    return check_fits(graph, cluster, Placement(best.assignment, best.graph, best.cluster, "auto", meta))
+            "candidates": [{**c.to_dict(), **({"robust_step_s": fast_ranks[placed.index(c)][1]}
+                                              if c in placed else {})} for c in cands],
+            "refine": {k: refined.meta[k] for k in ("evaluations", "stop_reason", "converged", "levels")},
+            "stages": [{"stage": name, "robust_step_s": r[1], "fits": not r[0]}
+                       for name, r in zip(["start", *(n for n, _ in stages)], pool_ranks)],
+            "robust": {"scenarios": [s.name for s in robust.scenarios], "step_s": steps.tolist(),
+                       "robust_step_s": float(robust.robust_steps(steps[:, None])[0]),
+                       "baseline": "single-gpu" if robust.baseline is not None else None,
+                       "stray_evaluations": moves}}
+    out = Placement.from_array(graph, cluster, dev, "auto", **meta)
+    return check_fits(graph, cluster, out)

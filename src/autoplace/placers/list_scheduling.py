@@ -24,7 +24,7 @@ import heapq
 import numpy as np
 
 from autoplace.cluster import Cluster
-from autoplace.cost import feasible_devices, op_time_matrix
+from autoplace.cost import device_times, feasible_devices, group_launch_matrix, launch_times, op_time_matrix
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
@@ -41,19 +41,21 @@ GAP_SCAN = 64  #: idle gaps a schedule looks through for an op before putting it
 
 
 class _Copies:
-    """The cluster's copy resources as the simulator models them, for a running schedule.
+    """The cluster's copy resources, close to how the simulator models them, for a running schedule.
 
-    A transfer ``src -> dst`` holds the pair's link, every segment on its route, the first free of the
-    source's send engines and of the destination's receive engines (none where a device sets no limit)
-    for ``overhead + bytes / bandwidth``, and lands ``latency`` later; each resource serves its transfers
-    one after another (the simulator's issue order). A tensor goes to a device once: later readers there
-    use the copy. All free times live in one flat list: links, then segments, then engines."""
+    A transfer ``src -> dst`` is submitted (``overhead``, a delay here: the simulator charges it to a host
+    thread, and hides a peer copy's behind its producer) and then holds its copy queue — the first free of
+    the source's send engines, else of the destination's receive engines, else the pair's link — and every
+    segment on its route for ``bytes / bandwidth``, landing ``latency`` later; each resource serves its
+    transfers one after another (the simulator shares a segment among the transfers crossing it at once:
+    this model serialises them, a conservative estimate). A tensor goes to a device once: later readers
+    there use the copy. All free times live in one flat list: links, then segments, then engines."""
 
     def __init__(self, cluster: Cluster):
         D, S = cluster.n_devices, len(cluster.segments)
         self.D = D
         self.bandwidth = cluster.transfer_bandwidth.ravel().tolist()
-        self.overhead = cluster.overhead.ravel().tolist()
+        self.overhead = cluster.submit_overhead.ravel().tolist()
         self.latency = cluster.latency.ravel().tolist()
         ptr, seg = cluster.route_ptr, cluster.route_seg
         self.route = [[D * D + int(s) for s in seg[ptr[p]:ptr[p + 1]]] for p in range(D * D)]
@@ -77,16 +79,16 @@ class _Copies:
         free times of resources already planned (a probe's own earlier inputs)."""
         p = src * self.D + dst
         free = self.free
-        held = [p, *self.route[p]]
-        start = ready
+        engines = self.send[src] or self.recv[dst]
+        held = [*self.route[p]]
+        if engines:
+            held.append(min(engines, key=lambda r: over.get(r, free[r])))   # the engine that frees first
+        else:
+            held.append(p)
+        start = ready + self.overhead[p]
         for r in held:
             start = max(start, over.get(r, free[r]))
-        for engines in (self.send[src], self.recv[dst]):
-            if engines:
-                k = min(engines, key=lambda r: over.get(r, free[r]))   # the engine that frees first
-                start = max(start, over.get(k, free[k]))
-                held.append(k)
-        end = start + self.overhead[p] + nbytes / self.bandwidth[p]
+        end = start + nbytes / self.bandwidth[p]
         return end + self.latency[p], end, held
 
 
@@ -112,7 +114,21 @@ class _Schedule:
         self.ok = feasible_devices(graph, cluster) & np.isfinite(self.times)
         n, D = graph.n_ops, cluster.n_devices
         self.n, self.D = n, D
-        self.t = self.times.tolist()
+        # what each op takes of its device (a GPU's launch is its host thread's: launch_times), and the
+        # host threads that launch the asynchronous devices' ops, one launch after another
+        self.t = device_times(graph, cluster, self.times).tolist()
+        launch = np.where(cluster.launcher[None, :] >= 0, launch_times(graph, cluster, self.times), 0.0)
+        # an op of a launch group launches nothing of its own: the group's launches are paid once per
+        # device, by the first of its ops there (group_launch)
+        self.group_launch = group_launch_matrix(graph, cluster) * cluster.op_overhead[None, :]
+        grouped = graph.op_group >= 0
+        launch[grouped] = np.where(self.group_launch[graph.op_group[grouped]] > 0, 0.0, launch[grouped])
+        self.launch = launch.tolist()
+        self.op_group = graph.op_group.tolist()
+        self.group_launched: set[tuple[int, int]] = set()
+        self.launcher = cluster.launcher.tolist()
+        self.launcher_free = [0.0] * len(cluster.launcher_names)
+        self.launched = [0.0] * n
         self.dev = np.full(n, -1, dtype=np.int64)
         self.finish = [0.0] * n
         self.copies = _Copies(cluster)
@@ -265,10 +281,11 @@ class _Schedule:
         return cost
 
     # ------------------------------------------------------------------ timing
-    def ready_time(self, i: int, d: int) -> tuple[float, list]:
-        """When all of op ``i``'s inputs can be on device ``d``, and the transfers that needs (a deferred input
-        is taken to run on its device in its first idle gap)."""
-        t = 0.0
+    def ready_time(self, i: int, d: int) -> tuple[float, list, float]:
+        """When all of op ``i``'s inputs can be on device ``d``, the transfers that needs (a deferred input
+        is taken to run on its device in its first idle gap), and when it could be launched (its local
+        inputs launched, its remote ones landed)."""
+        t = lt = 0.0
         over: dict[int, float] = {}
         plans = []
         remote = []
@@ -283,8 +300,10 @@ class _Schedule:
                 done = finish[s]
             if ds == d:
                 arrive = done
+                lt = max(lt, self.launched[s] if dev[s] >= 0 else done)
             elif (tensor, d) in landed:
-                arrive = landed[tensor, d]
+                arrive = lt_in = landed[tensor, d]
+                lt = max(lt, lt_in)
             else:
                 remote.append((done, tensor, int(ds), b))
                 continue
@@ -297,7 +316,8 @@ class _Schedule:
             plans.append((tensor, ds, land, end, held, b))
             if land > t:
                 t = land
-        return t, plans
+            lt = max(lt, land)
+        return t, plans, lt
 
     def slot(self, d: int, ready: float, dur: float) -> tuple[float, int, int]:
         """(start, lane, position): the earliest idle gap of device ``d`` from ``ready`` that fits ``dur``
@@ -322,10 +342,17 @@ class _Schedule:
 
     def evaluate(self, i: int, d: int) -> tuple[float, float, tuple]:
         """(finish, start, plan) of op ``i`` on device ``d`` given everything placed so far."""
-        ready, plans = self.ready_time(i, d)
+        ready, plans, launch_ready = self.ready_time(i, d)
         dur = self.t[i][d]
+        h = self.launcher[d]
+        launched = None
+        if h >= 0:  # its host thread launches it after the ops it launched before
+            g = self.op_group[i]
+            group = self.group_launch[g, d] if g >= 0 and (g, d) not in self.group_launched else 0.0
+            launched = max(self.launcher_free[h], launch_ready) + self.launch[i][d] + group
+            ready = max(ready, launched)
         start, lane, pos = self.slot(d, ready, dur)
-        return start + dur, start, (d, lane, pos, plans)
+        return start + dur, start, (d, lane, pos, plans, launched)
 
     # ------------------------------------------------------------------ commit
     def _occupy(self, i: int, d: int, start: float, lane: int, pos: int) -> None:
@@ -353,8 +380,13 @@ class _Schedule:
 
     def assign(self, i: int, plan: tuple, start: float) -> None:
         """Commit op ``i`` with the ``plan`` :meth:`evaluate` made for it (nothing placed in between)."""
-        d, lane, pos, plans = plan
+        d, lane, pos, plans, launched = plan
         g, copies = self.g, self.copies
+        if launched is not None:
+            if self.op_group[i] >= 0:
+                self.group_launched.add((self.op_group[i], d))
+            self.launched[i] = launched
+            self.launcher_free[self.launcher[d]] = max(self.launcher_free[self.launcher[d]], launched)
         for s, ds in self._followers(i, d):
             if self.dev[s] < 0:
                 _, s_start, s_plan = self.evaluate(s, ds)

@@ -57,7 +57,7 @@ from autoplace.placers import register_placer, report_progress
 from autoplace.sim import BatchResult, Simulator
 from autoplace.validation import check_budget, check_random_state, seed_int
 
-__all__ = ["refine", "local_search", "score", "ranks", "group_levels", "LEVEL_RULES", "COARSE_GROUPS",
+__all__ = ["refine", "return_strays", "local_search", "score", "ranks", "group_levels", "LEVEL_RULES", "COARSE_GROUPS",
            "WHOLE_LEVEL_GROUPS"]
 
 DEFAULT_BUDGET_S = 10.0
@@ -157,13 +157,16 @@ class _Level:
 
 
 def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, budget: float | None = None,
-           method: str | None = None, env=None) -> Placement:
+           method: str | None = None, env=None, simulator=None) -> Placement:
     """Improve ``placement`` by moves and swaps of groups, coarse levels first (see the module docstring),
-    scored by ``env`` (default: the simulator; a :class:`~autoplace.env.MeasuredEnv` scores by real runs)."""
+    scored by ``env`` (default: the simulator; a :class:`~autoplace.env.MeasuredEnv` scores by real runs)
+    or by ``simulator`` (anything with ``run_batch``: a :class:`~autoplace.robust.RobustSimulator` scores
+    by the worst case over the cost model's uncertainty, its scenarios counted in the budget)."""
     budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
     if env is None:
-        run_batch = Simulator(graph, cluster).run_batch
-        max_evaluations = max(1, int(budget * OPS_PER_SECOND / max(graph.n_ops, 1)))
+        sim = Simulator(graph, cluster) if simulator is None else simulator
+        run_batch = sim.run_batch
+        max_evaluations = max(1, int(budget * OPS_PER_SECOND / max(graph.n_ops, 1) / len(getattr(sim, "sims", (0,)))))
         wall, wall_reason = 10.0 * budget + 30.0, "wall-clock cap"
     else:
         run_batch = env.evaluate_batch
@@ -229,6 +232,54 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
             "groups": report[-1]["groups"] if report else 0, "levels": report,
             "converged": stop_reason == "converged", "stop_reason": stop_reason}
     return Placement.from_array(graph, cluster, dev, method or f"{placement.method}+ls", **meta)
+
+
+def return_strays(graph: Graph, cluster: Cluster, dev: np.ndarray, run_batch, *, max_evaluations: int
+                  ) -> tuple[np.ndarray, int]:
+    """Move each co-location group whose neighbours mostly sit on another device (weighted by the bytes
+    of the edges to them, one more per edge so that control edges count) to that device, wherever that
+    costs nothing: the move is kept when its rank under ``run_batch`` (a robust simulator's worst case)
+    is no worse. Cheapest groups first (their least time where they are), up to ``max_evaluations``
+    simulations. Returns the placement and the simulations run."""
+    ok = feasible_devices(graph, cluster)
+    grouping = runnable_grouping(graph, ("colocation",), ok)
+    group = grouping.group
+    src, dst, nbytes = graph.edges()
+    weight = nbytes.astype(np.float64) + 1.0
+    across = group[src] != group[dst]
+    # each group's edges to other groups, both ways: (the group, the op at the other end, weight)
+    ends = np.concatenate([np.stack([group[src[across]], dst[across]]), np.stack([group[dst[across]], src[across]])],
+                          axis=1)
+    w_end = np.concatenate([weight[across], weight[across]])
+    order_e = np.argsort(ends[0], kind="stable")
+    ptr = np.searchsorted(ends[0][order_e], np.arange(grouping.n_groups + 1))
+    other, w_end = ends[1][order_e], w_end[order_e]
+    times = Simulator(graph, cluster).op_times
+    dev = dev.copy()
+    work = np.bincount(group, weights=times[np.arange(graph.n_ops), dev], minlength=grouping.n_groups)
+    runs = np.ones((grouping.n_groups, cluster.n_devices), dtype=bool)
+    np.logical_and.at(runs, group, ok)
+    current = ranks(run_batch(dev[None, :]))[0]
+    evaluations = 1
+    for g in np.lexsort((np.arange(grouping.n_groups), work)).tolist():
+        if evaluations >= max_evaluations:
+            break
+        lo, hi = ptr[g], ptr[g + 1]
+        if lo == hi:
+            continue
+        members = grouping.members(g)
+        here = dev[members[0]]
+        w = np.bincount(dev[other[lo:hi]], weights=w_end[lo:hi], minlength=cluster.n_devices)
+        target = int(np.argmax(w))
+        if target == here or w[target] <= w[here] or not runs[g, target]:
+            continue
+        cand = dev.copy()
+        cand[members] = target
+        r = ranks(run_batch(cand[None, :]))[0]
+        evaluations += 1
+        if not r[0] and r <= current:
+            dev, current = cand, r
+    return dev, evaluations
 
 
 @register_placer("local-search", description="moves and swaps of groups under the simulator, coarse to fine, "

@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autoplace.cluster import Cluster
-from autoplace.cost import check_device_types, check_runnable, fastest_op_times, op_time_matrix
+from autoplace.cost import (
+    check_device_types,
+    check_runnable,
+    fastest_op_times,
+    group_launch_matrix,
+    op_time_matrix,
+)
 from autoplace.errors import PlacementError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
@@ -143,7 +149,7 @@ class Simulator:
                             i32(g.op_tensor_ptr), i32(g.tensor_pair_ptr), i32(g.pair_op), g.pair_tensor,
                             i32(g.in_ptr), i32(g.in_pair), g.out_alloc_total, g.unconsumed_alloc, g.param_bytes,
                             i32(g.alias_pair), i32(g.tensor_pair_ptr[g.op_tensor_ptr]), i32(g.op_group),
-                            np.ascontiguousarray(g.group_launches, dtype=np.int64))
+                            np.ascontiguousarray(group_launch_matrix(g, c).ravel()))
         self._cluster_args = (f64(c.bandwidth), f64(c.latency), f64(c.overhead), c.route_ptr, c.route_seg,
                               f64(c.segment_bandwidth), c.send_engines, c.recv_engines, c.concurrency, c.launcher,
                               f64(c.op_overhead), c.launch_queue_depth)

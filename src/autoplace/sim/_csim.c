@@ -156,7 +156,7 @@ typedef struct {
     i64 n, T, P, D, S, H, G;
     const double *optime; /* [n, D] */
     const i64 *order, *tensor_src, *tensor_bytes, *tensor_alloc, *tensor_out, *pair_tensor, *out_alloc_total,
-        *unconsumed_alloc, *param_bytes, *group_launches;
+        *unconsumed_alloc, *param_bytes, *group_launch; /* group_launch[g * D + d]: 0 where g is no group */
     const i32 *op_tensor_ptr, *tensor_pair_ptr, *pair_op, *in_ptr, *in_pair, *alias_pair, *op_pair_ptr, *op_group;
     /* cluster */
     const double *bandwidth, *latency, *overhead, *seg_bw, *launch_cost;
@@ -699,12 +699,12 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
                                 if (w->op[pp].dev == d && o->finish[pp] > s) s = o->finish[pp];
                             }
                         }
-                    } else if (p->op_group[i] >= 0) {
+                    } else if (p->op_group[i] >= 0 && p->group_launch[p->op_group[i] * D + d] > 0) {
                         i64 g = p->op_group[i];
                         dt = ot - m;
                         if (w->gseen[g * D + d] == 0) {
                             w->gseen[g * D + d] = 1;
-                            dt += (double)p->group_launches[g] * p->launch_cost[d];
+                            dt += (double)p->group_launch[g * D + d] * p->launch_cost[d];
                         }
                     } else {
                         dt = ot;
@@ -741,12 +741,12 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
                         }
                         L->lhead += 1;
                         double ln;
-                        if (p->op_group[c] >= 0) {
+                        if (p->op_group[c] >= 0 && p->group_launch[p->op_group[c] * D + dc] > 0) {
                             i64 g = p->op_group[c];
                             ln = 0.0;
                             if (w->gseen[g * D + dc] == 0) {
                                 w->gseen[g * D + dc] = 1;
-                                ln = (double)p->group_launches[g] * p->launch_cost[dc];
+                                ln = (double)p->group_launch[g * D + dc] * p->launch_cost[dc];
                             }
                         } else {
                             ln = p->launch_cost[dc];
@@ -803,7 +803,7 @@ int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, i64 H, const i64 *devs
                 const i64 *tensor_out, const i32 *op_tensor_ptr, const i32 *tensor_pair_ptr, const i32 *pair_op,
                 const i64 *pair_tensor, const i32 *in_ptr, const i32 *in_pair, const i64 *out_alloc_total,
                 const i64 *unconsumed_alloc, const i64 *param_bytes, const i32 *alias_pair, const i32 *op_pair_ptr,
-                const i32 *op_group, const i64 *group_launches, const double *bandwidth, const double *latency,
+                const i32 *op_group, const i64 *group_launch, const double *bandwidth, const double *latency,
                 const double *overhead, const i64 *route_ptr, const i64 *route_seg, const double *seg_bw,
                 const i64 *send_cap, const i64 *recv_cap, const i64 *concurrency, const i64 *launcher,
                 const double *launch_cost, const i64 *qdepth, double *start, double *finish, double *lstart,
@@ -815,7 +815,7 @@ int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, i64 H, const i64 *devs
     for (i64 i = 0; i < n; i++)
         if (op_group[i] + 1 > G) G = op_group[i] + 1;
     Problem p = {n, T, P, D, S, H, G, optime, order, tensor_src, tensor_bytes, tensor_alloc, tensor_out,
-                 pair_tensor, out_alloc_total, unconsumed_alloc, param_bytes, group_launches, op_tensor_ptr,
+                 pair_tensor, out_alloc_total, unconsumed_alloc, param_bytes, group_launch, op_tensor_ptr,
                  tensor_pair_ptr, pair_op, in_ptr, in_pair, alias_pair, op_pair_ptr, op_group, bandwidth, latency,
                  overhead, seg_bw, launch_cost, route_ptr, route_seg, send_cap, recv_cap, concurrency, launcher,
                  qdepth};

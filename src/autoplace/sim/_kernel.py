@@ -159,7 +159,7 @@ def _buffer_bytes(b, T, tensor_alloc, tensor_bytes, xf_tensor):
 @njit(cache=True)
 def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, tensor_out, op_tensor_ptr,
                  tensor_pair_ptr, pair_op, pair_tensor, in_ptr, in_pair, out_alloc_total, unconsumed_alloc,
-                 param_bytes, alias_pair, op_pair_ptr, op_group, group_launches,
+                 param_bytes, alias_pair, op_pair_ptr, op_group, group_launch,
                  bandwidth, latency, overhead, route_ptr, route_seg, seg_bw, send_cap, recv_cap, concurrency,
                  launcher, launch_cost, qdepth, n_launchers,
                  start, finish, lstart, busy_time, host_time, peak, link_time, link_bytes, seg_time,
@@ -176,7 +176,7 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
     P = pair_op.shape[0]
     S = seg_time.shape[0]
     H = n_launchers
-    G = group_launches.shape[0]
+    G = group_launch.shape[0] // D
     NQ = 2 * D + D * D  # copy queues: send engines of d, receive engines of d, link s * D + d
 
     ist = np.zeros(8, np.int64)
@@ -498,12 +498,12 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
                                 pp = tensor_src[pair_tensor[in_pair[q]]]
                                 if dev[pp] == d and finish[pp] > s:
                                     s = finish[pp]
-                    elif op_group[i] >= 0:
+                    elif op_group[i] >= 0 and group_launch[op_group[i] * D + d] > 0:
                         g = op_group[i]
                         dt = ot - m
                         if gseen[g * D + d] == 0:
                             gseen[g * D + d] = 1
-                            dt += group_launches[g] * launch_cost[d]
+                            dt += group_launch[g * D + d] * launch_cost[d]
                     else:
                         dt = ot
                     start[i] = s
@@ -531,12 +531,12 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
                             lwait[h] = dc
                             break
                         lhead[h] += 1
-                        if op_group[c] >= 0:
+                        if op_group[c] >= 0 and group_launch[op_group[c] * D + dc] > 0:
                             g = op_group[c]
                             ln = 0.0
                             if gseen[g * D + dc] == 0:
                                 gseen[g * D + dc] = 1
-                                ln = group_launches[g] * launch_cost[dc]
+                                ln = group_launch[g * D + dc] * launch_cost[dc]
                         else:
                             ln = launch_cost[dc]
                             if optime[c, dc] < ln:

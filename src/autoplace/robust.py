@@ -1,0 +1,176 @@
+"""The cost model's uncertain constants, their ranges, and placements judged by their worst case.
+
+The simulator's figures rest on constants nobody measured on the machine a placement will run on. Each
+has a documented range (docs/algorithms.md, "Uncertainty"), as a factor on the cluster's figure:
+
+==========================  ==========  ==========================================================
+constant                    range       why
+==========================  ==========  ==========================================================
+per-op overhead / launch    0.5 - 2     presets assume 5 us (CPU), 10 us (GPU); PyTorch measures
+(``op_overhead_s``)                     2-8 us per eager op (pytorch/pytorch#41383), kernel launches
+                                        4-6 us (NVIDIA forums), more with Python around them
+compute time (the roofline  1 - 1.5     the achievable rates are a large GEMM's and a STREAM copy's;
+at achievable rates)                    small and odd-shaped kernels reach less
+link bandwidth              0.5 - 1     presets quote pinned copies; pageable and small copies get
+(and segments')                         half or less
+per-copy submit overhead    0.5 - 3     5-7 us per ``cudaMemcpyAsync`` (DualPath, sec. 5.2); 14-19
+(link ``overhead_s``),                  us staged through the host; latencies double under load
+link latency x2
+host contention (CPU op     1 - 1.3     this project's CPU workers ran 10-30 % slower split than
+times)                                  alone (benchmarks/fidelity.py)
+==========================  ==========  ==========================================================
+
+A few corner :data:`SCENARIOS` combine them; every placement is simulated in each (one batch per
+scenario). A placement's **range** is its least and largest step over the scenarios, and its **robust
+step** its worst case measured against a baseline ``B`` (one GPU): ``max_s step_s(P) * step_0(B) /
+step_s(B)`` — each scenario's step rescaled so that the baseline takes its nominal time in all of them.
+``P`` is at least as fast as ``B`` in every scenario exactly when its robust step is at most ``B``'s
+nominal step, so ranking by it never prefers a placement whose gain over one GPU rests on a constant
+inside its range. Without a baseline the robust step is the plain worst case.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoplace.cluster import Cluster, LinkSpec, Segment
+from autoplace.cost import op_time_matrix
+from autoplace.graph import Graph
+from autoplace.sim import BatchResult, Simulator
+
+__all__ = ["Scenario", "SCENARIOS", "scenario_cluster", "RobustSimulator", "StepRange", "step_ranges", "cross_edges"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One corner of the uncertain constants: factors on the cluster's figures."""
+
+    name: str
+    overhead: float = 1.0      #: per-op overhead (a GPU's launch)
+    compute: float = 1.0       #: roofline time (achievable rates divided by it; at least 1)
+    bandwidth: float = 1.0     #: link and segment bandwidth
+    copy_overhead: float = 1.0  #: per-copy submit overhead
+    latency: float = 1.0       #: link latency
+    host: float = 1.0          #: CPU devices' op times (contention on the host)
+
+
+#: The nominal figures first, then the favourable corner and the adverse ones; the robust step is the
+#: worst over all of them (the favourable corner only widens the range).
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("nominal"),
+    Scenario("fast host", overhead=0.5, copy_overhead=0.5),
+    Scenario("launch-bound", overhead=2.0, copy_overhead=3.0),
+    Scenario("slow links", bandwidth=0.5, copy_overhead=3.0, latency=2.0),
+    Scenario("contended host", overhead=2.0, host=1.3),
+    Scenario("all adverse", overhead=2.0, compute=1.5, bandwidth=0.5, copy_overhead=3.0, latency=2.0, host=1.3),
+)
+
+
+def scenario_cluster(cluster: Cluster, s: Scenario) -> Cluster:
+    """``cluster`` with its uncertain figures scaled by scenario ``s``."""
+    if s.compute < 1.0:
+        raise ValueError(f"scenario {s.name!r}: compute factor {s.compute} below 1 would beat the peaks")
+    devices = [dataclasses.replace(d, op_overhead_s=d.op_overhead_s * s.overhead,
+                                   achievable_flops=(d.achievable_flops or d.peak_flops) / s.compute,
+                                   achievable_bandwidth=(d.achievable_bandwidth or d.memory_bandwidth) / s.compute)
+               for d in cluster.devices]
+    links = [dataclasses.replace(ln, bandwidth=ln.bandwidth * s.bandwidth, latency_s=ln.latency_s * s.latency,
+                                 overhead_s=ln.overhead_s * s.copy_overhead) for ln in cluster.links]
+    dl = cluster.default_link
+    default = None if dl is None else LinkSpec(dl.bandwidth * s.bandwidth, dl.latency_s * s.latency,
+                                               dl.overhead_s * s.copy_overhead, dl.segments)
+    segments = [Segment(seg.name, seg.bandwidth * s.bandwidth) for seg in cluster.segments]
+    return Cluster(cluster.name, devices, links, default, cluster.meta, segments)
+
+
+def cross_edges(graph: Graph, devs: np.ndarray) -> np.ndarray:
+    """Per placement (rows of ``devs``), how many (tensor, consumer) pairs cross devices."""
+    devs = np.atleast_2d(devs)
+    src, dst, _ = graph.edges()
+    return (devs[:, src] != devs[:, dst]).sum(axis=1)
+
+
+class RobustSimulator:
+    """Simulates placements in every scenario of ``scenarios`` (one :class:`Simulator` each).
+
+    ``baseline`` (a device index per op, one GPU say) sets the scale of each scenario for
+    :meth:`robust_steps` (module docstring); ``None`` compares raw worst cases. ``op_times`` are the
+    nominal op times, if not the cost model's (measured costs are taken as they are in every scenario,
+    but for host contention)."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, *, scenarios: Sequence[Scenario] = SCENARIOS,
+                 baseline: np.ndarray | None = None, op_times: np.ndarray | None = None):
+        if not scenarios or scenarios[0].name != "nominal" or any(
+                getattr(scenarios[0], f.name) != 1.0 for f in dataclasses.fields(Scenario) if f.name != "name"):
+            raise ValueError("the first scenario must be the nominal one")
+        self.graph, self.cluster, self.scenarios = graph, cluster, tuple(scenarios)
+        cpu = np.array([d.kind == "cpu" for d in cluster.devices])
+        self.sims = []
+        for s in self.scenarios:
+            if s.name == "nominal":
+                self.sims.append(Simulator(graph, cluster, op_times))
+                continue
+            sc = scenario_cluster(cluster, s)
+            times = None
+            if s.host != 1.0 or op_times is not None:
+                times = (op_time_matrix(graph, sc) if op_times is None else op_times).copy()
+                times[:, cpu] *= s.host
+            self.sims.append(Simulator(graph, sc, times))
+        self.nominal = self.sims[0]
+        self.baseline = None if baseline is None else np.asarray(baseline, dtype=np.int64)
+        self.scale = np.ones(len(self.sims))
+        if baseline is not None:
+            steps = self.steps(np.asarray(baseline, dtype=np.int64)[None, :])[:, 0]
+            self.scale = steps[0] / steps
+
+    def steps(self, devs: np.ndarray) -> np.ndarray:
+        """``[S, B]``: each placement's step in each scenario."""
+        devs = np.ascontiguousarray(np.atleast_2d(devs), dtype=np.int64)
+        return np.stack([sim.run_batch(devs).step_time for sim in self.sims])
+
+    def robust_steps(self, steps: np.ndarray) -> np.ndarray:
+        """``[B]``: the robust step of placements whose per-scenario ``steps`` (``[S, B]``) are given."""
+        return (steps * self.scale[:, None]).max(axis=0)
+
+    def run_batch(self, devs: np.ndarray) -> BatchResult:
+        """The nominal :class:`BatchResult` with each step replaced by its robust step (what a search
+        minimises to be robust: :func:`autoplace.placers.local_search.refine` takes this as ``run_batch``)."""
+        devs = np.ascontiguousarray(np.atleast_2d(devs), dtype=np.int64)
+        batches = [sim.run_batch(devs) for sim in self.sims]
+        steps = np.stack([b.step_time for b in batches])
+        return dataclasses.replace(batches[0], step_time=self.robust_steps(steps))
+
+
+@dataclass(frozen=True)
+class StepRange:
+    """A placement's step under the uncertainty: ``nominal``, the least and largest over the scenarios,
+    its robust step and, where there is a baseline, one GPU's nominal step."""
+
+    nominal: float
+    low: float
+    high: float
+    robust: float
+    one_gpu: float | None = None
+
+    @property
+    def gain_inside_range(self) -> bool:
+        """Does the placement beat one GPU nominally but not in every scenario (its predicted gain rests
+        on a constant inside its range)?"""
+        return self.one_gpu is not None and self.nominal < self.one_gpu and self.robust > self.one_gpu * (1 + 1e-12)
+
+    def to_dict(self) -> dict:
+        return {"step_range_s": [self.low, self.high], "robust_step_s": self.robust, "one_gpu_s": self.one_gpu,
+                "gain_inside_range": self.gain_inside_range}
+
+
+def step_ranges(robust: RobustSimulator, devs: np.ndarray) -> list[StepRange]:
+    """:class:`StepRange` of each placement (rows of ``devs``), simulated in one batch per scenario."""
+    steps = robust.steps(devs)
+    rob = robust.robust_steps(steps)
+    one = None if robust.baseline is None else float(robust.steps(robust.baseline[None, :])[0, 0])
+    return [StepRange(float(steps[0, b]), float(steps[:, b].min()), float(steps[:, b].max()), float(rob[b]), one)
+            for b in range(steps.shape[1])]

@@ -1,0 +1,132 @@
+"""The cost model's uncertainty: scenarios, robust steps, auto's robust choice and the stray cleanup."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import op
+
+from autoplace.cluster import Cluster, Device, Link, LinkSpec, Segment, get_cluster
+from autoplace.graph import Graph, Op
+from autoplace.placement import Placement
+from autoplace.placers import place
+from autoplace.placers.auto import NEAR_TIE, pick_robust
+from autoplace.placers.local_search import return_strays
+from autoplace.robust import SCENARIOS, RobustSimulator, Scenario, cross_edges, scenario_cluster
+
+
+def test_a_scenario_scales_the_uncertain_figures():
+    devs = [Device("c", "cpu", 10**9, 1e9, 1e9, op_overhead_s=1e-5),
+            Device("g", "gpu", 10**9, 4e9, 2e9, op_overhead_s=2e-5, achievable_flops=3e9)]
+    cl = Cluster("x", devs, [Link("c", "g", 1e9, 1e-6, 2e-6, ("s",))], LinkSpec(5e8, 3e-6, 4e-6),
+                 segments=[Segment("s", 8e8)])
+    s = scenario_cluster(cl, Scenario("t", overhead=2, compute=1.5, bandwidth=0.5, copy_overhead=3, latency=2))
+    assert s.op_overhead.tolist() == pytest.approx([2e-5, 4e-5])
+    assert s.achievable_flops.tolist() == pytest.approx([1e9 / 1.5, 3e9 / 1.5])
+    assert s.achievable_bandwidth.tolist() == pytest.approx([1e9 / 1.5, 2e9 / 1.5])
+    assert s.peak_flops.tolist() == cl.peak_flops.tolist()                   # the peaks are what they are
+    assert s.link("c", "g") == LinkSpec(5e8, 2e-6, 6e-6, ("s",))
+    assert s.link("g", "c") == LinkSpec(2.5e8, 6e-6, 1.2e-5, ())
+    assert s.segment_bandwidth.tolist() == [4e8]
+    with pytest.raises(ValueError, match="below 1"):
+        scenario_cluster(cl, Scenario("t", compute=0.5))
+    assert SCENARIOS[0].name == "nominal" and len({s.name for s in SCENARIOS}) == len(SCENARIOS)
+
+
+def two_gpus(bandwidth=1e3, overhead=0.0):
+    devs = [Device(f"g{k}", "gpu", 10**12, 1e9, 1e12, op_overhead_s=overhead) for k in range(2)]
+    return Cluster("two", devs, default_link=LinkSpec(bandwidth, 0.0))
+
+
+def fork(out=500):
+    """s -> (a, b) -> j: a and b of 1 s each; splitting them over two GPUs halves the middle, at the price
+    of sending ``out`` bytes each way."""
+    return Graph([op("s", [], 0.1, out), op("a", ["s"], 1, out), op("b", ["s"], 1, out), op("j", ["a", "b"], 0.1, 0)])
+
+
+def test_the_robust_step_is_the_worst_case_rescaled_to_one_gpu():
+    g, cl = fork(), two_gpus()
+    one, split = np.zeros(4, np.int64), np.array([0, 0, 1, 0])
+    rs = RobustSimulator(g, cl, baseline=one)
+    steps = rs.steps(np.stack([one, split]))
+    assert steps.shape == (len(SCENARIOS), 2)
+    # the baseline takes its nominal step in every rescaled scenario
+    assert rs.robust_steps(steps)[0] == pytest.approx(steps[0, 0])
+    # split: nominally 0.1 + 1 + 0.5 s there + 0.5 s back... = 2.2 s, one GPU 2.2 s as well; at half the
+    # bandwidth it is slower than one GPU, so its robust step is above one GPU's nominal
+    assert steps[0, 1] == pytest.approx(0.1 + 0.5 + 1 + 0.5 + 0.1)
+    assert rs.robust_steps(steps)[1] > steps[0, 0]
+    # with fast links the split wins in every scenario: robust step below one GPU's
+    fast = RobustSimulator(g, two_gpus(1e6), baseline=one)
+    assert fast.robust_steps(fast.steps(np.stack([one, split])))[1] < steps[0, 0]
+    # where the baseline's step moves with the scenario (launches of 0.2 s), each scenario is rescaled to it
+    launches = RobustSimulator(g, two_gpus(overhead=0.2), baseline=one)
+    base = launches.steps(one[None])[:, 0]
+    assert len(set(base.tolist())) > 1 and launches.robust_steps(base[:, None])[0] == pytest.approx(base[0])
+    # run_batch is the nominal batch with robust steps (what refine minimises)
+    batch = rs.run_batch(np.stack([one, split]))
+    assert batch.step_time.tolist() == pytest.approx(rs.robust_steps(steps).tolist())
+    assert np.array_equal(batch.peak_memory, rs.nominal.run_batch(np.stack([one, split])).peak_memory)
+
+
+def test_near_ties_go_to_the_fewest_cross_device_edges():
+    g, cl = fork(out=0), two_gpus()           # transfers of nothing: the split is faster, by the middle
+    one = Placement.from_array(g, cl, np.zeros(4, np.int64), "one")
+    split = Placement.from_array(g, cl, np.array([0, 0, 1, 0]), "split")
+    assert cross_edges(g, np.stack([one.to_array(g, cl), split.to_array(g, cl)])).tolist() == [0, 2]
+    rs = RobustSimulator(g, cl, baseline=one.to_array(g, cl))
+    k, r = pick_robust(g, cl, [one, split], rs)
+    assert k == 1 and r[1][1] < r[0][1] * (1 - NEAR_TIE)                      # clearly faster: the split
+    # a split that wins by less than NEAR_TIE loses to one GPU
+    slow_b = Graph([op("s", [], 0.1, 0), op("a", ["s"], 1, 0), op("b", ["s"], 0.005, 0), op("j", ["a", "b"], 0.1, 0)])
+    rs = RobustSimulator(slow_b, cl, baseline=np.zeros(4, np.int64))
+    k, r = pick_robust(slow_b, cl, [Placement.from_array(slow_b, cl, np.array([0, 0, 1, 0]), "split"),
+                                    Placement.from_array(slow_b, cl, np.zeros(4, np.int64), "one")], rs)
+    assert r[0][1] < r[1][1] <= r[0][1] * (1 + NEAR_TIE) and k == 1
+
+
+def test_auto_is_never_slower_than_one_gpu_in_any_scenario():
+    """On the fork with links slow enough that the split's gain rests on the nominal bandwidth, auto
+    returns one GPU; where the split wins in every scenario, auto splits."""
+    g = fork()
+    for bandwidth, splits in ((1e3, False), (1e6, True)):
+        cl = two_gpus(bandwidth)
+        p = place(g, cl, "auto", seed=0, budget=0.01)
+        devs = p.to_array(g, cl)
+        one = place(g, cl, "single-gpu").to_array(g, cl)
+        rs = RobustSimulator(g, cl, baseline=one)
+        steps = rs.steps(np.stack([one, devs]))
+        assert (steps[:, 1] <= steps[:, 0] * (1 + 1e-12)).all()
+        assert (len(set(devs.tolist())) > 1) == splits
+        assert p.meta["robust"]["baseline"] == "single-gpu" and len(p.meta["robust"]["step_s"]) == len(SCENARIOS)
+
+
+@pytest.mark.parametrize("graph_name, cluster_name", [("toy-mlp", "k80x2"), ("mnist-softmax", "p100x2")])
+def test_auto_on_zoo_graphs_is_robustly_no_slower_than_one_gpu(graph_name, cluster_name):
+    from autoplace.zoo import build_graph
+
+    g, cl = build_graph(graph_name), get_cluster(cluster_name)
+    p = place(g, cl, "auto", seed=0, budget=0.01)
+    one = place(g, cl, "single-gpu").to_array(g, cl)
+    steps = RobustSimulator(g, cl).steps(np.stack([one, p.to_array(g, cl)]))
+    assert (steps[0] / steps[1]).min() >= 1 - 1e-12
+
+
+def test_stray_ops_return_to_their_neighbours_device():
+    # a chain on g0 with one free op (no time, no bytes) on g1 in its middle: moving it home costs nothing
+    g = Graph([op("a", [], 1, 100), Op("free", "view", ("a",), output_bytes=(0,), cost={"gpu": 0}),
+               op("b", ["free"], 1, 0)])
+    cl = two_gpus(1e6)
+    rs = RobustSimulator(g, cl)
+    dev, evaluations = return_strays(g, cl, np.array([0, 1, 0]), rs.run_batch, max_evaluations=10)
+    assert dev.tolist() == [0, 0, 0] and evaluations == 2
+    # nothing to return: the placement is kept, one evaluation spent
+    dev, evaluations = return_strays(g, cl, np.zeros(3, np.int64), rs.run_batch, max_evaluations=10)
+    assert dev.tolist() == [0, 0, 0] and evaluations == 1
+    # a move that costs time is not taken: x, alone on g1 beside b, would run after b on g0
+    g2 = Graph([op("s", [], 0, 1), op("x", ["s"], 1, 1), op("b", ["s"], 1, 1), op("j", ["x", "b"], 0, 0)])
+    fast = two_gpus(1e6)
+    start = np.array([0, 1, 0, 0])
+    rs = RobustSimulator(g2, fast)
+    dev, evaluations = return_strays(g2, fast, start, rs.run_batch, max_evaluations=10)
+    assert dev.tolist() == start.tolist() and evaluations == 2
