@@ -7,6 +7,7 @@
     python3 benchmarks/gpu_check.py compile -c CLUSTER --json OUT    # autoplace.compile against eager PyTorch
     python3 benchmarks/gpu_check.py summary OUTDIR                   # one table of what the steps wrote
     python3 benchmarks/gpu_check.py repeats OUTDIR                   # benchmarks/gpu_repeat.sh's runs, per method
+    python3 benchmarks/gpu_check.py resimulate OUTDIR                # those runs against this checkout's simulator
 
 Every subcommand prints what it does and lets a traceback through (the shell script logs it whole).
 """
@@ -352,6 +353,43 @@ def cmd_repeats(args) -> int:
     return 0
 
 
+def cmd_resimulate(args) -> int:
+    """The saved run re-simulated by this checkout (no GPU needed): per method, the measured median over
+    the runs, the step simulated now with its range over the cost model's uncertainty, and their ratio;
+    then whether the simulator's first choice measured at least as fast as one GPU in the median. Needs
+    what benchmarks/gpu_repeat.sh saves: the profiled graph, the cluster, each method's placement."""
+    import glob
+    import statistics
+
+    from autoplace.formats import load_cluster, load_graph, load_placement
+    from autoplace.placers.auto import uncertainty
+
+    graph = load_graph(os.path.join(args.outdir, "lm.profiled.json.gz"))
+    cluster = load_cluster(os.path.join(args.outdir, "cluster.json"))
+    runs: dict[str, list] = {}
+    for path in sorted(glob.glob(os.path.join(args.outdir, "compare_measured_*.json"))):
+        for r in _load(path).get("rows", []):
+            if r.get("step_time_s"):
+                runs.setdefault(r["method"], []).append(r["step_time_s"])
+    placements = {os.path.basename(p)[:-5]: load_placement(p)
+                  for p in sorted(glob.glob(os.path.join(args.outdir, "placements", "*.json")))}
+    one = placements.get("single-gpu")
+    names = list(placements)
+    ranges = uncertainty(graph, cluster, [placements[m] for m in names], one)
+    print(f"{'method':<12}{'measured ms (median)':>22}{'simulated ms':>14}{'range ms':>18}{'measured/sim':>14}")
+    medians = {m: statistics.median(v) for m, v in runs.items() if v}
+    for m, rng in zip(names, ranges):
+        med = medians.get(m)
+        print(f"{m:<12}{med * 1e3 if med else float('nan'):22.2f}{rng.nominal * 1e3:14.2f}"
+              f"{f'{rng.low * 1e3:.1f}-{rng.high * 1e3:.1f}':>18}{med / rng.nominal if med else float('nan'):14.2f}")
+    first = min(zip(names, ranges), key=lambda x: x[1].nominal)[0]
+    if first in medians and "single-gpu" in medians:
+        verdict = "at least as fast as" if medians[first] <= medians["single-gpu"] else "slower than"
+        print(f"the simulator's first choice, {first}, measured {verdict} one GPU in the median "
+              f"({medians[first] * 1e3:.2f} vs {medians['single-gpu'] * 1e3:.2f} ms)")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -375,9 +413,11 @@ def main(argv=None) -> int:
     p.add_argument("outdir")
     p = sub.add_parser("summary")
     p.add_argument("outdir")
+    p = sub.add_parser("resimulate")
+    p.add_argument("outdir")
     args = ap.parse_args(argv)
     return {"env": cmd_env, "wheels": cmd_wheels, "base": cmd_base, "split": cmd_split, "compile": cmd_compile,
-            "summary": cmd_summary, "repeats": cmd_repeats}[args.cmd](args)
+            "summary": cmd_summary, "repeats": cmd_repeats, "resimulate": cmd_resimulate}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Three models of our own under the simulator that runs like the runtime, before and after.
 
     .venv/bin/python benchmarks/runtime_models.py [--before SRC] [--budget 10] [--out DIR] [--json]
+    .venv/bin/python benchmarks/runtime_models.py --from-json docs/runtime/models.json   # its table again
 
 A ResNet-style CNN with BatchNorm (SGD with momentum), a GPT-style decoder with a tied head (Adam at
 PyTorch's default, foreach on GPUs) and a U-Net (Adam), none of them in the zoo or the examples, are
@@ -56,20 +57,38 @@ def gpt():
     import torch
     from torch import nn
 
+    class Block(nn.Module):
+        def __init__(self, d, heads):
+            super().__init__()
+            self.heads = heads
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+        def forward(self, x, mask):
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+            q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+            att = torch.softmax(q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5 + mask, dim=-1)
+            x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+            return x + self.ff(self.ln2(x))
+
     class Decoder(nn.Module):
         def __init__(self, vocab=2000, d=256, layers=4, heads=4, seq=64):
             super().__init__()
             self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
-            layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
-            self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+            self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
             self.norm = nn.LayerNorm(d)
             self.head = nn.Linear(d, vocab, bias=False)
             self.head.weight = self.tok.weight  # tied
             self.register_buffer("mask", torch.triu(torch.full((seq, seq), float("-inf")), 1))
+            self.register_buffer("positions", torch.arange(seq))
 
         def forward(self, idx):
-            h = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
-            return self.head(self.norm(self.blocks(h, mask=self.mask)))
+            h = self.tok(idx) + self.pos(self.positions)
+            for block in self.blocks:
+                h = block(h, self.mask)
+            return self.head(self.norm(h))
 
     torch.manual_seed(0)
     model = Decoder()
@@ -183,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=10.0)
     ap.add_argument("--out", type=Path, default=None, help="folder for the captured graphs (default: a temporary one)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--from-json", type=Path, help="print the table of a saved --json run")
     args = ap.parse_args(argv)
+    if args.from_json:
+        table(json.loads(args.from_json.read_text()))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
@@ -199,6 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(results, indent=1))
         return 0
+    table(results)
+    return 0
+
+
+def table(results: list[dict]) -> None:
     ms = lambda s: f"{s * 1e3:.2f}"  # noqa: E731
     print("| model | cluster | single-GPU step, ms (before -> after) | auto step, ms (before -> after) | auto range, ms "
           "| worst-case speedup | overhead share, single GPU (before -> after) | auto: ops per device (before -> after) |")
@@ -213,7 +241,6 @@ def main(argv: list[str] | None = None) -> int:
         devs = (f"{fmt(b['auto']['ops_per_device'])} -> " if b else "") + fmt(a["auto"]["ops_per_device"])
         print(f"| {row['model']} | {row['cluster']} | {one} | {auto} | {ms(lo)}-{ms(hi)} | "
               f"{a['auto']['worst_case_speedup']:.2f} | {share} | {devs} |")
-    return 0
 
 
 if __name__ == "__main__":
