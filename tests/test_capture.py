@@ -62,6 +62,34 @@ def test_adam_state_is_resident_and_updates_are_per_parameter():
     assert len(by_type(g, "aten.addcdiv_")) == 4
 
 
+@pytest.mark.parametrize("opt_cls", [torch.optim.Adam, torch.optim.AdamW])
+def test_a_foreach_adam_update_is_one_op_per_parameter_and_computes_the_same(opt_cls):
+    """foreach Adam on a 10-layer MLP: each parameter's update is its step counter and one op running
+    PyTorch's fused kernel on it (40 update ops for 20 parameters, not 160), costing the foreach calls it
+    stands for in one launch group; the program computes what the per-op trace computes."""
+    from autoplace.runtime.program import Program, run_reference
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(10) for m in (nn.Linear(16, 16), nn.ReLU())])
+    x = torch.randn(4, 16)
+    graphs = {flag: capture_training_step(model, x, lambda o: o.pow(2).mean(),
+                                          opt_cls(model.parameters(), lr=1e-2, weight_decay=0.01, foreach=flag))
+              for flag in (True, False)}
+    update = [op for op in graphs[True].ops if op.phase == "update" and op.type.startswith("aten.")]
+    assert len(update) == 40 <= 40
+    fused = [op for op in update if op.type.startswith("aten._fused_adam")]
+    assert len(fused) == 20 and all(op.meta["launch_group"] == "optimizer.0.update" for op in fused)
+    per_param = sum(op.phase == "update" and op.type.startswith("aten.") for op in graphs[False].ops) // 20
+    assert fused[0].meta["group_launches"] == per_param - 1 == fused[0].meta["fused_ops"]   # all but the step's add_
+    assert fused[0].colocation_group == "0.weight" and fused[0].flops > 0
+    prog = Program(graphs[True])
+    a, b = run_reference(prog, seed=0, steps=3), run_reference(Program(graphs[False]), seed=0, steps=3)
+    for name in ("0.weight", "18.bias", "0.weight.exp_avg", "18.weight.exp_avg_sq"):
+        assert torch.allclose(a[name], b[name], atol=1e-6), name
+    start = prog.make_input(graphs[True].index("0.weight"), 0)
+    assert not torch.equal(a["0.weight"], start)                          # the update did run
+
+
 @pytest.mark.parametrize("flags, implementation", [({"foreach": False}, "for-loop"), ({"foreach": True}, "foreach"),
                                                    ({}, "default"), ({"fused": True}, "fused")])
 def test_the_update_is_marked_with_the_kernels_pytorch_runs_it_in(flags, implementation):
@@ -76,11 +104,13 @@ def test_the_update_is_marked_with_the_kernels_pytorch_runs_it_in(flags, impleme
     assert len(update) == 4 * per_param and per_param > 1
     if implementation == "for-loop":
         assert groups == {None}
-    elif implementation == "fused":
-        assert groups == {"optimizer.0"}
+    elif implementation in ("fused", "foreach"):      # the step's add_ and one fused-kernel op per parameter
+        assert per_param == 2 and groups == {"optimizer.0" if implementation == "fused" else "optimizer.0.0.aten.add_",
+                                             "optimizer.0.update"}
     else:
         assert len(groups) == per_param and None not in groups
-        # the same position of each parameter's update shares a group, in the same op type
+        # the same position of each parameter's update shares a group, in the same op type (the default
+        # keeps the traced ops: on a CPU PyTorch runs them one by one)
         first = [op for op in update if op.colocation_group == "0.weight"]
         for k, op in enumerate(first):
             members = [o for o in update if o.meta["launch_group"] == op.meta["launch_group"]]
@@ -95,8 +125,8 @@ def test_the_update_is_marked_with_the_kernels_pytorch_runs_it_in(flags, impleme
     overhead = cluster.devices[gpu].op_overhead_s
     launch = np.minimum(op_time_matrix(g, cluster)[:, gpu], overhead)
     grouped = g.op_group >= 0
-    assert host == pytest.approx(launch[~grouped].sum() + len(g.launch_groups) * overhead, rel=1e-9)
-    assert len(g.launch_groups) == {"for-loop": 0, "foreach": per_param, "default": per_param, "fused": 1}[implementation]
+    assert host == pytest.approx(launch[~grouped].sum() + g.group_launches.sum() * overhead, rel=1e-9)
+    assert len(g.launch_groups) == {"for-loop": 0, "foreach": 2, "default": per_param, "fused": 2}[implementation]
 
 
 def test_in_place_ops_alias_what_they_write():

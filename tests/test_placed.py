@@ -308,7 +308,9 @@ class Mixed(nn.Module):
     lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
     lambda ps: torch.optim.NAdam(ps, lr=1e-2),
     lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
-], ids=["adamw", "nadam", "sgd-nesterov"])
+    lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=True),              # one fused-kernel op per parameter
+    lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, fused=True),
+], ids=["adamw", "nadam", "sgd-nesterov", "adam-foreach", "adamw-fused"])
 def test_optimizers_frozen_unused_and_unsaved_state_train_as_eager(make_opt):
     torch.manual_seed(0)
     model = Mixed()

@@ -603,3 +603,26 @@ def test_exchange_calibration_keeps_co_location_groups_whole_when_ops_are_unscop
             for i, op in enumerate(graph.ops):
                 if op.name.split(".")[0].isdigit():
                     assert a[i] == int(op.name.split(".")[0]) % D, op.name
+
+
+def test_a_multi_tensor_update_waits_for_every_reader_of_what_it_writes():
+    """A fused-kernel update (foreach Adam: ``aten._fused_adam_`` over one-tensor lists) writes its parameter
+    and state in place: each worker runs it after every earlier local reader of them — the backward ``mm``
+    that reads the weight for the input's gradient included, which nothing else orders before it."""
+    import torch
+    from torch import nn
+
+    from autoplace.runtime.program import plan_device
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+    g = capture_training_step(model, torch.randn(2, 8), lambda o: o.pow(2).mean(),
+                              torch.optim.Adam(model.parameters(), lr=1e-2, foreach=True))
+    prog = Program(g)
+    update = g.index("2.weight.update")
+    assert prog.calls[update].writes_lists and prog.calls[update].mutates is None
+    plan = plan_device(prog, np.zeros(g.n_ops, dtype=np.int64), 0)
+    views = {op.name for op in g.ops if op.meta.get("view") and op.inputs and op.inputs[0] == "2.weight"}
+    readers = {g.index(op.name) for op in g.ops if op.name != "2.weight.update" and op.name not in views
+               and any(i.split(":")[0] in {"2.weight", *views} for i in op.inputs)}
+    assert readers and readers <= set(plan.deps[update])

@@ -189,6 +189,92 @@ def _optimizer_groups(model, optimizer) -> tuple[type, list[tuple[list[str], dic
     return type(optimizer), groups
 
 
+#: optimizers whose per-parameter update becomes one op running PyTorch's fused kernel on that parameter
+#: (where the user asked for foreach or fused): the class name -> the aten kernel
+_FUSED_KERNELS = {"Adam": "aten._fused_adam_.default", "AdamW": "aten._fused_adamw_.default"}
+
+
+def _fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]], modes: list[str], opt_name: str
+                  ) -> list[Op]:
+    """Each parameter's traced update (Adam: a step counter's ``add_``, then seven elementwise ops) as its
+    step ``add_`` and **one op** running PyTorch's fused kernel on that parameter alone
+    (``aten._fused_adam_`` over one-tensor lists: what the multi-tensor kernels do to it), for the param
+    groups whose updates PyTorch runs as multi-tensor kernels (``foreach`` or ``fused``) — still placeable
+    with its parameter. The op's FLOPs and bytes touched are the sum of the ops it replaces (a foreach
+    implementation runs each of them as a kernel); its launches are set by :func:`_launch_groups`. Other
+    optimizers, hyper-parameters the kernel does not take, and the for-loop or default implementations
+    keep their traced ops."""
+    if opt_name not in _FUSED_KERNELS:
+        return ops
+    fuse: dict[str, dict[str, Any]] = {}
+    kernels: dict[str, str] = {}
+    for (names, hyper), mode in zip(groups, modes):
+        lr, betas = hyper.get("lr"), hyper.get("betas")
+        if mode not in ("foreach", "fused") or not isinstance(lr, float) or not isinstance(betas, tuple) or \
+                hyper.get("capturable") or hyper.get("differentiable"):
+            continue
+        # Adam with decoupled weight decay is AdamW (torch.optim.AdamW sets it)
+        kernel = _FUSED_KERNELS["AdamW" if hyper.get("decoupled_weight_decay") else opt_name]
+        kw = {"lr": lr, "beta1": float(betas[0]), "beta2": float(betas[1]),
+              "weight_decay": float(hyper.get("weight_decay", 0.0)), "eps": float(hyper.get("eps", 1e-8)),
+              "amsgrad": bool(hyper.get("amsgrad", False)), "maximize": bool(hyper.get("maximize", False))}
+        for n in names:
+            fuse[n], kernels[n] = kw, kernel
+    if not fuse:
+        return ops
+    names = {op.name for op in ops}
+    out_bytes = {op.name: op.out_bytes for op in ops}
+
+    def touched(op: Op) -> float:  # the roofline's bytes: the op's own figure, else its inputs and outputs
+        if op.meta.get("bytes_touched") is not None:
+            return float(op.meta["bytes_touched"])
+        ins = 0
+        for ref in op.inputs:
+            name, _, k = ref.partition(":")
+            ins += out_bytes[name][int(k) if k else 0]
+        return float(ins + sum(op.out_bytes))
+
+    update: dict[str, list[Op]] = {}
+    for op in ops:
+        if op.phase == "update" and op.colocation_group in fuse and op.type.startswith("aten."):
+            update.setdefault(op.colocation_group, []).append(op)
+    replaced: dict[str, Op] = {}   # the last op of each fused update -> the fused op
+    dropped: set[str] = set()
+    for p, members in update.items():
+        step = f"{p}.step"
+        steps = [op for op in members if (op.meta.get("call") or {}).get("args", [None])[0] == {"ref": step}]
+        rest = [op for op in members if op not in steps]
+        own = {op.name for op in members} | {p, step, f"{p}.exp_avg", f"{p}.exp_avg_sq", f"{p}.max_exp_avg_sq"}
+        grad = {i for op in rest for i in op.inputs if i.split(":")[0] not in own}   # what the update reads
+        if len(steps) != 1 or not rest or f"{p}.exp_avg" not in names or len(grad) != 1:
+            continue
+        grads = {p: grad.pop()}
+        kw, kernel = fuse[p], kernels[p]
+        ref = lambda name: [{"ref": name}]  # noqa: E731
+        max_sq = ref(f"{p}.max_exp_avg_sq") if kw["amsgrad"] and f"{p}.max_exp_avg_sq" in names else []
+        call = {"target": kernel, "args": [ref(p), ref(grads[p]), ref(f"{p}.exp_avg"), ref(f"{p}.exp_avg_sq"), max_sq,
+                                            ref(steps[0].name)], "kwargs": kw}
+        inputs = [p, grads[p], f"{p}.exp_avg", f"{p}.exp_avg_sq", *([max_sq[0]["ref"]] if max_sq else []), steps[0].name]
+        last = rest[-1]
+        replaced[last.name] = Op(f"{p}.update", kernel.removesuffix(".default"), tuple(inputs), output_bytes=(0,),
+                                 flops=sum(op.flops for op in rest), colocation_group=p, scope=last.scope,
+                                 phase="update", meta={"view": True, "call": call, "fused_ops": len(rest),
+                                                       "bytes_touched": sum(touched(op) for op in rest)})
+        dropped.update(op.name for op in rest if op is not last)
+    out = []
+    for op in ops:
+        if op.name in dropped:
+            continue
+        out.append(replaced.get(op.name, op))
+    # nothing outside a fused update may read what it replaced
+    gone = dropped | set(replaced)
+    for op in out:
+        if op.name not in {r.name for r in replaced.values()} and any(
+                i.split(":")[0] in gone for i in (*op.inputs, *op.control_inputs)):
+            return ops
+    return out
+
+
 def _launch_groups(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]], modes: list[str]) -> list[Op]:
     """Mark each parameter's update ops with the multi-tensor kernel that runs them (op meta
     ``launch_group``, docs/formats.md). The update is traced per parameter (``foreach=False``: every op
@@ -208,7 +294,11 @@ def _launch_groups(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]]
             continue
         j = position[op.colocation_group] = position.get(op.colocation_group, -1) + 1
         name = f"optimizer.{k}" if modes[k] == "fused" else f"optimizer.{k}.{j}.{op.type}"
-        meta = {**op.meta, "launch_group": name, "group_launches": 1}
+        launches = 1
+        if "fused_ops" in op.meta:   # one op standing for several: each a foreach call, or the fused kernel
+            name = f"optimizer.{k}.update"
+            launches = 1 if modes[k] == "fused" else int(op.meta["fused_ops"])
+        meta = {**op.meta, "launch_group": name, "group_launches": launches}
         if modes[k] == "default":
             meta["group_device_types"] = ["gpu"]
         out.append(dataclasses.replace(op, meta=meta))
@@ -395,7 +485,8 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     finally:
         scopes.remove()
     graph = _to_graph(gm, name or type(model).__name__, trained, list(frozen), list(buffers), layout, training=True)
-    graph = Graph(_launch_groups(list(graph.ops), groups, modes), name=graph.name,
+    fused = _fuse_updates(list(graph.ops), groups, modes, opt_cls.__name__)
+    graph = Graph(_launch_groups(fused, groups, modes), name=graph.name,
                   meta={**graph.meta, "optimizer": {"class": opt_cls.__name__, "implementation": sorted(set(modes))}})
     return _with_tied(graph, model)
 

@@ -76,6 +76,7 @@ class Call:
     tensor_refs: tuple[TRef, ...]  # every tensor the call reads (directly or through scalar nodes)
     scalar_refs: tuple[str, ...]
     mutates: TRef | None           # the argument an in-place op writes (aten ``add_`` ...)
+    writes_lists: tuple[TRef, ...] = ()  # tensors a multi-tensor op writes in place (``_fused_adam_``'s lists)
 
 
 def torch_device(name: str) -> str:
@@ -189,15 +190,20 @@ class Program:
         srefs: list[str] = []
         self._collect([args, kwargs], trefs, srefs)
         mutates = None
+        lists: list[TRef] = []
         schema = getattr(fn, "_schema", None)
         if schema is not None and schema.is_mutable:
+            first = True
             for j, arg in enumerate(schema.arguments):
                 if arg.alias_info is not None and arg.alias_info.is_write:
                     val = args[j] if j < len(args) else kwargs.get(arg.name)
-                    if isinstance(val, TRef):
+                    if isinstance(val, list):   # a multi-tensor op writes every tensor of its written lists
+                        lists += [v for v in val if isinstance(v, TRef)]
+                    elif first and isinstance(val, TRef):
                         mutates = val
-                    break
-        return Call(fn, args, kwargs, tuple(dict.fromkeys(trefs)), tuple(dict.fromkeys(srefs)), mutates)
+                    first = False
+        return Call(fn, args, kwargs, tuple(dict.fromkeys(trefs)), tuple(dict.fromkeys(srefs)), mutates,
+                    tuple(dict.fromkeys(lists)))
 
     def _collect(self, a: Any, trefs: list, srefs: list) -> None:
         if isinstance(a, TRef):
@@ -398,6 +404,8 @@ def plan_device(program: Program, assignment: np.ndarray, device: int) -> Device
                 rr = TRef(r.op, r.k)
                 recv.setdefault(rr, src)
                 recv_users.setdefault(rr, []).append(i)
+        for w in c.writes_lists:    # written in place: after every earlier local reader of that storage
+            mine += [j for j in readers.get(root_of(w), []) if j != i]
         if c.mutates is not None:
             rt = root_of(c.mutates)
             mine += [j for j in readers.get(rt, []) if j != i]

@@ -410,6 +410,51 @@ static void reshare(const Problem *p, Work *w, Run *r, Out *o) {
     }
 }
 
+/* Device d starts what it can at time t: the first released ops (synchronous) or launched kernels
+ * (asynchronous, in launch order) while it has a free slot. */
+static void start_ops(const Problem *p, Work *w, Run *r, Out *o, i64 d) {
+    const i64 D = p->D;
+    double t = r->t;
+    Dev *v = w->dev + d;
+    int asyn = v->launcher >= 0;
+    while (v->nfree > 0 && v->fhead < v->ftail) {
+        i64 i = w->fq[v->fbase + v->fhead++];
+        double s = t, ot = p->optime[i * D + d], m = p->launch_cost[d], dt;
+        if (ot < m) m = ot;
+        if (asyn) {
+            dt = ot - m;
+            if (p->concurrency[d] > 1) { /* in stream order: after the local inputs' kernels */
+                for (i64 q = p->in_ptr[i]; q < p->in_ptr[i + 1]; q++) {
+                    i64 pp = p->tensor_src[p->pair_tensor[p->in_pair[q]]];
+                    if (w->op[pp].dev == d && o->finish[pp] > s) s = o->finish[pp];
+                }
+            }
+        } else if (p->op_group[i] >= 0 && p->group_launch[p->op_group[i] * D + d] > 0) {
+            i64 g = p->op_group[i];
+            dt = ot - m;
+            if (w->gseen[g * D + d] == 0) {
+                w->gseen[g * D + d] = 1;
+                dt += (double)p->group_launch[g * D + d] * p->launch_cost[d];
+            }
+        } else {
+            dt = ot;
+        }
+        /* what the op's FINISH reads: its inputs' pairs, its outputs' readers */
+        PREFETCH(&p->in_pair[p->in_ptr[i]]);
+        PREFETCH(&p->pair_op[p->op_pair_ptr[i]]);
+        PREFETCH(&p->tensor_pair_ptr[p->op_tensor_ptr[i]]);
+        PREFETCH(&p->tensor_bytes[p->op_tensor_ptr[i]]);
+        o->start[i] = s;
+        if (!asyn) o->lstart[i] = s;
+        o->finish[i] = s + dt;
+        v->nfree -= 1;
+        v->busy += dt;
+        v->mem += p->out_alloc_total[i];
+        if (v->mem > v->peak) v->peak = v->mem;
+        push(r, s + dt, FINISH, i);
+    }
+}
+
 static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_transfers) {
     const i64 n = p->n, D = p->D, T = p->T, P = p->P, S = p->S, H = p->H, G = p->G, NQ = 2 * D + D * D;
     Run run = {{w->ev, 0, 0}, 0, 0, 0, 0, 0, 0, 0.0};
@@ -448,7 +493,6 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
     }
     memset(w->isdirty, 0, sizeof(i64) * (D + H));
     memset(w->gseen, 0, sizeof(i64) * (G * D + 1));
-    memset(w->xsub, 0, sizeof(i64) * P);
     memset(w->nseg, 0, sizeof(i64) * (S + 1));
     for (i64 tt = 0; tt < T; tt++) {
         w->buf[tt].ref = 0;
@@ -522,6 +566,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
                             o->xf_tensor[x] = tt;
                             o->xf_src[x] = d;
                             o->xf_dst[x] = dc;
+                            w->xsub[x] = 0;
                             w->buf[T + x].ref = 0;
                             w->buf[T + x].bytes = b;
                             i64 l = d * D + dc;
@@ -592,7 +637,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
                     if (--bq->ref == 0) freed += bq->bytes;
                 }
                 vd->mem -= freed;
-                mark(w, r, d);
+                start_ops(p, w, r, o, d); /* as its dispatch after this event would: nothing else here touches d */
             } else if (kind == LAUNCHED) {
                 i64 i = ident, d = w->op[i].dev;
                 Dev *vd = w->dev + d;
@@ -632,7 +677,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
                 w->psum[i] = ps;
                 w->op[i].remote = remote;
                 w->fq[vd->fbase + vd->ftail++] = i;
-                mark(w, r, d);
+                start_ops(p, w, r, o, d);
                 if (sync) {
                     L->state = L_SYNC;
                     L->wait = i;
@@ -684,45 +729,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
             i64 k = w->dirty[--r->ndirty];
             w->isdirty[k] = 0;
             if (k < D) {
-                i64 d = k;
-                Dev *v = w->dev + d;
-                int asyn = v->launcher >= 0;
-                while (v->nfree > 0 && v->fhead < v->ftail) {
-                    i64 i = w->fq[v->fbase + v->fhead++];
-                    double s = t, ot = p->optime[i * D + d], m = p->launch_cost[d], dt;
-                    if (ot < m) m = ot;
-                    if (asyn) {
-                        dt = ot - m;
-                        if (p->concurrency[d] > 1) { /* in stream order: after the local inputs' kernels */
-                            for (i64 q = p->in_ptr[i]; q < p->in_ptr[i + 1]; q++) {
-                                i64 pp = p->tensor_src[p->pair_tensor[p->in_pair[q]]];
-                                if (w->op[pp].dev == d && o->finish[pp] > s) s = o->finish[pp];
-                            }
-                        }
-                    } else if (p->op_group[i] >= 0 && p->group_launch[p->op_group[i] * D + d] > 0) {
-                        i64 g = p->op_group[i];
-                        dt = ot - m;
-                        if (w->gseen[g * D + d] == 0) {
-                            w->gseen[g * D + d] = 1;
-                            dt += (double)p->group_launch[g * D + d] * p->launch_cost[d];
-                        }
-                    } else {
-                        dt = ot;
-                    }
-                    /* what the op's FINISH reads: its inputs' pairs, its outputs' readers */
-                    PREFETCH(&p->in_pair[p->in_ptr[i]]);
-                    PREFETCH(&p->pair_op[p->op_pair_ptr[i]]);
-                    PREFETCH(&p->tensor_pair_ptr[p->op_tensor_ptr[i]]);
-                    PREFETCH(&p->tensor_bytes[p->op_tensor_ptr[i]]);
-                    o->start[i] = s;
-                    if (!asyn) o->lstart[i] = s;
-                    o->finish[i] = s + dt;
-                    v->nfree -= 1;
-                    v->busy += dt;
-                    v->mem += p->out_alloc_total[i];
-                    if (v->mem > v->peak) v->peak = v->mem;
-                    push(r, s + dt, FINISH, i);
-                }
+                start_ops(p, w, r, o, k);
             } else {
                 i64 h = k - D;
                 Launcher *L = w->lau + h;
@@ -752,6 +759,10 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
                             ln = p->launch_cost[dc];
                             if (p->optime[c * D + dc] < ln) ln = p->optime[c * D + dc];
                         }
+                        /* what its LAUNCHED reads: its outputs' readers */
+                        PREFETCH(&p->pair_op[p->op_pair_ptr[c]]);
+                        PREFETCH(&p->tensor_pair_ptr[p->op_tensor_ptr[c]]);
+                        PREFETCH(&p->tensor_out[p->op_tensor_ptr[c]]);
                         o->lstart[c] = t;
                         vc->inflight += 1;
                         vc->host += ln;
