@@ -398,3 +398,31 @@ def test_an_fx_graph_module_is_captured_as_its_module():
     a = capture_training_step(model, x, cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1), targets=y)
     b = capture_training_step(traced, x, cross_entropy, torch.optim.SGD(traced.parameters(), lr=0.1), targets=y)
     assert b.total_flops == a.total_flops and b.total_param_bytes == a.total_param_bytes
+
+
+def test_launch_groups_follow_parameters_not_colocation_groups():
+    """A norm layer's weight and bias share a co-location group; in different param groups (the bias
+    updated by the for-loop) each keeps its own implementation, and every foreach call holds one op per
+    parameter of its param group."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(I, H), nn.BatchNorm1d(H), nn.ReLU(), nn.Linear(H, C))
+    bias = model[1].bias
+    opt = torch.optim.Adam([{"params": [p for p in model.parameters() if p is not bias], "foreach": False},
+                            {"params": [bias]}], lr=0.01)
+    opt.param_groups[0]["foreach"] = True
+    g = capture_training_step(model, torch.randn(B, I), nn.functional.cross_entropy, opt,
+                              targets=torch.randint(0, C, (B,)))
+    assert g.meta["optimizer"]["implementation"] == ["default", "foreach"]
+    from autoplace.capture._torch import _update_params
+
+    param_of = _update_params(list(g.ops), [n for n, _ in model.named_parameters()])
+    update = [op for op in g.ops if op.phase == "update" and op.type.startswith("aten.")]
+    assert {op.colocation_group for op in update if param_of[op.name] in ("1.weight", "1.bias")} == {"1.weight"}
+    for op in update:
+        group = op.meta.get("launch_group", "")
+        assert group.startswith("optimizer.1." if param_of[op.name] == "1.bias" else "optimizer.0."), op.name
+    members: dict[str, list[str]] = {}
+    for op in update:
+        members.setdefault(op.meta["launch_group"], []).append(param_of[op.name])
+    for group, params in members.items():
+        assert len(params) == len(set(params)), group          # one op of each parameter per foreach call

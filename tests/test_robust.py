@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import op
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from autoplace.cluster import Cluster, Device, Link, LinkSpec, Segment, get_cluster
 from autoplace.graph import Graph, Op
@@ -130,3 +132,53 @@ def test_stray_ops_return_to_their_neighbours_device():
     rs = RobustSimulator(g2, fast)
     dev, evaluations = return_strays(g2, fast, start, rs.run_batch, max_evaluations=10)
     assert dev.tolist() == start.tolist() and evaluations == 2
+
+
+@st.composite
+def gpu_cases(draw):
+    """A random DAG of up to 12 ops (roofline FLOPs and bytes) on a CPU and two GPUs with random launch
+    overheads and link rates."""
+    n = draw(st.integers(2, 12))
+    ops = []
+    for i in range(n):
+        preds = draw(st.lists(st.integers(0, i - 1), max_size=2, unique=True)) if i else []
+        ops.append(Op(f"o{i}", "op", tuple(f"o{p}" for p in preds), output_bytes=(draw(st.integers(0, 10**7)),),
+                      flops=float(draw(st.sampled_from([0.0, 1e6, 1e9, 1e10])))))
+    overhead = draw(st.sampled_from([0.0, 1e-5, 1e-3]))
+    devs = [Device("cpu:0", "cpu", 10**12, 1e11, 1e10, op_overhead_s=overhead / 2)] + [
+        Device(f"gpu:{k}", "gpu", 10**12, 1e13, 1e12, op_overhead_s=overhead) for k in range(2)]
+    cl = Cluster("cg", devs, default_link=LinkSpec(float(draw(st.sampled_from([1e8, 1e10]))), 1e-5, 5e-6))
+    return Graph(ops, name="random"), cl
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gpu_cases())
+def test_auto_is_never_slower_than_one_gpu_in_any_scenario_on_random_graphs(case):
+    """With CP-SAT among its stages (at most 60 ops) and near-ties going to fewer cuts, auto's step is at
+    most one GPU's in every scenario."""
+    g, cl = case
+    p = place(g, cl, "auto", seed=0, budget=0.05)
+    one = place(g, cl, "single-gpu").to_array(g, cl)
+    steps = RobustSimulator(g, cl).steps(np.stack([one, p.to_array(g, cl)]))
+    assert (steps[:, 1] <= steps[:, 0] * (1 + 1e-9) + 1e-15).all()
+
+
+def test_a_baseline_of_no_time_sets_no_scale():
+    g = Graph([Op("a", "op", output_bytes=(0,), cost={"gpu": 0.0}), Op("b", "op", ("a",), cost={"gpu": 0.0})])
+    cl = two_gpus()
+    rs = RobustSimulator(g, cl, baseline=np.zeros(2, np.int64))
+    assert rs.baseline is None and (rs.scale == 1).all()
+    assert place(g, cl, "auto", budget=0.01).meta["robust"]["robust_step_s"] == 0.0
+
+
+def test_host_contention_keeps_the_contention_blend():
+    """Two CPU workers of one host, ops profiled at 1 s alone and 2 s with the other worker busy: the
+    contended scenario slows both placements by its factor, as it slows their alone and loaded costs."""
+    devs = [Device(f"cpu:{k}", "cpu", 10**9, 1e9, 1e9, meta={"host": "h"}) for k in range(2)]
+    cl = Cluster("host", devs, default_link=LinkSpec(1e12, 0.0))
+    g = Graph([Op(f"o{i}", "op", cost={"cpu": 1.0, "cpu|loaded": 2.0}) for i in range(2)])
+    contended = [s for s in SCENARIOS if s.name == "contended host"]
+    rs = RobustSimulator(g, cl, scenarios=[SCENARIOS[0], *contended])
+    steps = rs.steps(np.array([[0, 0], [0, 1]]))
+    assert steps[0].tolist() == pytest.approx([2.0, 2.0])                       # alone in turn; side by side, loaded
+    assert steps[1].tolist() == pytest.approx([2.0 * contended[0].host] * 2)

@@ -14,17 +14,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from autoplace.capture import capture_training_step  # noqa: E402
 from autoplace.cli import main  # noqa: E402
 from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster  # noqa: E402
-from autoplace.errors import AutoplaceError  # noqa: E402
 from autoplace.cost import op_time_matrix  # noqa: E402
 from autoplace.env import MeasuredEnv, make_env  # noqa: E402
+from autoplace.errors import AutoplaceError  # noqa: E402
 from autoplace.formats import save_graph, save_placement  # noqa: E402
 from autoplace.grouping import group_ops  # noqa: E402
 from autoplace.placement import Placement  # noqa: E402
 from autoplace.runtime import ExecutionError, MeasuredResult, Program, WorkerPool, run_reference  # noqa: E402
 from autoplace.runtime.export import device_map, export_python  # noqa: E402
-from autoplace.capture import capture_training_step  # noqa: E402
 from autoplace.runtime.profile import LinkFit, _costs_of, profile_graph  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402
 

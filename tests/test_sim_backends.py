@@ -20,8 +20,9 @@ def numba_run(sim: Simulator, dev: np.ndarray, op_times: np.ndarray | None = Non
     lt, lb, st = np.zeros((D, D)), np.zeros((D, D), np.int64), np.zeros(S)
     xf = [np.empty(P, np.int64) for _ in range(3)] + [np.empty(P), np.empty(P), np.empty(P)]
     op_times = sim.op_times if op_times is None else op_times
-    step, nx = _kernel.simulate_one(dev, op_times, *sim._graph_args, *sim._cluster_args, len(c.launcher_names),
-                                    start, finish, lstart, busy, host, peak, lt, lb, st, *xf)
+    step, nx, done = _kernel.simulate_one(dev, op_times, *sim._graph_args, *sim._cluster_args, len(c.launcher_names),
+                                          start, finish, lstart, busy, host, peak, lt, lb, st, *xf)
+    assert done == n
     return step, start, finish, lstart, busy, host, peak, lt, lb, st, nx, [a[:nx] for a in xf]
 
 

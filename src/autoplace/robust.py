@@ -38,7 +38,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoplace.cluster import Cluster, LinkSpec, Segment
-from autoplace.cost import op_time_matrix
 from autoplace.graph import Graph
 from autoplace.sim import BatchResult, Simulator
 
@@ -114,18 +113,18 @@ class RobustSimulator:
             if s.name == "nominal":
                 self.sims.append(Simulator(graph, cluster, op_times))
                 continue
-            sc = scenario_cluster(cluster, s)
-            times = None
-            if s.host != 1.0 or op_times is not None:
-                times = (op_time_matrix(graph, sc) if op_times is None else op_times).copy()
-                times[:, cpu] *= s.host
-            self.sims.append(Simulator(graph, sc, times))
+            # host contention scales the CPUs' op times, alone and loaded (the contention blend stays)
+            scale = np.where(cpu, s.host, 1.0) if s.host != 1.0 else None
+            self.sims.append(Simulator(graph, scenario_cluster(cluster, s), op_times, time_scale=scale))
         self.nominal = self.sims[0]
         self.baseline = None if baseline is None else np.asarray(baseline, dtype=np.int64)
         self.scale = np.ones(len(self.sims))
         if baseline is not None:
             steps = self.steps(np.asarray(baseline, dtype=np.int64)[None, :])[:, 0]
-            self.scale = steps[0] / steps
+            if (steps > 0).all() and np.isfinite(steps).all():
+                self.scale = steps[0] / steps
+            else:   # a baseline of no time (or failing) sets no scale
+                self.baseline = None
 
     def steps(self, devs: np.ndarray) -> np.ndarray:
         """``[S, B]``: each placement's step in each scenario."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import replace
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from autoplace.errors import AutoplaceError
@@ -194,6 +194,25 @@ def _optimizer_groups(model, optimizer) -> tuple[type, list[tuple[list[str], dic
 _FUSED_KERNELS = {"Adam": "aten._fused_adam_.default", "AdamW": "aten._fused_adamw_.default"}
 
 
+def _update_params(ops: list[Op], params: Iterable[str]) -> dict[str, str]:
+    """The parameter each update op works for: the first parameter, optimizer state (``p.key``) or update op
+    of another parameter among its inputs, in order (a co-location group may hold several parameters:
+    a norm layer's weight and bias)."""
+    params = set(params)
+    state_of = {op.name: op.name.rsplit(".", 1)[0] for op in ops if op.type == "optimizer_state"}
+    out: dict[str, str] = {}
+    for op in ops:
+        if op.phase != "update" or not op.type.startswith("aten."):
+            continue
+        for ref in (*op.inputs, *op.control_inputs):
+            name = ref.split(":")[0]
+            p = name if name in params else state_of.get(name) or out.get(name)
+            if p is not None:
+                out[op.name] = p
+                break
+    return out
+
+
 def _fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]], modes: list[str], opt_name: str
                   ) -> list[Op]:
     """Each parameter's traced update (Adam: a step counter's ``add_``, then seven elementwise ops) as its
@@ -234,10 +253,11 @@ def _fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]],
             ins += out_bytes[name][int(k) if k else 0]
         return float(ins + sum(op.out_bytes))
 
+    param_of = _update_params(ops, fuse)
     update: dict[str, list[Op]] = {}
     for op in ops:
-        if op.phase == "update" and op.colocation_group in fuse and op.type.startswith("aten."):
-            update.setdefault(op.colocation_group, []).append(op)
+        if param_of.get(op.name) in fuse:
+            update.setdefault(param_of[op.name], []).append(op)
     replaced: dict[str, Op] = {}   # the last op of each fused update -> the fused op
     dropped: set[str] = set()
     for p, members in update.items():
@@ -285,14 +305,16 @@ def _launch_groups(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]]
     import dataclasses
 
     param_group = {n: k for k, (names, _) in enumerate(groups) for n in names}
+    param_of = _update_params(ops, param_group)
     position: dict[str, int] = {}
     out = []
     for op in ops:
-        k = param_group.get(op.colocation_group) if op.phase == "update" and op.type.startswith("aten.") else None
+        p = param_of.get(op.name)
+        k = param_group.get(p)
         if k is None or modes[k] == "for-loop":
             out.append(op)
             continue
-        j = position[op.colocation_group] = position.get(op.colocation_group, -1) + 1
+        j = position[p] = position.get(p, -1) + 1
         name = f"optimizer.{k}" if modes[k] == "fused" else f"optimizer.{k}.{j}.{op.type}"
         launches = 1
         if "fused_ops" in op.meta:   # one op standing for several: each a foreach call, or the fused kernel

@@ -16,7 +16,8 @@ judged by its worst case over the cost model's uncertainty.
    :data:`autoplace.placers.cpsat.MAX_TASKS` ops), also solve it exactly (nominal figures), hinted with
    the refined placement (:func:`autoplace.placers.cpsat.improve_with_cp_sat`); the refine and CP-SAT
    split the budget there.
-5. Take the best of the start and the stages by step 2's rule, then return stray ops to their
+5. Take the best of the start, the stages and ``single-gpu`` (where it fits) by step 2's rule, then
+   return stray ops to their
    neighbours' device wherever that costs nothing in the worst case
    (:func:`autoplace.placers.local_search.return_strays`). Where the result does not fit, raise
    :class:`InfeasibleError` naming the devices it runs out of memory on. Its meta says where it came
@@ -24,8 +25,9 @@ judged by its worst case over the cost model's uncertainty.
    ``cp-sat``), what every candidate scored (``candidates``: method, simulated step, robust step, whether
    it fits, its search time or why it has no placement) and its steps per scenario (``robust``).
 
-So ``auto`` returns one GPU when nothing is robustly faster: its robust step is at most one GPU's nominal
-step, i.e. it is at least as fast as ``single-gpu`` in every scenario.
+So ``auto`` returns one GPU when nothing is robustly faster: where ``single-gpu`` fits, ``auto``'s robust
+step is at most its nominal step (a near-tie chosen for fewer cuts can only be ``single-gpu`` itself or
+below it), i.e. ``auto`` is at least as fast as ``single-gpu`` in every scenario.
 
 ``budget`` (default 60): 90 % for the refine (evaluations counted as in local search, each evaluation
 simulating every scenario), shared with CP-SAT's deterministic time on small graphs, and 10 % for the
@@ -212,23 +214,29 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement
             stages.append(("cp-sat", improve_with_cp_sat(graph, cluster, stages[0][1], seed=seed, budget=search / 2)))
         except InfeasibleError:
             pass
-    pool = [start, *(p for _, p in stages)]
+    # one GPU competes again at the end: a near-tie chosen for fewer cuts can then never be slower than it
+    ones = [one.placement] if robust.baseline is not None else []
+    pool = [start, *(p for _, p in stages), *ones]
     k, pool_ranks = pick_robust(graph, cluster, pool, robust)
     best = pool[k]
     # the stages that improved on everything before them, up to the one kept
     origin = [name for i, (name, _) in enumerate(stages[:k], 1) if pool_ranks[i] < min(pool_ranks[:i])]
+    came_from = start.method
+    if ones and k == len(pool) - 1:
+        came_from, origin = "single-gpu", []
     report_progress("auto: returning stray ops", None)
     cleanup = max(1, int(budget * CLEANUP_SHARE * OPS_PER_SECOND / max(graph.n_ops, 1) / len(robust.sims)))
     dev, moves = return_strays(graph, cluster, best.to_array(graph, cluster), robust.run_batch,
                                max_evaluations=cleanup)
     steps = robust.steps(dev[None, :])[:, 0]
     refined = stages[0][1]
-    meta = {"from": start.method, "improved_by": origin,
+    meta = {"from": came_from, "improved_by": origin,
             "candidates": [{**c.to_dict(), **({"robust_step_s": fast_ranks[placed.index(c)][1]}
                                               if c in placed else {})} for c in cands],
             "refine": {k: refined.meta[k] for k in ("evaluations", "stop_reason", "converged", "levels")},
             "stages": [{"stage": name, "robust_step_s": r[1], "fits": not r[0]}
-                       for name, r in zip(["start", *(n for n, _ in stages)], pool_ranks)],
+                       for name, r in zip(["start", *(n for n, _ in stages), *(["single-gpu"] if ones else [])],
+                                          pool_ranks)],
             "robust": {"scenarios": [s.name for s in robust.scenarios], "step_s": steps.tolist(),
                        "robust_step_s": float(robust.robust_steps(steps[:, None])[0]),
                        "baseline": "single-gpu" if robust.baseline is not None else None,

@@ -128,10 +128,13 @@ class BatchResult:
 class Simulator:
     """A simulator bound to one graph and cluster; the op-time matrix is computed once.
 
-    ``op_times`` overrides the cost model (``[n_ops, n_devices]`` seconds), e.g. for calibration.
+    ``op_times`` overrides the cost model (``[n_ops, n_devices]`` seconds), e.g. for calibration;
+    ``time_scale`` (``[n_devices]``) multiplies each device's op times, alone and loaded alike (the
+    uncertainty scenarios' host contention, :mod:`autoplace.robust`).
     """
 
-    def __init__(self, graph: Graph, cluster: Cluster, op_times: np.ndarray | None = None):
+    def __init__(self, graph: Graph, cluster: Cluster, op_times: np.ndarray | None = None, *,
+                 time_scale: np.ndarray | None = None):
         self.graph = graph
         self.cluster = cluster
         self.op_times = np.ascontiguousarray(op_time_matrix(graph, cluster) if op_times is None else op_times,
@@ -161,6 +164,11 @@ class Simulator:
         if op_times is None and self._shares_host.any() and any(
                 k.endswith("|loaded") for op in g.ops if op.cost for k in op.cost):
             self._loaded_times = op_time_matrix(g, c, loaded=True)
+        if time_scale is not None:
+            scale = np.asarray(time_scale, dtype=np.float64)[None, :]
+            self.op_times = np.ascontiguousarray(self.op_times * scale)
+            if self._loaded_times is not None:
+                self._loaded_times = self._loaded_times * scale
 
     # ------------------------------------------------------------------ placements as arrays
     def as_array(self, placement: Placement | np.ndarray | Sequence[int]) -> np.ndarray:
@@ -240,7 +248,7 @@ class Simulator:
         D, P, S = self.cluster.n_devices, self.graph.n_edges, len(self.cluster.segments)
         H = len(self.cluster.launcher_names)
         start, finish, lstart = np.empty(n), np.empty(n), np.empty(n)
-        step, nx = np.zeros(B), np.zeros(B, np.int64)
+        step, nx, done = np.zeros(B), np.zeros(B, np.int64), np.zeros(B, np.int64)
         busy, host, peak = np.zeros((B, D)), np.zeros((B, D)), np.zeros((B, D), np.int64)
         link_time, link_bytes = np.zeros((B, D, D)), np.zeros((B, D, D), np.int64)
         seg_time = np.zeros((B, S))
@@ -249,12 +257,15 @@ class Simulator:
         if _cbackend.BACKEND == "c":
             _cbackend.simulate(B, n, self.graph.n_tensors, P, D, S, H, (
                 devs, op_times, *self._graph_args, *self._cluster_args, start, finish, lstart, step, busy, host,
-                peak, link_time, link_bytes, seg_time, nx, xf_t, xf_s, xf_d, xf_a, xf_b, xf_c))
+                peak, link_time, link_bytes, seg_time, nx, xf_t, xf_s, xf_d, xf_a, xf_b, xf_c, done))
         else:
             for b in range(B):
-                step[b], nx[b] = _kernel.simulate_one(
+                step[b], nx[b], done[b] = _kernel.simulate_one(
                     devs[b], op_times, *self._graph_args, *self._cluster_args, H, start, finish, lstart, busy[b],
                     host[b], peak[b], link_time[b], link_bytes[b], seg_time[b], xf_t, xf_s, xf_d, xf_a, xf_b, xf_c)
+        if (done != n).any():   # every op runs in any placement of a DAG: a stall is a simulator bug
+            b = int(np.flatnonzero(done != n)[0])
+            raise RuntimeError(f"the simulator stopped after {int(done[b])} of {n} ops of placement {b}")
         k = int(nx[-1]) if B else 0
         timeline = Timeline(start, finish, devs[-1] if B else devs, xf_t[:k], xf_s[:k], xf_d[:k], xf_a[:k], xf_b[:k],
                             xf_c[:k], lstart)

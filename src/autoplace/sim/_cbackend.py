@@ -12,8 +12,8 @@ from pathlib import Path
 
 __all__ = ["load", "BACKEND"]
 
-ABI = 4  # ap_abi() of a build whose ap_simulate takes the arguments simulate() passes
-N_ARRAYS = 49  # the arrays ap_simulate takes after its sizes
+ABI = 5  # ap_abi() of a build whose ap_simulate takes the arguments simulate() passes
+N_ARRAYS = 50  # the arrays ap_simulate takes after its sizes
 
 
 def load() -> ctypes.CDLL | None:

@@ -166,7 +166,7 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
                  xf_tensor, xf_src, xf_dst, xf_start, xf_end, xf_land):
     """Simulate one placement ``dev`` (op -> device index). Fills the output arrays in place.
 
-    Returns ``(step_time, n_transfers)``. ``peak``, ``busy_time``, ``host_time``, ``link_time``,
+    Returns ``(step_time, n_transfers, ops finished)`` (the last is ``n`` unless the loop stalled). ``peak``, ``busy_time``, ``host_time``, ``link_time``,
     ``link_bytes`` and ``seg_time`` must be zeroed by the caller; ``xf_*`` need room for one transfer per
     (tensor, consumer) pair. ``bandwidth`` is each link's own; ``seg_bw`` each segment's.
     """
@@ -262,6 +262,7 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
     makespan = 0.0
     t = 0.0
     first = True
+    finished = 0
     while True:
         if not first:
             if ist[ESIZE] == 0:
@@ -276,6 +277,7 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
                 d = dev[i]
                 h = launcher[d]
                 nfree[d] += 1
+                finished += 1
                 if t > makespan:
                     makespan = t
                 if h >= 0:
@@ -564,7 +566,7 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
             ist[RESHARE] = 0
             _reshare(t, act, xf_src, xf_dst, bandwidth, route_ptr, route_seg, seg_bw, nseg, xrem, xrate, xtl,
                      xendp, ist, et, ek, D)
-    return makespan, ist[NX]
+    return makespan, ist[NX], finished
 
 
 @njit(cache=True)
