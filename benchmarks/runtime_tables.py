@@ -2,6 +2,7 @@
 runtime, every non-learned placer before and after, and ``auto``'s worst-case speedup over one GPU.
 
     .venv/bin/python benchmarks/runtime_tables.py [--before SRC] [--budget 5] [--only MODEL] [--json]
+    .venv/bin/python benchmarks/runtime_tables.py --from-json RUN.jsonl [LATER.jsonl]  # the tables of saved runs
 
 For each setting (the zoo model at its default size on the paper's cluster) ``autoplace compare`` runs
 every non-learned placer (budget ``--budget``) and records each one's simulated step; ``auto``'s
@@ -68,13 +69,58 @@ def before(src: Path, model: str, cluster_name: str, budget: float) -> dict:
     return {"steps": {r["method"]: r["step_time_s"] for r in d["rows"]}}
 
 
+def _geomean(xs: list[float]) -> float:
+    xs = [x for x in xs if x and np.isfinite(x)]
+    return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
+
+
+def tables(rows: list[dict]) -> None:
+    """Markdown: per setting, one GPU and auto before and after with auto's worst-case speedup; per
+    placer, its geometric-mean speedup over one GPU before and after."""
+    ms = lambda s: "-" if s is None else f"{s * 1e3:.1f}"  # noqa: E731
+    print("| setting | ops | single-GPU, ms (before -> after) | auto, ms (before -> after) | auto speedup (before -> after) "
+          "| auto worst case | best other placer (after) | gain uncertain (after) |")
+    print("|---|---:|---:|---:|---:|---:|---|---|")
+    speed: dict[str, tuple[list, list]] = {}
+    for row in rows:
+        a, b = row["after"]["steps"], row.get("before", {}).get("steps", {})
+        for m in a:
+            pair = speed.setdefault(m, ([], []))
+            for k, steps in enumerate((b, a)):
+                one, x = steps.get("single-gpu"), steps.get(m)
+                if one and x:
+                    pair[k].append(one / x)
+        others = {m: x for m, x in a.items() if m not in ("auto", "local-search", "single-gpu") and x}
+        best = min(others, key=others.get) if others else None
+        sp = lambda st: f"{st['single-gpu'] / st['auto']:.2f}" if st.get("single-gpu") and st.get("auto") else "-"  # noqa: E731
+        print(f"| {row['model']} on {row['cluster']} | {row['after']['ops']:,} | {ms(b.get('single-gpu'))} -> "
+              f"{ms(a.get('single-gpu'))} | {ms(b.get('auto'))} -> {ms(a.get('auto'))} | {sp(b)} -> {sp(a)} | "
+              f"{row['after'].get('auto_worst_case_speedup', float('nan')):.2f} | "
+              f"{best} {ms(others.get(best))} | {', '.join(row['after']['gain_uncertain']) or '-'} |")
+    print()
+    print("| placer | speedup over one GPU, geometric mean (before -> after) | settings |")
+    print("|---|---:|---:|")
+    for m, (before, after) in speed.items():
+        print(f"| {m} | {_geomean(before):.2f} -> {_geomean(after):.2f} | {len(before)} / {len(after)} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before", type=Path)
     ap.add_argument("--budget", type=float, default=5.0)
     ap.add_argument("--only", default=None, help="comma-separated models to run (default: every setting)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--from-json", type=Path, nargs="+", help="print the tables of saved --json runs (JSON lines; "
+                    "a later file's 'after' replaces an earlier one's, 'before' is kept)")
     args = ap.parse_args(argv)
+    if args.from_json:
+        merged: dict[tuple[str, str], dict] = {}
+        for path in args.from_json:
+            for line in path.read_text().splitlines():
+                row = json.loads(line)
+                merged.setdefault((row["model"], row["cluster"]), {}).update(row)
+        tables([merged[k] for k in ((m, c) for m, c in SETTINGS) if k in merged])
+        return 0
     only = set(args.only.split(",")) if args.only else None
     for model, cluster_name in SETTINGS:
         if only and model not in only:

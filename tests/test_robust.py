@@ -182,3 +182,25 @@ def test_host_contention_keeps_the_contention_blend():
     steps = rs.steps(np.array([[0, 0], [0, 1]]))
     assert steps[0].tolist() == pytest.approx([2.0, 2.0])                       # alone in turn; side by side, loaded
     assert steps[1].tolist() == pytest.approx([2.0 * contended[0].host] * 2)
+
+
+def test_simulate_and_compare_show_each_step_with_its_range(tmp_path, capsys):
+    import json
+
+    from autoplace.cli import main
+
+    out = tmp_path / "p.json"
+    assert main(["place", "toy-mlp", "-c", "k80x2", "-m", "metis", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", "toy-mlp", "-c", "k80x2", "-p", str(out), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    lo, hi = d["uncertainty"]["step_range_s"]
+    assert lo <= d["step_time_s"] <= hi and d["uncertainty"]["one_gpu_s"] > 0
+    assert main(["simulate", "toy-mlp", "-c", "k80x2", "-p", str(out)]) == 0
+    assert "range over the cost model's uncertainty" in capsys.readouterr().out
+    assert main(["compare", "toy-mlp", "-c", "k80x2", "--methods", "single-gpu,metis", "--json"]) == 0
+    rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    one = rows["single-gpu"]["uncertainty"]
+    assert one["robust_step_s"] == pytest.approx(rows["single-gpu"]["step_time_s"]) and not one["gain_inside_range"]
+    m = rows["metis"]["uncertainty"]
+    assert m["gain_inside_range"] == (rows["metis"]["step_time_s"] < one["one_gpu_s"] < m["robust_step_s"])
