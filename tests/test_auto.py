@@ -40,7 +40,7 @@ def test_auto_returns_the_best_candidate_and_says_where_it_came_from():
     assert mine <= robust[m["from"]] * (1 + 1e-12)
     assert mine <= robust["single-gpu"] * (1 + 1e-12)            # one GPU's robust step is its nominal one
     assert m["robust"]["step_s"][0] == pytest.approx(simulate(g, c, p).step_time)
-    assert [x["stage"] for x in m["stages"]] == ["start", "refined"]
+    assert [x["stage"] for x in m["stages"]] == ["start", "refined", "single-gpu"]   # one GPU in the last pick
     assert set(m["improved_by"]) <= {"refined", "cp-sat"}
     assert m["refine"]["evaluations"] <= 200 // len(SCENARIOS) + 1
 
@@ -51,7 +51,7 @@ def test_auto_on_a_small_graph_also_solves_it_exactly():
     g, c = build_graph("toy-mlp", layers=2), get_cluster("k80x2")
     p = place(g, c, "auto", seed=0, budget=4)
     stages = {x["stage"]: x for x in p.meta["stages"]}
-    assert set(stages) == {"start", "refined", "cp-sat"}
+    assert set(stages) == {"start", "refined", "cp-sat", "single-gpu"}
     assert p.meta["robust"]["robust_step_s"] <= min(x["robust_step_s"] for x in stages.values()) * (1 + NEAR_TIE)
 
 

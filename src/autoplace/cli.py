@@ -185,12 +185,17 @@ def _sim_table(graph: Graph, cluster: Cluster, result: Any, title: str):
     from autoplace.report import fmt_bytes, fmt_time
 
     table = Table(title=title)
-    for col in ("device", "busy", "utilisation", "peak memory", "capacity", "OOM"):
+    host = getattr(result, "host_time", None)
+    launched = host is not None and len(host) and cluster.launcher.max(initial=-1) >= 0
+    cols = ("device", "busy", "utilisation", *(("launching",) if launched else ()), "peak memory", "capacity", "OOM")
+    for col in cols:
         table.add_column(col, justify="right" if col != "device" else "left")
     for d, name in enumerate(result.device_names):
         busy = result.busy_time[d]
         util = busy / result.step_time if result.step_time > 0 else 0.0
-        table.add_row(name, fmt_time(busy), f"{100 * util:.0f}%", fmt_bytes(result.peak_memory[d]),
+        # a GPU's host thread: the time it spent launching the device's ops and submitting its copies
+        launch = ((fmt_time(host[d]) if cluster.launcher[d] >= 0 else "-"),) if launched else ()
+        table.add_row(name, fmt_time(busy), f"{100 * util:.0f}%", *launch, fmt_bytes(result.peak_memory[d]),
                       fmt_bytes(result.memory_capacity[d]),
                       _bold(("OOM", "bold red")) if result.peak_memory[d] > result.memory_capacity[d] else "")
     return table

@@ -38,8 +38,9 @@ class Device:
     device runs earlier kernels (``asynchronous``: ``None`` is the type's default, :data:`ASYNCHRONOUS_TYPES`;
     ``launcher``: the host thread's name, ``None`` for one of its own; devices naming the same thread share
     it; ``launch_queue_depth``: launched kernels not yet finished before a launch blocks the thread);
-    ``send_engines`` / ``recv_engines`` are how many transfers it can send / receive at once (its DMA copy
-    engines; ``None``: the type's default, :data:`DEFAULT_ENGINES`; ``0``: no limit);
+    ``send_engines`` / ``recv_engines`` are its DMA copy engines for sending / receiving (``None``: the
+    type's default, :data:`DEFAULT_ENGINES`; ``0``: none — a copy queues on the source's send engines,
+    else the destination's receive engines, else the link);
     ``send_cost_s_per_byte`` is compute the device spends per byte it sends (a CPU worker's copy into the
     exchange buffer; 0 where a DMA engine moves the data), charged to the producing op;
     ``send_overhead_s`` / ``recv_overhead_s`` are its fixed compute per tensor sent / received (the
@@ -96,7 +97,7 @@ DEFAULT_LAUNCH_QUEUE_DEPTH = 1024
 #: Copy engines of a device type when a device does not say: a GPU has one engine per direction (CUDA's
 #: ``asyncEngineCount == 2``: one host-to-device and one device-to-host copy at a time, CUDA C++
 #: Programming Guide, "Concurrent Data Transfers"); other types (a CPU, whose memory the GPUs' engines
-#: read and write) set no limit.
+#: read and write) have none.
 DEFAULT_ENGINES: dict[str, tuple[int, int]] = {"gpu": (1, 1)}
 
 
@@ -113,9 +114,11 @@ class LinkSpec:
 
 @dataclass(frozen=True, slots=True)
 class Link:
-    """A directed link ``src -> dst``. A transfer over it occupies the link, the segments it crosses and
-    the two devices' copy engines for ``overhead_s + bytes / bandwidth`` (the bandwidth being the least of
-    the link's and its segments') and lands ``latency_s`` after that."""
+    """A directed link ``src -> dst``. A copy over it is submitted for ``overhead_s`` of host time (a GPU's
+    launcher, or a delay between CPUs), queues on the engines that do it (the source's send engines, else
+    the destination's receive engines, else the link itself), moves at the least of ``bandwidth`` and its
+    equal share of each segment it crosses, and lands ``latency_s`` after its last byte
+    (docs/algorithms.md, Simulator step 3)."""
 
     src: str
     dst: str
@@ -128,7 +131,7 @@ class Link:
 @dataclass(frozen=True, slots=True)
 class Segment:
     """Interconnect that several links share (a PCIe switch's uplink in one direction, a GPU's NVLink
-    port, the host bridge): it carries one transfer at a time, at most ``bandwidth`` bytes/s."""
+    port, the host bridge): at most ``bandwidth`` bytes/s, shared equally by the transfers crossing it."""
 
     name: str
     bandwidth: float

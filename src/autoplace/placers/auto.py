@@ -50,8 +50,7 @@ from autoplace.placers import place, register_placer, report_progress
 from autoplace.validation import check_budget
 
 __all__ = ["auto", "best_fast", "check_fits", "run_fast_placers", "robust_simulator", "pick_robust", "uncertainty",
-           "Candidate",
-           "FAST_PLACERS", "DEFAULT_BUDGET_S", "NEAR_TIE"]
+           "Candidate", "FAST_PLACERS", "DEFAULT_BUDGET_S", "NEAR_TIE", "CLEANUP_SHARE"]
 
 #: the placers ``auto`` and ``local-search`` start from: each takes seconds at most on a 50k-op graph
 FAST_PLACERS = ("single-gpu", "single-cpu", "expert", "metis", "mincut", "scotch", "dp-split", "tf-greedy", "heft",
