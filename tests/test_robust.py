@@ -204,3 +204,41 @@ def test_simulate_and_compare_show_each_step_with_its_range(tmp_path, capsys):
     assert one["robust_step_s"] == pytest.approx(rows["single-gpu"]["step_time_s"]) and not one["gain_inside_range"]
     m = rows["metis"]["uncertainty"]
     assert m["gain_inside_range"] == (rows["metis"]["step_time_s"] < one["one_gpu_s"] < m["robust_step_s"])
+
+
+def test_a_near_tie_chosen_for_fewer_cuts_is_never_slower_than_one_gpu(monkeypatch):
+    """The final choice can pick a near-tie with fewer cross-device edges: one GPU takes part in it, so
+    the pick is one GPU rather than a placement whose robust step is above one GPU's. Robust steps
+    faked: A 1.000 (7 cuts), Q 1.009 (3), one GPU 1.0105 (0); the first pick takes Q (A's near-tie with
+    fewer cuts); the refine returns Q and CP-SAT X, 1.015 with 1 cut — a near-tie of Q with fewer cuts,
+    yet slower than one GPU."""
+    import dataclasses
+
+    import autoplace.placers.auto as auto_mod
+    import autoplace.placers.cpsat as cpsat
+    import autoplace.placers.local_search as ls
+    from autoplace.placers.auto import Candidate
+
+    g = Graph([op(f"o{i}", [f"o{i - 1}"] if i else [], 1, 8) for i in range(8)])
+    cl = two_gpus(1e6)
+    arrays = {"one": [0] * 8, "A": [0, 1, 0, 1, 0, 1, 0, 1], "Q": [0, 1, 0, 1, 1, 1, 1, 1], "X": [0, 0, 0, 0, 1, 1, 1, 1]}
+    robust = {"one": 1.0105, "A": 1.000, "Q": 1.009, "X": 1.015}
+    cuts = {k: int(cross_edges(g, np.array(v))[0]) for k, v in arrays.items()}
+    assert cuts == {"one": 0, "A": 7, "Q": 3, "X": 1}
+    pl = {k: Placement.from_array(g, cl, np.array(v), "single-gpu" if k == "one" else k) for k, v in arrays.items()}
+    by_bytes = {np.array(v, dtype=np.int64).tobytes(): robust[k] for k, v in arrays.items()}
+
+    def fake_run_batch(self, devs):
+        devs = np.ascontiguousarray(np.atleast_2d(devs), dtype=np.int64)
+        batch = self.nominal.run_batch(devs)
+        return dataclasses.replace(batch, step_time=np.array([by_bytes.get(d.tobytes(), 9.9) for d in devs]))
+
+    monkeypatch.setattr(RobustSimulator, "run_batch", fake_run_batch)
+    cands = [Candidate(k if k != "one" else "single-gpu", pl[k], 1.0, True, 1.0, 0.0) for k in ("one", "A", "Q")]
+    monkeypatch.setattr(auto_mod, "run_fast_placers", lambda graph, cluster, **kw: cands)
+    refined = Placement(pl["Q"].assignment, g, cl, "refined",
+                        {"evaluations": 1, "stop_reason": "converged", "converged": True, "levels": []})
+    monkeypatch.setattr(ls, "refine", lambda graph, cluster, start, **kw: refined)
+    monkeypatch.setattr(cpsat, "improve_with_cp_sat", lambda graph, cluster, start, **kw: pl["X"])
+    p = place(g, cl, "auto", seed=0, budget=0.01)
+    assert p.meta["from"] == "single-gpu" and p.to_array(g, cl).tolist() == arrays["one"]
