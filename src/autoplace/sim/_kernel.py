@@ -233,7 +233,6 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
     xrate = np.zeros(P, np.float64)
     xtl = np.zeros(P, np.float64)
     xendp = np.zeros(P, np.float64)       # predicted end of an active shared transfer
-    xdone = np.zeros(P, np.int64)
     act = np.empty(P, np.int64)           # active transfers that cross shared segments
     qcap = np.empty(NQ, np.int64)
     quse = np.zeros(NQ, np.int64)
@@ -355,12 +354,7 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
                                     hd = launcher[dc]
                                     xseq[x] = ist[SEQ]
                                     ist[SEQ] += 1
-                                    snext[x] = -1
-                                    if stail[hd] < 0:
-                                        shead[hd] = x
-                                    else:
-                                        snext[stail[hd]] = x
-                                    stail[hd] = x
+                                    _append(snext, shead, stail, hd, x)
                                     _mark(dirty, isdirty, ist, D + hd)
                                     at = -1.0
                                 else:
@@ -435,7 +429,7 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
             elif kind == XEND:
                 _end(ident, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, xf_end,
                      xf_land, tensor_bytes, bandwidth, latency, route_ptr, route_seg, nseg, sbusy, seg_time,
-                     link_time, xrem, xrate, xtl, xendp, act, xdone, ist, et, ek, D)
+                     link_time, xrem, xrate, xtl, xendp, act, ist, et, ek, D)
                 if latency[xf_src[ident], xf_dst[ident]] == 0.0:
                     _land(ident, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src, xf_dst,
                           tensor_pair_ptr, pair_op, dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq,
@@ -455,7 +449,7 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
                         act[best] = act[ist[NACT]]
                         _end(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, xf_end,
                              xf_land, tensor_bytes, bandwidth, latency, route_ptr, route_seg, nseg, sbusy,
-                             seg_time, link_time, xrem, xrate, xtl, xendp, act, xdone, ist, et, ek, D)
+                             seg_time, link_time, xrem, xrate, xtl, xendp, act, ist, et, ek, D)
                         if latency[xf_src[x], xf_dst[x]] == 0.0:
                             _land(x, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src, xf_dst,
                                   tensor_pair_ptr, pair_op, dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail,
@@ -569,17 +563,23 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
     return makespan, ist[NX], finished
 
 
+@njit(cache=True, inline="always")
+def _append(nxt, head, tail, k, x):
+    """Append ``x`` to list ``k`` (``head[k]`` .. ``tail[k]``, linked through ``nxt``; -1 ends it)."""
+    nxt[x] = -1
+    if tail[k] < 0:
+        head[k] = x
+    else:
+        nxt[tail[k]] = x
+    tail[k] = x
+
+
 @njit(cache=True)
 def _join(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, tensor_bytes, bandwidth,
           route_ptr, route_seg, nseg, sbusy, xrem, xrate, xtl, xendp, act, ist, et, ek, D):
     """Transfer ``x`` joins the tail of its copy queue; the queue starts what it can."""
     r = xq[x]
-    qnext[x] = -1
-    if qt[r] < 0:
-        qh[r] = x
-    else:
-        qnext[qt[r]] = x
-    qt[r] = x
+    _append(qnext, qh, qt, r, x)
     _serve(r, t, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, tensor_bytes, bandwidth,
            route_ptr, route_seg, nseg, sbusy, xrem, xrate, xtl, xendp, act, ist, et, ek, D)
 
@@ -618,14 +618,13 @@ def _serve(r, t, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start,
 
 @njit(cache=True)
 def _end(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, xf_end, xf_land, tensor_bytes,
-         bandwidth, latency, route_ptr, route_seg, nseg, sbusy, seg_time, link_time, xrem, xrate, xtl, xendp, act, xdone,
+         bandwidth, latency, route_ptr, route_seg, nseg, sbusy, seg_time, link_time, xrem, xrate, xtl, xendp, act,
          ist, et, ek, D):
     """Transfer ``x`` has moved its last byte: it frees its engine and segments and lands a latency later
     (the caller lands it now when the latency is 0)."""
     s = xf_src[x]
     dc = xf_dst[x]
     l = s * D + dc
-    xdone[x] = 1
     xf_end[x] = t
     xf_land[x] = t + latency[s, dc]
     link_time[s, dc] += t - xf_start[x]
