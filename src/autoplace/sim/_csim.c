@@ -203,6 +203,7 @@ typedef struct {
     OpState *op;
     i64 *fq, *dirty, *isdirty, *gseen;
     i64 *lq; /* a launcher's FIFO keys: (release number << QSHIFT) | op */
+    i32 *lqd; /* beside each: the op's device */
     double *lend, *psum;
     i32 *pair_buf;
     i64 *xbuf, *xq, *xsub, *xseq, *snext, *qnext, *act;
@@ -224,7 +225,7 @@ static int work_alloc(Work *w, const Problem *p) {
     size_t sz = sizeof(Ent) * (size_t)(cap + 1) + sizeof(Buf) * (size_t)(T + P) + sizeof(OpState) * (size_t)n +
                 sizeof(Dev) * (size_t)D + sizeof(Launcher) * (size_t)(H + 1) +
                 sizeof(i64) * (size_t)(n + n + 2 * (D + H) + (G * D + 1) + P * 7 + NQ * 4 + (S + 1)) +
-                sizeof(double) * (size_t)(n + n + P * 4 + (S + 1)) + sizeof(i32) * (size_t)P;
+                sizeof(double) * (size_t)(n + n + P * 4 + (S + 1)) + sizeof(i32) * (size_t)(P + n);
     char *b = malloc(sz);
     if (!b) return -1;
     w->block = b;
@@ -264,6 +265,7 @@ static int work_alloc(Work *w, const Problem *p) {
     w->xendp = dp; dp += P;
     w->sbusy = dp; dp += S + 1;
     w->pair_buf = (i32 *)dp;
+    w->lqd = w->pair_buf + P;
     return 0;
 }
 
@@ -292,6 +294,7 @@ static inline void release(const Problem *p, Work *w, Run *r, i64 c) {
     i64 seq = r->seq++;
     if (h >= 0) {
         Launcher *L = w->lau + h;
+        w->lqd[L->lbase + L->ltail] = (i32)dc;
         w->lq[L->lbase + L->ltail++] = (seq << QSHIFT) | c;
         mark(w, r, p->D + h);
     } else {
@@ -452,6 +455,60 @@ static void start_ops(const Problem *p, Work *w, Run *r, Out *o, i64 d) {
         v->mem += p->out_alloc_total[i];
         if (v->mem > v->peak) v->peak = v->mem;
         push(r, s + dt, FINISH, i);
+    }
+}
+
+/* Op i's launch has ended (asynchronous device): its readers on the same device are released, the kernel
+ * joins its device's FIFO, the launcher pays the peer copies' submits or waits for a synchronisation. */
+static void launched(const Problem *p, Work *w, Run *r, Out *o, i64 i, i64 d) {
+    const i64 D = p->D, P = p->P;
+    double t = r->t;
+    Dev *vd = w->dev + d;
+    i64 h = vd->launcher;
+    Launcher *L = w->lau + h;
+    int remote = 0;
+    w->lend[i] = t;
+    i64 obuf = p->alias_pair[i] >= 0 ? w->pair_buf[p->alias_pair[i]] : -1;
+    double ps = 0.0;
+    int sync = 0;
+    for (i64 tt = p->op_tensor_ptr[i]; tt < p->op_tensor_ptr[i + 1]; tt++) {
+        int ctrl = p->tensor_out[tt] < 0;
+        i64 buf = (ctrl || obuf < 0) ? tt : obuf;
+        for (i64 pr = p->tensor_pair_ptr[tt]; pr < p->tensor_pair_ptr[tt + 1]; pr++) {
+            i64 c = p->pair_op[pr];
+            PREFETCH(w->op + p->pair_op[pr + 2 < P ? pr + 2 : P - 1]);
+            OpState *oc = w->op + c;
+            i64 dc = oc->dev;
+            if (dc == d) {
+                w->pair_buf[pr] = (i32)buf;
+                w->buf[buf].ref += 1;
+                if (--oc->cnt == 0) release(p, w, r, c);
+            } else {
+                remote = 1;
+                Dev *vc = w->dev + dc;
+                if (vc->stamp2 != tt) {
+                    vc->stamp2 = tt;
+                    if (!ctrl) {
+                        w->buf[buf].ref += 1; /* held for the transfer issued at FINISH */
+                        if (vc->launcher >= 0) ps += p->overhead[d * D + dc];
+                        else sync = 1;
+                    }
+                }
+            }
+        }
+    }
+    w->psum[i] = ps;
+    w->op[i].remote = remote;
+    w->fq[vd->fbase + vd->ftail++] = i;
+    start_ops(p, w, r, o, d);
+    if (sync) {
+        L->state = L_SYNC;
+        L->wait = i;
+    } else if (ps > 0.0) {
+        push(r, t + ps, LFREE, h);
+    } else {
+        L->state = L_FREE;
+        mark(w, r, D + h);
     }
 }
 
@@ -640,54 +697,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
                 vd->mem -= freed;
                 start_ops(p, w, r, o, d); /* as its dispatch after this event would: nothing else here touches d */
             } else if (kind == LAUNCHED) {
-                i64 i = ident, d = w->op[i].dev;
-                Dev *vd = w->dev + d;
-                i64 h = vd->launcher;
-                Launcher *L = w->lau + h;
-                int remote = 0;
-                w->lend[i] = t;
-                i64 obuf = p->alias_pair[i] >= 0 ? w->pair_buf[p->alias_pair[i]] : -1;
-                double ps = 0.0;
-                int sync = 0;
-                for (i64 tt = p->op_tensor_ptr[i]; tt < p->op_tensor_ptr[i + 1]; tt++) {
-                    int ctrl = p->tensor_out[tt] < 0;
-                    i64 buf = (ctrl || obuf < 0) ? tt : obuf;
-                    for (i64 pr = p->tensor_pair_ptr[tt]; pr < p->tensor_pair_ptr[tt + 1]; pr++) {
-                        i64 c = p->pair_op[pr];
-                        PREFETCH(w->op + p->pair_op[pr + 2 < P ? pr + 2 : P - 1]);
-                        OpState *oc = w->op + c;
-                        i64 dc = oc->dev;
-                        if (dc == d) {
-                            w->pair_buf[pr] = (i32)buf;
-                            w->buf[buf].ref += 1;
-                            if (--oc->cnt == 0) release(p, w, r, c);
-                        } else {
-                            remote = 1;
-                            Dev *vc = w->dev + dc;
-                            if (vc->stamp2 != tt) {
-                                vc->stamp2 = tt;
-                                if (!ctrl) {
-                                    w->buf[buf].ref += 1; /* held for the transfer issued at FINISH */
-                                    if (vc->launcher >= 0) ps += p->overhead[d * D + dc];
-                                    else sync = 1;
-                                }
-                            }
-                        }
-                    }
-                }
-                w->psum[i] = ps;
-                w->op[i].remote = remote;
-                w->fq[vd->fbase + vd->ftail++] = i;
-                start_ops(p, w, r, o, d);
-                if (sync) {
-                    L->state = L_SYNC;
-                    L->wait = i;
-                } else if (ps > 0.0) {
-                    push(r, t + ps, LFREE, h);
-                } else {
-                    L->state = L_FREE;
-                    mark(w, r, D + h);
-                }
+                launched(p, w, r, o, ident, w->op[ident].dev);
             } else if (kind == XEND) {
                 end_transfer(p, w, r, o, ident);
                 if (p->latency[o->xf_src[ident] * D + o->xf_dst[ident]] == 0.0) land(p, w, r, o, ident);
@@ -740,7 +750,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
                     if (!has_op && x < 0) break;
                     i64 head = has_op ? w->lq[L->lbase + L->lhead] : 0;
                     if (has_op && (x < 0 || (head >> QSHIFT) < w->xseq[x])) {
-                        i64 c = head & QMASK, dc = w->op[c].dev;
+                        i64 c = head & QMASK, dc = w->lqd[L->lbase + L->lhead];
                         Dev *vc = w->dev + dc;
                         if (vc->inflight >= p->qdepth[dc]) {
                             L->state = L_DEPTH;
@@ -768,7 +778,23 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
                         vc->inflight += 1;
                         vc->host += ln;
                         L->state = L_BUSY;
-                        push(r, t + ln, LAUNCHED, c);
+                        double te = t + ln;
+                        i64 key = key_of(LAUNCHED, c);
+                        const Ent *top = r->ev.size ? ev_top(&r->ev) : NULL;
+                        if (r->ndirty == 0 && !r->reshare && (!top || top->t > te || (top->t == te && top->k > key))) {
+                            /* nothing else is due at this time or before the launch ends (no other device or
+                             * launcher to dispatch, no event earlier): the LAUNCHED event would be the next one
+                             * popped, so run it here; it can only mark this launcher, which this loop goes on
+                             * dispatching */
+                            r->t = t = te;
+                            launched(p, w, r, o, c, dc);
+                            if (r->ndirty == 1 && w->dirty[0] == k) {
+                                r->ndirty = 0;
+                                w->isdirty[k] = 0;
+                            }
+                        } else {
+                            push(r, te, LAUNCHED, c);
+                        }
                     } else {
                         L->shead = w->snext[x];
                         if (L->shead < 0) L->stail = -1;
