@@ -8,7 +8,7 @@ TORCH_PIN := torch==2.13.0
 # Debian packages the tests use (scotch: the Scotch static mapper tools; chromium: the HTML report, rendered headless).
 APT_PACKAGES := scotch chromium
 
-.PHONY: demo test bench venv system-deps clean
+.PHONY: demo test test-slow bench venv system-deps clean
 
 venv: $(STAMP)
 
@@ -31,8 +31,13 @@ system-deps:
 demo: $(STAMP)
 	$(VENV)/bin/autoplace compare inception-v3 --cluster k80x4
 
+# the default suite (fast; ruff first); the fault, Ray and end-to-end tests are `make test-slow`; CI runs both
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 tests
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -n 2 -m "not slow" tests
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadscope -m slow tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/simulator.py

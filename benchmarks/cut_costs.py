@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 
 def main() -> int:
     from autoplace.cluster import get_cluster
@@ -20,7 +18,8 @@ def main() -> int:
     from autoplace.sim import Simulator
     from autoplace.zoo import build_graph
 
-    print("| setting | method | step (s) | single-GPU (s) | transfers | GB moved | links busy, all (s) | busiest link (s) "
+    print("| setting | method | step (s) | single-GPU (s) | transfers | GB moved | links busy, all (s) "
+          "| busiest link (s) "
           "| busiest segment (s) | CPU busy (s) | GPUs busy (s) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for model in ("rnnlm-2", "nmt-2", "inception-v3"):

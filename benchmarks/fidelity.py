@@ -231,7 +231,8 @@ def main(argv=None) -> int:
                              "rounds_s": runs[:, j].tolist(), "transfers": int(transfers[j]),
                              "anchor": j in singles})
                 print(f"  {p.method:24s} simulated {s * 1e3:8.2f} ms  measured {m * 1e3:8.2f} ms  "
-                      f"error {100 * (s - m) / m:+6.1f} %  (rounds ±{50 * (runs[:, j].max() / runs[:, j].min() - 1):.0f} %, "
+                      f"error {100 * (s - m) / m:+6.1f} %  "
+                      f"(rounds ±{50 * (runs[:, j].max() / runs[:, j].min() - 1):.0f} %, "
                       f"{transfers[j]} transfers)")
             scored = [j for j in raws if j not in singles]
             raw_s = np.array([raws[j] for j in scored])

@@ -15,8 +15,6 @@ import importlib.util
 import json
 from pathlib import Path
 
-import numpy as np
-
 _spec = importlib.util.spec_from_file_location("fidelity", Path(__file__).with_name("fidelity.py"))
 fidelity = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fidelity)

@@ -34,7 +34,8 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     graph, cluster = build_graph(args.model), get_cluster(args.cluster)
-    print(f"{args.model}: {graph.n_ops:,} ops, built in {time.perf_counter() - t0:.1f} s; peak RSS {peak_gib():.2f} GiB")
+    print(f"{args.model}: {graph.n_ops:,} ops, built in {time.perf_counter() - t0:.1f} s; "
+          f"peak RSS {peak_gib():.2f} GiB")
     t0 = time.perf_counter()
     search = GDPSearch([graph], [cluster], GDPConfig(), seed=args.seed)
     prob = search.problems[0]

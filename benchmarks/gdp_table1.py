@@ -3,7 +3,8 @@ twelve settings (``p100x2/4/8``), the paper's measured seconds beside ours.
 
     .venv/bin/python benchmarks/gdp_table1.py run --methods gdp --budget 120 --json docs/gdp/table1-gdp.json
     .venv/bin/python benchmarks/gdp_table1.py run --methods hdp --budget 120 --json docs/gdp/table1-hdp.json
-    .venv/bin/python benchmarks/gdp_table1.py run --methods expert,metis,auto --budget 60 --json docs/gdp/table1-classic.json
+    .venv/bin/python benchmarks/gdp_table1.py run --methods expert,metis,auto --budget 60 \
+        --json docs/gdp/table1-classic.json
     .venv/bin/python benchmarks/gdp_table1.py report \
         --json docs/gdp/table1-gdp.json,docs/gdp/table1-hdp.json,docs/gdp/table1-classic.json
 
@@ -154,10 +155,12 @@ def cmd_report(args) -> int:
             return "-" if v is None else f"{v:.0f}"
         print(f"| {m}, {c} | {cell(e)} | {cell(me)} | {cell(a)} | {cell(h)} | {cell(g)}{prior} | {cell(ph)} | "
               f"{cell(pm) if pm else 'OOM'} | {cell(phd)} | {cell(pg)} | {x(ge)} / {x(pe)} | {x(gh)} / {x(pgh)} | "
-              f"{x(ag)} | {s(ar.get('wall_s'))} | {s(hr.get('wall_s'))} ({s(hr.get('best_at_s'))}) | {s(gr.get('wall_s'))} "
+              f"{x(ag)} | {s(ar.get('wall_s'))} | {s(hr.get('wall_s'))} ({s(hr.get('best_at_s'))}) | "
+              f"{s(gr.get('wall_s'))} "
               f"({s(gr.get('best_at_s'))}) | {'-' if beat is None else f'{beat:.1f}'} |")
     print(f"| **geomean** | | | | | | | | | | {_geo(sp_e):.2f}x / {_geo(p_e):.2f}x | {_geo(sp_h):.2f}x / "
-          f"{_geo(p_h):.2f}x | {_geo(sp_a):.2f}x | {_geo(t_a):.0f} | {_geo(t_h):.0f} ({_geo(b_h):.0f}) | {_geo(t_g):.0f} "
+          f"{_geo(p_h):.2f}x | {_geo(sp_a):.2f}x | {_geo(t_a):.0f} | {_geo(t_h):.0f} ({_geo(b_h):.0f}) | "
+          f"{_geo(t_g):.0f} "
           f"({_geo(b_g):.0f}) | {_geo(at_h):.1f} |")
     return 0
 

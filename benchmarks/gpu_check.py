@@ -37,7 +37,8 @@ def cmd_env(args) -> int:
 
     print(f"python {sys.version.split()[0]} ({sys.executable}), numpy {numpy.__version__}, torch {torch.__version__} "
           f"(built for CUDA {torch.version.cuda}), cuda available: {torch.cuda.is_available()}, "
-          f"os.cpu_count {os.cpu_count()}, affinity {len(os.sched_getaffinity(0))}, {platform.processor() or platform.machine()}")
+          f"os.cpu_count {os.cpu_count()}, affinity {len(os.sched_getaffinity(0))}, "
+          f"{platform.processor() or platform.machine()}")
     for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
         p = torch.cuda.get_device_properties(i)
         print(f"cuda:{i}: {p.name}, {p.total_memory / 2**30:.1f} GiB, {p.multi_processor_count} SMs, "
@@ -53,7 +54,8 @@ def cmd_env(args) -> int:
     except Exception as e:  # noqa: BLE001
         print(f"C simulator: cannot tell ({type(e).__name__}: {e})")
     bad = 0
-    for mod in ("pymetis", "ortools.sat.python.cp_model", "ortools.linear_solver.pywraplp", "pandas", "google.protobuf"):
+    for mod in ("pymetis", "ortools.sat.python.cp_model", "ortools.linear_solver.pywraplp", "pandas",
+                "google.protobuf"):
         try:
             m = __import__(mod, fromlist=["_"])
             top = sys.modules[mod.split(".")[0]]
@@ -209,7 +211,8 @@ def _hand_placement(model, x, y, cluster, on_other: set[str] | None, other: str)
     share = np.bincount(gid, weights=mine, minlength=groups.n_groups) / np.maximum(
         np.bincount(gid, minlength=groups.n_groups), 1)
     devs = np.where(share[gid] > 0.5, cluster.index(other), cluster.index("cpu:0"))
-    return Placement.from_array(graph, cluster, devs, f"hand: modules {sorted(on_other) if on_other else 'all'} on {other}")
+    return Placement.from_array(graph, cluster, devs,
+                                f"hand: modules {sorted(on_other) if on_other else 'all'} on {other}")
 
 
 def cmd_compile(args) -> int:
@@ -308,7 +311,8 @@ def cmd_summary(args) -> int:
             e[key] = r.get("step_time_s") if r.get("ok") else None
             e[key + "_err"] = r.get("error")
             e[key + "_busy"] = {x["name"]: round(x["busy_s"] * 1e3, 2) for x in r.get("devices", []) if x.get("busy_s")}
-    print(f"{'method':<14}{'simulated ms':>14}{'measured ms':>14}{'meas/sim':>10}  busy ms per device (simulated | measured)")
+    print(f"{'method':<14}{'simulated ms':>14}{'measured ms':>14}{'meas/sim':>10}  "
+          "busy ms per device (simulated | measured)")
     for m, e in rows.items():
         s, t = e.get("sim"), e.get("meas")
         ratio = f"{t / s:10.2f}" if s and t else f"{'-':>10}"
@@ -326,7 +330,8 @@ def cmd_summary(args) -> int:
     c = _load(os.path.join(d, "compile_check.json"))
     for v in c.get("variants", []):
         print(f"compile {v.get('variant')}: ok={v.get('ok')} "
-              + ", ".join(f"{k}={v[k]:.2e}" for k in v if k.startswith("max_abs")) + (f" error={v.get('error')}" if v.get("error") else ""))
+              + ", ".join(f"{k}={v[k]:.2e}" for k in v if k.startswith("max_abs"))
+              + (f" error={v.get('error')}" if v.get("error") else ""))
     return 0
 
 

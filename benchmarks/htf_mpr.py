@@ -1,9 +1,11 @@
 """HTF-MPR's benchmarks (Alhassan et al.) re-simulated on ``gtx1050tix2`` (an i7-7700 and two GTX 1050 Ti).
 
-    .venv/bin/python benchmarks/htf_mpr.py speedup   --json docs/htf-mpr/speedup.json      # alexnet, vgg16, mnist-softmax
+    .venv/bin/python benchmarks/htf_mpr.py speedup   --json docs/htf-mpr/speedup.json      # alexnet, vgg16,
+                                                                                           # mnist-softmax
     .venv/bin/python benchmarks/htf_mpr.py predictor --json docs/htf-mpr/predictor.json    # Figure 8
     .venv/bin/python benchmarks/htf_mpr.py enumerate --json docs/htf-mpr/enumerate.json    # every mnist-softmax mapping
-    .venv/bin/python benchmarks/htf_mpr.py table2    --json docs/htf-mpr/table2-NAME.json [--label L --set KEY=VALUE ...]
+    .venv/bin/python benchmarks/htf_mpr.py table2    --json docs/htf-mpr/table2-NAME.json
+                                                     [--label L --set KEY=VALUE ...]
     .venv/bin/python benchmarks/htf_mpr.py report    --json docs/htf-mpr
 
 ``speedup``: HTF-MPR (``--budget`` seconds of nominal work, seed ``--seed``) on each model against the
@@ -34,6 +36,7 @@ import numpy as np
 
 MODELS = ("alexnet", "vgg16", "mnist-softmax")
 from autoplace.bench.published import HTF_SPEEDUP as PAPER_SPEEDUP  # noqa: E402
+
 CLUSTER = "gtx1050tix2"
 
 
@@ -216,7 +219,8 @@ def _report_table2(paths: list[str], rl_dir: str) -> None:
             cells.append("" if r is None else f"{r['step_s']:.3f} ({single / r['step_s']:.2f}x)")
         print(f"| {model} {cname} | " + " | ".join(cells) + " |")
     print()
-    print("| setting | variant | nodes | real runs (initial) | new children bred | generations | search s | rl search s |")
+    print("| setting | variant | nodes | real runs (initial) | new children bred | generations | search s "
+          "| rl search s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for model, cname in TABLE2:
         for lab in labels:
@@ -239,7 +243,8 @@ def _report_table2(paths: list[str], rl_dir: str) -> None:
                 if a is None or b is None:
                     continue
                 need = _runs_to_reach(b["best_curve"], a["step_s"])
-                print(f"| {model} {cname} | {lab} | {a['step_s']:.3f} | {_runs_to_reach(a['best_curve'], a['step_s'])} | "
+                print(f"| {model} {cname} | {lab} | {a['step_s']:.3f} | "
+                      f"{_runs_to_reach(a['best_curve'], a['step_s'])} | "
                       f"{b['step_s']:.3f} | {need if need is not None else 'not in ' + str(b['evaluations'])} |")
     print()
 
@@ -261,7 +266,8 @@ def cmd_report(args) -> int:
               "(initial) | screened | search s | auto ms | auto s |")
         print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|")
         for r in rows:
-            print(f"| {r['model']} ({r['nodes']}) | {r['default_step_s'] * 1e3:.4g} | {r['htf_mpr_step_s'] * 1e3:.4g} | "
+            print(f"| {r['model']} ({r['nodes']}) | {r['default_step_s'] * 1e3:.4g} | "
+                  f"{r['htf_mpr_step_s'] * 1e3:.4g} | "
                   f"{r['speedup']:.2f}x | {r['paper_speedup']:.2f}x | {r['family']} | {r['evaluations']} "
                   f"({r['initial']}) | {r['screened']} | {r['wall_s']:.0f} | {r['auto_step_s'] * 1e3:.4g} | "
                   f"{r['auto_s']:.1f} |")

@@ -145,7 +145,8 @@ def print_compared(table: str, rows: list[dict]) -> None:
         for m in methods:
             r = ours.get((model, cname, m), {})
             mine = "OOM" if r.get("oom") else _ratio(base, r.get("step_s"))
-            theirs = "-" if m not in paper else ("OOM" if paper[m] is None else _ratio(paper.get(base_method), paper[m]))
+            theirs = "-" if m not in paper else ("OOM" if paper[m] is None
+                                                 else _ratio(paper.get(base_method), paper[m]))
             cells.append(f"{mine.rstrip('x')} / {theirs.rstrip('x')}")
         print(f"| {model}, {cname} | {' | '.join(cells)} |")
 

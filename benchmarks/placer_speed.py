@@ -31,7 +31,8 @@ def _note(meta: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--methods", default="m-etf,m-sct,m-topo,tf-greedy,heft,metis,scotch,mincut,expert,dp-split,local-search,auto")
+    ap.add_argument("--methods",
+                    default="m-etf,m-sct,m-topo,tf-greedy,heft,metis,scotch,mincut,expert,dp-split,local-search,auto")
     ap.add_argument("--graphs", default="layered-dag,gnmt-8")
     ap.add_argument("--cluster", default="k80x4")
     args = ap.parse_args(argv)

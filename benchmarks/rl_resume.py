@@ -5,9 +5,9 @@
 
 Runs ``autoplace place MODEL -m rl --samples N --seed S --checkpoint DIR`` as a subprocess, sends it
 SIGKILL once its checkpoint holds ``--kill-at`` of the samples, half a checkpoint interval later (so the
-kill lands between two checkpoints, at whatever moment the machine is at), resumes it with ``--resume DIR``, and runs the same
-command once more uninterrupted. Prints when the kill came and what the last checkpoint before it holds
-(where the resumed search starts: the work since, at most one checkpoint interval, is done again), and
+kill lands between two checkpoints, at whatever moment the machine is at), resumes it with ``--resume DIR``,
+and runs the same command once more uninterrupted. Prints when the kill came and what the last checkpoint before it
+holds (where the resumed search starts: the work since, at most one checkpoint interval, is done again), and
 whether the two runs end with the same placement and the same curve.
 """
 
@@ -17,10 +17,10 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import shutil
 import tempfile
 import time
 from pathlib import Path

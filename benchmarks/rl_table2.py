@@ -1,6 +1,7 @@
 """The RL placer on Mirhoseini et al.'s Table 2 settings, beside expert, single-GPU, auto and the paper's RL.
 
-    .venv/bin/python benchmarks/rl_table2.py [--budget 600 | --samples N] [--json out.json] [--curves DIR] [--only MODEL@CLUSTER,...]
+    .venv/bin/python benchmarks/rl_table2.py [--budget 600 | --samples N] [--json out.json] [--curves DIR]
+                                               [--only MODEL@CLUSTER,...]
                                                [--set KEY=VALUE ...]
     .venv/bin/python benchmarks/rl_table2.py --from-json saved.json          # the tables of a saved run
 
@@ -109,7 +110,8 @@ def main(argv=None) -> int:
             Path(args.curves).mkdir(parents=True, exist_ok=True)
         rows = run(args)
         if args.json:
-            json.dump({"budget": args.budget, "samples": args.samples, "seed": args.seed, "settings": args.config, "rows": rows},
+            json.dump({"budget": args.budget, "samples": args.samples, "seed": args.seed, "settings": args.config,
+                       "rows": rows},
                       open(args.json, "w"), indent=1)
     print_tables(rows)
     return 0

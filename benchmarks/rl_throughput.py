@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     cluster = get_cluster(args.cluster)
     if args.ray_workers:
         return distributed(args, cluster)
-    print(f"| model | ops | groups | samples/s | policy forward | scoring | policy update | sim ms/placement |")
+    print("| model | ops | groups | samples/s | policy forward | scoring | policy update | sim ms/placement |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for model in args.models.split(","):
         graph = build_graph(model)

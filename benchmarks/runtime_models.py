@@ -157,7 +157,8 @@ def after(path: Path, cluster_name: str, budget: float) -> dict:
         r = simulate(g, c, p)
         rows[label] = {"step_s": r.step_time, "overhead_share": float(r.host_time.sum() / r.step_time),
                        "ops_per_device": {d: int(n) for d, n in zip(c.device_names,
-                                                                     np.bincount(p.to_array(g, c), minlength=c.n_devices))}}
+                                                                     np.bincount(p.to_array(g, c),
+                                                                                 minlength=c.n_devices))}}
     rng_one, rng_auto = uncertainty(g, c, [one, auto], one)
     rows["auto"].update(rng_auto.to_dict())
     steps_auto = np.array(auto.meta["robust"]["step_s"])
@@ -228,15 +229,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def table(results: list[dict]) -> None:
     ms = lambda s: f"{s * 1e3:.2f}"  # noqa: E731
-    print("| model | cluster | single-GPU step, ms (before -> after) | auto step, ms (before -> after) | auto range, ms "
-          "| worst-case speedup | overhead share, single GPU (before -> after) | auto: ops per device (before -> after) |")
+    print("| model | cluster | single-GPU step, ms (before -> after) | auto step, ms (before -> after) "
+          "| auto range, ms "
+          "| worst-case speedup | overhead share, single GPU (before -> after) "
+          "| auto: ops per device (before -> after) |")
     print("|---|---|---:|---:|---:|---:|---:|---|")
     for row in results:
         a, b = row["after"], row.get("before")
-        one = f"{ms(b['single-gpu']['step_s'])} -> {ms(a['single-gpu']['step_s'])}" if b else ms(a["single-gpu"]["step_s"])
+        one = (f"{ms(b['single-gpu']['step_s'])} -> {ms(a['single-gpu']['step_s'])}" if b
+               else ms(a["single-gpu"]["step_s"]))
         auto = f"{ms(b['auto']['step_s'])} -> {ms(a['auto']['step_s'])}" if b else ms(a["auto"]["step_s"])
         lo, hi = a["auto"]["step_range_s"]
-        share = (f"{b['single-gpu']['overhead_share']:.0%} -> " if b else "") + f"{a['single-gpu']['overhead_share']:.0%}"
+        share = ((f"{b['single-gpu']['overhead_share']:.0%} -> " if b else "")
+                 + f"{a['single-gpu']['overhead_share']:.0%}")
         fmt = lambda c: ", ".join(f"{d} {n}" for d, n in c.items() if n)  # noqa: E731
         devs = (f"{fmt(b['auto']['ops_per_device'])} -> " if b else "") + fmt(a["auto"]["ops_per_device"])
         print(f"| {row['model']} | {row['cluster']} | {one} | {auto} | {ms(lo)}-{ms(hi)} | "

@@ -78,7 +78,8 @@ def tables(rows: list[dict]) -> None:
     """Markdown: per setting, one GPU and auto before and after with auto's worst-case speedup; per
     placer, its geometric-mean speedup over one GPU before and after."""
     ms = lambda s: "-" if s is None else f"{s * 1e3:.1f}"  # noqa: E731
-    print("| setting | ops | single-GPU, ms (before -> after) | auto, ms (before -> after) | auto speedup (before -> after) "
+    print("| setting | ops | single-GPU, ms (before -> after) | auto, ms (before -> after) "
+          "| auto speedup (before -> after) "
           "| auto worst case | best other placer (after) | gain uncertain (after) |")
     print("|---|---:|---:|---:|---:|---:|---|---|")
     speed: dict[str, tuple[list, list]] = {}
@@ -135,9 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for m, s in a["steps"].items():
             was = b.get(m)
-            cells.append(f"{m} {'-' if was is None else f'{was * 1e3:.1f}'} -> {'-' if s is None else f'{s * 1e3:.1f}'}")
+            cells.append(f"{m} {'-' if was is None else f'{was * 1e3:.1f}'} -> "
+                         f"{'-' if s is None else f'{s * 1e3:.1f}'}")
         print(f"{model} on {cluster_name} ({a['ops']} ops): auto worst-case speedup over one GPU "
-              f"{a.get('auto_worst_case_speedup', float('nan')):.2f}; steps in ms, before -> after: " + "; ".join(cells),
+              f"{a.get('auto_worst_case_speedup', float('nan')):.2f}; steps in ms, before -> after: "
+              + "; ".join(cells),
               flush=True)
     return 0
 

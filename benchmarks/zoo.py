@@ -40,12 +40,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ["AUTOPLACE_CACHE_DIR"] = tempfile.mkdtemp(prefix="autoplace-zoo-bench-")
 
+    import torch  # noqa: F401  (imported once up front so capture times exclude it)
+
     from autoplace.cluster import get_cluster
     from autoplace.placers import place
     from autoplace.sim import simulate
     from autoplace.zoo import build_graph, get_model
-
-    import torch  # noqa: F401  (imported once up front so capture times exclude it)
 
     cluster = get_cluster("k80x4")
     rows = []
@@ -59,7 +59,8 @@ def main(argv=None) -> int:
         r = simulate(g, cluster, place(g, cluster, "single-gpu"))
         paper, source = PAPER_OPS.get(name, ("-", ""))
         rows.append({"model": name, "ops": g.n_ops, "edges": g.n_edges, "param_bytes": g.total_param_bytes,
-                     "gflop": g.total_flops / 1e9, "capture_s": capture_s, "cached_load_s": cached_s, "paper_ops": paper,
+                     "gflop": g.total_flops / 1e9, "capture_s": capture_s, "cached_load_s": cached_s,
+                     "paper_ops": paper,
                      "paper_source": source, "single_gpu_step_s": r.step_time,
                      "single_gpu_peak_gib": float(r.peak_memory.max()) / 2**30, "single_gpu_oom": not r.ok,
                      "defaults": get_model(name).defaults})
@@ -74,7 +75,8 @@ def main(argv=None) -> int:
         peak = f"{r['single_gpu_peak_gib']:.1f} GiB" + (" **OOM**" if r["single_gpu_oom"] else "")
         paper = f"{r['paper_ops']} ({r['paper_source']})" if r["paper_source"] else "-"
         print(f"| {r['model']} | {r['ops']:,} | {r['edges']:,} | {r['param_bytes'] / 2**30:.2f} GiB | "
-              f"{_gflop(r['gflop'])} | {r['capture_s']:.1f} s | {r['cached_load_s']:.2f} s | {paper} | {r['single_gpu_step_s']:.3f} s | {peak} |")
+              f"{_gflop(r['gflop'])} | {r['capture_s']:.1f} s | {r['cached_load_s']:.2f} s | {paper} | "
+              f"{r['single_gpu_step_s']:.3f} s | {peak} |")
     return 0
 
 

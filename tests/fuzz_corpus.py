@@ -130,11 +130,13 @@ def graph_structure_cases(rng: random.Random) -> list[Case]:
     add("parameter bytes summing past 2^63", _dump(g))
     for text in ("", "{", "[]", "null", "42", '{"format": "autoplace.graph/v2"}', '{"format": "x"}',
                  '{"name": "g"}', "\x00\x01\x02", "[" * 100_000 + "]" * 100_000,
-                 '{"format": "autoplace.graph/v1", "name": "g", "ops": [], "meta": ' + "[" * 50_000 + "]" * 50_000 + "}"):
+                 '{"format": "autoplace.graph/v1", "name": "g", "ops": [], "meta": ' + "[" * 50_000 + "]" * 50_000
+                 + "}"):
         add(f"graph file {text[:20]!r}", text)
     add("graph with no ops", _dump({"format": "autoplace.graph/v1", "name": "empty", "ops": []}))
     add("not UTF-8", b"\xff\xfe\x00{")
-    add("corrupt gzip stream", b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + bytes(rng.randrange(256) for _ in range(64)))
+    add("corrupt gzip stream",
+        b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + bytes(rng.randrange(256) for _ in range(64)))
     add("truncated gzip", b"\x1f\x8b\x08\x00")
     return out
 
@@ -155,15 +157,18 @@ def cluster_cases(rng: random.Random) -> list[Case]:
     out += _field_cases(rng, topology, "cluster.json", "segments", "cluster.segments",
                         {"name": BAD_NAMES, "bandwidth": BAD_NUMBERS + [0, 1e-300]})
     out += _field_cases(rng, topology, "cluster.json", "links", "cluster.links",
-                        {"overhead_s": BAD_NUMBERS, "segments": ["board0.up", ["nope"], ["board0.up", "board0.up"], [3]]})
+                        {"overhead_s": BAD_NUMBERS,
+                         "segments": ["board0.up", ["nope"], ["board0.up", "board0.up"], [3]]})
     for name, mutate in (("duplicate segment", lambda t: t["segments"].append(dict(t["segments"][0]))),
                          ("segments not a list", lambda t: t.update(segments={"name": "s"})),
                          ("segment not an object", lambda t: t.update(segments=["board0.up"])),
                          ("misspelt link field", lambda t: t["links"][0].update(overhed_s=1e-6)),
                          ("misspelt segment field", lambda t: t["segments"][0].update(bandwith=1e9)),
-                         ("misspelt default link field", lambda t: t.update(default_link={"bandwidth": 1e9, "latncy_s": 0})),
+                         ("misspelt default link field",
+                          lambda t: t.update(default_link={"bandwidth": 1e9, "latncy_s": 0})),
                          ("achievable above peak", lambda t: t["devices"][0].update(achievable_flops=1e15)),
-                         ("achievable bandwidth above peak", lambda t: t["devices"][1].update(achievable_bandwidth=1e15))):
+                         ("achievable bandwidth above peak",
+                          lambda t: t["devices"][1].update(achievable_bandwidth=1e15))):
         t = copy.deepcopy(topology)
         mutate(t)
         out.append(Case(name, ["clusters", "{dir}/cluster.json"], {"cluster.json": _dump(t)}))
@@ -252,7 +257,8 @@ def output_cases(rng: random.Random) -> list[Case]:
     # an error after the output would have been written: the existing output must stay as it was
     out.append(Case("place onto an existing output, unknown device in the cluster file",
                     ["place", *base, "-m", "single-gpu", "-o", "{dir}/placement.json"],
-                    {**_base_files(), "cluster.json": '{"format": "autoplace.cluster/v1", "name": "c", "devices": []}'}))
+                    {**_base_files(),
+                     "cluster.json": '{"format": "autoplace.cluster/v1", "name": "c", "devices": []}'}))
     return out
 
 

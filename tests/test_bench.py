@@ -33,6 +33,7 @@ def _cells(path) -> list[list[str]]:
     return rows
 
 
+@pytest.mark.slow
 def test_every_table_written_without_an_empty_cell(results):
     for name in TABLES:
         for ext in ("md", "json", "png"):
@@ -49,6 +50,7 @@ def test_every_table_written_without_an_empty_cell(results):
     assert (results / "README.md").read_text().count("](") >= 2 * len(TABLES)
 
 
+@pytest.mark.slow
 def test_placer_tables_hold_a_step_per_method(results):
     """On toy-mlp every method of the non-tight tables finds a placement that runs: a number in every
     step cell, the baseline at 1.00x, a search wall time, and each method's geomean."""
@@ -67,6 +69,7 @@ def test_placer_tables_hold_a_step_per_method(results):
         assert all(r[1].endswith("x") for r in geo["rows"])
 
 
+@pytest.mark.slow
 def test_memory_tight_rows_name_what_failed(results):
     """A graph given by --graph runs memory-tight there: single-gpu runs out of memory, and every
     registered placer has a row."""
@@ -81,6 +84,7 @@ def test_memory_tight_rows_name_what_failed(results):
     assert float(auto[2]) > 0
 
 
+@pytest.mark.slow
 def test_gdp_and_predictor_tables_hold_numbers(results):
     gen = json.loads((results / "gdp-generalisation.json").read_text())["sections"][0]["rows"]
     assert len(gen) == 2                            # toy-mlp on two clusters: each held out once
@@ -94,6 +98,7 @@ def test_gdp_and_predictor_tables_hold_numbers(results):
     assert len(means) >= 5 and all(0 <= m <= 1 for m in means)
 
 
+@pytest.mark.slow
 def test_a_second_run_reuses_every_job_and_a_cut_line_runs_again(results, capsys):
     lines = (results / "jobs.jsonl").read_text().splitlines()
     assert main(["bench", *QUICK, "--graph", "toy-mlp", "-o", str(results), "--json"]) == 0
@@ -236,7 +241,8 @@ def test_a_graph_file_is_keyed_by_its_content(tmp_path, capsys):
 def test_speedups_paper_figures_and_geomeans_on_a_paper_setting(tmp_path):
     """The table arithmetic on Table 2's rnnlm-2 on k80x2 with made-up steps: ours over single-gpu, the
     paper's (its seconds: single-gpu 1.57, expert 3.81, rl 1.57, single-cpu 6.89), geomeans."""
-    from autoplace.bench.suite import QUICK as B, build_placer_table
+    from autoplace.bench.suite import QUICK as B
+    from autoplace.bench.suite import build_placer_table
 
     spec = TABLES["mirhoseini-table2"]
     s1, s2 = Setting("rnnlm-2", "k80x2"), Setting("nmt-2", "k80x2")

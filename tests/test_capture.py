@@ -13,12 +13,12 @@ from autoplace.cluster import get_cluster  # noqa: E402
 from autoplace.placers import place  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402
 
-B, I, H, C = 8, 16, 32, 4
+B, IN, H, C = 8, 16, 32, 4
 
 
 def mlp():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(I, H), nn.ReLU(), nn.Linear(H, C))
+    return nn.Sequential(nn.Linear(IN, H), nn.ReLU(), nn.Linear(H, C))
 
 
 def train(model, x, target, opt_cls=torch.optim.SGD, loss=nn.functional.cross_entropy, **opt_kw):
@@ -31,33 +31,34 @@ def by_type(g, t):
 
 
 def test_mlp_flops_bytes_phases_and_colocation():
-    g = train(mlp(), torch.randn(B, I), torch.randint(0, C, (B,)))
+    g = train(mlp(), torch.randn(B, IN), torch.randint(0, C, (B,)))
     phases = {op.phase for op in g.ops}
     assert phases == {"forward", "backward", "update"}
-    # forward: addmm = 2*B*I*H and 2*B*H*C; backward: weight grads of both layers + input grad of layer 2
+    # forward: addmm = 2*B*IN*H and 2*B*H*C; backward: weight grads of both layers + input grad of layer 2
     fwd = sorted(op.flops for op in by_type(g, "aten.addmm"))
-    assert fwd == [2 * B * H * C, 2 * B * I * H]
+    assert fwd == [2 * B * H * C, 2 * B * IN * H]
     bwd_mm = sorted(op.flops for op in by_type(g, "aten.mm") if op.phase == "backward")
-    assert bwd_mm == sorted([2 * B * H * C, 2 * B * H * C, 2 * B * I * H])
+    assert bwd_mm == sorted([2 * B * H * C, 2 * B * H * C, 2 * B * IN * H])
     relu = by_type(g, "aten.relu")[0]
     assert relu.flops == B * H and relu.out_bytes == (B * H * 4,)  # elementwise: its elements; fp32 bytes
     # parameters hold their bytes; each parameter's gradient and update ops share its group
     params = {op.name: op for op in by_type(g, "parameter")}
-    assert params["0.weight"].param_bytes == I * H * 4 and params["2.bias"].param_bytes == C * 4
+    assert params["0.weight"].param_bytes == IN * H * 4 and params["2.bias"].param_bytes == C * 4
     for op in g.ops:
         if op.phase == "update":
             assert op.colocation_group in params, op.name
     grads = [op for op in g.ops if op.phase == "backward" and op.colocation_group]
     assert {op.colocation_group for op in grads} == set(params)
-    assert {op.scope for op in g.ops if op.phase == "forward" and op.type.startswith("aten.")} >= {"0", "1", "2", "loss"}
+    assert ({op.scope for op in g.ops if op.phase == "forward" and op.type.startswith("aten.")}
+            >= {"0", "1", "2", "loss"})
 
 
 def test_adam_state_is_resident_and_updates_are_per_parameter():
-    g = train(mlp(), torch.randn(B, I), torch.randint(0, C, (B,)), torch.optim.Adam)
+    g = train(mlp(), torch.randn(B, IN), torch.randint(0, C, (B,)), torch.optim.Adam)
     state = by_type(g, "optimizer_state")
     assert {op.name for op in state} >= {"0.weight.exp_avg", "0.weight.exp_avg_sq", "2.bias.step"}
     assert all(op.colocation_group == op.name.rsplit(".", 1)[0] for op in state)
-    assert sum(op.param_bytes for op in state if op.name.startswith("0.weight.exp_avg")) == 2 * I * H * 4
+    assert sum(op.param_bytes for op in state if op.name.startswith("0.weight.exp_avg")) == 2 * IN * H * 4
     # one final addcdiv_ per parameter: no multi-tensor kernels
     assert len(by_type(g, "aten.addcdiv_")) == 4
 
@@ -96,7 +97,7 @@ def test_the_update_is_marked_with_the_kernels_pytorch_runs_it_in(flags, impleme
     """Per parameter, the k-th update op runs in the k-th foreach call (one launch group each, on every
     device, or on GPUs only where the flags are unset: PyTorch's default); fused, the whole update of the
     param group is one kernel; the for-loop has no groups. On one GPU the launches fall accordingly."""
-    g = train(mlp(), torch.randn(B, I), torch.randint(0, C, (B,)), torch.optim.Adam, **flags)
+    g = train(mlp(), torch.randn(B, IN), torch.randint(0, C, (B,)), torch.optim.Adam, **flags)
     assert g.meta["optimizer"] == {"class": "Adam", "implementation": [implementation]}
     update = [op for op in g.ops if op.phase == "update" and op.type.startswith("aten.")]
     groups = {op.meta.get("launch_group") for op in update}
@@ -115,7 +116,8 @@ def test_the_update_is_marked_with_the_kernels_pytorch_runs_it_in(flags, impleme
         for k, op in enumerate(first):
             members = [o for o in update if o.meta["launch_group"] == op.meta["launch_group"]]
             assert len(members) == 4 and {o.type for o in members} == {op.type}, k
-    assert all(("group_device_types" in op.meta) == (implementation == "default") for op in update if op.meta.get("launch_group"))
+    assert all(("group_device_types" in op.meta) == (implementation == "default")
+               for op in update if op.meta.get("launch_group"))
     # on one GPU its host thread pays each other op's launch and each group's once
     from autoplace.cost import op_time_matrix
 
@@ -165,7 +167,7 @@ def test_conv_net_flops():
 class TwoStepLSTM(nn.Module):
     def __init__(self):
         super().__init__()
-        self.cell = nn.LSTMCell(I, H)
+        self.cell = nn.LSTMCell(IN, H)
         self.out = nn.Linear(H, C)
 
     def forward(self, x):
@@ -177,13 +179,13 @@ class TwoStepLSTM(nn.Module):
 
 
 def test_two_step_lstm_cell_keeps_step_tags():
-    g = train(TwoStepLSTM(), torch.randn(2, B, I), torch.randint(0, C, (B,)))
+    g = train(TwoStepLSTM(), torch.randn(2, B, IN), torch.randint(0, C, (B,)))
     steps = {op.meta.get("step") for op in g.ops if op.meta.get("role") == "lstm"}
     assert steps == {0, 1}
     gate_mms = [op for op in g.ops if op.type in ("aten.mm", "aten.addmm") and op.phase == "forward"
                 and op.scope in ("cell.t0", "cell.t1")]
     assert len(gate_mms) == 4  # input and hidden projections, two steps
-    assert sorted({op.flops for op in gate_mms}) == sorted({2 * B * I * 4 * H, 2 * B * H * 4 * H})
+    assert sorted({op.flops for op in gate_mms}) == sorted({2 * B * IN * 4 * H, 2 * B * H * 4 * H})
     assert any(op.phase == "backward" and op.scope == "cell.t1" for op in g.ops)
 
 
@@ -206,13 +208,13 @@ def test_small_attention_bmm_flops():
 
 
 def test_inference_capture_has_no_backward_or_update():
-    g = capture_inference(mlp(), torch.randn(B, I))
+    g = capture_inference(mlp(), torch.randn(B, IN))
     assert {op.phase for op in g.ops} == {"forward"}
     assert not [op for op in g.ops if "backward" in op.type]
 
 
 def test_captured_graph_simulates():
-    g = train(mlp(), torch.randn(B, I), torch.randint(0, C, (B,)), torch.optim.Adam)
+    g = train(mlp(), torch.randn(B, IN), torch.randint(0, C, (B,)), torch.optim.Adam)
     cluster = get_cluster("k80x2")
     r = simulate(g, cluster, place(g, cluster, "single-gpu"))
     assert r.ok and r.step_time > 0
@@ -233,7 +235,7 @@ def test_captured_graph_simulates():
 class DataDependent(nn.Module):
     def __init__(self):
         super().__init__()
-        self.fc = nn.Linear(I, C)
+        self.fc = nn.Linear(IN, C)
 
     def forward(self, x):
         if x.sum() > 0:  # Python branch on a tensor value
@@ -243,12 +245,12 @@ class DataDependent(nn.Module):
 
 def test_data_dependent_control_flow_is_a_clear_error():
     with pytest.raises(CaptureError, match="cannot trace DataDependent"):
-        train(DataDependent(), torch.randn(B, I), torch.randint(0, C, (B,)))
+        train(DataDependent(), torch.randn(B, IN), torch.randint(0, C, (B,)))
 
 
 def test_non_scalar_loss_is_rejected():
     with pytest.raises(CaptureError, match="scalar"):
-        train(mlp(), torch.randn(B, I), torch.randint(0, C, (B,)), loss=lambda out, y: out)
+        train(mlp(), torch.randn(B, IN), torch.randint(0, C, (B,)), loss=lambda out, y: out)
 
 
 FACTORY = '''
@@ -393,7 +395,7 @@ def test_an_fx_graph_module_is_captured_as_its_module():
     from torch.nn.functional import cross_entropy
 
     model = mlp()
-    x, y = torch.randn(B, I), torch.randint(0, C, (B,))
+    x, y = torch.randn(B, IN), torch.randint(0, C, (B,))
     traced = torch.fx.symbolic_trace(model)
     a = capture_training_step(model, x, cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1), targets=y)
     b = capture_training_step(traced, x, cross_entropy, torch.optim.SGD(traced.parameters(), lr=0.1), targets=y)
@@ -405,12 +407,12 @@ def test_launch_groups_follow_parameters_not_colocation_groups():
     updated by the for-loop) each keeps its own implementation, and every foreach call holds one op per
     parameter of its param group."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(I, H), nn.BatchNorm1d(H), nn.ReLU(), nn.Linear(H, C))
+    model = nn.Sequential(nn.Linear(IN, H), nn.BatchNorm1d(H), nn.ReLU(), nn.Linear(H, C))
     bias = model[1].bias
     opt = torch.optim.Adam([{"params": [p for p in model.parameters() if p is not bias], "foreach": False},
                             {"params": [bias]}], lr=0.01)
     opt.param_groups[0]["foreach"] = True
-    g = capture_training_step(model, torch.randn(B, I), nn.functional.cross_entropy, opt,
+    g = capture_training_step(model, torch.randn(B, IN), nn.functional.cross_entropy, opt,
                               targets=torch.randint(0, C, (B,)))
     assert g.meta["optimizer"]["implementation"] == ["default", "foreach"]
     from autoplace.capture._torch import _update_params

@@ -106,7 +106,8 @@ BAD_GRAPHS = {
     "unknown-output": (graph_doc([OPS_OK[0], {"name": "b", "type": "t", "inputs": ["a:2"]}]), "names output 2"),
     "duplicate": (graph_doc([OPS_OK[0], OPS_OK[0]]), "duplicate op name 'a'"),
     "negative": (graph_doc([{"name": "a", "type": "t", "param_bytes": -3}]), "'param_bytes'"),
-    "nonfinite": ('{"format": "autoplace.graph/v1", "name": "g", "ops": [{"name": "a", "type": "t", "cost": {"gpu": Infinity}}]}',
+    "nonfinite": ('{"format": "autoplace.graph/v1", "name": "g", "ops": '
+                  '[{"name": "a", "type": "t", "cost": {"gpu": Infinity}}]}',
                   "cost['gpu']"),
     "malformed": ('{"format": "autoplace.graph/v1", "name": ', "malformed JSON"),
     "version": (graph_doc(OPS_OK, "autoplace.graph/v9"), "unknown format 'autoplace.graph/v9'"),
@@ -155,7 +156,8 @@ def test_op_on_a_device_type_it_cannot_run_on(tmp_path, capsys):
     (["place", "toy-mlp", "-c", "k80x2", "-m", "nonsense", "-o", "{out}"], "unknown placement method 'nonsense'", 2),
     (["place", "toy-mlp", "-c", "k80x9", "-m", "single-gpu", "-o", "{out}"], "unknown cluster 'k80x9'", 2),
     (["place", "resnet-9000", "-c", "k80x2", "-m", "single-gpu", "-o", "{out}"], "unknown graph 'resnet-9000'", 2),
-    (["place", "toy-mlp", "-P", "depth=3", "-c", "k80x2", "-m", "single-gpu", "-o", "{out}"], "no parameter 'depth'", 2),
+    (["place", "toy-mlp", "-P", "depth=3", "-c", "k80x2", "-m", "single-gpu", "-o", "{out}"],
+     "no parameter 'depth'", 2),
     (["place", "toy-mlp", "-c", "k80x2", "-m", "single-gpu", "-o", "/no/such/dir/p.json"], "does not exist", 2),
     (["place", "{gpuonly}", "-c", "k80x2", "-m", "single-gpu", "-o", "{out}"], "needs a device of type tpu", 3),
 ])
@@ -225,7 +227,8 @@ def test_a_failing_placement_exits_1_from_every_verb_and_is_still_written(tmp_pa
     out = tmp_path / "p.json"
     rc, text, _ = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", c, "-m", "single-gpu", "-o", str(out))
     assert rc == 1 and "FAILING" in text and out.exists()
-    rc, text, _ = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", c, "-m", "single-gpu", "-o", str(out), "--json")
+    rc, text, _ = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", c, "-m", "single-gpu", "-o", str(out),
+                      "--json")
     assert rc == 1 and json.loads(text)["ok"] is False
     for extra in ([], ["--json"]):
         rc, _, _ = run(capsys, "simulate", "toy-mlp", "-P", "layers=2", "-c", c, "-p", str(out), *extra)
@@ -337,6 +340,7 @@ def test_an_interrupted_write_leaves_the_old_file_and_no_temp(tmp_path, capsys, 
     assert out.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["c.json"]
 
 
+@pytest.mark.slow
 def test_a_long_chain_file_goes_through_every_placer(tmp_path, capsys):
     from autoplace.formats import save_graph
     from autoplace.graph import Graph, Op

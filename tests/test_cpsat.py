@@ -97,7 +97,7 @@ def test_a_coarse_model_reports_no_bound_on_the_placement_problem():
     ops = [op(f"o{i}", [f"o{i - 1}"] if i and rng.random() < 0.7 else [], float(rng.uniform(0.5, 2)), 100)
            for i in range(30)]
     g = Graph(ops)
-    r = solve_cp_sat(g, gpus(2), budget=2, max_tasks=10)
+    r = solve_cp_sat(g, gpus(2), budget=0.2, max_tasks=10)
     assert r.model == "10 tasks" and r.bound_s is None and r.model_bound_s > 0
-    p = place(g, gpus(2), "cp-sat", budget=2)
+    p = place(g, gpus(2), "cp-sat", budget=0.2)
     assert p.meta["model"] == "ops" and "bound_s" in p.meta      # 30 ops: the op-level model

@@ -57,7 +57,8 @@ def problems(draw):
     work = np.array([[draw(f) for _ in range(K)] for _ in range(U)])
     ints = st.integers(0, 400)
     prob = SplitProblem(np.arange(K), work, np.array([draw(ints) for _ in range(U)], float),
-                        np.array([draw(ints) for _ in range(U)], float), np.array([draw(ints) for _ in range(U)], float),
+                        np.array([draw(ints) for _ in range(U)], float),
+                        np.array([draw(ints) for _ in range(U)], float),
                         np.array([0.0] + [draw(st.integers(0, 3000)) for _ in range(U - 1)], float),
                         np.array([0.0] + [draw(st.integers(0, 3)) for _ in range(U - 1)], float),
                         np.array([0.0] + [draw(st.integers(0, 3000)) for _ in range(U - 1)], float),

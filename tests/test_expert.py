@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import uniform_cluster
 
 from autoplace.graph import Graph, Op
 from autoplace.placers import place
 from autoplace.placers.expert import balanced_split
-from conftest import uniform_cluster
 
 
 @pytest.mark.parametrize("weights, parts, expected", [

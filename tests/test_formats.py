@@ -11,8 +11,18 @@ import pytest
 
 from autoplace.cluster import LinkSpec
 from autoplace.errors import FormatError, GraphError
-from autoplace.formats import (cluster_from_dict, cluster_to_dict, graph_from_dict, graph_to_dict, load_cluster,
-                               load_graph, load_placement, placement_to_dict, save_graph, save_placement)
+from autoplace.formats import (
+    cluster_from_dict,
+    cluster_to_dict,
+    graph_from_dict,
+    graph_to_dict,
+    load_cluster,
+    load_graph,
+    load_placement,
+    placement_to_dict,
+    save_graph,
+    save_placement,
+)
 from autoplace.sim import simulate
 
 GOLDEN = Path(__file__).parent / "golden"

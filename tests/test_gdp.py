@@ -18,8 +18,16 @@ from autoplace.errors import AutoplaceError, FormatError  # noqa: E402
 from autoplace.graph import Graph, Op  # noqa: E402
 from autoplace.grouping import group_ops  # noqa: E402
 from autoplace.placers import place  # noqa: E402
-from autoplace.placers.gdp import (GDPConfig, GDPPolicy, GDPSearch, gdp_search, gdp_train, load_policy,  # noqa: E402
-                                   save_policy, zero_shot)
+from autoplace.placers.gdp import (  # noqa: E402
+    GDPConfig,
+    GDPPolicy,
+    GDPSearch,
+    gdp_search,
+    gdp_train,
+    load_policy,
+    save_policy,
+    zero_shot,
+)
 from autoplace.placers.hdp import HDPConfig, HDPSearch, hdp_search  # noqa: E402
 from autoplace.policies.features import NODE_DENSE, node_features  # noqa: E402
 from autoplace.policies.graphsage import GraphEmbedding, SageLayer  # noqa: E402

@@ -13,7 +13,8 @@ from autoplace.grouping import group_ops, grouped_graph
 
 
 def test_colocation_groups_are_always_honoured():
-    g = Graph([op("w", [], colocation_group="w"), op("x", []), op("y", ["w", "x"]), op("u", ["y", "w"], colocation_group="w")])
+    g = Graph([op("w", [], colocation_group="w"), op("x", []), op("y", ["w", "x"]),
+               op("u", ["y", "w"], colocation_group="w")])
     gr = group_ops(g, rules=())
     assert gr.group[0] == gr.group[3] and len({gr.group[1], gr.group[2], gr.group[0]}) == 3
     assert gr.names[gr.group[0]] == "w"
@@ -106,28 +107,28 @@ def test_a_parameters_gradient_ops_join_its_group(captured_bn_mlp):
     # each linear layer: its weight, its forward addmm and every backward mm differentiating it (the
     # weight's gradient with its FLOPs, and the input's) share one group
     layer_of = {g.ops[g.index("addmm")].meta["fwd"]: "0.weight", g.ops[g.index("addmm_1")].meta["fwd"]: "2.weight"}
-    mms = [op for op in backward if op.type == "aten.mm"]
-    assert len(mms) == 3 and all(op.flops > 0 for op in mms)
-    for op in mms:
-        weight = layer_of[op.meta["fwd"]]
-        assert paper.group[g.index(op.name)] == paper.group[g.index(weight)] == paper.group[
+    mms = [o for o in backward if o.type == "aten.mm"]
+    assert len(mms) == 3 and all(o.flops > 0 for o in mms)
+    for mm in mms:
+        weight = layer_of[mm.meta["fwd"]]
+        assert paper.group[g.index(mm.name)] == paper.group[g.index(weight)] == paper.group[
             g.index("addmm" if weight == "0.weight" else "addmm_1")]
     assert paper.group[g.index("0.weight")] != paper.group[g.index("2.weight")]
     # BatchNorm: one backward op computes the weight's and the bias's gradients, so they share a group;
     # the forward op writes the running statistics in place, so it lives with them
     assert group["native_batch_norm_backward"] == group["3.weight"] == group["3.bias"]
     assert group["native_batch_norm"] == group["3.running_mean"] == group["3.running_var"]
-    nbt = [op for op in g.ops if op.phase != "update" and op.type == "aten.add_"]
-    assert nbt and all(group[op.name] == group["3.num_batches_tracked"] for op in nbt)
+    nbt = [o for o in g.ops if o.phase != "update" and o.type == "aten.add_"]
+    assert nbt and all(group[o.name] == group["3.num_batches_tracked"] for o in nbt)
 
 
 def test_gradient_rule_puts_each_ops_gradient_with_it(captured_bn_mlp):
     g = captured_bn_mlp
     gr = group_ops(g, rules=("colocation", "gradient"))
     by_fwd: dict[int, set[int]] = {}
-    for i, op in enumerate(g.ops):
-        if op.meta.get("fwd") is not None:
-            by_fwd.setdefault(op.meta["fwd"], set()).add(int(gr.group[i]))
+    for i, o in enumerate(g.ops):
+        if o.meta.get("fwd") is not None:
+            by_fwd.setdefault(o.meta["fwd"], set()).add(int(gr.group[i]))
     assert all(len(groups) == 1 for groups in by_fwd.values())
     # the first linear layer's forward addmm, its weight gradient mm and its input-free backward share one
     fwd = g.ops[g.index("addmm")].meta["fwd"]

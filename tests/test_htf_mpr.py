@@ -11,15 +11,29 @@ import pytest
 
 from autoplace.cli import main
 from autoplace.cluster import get_cluster
+from autoplace.cost import feasible_devices
 from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph, Op
 from autoplace.grouping import runnable_grouping
-from autoplace.cost import feasible_devices
-from autoplace.placers.htf_mpr import (HTFMPRConfig, colouring, htf_mpr_search, initial_mappings, node_paths,
-                                       point_crossover, stochastic_crossover, work_budget)
+from autoplace.placers.htf_mpr import (
+    HTFMPRConfig,
+    colouring,
+    htf_mpr_search,
+    initial_mappings,
+    node_paths,
+    point_crossover,
+    stochastic_crossover,
+    work_budget,
+)
 from autoplace.search import SearchBudget
-from autoplace.search.predictor import (MODELS, FitnessPredictor, compare_models, cross_validate,
-                                        kendall_tau_distance, one_hot)
+from autoplace.search.predictor import (
+    MODELS,
+    FitnessPredictor,
+    compare_models,
+    cross_validate,
+    kendall_tau_distance,
+    one_hot,
+)
 from autoplace.sim import simulate
 from autoplace.zoo import build_graph
 
@@ -132,7 +146,7 @@ def test_the_predictor_ranks_a_learnable_fitness_and_follows_sklearn_conventions
         FitnessPredictor("xgboost")
     with pytest.raises(AutoplaceError, match="unknown fitness model"):
         FitnessPredictor().set_params(model="xgboost").fit(X, y)
-    from sklearn.model_selection import GridSearchCV, cross_val_score       # scikit-learn's own tools take it
+    from sklearn.model_selection import GridSearchCV, cross_val_score  # scikit-learn's own tools take it
 
     assert (cross_val_score(FitnessPredictor(n_devices=3), X[:150], y[:150], cv=3) > 0.7).all()
     grid = GridSearchCV(FitnessPredictor(n_devices=3), {"model": ["gbr", "omp"]}, cv=3).fit(X[:150], y[:150])

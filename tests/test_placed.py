@@ -142,6 +142,7 @@ def test_a_batch_of_another_shape_and_a_placement_of_another_graph_are_clear_err
         autoplace.compile(model, x, nn.functional.mse_loss, opt, targets=y, placement=other)
 
 
+@pytest.mark.slow
 def test_the_readme_python_section_runs_as_written(tmp_path):
     import re
     import subprocess

@@ -47,8 +47,14 @@ def small_rnnlm(tmp_path_factory):
     return build_graph("rnnlm-2", vocab=50, hidden=32, layers=2, steps=4, batch=4)
 
 
-def check(graph: Graph, cluster: Cluster, method: str, seed: int = 0):
-    p = place(graph, cluster, method, seed=seed, budget=5.0)
+def budget_for(method: str) -> float:
+    """Validity needs little search: the learned placers get a few dozen samples (their default budget is
+    a minute's search; what more buys is measured in benchmarks/, not here), the others the budget of 5."""
+    return 0.1 if get_placer(method).learned else 5.0
+
+
+def check(graph: Graph, cluster: Cluster, method: str, seed: int = 0, budget: float | None = None):
+    p = place(graph, cluster, method, seed=seed, budget=budget_for(method) if budget is None else budget)
     dev = p.to_array(graph, cluster)                     # every op, known devices (validates)
     for i, op in enumerate(graph.ops):
         if op.device_types is not None:
@@ -77,7 +83,7 @@ def test_captured_model(method, small_rnnlm):
 @pytest.mark.parametrize("method", PLACERS)
 def test_deterministic_for_a_seed(method):
     graph, cluster = constrained_graph(), get_cluster("k80x4")
-    budget = 5.0 if get_placer(method).learned else None      # the learned placers' default is a minute's search
+    budget = budget_for(method) if get_placer(method).learned else None
     a = place(graph, cluster, method, seed=3, budget=budget).assignment
     b = place(graph, cluster, method, seed=3, budget=budget).assignment
     assert a == b
@@ -104,7 +110,8 @@ def test_memory_aware_placers_respect_capacity(method):
     devs = [Device("cpu:0", "cpu", int(need[3] + need[0] + 1024), 1e11, 1e10),  # about the CPU-only op alone
             Device("gpu:0", "gpu", cap, 1e12, 1e11), Device("gpu:1", "gpu", cap, 1e12, 1e11)]
     cluster = Cluster("tight", devs, default_link=LinkSpec(1e10, 1e-5))
-    p, dev = check(graph, cluster, method)
+    # most random placements overflow here: a learned search needs more samples to find one that fits
+    p, dev = check(graph, cluster, method, budget=max(budget_for(method), 1.0))
     assert len(set(dev.tolist()) - {0}) == 2            # both GPUs needed
     resident = np.bincount(dev, weights=graph.param_bytes, minlength=3)
     assert (resident <= cluster.memory_bytes).all(), resident  # parameters never exceed a device

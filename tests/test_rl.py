@@ -158,6 +158,7 @@ def test_after_only_ok_after_updates_failed_placements_leave_the_update_out():
     assert lo - 1e-12 <= s.baseline <= hi + 1e-12
 
 
+@pytest.mark.slow
 def test_a_search_killed_with_sigkill_resumes_from_its_checkpoint_to_the_uninterrupted_result(tmp_path):
     """The command line, killed with ``kill -9`` mid-search, then resumed: the same placement as a run of
     the same seed and samples that was never interrupted."""

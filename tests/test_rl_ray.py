@@ -17,6 +17,8 @@ from autoplace.search.distributed import ray_session  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402
 from autoplace.zoo import build_graph  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a Ray session and worker processes per test
+
 
 @pytest.fixture(scope="module")
 def session():

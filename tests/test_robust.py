@@ -221,7 +221,8 @@ def test_a_near_tie_chosen_for_fewer_cuts_is_never_slower_than_one_gpu(monkeypat
 
     g = Graph([op(f"o{i}", [f"o{i - 1}"] if i else [], 1, 8) for i in range(8)])
     cl = two_gpus(1e6)
-    arrays = {"one": [0] * 8, "A": [0, 1, 0, 1, 0, 1, 0, 1], "Q": [0, 1, 0, 1, 1, 1, 1, 1], "X": [0, 0, 0, 0, 1, 1, 1, 1]}
+    arrays = {"one": [0] * 8, "A": [0, 1, 0, 1, 0, 1, 0, 1], "Q": [0, 1, 0, 1, 1, 1, 1, 1],
+              "X": [0, 0, 0, 0, 1, 1, 1, 1]}
     robust = {"one": 1.0105, "A": 1.000, "Q": 1.009, "X": 1.015}
     cuts = {k: int(cross_edges(g, np.array(v))[0]) for k, v in arrays.items()}
     assert cuts == {"one": 0, "A": 7, "Q": 3, "X": 1}

@@ -188,6 +188,7 @@ def test_memory_budget_exceeded_is_failing(mlp_graph):
     assert "memory" in result.error
 
 
+@pytest.mark.slow
 def test_memory_budget_exceeded_mid_step(rnn_graph):
     """Parameters fit, activations do not: the worker fails at the op that would overflow."""
     resident = max(sum(op.param_bytes for op in rnn_graph.ops if op.type != "input"), 1)
@@ -207,6 +208,7 @@ def _gone(pid: int) -> bool:
         return f.read().split()[2] == "Z"
 
 
+@pytest.mark.slow
 def test_killed_worker_is_failing_and_leaves_no_orphans(rnn_graph):
     cluster = _cpu_cluster()
     with WorkerPool(cluster, timeout=30) as p:
@@ -224,6 +226,7 @@ def test_killed_worker_is_failing_and_leaves_no_orphans(rnn_graph):
     assert all(_gone(pid) for pid in p.pids + pids)
 
 
+@pytest.mark.slow
 def test_worker_dead_between_messages_is_failing(mlp_graph, monkeypatch):
     """A worker that dies after the pool last saw it alive (the race between ``start`` and the next send):
     the send meets a broken pipe, which is a failing result naming the worker, not an exception."""
@@ -293,6 +296,7 @@ def test_a_failing_measured_result_is_plain_json(capsys, monkeypatch):
     assert "| single-cpu |" in text and "%" not in text.split("| single-cpu |")[1].split("\n")[0]
 
 
+@pytest.mark.slow
 def test_hung_worker_times_out(mlp_graph):
     cluster = _cpu_cluster()
     with WorkerPool(cluster, timeout=1.0) as p:
@@ -386,6 +390,7 @@ def test_profile_pools_every_round_before_scaling(mlp_graph):
         profile_graph(mlp_graph, get_cluster("localhost"), rounds=0)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores: two CPU workers")
 def test_cluster_detect_measures_devices_engines_and_exchange_costs():
     """``cluster detect`` on this machine's CPU workers (small link sizes, two repeats): every device and
@@ -506,6 +511,7 @@ def test_send_cost_is_charged_to_the_producer():
 
 
 # ---------------------------------------------------------------------- command line
+@pytest.mark.slow
 def test_cli_measure_profile_export(tmp_path, mlp_graph, capsys):
     gpath, ppath = tmp_path / "g.json", tmp_path / "p.json"
     save_graph(mlp_graph, gpath)
@@ -520,7 +526,8 @@ def test_cli_measure_profile_export(tmp_path, mlp_graph, capsys):
     assert main(["measure", str(gpath), "-c", "localhost", "-p", str(ppath), "--steps", "4"]) == 0
     text = capsys.readouterr().out
     assert "mean of 3 steps after the first: min " in text and ", median " in text and ", max " in text
-    assert main(["profile", str(gpath), "-c", "localhost", "--steps", "2", "--rounds", "1", "-o", str(tmp_path / "gp.json")]) == 0
+    assert main(["profile", str(gpath), "-c", "localhost", "--steps", "2", "--rounds", "1",
+                 "-o", str(tmp_path / "gp.json")]) == 0
     prof = json.loads((tmp_path / "gp.json").read_text())
     assert all("cpu" in op["cost"] for op in prof["ops"])
     capsys.readouterr()

@@ -58,7 +58,7 @@ def _agree(sim: Simulator, dev: np.ndarray) -> None:
     assert np.array_equal(r.segment_time, st) and np.array_equal(r.timeline.transfer_end, xf[4])
 
 
-def _concurrent_cpus() -> "Cluster":
+def _concurrent_cpus():
     from autoplace.cluster import Cluster, Device, LinkSpec, Segment
 
     devs = [Device(f"cpu:{j}", "cpu", 10**12, 1e10, 1e10, concurrency=2, meta={"host": "h"},
@@ -80,7 +80,8 @@ def test_c_matches_numba_past_the_sorted_queues(cluster_name, width):
     rng = np.random.default_rng(width)
     cluster = _concurrent_cpus() if cluster_name == "cpus" else get_cluster(cluster_name)
     ops = [Op("src", "input", output_bytes=(10**6,))]
-    ops += [Op(f"r{i}", "op", ("src",), output_bytes=(int(rng.integers(1, 10**6)),), flops=float(rng.choice([1e6, 1e8])))
+    ops += [Op(f"r{i}", "op", ("src",), output_bytes=(int(rng.integers(1, 10**6)),),
+               flops=float(rng.choice([1e6, 1e8])))
             for i in range(width)]
     ops.append(Op("sum", "add", tuple(f"r{i}" for i in range(width)), output_bytes=(100,), flops=1e3))
     fan = Graph(ops, name="fan")

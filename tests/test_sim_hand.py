@@ -411,7 +411,8 @@ def test_fair_sharing_lets_a_small_transfer_pass_a_large_one():
     links = [Link(s, d, 1e9, 0.0, 0.0, ("up",) if d == "cpu" else ()) for s in ("cpu", "g0", "g1")
              for d in ("cpu", "g0", "g1") if s != d]
     cl = Cluster("share", devs, links, segments=[Segment("up", 1e9)])
-    g = Graph([Op("a", "op", output_bytes=(10**9,), cost={"gpu": 1}), Op("b", "op", output_bytes=(10**6,), cost={"gpu": 1}),
+    g = Graph([Op("a", "op", output_bytes=(10**9,), cost={"gpu": 1}),
+               Op("b", "op", output_bytes=(10**6,), cost={"gpu": 1}),
                Op("h", "op", ("a", "b"), cost={"cpu": 0})])
     r = simulate(g, cl, np.array([1, 2, 0]), trace=True)
     assert r.timeline.transfer_start.tolist() == [1.0, 1.0]

@@ -150,7 +150,8 @@ def test_schedule_respects_dependencies_devices_and_links(case):
     assert np.all(took[~data] == 0)
     assert np.allclose(tl.transfer_arrival - tl.transfer_end, cluster.latency[s_, d_], rtol=1e-9, atol=1e-12)
     # at no instant does a copy queue run more transfers than it has engines (a link's: one)
-    queue = np.where(cluster.send_engines[s_] > 0, s_, np.where(cluster.recv_engines[d_] > 0, D + d_, 2 * D + s_ * D + d_))
+    queue = np.where(cluster.send_engines[s_] > 0, s_,
+                     np.where(cluster.recv_engines[d_] > 0, D + d_, 2 * D + s_ * D + d_))
     caps = np.concatenate([cluster.send_engines, cluster.recv_engines, np.ones(D * D, np.int64)])
     for k in np.unique(queue[data]):
         xs = np.flatnonzero(data & (queue == k))

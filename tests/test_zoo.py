@@ -12,8 +12,11 @@ pytest.importorskip("torch")
 from autoplace.cluster import get_cluster  # noqa: E402
 from autoplace.placers import place  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402
-from autoplace.zoo import build_graph, zoo_names  # noqa: E402
-from autoplace.zoo import _cache  # noqa: E402
+from autoplace.zoo import (  # noqa: E402
+    _cache,  # noqa: E402
+    build_graph,
+    zoo_names,
+)
 
 SMALL_RNNLM = dict(vocab=50, hidden=16, layers=2, steps=3, batch=4)
 
@@ -66,7 +69,8 @@ def test_cache_hit_rebuild_and_corruption(cache, monkeypatch):
     files = list(cache.glob("rnnlm-2-*.json.gz"))
     assert len(files) == 1 and len(captures) == 1
     stored = json.loads(gzip.decompress(files[0].read_bytes()))
-    assert stored["cache_key"]["params"] == SMALL_RNNLM and stored["cache_key"]["capture_version"] == _cache.CAPTURE_VERSION
+    assert (stored["cache_key"]["params"] == SMALL_RNNLM
+            and stored["cache_key"]["capture_version"] == _cache.CAPTURE_VERSION)
     g2 = build_graph("rnnlm-2", **SMALL_RNNLM)                              # served from the cache
     assert len(captures) == 1 and [op.name for op in g2.ops] == [op.name for op in g1.ops]
     build_graph("rnnlm-2", **{**SMALL_RNNLM, "steps": 2})                  # other parameters: another entry
@@ -101,6 +105,7 @@ def test_seq2seq_structure(name):
         assert any(op.meta.get("direction") == "reverse" for op in tagged)  # bidirectional first layer
 
 
+@pytest.mark.slow
 def test_gnmt_depth_ordering():
     cluster = get_cluster("k80x2")
     times = []
@@ -110,6 +115,7 @@ def test_gnmt_depth_ordering():
     assert times[1] > times[0]
 
 
+@pytest.mark.slow
 def test_inception_blocks_and_branches():
     g = build_graph("inception-v3", batch=2, image=75, classes=10)
     branches = {(op.meta["block"], op.meta["branch"]) for op in g.ops if "branch" in op.meta}
@@ -132,6 +138,7 @@ def test_htf_mpr_models():
     assert {op.meta["layer"] for op in vgg.ops if op.meta.get("role") == "conv"} == {0, 1, 2, 3, 4}
 
 
+@pytest.mark.slow
 def test_transformer_xl_and_wavenet():
     txl = [build_graph(f"transformer-xl-{n}", vocab=50, d_model=16, heads=2, d_inner=32, seg_len=4, mem_len=4,
                        batch=2) for n in (2, 4)]
@@ -148,6 +155,7 @@ def test_transformer_xl_and_wavenet():
     assert len(dilated) == 6 * 3  # dilated, residual and skip convolutions per layer
 
 
+@pytest.mark.slow
 def test_amoebanet_cells():
     g = build_graph("amoebanet", cells=1, filters=16, batch=2, image=64, classes=10)
     cells = {op.meta["cell"] for op in g.ops if op.meta.get("role") == "amoeba"}

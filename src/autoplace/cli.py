@@ -298,7 +298,8 @@ def cmd_place(args: argparse.Namespace) -> int:
     else:
         counts = ", ".join(f"{d}: {n}" for d, n in sorted(placement.counts().items()))
         status = "ok" if result.ok else "FAILING (" + _failure(result) + ")"
-        _console(args.output == "-").print(f"{placement.method}: {args.env} step time {fmt_time(result.step_time)}, {status}; ops per device "
+        _console(args.output == "-").print(f"{placement.method}: {args.env} step time {fmt_time(result.step_time)}, "
+                         f"{status}; ops per device "
                          f"{counts}; written to {args.output}")
         if args.curve:
             _console(args.output == "-").print(f"training curve written to {args.curve}.csv and {args.curve}.png")
@@ -638,7 +639,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     for d in cluster.devices:
         send, recv = d.engines
         con.print(f"{d.name}: {fmt_flops(d.peak_flops)}/s matmul, {fmt_rate(d.memory_bandwidth)} copy, "
-                  f"{fmt_time(d.op_overhead_s)} per op, sends at {fmt_rate(1 / d.send_cost_s_per_byte) if d.send_cost_s_per_byte else '-'}, "
+                  f"{fmt_time(d.op_overhead_s)} per op, "
+                  f"sends at {fmt_rate(1 / d.send_cost_s_per_byte) if d.send_cost_s_per_byte else '-'}, "
                   f"{fmt_time(d.send_overhead_s)} per tensor sent, {fmt_time(d.recv_overhead_s)} per tensor received, "
                   f"{send or 'unlimited'} send / {recv or 'unlimited'} receive at once")
     for ln in cluster.links:
@@ -874,7 +876,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
                                      for p in ("forward", "backward", "update")}):
         return 0
     phases = {p: sum(op.phase == p for op in graph.ops) for p in ("forward", "backward", "update")}
-    _console(args.output == "-").print(f"{graph.name}: {graph.n_ops} ops ({', '.join(f'{n} {p}' for p, n in phases.items() if n)}), "
+    _console(args.output == "-").print(f"{graph.name}: {graph.n_ops} ops "
+                     f"({', '.join(f'{n} {p}' for p, n in phases.items() if n)}), "
                      f"{graph.n_edges} edges, {fmt_bytes(graph.total_param_bytes)} resident, "
                      f"{fmt_flops(graph.total_flops)} per step -> {args.output}")
     return 0
@@ -967,7 +970,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refine", action="store_true", help="improve the result by local search under the simulator "
                    "(its worst case over the cost model's uncertainty)")
     _add_granularity(p)
-    p.add_argument("--refine-budget", type=_seconds, default=None, help="local-search budget, about seconds of simulation (default 10)")
+    p.add_argument("--refine-budget", type=_seconds, default=None,
+                   help="local-search budget, about seconds of simulation (default 10)")
     g = p.add_argument_group("search methods (rl, hdp, gdp, htf-mpr)")
     g.add_argument("--samples", type=_positive_int, default=None,
                    help="stop after this many sampled placements (reproducible for a seed)")
@@ -977,9 +981,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between checkpoints (default 30)")
     g.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the search checkpointed in DIR (and keep checkpointing there)")
-    g.add_argument("--curve", metavar="PREFIX", default=None, help="write the training curve to PREFIX.csv and PREFIX.png")
+    g.add_argument("--curve", metavar="PREFIX", default=None,
+                   help="write the training curve to PREFIX.csv and PREFIX.png")
     g.add_argument("--workers", type=_positive_int, default=None,
-                   help="evaluation workers; more than 1 runs the search distributed on Ray (local unless --ray-address)")
+                   help="evaluation workers; more than 1 runs the search distributed on Ray "
+                   "(local unless --ray-address)")
     g.add_argument("--controllers", type=_positive_int, default=None,
                    help="distributed: controllers, each with its own baseline (default: one per 8 workers)")
     g.add_argument("--ray-address", metavar="A", default=None, help="join the Ray cluster at A (host:port or auto)")

@@ -255,7 +255,8 @@ class Cluster:
         for sd, r in enumerate(routes):
             for n in r:
                 s, d = divmod(sd, D)
-                self.transfer_bandwidth[s, d] = min(self.transfer_bandwidth[s, d], self.segments[seg_index[n]].bandwidth)
+                self.transfer_bandwidth[s, d] = min(self.transfer_bandwidth[s, d],
+                                                    self.segments[seg_index[n]].bandwidth)
         self.memory_bytes = np.array([d.memory_bytes for d in self.devices], dtype=np.int64)
         self.peak_flops = np.array([d.peak_flops for d in self.devices], dtype=np.float64)
         self.memory_bandwidth = np.array([d.memory_bandwidth for d in self.devices], dtype=np.float64)

@@ -41,7 +41,8 @@ from autoplace.cost import op_time_matrix
 from autoplace.errors import InfeasibleError, UnknownNameError
 from autoplace.graph import Graph, Op
 
-__all__ = ["RULES", "GRANULARITIES", "Grouping", "GroupGraph", "group_ops", "with_granularity", "runnable_grouping", "grouped_graph", "structural_key", "weighted_csr", "coarsen",
+__all__ = ["RULES", "GRANULARITIES", "Grouping", "GroupGraph", "group_ops", "with_granularity", "runnable_grouping",
+           "grouped_graph", "structural_key", "weighted_csr", "coarsen",
            "part_graph", "floating_ops"]
 
 RULES = ("colocation", "gradient", "single-consumer", "structure", "structure-first")

@@ -73,7 +73,8 @@ def _comparison_html(comparison) -> str:
     rows = "".join(f"<tr><td>{html.escape(r.method)}</td><td>{step}</td><td>{rel}</td><td>{r.search_time_s:.2f} s</td>"
                    f"<td>{html.escape(note)}</td></tr>" for r in comparison.rows for step, rel, note in [cells(r)])
     return (f'<h2>Placers compared</h2><div class="charts" id="compare">{svg_text(comparison_figure(comparison))}</div>'
-            f"<table><tr><th>method</th><th>step</th><th>best / step</th><th>search</th><th>note</th></tr>{rows}</table>")
+            f"<table><tr><th>method</th><th>step</th><th>best / step</th><th>search</th><th>note</th></tr>"
+            f"{rows}</table>")
 
 
 def placement_report(graph: Graph, cluster: Cluster, placement: Placement, *, curve=None, comparison=None,
@@ -235,7 +236,7 @@ _SCRIPT = r"""
       document.querySelectorAll("svg").length + "; " + gstatus;
   } catch (e) { errors.textContent += e + "\n"; }
 })();
-"""
+"""  # noqa: E501
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>

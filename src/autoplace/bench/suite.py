@@ -25,7 +25,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-
 from autoplace.bench import published
 from autoplace.bench.render import Table, fmt_seconds, fmt_speedup, geomean
 from autoplace.errors import AutoplaceError
@@ -111,7 +110,7 @@ class Job:
     args: tuple[tuple[str, Any], ...]
 
     @classmethod
-    def of(cls, kind: str, **args) -> "Job":
+    def of(cls, kind: str, **args) -> Job:
         return cls(kind, tuple(sorted(args.items())))
 
     @property
@@ -329,7 +328,7 @@ class TableSpec:
     full: tuple[Setting, ...]
     quick: tuple[Setting, ...]
     jobs: Callable[[tuple[Setting, ...], Budgets, int], list[Job]]
-    build: Callable[["TableSpec", tuple[Setting, ...], Budgets, int, Store], Table]
+    build: Callable[[TableSpec, tuple[Setting, ...], Budgets, int, Store], Table]
     about: str = ""
     methods: tuple[str, ...] = ()
     baseline: str = ""
@@ -400,7 +399,8 @@ def build_placer_table(spec: TableSpec, settings, b: Budgets, seed: int, store: 
                    *(["paper", "paper's settings", "ours on the paper's settings"] if has_paper else [])],
                   summary)
     t.add_section("Every cell", ["setting", "method", "step (s)", f"vs {spec.baseline}",
-                                 *([f"paper step ({spec.paper_unit})", f"paper vs {spec.baseline}"] if has_paper else []),
+                                 *([f"paper step ({spec.paper_unit})", f"paper vs {spec.baseline}"]
+                                   if has_paper else []),
                                  "search (s)", "wall (s)"], rows)
     t.plot = ("speedup", spec.baseline, plot)
     return t
@@ -490,8 +490,10 @@ def build_holdout(spec: TableSpec, settings, b: Budgets, seed: int, store: Store
                      fmt_seconds(ref["hdp"]), fmt_seconds(e), f"{h['pretrain_wall_s']:.1f}",
                      f"{h['zero_shot_wall_s']:.2f}", f"{h['fine_tune_wall_s']:.1f} ({h['fine_tune_updates']} updates)"])
     n = len(settings)
-    claims = [["fine-tune", published.GDP_FIGURE2_CLAIMS["fine-tune"], f"at least as fast as expert and HDP on {beats['fine-tune']}/{n}"],
-              ["zero-shot", published.GDP_FIGURE2_CLAIMS["zero-shot"], f"at least as fast as expert and HDP on {beats['zero-shot']}/{n}"]]
+    claims = [["fine-tune", published.GDP_FIGURE2_CLAIMS["fine-tune"],
+               f"at least as fast as expert and HDP on {beats['fine-tune']}/{n}"],
+              ["zero-shot", published.GDP_FIGURE2_CLAIMS["zero-shot"],
+               f"at least as fast as expert and HDP on {beats['zero-shot']}/{n}"]]
     t = Table(spec.name, spec.title, spec.about, budgets=b, seed=seed)
     t.add_section("Held-out graphs (step in seconds)",
                   ["held out", "zero-shot", "fine-tune", "gdp-one", "hdp", "expert", "pre-train (s)",
@@ -515,7 +517,8 @@ def build_predictor(spec: TableSpec, settings, b: Budgets, seed: int, store: Sto
         for n in names:
             m = r["models"][n]
             cells.append("every fit failed" if m["mean"] is None else
-                         f"{m['mean']:.3f} ± {m['std']:.3f}" + (f" ({m['failed_runs']} failed)" if m["failed_runs"] else ""))
+                         f"{m['mean']:.3f} ± {m['std']:.3f}"
+                         + (f" ({m['failed_runs']} failed)" if m["failed_runs"] else ""))
         plot[s.key] = {n: (r["models"][n]["mean"], r["models"][n]["std"]) for n in names}
         best = min((n for n in names if r["models"][n]["mean"] is not None), key=lambda n: r["models"][n]["mean"],
                    default="none")

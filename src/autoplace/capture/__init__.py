@@ -10,8 +10,14 @@ Torch is imported lazily: the rest of autoplace works without it.
 
 from __future__ import annotations
 
-from autoplace.capture._torch import (CaptureError, capture_from_factory, capture_inference, capture_training_step,
-                                      load_factory, tag)
+from autoplace.capture._torch import (
+                                      CaptureError,
+                                      capture_from_factory,
+                                      capture_inference,
+                                      capture_training_step,
+                                      load_factory,
+                                      tag,
+)
 
 __all__ = [
     "CaptureError", "capture_training_step", "capture_inference", "capture_from_factory", "load_factory", "tag",

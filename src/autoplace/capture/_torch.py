@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import replace
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from autoplace.errors import AutoplaceError
@@ -274,7 +274,8 @@ def _fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]],
         max_sq = ref(f"{p}.max_exp_avg_sq") if kw["amsgrad"] and f"{p}.max_exp_avg_sq" in names else []
         call = {"target": kernel, "args": [ref(p), ref(grads[p]), ref(f"{p}.exp_avg"), ref(f"{p}.exp_avg_sq"), max_sq,
                                             ref(steps[0].name)], "kwargs": kw}
-        inputs = [p, grads[p], f"{p}.exp_avg", f"{p}.exp_avg_sq", *([max_sq[0]["ref"]] if max_sq else []), steps[0].name]
+        inputs = [p, grads[p], f"{p}.exp_avg", f"{p}.exp_avg_sq", *([max_sq[0]["ref"]] if max_sq else []),
+                  steps[0].name]
         last = rest[-1]
         replaced[last.name] = Op(f"{p}.update", kernel.removesuffix(".default"), tuple(inputs), output_bytes=(0,),
                                  flops=sum(op.flops for op in rest), colocation_group=p, scope=last.scope,
@@ -353,7 +354,8 @@ def _trace(fn: Callable, args: tuple, what: str):
         raise
     except Exception as e:  # noqa: BLE001 - torch raises many kinds; all mean "cannot trace"
         text = " ".join(str(e).split())
-        if "data-dependent" in text or "DataDependent" in type(e).__name__ or "GuardOnDataDependent" in type(e).__name__:
+        if ("data-dependent" in text or "DataDependent" in type(e).__name__
+                or "GuardOnDataDependent" in type(e).__name__):
             why = "data-dependent Python control flow or output shape"
         elif "convert all Tensors to FakeTensors" in text:
             why = ("the model or loss_fn uses a tensor from outside it (a closure, a loss's class weights): "
@@ -380,7 +382,8 @@ def resolve_model(model, example_inputs: Any = None) -> tuple[Any, Any]:
             example_inputs = tuple(model.example_inputs)
         model = model.module()
     if isinstance(model, type):
-        raise CaptureError(f"model: got the class {model.__name__}, not a model: pass an instance ({model.__name__}(...))")
+        raise CaptureError(f"model: got the class {model.__name__}, not a model: pass an instance "
+                           f"({model.__name__}(...))")
     if not isinstance(model, torch.nn.Module):
         raise CaptureError(f"model: expected a torch.nn.Module (or a torch.export ExportedProgram), got "
                            f"{type(model).__name__}")
@@ -700,7 +703,8 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
         elif written is not None and written.split(":")[0] in group_of:
             # an in-place write to a parameter or buffer (num_batches_tracked += 1) runs where it lives
             group = group_of[written.split(":")[0]]
-        ops.append(Op(opname, f"aten.{short}", tuple(seen_data), tuple(sorted(set(ctrl) - {d.split(':')[0] for d in seen_data})),
+        ops.append(Op(opname, f"aten.{short}", tuple(seen_data),
+                      tuple(sorted(set(ctrl) - {d.split(':')[0] for d in seen_data})),
                       outputs=specs, flops=flops, colocation_group=group, scope=scope, phase=phase, meta=meta))
         if group is not None:
             group_of[opname] = group

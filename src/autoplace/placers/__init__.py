@@ -115,4 +115,5 @@ def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.
 
 
 # Built-in placer modules register themselves on import.
-from autoplace.placers import auto, baselines, cpsat, dp_split, expert, gdp, hdp, htf_mpr, list_scheduling, local_search, partitioning, rl  # noqa: E402,F401,I001
+from autoplace.placers import (  # noqa: E402,F401,I001
+    auto, baselines, cpsat, dp_split, expert, gdp, hdp, htf_mpr, list_scheduling, local_search, partitioning, rl)

@@ -20,9 +20,9 @@ runs keeps the task graph acyclic). The model, in integer time units ``u``:
 
 ``t(k, d)`` is the least time the task's ops take on ``d`` under any contention (alone or loaded costs,
 :func:`autoplace.cost.least_op_times`). Durations and delays are rounded *down* to whole units, links are
-engines and segments are not contended and ops may run in any order, so every schedule the simulator produces for a placement of
-whole tasks maps to a feasible schedule of the model no longer than it. On the op-level model, CP-SAT's
-proven bound (``BestObjectiveBound * u``) is therefore a lower bound on the simulated step of **every**
+engines and segments are not contended and ops may run in any order, so every schedule the simulator produces
+for a placement of whole tasks maps to a feasible schedule of the model no longer than it. On the op-level model,
+CP-SAT's proven bound (``BestObjectiveBound * u``) is therefore a lower bound on the simulated step of **every**
 placement that honours the co-location groups and fits in memory; on a coarse model it bounds only
 placements of whole tasks, so it is reported as ``model_bound_s``, never as ``bound_s``.
 

@@ -45,12 +45,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoplace.cluster import Cluster
+from autoplace.cost import op_time_matrix
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.grouping import floating_ops, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers import register_placer
-from autoplace.cost import op_time_matrix
 
 __all__ = ["dp_split", "solve_split", "unit_orders", "SplitProblem", "MAX_UNITS", "MEMORY_TRIES"]
 

@@ -40,8 +40,8 @@ What is adapted, and why:
   so that one policy serves clusters of 2 to 8 GPUs;
 * *search near the best placement* (:attr:`GDPConfig.prior`; ``None`` with ``unit_moves=0``: the paper's
   policy): a fresh network draws every node's device uniformly, scattering a graph of thousands of nodes
-  over every device, and PPO first learns to pile it onto one; so the search starts from the fast placers' best placement,
-  scored first, and the logits of the best placement so far get a bias ``w`` (re-centred after every
+  over every device, and PPO first learns to pile it onto one; so the search starts from the fast placers' best
+  placement, scored first, and the logits of the best placement so far get a bias ``w`` (re-centred after every
   update) under which a sample moves about :attr:`GDPConfig.node_moves` nodes — the network's own logits
   decide which;
 * *structured exploration* (:attr:`GDPConfig.unit_moves`): one Gaussian draw per sample, structural unit

@@ -162,7 +162,7 @@ class HDPSearch:
 
         from autoplace.policies.grouper import group_inputs
 
-        cfg, G, f = self.config, self.config.groups, self.features
+        G, f = self.config.groups, self.features
         glogp = torch.log_softmax(self.grouper(f), dim=1)                                  # [N, G]
         assign = torch.multinomial(glogp.detach().exp().cpu(), k, replacement=True, generator=self.generator).T
         logp = glogp.gather(1, assign.T.to(self.device)).sum(0)                           # [k]

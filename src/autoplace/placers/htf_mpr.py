@@ -76,7 +76,8 @@ from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fi
 from autoplace.search.predictor import MODELS, FitnessPredictor
 from autoplace.validation import check_budget, seed_int
 
-__all__ = ["HTFMPRConfig", "HTFMPRSearch", "htf_mpr_search", "htf_mpr_nodes", "fitness", "initial_mappings", "node_paths", "colouring",
+__all__ = ["HTFMPRConfig", "HTFMPRSearch", "htf_mpr_search", "htf_mpr_nodes", "fitness", "initial_mappings",
+           "node_paths", "colouring",
            "stochastic_crossover", "point_crossover", "roulette_pair", "mutate", "work_budget"]
 
 DEFAULT_BUDGET_S = 30.0
@@ -344,7 +345,8 @@ class HTFMPRSearch:
         self._initialised = False
         self._stalled = 0
         D, n = cluster.n_devices, self.nodes.n_groups
-        self._space = D ** n if n * math.log2(max(D, 2)) < 62 else None      # the mappings there are (None: too many to run)
+        self._space = D ** n if n * math.log2(max(D, 2)) < 62 else None      # the mappings there are
+                                                                             # (None: too many to run)
         self._snapshot: dict | None = None
         self._snapshot = self._state()
 
@@ -482,7 +484,8 @@ def work_budget(graph: Graph, cluster: Cluster, budget: float | None, config: HT
     features = n * cluster.n_devices
     perms = min(math.factorial(cluster.n_devices), config.max_permutations)
     evaluated = cluster.n_devices + 2 * perms + config.random_homogeneous         # the initial mappings, about
-    spent = evaluated * graph.n_ops / OPS_PER_SECOND + GENERATION_SECONDS + evaluated * features * FIT_SECONDS_PER_FEATURE
+    spent = (evaluated * graph.n_ops / OPS_PER_SECOND + GENERATION_SECONDS
+             + evaluated * features * FIT_SECONDS_PER_FEATURE)
     while True:
         nxt = (config.top_x * graph.n_ops / OPS_PER_SECOND + GENERATION_SECONDS
                + (evaluated + config.top_x) * features * FIT_SECONDS_PER_FEATURE)

@@ -27,8 +27,8 @@ from autoplace.cluster import Cluster
 from autoplace.cost import device_times, feasible_devices, group_launch_matrix, launch_times, op_time_matrix
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
-from autoplace.placement import Placement
 from autoplace.grouping import floating_ops, runnable_grouping
+from autoplace.placement import Placement
 from autoplace.placers import register_placer
 from autoplace.validation import check_budget
 
@@ -74,7 +74,8 @@ class _Copies:
         p = src * self.D + dst
         return self.overhead[p] + nbytes / self.bandwidth[p] + self.latency[p]
 
-    def plan(self, src: int, dst: int, ready: float, nbytes: float, over: dict[int, float]) -> tuple[float, float, list[int]]:
+    def plan(self, src: int, dst: int, ready: float, nbytes: float,
+             over: dict[int, float]) -> tuple[float, float, list[int]]:
         """(landing, end, resources held) of a transfer issued at ``ready``, with ``over`` overriding the
         free times of resources already planned (a probe's own earlier inputs)."""
         p = src * self.D + dst
@@ -623,7 +624,8 @@ def _topological_repair(graph: Graph, priority_order: np.ndarray) -> np.ndarray:
 
 
 @register_placer("m-topo", description="Baechi m-TOPO: topological order, filling the fastest device first up "
-                 "to its share of the work, never past a device's memory", paper="Jeon et al. 2020 (Baechi) §4.1", memory_aware=True)
+                 "to its share of the work, never past a device's memory", paper="Jeon et al. 2020 (Baechi) §4.1",
+                 memory_aware=True)
 def m_topo(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """Baechi's m-TOPO (Jeon et al. 2020 §4.1): walk the ops in topological order and fill the devices one
     after another, fastest first. A device takes ops until it holds its share of the total work — in
@@ -656,7 +658,7 @@ def _m_topo(graph: Graph, cluster: Cluster, capacity: np.ndarray) -> Placement:
                 fill[k] not in cands and s.used[fill[k]] + s.need(i)[fill[k]] > s.cap[fill[k]])):
             k += 1                         # this device has its share (or is full): move on
         d = fill[k] if fill[k] in cands else next(
-            (x for x in fallback[k:] + fallback[:k] if x in cands))
+            x for x in fallback[k:] + fallback[:k] if x in cands)
         _, start, plan = s.evaluate(i, d)
         s.assign(i, plan, start)
     s.place_leftover("m-topo")

@@ -61,9 +61,11 @@ __all__ = ["refine", "return_strays", "local_search", "score", "ranks", "group_l
            "WHOLE_LEVEL_GROUPS"]
 
 DEFAULT_BUDGET_S = 10.0
-OPS_PER_SECOND = 1e7  #: nominal simulator speed (batched local search ran 10-18 M ops/s here) turning seconds into evaluations
+OPS_PER_SECOND = 1e7  #: nominal simulator speed (batched local search ran 10-18 M ops/s here) turning seconds
+                      #: into evaluations
 LEVEL_RULES = (("colocation", "gradient", "structure"), ("colocation", "gradient"), ("colocation",))
-COARSE_GROUPS = 256   #: a structural level with more than twice as many groups gets a METIS-coarsened level of this many above it
+COARSE_GROUPS = 256   #: a structural level with more than twice as many groups gets a METIS-coarsened level of
+                      #: this many above it
 WHOLE_LEVEL_GROUPS = 2 * COARSE_GROUPS   #: a finer level with more groups than this is searched on its cut only
 
 

@@ -8,7 +8,8 @@ the step time trains the policy with REINFORCE (§3.1):
 .. math::
 
     R(P) = \\sqrt{r(P)}, \\qquad
-    \\nabla_\\theta J(\\theta) \\approx \\frac{1}{K} \\sum_{i=1}^{K} (R(P_i) - B) \\, \\nabla_\\theta \\log p(P_i \\mid G; \\theta)
+    \\nabla_\\theta J(\\theta) \\approx \\frac{1}{K} \\sum_{i=1}^{K} (R(P_i) - B) \\,
+    \\nabla_\\theta \\log p(P_i \\mid G; \\theta)
     \\quad \\text{(eq. 3)}
 
 with ``K`` samples per update, ``B`` a moving average of the rewards initialised to the *failing signal*
@@ -66,8 +67,8 @@ from autoplace.placers import register_placer, report_progress
 from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import Checkpointer, load_checkpoint
 from autoplace.search.config import SearchConfig
-from autoplace.search.engine import run_search, torch_device, torch_threads
 from autoplace.search.curve import Curve, CurvePoint
+from autoplace.search.engine import run_search, torch_device, torch_threads
 from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
 from autoplace.validation import check_budget, seed_int
 
@@ -473,7 +474,8 @@ class _Controller(RLSearch):
 DISTRIBUTED_FORMAT = "autoplace.rl-distributed/v1"
 
 
-def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, workers: int, controllers: int | None = None,
+def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, workers: int,
+                   controllers: int | None = None,
                    config: RLConfig = RLConfig(), seed=None, env: str = "simulated", env_kwargs: dict | None = None,
                    ray_address: str | None = None, curve_csv=None, curve_png=None, checkpoint=None, resume=None,
                    checkpoint_every_s: float = 30.0, on_start=None) -> RLResult:
@@ -547,7 +549,8 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
             "cache_hits": sum(r["hits"] for r in results), "workers_replaced": sum(r["replaced"] for r in results),
             "groups": features.n_groups, "best_step_s": winner["best_step"],
             "stop_reason": stop or ("converged" if all(r["converged"] for r in results) else
-                                    ("samples" if budget.samples is not None and total >= budget.samples else "seconds"))}
+                                    ("samples" if budget.samples is not None and total >= budget.samples
+                                     else "seconds"))}
     if curve_csv is not None:
         merged.write_csv(curve_csv)
     if curve_png is not None:

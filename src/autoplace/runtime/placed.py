@@ -107,7 +107,8 @@ class PlacedStep:
         """A captured hyper-parameter has another value now (keys added later, as a scheduler's
         ``initial_lr``, are not captured ones)."""
         now = _hyper(self._optimizer)
-        return len(now) != len(self._hyper) or any(n.get(k) != v for n, g in zip(now, self._hyper) for k, v in g.items())
+        return len(now) != len(self._hyper) or any(n.get(k) != v for n, g in zip(now, self._hyper)
+                                                   for k, v in g.items())
 
     def _check_open(self) -> None:
         if self._closed:
@@ -270,11 +271,9 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     ``granularity="module"`` keeps every module with parameters whole on one device
     (:func:`~autoplace.grouping.with_granularity`): ``step.device_map()`` is then an Accelerate device map."""
     from autoplace.capture import capture_training_step
-    from autoplace.capture._torch import resolve_model
+    from autoplace.capture._torch import resolve_model, split_inputs
     from autoplace.grouping import with_granularity
     from autoplace.placers import place
-
-    from autoplace.capture._torch import split_inputs
 
     model, example_inputs = resolve_model(model, example_inputs)
     meta = next((n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta), None)

@@ -152,7 +152,8 @@ def loaded_costs(alone: np.ndarray, split: np.ndarray, alone_runs: list[tuple], 
     approximation, taking the step's share for every op's (a split run's per-op overlaps are not
     recorded). Returns the costs and ``u_p`` (0 where no split run measured it: the split costs then stand
     as they are)."""
-    ratios = [s / a for (_, a, _), (_, s, _) in zip(alone_runs, split_runs) if np.isfinite(a) and np.isfinite(s) and a > 0]
+    ratios = [s / a for (_, a, _), (_, s, _) in zip(alone_runs, split_runs)
+              if np.isfinite(a) and np.isfinite(s) and a > 0]
     if ratios and split.sum() > 0:
         split = split * (alone.sum() * float(np.median(ratios)) / split.sum())
     shares = [u for _, _, u in split_runs if np.isfinite(u)]

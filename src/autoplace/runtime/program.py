@@ -381,7 +381,6 @@ def plan_device(program: Program, assignment: np.ndarray, device: int) -> Device
     deps: dict[int, list[int]] = {}
     recv: dict[TRef, int] = {}
     recv_users: dict[TRef, list[int]] = {}
-    send: dict[TRef, list[int]] = {}
     readers: dict[Any, list[int]] = {}   # storage root -> local readers so far (program order)
     root: dict[Any, Any] = {}
 

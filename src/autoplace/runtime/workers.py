@@ -33,7 +33,11 @@ from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.result import StepResult
 from autoplace.runtime.program import (
-    ExecutionError, Program, TRef, get_value, plan_all, torch_device,
+    ExecutionError,
+    Program,
+    TRef,
+    plan_all,
+    torch_device,
 )
 
 __all__ = ["MeasuredResult", "WorkerPool", "measure"]
@@ -448,7 +452,7 @@ def _worker_main(conn, name: str, device: str, cores: list[int] | None) -> None:
 
 
 # ---------------------------------------------------------------------- the parent side
-_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
+_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 
 
 @atexit.register
@@ -649,7 +653,8 @@ class WorkerPool:
         return self._program
 
     # -------------------------------------------------------------- running a placement
-    def prepare(self, graph: Graph, placement: Placement, *, seed: int = 0, values: dict[str, Any] | None = None) -> None:
+    def prepare(self, graph: Graph, placement: Placement, *, seed: int = 0,
+                values: dict[str, Any] | None = None) -> None:
         """Set ``placement`` up on the workers: each device's part of the program, the shared-memory slots of
         its transfers, and its placeholders — ``values`` (op name -> tensor) where given, else synthetic
         from ``seed``. Then :meth:`step` runs steps, :meth:`assign` feeds new inputs, :meth:`fetch` reads

@@ -29,7 +29,7 @@ class SearchBudget:
         if self.seconds is not None and not (math.isfinite(self.seconds) and self.seconds >= 0):
             raise AutoplaceError(f"seconds must be a finite number >= 0, got {self.seconds!r}")
 
-    def start(self) -> "BudgetClock":
+    def start(self) -> BudgetClock:
         return BudgetClock(self, time.monotonic())
 
 

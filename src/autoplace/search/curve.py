@@ -41,7 +41,7 @@ class Curve:
         return [astuple(p) for p in self.points]
 
     @classmethod
-    def from_rows(cls, rows: list[tuple]) -> "Curve":
+    def from_rows(cls, rows: list[tuple]) -> Curve:
         return cls([CurvePoint(*r) for r in rows])
 
     def write_csv(self, path: str | Path) -> None:
@@ -56,7 +56,7 @@ class Curve:
         atomic_write_text(path, out.getvalue())
 
     @classmethod
-    def read_csv(cls, path: str | Path) -> "Curve":
+    def read_csv(cls, path: str | Path) -> Curve:
         """A curve written by :meth:`write_csv`; one clear error for a file that is not one."""
         from autoplace.errors import FormatError
 

@@ -4,8 +4,8 @@ A *mapping* is a device index per node (``[n_nodes]`` integers, a grouping's gro
 ``1 / step time`` (0 for a mapping that fails). :class:`FitnessPredictor` follows scikit-learn's
 conventions (``fit(X, y)``, ``predict(X)``, ``score(X, y)``, ``get_params``): its features are the
 one-hot device of every node (less the columns no mapping varies in, and for the linear models each
-node's first device, whose column the others determine), its model scikit-learn's gradient-boosting regressor by default (or one of
-:data:`MODELS`, the paper's Figure 8 field). Any search can screen candidate mappings with it.
+node's first device, whose column the others determine), its model scikit-learn's gradient-boosting regressor
+by default (or one of :data:`MODELS`, the paper's Figure 8 field). Any search can screen candidate mappings with it.
 
 Models are compared by the *normalised Kendall tau rank distance* (eq. 1–2): over all pairs of mappings,
 the share whose predicted fitnesses are in the other order than their actual ones (a pair tied on one

@@ -32,7 +32,8 @@ from autoplace.placement import Placement
 from autoplace.result import StepResult
 from autoplace.sim import _cbackend, _kernel
 
-__all__ = ["Simulator", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch", "host_busy_share", "BACKEND"]
+__all__ = ["Simulator", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch", "host_busy_share",
+           "BACKEND"]
 
 BACKEND = _cbackend.BACKEND  # "c" (the built extension) or "numba" (the reference kernel)
 
@@ -159,7 +160,8 @@ class Simulator:
         self._charges = bool((c.send_cost > 0).any() or (c.send_overhead > 0).any() or (c.recv_overhead > 0).any())
         # contention: devices of one host slow each other; ops profiled both ways carry it
         hosts = np.array([d.meta.get("host") or "" for d in c.devices], dtype=object)
-        self._shares_host = (hosts[:, None] == hosts[None, :]) & (hosts[:, None] != "") & ~np.eye(c.n_devices, dtype=bool)
+        self._shares_host = ((hosts[:, None] == hosts[None, :]) & (hosts[:, None] != "")
+                             & ~np.eye(c.n_devices, dtype=bool))
         self._loaded_times = None
         if op_times is None and self._shares_host.any() and any(
                 k.endswith("|loaded") for op in g.ops if op.cost for k in op.cost):

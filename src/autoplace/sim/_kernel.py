@@ -166,9 +166,10 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
                  xf_tensor, xf_src, xf_dst, xf_start, xf_end, xf_land):
     """Simulate one placement ``dev`` (op -> device index). Fills the output arrays in place.
 
-    Returns ``(step_time, n_transfers, ops finished)`` (the last is ``n`` unless the loop stalled). ``peak``, ``busy_time``, ``host_time``, ``link_time``,
-    ``link_bytes`` and ``seg_time`` must be zeroed by the caller; ``xf_*`` need room for one transfer per
-    (tensor, consumer) pair. ``bandwidth`` is each link's own; ``seg_bw`` each segment's.
+    Returns ``(step_time, n_transfers, ops finished)`` (the last is ``n`` unless the loop stalled). ``peak``,
+    ``busy_time``, ``host_time``, ``link_time``, ``link_bytes`` and ``seg_time`` must be zeroed by the caller;
+    ``xf_*`` need room for one transfer per (tensor, consumer) pair. ``bandwidth`` is each link's own;
+    ``seg_bw`` each segment's.
     """
     n = dev.shape[0]
     D = concurrency.shape[0]

@@ -9,12 +9,11 @@ finite number in ``[0, 1]``; a model may declare other ranges. The papers' captu
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-import math
-import numbers
 
 from autoplace.errors import AutoplaceError, UnknownNameError
 from autoplace.graph import Graph

@@ -317,7 +317,8 @@ class AlexNet(nn.Module):
             nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(),
             nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(),
             nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2))
-        self.classifier = nn.Sequential(nn.AdaptiveAvgPool2d((6, 6)), nn.Flatten(), nn.Linear(256 * 6 * 6, 4096), nn.ReLU(),
+        self.classifier = nn.Sequential(nn.AdaptiveAvgPool2d((6, 6)), nn.Flatten(), nn.Linear(256 * 6 * 6, 4096),
+                                        nn.ReLU(),
                                         nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, classes))
 
     def forward(self, x):
@@ -342,7 +343,8 @@ class VGG16(nn.Module):
                 cin = w
             layers.append(nn.MaxPool2d(2))
         self.features = nn.Sequential(*layers)
-        self.classifier = nn.Sequential(nn.AdaptiveAvgPool2d((7, 7)), nn.Flatten(), nn.Linear(512 * 7 * 7, 4096), nn.ReLU(),
+        self.classifier = nn.Sequential(nn.AdaptiveAvgPool2d((7, 7)), nn.Flatten(), nn.Linear(512 * 7 * 7, 4096),
+                                        nn.ReLU(),
                                         nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, classes))
 
     def forward(self, x):
