@@ -20,8 +20,9 @@ from autoplace.placers.auto import (
     robust_simulator,
     run_fast_placers,
 )
-from autoplace.placers.local_search import OPS_PER_SECOND, refine
+from autoplace.placers.local_search import refine
 from autoplace.robust import SCENARIOS
+from autoplace.search.work import OPS_PER_SECOND
 from autoplace.sim import simulate
 from autoplace.zoo import build_graph
 

@@ -226,12 +226,12 @@ def test_an_interrupted_htf_mpr_search_resumes_to_the_uninterrupted_result(tmp_p
 
 
 def test_the_work_budget_counts_growing_refits(monkeypatch):
-    import autoplace.placers.htf_mpr as htf
+    import autoplace.search.work as work
 
     g, c = build_graph("mnist-softmax"), get_cluster("gtx1050tix2")
     small, large = work_budget(g, c, 5.0), work_budget(g, c, 50.0)
     assert small.samples < large.samples < 10 * small.samples        # refits grow with the evaluated set
-    monkeypatch.setattr(htf, "FIT_SECONDS_PER_FEATURE", 0.0)
+    monkeypatch.setattr(work, "HTF_FIT_SECONDS_PER_FEATURE", 0.0)
     free = work_budget(g, c, 50.0)
     assert free.samples > 3 * large.samples
 

@@ -8,7 +8,8 @@ import pytest
 
 from autoplace.cluster import get_cluster
 from autoplace.placers import place
-from autoplace.placers.local_search import OPS_PER_SECOND, refine
+from autoplace.placers.local_search import refine
+from autoplace.search.work import OPS_PER_SECOND
 from autoplace.sim import simulate
 from autoplace.zoo import build_graph
 

@@ -47,15 +47,14 @@ from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.placers import place, register_placer, report_progress
-from autoplace.validation import check_budget
+from autoplace.search import work
 
 __all__ = ["auto", "best_fast", "check_fits", "run_fast_placers", "robust_simulator", "pick_robust", "uncertainty",
-           "Candidate", "FAST_PLACERS", "DEFAULT_BUDGET_S", "NEAR_TIE", "CLEANUP_SHARE"]
+           "Candidate", "FAST_PLACERS", "NEAR_TIE", "CLEANUP_SHARE"]
 
 #: the placers ``auto`` and ``local-search`` start from: each takes seconds at most on a 50k-op graph
 FAST_PLACERS = ("single-gpu", "single-cpu", "expert", "metis", "mincut", "scotch", "dp-split", "tf-greedy", "heft",
                 "m-topo", "m-etf", "m-sct")
-DEFAULT_BUDGET_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -191,9 +190,9 @@ def pick_robust(graph: Graph, cluster: Cluster, placements: list[Placement], rob
 def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """See the module docstring."""
     from autoplace.placers.cpsat import MAX_TASKS, improve_with_cp_sat
-    from autoplace.placers.local_search import OPS_PER_SECOND, refine, return_strays
+    from autoplace.placers.local_search import refine, return_strays
 
-    budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
+    budget = work.nominal_budget(budget, "auto")
     cands = run_fast_placers(graph, cluster, seed=seed,
                              progress=lambda m: report_progress(f"auto: fast placers ({m})", None))
     placed = [c for c in cands if c.placement is not None]
@@ -224,7 +223,7 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement
     if ones and k == len(pool) - 1:
         came_from, origin = "single-gpu", []
     report_progress("auto: returning stray ops", None)
-    cleanup = max(1, int(budget * CLEANUP_SHARE * OPS_PER_SECOND / max(graph.n_ops, 1) / len(robust.sims)))
+    cleanup = work.evaluations(budget * CLEANUP_SHARE, graph.n_ops, len(robust.sims))
     dev, moves = return_strays(graph, cluster, best.to_array(graph, cluster), robust.run_batch,
                                max_evaluations=cleanup)
     steps = robust.steps(dev[None, :])[:, 0]

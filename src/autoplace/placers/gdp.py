@@ -71,21 +71,17 @@ from autoplace.grouping import Grouping, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers import register_placer
 from autoplace.placers.rl import RLResult
+from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import check_checkpoint, run_search, torch_device, torch_threads
 from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit
-from autoplace.validation import check_budget, seed_int
+from autoplace.validation import seed_int
 
 __all__ = ["GDPConfig", "GDPPolicy", "GDPResult", "GDPSearch", "gdp_search", "gdp_train", "zero_shot",
            "save_policy", "load_policy", "work_budget", "gdp"]
 
-DEFAULT_BUDGET_S = 60.0
-OPS_PER_SECOND = 1e7                 #: nominal simulator speed, as the other searches'
-POLICY_SECONDS_PER_NODE = 2e-5       #: nominal cost of one forward pass of the policy per node (a backward: 2)
-SAMPLE_SECONDS_PER_NODE = 1e-6       #: nominal cost per node and sample of drawing it and its PPO ratios
-POLICY_SECONDS_PER_UPDATE = 0.04     #: nominal fixed cost of one graph's update
 POLICY_FORMAT = "autoplace.gdp-policy/v1"
 CHECKPOINT_FORMAT = "autoplace.gdp/v1"
 
@@ -540,20 +536,11 @@ def load_policy(path: str | Path, config: GDPConfig | dict | None = None):
 # --------------------------------------------------------------------------------------------- entry points
 def work_budget(graphs: list[Graph], clusters: list[Cluster], budget: float | None,
                 config: GDPConfig = GDPConfig()) -> SearchBudget:
-    """The samples ``budget`` seconds of nominal work allow (default 60). One update of a graph costs a
-    fixed ``POLICY_SECONDS_PER_UPDATE``, one forward pass of the policy over its nodes to sample and a
-    forward and backward pass (3 forward passes' worth) per PPO epoch, each ``POLICY_SECONDS_PER_NODE`` per
-    node and pass; each of its samples a simulation (``n_ops / OPS_PER_SECOND``) and
-    ``SAMPLE_SECONDS_PER_NODE`` per node (drawing it, its log-probabilities)."""
-    budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
-    k, passes = config.samples_per_update, 1 + 3 * config.ppo_epochs
-    per_round = 0.0
-    for g, c in zip(graphs, clusters):
-        n = gdp_nodes(g, c, config).n_groups
-        per_round += (POLICY_SECONDS_PER_UPDATE + n * POLICY_SECONDS_PER_NODE * passes
-                      + k * (g.n_ops / OPS_PER_SECOND + n * SAMPLE_SECONDS_PER_NODE))
-    rounds = max(1, int(budget / per_round))
-    return SearchBudget(samples=rounds * config.samples_per_update * len(graphs))
+    """The samples ``budget`` seconds of nominal work allow (default 60), in whole rounds of one update per
+    graph: :func:`autoplace.search.work.gdp_samples`."""
+    budget = work.nominal_budget(budget, "gdp")
+    sizes = [(g.n_ops, gdp_nodes(g, c, config).n_groups) for g, c in zip(graphs, clusters)]
+    return SearchBudget(samples=work.gdp_samples(budget, sizes, config.samples_per_update, config.ppo_epochs))
 
 
 def _config(config) -> GDPConfig:

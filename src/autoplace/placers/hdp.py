@@ -42,19 +42,16 @@ from autoplace.grouping import Grouping, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers import register_placer
 from autoplace.placers.rl import RLResult
+from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import check_checkpoint, run_search, torch_device, torch_threads
 from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
-from autoplace.validation import check_budget, seed_int
+from autoplace.validation import seed_int
 
 __all__ = ["HDPConfig", "HDPSearch", "hdp_search", "hdp", "work_budget"]
 
-DEFAULT_BUDGET_S = 60.0
-OPS_PER_SECOND = 1e7                 #: nominal simulator speed, as the other searches'
-POLICY_SECONDS_PER_NODE = 2e-6       #: nominal grouper cost per node and sample
-POLICY_SECONDS_PER_GROUP = 2e-4      #: nominal placer cost per decoder step and sample (as the RL placer's)
 CHECKPOINT_FORMAT = "autoplace.hdp/v1"
 
 
@@ -273,11 +270,10 @@ class HDPSearch:
 
 def work_budget(graph: Graph, cluster: Cluster, budget: float | None, config: HDPConfig = HDPConfig()) -> SearchBudget:
     """The samples ``budget`` seconds of nominal work allow (default 60)."""
-    budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
+    budget = work.nominal_budget(budget, "hdp")
     n_nodes = hdp_nodes(graph, cluster, config).n_groups
-    per_sample = (graph.n_ops / OPS_PER_SECOND + n_nodes * POLICY_SECONDS_PER_NODE
-                  + config.groups * POLICY_SECONDS_PER_GROUP)
-    return SearchBudget(samples=max(config.samples_per_update, int(budget / per_sample)))
+    samples = work.hdp_samples(budget, graph.n_ops, n_nodes, config.groups)
+    return SearchBudget(samples=max(config.samples_per_update, samples))
 
 
 def hdp_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | None = None,

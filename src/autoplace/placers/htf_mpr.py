@@ -44,7 +44,8 @@ simulator or a measured env) and join the evaluated set. The best evaluated mapp
 
 ``budget`` (seconds, through :func:`~autoplace.placers.place`) counts work, not wall-clock time: each
 evaluation costs ``n_ops / OPS_PER_SECOND`` and each generation a nominal predictor cost
-(:func:`work_budget`). ``samples`` in the engine's terms are real evaluations; ``meta["screened"]`` counts
+(:func:`work_budget`, :mod:`autoplace.search.work`). ``samples`` in the engine's terms are real
+evaluations; ``meta["screened"]`` counts
 the new children the predictor ranked, so ``screened - (evaluations - initial)`` are the runs it saved.
 The initial mappings always run whole, so a budget smaller than they are is overrun by them (the
 engine stops between updates, and the first update runs them all).
@@ -68,22 +69,19 @@ from autoplace.grouping import Grouping, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers import register_placer
 from autoplace.placers.rl import RLResult
+from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import check_checkpoint, run_search
 from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit
 from autoplace.search.predictor import MODELS, FitnessPredictor
-from autoplace.validation import check_budget, seed_int
+from autoplace.validation import seed_int
 
 __all__ = ["HTFMPRConfig", "HTFMPRSearch", "htf_mpr_search", "htf_mpr_nodes", "fitness", "initial_mappings",
            "node_paths", "colouring",
            "stochastic_crossover", "point_crossover", "roulette_pair", "mutate", "work_budget"]
 
-DEFAULT_BUDGET_S = 30.0
-OPS_PER_SECOND = 1e7                 #: nominal simulator speed, as the other searches'
-GENERATION_SECONDS = 0.05            #: nominal fixed cost of a generation (breeding, the predictor's fit)
-FIT_SECONDS_PER_FEATURE = 2e-6       #: nominal cost of the predictor's fit per mapping and one-hot feature
 CHECKPOINT_FORMAT = "autoplace.htf-mpr/v1"
 STALL_GENERATIONS = 20               #: generations in a row with no child not evaluated before: converged
 
@@ -475,25 +473,15 @@ class HTFMPRSearch:
 
 def work_budget(graph: Graph, cluster: Cluster, budget: float | None, config: HTFMPRConfig = HTFMPRConfig(),
                 n_nodes: int | None = None) -> SearchBudget:
-    """The real evaluations ``budget`` seconds of nominal work allow (default 30). Each evaluation costs a
-    simulation (``n_ops / OPS_PER_SECOND``); each generation ``GENERATION_SECONDS`` and the predictor's
-    refit on every mapping evaluated so far, ``FIT_SECONDS_PER_FEATURE`` per mapping and one-hot feature
-    (nodes x devices): the generations are counted until their cost passes ``budget``."""
-    budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
+    """The real evaluations ``budget`` seconds of nominal work allow (default 30): the initial mappings,
+    then generations of ``top_x`` while they fit, the predictor refitted on ``nodes x devices`` one-hot
+    features (:func:`autoplace.search.work.htf_mpr_evaluations`)."""
+    budget = work.nominal_budget(budget, "htf-mpr")
     n = n_nodes if n_nodes is not None else htf_mpr_nodes(graph, cluster, config).n_groups
-    features = n * cluster.n_devices
     perms = min(math.factorial(cluster.n_devices), config.max_permutations)
-    evaluated = cluster.n_devices + 2 * perms + config.random_homogeneous         # the initial mappings, about
-    spent = (evaluated * graph.n_ops / OPS_PER_SECOND + GENERATION_SECONDS
-             + evaluated * features * FIT_SECONDS_PER_FEATURE)
-    while True:
-        nxt = (config.top_x * graph.n_ops / OPS_PER_SECOND + GENERATION_SECONDS
-               + (evaluated + config.top_x) * features * FIT_SECONDS_PER_FEATURE)
-        if spent + nxt > budget:
-            break
-        spent += nxt
-        evaluated += config.top_x
-    return SearchBudget(samples=evaluated)
+    initial = cluster.n_devices + 2 * perms + config.random_homogeneous         # the initial mappings, about
+    return SearchBudget(samples=work.htf_mpr_evaluations(budget, graph.n_ops, n * cluster.n_devices, initial,
+                                                         config.top_x))
 
 
 def htf_mpr_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | None = None,

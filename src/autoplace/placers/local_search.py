@@ -31,7 +31,8 @@ it returns a fitting placement where it finds one (at any score), else one of no
 
 **Budget.** Under the simulator the budget counts work, not the wall clock: ``budget`` seconds allow
 ``budget * OPS_PER_SECOND / n_ops`` evaluations (placements simulated), ``OPS_PER_SECOND`` being a
-nominal simulator speed, so a search is reproducible for a seed on a busy machine as on an idle one
+nominal simulator speed (:mod:`autoplace.search.work`), so a search is reproducible for a seed on a busy
+machine as on an idle one
 (default 10). A wall-clock cap of ``10 * budget + 30`` seconds guards against a machine far slower than
 that. Scored by real runs (a measured env), the budget is wall-clock seconds. The placement's meta says
 how the search ended (``stop_reason``: ``converged`` — at the finest level —, ``evaluation budget``,
@@ -54,15 +55,13 @@ from autoplace.graph import Graph
 from autoplace.grouping import Grouping, coarsen, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers import register_placer, report_progress
+from autoplace.search import work
 from autoplace.sim import BatchResult, Simulator
-from autoplace.validation import check_budget, check_random_state, seed_int
+from autoplace.validation import check_random_state, seed_int
 
 __all__ = ["refine", "return_strays", "local_search", "score", "ranks", "group_levels", "LEVEL_RULES", "COARSE_GROUPS",
            "WHOLE_LEVEL_GROUPS"]
 
-DEFAULT_BUDGET_S = 10.0
-OPS_PER_SECOND = 1e7  #: nominal simulator speed (batched local search ran 10-18 M ops/s here) turning seconds
-                      #: into evaluations
 LEVEL_RULES = (("colocation", "gradient", "structure"), ("colocation", "gradient"), ("colocation",))
 COARSE_GROUPS = 256   #: a structural level with more than twice as many groups gets a METIS-coarsened level of
                       #: this many above it
@@ -164,11 +163,11 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
     scored by ``env`` (default: the simulator; a :class:`~autoplace.env.MeasuredEnv` scores by real runs)
     or by ``simulator`` (anything with ``run_batch``: a :class:`~autoplace.robust.RobustSimulator` scores
     by the worst case over the cost model's uncertainty, its scenarios counted in the budget)."""
-    budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
+    budget = work.nominal_budget(budget, "local-search")
     if env is None:
         sim = Simulator(graph, cluster) if simulator is None else simulator
         run_batch = sim.run_batch
-        max_evaluations = max(1, int(budget * OPS_PER_SECOND / max(graph.n_ops, 1) / len(getattr(sim, "sims", (0,)))))
+        max_evaluations = work.evaluations(budget, graph.n_ops, len(getattr(sim, "sims", (0,))))
         wall, wall_reason = 10.0 * budget + 30.0, "wall-clock cap"
     else:
         run_batch = env.evaluate_batch

@@ -38,8 +38,9 @@ What is adapted, and why:
 
 ``budget`` (seconds, through :func:`~autoplace.placers.place`) counts work, not wall-clock time, so that
 a search is reproducible for a seed on any machine: it allows ``budget / (n_ops / OPS_PER_SECOND + n_groups
-* POLICY_SECONDS_PER_GROUP + POLICY_SECONDS_PER_SAMPLE)`` samples (a simulation plus a nominal policy cost
-per decoder step and per sample). A search also ends once the policy has converged: every sample of
+* RL_SECONDS_PER_GROUP + RL_SECONDS_PER_SAMPLE)`` samples (a simulation plus a nominal policy cost per
+decoder step and per sample; :mod:`autoplace.search.work`). A search also ends once the policy has
+converged: every sample of
 :attr:`RLConfig.converged_updates` consecutive updates the same placement.
 :func:`rl_search` takes an explicit :class:`~autoplace.search.budget.SearchBudget` of samples or
 wall-clock seconds, checkpoints and resumes, and writes the training curve.
@@ -64,21 +65,18 @@ from autoplace.graph import Graph
 from autoplace.grouping import Grouping, coarsen, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers import register_placer, report_progress
+from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import Checkpointer, load_checkpoint
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import run_search, torch_device, torch_threads
 from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
-from autoplace.validation import check_budget, seed_int
+from autoplace.validation import seed_int
 
 __all__ = ["RLConfig", "RLResult", "RLSearch", "rl_search", "rl_distributed", "rl", "samples_for_budget",
            "work_budget", "policy_parts"]
 
-DEFAULT_BUDGET_S = 60.0
-OPS_PER_SECOND = 1e7                #: nominal simulator speed, as local search's
-POLICY_SECONDS_PER_GROUP = 2e-4     #: nominal policy cost per decoder step and sample (forward and backward)
-POLICY_SECONDS_PER_SAMPLE = 1.5e-3  #: nominal fixed cost per sample (its share of an update's encoder, Adam step)
 
 
 @dataclass(frozen=True)
@@ -162,8 +160,7 @@ class RLResult:
 
 def samples_for_budget(graph: Graph, n_groups: int, budget: float) -> int:
     """The samples a work budget of ``budget`` seconds allows (see the module docstring)."""
-    per_sample = graph.n_ops / OPS_PER_SECOND + n_groups * POLICY_SECONDS_PER_GROUP + POLICY_SECONDS_PER_SAMPLE
-    return max(1, int(budget / per_sample))
+    return work.rl_samples(budget, graph.n_ops, n_groups)
 
 
 def rl_grouping(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0) -> Grouping:
@@ -585,6 +582,6 @@ def work_budget(graph: Graph, cluster: Cluster, budget: float | None,
                 config: RLConfig | dict = RLConfig()) -> SearchBudget:
     """The samples ``budget`` seconds of nominal work allow (default 60; see the module docstring)."""
     config = RLConfig.from_dict(config) if isinstance(config, dict) else config
-    budget = DEFAULT_BUDGET_S if check_budget(budget) is None else budget
+    budget = work.nominal_budget(budget, "rl")
     n_groups = rl_grouping(graph, cluster, config).n_groups
     return SearchBudget(samples=max(config.samples_per_update, samples_for_budget(graph, n_groups, budget)))
