@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -101,9 +100,11 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _geo(xs: list[float]) -> float:
-    xs = [x for x in xs if x and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+def _geo(xs) -> float:
+    from autoplace.stats import geomean
+
+    return geomean(xs, empty=float("nan"))
 
 
 def cmd_report(args) -> int:

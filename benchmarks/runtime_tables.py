@@ -69,9 +69,11 @@ def before(src: Path, model: str, cluster_name: str, budget: float) -> dict:
     return {"steps": {r["method"]: r["step_time_s"] for r in d["rows"]}}
 
 
-def _geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x and np.isfinite(x)]
-    return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
+
+def _geo(xs) -> float:
+    from autoplace.stats import geomean
+
+    return geomean(xs, empty=float("nan"))
 
 
 def tables(rows: list[dict]) -> None:
@@ -102,7 +104,7 @@ def tables(rows: list[dict]) -> None:
     print("| placer | speedup over one GPU, geometric mean (before -> after) | settings |")
     print("|---|---:|---:|")
     for m, (before, after) in speed.items():
-        print(f"| {m} | {_geomean(before):.2f} -> {_geomean(after):.2f} | {len(before)} / {len(after)} |")
+        print(f"| {m} | {_geo(before):.2f} -> {_geo(after):.2f} | {len(before)} / {len(after)} |")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Table", "Section", "fmt_seconds", "fmt_speedup", "geomean"]
+__all__ = ["Table", "Section", "fmt_seconds", "fmt_speedup"]
 
 
 def fmt_seconds(x: float | None) -> str:
@@ -19,12 +19,6 @@ def fmt_seconds(x: float | None) -> str:
 
 def fmt_speedup(x: float | None) -> str:
     return "–" if x is None or not math.isfinite(x) else f"{x:.2f}x"
-
-
-def geomean(xs) -> float | None:
-    """Geometric mean of the positive finite numbers in ``xs``; ``None`` when there is none."""
-    xs = [x for x in xs if x is not None and math.isfinite(x) and x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
 @dataclass

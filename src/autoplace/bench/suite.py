@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from autoplace.bench import published
-from autoplace.bench.render import Table, fmt_seconds, fmt_speedup, geomean
+from autoplace.bench.render import Table, fmt_seconds, fmt_speedup
 from autoplace.errors import AutoplaceError
+from autoplace.stats import geomean
 
 __all__ = ["Setting", "Job", "Store", "Budgets", "TableSpec", "TABLES", "QUICK", "FULL",
            "place_job", "gdp_batch_job", "gdp_holdout_job", "predictor_job", "run_job", "table_settings"]

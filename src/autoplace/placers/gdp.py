@@ -77,6 +77,7 @@ from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import check_checkpoint, run_search, torch_device, torch_threads
 from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit
+from autoplace.stats import geomean
 from autoplace.validation import seed_int
 
 __all__ = ["GDPConfig", "GDPPolicy", "GDPResult", "GDPSearch", "gdp_search", "gdp_train", "zero_shot",
@@ -343,7 +344,7 @@ class GDPSearch:
     @property
     def best_step(self) -> float:
         """The best step of the graph (one graph), or the geometric mean of the graphs' best steps."""
-        return _geomean([p.best_step for p in self.problems])
+        return _objective([p.best_step for p in self.problems])
 
     @property
     def converged(self) -> bool:
@@ -443,7 +444,7 @@ class GDPSearch:
         for part, dt in (("sample_and_evaluate", t1 - t0), ("ppo", t2 - t1)):
             self.timings[part] = self.timings.get(part, 0.0) + dt
         self.wall_s += t2 - t0
-        point = CurvePoint(self.samples, self.wall_s, self.best_step, _geomean(means), float(np.mean(fails)),
+        point = CurvePoint(self.samples, self.wall_s, self.best_step, _objective(means), float(np.mean(fails)),
                            float(np.mean(rewards_all)))
         self.curve.append(point)
         return point
@@ -484,10 +485,11 @@ class GDPSearch:
                 p.env.close()
 
 
-def _geomean(xs: list[float]) -> float:
+def _objective(xs: list[float]) -> float:
+    """The geometric mean of every graph's step; infinite while any graph has no fitting placement."""
     if not xs or not all(math.isfinite(x) and x > 0 for x in xs):
         return math.inf
-    return float(math.exp(sum(math.log(x) for x in xs) / len(xs)))
+    return geomean(xs)
 
 
 # --------------------------------------------------------------------------------------------- policy files
