@@ -23,6 +23,7 @@ from autoplace.cluster import CLUSTER_PRESETS, Cluster, get_cluster
 from autoplace.errors import AutoplaceError, FormatError
 from autoplace.graph import Graph
 from autoplace.resolve import resolve_cluster, resolve_graph
+from autoplace.runtime.workers import DEFAULT_TIMEOUT_S
 
 __all__ = ["main", "resolve_graph", "resolve_cluster"]
 
@@ -941,7 +942,8 @@ def _add_env_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", choices=("simulated", "measured"), default="simulated",
                    help="score placements with the simulator (default) or by real runs on this machine")
     p.add_argument("--steps", type=_positive_int, default=10, help="measured env: steps per run (the first is dropped)")
-    p.add_argument("--timeout", type=_positive_seconds, default=120.0, help="measured env: seconds before a run fails")
+    p.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S,
+                   help="measured env: seconds before a run fails")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1041,7 +1043,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_graph_args(p)
     p.add_argument("--placement", "-p", required=True, metavar="P", help="placement file")
     p.add_argument("--steps", type=_positive_int, default=10, help="steps to run (the first is dropped; default 10)")
-    p.add_argument("--timeout", type=_positive_seconds, default=120.0, help="seconds before a run counts as failing")
+    p.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S,
+                   help="seconds before a run counts as failing")
     p.add_argument("--data-seed", type=_seed, default=0,
                    help="seed of the synthetic parameters and inputs (--seed is always a placer's seed)")
     p.add_argument("--json", action="store_true")

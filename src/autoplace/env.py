@@ -21,6 +21,7 @@ from autoplace.cluster import Cluster
 from autoplace.errors import UnknownNameError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
+from autoplace.runtime.workers import DEFAULT_TIMEOUT_S
 from autoplace.sim import BatchResult, Simulator
 
 __all__ = ["BaseEnv", "SimulatedEnv", "MeasuredEnv", "make_env", "ENV_NAMES"]
@@ -76,7 +77,8 @@ class MeasuredEnv(BaseEnv):
 
     name = "measured"
 
-    def __init__(self, graph: Graph, cluster: Cluster, *, steps: int = 10, seed: int = 0, timeout: float = 120.0):
+    def __init__(self, graph: Graph, cluster: Cluster, *, steps: int = 10, seed: int = 0,
+                 timeout: float = DEFAULT_TIMEOUT_S):
         from autoplace.runtime import WorkerPool
 
         super().__init__(graph, cluster)

@@ -25,7 +25,7 @@ from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph
 from autoplace.grouping import group_ops
 from autoplace.placement import Placement
-from autoplace.runtime.workers import WorkerPool
+from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool
 
 __all__ = ["profile_graph", "detect_cluster", "speed_warnings", "LinkFit"]
 
@@ -483,7 +483,7 @@ def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Seq
                 flags = torch.zeros(2, dtype=torch.int64).share_memory_()
                 pool.post(s, _link_send, buf, flags, sizes, repeats)
                 pool.post(t, _link_recv, buf, flags, sizes, repeats)
-                (ms, mt) = pool._gather(which=[s, t], timeout=120)
+                (ms, mt) = pool._gather(which=[s, t], timeout=DEFAULT_TIMEOUT_S)
                 sent = np.array(ms[1]).reshape(repeats, len(sizes), 2)
                 seen = np.array(mt[1]).reshape(repeats, len(sizes))
                 keep = slice(1, None) if repeats > 1 else slice(None)
