@@ -13,13 +13,8 @@ from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster
 from autoplace.graph import Graph, Op
 from autoplace.placement import Placement
 from autoplace.placers import place
-from autoplace.placers.auto import (
-    CLEANUP_SHARE,
-    FAST_PLACERS,
-    NEAR_TIE,
-    robust_simulator,
-    run_fast_placers,
-)
+from autoplace.placers.auto import CLEANUP_SHARE, NEAR_TIE, robust_simulator
+from autoplace.placers.fast import FAST_PLACERS, run_fast_placers
 from autoplace.placers.local_search import refine
 from autoplace.robust import SCENARIOS
 from autoplace.search.work import OPS_PER_SECOND
@@ -111,7 +106,7 @@ def test_auto_prefers_a_fitting_candidate_to_a_lower_scoring_one_that_runs_out_o
     """Its fast-placer ranking and its stages rank (fits, score): a faster placement that overflows, even
     with a lower penalised score, never displaces one that fits."""
     import autoplace.placers.local_search as ls
-    from autoplace.placers.auto import Candidate, _best
+    from autoplace.placers.fast import Candidate, _best
 
     g, c = two_parameters_one_fast_small_gpu()
     fits = Placement({"x": "gpu:0", "a": "gpu:0", "b": "gpu:1"}, g, c, "fits")

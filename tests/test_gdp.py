@@ -204,7 +204,7 @@ def test_zero_shot_and_fine_tune_keep_the_saved_settings_and_never_lose_to_the_p
 
 
 def test_a_prior_that_splits_a_node_biases_it_to_a_device_that_can_run_it(monkeypatch):
-    import autoplace.placers as placers
+    import autoplace.placers.registry as placers
     from autoplace.placers.gdp import gdp_nodes, prior_nodes
 
     g, c = chain(), get_cluster("k80x2")

@@ -217,7 +217,7 @@ def test_a_near_tie_chosen_for_fewer_cuts_is_never_slower_than_one_gpu(monkeypat
     import autoplace.placers.auto as auto_mod
     import autoplace.placers.cpsat as cpsat
     import autoplace.placers.local_search as ls
-    from autoplace.placers.auto import Candidate
+    from autoplace.placers.fast import Candidate
 
     g = Graph([op(f"o{i}", [f"o{i - 1}"] if i else [], 1, 8) for i in range(8)])
     cl = two_gpus(1e6)

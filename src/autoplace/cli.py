@@ -391,7 +391,7 @@ def _with_progress(title: str, quiet: bool, work):
     """Run ``work()`` showing a progress bar on a terminal, fed by the searches' progress reports."""
     from rich.progress import Progress
 
-    from autoplace.placers import progress_to
+    from autoplace.progress import progress_to
 
     with Progress(transient=True, disable=quiet or not sys.stderr.isatty(), console=_console(True)) as bar:
         task = bar.add_task(title, total=1.0)
@@ -435,7 +435,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
             env = make_env("measured", graph, cluster, **_env_kwargs(args))
         try:
-            from autoplace.placers import progress_to
+            from autoplace.progress import progress_to
 
             with progress_to(search):
                 result = compare(graph, cluster, methods, seed=args.seed, budget=args.budget, progress=advance,
@@ -728,7 +728,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from autoplace.bench import FULL, QUICK, TABLES, run_bench, table_names
     from autoplace.bench.suite import nominal_work, table_settings
-    from autoplace.placers import progress_to
+    from autoplace.progress import progress_to
 
     budgets = QUICK if args.quick else FULL
     if args.budget is not None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from autoplace.bench import published
+import autoplace.bench.published as published
 from autoplace.bench.render import Table, fmt_seconds, fmt_speedup
 from autoplace.errors import AutoplaceError
 from autoplace.stats import geomean

@@ -11,7 +11,7 @@ judged by its worst case over the cost model's uncertainty.
    :data:`NEAR_TIE` of the best go to the one with the fewest cross-device edges.
 3. Refine the best of them with the hierarchical local search
    (:func:`autoplace.placers.local_search.refine`) under the robust step (a failing placement scores its
-   step penalised by its memory overflow, :func:`autoplace.placers.local_search.score`).
+   step penalised by its memory overflow, :func:`autoplace.placers.fast.score`).
 4. On a graph small enough for CP-SAT's op-level model (at most
    :data:`autoplace.placers.cpsat.MAX_TASKS` ops), also solve it exactly (nominal figures), hinted with
    the refined placement (:func:`autoplace.placers.cpsat.improve_with_cp_sat`); the refine and CP-SAT
@@ -37,98 +37,18 @@ a seed: every budget counts work, not the wall clock.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
 import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
-from autoplace.placers import place, register_placer, report_progress
+from autoplace.placers.fast import _best, check_fits, ranks, run_fast_placers
+from autoplace.placers.registry import place, register_placer
+from autoplace.progress import report_progress
 from autoplace.search import work
 
-__all__ = ["auto", "best_fast", "check_fits", "run_fast_placers", "robust_simulator", "pick_robust", "uncertainty",
-           "Candidate", "FAST_PLACERS", "NEAR_TIE", "CLEANUP_SHARE"]
-
-#: the placers ``auto`` and ``local-search`` start from: each takes seconds at most on a 50k-op graph
-FAST_PLACERS = ("single-gpu", "single-cpu", "expert", "metis", "mincut", "scotch", "dp-split", "tf-greedy", "heft",
-                "m-topo", "m-etf", "m-sct")
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One placer's result as ``auto`` saw it: its placement and simulated step, or why it has none."""
-
-    method: str
-    placement: Placement | None
-    step_time: float
-    ok: bool
-    score: float
-    search_time_s: float
-    error: str | None = None
-
-    def to_dict(self) -> dict:
-        out = {"method": self.method, "step_time_s": self.step_time if np.isfinite(self.step_time) else None,
-               "ok": self.ok, "search_time_s": self.search_time_s}
-        if self.error:
-            out["error"] = self.error
-        return out
-
-
-def run_fast_placers(graph: Graph, cluster: Cluster, *, seed=None, methods=FAST_PLACERS, progress=None
-                     ) -> list[Candidate]:
-    """Every method of ``methods`` on ``graph``, simulated (``progress(method)`` is called before each)."""
-    from autoplace.placers.local_search import score
-    from autoplace.sim import Simulator
-
-    sim = Simulator(graph, cluster)
-    out = []
-    for method in methods:
-        if progress is not None:
-            progress(method)
-        t0 = time.perf_counter()
-        try:
-            p = place(graph, cluster, method, seed=seed)
-        except (InfeasibleError, AutoplaceError) as e:      # no placement, or a tool missing (Scotch)
-            out.append(Candidate(method, None, float("inf"), False, float("inf"), time.perf_counter() - t0, str(e)))
-            continue
-        batch = sim.run_batch(p.to_array(graph, cluster)[None, :])
-        out.append(Candidate(method, p, float(batch.step_time[0]), not bool(batch.oom[0]),
-                             float(score(batch)[0]), float(p.meta["search_time_s"])))
-    return out
-
-
-def _best(cands: list[Candidate]) -> Candidate:
-    """The fitting candidate with the lowest step, else the failing one with the lowest score."""
-    placed = [c for c in cands if c.placement is not None]
-    if not placed:
-        reasons = "; ".join(f"{c.method}: {c.error}" for c in cands)
-        raise InfeasibleError(f"no placer found a placement ({reasons})")
-    return min(placed, key=lambda c: (not c.ok, c.score))
-
-
-def check_fits(graph: Graph, cluster: Cluster, placement: Placement) -> Placement:
-    """``placement`` if it fits in memory (simulated); else :class:`InfeasibleError` naming the devices it
-    runs out of memory on."""
-    from autoplace.report import fmt_bytes
-    from autoplace.sim import simulate
-
-    r = simulate(graph, cluster, placement)
-    if not r.ok:
-        over = ", ".join(f"{d} ({fmt_bytes(p)} of {fmt_bytes(c)})" for d, p, c in
-                         zip(r.device_names, r.peak_memory, r.memory_capacity) if p > c)
-        raise InfeasibleError(f"{placement.method}: no placement found fits the memory of cluster "
-                              f"{cluster.name!r} (the best runs out of memory on {over})")
-    return placement
-
-
-def best_fast(graph: Graph, cluster: Cluster, *, seed=None, progress=None) -> tuple[Placement, list[Candidate]]:
-    """The best placement of the fast placers (:func:`run_fast_placers`) and every candidate."""
-    cands = run_fast_placers(graph, cluster, seed=seed, progress=progress)
-    return _best(cands).placement, cands
-
+__all__ = ["auto", "robust_simulator", "pick_robust", "uncertainty", "NEAR_TIE", "CLEANUP_SHARE"]
 
 #: candidates whose robust scores are within this fraction of the best are near-ties: the one with the
 #: fewest cross-device edges wins (every cut is a transfer the cost model may undercount)
@@ -173,7 +93,6 @@ def pick_robust(graph: Graph, cluster: Cluster, placements: list[Placement], rob
     """Index of the best of ``placements`` by ``robust`` (a :class:`~autoplace.robust.RobustSimulator`):
     the lowest ``(out of memory, robust score)``, near-ties (:data:`NEAR_TIE`) going to the fewest
     cross-device edges; and each placement's rank."""
-    from autoplace.placers.local_search import ranks
     from autoplace.robust import cross_edges
 
     devs = np.stack([p.to_array(graph, cluster) for p in placements])

@@ -50,7 +50,7 @@ from autoplace.cost import feasible_devices, least_op_times
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
-from autoplace.placers import register_placer
+from autoplace.placers.registry import register_placer
 from autoplace.validation import check_budget, seed_int
 
 __all__ = ["cp_sat", "solve_cp_sat", "improve_with_cp_sat", "CPSatResult", "NoSolutionInBudget", "task_partition"]
@@ -351,7 +351,7 @@ def improve_with_cp_sat(graph: Graph, cluster: Cluster, start: Placement, *, see
     structural groups. Raises :class:`InfeasibleError` only when the model is proven infeasible (the
     parameters cannot be spread within the memory), where no placement fits. Meta as :func:`cp_sat`."""
     from autoplace.grouping import runnable_grouping
-    from autoplace.placers.local_search import ranks
+    from autoplace.placers.fast import ranks
     from autoplace.sim import Simulator
 
     start_dev = start.to_array(graph, cluster)
@@ -381,12 +381,12 @@ def improve_with_cp_sat(graph: Graph, cluster: Cluster, start: Placement, *, see
                  "contiguous task groups), deterministic-time budget", paper="OR-Tools CP-SAT", memory_aware=True)
 def cp_sat(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """Place by solving the CP-SAT model of the module docstring, hinted with the best of the fast placers
-    (:func:`autoplace.placers.auto.best_fast`), through :func:`improve_with_cp_sat`: never worse than its
+    (:func:`autoplace.placers.fast.best_fast`), through :func:`improve_with_cp_sat`: never worse than its
     hint. Meta: ``cp_sat_status``, ``model`` (``"ops"`` or ``"K tasks"``), ``model_step_time_s``,
     ``model_bound_s``, ``bound_s`` (op-level model only: a bound on every placement), ``gap``,
     ``memory_model``, ``stopped_by``, ``tasks``, ``hint`` (the fast placer) and ``hint_step_s``,
     ``returned`` (``"cp-sat"`` or ``"hint"``). Raises :class:`InfeasibleError` where nothing it found fits."""
-    from autoplace.placers.auto import best_fast, check_fits
+    from autoplace.placers.fast import best_fast, check_fits
 
     start, _ = best_fast(graph, cluster, seed=seed)
     return check_fits(graph, cluster, improve_with_cp_sat(graph, cluster, start, seed=seed, budget=budget))

@@ -50,7 +50,7 @@ from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.grouping import floating_ops, runnable_grouping
 from autoplace.placement import Placement
-from autoplace.placers import register_placer
+from autoplace.placers.registry import register_placer
 
 __all__ = ["dp_split", "solve_split", "unit_orders", "SplitProblem", "MAX_UNITS", "MEMORY_TRIES"]
 

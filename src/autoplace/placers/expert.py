@@ -29,7 +29,7 @@ from autoplace.cost import feasible_devices
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
-from autoplace.placers import register_placer
+from autoplace.placers.registry import register_placer
 
 __all__ = ["expert"]
 

@@ -69,7 +69,7 @@ from autoplace.errors import AutoplaceError, FormatError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping, runnable_grouping
 from autoplace.placement import Placement
-from autoplace.placers import register_placer
+from autoplace.placers.registry import register_placer
 from autoplace.placers.rl import RLResult
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
@@ -137,7 +137,7 @@ class GDPConfig(SearchConfig):
     prior: str | None = "fast"
     """Search near the best placement so far (ours; None, with ``unit_moves=0``: the paper's policy,
     sampling from the network alone). The search starts from ``"fast"``, the best of the fast placers
-    (:func:`~autoplace.placers.auto.best_fast`), or from the named fast placer's placement, scored first
+    (:func:`~autoplace.placers.fast.best_fast`), or from the named fast placer's placement, scored first
     (its time counts in the search's wall time, not in its work budget); every node's logit of its device
     in the best placement found so far is raised by ``w`` (see :attr:`node_moves`), and each update
     re-centres the bias on the new best. Zero-shot, the bias is on the prior: a trained network moves a
@@ -176,7 +176,7 @@ class GDPConfig(SearchConfig):
         if self.node_moves == 0:
             raise AutoplaceError("GDPConfig.node_moves must be > 0")
         if self.prior is not None:
-            from autoplace.placers.auto import FAST_PLACERS
+            from autoplace.placers.fast import FAST_PLACERS
 
             if self.prior != "fast" and self.prior not in FAST_PLACERS:
                 raise AutoplaceError(f"GDPConfig.prior must be 'fast', one of the fast placers "
@@ -291,8 +291,8 @@ def prior_nodes(graph: Graph, cluster: Cluster, grouping: Grouping, prior: str, 
     """The prior placement of :attr:`GDPConfig.prior` as a device per node (group id order; a node whose
     ops the prior splits takes the device of most of them among those that can run it all: ``feasible``
     ``[N, D]``, group id order), and the placer that made it."""
-    from autoplace.placers import place
-    from autoplace.placers.auto import best_fast
+    from autoplace.placers.fast import best_fast
+    from autoplace.placers.registry import place
 
     placement = best_fast(graph, cluster, seed=seed)[0] if prior == "fast" else place(graph, cluster, prior,
                                                                                        seed=seed)

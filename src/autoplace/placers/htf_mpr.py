@@ -67,7 +67,7 @@ from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
-from autoplace.placers import register_placer
+from autoplace.placers.registry import register_placer
 from autoplace.placers.rl import RLResult
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget

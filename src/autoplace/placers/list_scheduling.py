@@ -29,7 +29,7 @@ from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.grouping import floating_ops, runnable_grouping
 from autoplace.placement import Placement
-from autoplace.placers import register_placer
+from autoplace.placers.registry import register_placer
 from autoplace.validation import check_budget
 
 __all__ = ["tf_greedy", "heft", "m_topo", "m_etf", "m_sct", "favourite_children", "GROUP_RULES"]

@@ -1,7 +1,7 @@
 """Local search under the simulator: moves and swaps of groups, coarse groups first.
 
 ``refine(graph, cluster, placement)`` improves any placement (``autoplace place --refine``); the
-``local-search`` placer refines the best of the fast placers (:func:`autoplace.placers.auto.best_fast`).
+``local-search`` placer refines the best of the fast placers (:func:`autoplace.placers.fast.best_fast`).
 
 **A hierarchy of groups.** The search climbs over :func:`group_levels`: the model's structural groups
 (co-location, gradient and structure rules: a layer with its gradient ops, an LSTM cell, an Inception
@@ -54,30 +54,20 @@ from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping, coarsen, runnable_grouping
 from autoplace.placement import Placement
-from autoplace.placers import register_placer, report_progress
+from autoplace.placers.fast import best_fast, check_fits, ranks
+from autoplace.placers.registry import register_placer
+from autoplace.progress import report_progress
 from autoplace.search import work
-from autoplace.sim import BatchResult, Simulator
+from autoplace.sim import Simulator
 from autoplace.validation import check_random_state, seed_int
 
-__all__ = ["refine", "return_strays", "local_search", "score", "ranks", "group_levels", "LEVEL_RULES", "COARSE_GROUPS",
+__all__ = ["refine", "return_strays", "local_search", "group_levels", "LEVEL_RULES", "COARSE_GROUPS",
            "WHOLE_LEVEL_GROUPS"]
 
 LEVEL_RULES = (("colocation", "gradient", "structure"), ("colocation", "gradient"), ("colocation",))
 COARSE_GROUPS = 256   #: a structural level with more than twice as many groups gets a METIS-coarsened level of
                       #: this many above it
 WHOLE_LEVEL_GROUPS = 2 * COARSE_GROUPS   #: a finer level with more groups than this is searched on its cut only
-
-
-def score(batch: BatchResult) -> np.ndarray:
-    """Step time, penalised by memory overflow (0 overflow: the step time itself)."""
-    over = np.max(batch.peak_memory / batch.memory_capacity[None, :] - 1.0, axis=1)
-    return batch.step_time * (1.0 + 10.0 * np.maximum(over, 0.0))
-
-
-def ranks(batch: BatchResult) -> list[tuple[bool, float]]:
-    """``(out of memory, score)`` per placement: the smallest is the best, a fitting placement before any
-    failing one, then the lowest :func:`score`."""
-    return list(zip(batch.oom.tolist(), score(batch).tolist()))
 
 
 def group_levels(graph: Graph, cluster: Cluster, *, seed: int = 0) -> list[Grouping]:
@@ -286,11 +276,10 @@ def return_strays(graph: Graph, cluster: Cluster, dev: np.ndarray, run_batch, *,
 @register_placer("local-search", description="moves and swaps of groups under the simulator, coarse to fine, "
                  "from the best of the fast placers", paper="", memory_aware=True)
 def local_search(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
-    """:func:`refine` started from the best of the fast placers (:func:`autoplace.placers.auto.best_fast`).
+    """:func:`refine` started from the best of the fast placers (:func:`autoplace.placers.fast.best_fast`).
     ``seed`` orders the groups and picks swap partners; ``budget`` as in :func:`refine`. Raises
     :class:`InfeasibleError` where the result does not fit (:func:`refine` itself returns it, marked
     ``out_of_memory``)."""
-    from autoplace.placers.auto import best_fast, check_fits
 
     start, _ = best_fast(graph, cluster, seed=seed)
     return check_fits(graph, cluster, refine(graph, cluster, start, seed=seed, budget=budget, method="local-search"))

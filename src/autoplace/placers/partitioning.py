@@ -30,7 +30,7 @@ from autoplace.errors import AutoplaceError, InfeasibleError, UnavailableError
 from autoplace.graph import Graph
 from autoplace.grouping import GroupGraph, grouped_graph, part_graph, runnable_grouping, weighted_csr
 from autoplace.placement import Placement
-from autoplace.placers import register_placer
+from autoplace.placers.registry import register_placer
 from autoplace.validation import seed_int
 
 __all__ = ["scotch", "mincut", "metis", "ScotchMissingError"]

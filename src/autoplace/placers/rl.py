@@ -64,7 +64,8 @@ from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping, coarsen, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
-from autoplace.placers import register_placer, report_progress
+from autoplace.placers.registry import register_placer
+from autoplace.progress import report_progress
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import Checkpointer, load_checkpoint

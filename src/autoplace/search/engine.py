@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from autoplace.errors import AutoplaceError
+from autoplace.progress import report_progress
 from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import Checkpointer, load_checkpoint
 from autoplace.search.curve import Curve, CurvePoint
@@ -64,9 +65,7 @@ def run_search(search: Searcher, budget: SearchBudget, *, name: str, title: str 
     Ctrl-C. Continues from the checkpoint in ``resume``; checkpoints to ``checkpoint`` (default: the
     ``resume`` folder) every ``checkpoint_every_s`` seconds and once at the end, whatever ended it; writes
     the curve to ``curve_csv`` / ``curve_png``. Progress goes to the caller's
-    :func:`~autoplace.placers.progress_to` callback as ``name: N samples, R/s, best …, mean reward …``."""
-    from autoplace.placers import report_progress
-
+    :func:`~autoplace.progress.progress_to` callback as ``name: N samples, R/s, best …, mean reward …``."""
     if resume is not None:
         search.load(load_checkpoint(resume))
     ckpt = Checkpointer(checkpoint if checkpoint is not None else resume, checkpoint_every_s)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from autoplace.graph import Graph
-from autoplace.zoo import register_model
 from autoplace.zoo._cache import cached_graph
+from autoplace.zoo.registry import register_model
 
 __all__: list[str] = []
 
@@ -102,7 +102,7 @@ def inception_v3(**params: Any) -> Graph:
 def _image_classifier(cls_name: str, batch: int, image: int, classes: int, lr: float):
     import torch
 
-    from autoplace.zoo import torch_models
+    import autoplace.zoo.torch_models as torch_models
 
     model = getattr(torch_models, cls_name)(classes)
     x = torch.zeros(batch, 3, image, image)

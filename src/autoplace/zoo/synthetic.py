@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplace.graph import Graph, Op, TensorSpec
-from autoplace.zoo import register_model
+from autoplace.zoo.registry import register_model
 
 __all__ = ["mlp_training_graph", "layered_dag"]
 

@@ -1,0 +1,88 @@
+"""The placer registry: :func:`register_placer` adds a placer under its name, :func:`place` runs one.
+
+Placer modules import this module (not the package), so the package can import them all to fill the
+registry without an import cycle.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoplace.cluster import Cluster
+from autoplace.cost import check_runnable
+from autoplace.errors import UnknownNameError
+from autoplace.graph import Graph
+from autoplace.placement import Placement
+from autoplace.validation import check_budget, seed_int
+
+__all__ = ["PlacerFn", "PlacerInfo", "register_placer", "get_placer", "available_placers", "place"]
+
+PlacerFn = Callable[..., Placement]
+
+
+@dataclass(frozen=True)
+class PlacerInfo:
+    """A registered placer: its name, function, one-line description and source paper."""
+
+    name: str
+    fn: PlacerFn
+    description: str
+    paper: str = ""
+    memory_aware: bool = False
+    learned: bool = False
+    search: Callable | None = None
+
+
+_REGISTRY: dict[str, PlacerInfo] = {}
+
+
+def register_placer(name: str, *, description: str, paper: str = "", memory_aware: bool = False,
+                    learned: bool = False, search: Callable | None = None) -> Callable[[PlacerFn], PlacerFn]:
+    """Decorator adding ``fn(graph, cluster, *, seed=None, budget=None) -> Placement`` under ``name``.
+
+    ``memory_aware`` placers promise that the parameters and outputs they put on a device fit its memory
+    (or raise :class:`InfeasibleError`); the conformance suite holds them to it. ``learned`` placers train a
+    policy for minutes; ``compare`` runs them only when asked by name. Their ``search`` function takes the
+    search's own options (a budget of samples or wall-clock seconds, checkpoint and resume folders, curve
+    files; :func:`autoplace.placers.rl.rl_search`) and returns a result with ``.placement``."""
+
+    def deco(fn: PlacerFn) -> PlacerFn:
+        if name in _REGISTRY:
+            raise ValueError(f"placer {name!r} is registered twice")
+        _REGISTRY[name] = PlacerInfo(name, fn, description, paper, memory_aware, learned, search)
+        return fn
+
+    return deco
+
+
+def get_placer(name: str) -> PlacerInfo:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownNameError(f"unknown placement method {name!r} (known: {', '.join(_REGISTRY)})") from None
+
+
+def available_placers(*, include_learned: bool = True) -> list[str]:
+    """Registered placer names, in registration order; ``include_learned=False`` leaves out the learned ones."""
+    return [n for n, info in _REGISTRY.items() if include_learned or not info.learned]
+
+
+def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.Generator | None = None,
+          budget: float | None = None) -> Placement:
+    """Run placer ``method``; the returned placement's meta records ``search_time_s`` and ``seed``."""
+    info = get_placer(method)
+    check_budget(budget)
+    if not isinstance(seed, np.random.Generator):
+        seed_int(seed)  # a bad seed is one clear error here, not a solver's traceback
+    check_runnable(graph, cluster)  # one message for "no device can run op X", whatever the placer
+    t0 = time.perf_counter()
+    placement = info.fn(graph, cluster, seed=seed, budget=budget)
+    elapsed = time.perf_counter() - t0
+    meta = {**placement.meta, "search_time_s": elapsed}
+    if isinstance(seed, int):
+        meta["seed"] = seed
+    return Placement(placement.assignment, placement.graph, placement.cluster, placement.method, meta)
