@@ -354,7 +354,7 @@ def test_a_long_chain_file_goes_through_every_placer(tmp_path, capsys):
 
 
 def test_numbers_never_print_in_exponent_notation():
-    from autoplace.report import fmt_bytes, fmt_flops, fmt_rate, fmt_time
+    from autoplace.units import fmt_bytes, fmt_flops, fmt_rate, fmt_time
 
     assert fmt_bytes(999.7 * 2**20) == "1000 MiB" and fmt_bytes(1019.6 * 2**20) == "1020 MiB"
     assert fmt_time(0.9997) == "1000 ms" and fmt_time(1234.0) == "1234 s" and fmt_time(0.0123) == "12.3 ms"

@@ -10,9 +10,27 @@ The pieces, each its own module:
 * :mod:`autoplace.formats` — the versioned JSON formats;
 * :mod:`autoplace.zoo` — built-in graphs;
 * :func:`autoplace.compile` — a PyTorch model's training step, placed and run on this machine's devices.
+
+The modules form layers (:data:`LAYERS`, lowest first): a module imports only modules of its own layer or
+lower ones, and no import cycle exists (``tests/test_layers.py`` checks both).
 """
 
 __version__ = "0.1.0"
+
+#: the package's layers, lowest first (modules and subpackages, by the name after ``autoplace.``)
+LAYERS = (
+    ("errors", "validation", "progress", "units", "stats", "paths", "result"),  # no autoplace imports
+    ("graph", "cluster"),                                            # the IR
+    ("cost", "placement", "grouping", "formats"),                    # what the IR costs, assignments, files
+    ("sim", "capture", "policies"),                                  # the judge, capture, neural parts
+    ("robust", "bounds", "zoo", "resolve"),                          # scenarios, bounds, built-in graphs
+    ("runtime",),                                                    # real execution
+    ("env",),                                                        # what scores a placement
+    ("search",),                                                     # what the searches share
+    ("placers",),                                                    # the placers, by name
+    ("comparison",),                                                 # placers side by side
+    ("plots", "htmlreport", "bench", "api", "cli"),                  # presentation and the entry points
+)
 
 from autoplace.cluster import Cluster, Device, Link, LinkSpec, get_cluster  # noqa: E402
 from autoplace.errors import AutoplaceError  # noqa: E402
@@ -21,7 +39,7 @@ from autoplace.placement import Placement  # noqa: E402
 
 #: imported on first use (``autoplace.compile`` imports torch; ``import autoplace`` stays light)
 _LAZY = {
-    "compile": "autoplace.runtime.placed", "PlacedStep": "autoplace.runtime.placed",
+    "compile": "autoplace.api", "PlacedStep": "autoplace.runtime.placed",
     "place": "autoplace.placers", "simulate": "autoplace.sim", "Simulator": "autoplace.sim",
     "compare": "autoplace.comparison", "build_graph": "autoplace.zoo",
 }

@@ -70,7 +70,7 @@ def unavoidable_delays(graph: Graph, cluster: Cluster) -> np.ndarray:
 
 def critical_path(graph: Graph, fastest: np.ndarray, delay: np.ndarray) -> float:
     """The longest path with op weights ``fastest`` and per-input-pair ``delay``."""
-    from autoplace.sim._kernel import earliest_starts
+    from autoplace.paths import earliest_starts
 
     g = graph
     start = earliest_starts(g.topological_order, g.in_ptr, g.in_pair, g.pair_tensor, g.tensor_src, fastest, delay)

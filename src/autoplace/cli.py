@@ -28,7 +28,15 @@ from autoplace.runtime.workers import DEFAULT_TIMEOUT_S
 __all__ = ["main", "resolve_graph", "resolve_cluster"]
 
 
+def markdown_table(header, rows) -> str:
+    """A Markdown table (the ``--markdown`` output of the comparison tables)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------- argument resolution
+
 def _parse_params(pairs: list[str] | None, option: str = "--param") -> dict[str, Any]:
     """``KEY=VALUE`` strings -> a dict, each value read as JSON where it parses, else as text."""
     params: dict[str, Any] = {}
@@ -139,7 +147,7 @@ def _json_default(x: Any) -> Any:
 # ---------------------------------------------------------------------- verbs
 def cmd_clusters(args: argparse.Namespace) -> int:
     from autoplace.formats import cluster_to_dict, save_cluster
-    from autoplace.report import fmt_bytes, fmt_flops, fmt_rate
+    from autoplace.units import fmt_bytes, fmt_flops, fmt_rate
 
     if args.output is not None:
         _check_output(args.output)
@@ -183,7 +191,7 @@ def cmd_clusters(args: argparse.Namespace) -> int:
 def _sim_table(graph: Graph, cluster: Cluster, result: Any, title: str):
     from rich.table import Table
 
-    from autoplace.report import fmt_bytes, fmt_time
+    from autoplace.units import fmt_bytes, fmt_time
 
     table = Table(title=title)
     host = getattr(result, "host_time", None)
@@ -204,9 +212,9 @@ def _sim_table(graph: Graph, cluster: Cluster, result: Any, title: str):
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from autoplace.formats import load_placement, write_json
-    from autoplace.report import fmt_bytes, fmt_time
     from autoplace.sim import simulate
     from autoplace.sim.trace import chrome_trace
+    from autoplace.units import fmt_bytes, fmt_time
 
     _check_output(args.trace)
     _check_output(args.plot, "plot")
@@ -251,8 +259,8 @@ def cmd_place(args: argparse.Namespace) -> int:
     from autoplace.env import make_env
     from autoplace.formats import save_placement
     from autoplace.placers import get_placer, place
-    from autoplace.report import fmt_time
     from autoplace.sim import simulate
+    from autoplace.units import fmt_time
 
     _check_output(args.output)
     _check_json_output(args)
@@ -341,7 +349,7 @@ def _search_budget(args: argparse.Namespace):
 
 def cmd_train(args: argparse.Namespace) -> int:
     from autoplace.placers.gdp import gdp_train
-    from autoplace.report import fmt_time
+    from autoplace.units import fmt_time
 
     _check_output(args.output, "policy")
     if args.curve:
@@ -408,7 +416,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     from autoplace.comparison import compare, row_note, speedup
     from autoplace.placers import available_placers, get_placer
-    from autoplace.report import fmt_bytes, fmt_ratio, fmt_time, markdown_table
+    from autoplace.units import fmt_bytes, fmt_ratio, fmt_time
 
     _check_output(args.plot, "plot")
     methods = args.methods or ["auto", *(m for m in available_placers(include_learned=False) if m != "auto")]
@@ -556,9 +564,9 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_measure(args: argparse.Namespace) -> int:
     from autoplace.formats import load_placement
-    from autoplace.report import fmt_bytes, fmt_time
     from autoplace.runtime import measure
     from autoplace.sim import simulate
+    from autoplace.units import fmt_bytes, fmt_time
 
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
@@ -605,7 +613,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         profiled = profile_graph(graph, cluster, steps=args.steps, rounds=args.rounds, devices=devices,
                                  progress=lambda what: status.update(f"profiling {graph.name} on {what}"))
     save_graph(profiled, args.output)
-    from autoplace.report import fmt_time
+    from autoplace.units import fmt_time
 
     if _written(args, profiled, profiled=profiled.meta["profiled"]):
         return 0
@@ -619,7 +627,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from autoplace.formats import cluster_to_dict, save_cluster
-    from autoplace.report import fmt_flops, fmt_rate, fmt_time
+    from autoplace.units import fmt_flops, fmt_rate, fmt_time
 
     _check_output(args.output)
     from autoplace.runtime.profile import detect_cluster, speed_warnings
@@ -826,7 +834,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from autoplace.capture.onnx_import import import_onnx
     from autoplace.formats import save_graph
-    from autoplace.report import fmt_bytes, fmt_flops
+    from autoplace.units import fmt_bytes, fmt_flops
 
     _check_output(args.output)
     _check_json_output(args)
@@ -866,7 +874,7 @@ Nothing is computed: the step is traced on fake tensors.
 def cmd_capture(args: argparse.Namespace) -> int:
     from autoplace.capture import capture_from_factory
     from autoplace.formats import save_graph
-    from autoplace.report import fmt_bytes, fmt_flops
+    from autoplace.units import fmt_bytes, fmt_flops
 
     _check_output(args.output)
     _check_json_output(args)

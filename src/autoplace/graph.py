@@ -407,7 +407,7 @@ class Graph:
 
     def longest_path(self, op_time: np.ndarray) -> float:
         """Length of the longest path when op ``i`` takes ``op_time[i]`` and transfers are free."""
-        from autoplace.sim._kernel import longest_path  # numba kernel, shared with the bounds
+        from autoplace.paths import longest_path  # numba kernel, shared with the bounds
 
         return float(longest_path(self.topological_order, self.in_ptr, self.in_pair, self.pair_tensor,
                                   self.tensor_src, np.asarray(op_time, dtype=np.float64)))

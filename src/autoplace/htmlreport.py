@@ -58,7 +58,7 @@ def _graph_data(graph: Graph, cluster: Cluster, placement: Placement) -> dict | 
 def _comparison_html(comparison) -> str:
     from autoplace.comparison import row_note, speedup
     from autoplace.plots import comparison_figure, svg_text
-    from autoplace.report import fmt_time
+    from autoplace.units import fmt_time
 
     best = min((r.step_time for r in comparison.rows), default=float("inf"))
 
@@ -85,8 +85,8 @@ def placement_report(graph: Graph, cluster: Cluster, placement: Placement, *, cu
     tabled when given; ``result``: the placement's simulated step with its timeline, when the caller
     has it (``simulate(..., trace=True)``)."""
     from autoplace.plots import step_figure, svg_text
-    from autoplace.report import fmt_bytes, fmt_time
     from autoplace.sim import simulate
+    from autoplace.units import fmt_bytes, fmt_time
 
     result = result if result is not None else simulate(graph, cluster, placement, trace=True)
     counts = placement.counts()
@@ -121,7 +121,8 @@ def report_pngs(graph: Graph, cluster: Cluster, placement: Placement, prefix: st
                 comparison=None, result=None) -> list[str]:
     """The page's charts as PNG files ``PREFIX.step.png``, ``PREFIX.graph.png`` (where the graph is small
     enough to draw), ``PREFIX.curve.png`` and ``PREFIX.compare.png`` (when given); returns the paths."""
-    from autoplace.plots import comparison_figure, graph_figure, graph_layout, save_png, step_figure
+    from autoplace.formats.images import save_png
+    from autoplace.plots import comparison_figure, graph_figure, graph_layout, step_figure
     from autoplace.sim import simulate
 
     title = f"{graph.name} on {cluster.name}: {placement.method}"

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from autoplace.formats.images import save_png
+
 __all__ = ["comparison_png", "comparison_figure", "comparison_data", "step_png", "step_figure", "step_data",
-           "graph_layout", "graph_figure", "GraphLayout", "DEVICE_COLOURS", "save_png", "svg_text"]
+           "graph_layout", "graph_figure", "GraphLayout", "DEVICE_COLOURS", "svg_text"]
 
 #: One colour per device index (matplotlib's tab10, then tab20's light shades), in the PNGs and the HTML page.
 DEVICE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -163,21 +165,6 @@ def svg_text(fig) -> str:
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg"):]
-
-
-def save_png(fig, path: str | Path, title: str = "") -> None:
-    """``fig`` (titled ``title``) as a PNG at ``path``, written atomically; the figure is closed."""
-    import matplotlib.pyplot as plt
-
-    from autoplace.formats._json import atomic_write_bytes
-
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(Path(path), buf.getvalue())
 
 
 def comparison_data(comparison) -> tuple[list[str], np.ndarray, list[str], np.ndarray]:

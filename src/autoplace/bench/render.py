@@ -82,7 +82,7 @@ class Table:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from autoplace.plots import save_png
+        from autoplace.formats.images import save_png
 
         kind, baseline, data = self.plot
         settings = list(data)[:12]

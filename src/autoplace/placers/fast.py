@@ -92,8 +92,8 @@ def _best(cands: list[Candidate]) -> Candidate:
 def check_fits(graph: Graph, cluster: Cluster, placement: Placement) -> Placement:
     """``placement`` if it fits in memory (simulated); else :class:`InfeasibleError` naming the devices it
     runs out of memory on."""
-    from autoplace.report import fmt_bytes
     from autoplace.sim import simulate
+    from autoplace.units import fmt_bytes
 
     r = simulate(graph, cluster, placement)
     if not r.ok:

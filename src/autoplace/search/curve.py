@@ -73,7 +73,7 @@ class Curve:
     def plot(self, path: str | Path, title: str = "") -> None:
         """Best and sampled (mean of each update) step time against samples and against wall time, as PNG
         (written atomically)."""
-        from autoplace.plots import save_png
+        from autoplace.formats.images import save_png
 
         save_png(self.figure(), path, title)
 

@@ -33,7 +33,7 @@ def check_params_fit(graph: Graph, cluster: Cluster, grouping: Grouping, method:
     groups can hold the parameters: more parameter bytes than the cluster's memory, or a group's more than
     any one device's (a search would otherwise spend its whole budget on failing samples)."""
     from autoplace.errors import InfeasibleError
-    from autoplace.report import fmt_bytes
+    from autoplace.units import fmt_bytes
 
     params = np.bincount(grouping.group, weights=graph.param_bytes.astype(float), minlength=grouping.n_groups)
     total, memory = float(params.sum()), cluster.memory_bytes

@@ -1,11 +1,14 @@
-"""Human-readable numbers and tables for the CLI (rich tables on a terminal, Markdown on request)."""
+"""Human-readable quantities: times, sizes, rates, FLOPs and ratios, never in exponent notation.
+
+A low layer (no autoplace imports): error messages anywhere and the CLI's tables format numbers alike.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-__all__ = ["fmt_time", "fmt_bytes", "fmt_rate", "fmt_flops", "fmt_ratio", "markdown_table"]
+__all__ = ["fmt_time", "fmt_bytes", "fmt_rate", "fmt_flops", "fmt_ratio"]
 
 
 def _num(v: float) -> str:
@@ -46,9 +49,3 @@ def fmt_flops(f: float) -> str:
 
 def fmt_ratio(x: float) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:.2f}x"
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""The Python API's entry point that ties the layers together: :func:`compile` captures a PyTorch model's
+training step, places it with any placer and returns a :class:`~autoplace.runtime.placed.PlacedStep` that
+trains on this machine's devices (``autoplace.compile``).
+
+The top layer: it reads models and clusters (:mod:`autoplace.resolve`), places (:mod:`autoplace.placers`)
+and runs (:mod:`autoplace.runtime`); nothing below imports it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from autoplace.cluster import Cluster
+from autoplace.errors import AutoplaceError
+from autoplace.graph import Graph
+from autoplace.placement import Placement
+from autoplace.runtime.placed import PlacedStep, initial_values
+from autoplace.runtime.workers import DEFAULT_TIMEOUT_S
+
+__all__ = ["compile"]
+
+
+def _cluster_of(cluster: str | Cluster) -> Cluster:
+    if isinstance(cluster, Cluster):
+        return cluster
+    from autoplace.resolve import resolve_cluster
+
+    return resolve_cluster(str(cluster))
+
+
+def _placement_of(placement: str | os.PathLike | Placement, graph: Graph, cluster: Cluster) -> Placement:
+    from autoplace.formats import load_placement
+
+    p = placement if isinstance(placement, Placement) else load_placement(placement)
+    p.to_array(graph, cluster)                 # one clear error for a placement of another graph or cluster
+    return p
+
+
+def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets: Any = None,
+            cluster: str | Cluster = "localhost", method: str = "auto",
+            placement: str | os.PathLike | Placement | None = None, seed: int = 0, budget: float | None = None,
+            granularity: str = "op", name: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> PlacedStep:
+    """Capture, place and set up one training step of ``model`` (see the module docstring).
+
+    ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs`` (and ``targets``):
+    a batch of the shapes every later batch has (a tensor, a tuple of positional arguments, a dict of keyword
+    arguments, or ``(args, kwargs)``); ``loss_fn(outputs,
+    *targets)`` returns a scalar; ``optimizer``: a ``torch.optim`` optimizer over the model's parameters (its
+    class and hyper-parameters are captured; its state, if it has stepped, is the starting state).
+    ``cluster``: a preset name, a cluster file or a :class:`~autoplace.cluster.Cluster` (default
+    ``localhost``: this machine's devices); ``method``: a placer's name (``autoplace.placers.place``) with
+    ``seed`` and ``budget``; or ``placement``: a :class:`~autoplace.placement.Placement` or a saved
+    placement file of this captured graph (``autoplace place``'s output for ``autoplace capture``'s graph).
+    ``granularity="module"`` keeps every module with parameters whole on one device
+    (:func:`~autoplace.grouping.with_granularity`): ``step.device_map()`` is then an Accelerate device map."""
+    from autoplace.capture import capture_training_step
+    from autoplace.capture._torch import resolve_model, split_inputs
+    from autoplace.grouping import with_granularity
+    from autoplace.placers import place
+
+    model, example_inputs = resolve_model(model, example_inputs)
+    meta = next((n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta), None)
+    if meta is not None:
+        raise AutoplaceError(f"parameter {meta!r} is on the meta device: a placed step trains real weights "
+                             "(materialise the model first)")
+    graph = capture_training_step(model, example_inputs, loss_fn, optimizer, targets=targets, name=name)
+    graph = with_granularity(graph, granularity)
+    cl = _cluster_of(cluster)
+    chosen = place(graph, cl, method, seed=seed, budget=budget) if placement is None \
+        else _placement_of(placement, graph, cl)
+    return PlacedStep(graph, cl, chosen, initial_values(graph, model, optimizer), timeout=timeout,
+                      keys=tuple(split_inputs(example_inputs)[1]),
+                      state_keys=[k for k in model.state_dict() if k in graph or k in graph.meta.get("tied", {})],
+                      optimizer=optimizer)

@@ -1,0 +1,23 @@
+"""Figures written to files: a matplotlib figure as a PNG, atomically (a reader never sees half of it)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from autoplace.formats._json import atomic_write_bytes
+
+__all__ = ["save_png"]
+
+
+def save_png(fig, path: str | Path, title: str = "") -> None:
+    """``fig`` (titled ``title``) as a PNG at ``path``, written atomically; the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(Path(path), buf.getvalue())
