@@ -74,7 +74,7 @@ def _zero_shot(policy, setting: str, cfg, seed: int) -> dict:
 def cmd_run(args) -> int:
     import torch
 
-    from autoplace.placers.gdp import GDPConfig, GDPPolicy, gdp_search, gdp_train, load_policy
+    from autoplace.placers.gdp import GDPConfig, gdp_search, gdp_train, load_policy, new_policy
     from autoplace.search import SearchBudget
 
     rows = _load(args.json)
@@ -119,7 +119,7 @@ def cmd_run(args) -> int:
             zs = _zero_shot(net, held, pcfg, args.seed)
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(args.seed + 1)
-                fresh = _zero_shot(GDPPolicy(cfg), held, cfg, args.seed)
+                fresh = _zero_shot(new_policy(cfg), held, cfg, args.seed)
             g, c = _problem(held)
             samples = SearchBudget(samples=args.fine_tune_updates * cfg.samples_per_update)
             t0 = time.perf_counter()

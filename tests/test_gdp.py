@@ -20,11 +20,11 @@ from autoplace.grouping import group_ops  # noqa: E402
 from autoplace.placers import place  # noqa: E402
 from autoplace.placers.gdp import (  # noqa: E402
     GDPConfig,
-    GDPPolicy,
     GDPSearch,
     gdp_search,
     gdp_train,
     load_policy,
+    new_policy,
     save_policy,
     zero_shot,
 )
@@ -90,7 +90,7 @@ def test_every_layer_has_its_documented_shape():
     assert [v.shape for v in cs] == [(16,), (32,), (16,)] and all(torch.allclose(v, torch.ones_like(v)) for v in cs)
     mask = torch.zeros(N, 5)
     assert TransformerXLPlacer(16, 5, heads=2, ff=32, segment=8, memory=8)(x, mask).shape == (N, 5)
-    assert GDPPolicy(GDPConfig(max_devices=5, **SMALL))(f, mask).shape == (N, 5)
+    assert new_policy(GDPConfig(max_devices=5, **SMALL))(f, mask).shape == (N, 5)
     assert Grouper(7, 16, 8)(f).shape == (N, 7)
     assign = np.random.default_rng(0).integers(0, 7, (3, N))
     emb = torch.nn.EmbeddingBag(1024, 8, mode="mean")
@@ -277,7 +277,7 @@ def test_bad_search_settings_are_one_clear_error(bad, match):
 def test_save_then_load_gives_identical_placements_for_a_seed(tmp_path):
     g, c = toy()
     cfg = GDPConfig(prior=None, unit_moves=0, **SMALL)          # the network alone places
-    fresh = zero_shot(GDPPolicy(cfg), g, c, cfg, seed=3).to_array(g, c)
+    fresh = zero_shot(new_policy(cfg), g, c, cfg, seed=3).to_array(g, c)
     r = gdp_train([g], [c], budget=SearchBudget(samples=32), seed=0, config=cfg, output=tmp_path / "p.pt")
     net, cfg2 = load_policy(tmp_path / "p.pt")
     assert cfg2 == cfg

@@ -2,12 +2,13 @@
 Graphs"): a graph-neural policy that places every op of a graph at once, trained with PPO, over one graph
 or many, and placing graphs it has not seen.
 
-The policy (:class:`GDPPolicy`) is the paper's Figure 1: a GraphSAGE embedding of the nodes (§3.1, eq. 2–3,
-:mod:`autoplace.policies.graphsage`) feeding a Transformer-XL placer with segment-level recurrence and
-superposition (§3.2–3.3, eq. 4, :mod:`autoplace.policies.transformer_xl`), whose output is a distribution
-over devices for every node. The nodes are the graph's co-location groups (:attr:`GDPConfig.group_rules`:
-the ``colocation`` rule alone places op by op, co-location enforced by placing a group's ops together);
-there is no grouping stage. One sample draws every node's device independently from its distribution.
+The policy (:class:`~autoplace.policies.gdp.GDPPolicy`, made by :func:`new_policy`) is the paper's Figure 1: a
+GraphSAGE embedding of the nodes (§3.1, eq. 2–3, :mod:`autoplace.policies.graphsage`) feeding a Transformer-XL
+placer with segment-level recurrence and superposition (§3.2–3.3, eq. 4,
+:mod:`autoplace.policies.transformer_xl`), whose output is a distribution over devices for every node. The
+nodes are the graph's co-location groups (:attr:`GDPConfig.group_rules`: the ``colocation`` rule alone places
+op by op, co-location enforced by placing a group's ops together); there is no grouping stage. One sample
+draws every node's device independently from its distribution.
 
 Training (§4.1) maximises eq. 1 over a set of graphs with PPO (Schulman et al. 2017): every update samples
 ``K`` placements of each graph, scores them (the reward is ``-sqrt(step time)``, ``-10`` for a placement
@@ -75,12 +76,12 @@ from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
-from autoplace.search.engine import check_checkpoint, run_search, torch_device, torch_threads
+from autoplace.search.engine import check_checkpoint, policy_device, run_search, torch_threads
 from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit
 from autoplace.stats import geomean
 from autoplace.validation import seed_int
 
-__all__ = ["GDPConfig", "GDPPolicy", "GDPResult", "GDPSearch", "gdp_search", "gdp_train", "zero_shot",
+__all__ = ["GDPConfig", "new_policy", "GDPResult", "GDPSearch", "gdp_search", "gdp_train", "zero_shot",
            "save_policy", "load_policy", "work_budget", "gdp"]
 
 POLICY_FORMAT = "autoplace.gdp-policy/v1"
@@ -188,7 +189,7 @@ class GDPConfig(SearchConfig):
         return {k: getattr(self, k) for k in self.ARCHITECTURE}
 
 
-def GDPPolicy(config: GDPConfig = GDPConfig()):
+def new_policy(config: GDPConfig = GDPConfig()):
     """A fresh :class:`~autoplace.policies.gdp.GDPPolicy` of ``config``'s architecture."""
     from autoplace.policies.gdp import GDPPolicy as Net
 
@@ -322,7 +323,7 @@ class GDPSearch:
         if len(graphs) != len(clusters) or not graphs:
             raise AutoplaceError(f"GDP needs one cluster per graph ({len(graphs)} graphs, {len(clusters)} clusters)")
         self.config, self.seed = config, seed_int(seed)
-        self.device = torch_device(config.torch_device)
+        self.device = policy_device(config.torch_device)
         self.problems = [_problem(g, c, config, self.device, env, None if scorers is None else scorers[i],
                                   self.seed) for i, (g, c) in enumerate(zip(graphs, clusters))]
         for p in self.problems:                     # the prior is scored first: the search never returns worse
@@ -333,7 +334,7 @@ class GDPSearch:
                     p.best_step, p.best_groups = float(scores.step_time[0]), p.prior.copy()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            self.policy = (policy if policy is not None else GDPPolicy(config)).to(self.device)
+            self.policy = (policy if policy is not None else new_policy(config)).to(self.device)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
         self.generator = torch.Generator().manual_seed(self.seed)
         self.samples = self.updates = 0
@@ -530,7 +531,7 @@ def load_policy(path: str | Path, config: GDPConfig | dict | None = None):
             raise AutoplaceError(f"GDP setting {clash[0]!r} shapes the network: a saved policy keeps its own")
         values.update(config)
     cfg = GDPConfig.from_dict(values)
-    policy = GDPPolicy(cfg)
+    policy = new_policy(cfg)
     policy.load_state_dict(saved["state"])
     return policy, cfg
 
@@ -574,10 +575,10 @@ def gdp_train(graphs: list[Graph], clusters: list[Cluster], *, budget: SearchBud
     with contextlib.ExitStack() as stack:
         scorers = None
         if workers > 1 or ray_address is not None:
-            from autoplace.search.distributed import WorkerPool, ray_session
+            from autoplace.search.distributed import RayScorer, ray_session
 
             ray = stack.enter_context(ray_session(ray_address))
-            scorers = [WorkerPool(ray, gdp_nodes(g, c, config), g, c, workers, env_name, env_kwargs)
+            scorers = [RayScorer(ray, gdp_nodes(g, c, config), g, c, workers, env_name, env_kwargs)
                        for g, c in zip(graphs, clusters)]
             for s in scorers:
                 stack.callback(s.close)

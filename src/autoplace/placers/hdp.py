@@ -46,7 +46,7 @@ from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
-from autoplace.search.engine import check_checkpoint, run_search, torch_device, torch_threads
+from autoplace.search.engine import check_checkpoint, policy_device, run_search, torch_threads
 from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
 from autoplace.validation import seed_int
 
@@ -121,7 +121,7 @@ class HDPSearch:
         check_params_fit(graph, cluster, self.nodes, "hdp")
         self.features = node_features(graph, self.nodes)
         self.feasible = grouped_graph(graph, self.nodes, cluster).feasible[self.features.order]   # [N, D]
-        self.device = torch_device(config.torch_device)
+        self.device = policy_device(config.torch_device)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             self.grouper = Grouper(config.groups, config.grouper_hidden, config.type_dim).to(self.device)
@@ -295,10 +295,10 @@ def hdp_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float |
     with contextlib.ExitStack() as stack:
         scorer = None
         if workers > 1 or ray_address is not None:
-            from autoplace.search.distributed import WorkerPool, ray_session
+            from autoplace.search.distributed import RayScorer, ray_session
 
             ray = stack.enter_context(ray_session(ray_address))
-            scorer = WorkerPool(ray, hdp_nodes(graph, cluster, config), graph, cluster, workers,
+            scorer = RayScorer(ray, hdp_nodes(graph, cluster, config), graph, cluster, workers,
                                 env.name if isinstance(env, BaseEnv) else env, env_kwargs)
             stack.callback(scorer.close)
         search = HDPSearch(graph, cluster, config, seed=seed, env=env, scorer=scorer)

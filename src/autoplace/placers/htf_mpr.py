@@ -507,10 +507,10 @@ def htf_mpr_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | flo
     with contextlib.ExitStack() as stack:
         scorer = None
         if workers > 1 or ray_address is not None:
-            from autoplace.search.distributed import WorkerPool, ray_session
+            from autoplace.search.distributed import RayScorer, ray_session
 
             ray = stack.enter_context(ray_session(ray_address))
-            scorer = WorkerPool(ray, nodes, graph, cluster, workers, env.name if isinstance(env, BaseEnv) else env,
+            scorer = RayScorer(ray, nodes, graph, cluster, workers, env.name if isinstance(env, BaseEnv) else env,
                                 env_kwargs)
             stack.callback(scorer.close)
         search = HTFMPRSearch(graph, cluster, config, seed=seed, env=env, scorer=scorer, nodes=nodes)

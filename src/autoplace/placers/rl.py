@@ -71,7 +71,7 @@ from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import Checkpointer, load_checkpoint
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
-from autoplace.search.engine import run_search, torch_device, torch_threads
+from autoplace.search.engine import policy_device, run_search, torch_threads
 from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
 from autoplace.validation import seed_int
 
@@ -208,7 +208,7 @@ def policy_parts(graph: Graph, cluster: Cluster, config: RLConfig, seed: int):
     grouping = rl_grouping(graph, cluster, config, seed)
     gg = grouped_graph(graph, grouping, cluster)
     features = group_features(graph, grouping, config.max_outputs)
-    device = torch_device(config.torch_device)
+    device = policy_device(config.torch_device)
     mask = device_mask(gg.feasible, features.order).to(device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -410,11 +410,11 @@ class _Controller(RLSearch):
 
         import ray
 
-        from autoplace.search.distributed import WorkerPool
+        from autoplace.search.distributed import RayScorer
 
         super().__init__(graph, cluster, config, seed=seed, sample_seed=seed * 1009 + index + 1)
         self.ray, self.server = ray, server
-        self.evaluate = WorkerPool(ray, self.grouping, graph, cluster, n_workers, env, env_kwargs)
+        self.evaluate = RayScorer(ray, self.grouping, graph, cluster, n_workers, env, env_kwargs)
         if resume is not None:
             self.load(resume)
         state, self.total = ray.get(server.parameters.remote())

@@ -26,7 +26,7 @@ import numpy as np
 from autoplace.errors import AutoplaceError
 from autoplace.search.evaluation import CachedScorer, score_batch
 
-__all__ = ["ray_session", "ParameterServer", "EvalWorker", "WorkerPool"]
+__all__ = ["ray_session", "ParameterServer", "EvalWorker", "RayScorer"]
 
 
 @contextlib.contextmanager
@@ -110,7 +110,7 @@ class EvalWorker:
         return os.getpid()
 
 
-class WorkerPool(CachedScorer):
+class RayScorer(CachedScorer):
     """A controller's ``n`` evaluation workers, with the evaluator's interface (group placements in,
     :class:`Scores` out) and its cache; a worker that dies is replaced and its placements sent again.
     ``replaced`` counts the replacements."""

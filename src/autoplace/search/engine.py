@@ -25,7 +25,7 @@ from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import Checkpointer, load_checkpoint
 from autoplace.search.curve import Curve, CurvePoint
 
-__all__ = ["Searcher", "SearchRun", "run_search", "check_checkpoint", "fmt_step", "torch_threads", "torch_device"]
+__all__ = ["Searcher", "SearchRun", "run_search", "check_checkpoint", "fmt_step", "torch_threads", "policy_device"]
 
 
 class Searcher(Protocol):
@@ -125,7 +125,7 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-def torch_device(name: str):
+def policy_device(name: str):
     """The torch device of a ``torch_device`` setting: ``"auto"`` is a GPU when one is present, else the CPU."""
     import torch
 
