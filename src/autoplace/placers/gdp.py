@@ -71,13 +71,13 @@ from autoplace.graph import Graph
 from autoplace.grouping import Grouping, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
-from autoplace.placers.rl import RLResult
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
-from autoplace.search.engine import check_checkpoint, policy_device, run_search, torch_threads
+from autoplace.search.engine import check_checkpoint, policy_device, torch_threads
 from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit
+from autoplace.search.runner import SearchOptions, SearchResult, learned_search
 from autoplace.stats import geomean
 from autoplace.validation import seed_int
 
@@ -304,7 +304,7 @@ def prior_nodes(graph: Graph, cluster: Cluster, grouping: Grouping, prior: str, 
 
 
 @dataclass
-class GDPResult(RLResult):
+class GDPResult(SearchResult):
     """What a GDP search returns: a learned search's result (``placement``: the first graph's best), and
     the best placement that ran of every graph of the batch."""
 
@@ -553,41 +553,26 @@ def _config(config) -> GDPConfig:
 
 
 def gdp_train(graphs: list[Graph], clusters: list[Cluster], *, budget: SearchBudget | float | None = None,
-              config: GDPConfig | dict | None = None, seed=None, env: str | BaseEnv = "simulated",
-              policy: str | Path | None = None, output: str | Path | None = None, checkpoint=None, resume=None,
-              curve_csv=None, curve_png=None, checkpoint_every_s: float = 30.0, stop_after_updates: int | None = None,
-              workers: int = 1, ray_address: str | None = None, env_kwargs: dict | None = None,
-              method: str = "gdp") -> GDPResult:
+              config: GDPConfig | dict | None = None, seed=None, policy: str | Path | None = None,
+              output: str | Path | None = None, method: str = "gdp", options: SearchOptions | None = None,
+              **kwargs) -> GDPResult:
     """Train one GDP policy on ``graphs`` (each on its cluster) to ``budget`` (a :class:`SearchBudget`, or
     seconds of nominal work: :func:`work_budget`), starting from the policy file ``policy`` if given;
-    save it to ``output``. Checkpoints, resume, curve files and Ctrl-C as every learned search
-    (:func:`~autoplace.search.engine.run_search`); ``workers`` > 1 or a ``ray_address`` scores the
-    samples on Ray workers (one pool per graph)."""
-    import contextlib
-
+    save it to ``output``. Run as every learned search (:func:`~autoplace.search.runner.learned_search`:
+    ``options`` or their fields as keywords); distributed, one pool of Ray workers per graph."""
+    options = SearchOptions.of(options, **kwargs)
+    options.only_one_controller("gdp")
     net = None
     if policy is not None:           # the file's settings, but for those ``config`` names
         net, config = load_policy(policy, config)
     config = _config(config)
     if not isinstance(budget, SearchBudget):
         budget = work_budget(graphs, clusters, budget, config)
-    env_name = env.name if isinstance(env, BaseEnv) else env
-    with contextlib.ExitStack() as stack:
-        scorers = None
-        if workers > 1 or ray_address is not None:
-            from autoplace.search.distributed import RayScorer, ray_session
-
-            ray = stack.enter_context(ray_session(ray_address))
-            scorers = [RayScorer(ray, gdp_nodes(g, c, config), g, c, workers, env_name, env_kwargs)
-                       for g, c in zip(graphs, clusters)]
-            for s in scorers:
-                stack.callback(s.close)
-        search = GDPSearch(graphs, clusters, config, seed=seed, env=env, policy=net, scorers=scorers)
-        stack.callback(search.close)
-        names = ", ".join(g.name for g in graphs)
-        run = run_search(search, budget, name=method, title=f"{method} on {names}", checkpoint=checkpoint,
-                         resume=resume, checkpoint_every_s=checkpoint_every_s, curve_csv=curve_csv,
-                         curve_png=curve_png, stop_after_updates=stop_after_updates)
+    scoring = [(gdp_nodes(g, c, config), g, c) for g, c in zip(graphs, clusters)] if options.distributed else []
+    names = ", ".join(g.name for g in graphs)
+    with learned_search(lambda scorers: GDPSearch(graphs, clusters, config, seed=seed, env=options.env, policy=net,
+                                                  scorers=scorers),
+                        budget, options, name=method, title=f"{method} on {names}", scoring=scoring) as (search, run):
         if output is not None:
             save_policy(search.policy, config, output, graphs=[g.name for g in graphs],
                         clusters=[c.name for c in clusters], samples=search.samples, seed=search.seed)
@@ -608,27 +593,21 @@ def gdp_train(graphs: list[Graph], clusters: list[Cluster], *, budget: SearchBud
 
 
 def gdp_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | None = None,
-               config: GDPConfig | dict | None = None, seed=None, env: str | BaseEnv = "simulated",
-               policy: str | Path | None = None, zero_shot_only: bool = False, checkpoint=None, resume=None,
-               curve_csv=None, curve_png=None, checkpoint_every_s: float = 30.0,
-               stop_after_updates: int | None = None, workers: int = 1, controllers: int | None = None,
-               ray_address: str | None = None, env_kwargs: dict | None = None) -> GDPResult:
+               config: GDPConfig | dict | None = None, seed=None, policy: str | Path | None = None,
+               zero_shot_only: bool = False, options: SearchOptions | None = None, **kwargs) -> GDPResult:
     """GDP on one graph: trained from scratch (GDP-one), or fine-tuned from the policy file ``policy``;
     with ``zero_shot_only``, the saved policy's placement without training (:func:`zero_shot`)."""
-    if controllers is not None:
-        raise AutoplaceError("--controllers applies to the rl method only (GDP trains one policy)")
+    options = SearchOptions.of(options, **kwargs)
+    options.only_one_controller("gdp")
     if zero_shot_only:
         if policy is None:
             raise AutoplaceError("a zero-shot placement needs a trained policy (--policy FILE)")
         net, cfg = load_policy(policy, config)
         t0 = time.monotonic()
-        placement = zero_shot(net, graph, cluster, cfg, seed=seed, env=env)
+        placement = zero_shot(net, graph, cluster, cfg, seed=seed, env=options.env)
         return GDPResult(placement, Curve(), cfg.zero_shot_samples + 1, 0, "zero-shot", cfg.zero_shot_samples + 1,
                          0, time.monotonic() - t0, placements=[placement])
-    return gdp_train([graph], [cluster], budget=budget, config=config, seed=seed, env=env, policy=policy,
-                     checkpoint=checkpoint, resume=resume, curve_csv=curve_csv, curve_png=curve_png,
-                     checkpoint_every_s=checkpoint_every_s, stop_after_updates=stop_after_updates,
-                     workers=workers, ray_address=ray_address, env_kwargs=env_kwargs)
+    return gdp_train([graph], [cluster], budget=budget, config=config, seed=seed, policy=policy, options=options)
 
 
 def zero_shot(policy, graph: Graph, cluster: Cluster, config: GDPConfig = GDPConfig(), *, seed=None,

@@ -41,13 +41,13 @@ from autoplace.graph import Graph
 from autoplace.grouping import Grouping, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
-from autoplace.placers.rl import RLResult
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
-from autoplace.search.engine import check_checkpoint, policy_device, run_search, torch_threads
+from autoplace.search.engine import check_checkpoint, policy_device, torch_threads
 from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
+from autoplace.search.runner import SearchOptions, SearchResult, learned_search
 from autoplace.validation import seed_int
 
 __all__ = ["HDPConfig", "HDPSearch", "hdp_search", "hdp", "work_budget"]
@@ -277,41 +277,27 @@ def work_budget(graph: Graph, cluster: Cluster, budget: float | None, config: HD
 
 
 def hdp_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | None = None,
-               config: HDPConfig | dict = HDPConfig(), seed=None, env: str | BaseEnv = "simulated",
-               checkpoint=None, resume=None, curve_csv=None, curve_png=None, checkpoint_every_s: float = 30.0,
-               stop_after_updates: int | None = None, workers: int = 1, controllers: int | None = None,
-               ray_address: str | None = None, env_kwargs: dict | None = None) -> RLResult:
+               config: HDPConfig | dict = HDPConfig(), seed=None, options: SearchOptions | None = None,
+               **kwargs) -> SearchResult:
     """Train HDP's grouper and placer on ``graph`` to ``budget`` (a :class:`SearchBudget`, or seconds of
-    nominal work: :func:`work_budget`); the engine's checkpoints, resume, curve and Ctrl-C
-    (:func:`~autoplace.search.engine.run_search`); ``workers`` > 1 or a ``ray_address`` scores the
-    samples on Ray workers."""
-    import contextlib
-
-    if controllers is not None:
-        raise AutoplaceError("--controllers applies to the rl method only (HDP trains one policy)")
+    nominal work: :func:`work_budget`), run as every learned search (:func:`~autoplace.search.runner.learned_search`:
+    ``options`` or their fields as keywords, :class:`~autoplace.search.runner.SearchOptions`)."""
+    options = SearchOptions.of(options, **kwargs)
+    options.only_one_controller("hdp")
     config = HDPConfig.from_dict(config) if isinstance(config, dict) else config
     if not isinstance(budget, SearchBudget):
         budget = work_budget(graph, cluster, budget, config)
-    with contextlib.ExitStack() as stack:
-        scorer = None
-        if workers > 1 or ray_address is not None:
-            from autoplace.search.distributed import RayScorer, ray_session
-
-            ray = stack.enter_context(ray_session(ray_address))
-            scorer = RayScorer(ray, hdp_nodes(graph, cluster, config), graph, cluster, workers,
-                                env.name if isinstance(env, BaseEnv) else env, env_kwargs)
-            stack.callback(scorer.close)
-        search = HDPSearch(graph, cluster, config, seed=seed, env=env, scorer=scorer)
-        stack.callback(search.close)
-        run = run_search(search, budget, name="hdp", title=f"hdp on {graph.name}, {cluster.name}",
-                         checkpoint=checkpoint, resume=resume, checkpoint_every_s=checkpoint_every_s,
-                         curve_csv=curve_csv, curve_png=curve_png, stop_after_updates=stop_after_updates)
+    scoring = [(hdp_nodes(graph, cluster, config), graph, cluster)] if options.distributed else []
+    with learned_search(lambda scorers: HDPSearch(graph, cluster, config, seed=seed, env=options.env,
+                                                  scorer=scorers[0] if scorers else None),
+                        budget, options, name="hdp", title=f"hdp on {graph.name}, {cluster.name}",
+                        scoring=scoring) as (search, run):
         placement = search.best_placement(samples=search.samples, updates=search.updates,
                                           stop_reason=run.stop_reason, evaluations=search.evaluate.evaluations,
                                           cache_hits=search.evaluate.hits, best_step_s=search.best_step)
-        return RLResult(placement, search.curve, search.samples, search.updates, run.stop_reason,
-                        search.evaluate.evaluations, search.evaluate.hits, search.wall_s,
-                        {"timings_s": search.timings, "wall_s_this_run": run.wall_s_this_run})
+        return SearchResult(placement, search.curve, search.samples, search.updates, run.stop_reason,
+                            search.evaluate.evaluations, search.evaluate.hits, search.wall_s,
+                            {"timings_s": search.timings, "wall_s_this_run": run.wall_s_this_run})
 
 
 @register_placer("hdp", description="learned grouper + seq2seq placer, trained jointly with REINFORCE",

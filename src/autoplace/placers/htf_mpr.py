@@ -68,14 +68,14 @@ from autoplace.graph import Graph
 from autoplace.grouping import Grouping, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
-from autoplace.placers.rl import RLResult
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
-from autoplace.search.engine import check_checkpoint, run_search
+from autoplace.search.engine import check_checkpoint
 from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit
 from autoplace.search.predictor import MODELS, FitnessPredictor
+from autoplace.search.runner import SearchOptions, SearchResult, learned_search
 from autoplace.validation import seed_int
 
 __all__ = ["HTFMPRConfig", "HTFMPRSearch", "htf_mpr_search", "htf_mpr_nodes", "fitness", "initial_mappings",
@@ -485,47 +485,33 @@ def work_budget(graph: Graph, cluster: Cluster, budget: float | None, config: HT
 
 
 def htf_mpr_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | None = None,
-                   config: HTFMPRConfig | dict | None = None, seed=None, env: str | BaseEnv = "simulated",
-                   checkpoint=None, resume=None, curve_csv=None, curve_png=None, checkpoint_every_s: float = 30.0,
-                   stop_after_updates: int | None = None, workers: int = 1, controllers: int | None = None,
-                   ray_address: str | None = None, env_kwargs: dict | None = None) -> RLResult:
+                   config: HTFMPRConfig | dict | None = None, seed=None, options: SearchOptions | None = None,
+                   **kwargs) -> SearchResult:
     """HTF-MPR on ``graph`` to ``budget`` (a :class:`SearchBudget` of real evaluations, or seconds of
-    nominal work: :func:`work_budget`); the engine's progress, checkpoints, resume, curve and Ctrl-C
-    (:func:`~autoplace.search.engine.run_search`); ``workers`` > 1 or a ``ray_address`` runs the
-    evaluations on Ray workers. The result's ``extra``: ``screened``, ``initial`` (initial mappings
-    evaluated), and every mapping evaluated (``mappings`` ``[n, n_nodes]``, ``steps``, ``families``)."""
-    import contextlib
-
-    if controllers is not None:
-        raise AutoplaceError("--controllers applies to the rl method only")
+    nominal work: :func:`work_budget`), run as every learned search
+    (:func:`~autoplace.search.runner.learned_search`: ``options`` or their fields as keywords). The
+    result's ``extra``: ``screened``, ``initial`` (initial mappings evaluated), and every mapping evaluated
+    (``mappings`` ``[n, n_nodes]``, ``steps``, ``families``)."""
+    options = SearchOptions.of(options, **kwargs)
+    options.only_one_controller("htf-mpr")
     config = HTFMPRConfig() if config is None else HTFMPRConfig.from_dict(config) if isinstance(config, dict) \
         else config
     seed = seed_int(seed)                     # one draw from a Generator, for the nodes and the search alike
     nodes = htf_mpr_nodes(graph, cluster, config, seed)
     if not isinstance(budget, SearchBudget):
         budget = work_budget(graph, cluster, budget, config, n_nodes=nodes.n_groups)
-    with contextlib.ExitStack() as stack:
-        scorer = None
-        if workers > 1 or ray_address is not None:
-            from autoplace.search.distributed import RayScorer, ray_session
-
-            ray = stack.enter_context(ray_session(ray_address))
-            scorer = RayScorer(ray, nodes, graph, cluster, workers, env.name if isinstance(env, BaseEnv) else env,
-                                env_kwargs)
-            stack.callback(scorer.close)
-        search = HTFMPRSearch(graph, cluster, config, seed=seed, env=env, scorer=scorer, nodes=nodes)
-        stack.callback(search.close)
-        run = run_search(search, budget, name="htf-mpr", title=f"htf-mpr on {graph.name}, {cluster.name}",
-                         checkpoint=checkpoint, resume=resume, checkpoint_every_s=checkpoint_every_s,
-                         curve_csv=curve_csv, curve_png=curve_png, stop_after_updates=stop_after_updates)
+    with learned_search(lambda scorers: HTFMPRSearch(graph, cluster, config, seed=seed, env=options.env,
+                                                     scorer=scorers[0] if scorers else None, nodes=nodes),
+                        budget, options, name="htf-mpr", title=f"htf-mpr on {graph.name}, {cluster.name}",
+                        scoring=[(nodes, graph, cluster)]) as (search, run):
         placement = search.best_placement(samples=search.samples, updates=search.updates,
                                           stop_reason=run.stop_reason, evaluations=search.samples,
                                           screened=search.screened, best_step_s=search.best_step)
-        return RLResult(placement, search.curve, search.samples, search.updates, run.stop_reason,
-                        search.evaluate.evaluations, search.evaluate.hits, search.wall_s,
-                        {"wall_s_this_run": run.wall_s_this_run, "screened": search.screened,
-                         "initial": len(search.families) - search.families.count("ga"),
-                         "mappings": search.X, "steps": search.steps, "families": search.families})
+        return SearchResult(placement, search.curve, search.samples, search.updates, run.stop_reason,
+                            search.evaluate.evaluations, search.evaluate.hits, search.wall_s,
+                            {"wall_s_this_run": run.wall_s_this_run, "screened": search.screened,
+                             "initial": len(search.families) - search.families.count("ga"),
+                             "mappings": search.X, "steps": search.steps, "families": search.families})
 
 
 @register_placer("htf-mpr", description="genetic search over mappings, children screened by a gradient-boosting "

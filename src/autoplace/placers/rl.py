@@ -52,8 +52,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -71,11 +70,12 @@ from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import Checkpointer, load_checkpoint
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
-from autoplace.search.engine import policy_device, run_search, torch_threads
+from autoplace.search.engine import policy_device, torch_threads
 from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
+from autoplace.search.runner import SearchOptions, SearchResult, learned_search
 from autoplace.validation import seed_int
 
-__all__ = ["RLConfig", "RLResult", "RLSearch", "rl_search", "rl_distributed", "rl", "samples_for_budget",
+__all__ = ["RLConfig", "SearchResult", "RLSearch", "rl_search", "rl_distributed", "rl", "samples_for_budget",
            "work_budget", "policy_parts"]
 
 
@@ -142,21 +142,6 @@ class RLConfig(SearchConfig):
             raise AutoplaceError(f"RLConfig.exploration_noise must be >= 0, got {self.exploration_noise!r}")
         if self.coarsen not in ("steps", "metis"):
             raise AutoplaceError(f"RLConfig.coarsen must be 'steps' or 'metis', got {self.coarsen!r}")
-
-
-@dataclass
-class RLResult:
-    """What a search returns: the best placement that ran, its curve, and how it ended."""
-
-    placement: Placement
-    curve: Curve
-    samples: int
-    updates: int
-    stop_reason: str
-    evaluations: int
-    cache_hits: int
-    wall_s: float
-    extra: dict = field(default_factory=dict)
 
 
 def samples_for_budget(graph: Graph, n_groups: int, budget: float) -> int:
@@ -353,42 +338,34 @@ class RLSearch:
 
 
 def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | None = None,
-              config: RLConfig | dict = RLConfig(), seed=None,
-              env: str | BaseEnv = "simulated", checkpoint: str | Path | None = None,
-              resume: str | Path | None = None, curve_csv: str | Path | None = None,
-              curve_png: str | Path | None = None, checkpoint_every_s: float = 30.0,
-              stop_after_updates: int | None = None, workers: int = 1, controllers: int | None = None,
-              ray_address: str | None = None, env_kwargs: dict | None = None) -> RLResult:
+              config: RLConfig | dict = RLConfig(), seed=None, options: SearchOptions | None = None,
+              **kwargs) -> SearchResult:
     """Run the RL placer to ``budget`` (a :class:`SearchBudget`, or seconds of nominal work as ``place``'s
-    budget: :func:`work_budget`); checkpoint to ``checkpoint`` (default: the ``resume`` folder) every
-    ``checkpoint_every_s`` seconds and at the end; continue from ``resume``. Ctrl-C ends the search early with the
-    best placement so far (and a checkpoint). ``stop_after_updates`` stops after that many updates of this
-    call, as an interruption would (for tests). With ``workers`` > 1 or a ``ray_address``, the search is
-    distributed on Ray (:func:`rl_distributed`; ``env`` and ``env_kwargs`` then build each worker's env)."""
+    budget: :func:`work_budget`), as every learned search (:func:`~autoplace.search.runner.learned_search`:
+    ``options`` or their fields as keywords: checkpoints, resume, curve files, Ctrl-C ending it early with
+    the best placement so far). With ``workers`` > 1 or a ``ray_address``, the search is the paper's
+    distributed one on Ray (:func:`rl_distributed`; ``env`` and ``env_kwargs`` then build each worker's
+    env)."""
+    options = SearchOptions.of(options, **kwargs)
     config = RLConfig.from_dict(config) if isinstance(config, dict) else config
     if not isinstance(budget, SearchBudget):
         budget = work_budget(graph, cluster, budget, config)
-    if workers > 1 or ray_address is not None:
-        env_name = env.name if isinstance(env, BaseEnv) else env
-        return rl_distributed(graph, cluster, budget=budget, workers=workers, controllers=controllers, config=config,
-                              seed=seed, env=env_name, env_kwargs=env_kwargs, ray_address=ray_address,
-                              curve_csv=curve_csv, curve_png=curve_png, checkpoint=checkpoint, resume=resume,
-                              checkpoint_every_s=checkpoint_every_s)
-    search = RLSearch(graph, cluster, config, seed=seed, env=env)
-    try:
-        run = run_search(search, budget, name="rl", title=f"rl on {graph.name}, {cluster.name}", checkpoint=checkpoint,
-                         resume=resume, checkpoint_every_s=checkpoint_every_s, curve_csv=curve_csv,
-                         curve_png=curve_png, stop_after_updates=stop_after_updates)
+    if options.distributed:
+        o = options
+        return rl_distributed(graph, cluster, budget=budget, workers=o.workers, controllers=o.controllers,
+                              config=config, seed=seed, env=o.env_name, env_kwargs=o.env_kwargs,
+                              ray_address=o.ray_address, curve_csv=o.curve_csv, curve_png=o.curve_png,
+                              checkpoint=o.checkpoint, resume=o.resume, checkpoint_every_s=o.checkpoint_every_s)
+    with learned_search(lambda _: RLSearch(graph, cluster, config, seed=seed, env=options.env), budget, options,
+                        name="rl", title=f"rl on {graph.name}, {cluster.name}") as (search, run):
         stop = run.stop_reason
         placement = search.best_placement(
             samples=search.samples, updates=search.updates, stop_reason=stop, evaluations=search.evaluate.evaluations,
             cache_hits=search.evaluate.hits, groups=search.features.n_groups, best_step_s=search.best_step)
         extra = {"failing_step_s": search.failing_step, "baseline": search.baseline, "timings_s": search.timings,
                  "wall_s_this_run": run.wall_s_this_run}
-        return RLResult(placement, search.curve, search.samples, search.updates, stop, search.evaluate.evaluations,
-                        search.evaluate.hits, search.wall_s, extra)
-    finally:
-        search.close()
+        return SearchResult(placement, search.curve, search.samples, search.updates, stop,
+                            search.evaluate.evaluations, search.evaluate.hits, search.wall_s, extra)
 
 
 def _policy_only(graph: Graph, cluster: Cluster, config: RLConfig, seed: int):
@@ -476,7 +453,7 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
                    controllers: int | None = None,
                    config: RLConfig = RLConfig(), seed=None, env: str = "simulated", env_kwargs: dict | None = None,
                    ray_address: str | None = None, curve_csv=None, curve_png=None, checkpoint=None, resume=None,
-                   checkpoint_every_s: float = 30.0, on_start=None) -> RLResult:
+                   checkpoint_every_s: float = 30.0, on_start=None) -> SearchResult:
     """The distributed search (§3.4) on Ray: ``controllers`` controllers (default: one per
     ``samples_per_update`` workers, at least one), ``workers`` evaluation workers shared out among them,
     one parameter server; local Ray unless ``ray_address``. Checkpoints (the server's parameters and
@@ -554,7 +531,7 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
     if curve_png is not None:
         merged.plot(curve_png, f"rl on {graph.name}, {cluster.name} ({n_ctrl} controllers, {workers} workers)")
     placement = Placement.from_array(graph, cluster, grouping.expand(winner["best_groups"]), "rl", **meta)
-    return RLResult(placement, merged, total, meta["updates"],
+    return SearchResult(placement, merged, total, meta["updates"],
                     meta["stop_reason"], meta["evaluations"], meta["cache_hits"], max(r["wall_s"] for r in results),
                     {"workers_replaced": meta["workers_replaced"]})
 
