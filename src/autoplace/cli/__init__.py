@@ -1,0 +1,38 @@
+"""The ``autoplace`` command line.
+
+Every verb that takes GRAPH accepts a graph file (``.json`` or ``.json.gz``) or a built-in model name
+(``autoplace zoo list``); CLUSTER is a cluster file or a preset (``autoplace clusters``). Bad input
+prints one line ``autoplace: error: ...`` and exits 2 (3: no feasible placement); outputs are written
+only after everything succeeded, atomically.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from autoplace.cli.parser import build_parser
+from autoplace.cli.placing import _settings
+from autoplace.errors import AutoplaceError
+from autoplace.resolve import resolve_cluster, resolve_graph
+
+__all__ = ["main", "build_parser", "resolve_graph", "resolve_cluster", "_settings"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a name no terminal can show is escaped, not a crash
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except AutoplaceError as e:
+        print(f"autoplace: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except OSError as e:
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"autoplace: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("autoplace: interrupted", file=sys.stderr)
+        return 130

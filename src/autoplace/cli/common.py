@@ -1,0 +1,140 @@
+"""What the verbs share: output checks, exit codes, JSON, tables, the console."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoplace.cluster import Cluster
+from autoplace.errors import FormatError
+from autoplace.graph import Graph
+
+
+def markdown_table(header, rows) -> str:
+    """A Markdown table (the ``--markdown`` output of the comparison tables)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- argument resolution
+
+def _parse_params(pairs: list[str] | None, option: str = "--param") -> dict[str, Any]:
+    """``KEY=VALUE`` strings -> a dict, each value read as JSON where it parses, else as text."""
+    params: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise FormatError(f"{option} {pair!r}: expected KEY=VALUE")
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    return params
+
+
+EXIT_FAILING = 1
+"""Exit code of ``place``, ``simulate`` and ``measure`` when the placement fails (out of memory, a failed
+run); what they write is written all the same. 2: bad input; 3: no feasible placement exists."""
+
+
+def _written(args, graph: Graph | None = None, **extra) -> bool:
+    """With ``--json``: print what was written (the output path, the graph's size, ``extra``) as JSON and
+    return True (the caller prints nothing else); without, False."""
+    if not getattr(args, "json", False):
+        return False
+    out: dict[str, Any] = {"output": args.output}
+    if graph is not None:
+        out.update(graph=graph.name, ops=graph.n_ops, edges=graph.n_edges, param_bytes=int(graph.total_param_bytes),
+                   flops=float(graph.total_flops))
+    _print_json({**out, **extra})
+    return True
+
+
+def _check_json_output(args) -> None:
+    if getattr(args, "json", False) and args.output == "-":
+        raise FormatError("--json prints a summary on standard output: write the file with -o FILE, not -")
+
+
+def _exit_code(result) -> int:
+    return 0 if result.ok else EXIT_FAILING
+
+
+def _note_other_cluster(placement, cluster: Cluster) -> None:
+    """One line on standard error when a placement made for another cluster is scored on this one."""
+    if placement.cluster != cluster.name:
+        _console(True).print(f"note: placement made for cluster {placement.cluster!r}, scored on {cluster.name!r}")
+
+
+def _granular(graph: Graph, granularity: str) -> Graph:
+    """``graph`` at the placement granularity of ``--granularity`` (module: a module's parameters, tied ones
+    and its ops kept together, so that the placement exports as a device_map)."""
+    from autoplace.grouping import with_granularity
+
+    return with_granularity(graph, granularity)
+
+
+def _add_granularity(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--granularity", choices=("op", "module"), default="op",
+                   help="op (default): place every op; module: keep each module with parameters whole (its "
+                        "parameters, tied ones, optimizer state and ops on one device), so that the placement "
+                        "exports as an Accelerate device_map")
+
+
+def _check_output(path: str | None, what: str = "output") -> None:
+    """Fail early (before any work) where ``path`` cannot be written: empty, a folder, in a folder that does
+    not exist or cannot be written to. ``-`` (standard output) is fine."""
+    if path is None or path == "-":
+        return
+    if not path:
+        raise FormatError(f"the {what} path is empty")
+    p = Path(path)
+    if p.is_dir():
+        raise FormatError(f"{path}: is a folder, not a file to write the {what} to")
+    parent = Path(os.path.realpath(p)).parent if p.is_symlink() else (p.parent if str(p.parent) else Path("."))
+    if not parent.is_dir():
+        raise FormatError(f"{path}: folder {str(parent)!r} does not exist")
+    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise FormatError(f"{path}: folder {str(parent)!r} is not writable")
+
+
+def _console(to_stderr: bool = False):
+    """Where messages go: standard output (standard error when the output file itself is ``-``). User
+    strings (graph, op, device names) are printed as they are: no markup, no emoji codes."""
+    from rich.console import Console
+
+    # A pipe or a CI log gets a wide table rather than rich's 80-column default.
+    stream = sys.stderr if to_stderr else sys.stdout
+    return Console(file=stream, highlight=False, markup=False, emoji=False,
+                   width=None if stream.isatty() else 160)
+
+
+def _bold(*parts):
+    """A line with some parts styled: ``_bold("a ", ("b", "bold"))``."""
+    from rich.text import Text
+
+    return Text.assemble(*parts)
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, allow_nan=False, default=_json_default))
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {"steps": args.steps, "timeout": args.timeout} if args.env == "measured" else {}
+
+
+def _finite_or_none(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None

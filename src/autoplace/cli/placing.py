@@ -1,0 +1,445 @@
+"""The verbs that place and compare: clusters, simulate, place, train, compare."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoplace.cli.common import (
+    EXIT_FAILING,
+    _bold,
+    _check_json_output,
+    _check_output,
+    _console,
+    _env_kwargs,
+    _exit_code,
+    _finite_or_none,
+    _granular,
+    _note_other_cluster,
+    _parse_params,
+    _print_json,
+    markdown_table,
+)
+from autoplace.cluster import CLUSTER_PRESETS, Cluster, get_cluster
+from autoplace.errors import AutoplaceError, FormatError
+from autoplace.graph import Graph
+from autoplace.resolve import resolve_cluster, resolve_graph
+
+
+# ---------------------------------------------------------------------- verbs
+def cmd_clusters(args: argparse.Namespace) -> int:
+    from autoplace.formats import cluster_to_dict, save_cluster
+    from autoplace.units import fmt_bytes, fmt_flops, fmt_rate
+
+    if args.output is not None:
+        _check_output(args.output)
+        if not args.name:
+            raise FormatError("clusters --output needs a cluster name (or file) to write")
+    if args.name:
+        cluster = resolve_cluster(args.name)
+        if args.output is not None:
+            save_cluster(cluster, args.output)
+            return 0
+        if args.json:
+            _print_json(cluster_to_dict(cluster))
+            return 0
+        clusters = [cluster]
+    else:
+        clusters = [get_cluster(name) for name in CLUSTER_PRESETS]
+    if args.json:
+        _print_json([cluster_to_dict(c) for c in clusters])
+        return 0
+    from rich.table import Table
+
+    table = Table(title="cluster presets" if not args.name else None,
+                  caption="FP32 and bandwidth: achievable (peak); copy engines: send/receive, - = no limit")
+    for col in ("cluster", "device", "type", "model", "memory", "FP32", "mem bandwidth", "copy engines"):
+        table.add_column(col)
+    for c in clusters:
+        for i, d in enumerate(c.devices):
+            engines = "/".join(str(e) if e else "-" for e in d.engines)
+            table.add_row(c.name if i == 0 else "", d.name, d.type, str(d.meta.get("model", "")),
+                          fmt_bytes(d.memory_bytes),
+                          f"{fmt_flops(c.achievable_flops[i])}/s ({fmt_flops(d.peak_flops)}/s)",
+                          f"{fmt_rate(c.achievable_bandwidth[i])} ({fmt_rate(d.memory_bandwidth)})", engines,
+                          end_section=i == len(c.devices) - 1 and not c.segments)
+        if c.segments:
+            table.add_row("", "segments: " + ", ".join(f"{seg.name} {fmt_rate(seg.bandwidth)}" for seg in c.segments),
+                          end_section=True)
+    _console().print(table)
+    return 0
+
+
+def _sim_table(graph: Graph, cluster: Cluster, result: Any, title: str):
+    from rich.table import Table
+
+    from autoplace.units import fmt_bytes, fmt_time
+
+    table = Table(title=title)
+    host = getattr(result, "host_time", None)
+    launched = host is not None and len(host) and cluster.launcher.max(initial=-1) >= 0
+    cols = ("device", "busy", "utilisation", *(("launching",) if launched else ()), "peak memory", "capacity", "OOM")
+    for col in cols:
+        table.add_column(col, justify="right" if col != "device" else "left")
+    for d, name in enumerate(result.device_names):
+        busy = result.busy_time[d]
+        util = busy / result.step_time if result.step_time > 0 else 0.0
+        # a GPU's host thread: the time it spent launching the device's ops and submitting its copies
+        launch = ((fmt_time(host[d]) if cluster.launcher[d] >= 0 else "-"),) if launched else ()
+        table.add_row(name, fmt_time(busy), f"{100 * util:.0f}%", *launch, fmt_bytes(result.peak_memory[d]),
+                      fmt_bytes(result.memory_capacity[d]),
+                      _bold(("OOM", "bold red")) if result.peak_memory[d] > result.memory_capacity[d] else "")
+    return table
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from autoplace.formats import load_placement, write_json
+    from autoplace.sim import simulate
+    from autoplace.sim.trace import chrome_trace
+    from autoplace.units import fmt_bytes, fmt_time
+
+    _check_output(args.trace)
+    _check_output(args.plot, "plot")
+    graph = resolve_graph(args.graph, _parse_params(args.param))
+    cluster = resolve_cluster(args.cluster)
+    placement = load_placement(args.placement)
+    result = simulate(graph, cluster, placement, trace=bool(args.trace or args.plot))
+    if args.plot:
+        from autoplace.plots import step_png
+
+        step_png(graph, cluster, result, args.plot,
+                 title=f"{graph.name} on {cluster.name} ({placement.method}): where the step's time goes")
+    _note_other_cluster(placement, cluster)
+    if args.trace:
+        write_json(args.trace, chrome_trace(graph, cluster, result), indent=None)
+    rng = None
+    if result.ok:
+        from autoplace.placers.auto import uncertainty
+
+        rng = uncertainty(graph, cluster, [placement])[0]
+    if args.json:
+        _print_json({"graph": graph.name, "cluster": cluster.name, "method": placement.method,
+                     **result.to_dict(), "uncertainty": rng.to_dict() if rng else None})
+        return _exit_code(result)
+    con = _console()
+    status = ("FAILING (OOM on " + ", ".join(result.oom_devices) + ")", "bold red") if not result.ok else "ok"
+    con.print(_bold((graph.name, "bold"), " on ", (cluster.name, "bold"), f" ({placement.method}): step time ",
+                    (fmt_time(result.step_time), "bold"), ", ", status))
+    if rng is not None:
+        con.print(f"range over the cost model's uncertainty: {fmt_time(rng.low)} - {fmt_time(rng.high)}"
+                  + (f"; one GPU: {fmt_time(rng.one_gpu)}" if rng.one_gpu is not None else "")
+                  + ("; its gain over one GPU is inside that range" if rng.gain_inside_range else ""))
+    con.print(_sim_table(graph, cluster, result, title=""))
+    con.print(f"{result.n_transfers} transfers, {fmt_bytes(result.transfer_bytes)}, link busy "
+              f"{fmt_time(result.transfer_time)}")
+    if args.trace:
+        _console(args.trace == "-").print(f"trace written to {args.trace} (open in https://ui.perfetto.dev)")
+    return _exit_code(result)
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    from autoplace.env import make_env
+    from autoplace.formats import save_placement
+    from autoplace.placers import get_placer, place
+    from autoplace.sim import simulate
+    from autoplace.units import fmt_time
+
+    _check_output(args.output)
+    _check_json_output(args)
+    info = get_placer(args.method)  # unknown method: fail before loading anything big
+    search_args = [f for f in ("samples", "wall_clock", "checkpoint", "resume", "curve", "workers", "controllers",
+                               "ray_address", "settings", "policy", "zero_shot") if getattr(args, f)]
+    if search_args and not info.learned:
+        raise AutoplaceError(f"--{search_args[0].replace('_', '-')} applies to the learned methods only "
+                         f"({args.method!r} is not one)")
+    if (args.policy or args.zero_shot) and args.method != "gdp":
+        raise AutoplaceError(f"--{'policy' if args.policy else 'zero-shot'} applies to the gdp method only")
+    if args.zero_shot and not args.policy:
+        raise AutoplaceError("--zero-shot places with a trained policy: give it with --policy FILE")
+    if args.policy and not Path(args.policy).is_file():
+        raise FormatError(f"--policy {args.policy}: no such file")
+    if args.curve:
+        for ext in (".csv", ".png"):
+            _check_output(args.curve + ext, "curve")
+    for option, folder in (("--checkpoint", args.checkpoint), ("--resume", args.resume)):
+        if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
+            raise FormatError(f"{option} {folder}: is a file, not a folder for the checkpoint")
+    graph = _granular(resolve_graph(args.graph, _parse_params(args.param)), args.granularity)
+    cluster = resolve_cluster(args.cluster)
+    with make_env(args.env, graph, cluster, **_env_kwargs(args)) as env:
+        if info.learned:
+            placement = _with_progress(f"placing with {args.method}", args.json or args.output == "-",
+                                       lambda: _learned_search(info, graph, cluster, env, args))
+        else:
+            placement = _with_progress(f"placing with {args.method}", args.json or args.output == "-",
+                                       lambda: place(graph, cluster, args.method, seed=args.seed, budget=args.budget))
+        if args.refine:
+            from autoplace.placers.auto import robust_simulator
+            from autoplace.placers.local_search import refine
+
+            # under the simulator, the refine minimises the worst case over the cost model's uncertainty
+            placement = refine(graph, cluster, placement, seed=args.seed, budget=args.refine_budget,
+                               env=None if args.env == "simulated" else env,
+                               simulator=robust_simulator(graph, cluster) if args.env == "simulated" else None)
+        result = simulate(graph, cluster, placement) if args.env == "simulated" else env.evaluate(placement)
+    save_placement(placement, args.output, result)
+    if args.json:
+        _print_json({"placement": args.output, **result.to_dict()})
+        return _exit_code(result)
+    else:
+        counts = ", ".join(f"{d}: {n}" for d, n in sorted(placement.counts().items()))
+        status = "ok" if result.ok else "FAILING (" + _failure(result) + ")"
+        _console(args.output == "-").print(f"{placement.method}: {args.env} step time {fmt_time(result.step_time)}, "
+                         f"{status}; ops per device "
+                         f"{counts}; written to {args.output}")
+        if args.curve:
+            _console(args.output == "-").print(f"training curve written to {args.curve}.csv and {args.curve}.png")
+    return _exit_code(result)
+
+
+def _settings(items: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` strings -> a dict: values as ``--param`` reads them (JSON, else text), and
+    ``none``/``true``/``false`` in any case as JSON's null/true/false; ``-`` in a key reads as ``_``."""
+    words = {"none": None, "true": True, "false": False}
+    return {k.strip().replace("-", "_"): words.get(v.strip().lower(), v) if isinstance(v, str) else v
+            for k, v in _parse_params(items, "--set").items()}
+
+
+def _learned_search(info, graph, cluster, env, args):
+    """A learned placer's search with the command line's options: ``--samples`` or ``--budget`` (nominal
+    work, or wall-clock seconds with ``--wall-clock``), ``--checkpoint``/``--resume``, ``--curve``."""
+    r = info.search(graph, cluster, budget=_search_budget(args), seed=args.seed, env=env, checkpoint=args.checkpoint,
+                    resume=args.resume, curve_csv=args.curve and args.curve + ".csv",
+                    curve_png=args.curve and args.curve + ".png", checkpoint_every_s=args.checkpoint_every,
+                    workers=args.workers or 1, controllers=args.controllers, ray_address=args.ray_address,
+                    env_kwargs=_env_kwargs(args), config=_settings(args.settings),
+                    **({"policy": args.policy, "zero_shot_only": args.zero_shot} if args.policy else {}))
+    return r.placement
+
+
+def _search_budget(args: argparse.Namespace):
+    """A learned search's budget from ``--samples``, ``--budget`` and ``--wall-clock``: samples (and wall-clock
+    seconds), wall-clock seconds, or seconds of nominal work (``None``: the placer's default)."""
+    from autoplace.search import SearchBudget
+
+    if args.samples:
+        return SearchBudget(samples=args.samples, seconds=args.budget if args.wall_clock else None)
+    if args.wall_clock:
+        return SearchBudget(seconds=args.budget if args.budget is not None else 60.0)
+    return args.budget
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from autoplace.placers.gdp import gdp_train
+    from autoplace.units import fmt_time
+
+    _check_output(args.output, "policy")
+    if args.curve:
+        for ext in (".csv", ".png"):
+            _check_output(args.curve + ext, "curve")
+    names = [n for n in args.graphs.split(",") if n.strip()]
+    cnames = [n for n in args.cluster.split(",") if n.strip()]
+    if not names:
+        raise AutoplaceError("--graphs: give at least one graph")
+    if len(cnames) not in (1, len(names)):
+        raise AutoplaceError(f"--cluster: give one cluster, or one per graph ({len(names)}), not {len(cnames)}")
+    if args.policy and not Path(args.policy).is_file():
+        raise FormatError(f"--policy {args.policy}: no such file")
+    params = _parse_params(args.param)
+    graphs = [resolve_graph(n.strip(), params) for n in names]
+    clusters = [resolve_cluster(n.strip()) for n in (cnames if len(cnames) > 1 else cnames * len(names))]
+    budget = _search_budget(args)
+    r = _with_progress("training gdp", args.json, lambda: gdp_train(
+        graphs, clusters, budget=budget, config=_settings(args.settings), seed=args.seed, policy=args.policy,
+        output=args.output, checkpoint=args.checkpoint, resume=args.resume,
+        curve_csv=args.curve and args.curve + ".csv", curve_png=args.curve and args.curve + ".png",
+        checkpoint_every_s=args.checkpoint_every, workers=args.workers or 1, ray_address=args.ray_address))
+    steps = r.extra["best_steps_s"]
+    if args.json:
+        _print_json({"policy": args.output, "samples": r.samples, "updates": r.updates, "stop_reason": r.stop_reason,
+                     "graphs": [{"graph": g.name, "cluster": c.name, "best_step_s": _finite_or_none(s)}
+                                for g, c, s in zip(graphs, clusters, steps)]})
+    else:
+        con = _console(False)
+        for g, c, s in zip(graphs, clusters, steps):
+            con.print(f"{g.name} on {c.name}: best step {fmt_time(s) if math.isfinite(s) else 'none ran'}")
+        con.print(f"{r.samples} samples, {r.updates} updates ({r.stop_reason}); policy written to {args.output}")
+    return 0
+
+
+def _spinner(title: str, quiet: bool):
+    """A spinner on standard error while long work runs with nothing to count (capture, a zoo export);
+    nothing when it is not a terminal."""
+    import contextlib
+
+    if quiet or not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    return _console(True).status(f"{title} …")
+
+
+def _with_progress(title: str, quiet: bool, work):
+    """Run ``work()`` showing a progress bar on a terminal, fed by the searches' progress reports."""
+    from rich.progress import Progress
+
+    from autoplace.progress import progress_to
+
+    with Progress(transient=True, disable=quiet or not sys.stderr.isatty(), console=_console(True)) as bar:
+        task = bar.add_task(title, total=1.0)
+
+        def update(message: str, fraction: float | None) -> None:
+            bar.update(task, description=message, **({} if fraction is None else {"completed": fraction}))
+
+        with progress_to(update):
+            return work()
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from autoplace.comparison import compare, row_note, speedup
+    from autoplace.placers import available_placers, get_placer
+    from autoplace.units import fmt_bytes, fmt_ratio, fmt_time
+
+    _check_output(args.plot, "plot")
+    methods = args.methods or ["auto", *(m for m in available_placers(include_learned=False) if m != "auto")]
+    for m in methods:
+        get_placer(m)
+    graph = _granular(resolve_graph(args.graph, _parse_params(args.param)), args.granularity)
+    cluster = resolve_cluster(args.cluster)
+    with Progress(transient=True, disable=args.json or args.markdown or not sys.stderr.isatty(),
+                  console=_console(True)) as bar:
+        task = bar.add_task("placing", total=len(methods))
+        current = {"method": methods[0], "index": 0}
+
+        def advance(method: str) -> None:
+            current.update(method=method, index=methods.index(method))
+            bar.update(task, description=f"placing with {method}", completed=current["index"])
+
+        def search(message: str, fraction: float | None) -> None:   # a long search within one method
+            bar.update(task, description=f"{current['method']}: {message}",
+                       completed=current["index"] + (fraction or 0.0))
+
+        env: Any = args.env
+        if env == "measured":
+            from autoplace.env import make_env
+
+            env = make_env("measured", graph, cluster, **_env_kwargs(args))
+        try:
+            from autoplace.progress import progress_to
+
+            with progress_to(search):
+                result = compare(graph, cluster, methods, seed=args.seed, budget=args.budget, progress=advance,
+                                 env=env)
+        finally:
+            if env != "simulated":
+                env.close()
+    rows, bounds = result.rows, result.bounds
+    gpu_time, expert_time = result.step_time("single-gpu"), result.step_time("expert")
+    names = cluster.device_names
+    if args.plot:
+        from autoplace.plots import comparison_png
+
+        comparison_png(result, args.plot, title=f"{graph.name} ({graph.n_ops} ops) on {cluster.name}")
+
+    if args.json:
+        _print_json({"graph": graph.name, "cluster": cluster.name, "ops": graph.n_ops, "env": result.env,
+                     "bounds": {"critical_path_s": bounds.critical_path, "load_s": bounds.load,
+                                "cp_sat_s": bounds.cp_sat, "best_s": bounds.best,
+                                "of": "the simulated step"},
+                     "rows": [
+            {"method": r.method, **_result_dict(r.result, result.env, r.error),
+             "speedup_vs_single_gpu": _finite_or_none(speedup(gpu_time, r.step_time)),
+             "speedup_vs_expert": _finite_or_none(speedup(expert_time, r.step_time)),
+             "gap_to_bound": _finite_or_none(result.gap(r)),
+             "uncertainty": result.ranges[r.method].to_dict() if r.method in result.ranges else None,
+             "search_time_s": r.search_time_s, "wall_time_s": _finite_or_none(r.wall_time_s),
+             "details": _jsonable(r.details), "note": _range_note(result.ranges.get(r.method), row_note(r))}
+            for r in rows]})
+        return _compare_exit(rows)
+    header = ["method", "step time", "range", "vs single-gpu", "vs expert", "gap to bound",
+              *[f"peak {n}" for n in names], "status", "search"]
+    table_rows = []
+    for r in rows:
+        if r.result is None:
+            why = r.error if r.error.startswith("skipped") else f"no placement: {r.error}"
+            table_rows.append([r.method, "-", "-", "-", "-", "-", *["-"] * len(names), why,
+                               fmt_time(r.search_time_s)])
+            continue
+        status = _failure(r.result) if not r.result.ok else "ok"
+        rng = result.ranges.get(r.method)
+        note = _range_note(rng, row_note(r))
+        gap = result.gap(r)
+        table_rows.append([r.method, fmt_time(r.result.step_time) if r.result.ok else "failing",
+                           f"{fmt_time(rng.low)} - {fmt_time(rng.high)}" if rng else "-",
+                           fmt_ratio(speedup(gpu_time, r.step_time)), fmt_ratio(speedup(expert_time, r.step_time)),
+                           f"{100 * gap:.0f}%" if np.isfinite(gap) else "-",
+                           *[fmt_bytes(p) if p else "-" for p in r.result.peak_memory],
+                           f"{status}; {note}" if note else status, fmt_time(r.search_time_s)])
+    footer = ("range: the step over the cost model's uncertain constants (docs/algorithms.md, Uncertainty); "
+              "gain uncertain: faster than one GPU nominally but not in every scenario; "
+              if result.ranges else "") + (
+             f"lower bounds on the simulated step: critical path {fmt_time(bounds.critical_path)}, load "
+              f"{fmt_time(bounds.load)}"
+              + (f", CP-SAT {fmt_time(bounds.cp_sat)}" if bounds.cp_sat else "")
+              + ("; gap = step time / best bound - 1" if result.env == "simulated"
+                 else "; measured steps are not bounded by them, so no gap is shown"))
+    if args.markdown:
+        print(markdown_table(header, table_rows))
+        print(f"\n{footer}")
+        return _compare_exit(rows)
+    from rich.table import Table
+
+    table = Table(title=f"{graph.name} ({graph.n_ops} ops) on {cluster.name}: {args.env} training step",
+                  caption=footer)
+    for col in header:
+        table.add_column(col, justify="left" if col in ("method", "status") else "right")
+    for row in table_rows:
+        table.add_row(*row)
+    _console().print(table)
+    return _compare_exit(rows)
+
+
+def _range_note(rng, note: str) -> str:
+    """A row's note, with a warning where its gain over one GPU is inside the uncertainty range."""
+    if rng is None or not rng.gain_inside_range:
+        return note
+    warn = "gain uncertain"
+    return f"{note}; {warn}" if note else warn
+
+
+def _result_dict(result, env: str, why_none: str | None) -> dict:
+    """A row's step in the one result schema (:meth:`autoplace.result.StepResult.to_dict`); a method that
+    found no placement gets the same keys, empty, and ``error`` saying why."""
+    if result is not None:
+        return result.to_dict()
+    return {"env": env, "step_time_s": None, "ok": False, "error": why_none, "oom_devices": [], "step_times_s": [],
+            "devices": [], "links": [], "transfers": 0, "transfer_bytes": 0}
+
+
+def _compare_exit(rows) -> int:
+    """``compare`` follows the failing-placement rule too: 1 when no method found a placement that runs."""
+    return 0 if any(r.result is not None and r.result.ok for r in rows) else EXIT_FAILING
+
+
+def _jsonable(x: Any) -> Any:
+    """Placer metadata as plain JSON: non-finite numbers become null, numpy scalars plain numbers."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
+
+
+def _failure(result: Any) -> str:
+    """Why a result is failing: the run's error, or the devices out of memory."""
+    error = getattr(result, "error", None)
+    return error if error else "OOM: " + ", ".join(result.oom_devices)
