@@ -9,7 +9,7 @@ import pytest
 from autoplace.cluster import Cluster, Device, LinkSpec
 from autoplace.graph import Graph, Op
 from autoplace.placers import place
-from autoplace.placers.list_scheduling import _reader_penalty
+from autoplace.placers.schedule_model import _reader_penalty
 from autoplace.sim import simulate
 
 SCHEDULERS = ["tf-greedy", "heft", "m-topo", "m-etf", "m-sct"]
@@ -116,7 +116,7 @@ def test_a_schedule_that_runs_out_of_memory_is_rebuilt_with_less_room():
     out scaled down by its overflow, until one fits; it gives up after MEMORY_TRIES."""
     from autoplace.errors import InfeasibleError
     from autoplace.placement import Placement
-    from autoplace.placers.list_scheduling import MEMORY_TRIES, _fitting
+    from autoplace.placers.schedule_model import MEMORY_TRIES, _fitting
 
     ops = [Op("x", "input", output_bytes=(8,))]
     ops += [Op(f"a{k}", "op", ("x",), output_bytes=(8,), param_bytes=400, flops=1e6) for k in range(3)]

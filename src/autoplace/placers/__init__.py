@@ -11,6 +11,7 @@ from autoplace.placers.registry import PlacerFn, PlacerInfo, available_placers, 
 
 __all__ = ["PlacerFn", "PlacerInfo", "register_placer", "get_placer", "available_placers", "place"]
 
-# Built-in placer modules register themselves on import.
+# Built-in placer modules register themselves on import, in this order (available_placers() lists them so).
 from autoplace.placers import (  # noqa: E402,F401,I001
-    auto, baselines, cpsat, dp_split, expert, gdp, hdp, htf_mpr, list_scheduling, local_search, partitioning, rl)
+    auto, baselines, cpsat, dp_split, expert, rl, gdp, hdp, htf_mpr, list_scheduling, baechi, local_search,
+    partitioning)

@@ -1,0 +1,395 @@
+"""The device worker process: one per device, running its part of a placed program (Send/Recv through the
+shared-memory buffer the parent lays out; see :mod:`autoplace.runtime.workers`, the parent side)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from autoplace.graph import Graph
+from autoplace.runtime.program import (
+    ExecutionError,
+    Program,
+    TRef,
+)
+
+SPIN_POLLS = int(os.environ.get("AUTOPLACE_SPIN_POLLS", 200))  # busy polls before sleeping between polls
+POLL_SLEEP_S = float(os.environ.get("AUTOPLACE_POLL_SLEEP_S", 20e-6))
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:  # pragma: no cover - not Linux
+        pass
+
+
+class _DeviceRuntime:
+    """Worker-side state for one device: the program, the current plan and the resident tensors."""
+
+    def __init__(self, name: str, device: str, cores: list[int] | None):
+        self.name, self.device = name, device
+        if cores:
+            try:
+                os.sched_setaffinity(0, cores)
+            except (OSError, AttributeError):  # pragma: no cover
+                pass
+        import torch
+
+        torch.set_num_threads(max(1, len(cores or [0])))
+        if device.startswith("cuda"):  # pragma: no cover - no GPU in CI
+            torch.cuda.set_device(torch.device(device))
+        self.torch = torch
+        self.program: Program | None = None
+
+    # -------------------------------------------------------------- set-up
+    def load(self, graph: Graph) -> None:
+        self.program = Program(graph)
+
+    def setup(self, plan, transfers, shm, flags, layouts, seed: int, capacity: float, keep: set[int],
+              values: dict | None = None) -> int:
+        torch = self.torch
+        prog = self.program
+        self.plan = plan
+        self.capacity = capacity
+        self.shm = shm
+        self.shm_ptr = shm.untyped_storage().data_ptr() if shm.numel() else -1
+        self.flags = flags.numpy()
+        self.layouts = layouts[:, :8].numpy()
+        self.stamps = layouts[:, 8].view(torch.float64).numpy()
+        self.slots: dict[int, Any] = {}
+        for tid, (ref, src, dst, off, shape, dtype) in enumerate(transfers):
+            if src == plan.device or dst == plan.device:
+                dt = getattr(torch, dtype)
+                n = int(np.prod(shape)) * dt.itemsize
+                self.slots[tid] = (shm[off:off + n].view(dt), tuple(shape))
+        sends: dict[TRef, list[int]] = {}
+        self.recv_tid: list[tuple[int, TRef]] = []
+        for tid, (ref, src, dst, *_rest) in enumerate(transfers):
+            if src == plan.device:
+                sends.setdefault(ref, []).append(tid)
+            elif dst == plan.device:
+                self.recv_tid.append((tid, ref))
+        self.sends_of: dict[int, list[tuple[TRef, list[int]]]] = {}  # producer op -> (tensor, slots)
+        for ref, tids in sends.items():
+            self.sends_of.setdefault(ref.op, []).append((ref, tids))
+        # dependency counts and successors (local deps + one per received tensor read)
+        self.n_deps = {i: len(plan.deps[i]) for i in plan.ops}
+        self.succ: dict[int, list[int]] = {i: [] for i in plan.ops}
+        for i in plan.ops:
+            for j in plan.deps[i]:
+                self.succ[j].append(i)
+        self.recv_users = {r: sorted(set(u)) for r, u in plan.recv_users.items()}
+        for r, users in self.recv_users.items():
+            for u in users:
+                self.n_deps[u] += 1
+        self.initial = [i for i in plan.ops if self.n_deps[i] == 0]
+        # values are dropped once their last local reader has run (readers run in any ready order)
+        self.reads: dict[int, list[Any]] = {i: [] for i in plan.ops}
+        self.refcount: dict[Any, int] = {}
+        for i in plan.ops:
+            c = prog.calls[i]
+            if c is None:
+                continue
+            for key in dict.fromkeys(r.op if r.op in self.n_deps else TRef(r.op, r.k) for r in c.tensor_refs):
+                if isinstance(key, TRef) or (prog.calls[key] is not None and key not in keep):
+                    self.reads[i].append(key)
+                    self.refcount[key] = self.refcount.get(key, 0) + 1
+        self.drop_now = {i for i in plan.ops if prog.calls[i] is not None and i not in keep
+                         and i not in self.refcount}
+        # resident state: this device's placeholders
+        self.env: dict[Any, Any] = {}
+        self.live: dict[int, list] = {}
+        self.live_bytes = 0
+        values = values or {}
+        for i in plan.ops:
+            if prog.calls[i] is None:
+                self.env[i] = values[i].to(self.device) if i in values else prog.make_input(i, seed, self.device)
+                self._hold(self.env[i])
+        self.resident = self.live_bytes
+        if self.resident > capacity:
+            raise MemoryError(f"{self.name}: its parameters and inputs need {self.resident} bytes, "
+                              f"over its {int(capacity)}-byte memory")
+        return self.resident
+
+    # -------------------------------------------------------------- memory accounting
+    def _tensors(self, v):
+        T = self.torch.Tensor
+        if isinstance(v, T):
+            return (v,)
+        if isinstance(v, (tuple, list)):
+            return tuple(t for t in v if isinstance(t, T))
+        return ()
+
+    def _hold(self, v) -> None:
+        for t in self._tensors(v):
+            st = t.untyped_storage()
+            key = st.data_ptr()
+            if key == self.shm_ptr:
+                continue
+            e = self.live.get(key)
+            if e is None:
+                self.live[key] = [st.nbytes(), 1]
+                self.live_bytes += st.nbytes()
+            else:
+                e[1] += 1
+
+    def _release(self, v) -> None:
+        for t in self._tensors(v):
+            key = t.untyped_storage().data_ptr()
+            e = self.live.get(key)
+            if e is None:
+                continue
+            e[1] -= 1
+            if e[1] == 0:
+                self.live_bytes -= e[0]
+                del self.live[key]
+
+    # -------------------------------------------------------------- one step
+    def step(self, step_id: int, profile: bool = False) -> tuple:
+        """Run one step; returns (start, end, peak bytes, busy seconds, per-op times if ``profile``,
+        exchange counters — see :attr:`MeasuredResult.exchange`)."""
+        prog = self.program
+        plan = self.plan
+        env = self.env
+        calls = prog.calls
+        flags = self.flags
+        device = self.device
+        recv_users = self.recv_users
+        n_deps = dict(self.n_deps)
+        refs = dict(self.refcount)
+        ready = deque(self.initial)
+        wait_tids = np.array([tid for tid, _ in self.recv_tid], dtype=np.int64)
+        wait_refs = dict(self.recv_tid)
+        peak = self.live_bytes
+        busy = 0.0
+        times: dict[int, float] | None = {} if profile else None
+        local = self.n_deps  # membership test for local ops
+        pc = time.perf_counter
+        n_sent = sent_bytes = n_recv = lat_n = 0
+        send_t = recv_t = lat_sum = 0.0
+        idle_since = float("inf")
+        stamps = self.stamps
+
+        def get(r: TRef):
+            if r.op in local:
+                v = env[r.op]
+                return v if r.k is None else v[r.k]
+            return env[r]
+
+        scalar = prog.scalar_fn(get, device)
+        cuda = device.startswith("cuda")
+        t_start = pc()
+        remaining = len(plan.ops)
+        spins = 0
+        while remaining:
+            if ready:
+                i = ready.popleft()
+                spins = 0  # the next wait starts spinning afresh (and its latency counts from then)
+                idle_since = float("inf")  # an arrival seen after running ops was not waited for
+                t0 = pc()
+                send_dt = 0.0
+                c = calls[i]
+                if c is not None:
+                    if self.live_bytes + self._out_bytes[i] > self.capacity:
+                        raise MemoryError(f"{self.name} ran out of memory at op {prog.graph.ops[i].name!r}: "
+                                          f"{self.live_bytes + self._out_bytes[i]} bytes over its "
+                                          f"{int(self.capacity)}-byte budget")
+                    try:
+                        val = prog.call(i, get, scalar, device)
+                    except MemoryError:
+                        raise
+                    except Exception as e:  # noqa: BLE001
+                        raise RuntimeError(f"op {prog.graph.ops[i].name!r}: {type(e).__name__}: {e}") from None
+                    env[i] = val
+                    self._hold(val)
+                    if self.live_bytes > peak:
+                        peak = self.live_bytes
+                sends = self.sends_of.get(i)
+                if sends:
+                    ts = pc()
+                    for ref, tids in sends:
+                        v = get(ref)
+                        for tid in tids:
+                            self._send(tid, v)
+                            stamps[tid] = pc()
+                            flags[tid] = step_id
+                            n_sent += 1
+                            sent_bytes += v.numel() * v.element_size()
+                    send_dt = pc() - ts
+                    send_t += send_dt
+                for key in self.reads[i]:
+                    refs[key] -= 1
+                    if refs[key] == 0:
+                        v = env.pop(key)
+                        if type(key) is TRef:
+                            self.live_bytes -= v.numel() * v.element_size()
+                        else:
+                            self._release(v)
+                if i in self.drop_now:
+                    self._release(env.pop(i))
+                for s in self.succ[i]:
+                    n_deps[s] -= 1
+                    if n_deps[s] == 0:
+                        ready.append(s)
+                remaining -= 1
+                t1 = pc()
+                busy += t1 - t0
+                if times is not None:
+                    if cuda:  # pragma: no cover
+                        self.torch.cuda.synchronize()
+                        t1 = pc()
+                    times[i] = t1 - t0 - send_dt  # sends are the exchange's cost, charged apart
+            else:
+                # poll the flags of every tensor still awaited at once (vectorised: a scan in Python
+                # would add its own length to every arrival's latency)
+                hits = np.flatnonzero(flags[wait_tids] == step_id) if len(wait_tids) else ()
+                if len(hits):
+                    spins = 0
+                    tr = pc()
+                    for h in hits:
+                        tid = int(wait_tids[h])
+                        if stamps[tid] >= idle_since:  # raised while we were already waiting: latency
+                            lat_sum += tr - stamps[tid]
+                            lat_n += 1
+                        ref = wait_refs[tid]
+                        v = self._receive(tid)
+                        env[ref] = v
+                        nb = v.numel() * v.element_size()
+                        self.live_bytes += nb
+                        if self.live_bytes > peak:
+                            peak = self.live_bytes
+                        for u in recv_users[ref]:
+                            n_deps[u] -= 1
+                            if n_deps[u] == 0:
+                                ready.append(u)
+                    wait_tids = np.delete(wait_tids, hits)
+                    n_recv += len(hits)
+                    dt = pc() - tr
+                    recv_t += dt
+                    busy += dt
+                else:
+                    if spins == 0:
+                        idle_since = pc()
+                    spins += 1
+                    if spins > SPIN_POLLS:
+                        # a spinning core slows its neighbour (shared caches, SMT siblings on the host):
+                        # back off to short sleeps once the wait is no longer short
+                        time.sleep(POLL_SLEEP_S)
+                        if spins % 1000 == 0 and os.getppid() == 1:  # parent gone
+                            os._exit(1)
+        if cuda:  # pragma: no cover
+            self.torch.cuda.synchronize()
+        t_end = pc()
+        return t_start, t_end, float(peak), busy, times, (n_sent, sent_bytes, send_t, n_recv, recv_t, lat_sum, lat_n)
+
+    def _send(self, tid: int, v) -> None:
+        """Copy ``v`` into its slot. A permuted dense tensor (a transposed weight) is sent in its memory
+        order and the permutation with it, so the copy is a memcpy and the receiver gets the same strides."""
+        flat, shape = self.slots[tid]
+        lay = self.layouts[tid]
+        if v.is_contiguous() or v.dim() > len(lay):
+            lay[0] = -1
+            flat.view(shape).copy_(v)
+            return
+        order = sorted(range(v.dim()), key=lambda d: (-v.stride(d), d))
+        p = v.permute(order)
+        if p.is_contiguous():
+            lay[:v.dim()] = order
+            flat.copy_(p.reshape(-1))
+        else:
+            lay[0] = -1
+            flat.view(shape).copy_(v)
+
+    def _receive(self, tid: int):
+        flat, shape = self.slots[tid]
+        lay = self.layouts[tid]
+        if lay[0] < 0:
+            v = flat.view(shape)
+        else:
+            order = [int(x) for x in lay[:len(shape)]]
+            inverse = [order.index(d) for d in range(len(shape))]
+            v = flat.view([shape[o] for o in order]).permute(inverse)
+        return v.to(self.device) if self.device != "cpu" else v
+
+    def finish_setup(self) -> None:
+        """Output sizes per op, for the memory check before each op (the graph's declared outputs)."""
+        g = self.program.graph
+        self._out_bytes = {}
+        for i in self.plan.ops:
+            op = g.ops[i]
+            self._out_bytes[i] = 0 if op.meta.get("view") or self.program.calls[i] is None or \
+                self.program.calls[i].mutates is not None else sum(op.out_bytes)
+
+    def assign(self, values: dict) -> None:
+        """Give placeholders (op index -> tensor) of this device new values, as a new batch of inputs."""
+        for i, v in values.items():
+            if i not in self.env or self.program.calls[i] is not None:
+                raise ExecutionError(f"{self.name}: op {self.program.graph.ops[i].name!r} is not an input here")
+            self._release(self.env[i])
+            self.env[i] = v.to(self.device)
+            self._hold(self.env[i])
+        self.resident = self.live_bytes
+
+    def fetch(self, refs: list[TRef]) -> list:
+        out = []
+        for r in refs:
+            v = self.env[r.op] if r.op in self.n_deps else None
+            if v is not None and r.k is not None:
+                v = v[r.k]
+            out.append(v.detach().to("cpu").clone() if v is not None else None)
+        return out
+
+
+def _worker_main(conn, name: str, device: str, cores: list[int] | None) -> None:
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and tears us down
+    try:
+        rt = _DeviceRuntime(name, device, cores)
+        conn.send(("ready", os.getpid()))
+    except Exception as e:  # noqa: BLE001
+        conn.send(("error", f"{name}: cannot start: {type(e).__name__}: {e}"))
+        return
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        cmd = msg[0]
+        try:
+            if cmd == "exit":
+                return
+            if cmd == "load":
+                rt.load(msg[1])
+                conn.send(("ok",))
+            elif cmd == "setup":
+                resident = rt.setup(*msg[1:])
+                rt.finish_setup()
+                conn.send(("ok", resident))
+            elif cmd == "step":
+                conn.send(("done",) + rt.step(msg[1], profile=msg[2]))
+            elif cmd == "fetch":
+                conn.send(("values", rt.fetch(msg[1])))
+            elif cmd == "assign":
+                rt.assign(msg[1])
+                conn.send(("ok",))
+            elif cmd == "call":  # run a function in the worker (profiling, link tests)
+                conn.send(("ok", msg[1](rt, *msg[2:])))
+            else:
+                conn.send(("error", f"{name}: unknown command {cmd!r}"))
+        except MemoryError as e:
+            conn.send(("oom", str(e)))
+        except Exception as e:  # noqa: BLE001 - every failure becomes a failing result in the parent
+            text = " ".join(str(e).split())[:300]
+            if "out of memory" in text.lower():
+                conn.send(("oom", f"{name}: {text}"))
+            else:
+                conn.send(("error", f"{name}: {type(e).__name__}: {text}"))
