@@ -11,6 +11,10 @@ The :class:`Store` appends each finished job's result to ``jobs.jsonl`` in the r
 per job, flushed and synced): a bench stopped at any point continues with the first job it had not
 finished. A *table spec* (:data:`TABLES`) names the jobs a table needs for a choice of settings and
 builds the :class:`~autoplace.bench.render.Table` from their results.
+
+Why one long file: the job kinds, the store and the tables are read together (a table's columns are
+its jobs' fields); the rendering is in :mod:`autoplace.bench.render`, the papers' figures in
+:mod:`autoplace.bench.published`.
 """
 
 from __future__ import annotations

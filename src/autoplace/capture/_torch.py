@@ -10,6 +10,9 @@ Metadata: ``torch.fx.traceback.annotate`` tags every traced node with its ``phas
 module path (``scope``, from forward hooks; backward ops inherit the scope of the forward op they
 differentiate, through autograd-node hooks). Model code may add its own tags (layer, time step, role)
 with :func:`tag`; they land in each op's metadata.
+
+Why one long file: tracing, the aten-to-op conversion and the optimizer's kernels share the trace's
+bookkeeping (tensor ids, views, in-place writes) that the conversion reads as it goes.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@
  * so it is kept as a sorted array — popping is then free and inserting shifts the few entries that pop
  * earlier — and turns into a binary heap while it grows past a few dozen entries. Ops, kernels and copies
  * to submit wait in FIFOs (they are released in the order they become ready), copies in per-queue lists.
+ *
+ * Why one long file: it is the numba kernel's event loop in C, kept line for line beside it (the two must
+ * agree bit for bit, and are read side by side).
  */
 #include <math.h>
 #include <stdint.h>

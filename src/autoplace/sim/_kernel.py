@@ -44,6 +44,9 @@ received copy when its transfer is issued. Outputs live in buffers: an op's own,
 bytes). A buffer is released when its last reader on that device has finished and its outgoing transfers
 have landed — readers of a view count as readers of its base. Outputs nobody reads are released when
 their op finishes.
+
+Why one long file: it is one event loop, kept line for line beside the C loop (``_csim.c``) that
+must agree with it bit for bit; splitting it would split the side-by-side reading.
 """
 
 from __future__ import annotations
