@@ -94,3 +94,4 @@ def test_c_matches_numba_past_the_sorted_queues(cluster_name, width):
         for _ in range(3):
             _agree(sim, rng.integers(0, D, n))
         _agree(sim, np.minimum(np.arange(n) * D // n, D - 1))
+

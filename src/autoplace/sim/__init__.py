@@ -31,6 +31,7 @@ from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.result import StepResult
 from autoplace.sim import _cbackend, _kernel
+from autoplace.sim._args import ClusterArrays, GraphArrays
 
 __all__ = ["Simulator", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch", "host_busy_share",
            "BACKEND"]
@@ -149,14 +150,19 @@ class Simulator:
         # one argument bundle for both loops (index arrays as int32: half the memory traffic)
         i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
         f64 = lambda a: np.ascontiguousarray(a, dtype=np.float64)  # noqa: E731
-        self._graph_args = (g.topological_order, g.tensor_src, g.tensor_bytes, g.tensor_alloc, g.tensor_out,
-                            i32(g.op_tensor_ptr), i32(g.tensor_pair_ptr), i32(g.pair_op), g.pair_tensor,
-                            i32(g.in_ptr), i32(g.in_pair), g.out_alloc_total, g.unconsumed_alloc, g.param_bytes,
-                            i32(g.alias_pair), i32(g.tensor_pair_ptr[g.op_tensor_ptr]), i32(g.op_group),
-                            np.ascontiguousarray(group_launch_matrix(g, c).ravel()))
-        self._cluster_args = (f64(c.bandwidth), f64(c.latency), f64(c.overhead), c.route_ptr, c.route_seg,
-                              f64(c.segment_bandwidth), c.send_engines, c.recv_engines, c.concurrency, c.launcher,
-                              f64(c.op_overhead), c.launch_queue_depth)
+        self._graph_args = GraphArrays(
+            order=g.topological_order, tensor_src=g.tensor_src, tensor_bytes=g.tensor_bytes,
+            tensor_alloc=g.tensor_alloc, tensor_out=g.tensor_out, op_tensor_ptr=i32(g.op_tensor_ptr),
+            tensor_pair_ptr=i32(g.tensor_pair_ptr), pair_op=i32(g.pair_op), pair_tensor=g.pair_tensor,
+            in_ptr=i32(g.in_ptr), in_pair=i32(g.in_pair), out_alloc_total=g.out_alloc_total,
+            unconsumed_alloc=g.unconsumed_alloc, param_bytes=g.param_bytes, alias_pair=i32(g.alias_pair),
+            op_pair_ptr=i32(g.tensor_pair_ptr[g.op_tensor_ptr]), op_group=i32(g.op_group),
+            group_launch=np.ascontiguousarray(group_launch_matrix(g, c).ravel()))
+        self._cluster_args = ClusterArrays(
+            bandwidth=f64(c.bandwidth), latency=f64(c.latency), overhead=f64(c.overhead), route_ptr=c.route_ptr,
+            route_seg=c.route_seg, seg_bw=f64(c.segment_bandwidth), send_cap=c.send_engines,
+            recv_cap=c.recv_engines, concurrency=c.concurrency, launcher=c.launcher, launch_cost=f64(c.op_overhead),
+            qdepth=c.launch_queue_depth)
         self._charges = bool((c.send_cost > 0).any() or (c.send_overhead > 0).any() or (c.recv_overhead > 0).any())
         # contention: devices of one host slow each other; ops profiled both ways carry it
         hosts = np.array([d.meta.get("host") or "" for d in c.devices], dtype=object)

@@ -10,10 +10,11 @@ import os
 import warnings
 from pathlib import Path
 
+from autoplace.sim._args import C_ARRAYS
+
 __all__ = ["load", "BACKEND"]
 
-ABI = 5  # ap_abi() of a build whose ap_simulate takes the arguments simulate() passes
-N_ARRAYS = 50  # the arrays ap_simulate takes after its sizes
+N_ARRAYS = len(C_ARRAYS)  # the arrays ap_simulate takes after its sizes
 
 
 def load() -> ctypes.CDLL | None:
@@ -25,8 +26,10 @@ def load() -> ctypes.CDLL | None:
             lib = ctypes.CDLL(str(path))
         except OSError:
             continue
-        abi = getattr(lib, "ap_abi", None)
-        if abi is None or abi() != ABI:
+        names = getattr(lib, "ap_arg_names", None)
+        if names is not None:
+            names.restype = ctypes.c_char_p
+        if names is None or names().decode().split(",") != list(C_ARRAYS):
             warnings.warn(f"{path.name} is a stale build of the C simulator (rebuild it: pip install -e . or "
                           "python setup.py build_ext --inplace); using the numba kernel", RuntimeWarning, stacklevel=2)
             continue

@@ -831,9 +831,17 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
     return makespan;
 }
 
-/* The argument list's version: _cbackend refuses a build whose ap_abi differs (or that has none),
- * so a stale build is never called with the wrong arguments. */
-int ap_abi(void) { return 5; }
+/* ap_simulate's array arguments by name, in order (autoplace/sim/_args.py's C_ARRAYS): _cbackend refuses a
+ * build whose list differs (or that has none), so a stale build is never called with the wrong arguments. */
+const char *ap_arg_names(void) {
+    return
+           "devs,optime,order,tensor_src,tensor_bytes,tensor_alloc,tensor_out,op_tensor_ptr,"
+           "tensor_pair_ptr,pair_op,pair_tensor,in_ptr,in_pair,out_alloc_total,unconsumed_alloc,"
+           "param_bytes,alias_pair,op_pair_ptr,op_group,group_launch,bandwidth,latency,overhead,"
+           "route_ptr,route_seg,seg_bw,send_cap,recv_cap,concurrency,launcher,launch_cost,qdepth,"
+           "start,finish,lstart,step_time,busy_time,host_time,peak,link_time,link_bytes,seg_time,"
+           "n_transfers,xf_tensor,xf_src,xf_dst,xf_start,xf_end,xf_land,n_finished";
+}
 
 /* Simulate B placements (rows of devs[B, n]). Per-placement outputs have a leading B axis;
  * start/finish/lstart/xf_* are scratch shared by all rows (the last row's timeline is left in them).
