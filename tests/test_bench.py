@@ -279,3 +279,30 @@ def test_published_figures():
     assert published.gdp_table1_seconds("gnmt-2", 2, "metis") is None
     with pytest.raises(KeyError):
         published.mirhoseini_seconds("toy-mlp", 2, "rl")
+
+
+def test_against_compares_two_folders_results_leaving_out_measured_seconds(tmp_path, capsys):
+    import json
+
+    def folder(name: str, rows: list[tuple[str, dict]]):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "jobs.jsonl").write_text("".join(json.dumps({"job": k, "result": r}) + "\n" for k, r in rows)
+                                      + '{"job": "cut short')       # a line a kill cut: not compared
+        return str(d)
+
+    base = {"step_s": 1.5, "ok": True, "peak_gib": [1.0, 0.0], "search_s": 0.2, "wall_s": 0.3,
+            "models": {"svr": {"mean": 0.1, "fit_wall_s": 2.0}}}
+    before = folder("before", [("a", base), ("b", {**base, "step_s": 2.0}), ("gone", base)])
+    same = folder("same", [("a", {**base, "search_s": 9.0, "wall_s": 9.0,
+                                  "models": {"svr": {"mean": 0.1, "fit_wall_s": 7.0}}}),
+                           ("b", {**base, "step_s": 2.0}), ("new", base)])
+    assert main(["bench", "-o", same, "--against", before]) == 0
+    assert "2 jobs in both folders (1 only in" in capsys.readouterr().out
+    moved = folder("moved", [("a", {**base, "peak_gib": [1.0, 0.5]}), ("b", {**base, "step_s": 2.5})])
+    assert main(["bench", "-o", moved, "--against", before, "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["differ"] == {"a": ["peak_gib[1]"], "b": ["step_s"]} and not out["same"]
+    assert main(["bench", "-o", moved, "--against", str(tmp_path / "nothing")]) == 2
+    assert "not a bench results folder" in capsys.readouterr().err
+    assert (tmp_path / "before" / "jobs.jsonl").read_text().endswith('"cut short')    # read only

@@ -244,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learned-budget", type=_positive_seconds, default=None,
                    help="learned placers' budget, seconds of nominal work (default 600; --quick 2)")
     p.add_argument("--list", action="store_true", help="list the tables and their settings, run nothing")
+    p.add_argument("--against", metavar="DIR",
+                   help="run nothing: compare the results folder's jobs with DIR's (another commit's), leaving out "
+                        "measured seconds; exit 1 if any result differs")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 
 from autoplace.cli.common import (
+    EXIT_FAILING,
     _bold,
     _check_json_output,
     _check_output,
@@ -186,6 +187,26 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_against(args: argparse.Namespace) -> int:
+    """``bench -o AFTER --against BEFORE``: every job both folders hold, its result compared (exit 1 if any
+    differs)."""
+    from autoplace.bench.compare import compare_folders
+
+    c = compare_folders(args.against, args.output)
+    if args.json:
+        _print_json({"before": args.against, "after": args.output, **c.to_dict()})
+        return 0 if c.same else EXIT_FAILING
+    con = _console()
+    con.print(f"{c.common} jobs in both folders ({len(c.only_before)} only in {args.against}, "
+              f"{len(c.only_after)} only in {args.output}); measured seconds left out")
+    for job, fields in list(c.differ.items())[:20]:
+        con.print(f"differs: {job}: {', '.join(fields)}", markup=False)
+    if len(c.differ) > 20:
+        con.print(f"... and {len(c.differ) - 20} more")
+    con.print("every result the same" if c.same else f"{len(c.differ)} results differ")
+    return 0 if c.same else EXIT_FAILING
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
@@ -222,6 +243,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _console().print(f"all: {len(every)} jobs (a job two tables share runs once), "
                          f"{hours(sum(nominal_work(j) for j in every))} of search budget")
         return 0
+    if args.against is not None:
+        return _bench_against(args)
     for g in args.graph:
         resolve_graph(g)                 # an unknown graph is one clear error before any job runs
     quiet = args.json or not sys.stderr.isatty()
