@@ -1,7 +1,8 @@
 """Simulator fidelity: simulated vs measured step time of many placements on this machine's devices.
 
-    .venv/bin/python benchmarks/fidelity.py [--steps 10] [--rounds 4] [--plot docs/fidelity.png] [--json out.json]
-    .venv/bin/python benchmarks/fidelity.py --from-json docs/fidelity.json     # re-summarise a saved run
+    .venv/bin/python benchmarks/fidelity.py [--steps 10] [--rounds 4] [--plot docs/results/fidelity.png] \\
+        [--json out.json]
+    .venv/bin/python benchmarks/fidelity.py --from-json docs/results/fidelity.json     # re-summarise a saved run
 
 Recipe: measure the machine (``cluster detect``), profile each model's ops on one worker
 (``profile``), then for every placement — single-device, every heuristic placer, random group
@@ -161,7 +162,7 @@ def main(argv=None) -> int:
     ap.add_argument("--save", metavar="DIR", default=None,
                     help="write the measured cluster, each profiled graph and its placements here "
                          "(re-simulate them later without measuring again)")
-    ap.add_argument("--plot", default="docs/fidelity.png")
+    ap.add_argument("--plot", default="docs/results/fidelity.png")
     ap.add_argument("--json", default=None, help="write every (simulated, measured) pair here")
     ap.add_argument("--from-json", metavar="JSON", default=None,
                     help="measure nothing: re-summarise the pairs a run saved with --json (and re-plot)")

@@ -1,8 +1,8 @@
 """GDP's ablation (Zhou et al. §4.4): the policy with and without the placer's attention and the
 superposition layer, trained on one batch that mixes recurrent, convolutional and attention graphs.
 
-    .venv/bin/python benchmarks/gdp_ablation.py run --json docs/gdp/ablation.json
-    .venv/bin/python benchmarks/gdp_ablation.py report --json docs/gdp/ablation.json
+    .venv/bin/python benchmarks/gdp_ablation.py run --json docs/results/gdp/ablation.json
+    .venv/bin/python benchmarks/gdp_ablation.py report --json docs/results/gdp/ablation.json
 
 Every variant trains one policy on the batch (``--graphs``) for ``--budget`` seconds of nominal work, seed
 ``--seed``, in two modes: ``default`` (our search: the prior and structured exploration on) and ``paper``

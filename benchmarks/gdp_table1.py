@@ -1,12 +1,12 @@
 """GDP's Table 1 (Zhou et al.) re-simulated: GDP-one and HDP beside the expert, METIS and ``auto`` on the
 twelve settings (``p100x2/4/8``), the paper's measured seconds beside ours.
 
-    .venv/bin/python benchmarks/gdp_table1.py run --methods gdp --budget 120 --json docs/gdp/table1-gdp.json
-    .venv/bin/python benchmarks/gdp_table1.py run --methods hdp --budget 120 --json docs/gdp/table1-hdp.json
+    .venv/bin/python benchmarks/gdp_table1.py run --methods gdp --budget 120 --json docs/results/gdp/table1-gdp.json
+    .venv/bin/python benchmarks/gdp_table1.py run --methods hdp --budget 120 --json docs/results/gdp/table1-hdp.json
     .venv/bin/python benchmarks/gdp_table1.py run --methods expert,metis,auto --budget 60 \
-        --json docs/gdp/table1-classic.json
+        --json docs/results/gdp/table1-classic.json
     .venv/bin/python benchmarks/gdp_table1.py report \
-        --json docs/gdp/table1-gdp.json,docs/gdp/table1-hdp.json,docs/gdp/table1-classic.json
+        --json docs/results/gdp/table1-gdp.json,docs/results/gdp/table1-hdp.json,docs/results/gdp/table1-classic.json
 
 ``run`` places every setting (``--only rnnlm-2@p100x2,...`` for some) with each method and appends one row
 per (setting, method) to the JSON file as soon as it has it; a row already there is not run again, so an

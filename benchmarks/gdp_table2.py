@@ -1,10 +1,10 @@
 """GDP's Table 2 and Figure 2 (Zhou et al.) re-simulated: one policy trained on a batch of graphs against
 one policy per graph, and placing graphs the policy never saw — zero-shot and after a short fine-tune.
 
-    .venv/bin/python benchmarks/gdp_table2.py run --json docs/gdp/table2.json
-    .venv/bin/python benchmarks/gdp_table2.py run --json docs/gdp/table2.json --mode paper --parts loo
-    .venv/bin/python benchmarks/gdp_table2.py report --json docs/gdp/table2.json \
-        --table1 docs/gdp/table1-gdp.json,docs/gdp/table1-classic.json
+    .venv/bin/python benchmarks/gdp_table2.py run --json docs/results/gdp/table2.json
+    .venv/bin/python benchmarks/gdp_table2.py run --json docs/results/gdp/table2.json --mode paper --parts loo
+    .venv/bin/python benchmarks/gdp_table2.py report --json docs/results/gdp/table2.json \
+        --table1 docs/results/gdp/table1-gdp.json,docs/results/gdp/table1-classic.json
 
 ``run`` does three parts, each row appended to the JSON file as soon as it is measured (an interrupted run
 continues where it stopped; the policies it trains go to ``--out`` so that a resumed part reuses them):

@@ -2,9 +2,9 @@
 # Repeated measured runs on a CPU + GPU machine: cluster detect, profile, then `compare --env measured`
 # GPU_REPEATS times with GPU_STEPS steps each, so that a placement's measured step comes with its spread.
 #
-#     OUT=docs/gpu/repeats bash benchmarks/gpu_repeat.sh          # on the machine with the GPU (~3 minutes)
-#     .venv/bin/python benchmarks/gpu_check.py repeats docs/gpu/repeats   # the table, from its JSON
-#     .venv/bin/python benchmarks/gpu_check.py resimulate docs/gpu/repeats  # measured against today's simulator
+#     OUT=docs/results/gpu/repeats bash benchmarks/gpu_repeat.sh          # on the machine with the GPU (~3 minutes)
+#     .venv/bin/python benchmarks/gpu_check.py repeats docs/results/gpu/repeats   # the table, from its JSON
+#     .venv/bin/python benchmarks/gpu_check.py resimulate docs/results/gpu/repeats  # measured against today's simulator
 # The profiled graph (lm.profiled.json.gz) and each method's placement (placements/) stay in OUT with the
 # measurements, so that a later simulator can be checked against these runs without a GPU.
 #

@@ -1,12 +1,13 @@
 """HTF-MPR's benchmarks (Alhassan et al.) re-simulated on ``gtx1050tix2`` (an i7-7700 and two GTX 1050 Ti).
 
-    .venv/bin/python benchmarks/htf_mpr.py speedup   --json docs/htf-mpr/speedup.json      # alexnet, vgg16,
+    .venv/bin/python benchmarks/htf_mpr.py speedup   --json docs/results/htf-mpr/speedup.json      # alexnet, vgg16,
                                                                                            # mnist-softmax
-    .venv/bin/python benchmarks/htf_mpr.py predictor --json docs/htf-mpr/predictor.json    # Figure 8
-    .venv/bin/python benchmarks/htf_mpr.py enumerate --json docs/htf-mpr/enumerate.json    # every mnist-softmax mapping
-    .venv/bin/python benchmarks/htf_mpr.py table2    --json docs/htf-mpr/table2-NAME.json
+    .venv/bin/python benchmarks/htf_mpr.py predictor --json docs/results/htf-mpr/predictor.json    # Figure 8
+    .venv/bin/python benchmarks/htf_mpr.py enumerate --json docs/results/htf-mpr/enumerate.json
+                                                                       # every mnist-softmax mapping
+    .venv/bin/python benchmarks/htf_mpr.py table2    --json docs/results/htf-mpr/table2-NAME.json
                                                      [--label L --set KEY=VALUE ...]
-    .venv/bin/python benchmarks/htf_mpr.py report    --json docs/htf-mpr
+    .venv/bin/python benchmarks/htf_mpr.py report    --json docs/results/htf-mpr
 
 ``speedup``: HTF-MPR (``--budget`` seconds of nominal work, seed ``--seed``) on each model against the
 default mapping (every node on ``gpu:0``, TensorFlow's default with GPUs); its search wall time, real
@@ -318,7 +319,7 @@ def main(argv=None) -> int:
     p.add_argument("--curves", default=None, help="write each search's curve (CSV, PNG) here")
     p = sub.add_parser("report")
     p.add_argument("--json", required=True, help="the folder of the JSON files")
-    p.add_argument("--rl", default="docs/rl/table2", help="the folder of rl_table2.py's k80x2.json, k80x4.json")
+    p.add_argument("--rl", default="docs/results/rl/table2", help="the folder of rl_table2.py's k80x2.json, k80x4.json")
     args = ap.parse_args(argv)
     return {"speedup": cmd_speedup, "predictor": cmd_predictor, "enumerate": cmd_enumerate, "table2": cmd_table2,
             "report": cmd_report}[args.cmd](args)

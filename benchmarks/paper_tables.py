@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/paper_tables.py mirhoseini [--budget 30] [--json out.json] [--before old.json]
     .venv/bin/python benchmarks/paper_tables.py gdp        [--budget 30] [--json out.json] [--before old.json]
-    .venv/bin/python benchmarks/paper_tables.py gdp --from-field docs/classic-field/field.json   # no re-run
+    .venv/bin/python benchmarks/paper_tables.py gdp --from-field docs/results/classic-field/field.json   # no re-run
 
 ``mirhoseini``: Mirhoseini et al. 2017 Table 2 — rnnlm-2, nmt-2 and inception-v3 on ``k80x2`` and
 ``k80x4``; speedups over single-GPU and over the expert placement, the paper's measured figures beside.

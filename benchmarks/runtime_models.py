@@ -1,7 +1,7 @@
 """Three models of our own under the simulator that runs like the runtime, before and after.
 
     .venv/bin/python benchmarks/runtime_models.py [--before SRC] [--budget 10] [--out DIR] [--json]
-    .venv/bin/python benchmarks/runtime_models.py --from-json docs/runtime/models.json   # its table again
+    .venv/bin/python benchmarks/runtime_models.py --from-json docs/results/runtime/models.json   # its table again
 
 A ResNet-style CNN with BatchNorm (SGD with momentum), a GPT-style decoder with a tied head (Adam at
 PyTorch's default, foreach on GPUs) and a U-Net (Adam), none of them in the zoo or the examples, are
