@@ -22,7 +22,7 @@ from autoplace.placement import Placement
 from autoplace.runtime.program import ExecutionError
 from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool, _WorkerFailed
 
-__all__ = ["PlacedStep", "compile"]
+__all__ = ["PlacedStep"]
 
 
 def _flat(inputs: Any, targets: Any, keys: tuple[str, ...]) -> list:
