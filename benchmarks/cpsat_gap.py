@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from _common import TableOut
+
 GRAPHS = [("toy-mlp", {"layers": 2}), ("mnist-softmax", {}), ("layered-dag", {"ops": 30, "width": 5})]
 
 
@@ -39,15 +41,14 @@ def main(argv=None) -> int:
         print(f"\n### {name} {params or ''} — {g.n_ops} ops on {cluster.name}: CP-SAT {r.status} on {r.model} "
               f"({r.memory_model} memory), model optimum {r.objective_s * 1e3:.4f} ms, proven bound "
               f"{r.bound_s * 1e3:.4f} ms\n")
-        print("| method | simulated step | gap to bound |")
-        print("|---|---:|---:|")
+        out = TableOut(["method", "simulated step", "gap to bound"])
         for m in available_placers(include_learned=False):
             try:
                 step = simulate(g, cluster, place(g, cluster, m, seed=0, budget=10.0)).step_time
             except InfeasibleError as e:
-                print(f"| {m} | no placement ({e}) | - |")
+                out.row(m, f"no placement ({e})", "-")
                 continue
-            print(f"| {m} | {step * 1e3:.4f} ms | {100 * (step / r.bound_s - 1):.1f}% |", flush=True)
+            out.row(m, f"{step * 1e3:.4f} ms", f"{100 * (step / r.bound_s - 1):.1f}%")
     return 0
 
 

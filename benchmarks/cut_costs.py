@@ -13,15 +13,15 @@ import sys
 
 
 def main() -> int:
+    from _common import TableOut
+
     from autoplace.cluster import get_cluster
     from autoplace.placers import place
     from autoplace.sim import Simulator
     from autoplace.zoo import build_graph
 
-    print("| setting | method | step (s) | single-GPU (s) | transfers | GB moved | links busy, all (s) "
-          "| busiest link (s) "
-          "| busiest segment (s) | CPU busy (s) | GPUs busy (s) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    out = TableOut(["setting", "method", "step (s)", "single-GPU (s)", "transfers", "GB moved", "links busy, all (s)",
+                    "busiest link (s)", "busiest segment (s)", "CPU busy (s)", "GPUs busy (s)"], "llrrrrrrrrl")
     for model in ("rnnlm-2", "nmt-2", "inception-v3"):
         g = build_graph(model)
         for cname in ("k80x2", "k80x4"):
@@ -30,10 +30,10 @@ def main() -> int:
             single = sim.run(place(g, c, "single-gpu")).step_time
             for method in ("scotch", "mincut", "expert"):
                 r = sim.run(place(g, c, method, seed=0))
-                print(f"| {model}, {cname} | {method} | {r.step_time:.3f} | {single:.3f} | {r.n_transfers} | "
-                      f"{r.transfer_bytes / 1e9:.2f} | {r.link_time.sum():.3f} | {r.link_time.max():.3f} | "
-                      f"{r.segment_time.max(initial=0.0):.3f} | {r.busy_time[0]:.3f} | "
-                      f"{' '.join(f'{b:.3f}' for b in r.busy_time[1:])} |", flush=True)
+                out.row(f"{model}, {cname}", method, f"{r.step_time:.3f}", f"{single:.3f}", r.n_transfers,
+                        f"{r.transfer_bytes / 1e9:.2f}", f"{r.link_time.sum():.3f}", f"{r.link_time.max():.3f}",
+                        f"{r.segment_time.max(initial=0.0):.3f}", f"{r.busy_time[0]:.3f}",
+                        " ".join(f"{b:.3f}" for b in r.busy_time[1:]))
     return 0
 
 

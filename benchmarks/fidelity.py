@@ -28,6 +28,8 @@ import sys
 import time
 
 import numpy as np
+from _common import print_table as markdown
+from _common import save_json
 
 #: models at sizes that run in well under a second per step on one CPU core; the recurrent ones at batch 8,
 #: where an op's work is small beside a transfer's cost, so that the placements span more than 2x
@@ -246,8 +248,7 @@ def main(argv=None) -> int:
             print(f"{model}: {sm['placements']} placements, MAPE {100 * sm['mape']:.1f} %, Kendall tau "
                   f"{sm['kendall_tau']:.3f}, median max/min-1 over rounds {100 * sm['round_spread']:.1f} %")
             if args.json:  # after every model: a long run interrupted still leaves its figures
-                with open(args.json, "w") as f:
-                    json.dump({"summary": summary, "rows": rows}, f, indent=1)
+                save_json(args.json, {"summary": summary, "rows": rows})
 
     print_table(summary)
     if args.plot:
@@ -285,16 +286,15 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def print_table(summary: dict) -> None:
-    print("\n| model | ops | placements (scored) | slowest / best | MAPE | Kendall tau | pairwise order (pairs ≥ 15 % "
-          "apart) | unanchored MAPE / tau | anchor | round spread | tau round vs round | tau half vs half |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for model, s in summary.items():
-        print(f"| {model} | {s['ops']} | {s['placements']} ({s['scored']}) | {s['range']:.2f}x | "
-              f"{100 * s['mape']:.1f} % | "
-              f"{s['kendall_tau']:.3f} | {100 * s['pairwise_order_accuracy']:.1f} % ({s['clear_pairs']}) | "
-              f"{100 * s['mape_unanchored']:.1f} % / {s['kendall_tau_unanchored']:.3f} | "
-              f"{s['anchor']:.3f} | {100 * s['round_spread']:.1f} % | {s['round_vs_round_tau']:.3f} | "
-              f"{s['split_half_tau']:.3f} |")
+    print()
+    markdown(["model", "ops", "placements (scored)", "slowest / best", "MAPE", "Kendall tau",
+              "pairwise order (pairs ≥ 15 % apart)", "unanchored MAPE / tau", "anchor", "round spread",
+              "tau round vs round", "tau half vs half"],
+             [[model, s["ops"], f"{s['placements']} ({s['scored']})", f"{s['range']:.2f}x", f"{100 * s['mape']:.1f} %",
+               f"{s['kendall_tau']:.3f}", f"{100 * s['pairwise_order_accuracy']:.1f} % ({s['clear_pairs']})",
+               f"{100 * s['mape_unanchored']:.1f} % / {s['kendall_tau_unanchored']:.3f}", f"{s['anchor']:.3f}",
+               f"{100 * s['round_spread']:.1f} %", f"{s['round_vs_round_tau']:.3f}", f"{s['split_half_tau']:.3f}"]
+              for model, s in summary.items()])
 
 
 def resummarise(path: str, plot: str | None) -> int:

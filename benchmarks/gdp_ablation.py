@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
+
+from _common import geo, note, print_table, save_json
 
 GRAPHS = ("rnnlm-2@p100x2", "inception-v3@p100x2", "wavenet-2x18@p100x2", "transformer-xl-2@p100x2")
 VARIANTS = {"full": {}, "no attention": {"attention": False}, "no superposition": {"superposition": False},
@@ -48,11 +49,8 @@ def cmd_run(args) -> int:
             rows.append({"mode": mode, "variant": variant, "settings": settings, "budget": args.budget,
                          "steps_s": r.extra["best_steps_s"], "updates": r.updates,
                          "wall_s": time.perf_counter() - t0})
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-            with open(args.json + ".tmp", "w") as f:
-                json.dump({"table": "gdp-ablation", "rows": rows}, f, indent=1)
-            os.replace(args.json + ".tmp", args.json)
+            note(json.dumps(rows[-1]))
+            save_json(args.json, {"table": "gdp-ablation", "rows": rows})
     return 0
 
 
@@ -67,11 +65,9 @@ def cmd_report(args) -> int:
         names = [s.split("@")[0] for s in full["settings"]]
         print(f"\n### Mode {mode!r}: best step (s) per graph, budget {full['budget']:g} s of nominal work, "
               f"{full['updates']} updates\n")
-        print(f"| variant | {' | '.join(names)} | geomean vs full |")
-        print("|---|" + "---:|" * (len(names) + 1))
-        for v, r in mine.items():
-            rel = math.exp(sum(math.log(a / b) for a, b in zip(r["steps_s"], full["steps_s"])) / len(names))
-            print(f"| {v} | {' | '.join(f'{x:.4f}' for x in r['steps_s'])} | {rel:.3f} |")
+        rel = {v: geo(a / b for a, b in zip(r["steps_s"], full["steps_s"])) for v, r in mine.items()}
+        print_table(["variant", *names, "geomean vs full"],
+                    [[v, *(f"{x:.4f}" for x in r["steps_s"]), f"{rel[v]:.3f}"] for v, r in mine.items()])
     return 0
 
 

@@ -22,6 +22,8 @@ import sys
 import time
 import traceback
 
+from _common import save_json
+
 
 def _cuda() -> bool:
     import torch
@@ -286,8 +288,7 @@ def cmd_compile(args) -> int:
     for d, r in refs.items():
         print(f"eager {d}: losses {[round(v, 6) for v in r[0]]}, {r[2] * 1e3:.2f} ms per step")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+        save_json(args.json, out)
     return 1 if failed else 0
 
 

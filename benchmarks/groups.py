@@ -13,17 +13,17 @@ RULESETS = [("colocation",), ("colocation", "gradient"), ("colocation", "structu
 
 
 def main() -> int:
+    from _common import TableOut
+
     from autoplace.grouping import group_ops
     from autoplace.zoo import build_graph
 
-    print("| model | ops (ours / paper) | colocation | + gradient | + structure | + single-consumer | all rules "
-          "| paper's groups |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    out = TableOut(["model", "ops (ours / paper)", "colocation", "+ gradient", "+ structure", "+ single-consumer",
+                    "all rules", "paper's groups"])
     for name, (paper_ops, paper_groups) in TABLE1.items():
         g = build_graph(name)
         counts = [group_ops(g, rules).n_groups for rules in RULESETS]
-        print(f"| {name} | {g.n_ops:,} / {paper_ops:,} | " + " | ".join(f"{c:,}" for c in counts)
-              + f" | {paper_groups} |")
+        out.row(name, f"{g.n_ops:,} / {paper_ops:,}", *(f"{c:,}" for c in counts), paper_groups)
     return 0
 
 

@@ -12,6 +12,8 @@ import argparse
 import sys
 import time
 
+from _common import TableOut
+
 
 def _note(meta: dict) -> str:
     """What a row's placement says of its search: favourites, start, levels, stop reason."""
@@ -43,8 +45,7 @@ def main(argv=None) -> int:
     from autoplace.zoo import build_graph
 
     cluster = get_cluster(args.cluster)
-    print("| graph | ops | method | placement time | simulated step | OOM | note |")
-    print("|---|---:|---|---:|---:|---|---|")
+    out = TableOut(["graph", "ops", "method", "placement time", "simulated step", "OOM", "note"], "lrlrrll")
     for name in args.graphs.split(","):
         g = build_graph(name)
         for m in args.methods.split(","):
@@ -52,13 +53,13 @@ def main(argv=None) -> int:
             try:
                 p = place(g, cluster, m, seed=0, budget=60.0)
             except InfeasibleError as e:
-                print(f"| {name} | {g.n_ops:,} | {m} | {time.perf_counter() - t0:.1f} s | none | - | {e} |")
+                out.row(name, f"{g.n_ops:,}", m, f"{time.perf_counter() - t0:.1f} s", "none", "-", e)
                 continue
             el = time.perf_counter() - t0
             r = simulate(g, cluster, p)
             note = _note(p.meta)
-            print(f"| {name} | {g.n_ops:,} | {m} | {el:.1f} s | {r.step_time:.3f} s | "
-                  f"{', '.join(r.oom_devices) or '-'} | {note} |", flush=True)
+            out.row(name, f"{g.n_ops:,}", m, f"{el:.1f} s", f"{r.step_time:.3f} s", ", ".join(r.oom_devices) or "-",
+                    note)
     return 0
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from _common import TableOut
+
 from autoplace.cluster import get_cluster
 from autoplace.placers.rl import RLConfig, RLSearch
 from autoplace.zoo import build_graph
@@ -31,8 +33,8 @@ def main(argv=None) -> int:
     cluster = get_cluster(args.cluster)
     if args.ray_workers:
         return distributed(args, cluster)
-    print("| model | ops | groups | samples/s | policy forward | scoring | policy update | sim ms/placement |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    out = TableOut(["model", "ops", "groups", "samples/s", "policy forward", "scoring", "policy update",
+                    "sim ms/placement"])
     for model in args.models.split(","):
         graph = build_graph(model)
         search = RLSearch(graph, cluster, RLConfig(torch_threads=args.threads), seed=0)
@@ -47,9 +49,9 @@ def main(argv=None) -> int:
         total = sum(search.timings.values())
         share = {k: v / total for k, v in search.timings.items()}
         evals = search.evaluate.evaluations - evals0
-        print(f"| {model} | {graph.n_ops:,} | {search.features.n_groups} | {(search.samples - n0) / wall:.1f} | "
-              f"{share['policy_forward']:.0%} | {share['evaluate']:.0%} | {share['policy_update']:.0%} | "
-              f"{search.timings['evaluate'] / max(evals, 1) * 1e3:.2f} |", flush=True)
+        out.row(model, f"{graph.n_ops:,}", search.features.n_groups, f"{(search.samples - n0) / wall:.1f}",
+                f"{share['policy_forward']:.0%}", f"{share['evaluate']:.0%}", f"{share['policy_update']:.0%}",
+                f"{search.timings['evaluate'] / max(evals, 1) * 1e3:.2f}")
         search.close()
     return 0
 
@@ -59,8 +61,7 @@ def distributed(args, cluster) -> int:
     from autoplace.search import SearchBudget
     from autoplace.search.distributed import ray_session
 
-    print("| model | ops | groups | workers | samples/s | evaluations | cache hits |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    out = TableOut(["model", "ops", "groups", "workers", "samples/s", "evaluations", "cache hits"])
     with ray_session():
         for model in args.models.split(","):
             graph = build_graph(model)
@@ -68,8 +69,8 @@ def distributed(args, cluster) -> int:
                                config=RLConfig(torch_threads=args.threads), seed=0)
             first = r.curve.points[0]                 # the rate after the first update (actors started)
             rate = (r.samples - first.samples) / max(r.curve.points[-1].wall_s - first.wall_s, 1e-9)
-            print(f"| {model} | {graph.n_ops:,} | {r.placement.meta['groups']} | {args.ray_workers} | {rate:.1f} | "
-                  f"{r.evaluations} | {r.cache_hits} |", flush=True)
+            out.row(model, f"{graph.n_ops:,}", r.placement.meta["groups"], args.ray_workers, f"{rate:.1f}",
+                    r.evaluations, r.cache_hits)
     return 0
 
 

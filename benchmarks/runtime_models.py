@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from _common import print_table
 
 CLUSTERS = ("p100x2", "k80x4")
 
@@ -229,11 +230,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def table(results: list[dict]) -> None:
     ms = lambda s: f"{s * 1e3:.2f}"  # noqa: E731
-    print("| model | cluster | single-GPU step, ms (before -> after) | auto step, ms (before -> after) "
-          "| auto range, ms "
-          "| worst-case speedup | overhead share, single GPU (before -> after) "
-          "| auto: ops per device (before -> after) |")
-    print("|---|---|---:|---:|---:|---:|---:|---|")
+    rows = []
     for row in results:
         a, b = row["after"], row.get("before")
         one = (f"{ms(b['single-gpu']['step_s'])} -> {ms(a['single-gpu']['step_s'])}" if b
@@ -244,8 +241,11 @@ def table(results: list[dict]) -> None:
                  + f"{a['single-gpu']['overhead_share']:.0%}")
         fmt = lambda c: ", ".join(f"{d} {n}" for d, n in c.items() if n)  # noqa: E731
         devs = (f"{fmt(b['auto']['ops_per_device'])} -> " if b else "") + fmt(a["auto"]["ops_per_device"])
-        print(f"| {row['model']} | {row['cluster']} | {one} | {auto} | {ms(lo)}-{ms(hi)} | "
-              f"{a['auto']['worst_case_speedup']:.2f} | {share} | {devs} |")
+        rows.append([row["model"], row["cluster"], one, auto, f"{ms(lo)}-{ms(hi)}",
+                     f"{a['auto']['worst_case_speedup']:.2f}", share, devs])
+    print_table(["model", "cluster", "single-GPU step, ms (before -> after)", "auto step, ms (before -> after)",
+                 "auto range, ms", "worst-case speedup", "overhead share, single GPU (before -> after)",
+                 "auto: ops per device (before -> after)"], rows, "llrrrrrl")
 
 
 if __name__ == "__main__":

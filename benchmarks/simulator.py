@@ -20,6 +20,7 @@ import sys
 import time
 
 import numpy as np
+from _common import print_table
 
 from autoplace.cluster import get_cluster
 from autoplace.sim import Simulator
@@ -89,12 +90,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{build_s:.2f} s, simulator set up in {setup_s * 1e3:.0f} ms, JIT/cache load {compile_s:.2f} s")
     print(f"memory: RSS {rss0:.0f} MiB at start, {rss_ready:.0f} MiB with graph + JIT, peak {rss_mib():.0f} MiB")
     print()
-    print("| placement | transfers | single: median (best) | single ops/s | batched ms/placement | batched ops/s |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['placement']} | {r['transfers']} | {r['single_median_ms']:.2f} ms ({r['single_best_ms']:.2f}) "
-              f"| {r['single_ops_per_s'] / 1e6:.2f} M | {r['batch_ms_per_placement']:.2f} ms "
-              f"| {r['batch_ops_per_s'] / 1e6:.2f} M |")
+    print_table(["placement", "transfers", "single: median (best)", "single ops/s", "batched ms/placement",
+                 "batched ops/s"],
+                [[r["placement"], r["transfers"], f"{r['single_median_ms']:.2f} ms ({r['single_best_ms']:.2f})",
+                  f"{r['single_ops_per_s'] / 1e6:.2f} M", f"{r['batch_ms_per_placement']:.2f} ms",
+                  f"{r['batch_ops_per_s'] / 1e6:.2f} M"] for r in rows])
     return 0
 
 

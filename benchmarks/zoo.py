@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+from _common import print_table
+
 #: Op counts the papers report for their TensorFlow graphs.
 PAPER_OPS = {
     "rnnlm-2": ("8,943", "Mirhoseini Table 1"), "nmt-2": ("22,097", "Mirhoseini Table 1"),
@@ -68,15 +70,15 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print("| model | ops | edges | parameters + optimizer state | GFLOP / step | capture | cached load | "
-          "paper's ops | single-GPU step (k80x4) | single-GPU peak |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    table = []
     for r in rows:
         peak = f"{r['single_gpu_peak_gib']:.1f} GiB" + (" **OOM**" if r["single_gpu_oom"] else "")
         paper = f"{r['paper_ops']} ({r['paper_source']})" if r["paper_source"] else "-"
-        print(f"| {r['model']} | {r['ops']:,} | {r['edges']:,} | {r['param_bytes'] / 2**30:.2f} GiB | "
-              f"{_gflop(r['gflop'])} | {r['capture_s']:.1f} s | {r['cached_load_s']:.2f} s | {paper} | "
-              f"{r['single_gpu_step_s']:.3f} s | {peak} |")
+        table.append([r["model"], f"{r['ops']:,}", f"{r['edges']:,}", f"{r['param_bytes'] / 2**30:.2f} GiB",
+                      _gflop(r["gflop"]), f"{r['capture_s']:.1f} s", f"{r['cached_load_s']:.2f} s", paper,
+                      f"{r['single_gpu_step_s']:.3f} s", peak])
+    print_table(["model", "ops", "edges", "parameters + optimizer state", "GFLOP / step", "capture", "cached load",
+                 "paper's ops", "single-GPU step (k80x4)", "single-GPU peak"], table)
     return 0
 
 

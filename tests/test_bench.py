@@ -10,7 +10,8 @@ import pytest
 
 from autoplace import bench
 from autoplace.bench import TABLES, published
-from autoplace.bench.suite import Job, Setting, Store, tight_cluster
+from autoplace.bench.jobs import Job, Setting, tight_cluster
+from autoplace.bench.store import Store
 from autoplace.cli import main
 
 QUICK = ["--quick", "--budget", "0.5", "--learned-budget", "0.5"]
@@ -112,9 +113,7 @@ def test_a_second_run_reuses_every_job_and_a_cut_line_runs_again(results, capsys
 
 
 def test_interrupted_bench_keeps_finished_jobs_and_continues(tmp_path, monkeypatch, capsys):
-    from autoplace.bench import suite
-
-    real, calls = suite.run_job, []
+    real, calls = bench.run_job, []
 
     def interrupt_third(job):
         calls.append(job)
@@ -131,21 +130,28 @@ def test_interrupted_bench_keeps_finished_jobs_and_continues(tmp_path, monkeypat
     monkeypatch.setattr(bench, "run_job", real)
     assert main([*args, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["ran"] == 1 and out["reused"] == 2
+    assert out["ran"] == 2 and out["reused"] == 2                      # bounds, single-gpu; htf-mpr, auto
 
 
-def test_interrupted_search_is_not_kept(tmp_path, monkeypatch):
+def test_interrupted_search_is_not_kept(monkeypatch):
     """A learned search stopped by Ctrl-C returns its best so far; the bench must not store it as done."""
-    from autoplace.bench import suite
+    from dataclasses import replace
+
+    from autoplace import placers
+    from autoplace.bench import jobs
     from autoplace.placement import Placement
 
-    def interrupted(graph, cluster, method, **kw):
-        return Placement.from_array(graph, cluster, np.zeros(graph.n_ops, dtype=int), method,
-                                    stop_reason="interrupted", search_time_s=0.0)
+    def interrupted(graph, cluster, **kw):
+        from autoplace.search.curve import Curve
+        from autoplace.search.runner import SearchResult
 
-    monkeypatch.setattr("autoplace.placers.place", interrupted)
+        p = Placement.from_array(graph, cluster, np.zeros(graph.n_ops, dtype=int), "rl", stop_reason="interrupted")
+        return SearchResult(p, Curve(), 0, 0, "interrupted", 0, 0, 0.0)
+
+    real = placers.get_placer
+    monkeypatch.setattr(placers, "get_placer", lambda name: replace(real(name), search=interrupted))
     with pytest.raises(KeyboardInterrupt):
-        suite.place_job(Setting("toy-mlp", "k80x2"), "rl", 0.5, 0)
+        jobs.place_job(Setting("toy-mlp", "k80x2"), "rl", 0.5, 0)
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
@@ -168,9 +174,10 @@ def test_list_names_every_table(capsys):
     assert all(t["settings"] and t["jobs"] >= len(t["settings"]) for t in listing)
     assert main(["bench", "--list", "--json"]) == 0
     full = json.loads(capsys.readouterr().out)
-    # full mode: every learned search gets 600 s of nominal work (Table 2's RL rows alone: 6 x 4 learned)
+    # full mode: every learned search gets 600 s of nominal work (Table 2: 4 learned placers, rl+refine's
+    # search and its 60 s refine, auto's 60 s on each of 6 settings)
     table2 = next(t for t in full if t["name"] == "mirhoseini-table2")
-    assert len(table2["settings"]) == 6 and table2["search_budget_s"] == 6 * (4 * 600 + 60)
+    assert len(table2["settings"]) == 6 and table2["search_budget_s"] == 6 * (5 * 600 + 60 + 60)
 
 
 def test_tight_cluster_fits_no_single_gpu():
@@ -223,41 +230,41 @@ def test_a_graph_file_is_keyed_by_its_content(tmp_path, capsys):
     capsys.readouterr()
     assert main(args) == 0
     first = json.loads(capsys.readouterr().out)
-    assert first["ran"] == 3
+    assert first["ran"] == 4
     assert main(["zoo", "export", "toy-mlp", "-P", "layers=3", "-o", str(g)]) == 0
     capsys.readouterr()
     assert main(args) == 0
     second = json.loads(capsys.readouterr().out)
-    assert second["ran"] == 3 and second["reused"] == 0
+    assert second["ran"] == 4 and second["reused"] == 0
     keys = {r[0] for r in second["tables"][0]["sections"][0]["rows"]}
     assert len(keys) == 1 and "[sha256:" in keys.pop()
     moved = tmp_path / "elsewhere.json"                                   # the same content under another name
     moved.write_bytes(g.read_bytes())
     assert main([*args[:-5], "--graph", str(moved), "-o", str(out), "--json"]) == 0
     third = json.loads(capsys.readouterr().out)
-    assert third["ran"] == 0 and third["reused"] == 3
+    assert third["ran"] == 0 and third["reused"] == 4
 
 
 def test_speedups_paper_figures_and_geomeans_on_a_paper_setting(tmp_path):
     """The table arithmetic on Table 2's rnnlm-2 on k80x2 with made-up steps: ours over single-gpu, the
     paper's (its seconds: single-gpu 1.57, expert 3.81, rl 1.57, single-cpu 6.89), geomeans."""
-    from autoplace.bench.suite import QUICK as B
-    from autoplace.bench.suite import build_placer_table
+    from autoplace.bench import QUICK, make_run
+    from autoplace.bench.builders import build_placer_table
 
+    run = make_run(budgets=QUICK)
     spec = TABLES["mirhoseini-table2"]
     s1, s2 = Setting("rnnlm-2", "k80x2"), Setting("nmt-2", "k80x2")
     store = Store(tmp_path)
     steps = {"single-gpu": 2.0, "expert": 1.0, "single-cpu": 4.0}
     for s, scale in ((s1, 1.0), (s2, 4.0)):
+        store.add(Job.of("bounds", setting=s), {"critical_path_s": 0.5, "load_s": 0.25, "ops": 10})
         for m in spec.methods:
             v = steps.get(m, 2.0) * (1.0 if m == "single-gpu" else scale)
             ok = m != "hdp"
-            store.add(Job.of("place", setting=s, method=m, budget=B.learned if m in ("rl", "hdp", "gdp", "htf-mpr")
-                             else B.search, seed=0),
-                      {"step_s": v if ok else None, "ok": ok, "oom": [] if ok else ["gpu:0"], "error": None,
-                       "search_s": 0.5, "wall_s": 0.6})
-    t = build_placer_table(spec, (s1, s2), B, 0, store)
-    wide, geo, every = (sec.rows for sec in t.sections)
+            store.add(run.place(s, m), {"step_s": v if ok else None, "ok": ok, "oom": [] if ok else ["gpu:0"],
+                                        "error": None, "search_s": 0.5, "wall_s": 0.6})
+    t = build_placer_table(spec, (s1, s2), run, store)
+    wide, geo, every = (sec.rows for sec in t.sections[:3])
     head = t.sections[0].columns
     row = dict(zip(head, wide[0]))
     assert row["single-gpu"] == "1.00x / 1.00x" and row["expert"] == "2.00x / 0.41x"      # 2/1; 1.57/3.81
@@ -270,6 +277,93 @@ def test_speedups_paper_figures_and_geomeans_on_a_paper_setting(tmp_path):
     assert cell[2] == "OOM (gpu:0)" and cell[4] == "–"
     cell = next(r for r in every if r[0] == s1.key and r[1] == "single-cpu")
     assert cell[2:6] == ["4", "0.50x", "6.89", "0.23x"]
+    bounds = next(sec for sec in t.sections if sec.title.startswith("Lower bounds"))
+    assert bounds.rows[0][1:] == ["10", "0.5", "0.25", "1 (expert)", "2.00x"]           # 1 s over the 0.5 s bound
+    faster = next(sec for sec in t.sections if sec.title == "Placements faster than auto's")
+    assert [r[1] for r in faster.rows if r[0] == s1.key] == ["expert"]
+    assert [r[1] for r in faster.rows if r[0] == s2.key] == ["single-gpu", "expert"]
+
+
+def test_memory_checks_name_a_broken_promise(tmp_path):
+    """The memory-tight table says where a memory-aware placer's placement ran out of memory and where
+    auto is slower than dp-split; with neither, one row saying so."""
+    from autoplace.bench import QUICK, make_run
+    from autoplace.bench.builders import all_placers, build_placer_table
+
+    run, spec, s = make_run(budgets=QUICK), TABLES["memory-tight"], Setting("toy-mlp", "k80x2")
+
+    def checks(results: dict) -> list[list[str]]:
+        store = Store(tmp_path / str(len(list(tmp_path.iterdir()))))
+        store.add(Job.of("bounds", setting=s), {"critical_path_s": 0.5, "load_s": 0.25, "ops": 10})
+        for m in all_placers():
+            r = results.get(m, {"step_s": 2.0, "ok": True, "oom": []})
+            store.add(run.place(s, m), {"error": None, "search_s": 0.1, "wall_s": 0.1, **r})
+        t = build_placer_table(spec, (s,), run, store)
+        return next(sec for sec in t.sections if sec.title == "Memory checks").rows
+
+    assert checks({})[0][0] == "every setting"
+    rows = checks({"m-etf": {"step_s": None, "ok": False, "oom": ["gpu:1"]}, "auto": {"step_s": 3.0, "ok": True,
+                                                                                      "oom": []}})
+    assert rows == [[s.key, "m-etf runs out of memory (gpu:1)"], [s.key, "auto is not at least as fast as dp-split"]]
+    # single-gpu is not memory-aware: its running out of memory breaks no promise
+    assert checks({"single-gpu": {"step_s": None, "ok": False, "oom": ["gpu:0"]}})[0][0] == "every setting"
+
+
+def test_a_variant_is_a_column_beside_its_placer_keyed_by_its_settings(tmp_path, capsys):
+    """--variant LABEL=PLACER with --set LABEL.KEY=VALUE: a column after the placer, jobs keyed by the
+    settings (a --set on the placer itself changes its jobs too), the learned searches' section showing
+    the variant's samples to reach the placer's step."""
+    args = ["bench", *QUICK, "--tables", "htf-mpr", "--graph", "toy-mlp", "-o", str(tmp_path), "--json"]
+    assert main([*args, "--variant", "random=htf-mpr", "--set", "random.model=random"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ran"] == 5                                 # bounds, single-gpu, htf-mpr, random, auto
+    table = out["tables"][0]
+    assert table["sections"][0]["columns"] == ["setting", "single-gpu", "htf-mpr", "random", "auto"]
+    keys = [json.loads(json.loads(line)["job"]) for line in (tmp_path / "jobs.jsonl").read_text().splitlines()]
+    assert [k.get("config") for k in keys if k.get("method") == "htf-mpr"] == [None, [["model", "random"]]]
+    learned = next(s for s in table["sections"] if s["title"] == "Learned searches")
+    assert [r[1] for r in learned["rows"]] == ["htf-mpr", "random"]
+    reach = learned["rows"][1][-1]
+    assert reach.isdigit() or reach.startswith("not in "), reach
+    assert "random: htf-mpr with model=random" in (tmp_path / "htf-mpr.md").read_text()
+    assert main([*args, "--set", "htf-mpr.population=6"]) == 0
+    assert json.loads(capsys.readouterr().out)["ran"] == 1          # htf-mpr again, under its new settings
+
+
+@pytest.mark.parametrize("extra, culprit", [
+    (["--set", "nope.x=1"], "'nope'"), (["--set", "rl.no_such=1"], "'no_such'"), (["--set", "rl"], "NAME.KEY=VALUE"),
+    (["--set", "auto.x=1"], "takes no settings"), (["--variant", "rl=rl"], "'rl'"),
+    (["--variant", "fast=auto"], "takes no settings"), (["--variant", "x"], "LABEL=PLACER"),
+    (["--set", "rl.learning_rate=-1"], "learning_rate")])
+def test_bad_settings_and_variants_are_one_line_and_exit_2(tmp_path, capsys, extra, culprit):
+    assert main(["bench", *QUICK, "--tables", "htf-mpr", "-o", str(tmp_path), *extra]) == 2
+    err = capsys.readouterr().err
+    assert culprit in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "jobs.jsonl").exists()
+
+
+def test_enumeration_counts_every_mapping(tmp_path):
+    """The enumerate job on mnist-softmax coarsened to 3^4 mappings: its counts agree with simulating
+    every mapping here, and HTF-MPR's rank is one more than the mappings strictly faster than it."""
+    import itertools
+
+    from autoplace.bench.jobs import enumerate_job
+    from autoplace.placers.htf_mpr import HTFMPRConfig, htf_mpr_nodes
+    from autoplace.sim import Simulator
+
+    s = Setting("mnist-softmax", "gtx1050tix2")
+    e = enumerate_job(s, 0.2, 0, max_mappings=3 ** 4)
+    assert e["coarsened"] and e["mappings"] == e["devices"] ** e["nodes"] <= 81
+    graph, cluster = s.problem()
+    nodes = htf_mpr_nodes(graph, cluster, HTFMPRConfig(groups=e["nodes"]), 0)
+    assert nodes.n_groups == e["nodes"]
+    maps = np.array(list(itertools.product(range(e["devices"]), repeat=e["nodes"])))
+    b = Simulator(graph, cluster).run_batch(nodes.expand_many(maps))
+    steps = np.where(b.oom, np.inf, b.step_time)
+    assert e["failed"] == int(np.isinf(steps).sum())
+    assert e["better_than_default"] == int((steps < e["default_step_s"] * (1 - 1e-12)).sum())
+    assert e["best_step_s"] == pytest.approx(steps.min())
+    assert e["htf_mpr_rank"] == 1 + int((steps < e["htf_mpr_step_s"] * (1 - 1e-12)).sum())
 
 
 def test_published_figures():
@@ -299,10 +393,16 @@ def test_against_compares_two_folders_results_leaving_out_measured_seconds(tmp_p
                            ("b", {**base, "step_s": 2.0}), ("new", base)])
     assert main(["bench", "-o", same, "--against", before]) == 0
     assert "2 jobs in both folders (1 only in" in capsys.readouterr().out
+    newer = folder("newer", [("a", {**base, "search": {"samples": 8}}), ("b", {**base, "step_s": 2.0})])
+    assert main(["bench", "-o", newer, "--against", before]) == 0             # a field only the later one records
+    assert "every result the same" in capsys.readouterr().out
     moved = folder("moved", [("a", {**base, "peak_gib": [1.0, 0.5]}), ("b", {**base, "step_s": 2.5})])
     assert main(["bench", "-o", moved, "--against", before, "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["differ"] == {"a": ["peak_gib[1]"], "b": ["step_s"]} and not out["same"]
+    assert out["changes"]["b"] == {"step_s": [2.0, 2.5]}
+    assert main(["bench", "-o", moved, "--against", before]) == 1
+    assert "step_s 2 -> 2.5" in capsys.readouterr().out
     assert main(["bench", "-o", moved, "--against", str(tmp_path / "nothing")]) == 2
     assert "not a bench results folder" in capsys.readouterr().err
     assert (tmp_path / "before" / "jobs.jsonl").read_text().endswith('"cut short')    # read only

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-_spec = importlib.util.spec_from_file_location("fidelity", Path(__file__).parents[1] / "benchmarks" / "fidelity.py")
+_scripts = Path(__file__).parents[1] / "benchmarks"
+if str(_scripts) not in sys.path:
+    sys.path.append(str(_scripts))           # as when the script runs: its folder's _common.py importable
+_spec = importlib.util.spec_from_file_location("fidelity", _scripts / "fidelity.py")
 fidelity = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fidelity)
 

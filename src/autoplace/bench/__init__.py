@@ -13,11 +13,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from autoplace.bench.jobs import Job, Setting, run_job
+from autoplace.bench.plan import FULL, QUICK, Budgets, Run, Variant
 from autoplace.bench.render import Table
-from autoplace.bench.suite import FULL, QUICK, TABLES, Budgets, Job, Setting, Store, run_job, table_settings
+from autoplace.bench.store import Store
+from autoplace.bench.suite import TABLES, table_settings
 from autoplace.errors import FormatError, UnknownNameError
 
-__all__ = ["run_bench", "table_names", "BenchResult", "TABLES", "QUICK", "FULL", "Budgets", "Setting", "Table"]
+__all__ = ["run_bench", "make_run", "table_names", "BenchResult", "TABLES", "QUICK", "FULL", "Budgets", "Run",
+           "Variant", "Setting", "Table"]
 
 
 @dataclass
@@ -42,22 +46,26 @@ def table_names(tables: Sequence[str] | None = None) -> list[str]:
 
 def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick: bool = False,
               graphs: Sequence[str] = (), seed: int = 0, budgets: Budgets | None = None,
+              configs: dict[str, dict] | None = None, variants: Sequence[Variant] = (),
               progress: Callable[[int, int, str], None] | None = None) -> BenchResult:
     """Run ``tables`` (default: all) into ``folder``: each table's jobs not already in the folder's store,
     then its Markdown, JSON and PNG. ``quick`` takes each table's small settings and :data:`QUICK`
     budgets; ``graphs`` puts these graphs (zoo names or files) in place of each table's models, on the
-    table's clusters. ``progress(done, total, label)`` is called before each job runs."""
+    table's clusters. ``configs`` (placer -> settings) runs learned placers under other settings wherever
+    they run; each :class:`Variant` is a method column of its own beside its placer. ``progress(done,
+    total, label)`` is called before each job runs."""
     from autoplace.formats._json import atomic_write_text, write_json
 
     names = table_names(tables)
-    b = budgets or (QUICK if quick else FULL)
+    run = make_run(quick=quick, graphs=graphs, seed=seed, budgets=budgets, configs=configs, variants=variants)
+    b = run.budgets
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)       # an unusable folder fails now, not after the first job
     if not os.access(folder, os.W_OK | os.X_OK):
         raise FormatError(f"{folder}: the results folder is not writable")
     store = Store(folder)
     plan = [(TABLES[n], table_settings(TABLES[n], quick, tuple(graphs))) for n in names]
-    jobs: list[Job] = list(dict.fromkeys(j for spec, settings in plan for j in spec.jobs(settings, b, seed)))
+    jobs: list[Job] = list(dict.fromkeys(j for spec, settings in plan for j in spec.jobs(spec, settings, run)))
     todo = [j for j in jobs if j not in store]
     t0 = time.perf_counter()
     for i, job in enumerate(todo):
@@ -68,16 +76,28 @@ def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick:
         progress(len(todo), len(todo), "tables")
     built = []
     for spec, settings in plan:
-        t = spec.build(spec, settings, b, seed, store)
+        t = spec.build(spec, settings, run, store)
         atomic_write_text(folder / f"{spec.name}.md", t.markdown())
         write_json(folder / f"{spec.name}.json", t.to_dict())
         t.png(folder / f"{spec.name}.png")
         built.append(t)
     index = ["# Benchmark results", "",
              f"`autoplace bench{' --quick' if quick else ''}" + "".join(f" --graph {g}" for g in graphs)
-             + (f" --tables {','.join(names)}" if tables else "") + f" --seed {seed}`: {len(jobs)} jobs "
+             + (f" --tables {','.join(names)}" if tables else "")
+             + "".join(f" --set {p}.{k}={v}" for p, c in run.configs for k, v in c)
+             + "".join(f" --variant {v.label}={v.placer}" + (":" if v.config else "")
+                       + ",".join(f"{k}={x}" for k, x in v.config) for v in run.variants)
+             + f" --seed {seed}`: {len(jobs)} jobs "
              f"({len(todo)} run now, {len(jobs) - len(todo)} from earlier runs); search placers {b.search:g} s, "
              f"learned placers {b.learned:g} s of nominal work.", ""]
     index += [f"- [{t.title}]({t.name}.md) — ![{t.name}]({t.name}.png)" for t in built]
     atomic_write_text(folder / "README.md", "\n".join(index) + "\n")
     return BenchResult(built, len(todo), len(jobs) - len(todo), folder, time.perf_counter() - t0)
+
+
+def make_run(*, quick: bool = False, graphs: Sequence[str] = (), seed: int = 0, budgets: Budgets | None = None,
+             configs: dict[str, dict] | None = None, variants: Sequence[Variant] = ()) -> Run:
+    """The :class:`Run` of a bench: ``budgets`` (default :data:`QUICK` or :data:`FULL`), ``configs`` as
+    sorted pairs (the same settings make the same job keys); bad settings are one clear error."""
+    pairs = tuple((p, tuple(sorted(c.items()))) for p, c in sorted((configs or {}).items()) if c)
+    return Run(budgets or (QUICK if quick else FULL), seed, pairs, tuple(variants), quick, tuple(graphs))

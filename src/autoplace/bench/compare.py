@@ -2,8 +2,10 @@
 
 ``autoplace bench -o AFTER --against BEFORE`` reads both folders' ``jobs.jsonl`` (read only: neither is
 written) and compares every job they both hold, leaving out the fields that measure this machine rather
-than the placement (:data:`MEASURED`: search and wall-clock seconds). A job's result is its simulated step
-times, memory peaks, errors, sample counts: every other field, compared exactly.
+than the placement (:data:`autoplace.bench.jobs.MEASURED`: search and wall-clock seconds). A job's result
+is its simulated step times, memory peaks, errors, sample counts: every other field the earlier folder
+holds, compared exactly (a field only the later one holds is something a newer version records, not a
+change).
 """
 
 from __future__ import annotations
@@ -12,16 +14,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autoplace.bench.jobs import measured
 from autoplace.errors import FormatError
 
-__all__ = ["MEASURED", "FolderComparison", "compare_folders"]
-
-#: result fields (at any depth) that are seconds measured on this machine: ``search_s`` and ``*wall_s``
-MEASURED = ("search_s",)
-
-
-def _measured(key: str) -> bool:
-    return key in MEASURED or key.endswith("wall_s")
+__all__ = ["FolderComparison", "compare_folders", "change_text"]
 
 
 def _read(folder: str | Path) -> dict[str, dict]:
@@ -42,40 +38,54 @@ def _read(folder: str | Path) -> dict[str, dict]:
     return out
 
 
-def _differences(a, b, where: str = "") -> list[str]:
-    """The paths (``field.sub[2]``) where ``a`` and ``b`` differ, measured fields left out."""
+def _differences(a, b, where: str = "") -> list[tuple[str, object, object]]:
+    """``(path, before, after)`` where ``a`` and ``b`` differ (paths as ``field.sub[2]``), measured fields
+    left out."""
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
-        for k in sorted(set(a) | set(b)):
-            if not _measured(k):
+        for k in sorted(a):                 # a field only the later folder has is new, not a change
+            if not measured(k):
                 out += _differences(a.get(k), b.get(k), f"{where}.{k}" if where else k)
         return out
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{where}[{i}]")]
-    return [] if a == b else [where or "result"]
+    return [] if a == b else [(where or "result", a, b)]
 
 
 @dataclass
 class FolderComparison:
-    """Jobs in both folders, in one only, and those whose results differ (job key -> differing fields)."""
+    """Jobs in both folders, in one only, and those whose results differ (job key -> the differing
+    fields, each with its value before and after)."""
 
     common: int
     only_before: list[str] = field(default_factory=list)
     only_after: list[str] = field(default_factory=list)
-    differ: dict[str, list[str]] = field(default_factory=dict)
+    changes: dict[str, dict[str, list]] = field(default_factory=dict)
 
     @property
     def same(self) -> bool:
-        return not self.differ
+        return not self.changes
+
+    @property
+    def differ(self) -> dict[str, list[str]]:
+        """Job key -> the paths of its fields that differ."""
+        return {k: list(v) for k, v in self.changes.items()}
 
     def to_dict(self) -> dict:
         return {"common": self.common, "only_before": self.only_before, "only_after": self.only_after,
-                "differ": self.differ, "same": self.same}
+                "differ": self.differ, "changes": self.changes, "same": self.same}
 
 
 def compare_folders(before: str | Path, after: str | Path) -> FolderComparison:
     """Compare the jobs two results folders both hold (see the module docstring)."""
     a, b = _read(before), _read(after)
     common = sorted(set(a) & set(b))
-    differ = {k: d for k in common if (d := _differences(a[k], b[k]))}
-    return FolderComparison(len(common), sorted(set(a) - set(b)), sorted(set(b) - set(a)), differ)
+    changes = {k: {path: [x, y] for path, x, y in d} for k in common if (d := _differences(a[k], b[k]))}
+    return FolderComparison(len(common), sorted(set(a) - set(b)), sorted(set(b) - set(a)), changes)
+
+
+def change_text(path: str, before, after) -> str:
+    """``step_s 0.1234 -> 0.1301`` (numbers to four significant digits)."""
+    def v(x):
+        return f"{x:.4g}" if isinstance(x, float) else json.dumps(x)
+    return f"{path} {v(before)} -> {v(after)}"

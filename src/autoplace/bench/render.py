@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Table", "Section", "fmt_seconds", "fmt_speedup"]
+__all__ = ["Table", "Section", "markdown_table", "fmt_seconds", "fmt_speedup"]
 
 
 def fmt_seconds(x: float | None) -> str:
@@ -21,6 +21,19 @@ def fmt_speedup(x: float | None) -> str:
     return "–" if x is None or not math.isfinite(x) else f"{x:.2f}x"
 
 
+def markdown_table(columns: list[str], rows: list[list], align: str = "") -> str:
+    """A Markdown table: ``align`` gives each column's alignment (``l`` or ``r``; by default the first
+    column left and the others right); ``|`` inside a cell is escaped."""
+    align = align or "l" + "r" * (len(columns) - 1)
+
+    def cell(v) -> str:
+        return str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 @dataclass
 class Section:
     title: str
@@ -28,13 +41,7 @@ class Section:
     rows: list[list[str]]
 
     def markdown(self) -> str:
-        def cell(v: str) -> str:
-            return str(v).replace("|", "\\|")
-
-        lines = [f"### {self.title}", "", "| " + " | ".join(self.columns) + " |",
-                 "|" + "|".join("---" if i == 0 else "---:" for i in range(len(self.columns))) + "|"]
-        lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in self.rows]
-        return "\n".join(lines)
+        return f"### {self.title}\n\n" + markdown_table(self.columns, self.rows)
 
 
 @dataclass
@@ -49,6 +56,7 @@ class Table:
     about: str
     budgets: Any = None
     seed: int = 0
+    note: str = ""            #: the run's learned-placer settings and variants, if any
     sections: list[Section] = field(default_factory=list)
     plot: tuple | None = None
 
@@ -59,7 +67,7 @@ class Table:
         b = self.budgets
         return (f"Simulated, seed {self.seed}; budgets: search placers {b.search:g} s, learned placers "
                 f"{b.learned:g} s of nominal work. `–`: none (a failing placement, or a figure the paper "
-                "does not report).")
+                "does not report)." + (f" {self.note}" if self.note else ""))
 
     def markdown(self) -> str:
         parts = [f"## {self.title}", "", self.about, "", self.header()]

@@ -243,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="search placers' budget, about seconds (default 60; --quick 1)")
     p.add_argument("--learned-budget", type=_positive_seconds, default=None,
                    help="learned placers' budget, seconds of nominal work (default 600; --quick 2)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME.KEY=VALUE",
+                   help="a learned placer's setting wherever it runs (--set rl.learning_rate=1e-3), or a --variant's "
+                        "(--set frozen.learning_rate=1e-12); results under other settings are kept apart; repeatable")
+    p.add_argument("--variant", action="append", default=[], metavar="LABEL=PLACER",
+                   help="a method column LABEL beside PLACER in every table that has it: PLACER under the settings "
+                        "--set LABEL.KEY=VALUE gives (the same search with learning off, another policy); repeatable")
     p.add_argument("--list", action="store_true", help="list the tables and their settings, run nothing")
     p.add_argument("--against", metavar="DIR",
                    help="run nothing: compare the results folder's jobs with DIR's (another commit's), leaving out "

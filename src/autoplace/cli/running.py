@@ -20,7 +20,7 @@ from autoplace.cli.common import (
     _print_json,
     _written,
 )
-from autoplace.cli.placing import _failure, _sim_table, _spinner, _with_progress
+from autoplace.cli.placing import _failure, _settings, _sim_table, _spinner, _with_progress
 from autoplace.resolve import resolve_cluster, resolve_graph
 
 
@@ -190,7 +190,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _bench_against(args: argparse.Namespace) -> int:
     """``bench -o AFTER --against BEFORE``: every job both folders hold, its result compared (exit 1 if any
     differs)."""
-    from autoplace.bench.compare import compare_folders
+    from autoplace.bench.compare import change_text, compare_folders
 
     c = compare_folders(args.against, args.output)
     if args.json:
@@ -199,34 +199,59 @@ def _bench_against(args: argparse.Namespace) -> int:
     con = _console()
     con.print(f"{c.common} jobs in both folders ({len(c.only_before)} only in {args.against}, "
               f"{len(c.only_after)} only in {args.output}); measured seconds left out")
-    for job, fields in list(c.differ.items())[:20]:
-        con.print(f"differs: {job}: {', '.join(fields)}", markup=False)
+    for job, fields in list(c.changes.items())[:20]:
+        con.print(f"differs: {job}: " + ", ".join(change_text(p, *v) for p, v in fields.items()), markup=False)
     if len(c.differ) > 20:
         con.print(f"... and {len(c.differ) - 20} more")
     con.print("every result the same" if c.same else f"{len(c.differ)} results differ")
     return 0 if c.same else EXIT_FAILING
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def _bench_run(args: argparse.Namespace):
+    """The :class:`~autoplace.bench.Run` of ``bench``'s options: budgets, seed, ``--set NAME.KEY=VALUE``
+    (NAME a learned placer or a ``--variant`` label) and ``--variant LABEL=PLACER``."""
     from dataclasses import replace
 
-    from rich.progress import Progress
-
-    from autoplace.bench import FULL, QUICK, TABLES, run_bench, table_names
-    from autoplace.bench.suite import nominal_work, table_settings
-    from autoplace.progress import progress_to
+    from autoplace.bench import FULL, QUICK, Variant, make_run
+    from autoplace.errors import FormatError
 
     budgets = QUICK if args.quick else FULL
     if args.budget is not None:
         budgets = replace(budgets, search=args.budget)
     if args.learned_budget is not None:
         budgets = replace(budgets, learned=args.learned_budget)
+    placers = {}
+    for text in args.variant:
+        label, sep, placer = text.partition("=")
+        if not sep or not label.strip() or not placer.strip():
+            raise FormatError(f"--variant {text!r}: expected LABEL=PLACER (settings: --set LABEL.KEY=VALUE)")
+        placers[label.strip()] = placer.strip()
+    configs: dict[str, dict] = {}
+    for text in args.set:
+        name, dot, rest = text.partition(".")
+        if not dot or "=" not in rest or "=" in name:
+            raise FormatError(f"--set {text!r}: expected NAME.KEY=VALUE (NAME: a learned placer or a --variant label)")
+        configs.setdefault(name, {}).update(_settings([rest]))
+    variants = tuple(Variant(label, placer, tuple(sorted(configs.pop(label, {}).items())))
+                     for label, placer in placers.items())
+    return make_run(quick=args.quick, graphs=args.graph, seed=args.seed, budgets=budgets, configs=configs,
+                    variants=variants)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from autoplace.bench import TABLES, run_bench, table_names
+    from autoplace.bench.suite import nominal_work, table_settings
+    from autoplace.progress import progress_to
+
+    run = _bench_run(args)
     if args.list:
         listing, every = [], {}
         for n in table_names(args.tables):
             t = TABLES[n]
             settings = table_settings(t, args.quick, tuple(args.graph))
-            jobs = t.jobs(settings, budgets, args.seed)
+            jobs = t.jobs(t, settings, run)
             every.update(dict.fromkeys(jobs))
             listing.append({"name": n, "title": t.title, "settings": [s.key for s in settings], "jobs": len(jobs),
                             "search_budget_s": sum(nominal_work(j) for j in jobs)})
@@ -263,7 +288,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         try:
             with progress_to(on_search):
                 result = run_bench(args.output, tables=args.tables, quick=args.quick, graphs=args.graph,
-                                   seed=args.seed, budgets=budgets, progress=on_job)
+                                   seed=args.seed, budgets=run.budgets, configs=dict(
+                                       (p, dict(c)) for p, c in run.configs), variants=run.variants,
+                                   progress=on_job)
         except KeyboardInterrupt:
             print(f"autoplace: interrupted; finished jobs are kept in {args.output}/jobs.jsonl: run the same "
                   "command to continue", file=sys.stderr)

@@ -648,7 +648,7 @@ def zero_shot(policy, graph: Graph, cluster: Cluster, config: GDPConfig = GDPCon
 
 
 @register_placer("gdp", description="GraphSAGE + Transformer-XL policy placing every op at once, trained with PPO",
-                 paper="Zhou et al. (GDP)", memory_aware=True, learned=True, search=gdp_search)
+                 paper="Zhou et al. (GDP)", memory_aware=True, learned=True, search=gdp_search, config=GDPConfig)
 def gdp(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """GDP-one (see the module docstring): ``budget`` seconds of nominal work (default 60) become samples."""
     return gdp_search(graph, cluster, budget=budget, seed=seed).placement

@@ -301,7 +301,7 @@ def hdp_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float |
 
 
 @register_placer("hdp", description="learned grouper + seq2seq placer, trained jointly with REINFORCE",
-                 paper="Mirhoseini et al. 2018", memory_aware=True, learned=True, search=hdp_search)
+                 paper="Mirhoseini et al. 2018", memory_aware=True, learned=True, search=hdp_search, config=HDPConfig)
 def hdp(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """See the module docstring: ``budget`` seconds of nominal work (default 60) become samples."""
     return hdp_search(graph, cluster, budget=budget, seed=seed).placement

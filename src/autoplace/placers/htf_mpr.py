@@ -516,7 +516,7 @@ def htf_mpr_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | flo
 
 @register_placer("htf-mpr", description="genetic search over mappings, children screened by a gradient-boosting "
                  "fitness predictor", paper="Alhassan et al. (HTF-MPR)", memory_aware=True, learned=True,
-                 search=htf_mpr_search)
+                 search=htf_mpr_search, config=HTFMPRConfig)
 def htf_mpr(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """See the module docstring: ``budget`` seconds of nominal work (default 30) become real evaluations."""
     return htf_mpr_search(graph, cluster, budget=budget, seed=seed).placement

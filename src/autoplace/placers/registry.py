@@ -35,25 +35,28 @@ class PlacerInfo:
     memory_aware: bool = False
     learned: bool = False
     search: Callable | None = None
+    config: type | None = None          #: a learned placer's settings (a dataclass with ``from_dict``)
 
 
 _REGISTRY: dict[str, PlacerInfo] = {}
 
 
 def register_placer(name: str, *, description: str, paper: str = "", memory_aware: bool = False,
-                    learned: bool = False, search: Callable | None = None) -> Callable[[PlacerFn], PlacerFn]:
+                    learned: bool = False, search: Callable | None = None,
+                    config: type | None = None) -> Callable[[PlacerFn], PlacerFn]:
     """Decorator adding ``fn(graph, cluster, *, seed=None, budget=None) -> Placement`` under ``name``.
 
     ``memory_aware`` placers promise that the parameters and outputs they put on a device fit its memory
     (or raise :class:`InfeasibleError`); the conformance suite holds them to it. ``learned`` placers train a
     policy for minutes; ``compare`` runs them only when asked by name. Their ``search`` function takes the
     search's own options (a budget of samples or wall-clock seconds, checkpoint and resume folders, curve
-    files; :func:`autoplace.placers.rl.rl_search`) and returns a result with ``.placement``."""
+    files; :func:`autoplace.placers.rl.rl_search`) and returns a result with ``.placement``; ``config`` is
+    the dataclass of their settings (``--set KEY=VALUE``; ``config.from_dict`` checks a dict of them)."""
 
     def deco(fn: PlacerFn) -> PlacerFn:
         if name in _REGISTRY:
             raise ValueError(f"placer {name!r} is registered twice")
-        _REGISTRY[name] = PlacerInfo(name, fn, description, paper, memory_aware, learned, search)
+        _REGISTRY[name] = PlacerInfo(name, fn, description, paper, memory_aware, learned, search, config)
         return fn
 
     return deco

@@ -550,7 +550,7 @@ def _distributed_checkpoint(state: dict, graph: Graph, cluster: Cluster, config:
 
 
 @register_placer("rl", description="seq2seq policy over groups trained with REINFORCE on the step time",
-                 paper="Mirhoseini et al. 2017", memory_aware=True, learned=True, search=rl_search)
+                 paper="Mirhoseini et al. 2017", memory_aware=True, learned=True, search=rl_search, config=RLConfig)
 def rl(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """See the module docstring: ``budget`` seconds of nominal work (default 60) become samples."""
     return rl_search(graph, cluster, budget=budget, seed=seed).placement

@@ -1,0 +1,479 @@
+"""How each kind of bench table lists its jobs and builds its :class:`~autoplace.bench.render.Table` from
+their results: placers side by side (:func:`build_placer_table`), the list schedulers and their own
+estimates, GDP-batch, GDP's held-out graphs, HTF-MPR's predictors and its enumeration.
+
+A table's jobs come from ``jobs(settings, run)`` and its table from ``build(spec, settings, run, store)``;
+the two must name the same jobs (both go through :meth:`~autoplace.bench.plan.Run.place` for placements).
+"""
+
+from __future__ import annotations
+
+import autoplace.bench.published as published
+from autoplace.bench.jobs import LEARNED, Job, Setting
+from autoplace.bench.plan import Run, TableSpec
+from autoplace.bench.render import Table, fmt_seconds, fmt_speedup
+from autoplace.bench.store import Store
+from autoplace.stats import geomean
+
+__all__ = ["placer_jobs", "build_placer_table", "schedulers_jobs", "build_schedulers", "gdp_batch_jobs",
+           "build_gdp_batch", "holdout_jobs", "build_holdout", "predictor_jobs", "build_predictor",
+           "enumerate_jobs", "build_enumerate", "all_placers", "classic_placers", "SCHEDULERS"]
+
+SCHEDULERS = ("tf-greedy", "heft", "m-topo", "m-etf", "m-sct")
+
+
+def all_placers() -> tuple[str, ...]:
+    """Every registered placer, ``auto`` first."""
+    from autoplace.placers import available_placers
+
+    return ("auto", *(n for n in available_placers() if n != "auto"))
+
+
+def classic_placers() -> tuple[str, ...]:
+    """Every registered placer but the learned ones, ``auto`` first."""
+    from autoplace.placers import available_placers
+
+    return ("auto", *(n for n in available_placers(include_learned=False) if n != "auto"))
+
+
+def _table(spec: TableSpec, run: Run) -> Table:
+    return Table(spec.name, spec.title, spec.about, budgets=run.budgets, seed=run.seed, note=run.note())
+
+
+def _methods(spec: TableSpec, run: Run) -> tuple[str, ...]:
+    return run.methods(spec.methods or (classic_placers() if spec.classic else all_placers()))
+
+
+# ---------------------------------------------------------------------- placers side by side
+def placer_jobs(spec: TableSpec, settings, run: Run) -> list[Job]:
+    return [*(Job.of("bounds", setting=s) for s in settings),
+            *(run.place(s, m) for s in settings for m in _methods(spec, run))]
+
+
+def _paper_cell(spec: TableSpec, s: Setting, method: str) -> tuple[str, float | None]:
+    """(text, seconds) of the paper's figure for a cell: ``–`` where the paper has none."""
+    if spec.paper is None:
+        return "–", None
+    try:
+        v = spec.paper(s, method)
+    except KeyError:
+        return "–", None
+    return ("OOM", None) if v is None else (f"{v:.4g}", v)
+
+
+def build_placer_table(spec: TableSpec, settings, run: Run, store: Store) -> Table:
+    """Per setting and method: our simulated step and speedup over the baseline, the paper's step and
+    speedup, the search and wall time; a wide table of speedups (ours / paper); per method the geometric
+    mean of our speedups over the settings where the method and the baseline ran, of the paper's over the
+    settings where it prints both, and of ours over those same settings. Then each setting's lower bounds
+    beside the best step found, the learned searches (samples, when they first held their best, their
+    prior; a variant's samples to reach its placer's step), the refined placements before and after, the
+    placements faster than ``auto``'s, and (``spec.memory_checks``) whether the memory-aware placers kept
+    their promise."""
+    methods = _methods(spec, run)
+    has_paper = spec.paper is not None          # a table of our own settings shows no paper columns
+    rows, wide, ours_sp, paper_sp = [], [], {m: [] for m in methods}, {m: [] for m in methods}
+    both = {m: [] for m in methods}             # ours, on the settings where the paper has a figure too
+    plot, results = {}, {}
+    for s in settings:
+        res = results[s] = {m: store[run.place(s, m)] for m in methods}
+        base = res[spec.baseline]["step_s"]
+        pbase = _paper_cell(spec, s, spec.baseline)[1]
+        cells = []
+        for m in methods:
+            r = res[m]
+            sp = base / r["step_s"] if base and r["step_s"] else None
+            ptext, psec = _paper_cell(spec, s, m)
+            psp = pbase / psec if pbase and psec else None
+            if sp is not None:
+                ours_sp[m].append(sp)
+            if psp is not None:
+                paper_sp[m].append(psp)
+                if sp is not None:
+                    both[m].append(sp)
+            plot.setdefault(s.key, {})[m] = (sp, psp)
+            paper_cols = [ptext, fmt_speedup(psp)] if has_paper else []
+            rows.append([s.key, m, _step_text(r), fmt_speedup(sp), *paper_cols, f"{r['search_s']:.2f}",
+                         f"{r['wall_s']:.2f}"])
+            cells.append(f"{fmt_speedup(sp)} / {fmt_speedup(psp)}" if has_paper else fmt_speedup(sp))
+        wide.append([s.key, *cells])
+    summary = [[m, fmt_speedup(geomean(ours_sp[m])), f"{len(ours_sp[m])}/{len(settings)}",
+                *([fmt_speedup(geomean(paper_sp[m])), str(len(paper_sp[m])), fmt_speedup(geomean(both[m]))]
+                  if has_paper else [])] for m in methods]
+    t = _table(spec, run)
+    t.add_section(f"Speedup over {spec.baseline}" + (", ours / paper" if has_paper else ""), ["setting", *methods],
+                  wide)
+    t.add_section(f"Geometric mean of the speedup over {spec.baseline}",
+                  ["method", "ours", "settings that ran",
+                   *(["paper", "paper's settings", "ours on the paper's settings"] if has_paper else [])],
+                  summary)
+    t.add_section("Every cell", ["setting", "method", "step (s)", f"vs {spec.baseline}",
+                                 *([f"paper step ({spec.paper_unit})", f"paper vs {spec.baseline}"]
+                                   if has_paper else []),
+                                 "search (s)", "wall (s)"], rows)
+    _bounds_section(t, settings, results, store)
+    _learned_section(t, settings, methods, results, run)
+    _refined_section(t, settings, methods, results)
+    if "auto" in methods:
+        _faster_than_auto_section(t, settings, methods, results)
+        _uncertainty_section(t, settings, methods, results)
+    if spec.memory_checks:
+        _memory_checks_section(t, settings, methods, results, run)
+    t.plot = ("speedup", spec.baseline, plot)
+    return t
+
+
+def _step_text(r: dict) -> str:
+    if r["ok"]:
+        return f"{r['step_s']:.4g}"
+    if r["oom"]:
+        return "OOM (" + ", ".join(r["oom"]) + ")"
+    why = (r["error"] or "no placement").split(": ", 1)[-1]         # the placer's message, less its name
+    return "none: " + (why if len(why) <= 70 else why[:69] + "…")
+
+
+def _best(res: dict) -> tuple[str, float] | None:
+    ran = [(m, r["step_s"]) for m, r in res.items() if r["ok"]]
+    return min(ran, key=lambda x: x[1]) if ran else None
+
+
+def _bounds_section(t: Table, settings, results: dict, store: Store) -> None:
+    rows = []
+    for s in settings:
+        b = store[Job.of("bounds", setting=s)]
+        bound = max(b["critical_path_s"], b["load_s"])
+        best = _best(results[s])
+        rows.append([s.key, f"{b['ops']:,}", f"{b['critical_path_s']:.4g}", f"{b['load_s']:.4g}",
+                     "–" if best is None else f"{best[1]:.4g} ({best[0]})",
+                     "–" if best is None or not bound else f"{best[1] / bound:.2f}x"])
+    t.add_section("Lower bounds on the step (s) and the best step found",
+                  ["setting", "ops", "critical path", "load", "best found", "best / bound"], rows)
+
+
+def _learned_section(t: Table, settings, methods, results: dict, run: Run) -> None:
+    """The learned searches: samples (updates), how each stopped, the samples and seconds after which it
+    first held its best, its prior; a variant's samples to reach its placer's step."""
+    rows = []
+    for s in settings:
+        for m in methods:
+            placer, _, _ = run.resolve(m)
+            search = results[s][m].get("search")
+            if placer not in LEARNED or search is None:
+                continue
+            reach = "–"
+            if run.variant(m) is not None and placer in results[s] and results[s][placer]["ok"]:
+                target = results[s][placer]["step_s"]
+                n = next((k for k, step in search["improvements"] if step is not None and step <= target * (1 + 1e-9)),
+                         None)
+                reach = str(n) if n is not None else f"not in {search['samples']}"
+            prior = search.get("prior")
+            prior_text = "–" if not prior else f"{prior} ({fmt_seconds(search.get('prior_step_s'))})"
+            extra = ", ".join(f"{k} {search[k]}" for k in ("groups", "nodes", "family", "initial", "screened")
+                              if k in search)
+            rows.append([s.key, m, f"{search['samples']} ({search['updates']})", search["stop_reason"],
+                         str(search.get("samples_to_best", "–")), _secs(search.get("best_at_s")), prior_text,
+                         extra or "–", reach])
+    if rows:
+        t.add_section("Learned searches", ["setting", "method", "samples (updates)", "stopped by",
+                                           "samples to its best", "its best after (s)", "prior (its step, s)",
+                                           "search", "samples to reach its placer's step"], rows)
+
+
+def _secs(x) -> str:
+    return "–" if x is None else f"{x:.1f}"
+
+
+def _refined_section(t: Table, settings, methods, results: dict) -> None:
+    rows = [[s.key, m, fmt_seconds(r.get("unrefined_step_s")), fmt_seconds(r["step_s"]), _secs(r.get("refine_s"))]
+            for s in settings for m in methods if "unrefined_step_s" in (r := results[s][m])]
+    if rows:
+        t.add_section("Refined by the local search (as `autoplace place --refine`; step in seconds)",
+                      ["setting", "method", "before", "after", "refine (s)"], rows)
+
+
+def _faster_than_auto_section(t: Table, settings, methods, results: dict) -> None:
+    rows = []
+    for s in settings:
+        auto = results[s]["auto"]
+        for m in methods:
+            r = results[s][m]
+            if m != "auto" and r["ok"] and (not auto["ok"] or r["step_s"] < auto["step_s"] * (1 - 1e-9)):
+                rows.append([s.key, m, fmt_seconds(r["step_s"]), _step_text(auto)])
+    t.add_section("Placements faster than auto's", ["setting", "method", "step (s)", "auto (s)"],
+                  rows or [["none", "–", "–", "–"]])
+
+
+def _uncertainty_section(t: Table, settings, methods, results: dict) -> None:
+    """Per setting: ``auto``'s speedup over one GPU, nominal and in the worst scenario; the placement whose
+    worst case is best; the placers whose gain over one GPU rests on a constant inside its range."""
+    rows = []
+    for s in settings:
+        res = results[s]
+        auto = res["auto"]
+        if "worst_case_speedup" not in auto:
+            continue                                    # one GPU does not hold the graph (or auto failed)
+        robust = max((m for m in methods if "worst_case_speedup" in res[m]),
+                     key=lambda m: res[m]["worst_case_speedup"])
+        rows.append([s.key, fmt_speedup(auto["one_gpu_s"] / auto["step_s"]),
+                     fmt_speedup(auto["worst_case_speedup"]),
+                     f"{robust} ({fmt_speedup(res[robust]['worst_case_speedup'])})",
+                     ", ".join(m for m in methods if res[m].get("gain_inside_range")) or "–"])
+    if rows:
+        t.add_section("Under the cost model's uncertainty (docs/algorithms.md, Uncertainty)",
+                      ["setting", "auto vs one GPU", "auto's worst case vs one GPU", "best worst case",
+                       "gain inside the range"], rows)
+
+
+def _memory_checks_section(t: Table, settings, methods, results: dict, run: Run) -> None:
+    """A memory-aware placer must fit or say it cannot; ``auto`` must fit wherever ``dp-split`` does and be
+    at least as fast."""
+    from autoplace.placers import get_placer
+
+    rows = []
+    for s in settings:
+        res = results[s]
+        for m in methods:
+            r = res[m]
+            if get_placer(run.resolve(m)[0]).memory_aware and r["step_s"] is None and r["oom"]:
+                rows.append([s.key, f"{m} runs out of memory ({', '.join(r['oom'])})"])
+        dp, auto = res.get("dp-split"), res.get("auto")
+        if dp and dp["ok"] and auto and (not auto["ok"] or auto["step_s"] > dp["step_s"] * (1 + 1e-9)):
+            rows.append([s.key, "auto is not at least as fast as dp-split"])
+    t.add_section("Memory checks", ["setting", "problem"],
+                  rows or [["every setting", "every memory-aware placer fits or says it cannot; auto fits "
+                                             "wherever dp-split does, at least as fast"]])
+
+
+# ---------------------------------------------------------------------- the list schedulers
+def schedulers_jobs(spec: TableSpec, settings, run: Run) -> list[Job]:
+    return [run.place(s, m) for s in settings for m in ("single-gpu", *SCHEDULERS)]
+
+
+def build_schedulers(spec: TableSpec, settings, run: Run, store: Store) -> Table:
+    """Each list scheduler's step (speedup over one GPU) and its two estimates of it against the simulated
+    step: its schedule model replayed in the runtime's order and the schedule as built, in its own order;
+    which are slower than one GPU and which estimates are more than 15 % off."""
+    rows, slower, off, off_built, placed, plot = [], [], [], [], 0, {}
+    for s in settings:
+        base = store[run.place(s, "single-gpu")]
+        cells = []
+        for m in SCHEDULERS:
+            r = store[run.place(s, m)]
+            if r["step_s"] is None:
+                cells.append(_step_text(r))
+                plot.setdefault(s.key, {})[m] = (None, None)
+                continue
+            placed += 1
+            sp = base["step_s"] / r["step_s"] if base["ok"] else None
+            err, built = _error_pct(r.get("estimate_s"), r["step_s"]), _error_pct(r.get("decision_estimate_s"),
+                                                                                  r["step_s"])
+            cells.append(f"{r['step_s']:.4g} ({fmt_speedup(sp)}) / {_pct(err)} / {_pct(built)}")
+            plot.setdefault(s.key, {})[m] = (sp, None)
+            if sp is not None and sp < 1 - 1e-9:
+                slower.append(f"{m} on {s.key} ({sp:.2f}x)")
+            if err is None or abs(err) > 15:
+                off.append(f"{m} on {s.key} ({_pct(err)})")
+            if built is None or abs(built) > 15:
+                off_built.append(f"{m} on {s.key} ({_pct(built)})")
+        rows.append([s.key, _step_text(base), *cells])
+    t = _table(spec, run)
+    t.add_section("Step in seconds (speedup over single-gpu) / replayed estimate's error / as-built estimate's "
+                  "error", ["setting", "single-gpu", *SCHEDULERS], rows)
+    t.add_section("Findings", ["finding", "count", "where"], [
+        ["slower than single-gpu", f"{len(slower)} of {len(settings) * len(SCHEDULERS)}", "; ".join(slower) or "–"],
+        ["replayed estimate more than 15 % off", f"{len(off)} of {placed}", "; ".join(off) or "–"],
+        ["schedule as built more than 15 % off", f"{len(off_built)} of {placed}", "; ".join(off_built) or "–"]])
+    t.plot = ("speedup", "single-gpu", plot)
+    return t
+
+
+def _error_pct(estimate, step) -> float | None:
+    """``estimate`` against ``step`` in per cent; None where there is no estimate."""
+    return (estimate / step - 1) * 100 if estimate and step else None
+
+
+def _pct(x) -> str:
+    return "–" if x is None else f"{x:+.0f} %"
+
+
+# ---------------------------------------------------------------------- GDP Table 2: batch against one
+def _zero_shot_settings(spec: TableSpec, run: Run) -> tuple[Setting, ...]:
+    """The larger graphs the batch policy places zero-shot: none when ``--graph`` replaces the models."""
+    return () if run.graphs else spec.zero_shot_quick if run.quick else spec.zero_shot
+
+
+def _batch_job(spec: TableSpec, settings, run: Run) -> Job:
+    return Job.of("gdp-batch", settings=tuple(settings), budget=run.budgets.learned, seed=run.seed,
+                  config=run.config("gdp"), zero_shot=_zero_shot_settings(spec, run))
+
+
+def gdp_batch_jobs(spec: TableSpec, settings, run: Run) -> list[Job]:
+    return [_batch_job(spec, settings, run),
+            *[run.place(s, m) for s in settings for m in ("gdp", "expert", "auto")],
+            *[run.place(s, m) for s in _zero_shot_settings(spec, run) for m in ("expert", "auto")]]
+
+
+def build_gdp_batch(spec: TableSpec, settings, run: Run, store: Store) -> Table:
+    job = _batch_job(spec, settings, run)
+    batch = store[job]
+    rows, gains, pgains, plot = [], [], [], {}
+    for s in settings:
+        one = store[run.place(s, "gdp")]["step_s"]
+        expert, auto = store[run.place(s, "expert")]["step_s"], store[run.place(s, "auto")]["step_s"]
+        bs = batch["steps_s"][s.key]
+        gain = 1 - bs / one if bs and one else None
+        if gain is not None:
+            gains.append(1 - gain)
+        paper = published.GDP_TABLE2.get((s.model, s.n_gpus))
+        if paper is not None:
+            pgains.append(1 - paper)
+        plot[s.key] = {"gdp-batch vs gdp-one": (gain, paper)}
+        rows.append([s.key, fmt_seconds(one), fmt_seconds(bs), fmt_seconds(expert), fmt_seconds(auto),
+                     "–" if gain is None else f"{gain:+.1%}", "–" if paper is None else f"{paper:+.1%}",
+                     fmt_speedup(expert / bs if expert and bs else None)])
+    g, pg = geomean(gains), geomean(pgains)
+    rows.append(["geometric mean", "–", "–", "–", "–", "–" if g is None else f"{1 - g:+.1%}",
+                 "–" if pg is None else f"{1 - pg:+.1%}", "–"])
+    t = _table(spec, run)
+    t.add_section(f"GDP-batch against GDP-one (one policy trained {batch['updates']} updates over "
+                  f"{len(settings)} graphs in {batch['wall_s']:.0f} s)",
+                  ["setting", "gdp-one (s)", "gdp-batch (s)", "expert (s)", "auto (s)", "batch run-time gain",
+                   "paper's gain", "batch vs expert"], rows)
+    zs_rows = []
+    for s in _zero_shot_settings(spec, run):
+        z = batch["zero_shot"][s.key]
+        expert, auto = store[run.place(s, "expert")]["step_s"], store[run.place(s, "auto")]["step_s"]
+        zs_rows.append([s.key, fmt_seconds(z["step_s"]), fmt_seconds(z["greedy_step_s"]), f"{z['policy_s']:.2f}",
+                        f"{z['prior_s']:.1f}", fmt_seconds(expert), fmt_seconds(auto),
+                        "–" if not (auto and z["step_s"]) else f"{z['step_s'] / auto - 1:+.0%}"])
+    if zs_rows:
+        t.add_section("The batch policy placing larger graphs zero-shot (step in seconds)",
+                      ["graph", "zero-shot", "greedy", "policy (s)", "prior (s)", "expert", "auto", "vs auto"],
+                      zs_rows)
+    t.plot = ("gain", "gdp-one", plot)
+    return t
+
+
+# ---------------------------------------------------------------------- GDP Figure 2: hold-out graphs
+def _holdout_job(held: Setting, settings, run: Run) -> tuple[Job, tuple]:
+    others = tuple(s for s in settings if s != held) or (held,)
+    return Job.of("gdp-holdout", held_out=held, others=others, budget=run.budgets.learned,
+                  fine_tune_updates=run.budgets.fine_tune_updates, seed=run.seed, config=run.config("gdp")), others
+
+
+def holdout_jobs(spec: TableSpec, settings, run: Run) -> list[Job]:
+    jobs = []
+    for held in settings:
+        jobs.append(_holdout_job(held, settings, run)[0])
+        jobs += [run.place(held, m) for m in ("gdp", "hdp", "expert", "auto")]
+    return jobs
+
+
+def build_holdout(spec: TableSpec, settings, run: Run, store: Store) -> Table:
+    rows, controls, plot = [], [], {}
+    beats = {"zero-shot": 0, "fine-tune": 0}
+    for held in settings:
+        job, others = _holdout_job(held, settings, run)
+        h = store[job]
+        ref = {m: store[run.place(held, m)]["step_s"] for m in ("gdp", "hdp", "expert", "auto")}
+        e = ref["expert"]
+        for name, v in (("zero-shot", h["zero_shot_s"]), ("fine-tune", h["fine_tune_s"])):
+            if v is not None and e is not None and v <= e and (ref["hdp"] is None or v <= ref["hdp"]):
+                beats[name] += 1
+        plot[held.key] = {m: (e / v if e and v else None, None) for m, v in
+                          (("zero-shot", h["zero_shot_s"]), ("fine-tune", h["fine_tune_s"]), ("gdp-one", ref["gdp"]),
+                           ("hdp", ref["hdp"]))}
+        label = held.key + ("" if others != (held,) else " (trained on itself: one graph given)")
+        rows.append([label, fmt_seconds(h["zero_shot_s"]), fmt_seconds(h["fine_tune_s"]), fmt_seconds(ref["gdp"]),
+                     fmt_seconds(ref["hdp"]), fmt_seconds(e), fmt_seconds(ref["auto"]), f"{h['pretrain_wall_s']:.1f}",
+                     f"{h['zero_shot_wall_s']:.2f}", f"{h['fine_tune_wall_s']:.1f} ({h['fine_tune_updates']} updates)"])
+        if "untrained_zero_shot" in h:
+            z, u = h["zero_shot"], h["untrained_zero_shot"]
+            controls.append([label, fmt_seconds(z.get("prior_step_s")), fmt_seconds(u["step_s"]),
+                             fmt_seconds(z["step_s"]), f"{z['policy_s']:.2f}", fmt_seconds(h["fine_tune_s"]),
+                             f"{fmt_seconds(h['scratch_s'])} ({h['scratch_updates']} updates)",
+                             "–" if not (ref["auto"] and z["step_s"]) else f"{z['step_s'] / ref['auto'] - 1:+.0%}"])
+    n = len(settings)
+    claims = [["fine-tune", published.GDP_FIGURE2_CLAIMS["fine-tune"],
+               f"at least as fast as expert and HDP on {beats['fine-tune']}/{n}"],
+              ["zero-shot", published.GDP_FIGURE2_CLAIMS["zero-shot"],
+               f"at least as fast as expert and HDP on {beats['zero-shot']}/{n}"]]
+    t = _table(spec, run)
+    t.add_section("Held-out graphs (step in seconds)",
+                  ["held out", "zero-shot", "fine-tune", "gdp-one", "hdp", "expert", "auto", "pre-train (s)",
+                   "zero-shot (s)", "fine-tune (s)"], rows)
+    t.add_section("The paper's claims (Figure 2 has no printed numbers)", ["placement", "paper", "ours"], claims)
+    if controls:
+        t.add_section("Against the controls: the prior alone, an untrained policy's zero-shot placement (same "
+                      "samples), GDP from scratch for the fine-tune's updates (step in seconds)",
+                      ["held out", "prior", "untrained zero-shot", "zero-shot", "policy (s)", "fine-tune",
+                       "scratch, same updates", "zero-shot vs auto"], controls)
+    t.plot = ("speedup", "expert", plot)
+    return t
+
+
+# ---------------------------------------------------------------------- HTF-MPR Figure 8 and its enumeration
+def _predictor_job(s: Setting, run: Run) -> Job:
+    return Job.of("predictor", setting=s, budget=run.budgets.learned, seed=run.seed, runs=run.budgets.predictor_runs,
+                  config=run.config("htf-mpr"))
+
+
+def predictor_jobs(spec: TableSpec, settings, run: Run) -> list[Job]:
+    return [_predictor_job(s, run) for s in settings]
+
+
+def build_predictor(spec: TableSpec, settings, run: Run, store: Store) -> Table:
+    rows, plot, names = [], {}, None
+    for s in settings:
+        r = store[_predictor_job(s, run)]
+        names = names or list(r["models"])
+        cells = []
+        for n in names:
+            m = r["models"][n]
+            cells.append("every fit failed" if m["mean"] is None else
+                         f"{m['mean']:.3f} ± {m['std']:.3f}"
+                         + (f" ({m['failed_runs']} failed)" if m["failed_runs"] else ""))
+        plot[s.key] = {n: (r["models"][n]["mean"], r["models"][n]["std"]) for n in names}
+        best = min((n for n in names if r["models"][n]["mean"] is not None), key=lambda n: r["models"][n]["mean"],
+                   default="none")
+        rows.append([f"{s.key} ({r['mappings']} mappings)", *cells, best, f"{r['wall_s']:.1f}"])
+    t = _table(spec, run)
+    t.add_section("Normalised Kendall tau distance (lower ranks better), mean ± std over runs; "
+                  f"paper: {published.HTF_FIGURE8_CLAIM}", ["setting", *(names or []), "best", "wall (s)"], rows)
+    t.plot = ("tau", "", plot)
+    return t
+
+
+#: ``--quick``: the most mappings an enumeration simulates (more nodes are coarsened)
+QUICK_MAPPINGS = 3 ** 9
+
+
+def _enumerate_job(s: Setting, run: Run) -> Job:
+    return Job.of("enumerate", setting=s, budget=run.budgets.learned, seed=run.seed, config=run.config("htf-mpr"),
+                  max_mappings=QUICK_MAPPINGS if run.quick else None)
+
+
+def enumerate_jobs(spec: TableSpec, settings, run: Run) -> list[Job]:
+    return [_enumerate_job(s, run) for s in settings]
+
+
+def build_enumerate(spec: TableSpec, settings, run: Run, store: Store) -> Table:
+    rows, plot = [], {}
+    for s in settings:
+        e = store[_enumerate_job(s, run)]
+        share = e["better_than_default"] / e["mappings"]
+        coarse = " (coarsened)" if e["coarsened"] else ""
+        rows.append([s.key, f"{e['devices']}^{e['nodes']} = {e['mappings']:,}{coarse}",
+                     fmt_seconds(e["default_step_s"]),
+                     f"{share:.1%}", f"{published.HTF_ENUMERATION_SHARE:.0%}", f"{e['failed']:,}",
+                     fmt_seconds(e["best_step_s"]), fmt_seconds(e["htf_mpr_step_s"]),
+                     f"{e['htf_mpr_rank']:,} ({e['htf_mpr_ties']:,} tie)", str(e["htf_mpr_evaluations"]),
+                     f"{e['enumeration_s']:.0f}"])
+        best = e["best_step_s"]
+        plot[s.key] = {"htf-mpr vs best": (best / e["htf_mpr_step_s"] if best and e["htf_mpr_step_s"] else None, None)}
+    t = _table(spec, run)
+    t.add_section("Every mapping of the HTF-MPR nodes, simulated (steps in seconds)",
+                  ["setting", "mappings", "default step", "faster than the default", "paper", "failed", "best",
+                   "htf-mpr", "htf-mpr's rank", "htf-mpr evaluations", "enumeration (s)"], rows)
+    t.plot = ("speedup", "the best mapping", plot)
+    return t

@@ -1,0 +1,462 @@
+"""The benchmark suite's jobs: a setting (a graph on a cluster), a job (one unit of work keyed by everything
+its result depends on) and the job kinds.
+
+A *job* is one unit of work whose result is a small JSON object:
+
+* ``place`` (:func:`place_job`): one placer on one setting, simulated; a learned placer may run under a
+  config of its own (a bench ``--set`` or ``--variant``) and any placer's placement may be refined by the
+  local search (a ``+refine`` method);
+* ``bounds`` (:func:`bounds_job`): a setting's lower bounds on the step (critical path and load);
+* ``gdp-batch`` (:func:`gdp_batch_job`): one GDP policy trained over a batch of settings, and the same
+  policy placing larger graphs zero-shot;
+* ``gdp-holdout`` (:func:`gdp_holdout_job`): a policy pre-trained without one setting placing it
+  zero-shot, then fine-tuned, beside an untrained policy and a search from scratch with the same updates;
+* ``predictor`` (:func:`predictor_job`): HTF-MPR's fitness predictors compared on one search's mappings;
+* ``enumerate`` (:func:`enumerate_job`): every mapping of a small graph's groups, simulated, and where
+  HTF-MPR's answer ranks among them.
+
+A job's key holds everything its result depends on (settings, method, config, budget, seed), so results
+of runs with other budgets never mix, and jobs shared by two tables run once. Fields of a result that are
+seconds measured on this machine are named in :data:`MEASURED` (``bench --against`` leaves them out).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from autoplace.errors import AutoplaceError
+
+__all__ = ["Setting", "Job", "MEASURED", "measured", "tight_cluster", "place_job", "bounds_job", "gdp_batch_job",
+           "gdp_holdout_job", "predictor_job", "enumerate_job", "JOBS", "run_job", "LEARNED"]
+
+#: the learned placers (their budget is seconds of nominal work; they take a config)
+LEARNED = ("rl", "hdp", "gdp", "htf-mpr")
+
+#: result fields (at any depth) that are seconds measured on this machine, besides every ``*wall_s``
+MEASURED = ("search_s", "best_at_s", "prior_s", "refine_s", "policy_s", "enumeration_s")
+
+
+def measured(key: str) -> bool:
+    """Is a result field ``key`` a time measured on this machine (not a property of the placement)?"""
+    return key in MEASURED or key.endswith("wall_s")
+
+
+# ---------------------------------------------------------------------- settings
+@dataclass(frozen=True)
+class Setting:
+    """A graph on a cluster: a zoo model (with its parameters, or a graph file) on a cluster preset or file.
+
+    ``gpu_memory`` makes the setting memory-tight: each GPU's memory is cut to that fraction of the graph's
+    peak memory on one GPU (the single-GPU placement's), so that the graph fits no single GPU."""
+
+    model: str
+    cluster: str
+    params: tuple[tuple[str, Any], ...] = ()
+    gpu_memory: float | None = None
+    digest: str = ""          #: a graph file's content hash: its results are keyed by content, not by path
+
+    @property
+    def key(self) -> str:
+        p = "".join(f" -P {k}={v}" for k, v in self.params)
+        d = f" [{self.digest}]" if self.digest else ""
+        m = f" (GPU memory {self.gpu_memory:.0%} of one-GPU peak)" if self.gpu_memory is not None else ""
+        return f"{self.model}{d}{p} on {self.cluster}{m}"
+
+    @property
+    def identity(self) -> str:
+        """What a job's key holds of the setting: its key, with a graph file named by its content's hash
+        alone (the same file under another path is the same setting)."""
+        return replace(self, model="graph file").key if self.digest else self.key
+
+    @property
+    def n_gpus(self) -> int:
+        """The GPUs of a preset named ``...xN`` (the papers' tables key their figures by it)."""
+        tail = self.cluster.rsplit("x", 1)[-1]
+        return int(tail) if tail.isdigit() else 0
+
+    def problem(self):
+        """``(graph, cluster)``, built once per process."""
+        return _problem(self)
+
+
+@functools.lru_cache(maxsize=32)
+def _problem(s: Setting):
+    from autoplace.resolve import resolve_cluster, resolve_graph
+
+    graph = resolve_graph(s.model, dict(s.params) or None)
+    cluster = resolve_cluster(s.cluster)
+    if s.gpu_memory is not None:
+        cluster = tight_cluster(graph, cluster, s.gpu_memory)
+    return graph, cluster
+
+
+def tight_cluster(graph, cluster, fraction: float):
+    """``cluster`` with each GPU's memory cut to ``fraction`` of ``graph``'s peak on one GPU (the
+    single-GPU placement, simulated), so that with ``fraction`` < 1 the graph fits no single GPU."""
+    from autoplace.cluster import Cluster
+    from autoplace.placers import place
+    from autoplace.sim import simulate
+
+    if not 0 < fraction:
+        raise AutoplaceError(f"a memory-tight setting needs a positive GPU memory fraction, got {fraction!r}")
+    r = simulate(graph, cluster, place(graph, cluster, "single-gpu"))
+    gpus = [i for i, d in enumerate(cluster.devices) if d.kind == "gpu"]
+    if not gpus:
+        raise AutoplaceError(f"cluster {cluster.name!r} has no GPU to make memory-tight")
+    cap = max(1, int(fraction * max(float(r.peak_memory[i]) for i in gpus)))
+    devices = [replace(d, memory_bytes=cap) if d.kind == "gpu" else d for d in cluster.devices]
+    return Cluster(f"{cluster.name}-tight", devices, cluster.links, cluster.default_link,
+                   {**cluster.meta, "gpu_memory_fraction": fraction}, cluster.segments)
+
+
+# ---------------------------------------------------------------------- jobs
+@dataclass(frozen=True)
+class Job:
+    """One unit of work: ``kind`` names its function, ``args`` its JSON-able arguments."""
+
+    kind: str
+    args: tuple[tuple[str, Any], ...]
+
+    @classmethod
+    def of(cls, kind: str, **args) -> Job:
+        """A job of ``kind``; arguments that are ``None`` or empty are left out (a job run with a default
+        has the key it had before the argument existed)."""
+        return cls(kind, tuple(sorted((k, v) for k, v in args.items() if v is not None and v != ())))
+
+    @property
+    def key(self) -> str:
+        return json.dumps({"kind": self.kind, **{k: _jsonable(v) for k, v in self.args}}, sort_keys=True)
+
+    @property
+    def label(self) -> str:
+        a = dict(self.args)
+        what = (a.get("method") or self.kind) + ("+refine" if "refine_budget" in a else "")
+        if a.get("config"):
+            what += " [" + ", ".join(f"{k}={v}" for k, v in a["config"]) + "]"
+        where = a.get("setting") or a.get("held_out") or f"{len(a.get('settings', ()))} settings"
+        return f"{what} · {where.key if isinstance(where, Setting) else where}"
+
+
+def _jsonable(v):
+    if isinstance(v, Setting):
+        return v.identity
+    if isinstance(v, tuple):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def place_job(setting: Setting, method: str, budget: float, seed: int, config: tuple = (),
+              refine_budget: float | None = None) -> dict:
+    """Place ``setting`` with ``method`` (a learned placer under ``config``, its settings as pairs) and
+    simulate the placement: its step (``None`` where it fails), whether it ran, the devices out of memory,
+    the placer's error, its search time and the job's wall time, the peaks, the devices used, its step
+    under the cost model's uncertainty (:func:`_uncertainty`); a list
+    scheduler's own estimates of its step; a learned search's samples, updates, how it stopped and when it
+    first held its best (:func:`_search_summary`). With ``refine_budget``, the placement is then refined by
+    the local search (as ``autoplace place --refine``) and the refined one is simulated."""
+    from autoplace.errors import InfeasibleError, UnavailableError
+    from autoplace.placers import get_placer, place
+    from autoplace.sim import simulate
+
+    graph, cluster = setting.problem()
+    info = get_placer(method)
+    t0 = time.perf_counter()
+    learned = None
+    try:
+        if info.learned:
+            r = info.search(graph, cluster, budget=budget, seed=seed, **({"config": dict(config)} if config else {}))
+            p, learned = r.placement, _search_summary(r)
+            search_s = time.perf_counter() - t0
+        else:
+            if config:
+                raise AutoplaceError(f"placer {method!r} takes no settings (only the learned placers do)")
+            p = place(graph, cluster, method, seed=seed, budget=budget)
+            search_s = float(p.meta["search_time_s"])
+    except (InfeasibleError, UnavailableError) as e:
+        return {"step_s": None, "ok": False, "oom": [], "error": str(e), "search_s": time.perf_counter() - t0,
+                "wall_s": time.perf_counter() - t0}
+    _check_finished(p.meta.get("stop_reason"))
+    out: dict[str, Any] = {}
+    if refine_budget is not None:
+        from autoplace.placers.auto import robust_simulator
+        from autoplace.placers.local_search import refine
+
+        unrefined = simulate(graph, cluster, p)
+        t1 = time.perf_counter()
+        p = refine(graph, cluster, p, seed=seed, budget=refine_budget, simulator=robust_simulator(graph, cluster))
+        out.update(unrefined_step_s=float(unrefined.step_time) if unrefined.ok else None,
+                   refine_s=time.perf_counter() - t1)
+    r = simulate(graph, cluster, p)
+    out = {"step_s": float(r.step_time) if r.ok else None, "ok": bool(r.ok), "oom": list(r.oom_devices),
+           "error": None, "search_s": search_s, "wall_s": time.perf_counter() - t0,
+           "peak_gib": [round(float(x) / 2**30, 3) for x in r.peak_memory],
+           "devices_used": len(set(p.assignment.values())), **out}
+    if r.ok:
+        out.update(_uncertainty(setting, p))
+    for field, key in (("estimate_s", "estimated_step_time_s"), ("decision_estimate_s", "decision_order_estimate_s")):
+        if p.meta.get(key) is not None:
+            out[field] = float(p.meta[key])
+    if learned is not None:
+        out["search"] = learned
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def _robust(setting: Setting):
+    from autoplace.placers.auto import robust_simulator
+
+    graph, cluster = setting.problem()
+    return robust_simulator(graph, cluster)
+
+
+def _uncertainty(setting: Setting, placement) -> dict:
+    """A running placement under the cost model's uncertainty (docs/algorithms.md, Uncertainty): its
+    least and largest step over the scenarios, its robust step, and where one GPU holds the graph, its
+    worst-case speedup over one GPU (the least, over the scenarios, of one GPU's step over its) and whether
+    its gain over one GPU rests on a constant inside its range."""
+    import numpy as np
+
+    from autoplace.robust import step_ranges
+
+    robust = _robust(setting)
+    graph, cluster = setting.problem()
+    devs = placement.to_array(graph, cluster)
+    sr = step_ranges(robust, devs[None, :])[0]
+    out = {"step_range_s": [sr.low, sr.high], "robust_step_s": sr.robust}
+    if robust.baseline is not None:
+        steps = robust.steps(np.stack([robust.baseline, devs]))
+        out["one_gpu_s"] = sr.one_gpu
+        out["worst_case_speedup"] = float((steps[:, 0] / steps[:, 1]).min())
+        out["gain_inside_range"] = bool(sr.gain_inside_range)
+    return out
+
+
+def _search_summary(r) -> dict:
+    """A learned search in a few numbers: samples, updates, how it stopped; the samples (and the wall
+    seconds) after which it first held its final best (0 and the prior's seconds where the best is its
+    prior's placement); the steps at which its best improved (``improvements``: ``[samples, step]``);
+    its prior, groups or nodes and HTF-MPR's winning family, screened children and initial mappings."""
+    meta = r.placement.meta
+    final = meta.get("best_step_s")
+    out: dict[str, Any] = {"samples": int(r.samples), "updates": int(r.updates), "stop_reason": r.stop_reason}
+    improvements, best = [], math.inf
+    for point in r.curve.points:
+        if point.best_step_s < best:
+            best = point.best_step_s
+            improvements.append([int(point.samples), _finite(best)])
+    out["improvements"] = improvements
+    prior_step = meta.get("prior_step_s")
+    if final is not None and prior_step is not None and final >= prior_step * (1 - 1e-9):
+        out["samples_to_best"], out["best_at_s"] = 0, float(meta.get("prior_s") or 0.0)
+    elif final is not None:
+        at = next((p for p in r.curve.points if p.best_step_s <= final * (1 + 1e-9)), None)
+        out["samples_to_best"] = int(at.samples) if at else int(r.samples)
+        out["best_at_s"] = float(at.wall_s) if at else float(r.wall_s)
+    for k in ("groups", "nodes", "prior", "prior_step_s", "prior_s", "family"):
+        if meta.get(k) is not None:
+            out[k] = meta[k] if not isinstance(meta[k], float) else _finite(meta[k])
+    for k in ("initial", "screened"):
+        if k in r.extra:
+            out[k] = int(r.extra[k])
+    return out
+
+
+def bounds_job(setting: Setting) -> dict:
+    """``setting``'s lower bounds on the step: its critical path and its load (:mod:`autoplace.bounds`)."""
+    from autoplace.bounds import lower_bounds
+    from autoplace.sim import Simulator
+
+    graph, cluster = setting.problem()
+    b = lower_bounds(graph, cluster, Simulator(graph, cluster).op_times)
+    return {"critical_path_s": float(b.critical_path), "load_s": float(b.load), "ops": graph.n_ops}
+
+
+def gdp_batch_job(settings: tuple[Setting, ...], budget: float, seed: int, config: tuple = (),
+                  zero_shot: tuple[Setting, ...] = ()) -> dict:
+    """GDP-batch (Zhou et al. §4.3): one policy trained over every setting with ``budget`` seconds of
+    nominal work for each (the same work GDP-one spends on each alone); each setting's best step; then the
+    trained policy places each of ``zero_shot`` (larger graphs) zero-shot."""
+    import tempfile
+
+    from autoplace.placers.gdp import gdp_train, load_policy
+
+    probs = [s.problem() for s in settings]
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "batch.pt") if zero_shot else None
+        r = gdp_train([g for g, _ in probs], [c for _, c in probs], budget=budget * len(settings), seed=seed,
+                      output=path, **({"config": dict(config)} if config else {}))
+        _check_finished(r.stop_reason)
+        out = {"steps_s": {s.key: _finite(x) for s, x in zip(settings, r.extra["best_steps_s"])},
+               "updates": r.updates, "samples": r.samples, "wall_s": time.perf_counter() - t0}
+        if zero_shot:
+            net, cfg = load_policy(path)
+            out["zero_shot"] = {s.key: _zero_shot(net, s, cfg, seed) for s in zero_shot}
+    return out
+
+
+def _zero_shot(net, setting: Setting, cfg, seed: int) -> dict:
+    """``net`` placing ``setting`` zero-shot: its best step, the greedy (most likely) placement's, the
+    prior's, and the seconds the policy and the prior took."""
+    from autoplace.placers.gdp import zero_shot
+
+    graph, cluster = setting.problem()
+    t0 = time.perf_counter()
+    p = zero_shot(net, graph, cluster, cfg, seed=seed)
+    return {"step_s": _finite(p.meta["best_step_s"]), "greedy_step_s": _finite(p.meta["greedy_step_s"]),
+            "prior_step_s": _finite(p.meta.get("prior_step_s")), "prior": p.meta.get("prior"),
+            "policy_s": float(p.meta["policy_time_s"]), "prior_s": float(p.meta.get("prior_s") or 0.0),
+            "wall_s": time.perf_counter() - t0}
+
+
+def gdp_holdout_job(held_out: Setting, others: tuple[Setting, ...], budget: float, fine_tune_updates: int,
+                    seed: int, config: tuple = ()) -> dict:
+    """GDP's generalisation (Figure 2): a policy pre-trained on ``others`` (``budget`` seconds of nominal
+    work each) places ``held_out`` zero-shot, then is fine-tuned on it for ``fine_tune_updates`` PPO
+    updates; beside them, two controls: an untrained policy's zero-shot placement (what the prior and the
+    sampling give without training) and GDP from scratch for the same updates. Steps and wall times."""
+    import tempfile
+
+    import torch
+
+    from autoplace.placers.gdp import GDPConfig, gdp_search, gdp_train, load_policy, new_policy
+    from autoplace.search import SearchBudget
+
+    knobs = {"config": dict(config)} if config else {}
+    probs = [s.problem() for s in others]
+    graph, cluster = held_out.problem()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "pretrained.pt")
+        t0 = time.perf_counter()
+        _check_finished(gdp_train([g for g, _ in probs], [c for _, c in probs], budget=budget * len(others),
+                                  seed=seed, output=path, **knobs).stop_reason)
+        pretrain_s = time.perf_counter() - t0
+        net, cfg = load_policy(path)
+        zs = _zero_shot(net, held_out, cfg, seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 1)
+            fresh_cfg = GDPConfig.from_dict(dict(config))
+            untrained = _zero_shot(new_policy(fresh_cfg), held_out, fresh_cfg, seed)
+        samples = SearchBudget(samples=fine_tune_updates * cfg.samples_per_update)
+        t0 = time.perf_counter()
+        tuned = gdp_search(graph, cluster, policy=path, budget=samples, seed=seed)
+        _check_finished(tuned.stop_reason)
+        fine_tune_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    scratch = gdp_search(graph, cluster, budget=samples, seed=seed, **knobs)
+    _check_finished(scratch.stop_reason)
+    scratch_s = time.perf_counter() - t0
+    return {"zero_shot_s": zs["step_s"], "fine_tune_s": _finite(tuned.placement.meta["best_step_s"]),
+            "pretrain_wall_s": pretrain_s, "zero_shot_wall_s": zs["wall_s"], "fine_tune_wall_s": fine_tune_s,
+            "fine_tune_updates": tuned.updates, "zero_shot": zs, "untrained_zero_shot": untrained,
+            "scratch_s": _finite(scratch.placement.meta["best_step_s"]), "scratch_wall_s": scratch_s,
+            "scratch_updates": scratch.updates}
+
+
+def predictor_job(setting: Setting, budget: float, seed: int, folds: int = 5, runs: int = 5,
+                  config: tuple = ()) -> dict:
+    """HTF-MPR's Figure 8: every fitness predictor's Kendall tau distance (``folds``-fold cross-validation,
+    mean and standard deviation over ``runs`` runs) on the mappings one HTF-MPR search (``budget`` seconds
+    of nominal work) evaluated."""
+    from autoplace.placers.htf_mpr import fitness, htf_mpr_search
+    from autoplace.search.predictor import compare_models
+
+    graph, cluster = setting.problem()
+    t0 = time.perf_counter()
+    r = htf_mpr_search(graph, cluster, budget=budget, seed=seed, **({"config": dict(config)} if config else {}))
+    _check_finished(r.stop_reason)
+    search_s = time.perf_counter() - t0
+    X, steps = r.extra["mappings"], r.extra["steps"]
+    table = compare_models(X, fitness(steps), n_devices=cluster.n_devices, k=min(folds, len(X)), runs=runs,
+                           seed=seed)
+    return {"mappings": int(len(X)), "models": {k: {"mean": _finite(v[0]), "std": _finite(v[1]), "failed_runs": v[2]}
+                                                for k, v in table.items()},
+            "search_s": search_s, "wall_s": time.perf_counter() - t0}
+
+
+#: the most mappings :func:`enumerate_job` simulates by default (3^17, mnist-softmax's on three devices)
+MAX_MAPPINGS = 3 ** 17
+
+
+def enumerate_job(setting: Setting, budget: float, seed: int, config: tuple = (), max_mappings: int = MAX_MAPPINGS,
+                  chunk: int = 200_000) -> dict:
+    """Every mapping of ``setting``'s HTF-MPR nodes (its co-location groups) to its devices, simulated in
+    batches: the share faster than the default mapping (every op on the first GPU, TensorFlow's default),
+    how many fail, the best step; and where the mapping of one HTF-MPR search (``budget`` seconds of
+    nominal work) ranks among them. A graph with more than ``max_mappings`` mappings has its nodes
+    coarsened (HTF-MPR's ``groups`` setting) until they fit, for the enumeration and the search alike."""
+    import numpy as np
+
+    from autoplace.placers.htf_mpr import HTFMPRConfig, htf_mpr_nodes, htf_mpr_search
+    from autoplace.progress import report_progress
+    from autoplace.sim import Simulator
+
+    graph, cluster = setting.problem()
+    settings = dict(config)
+    nodes = htf_mpr_nodes(graph, cluster, HTFMPRConfig.from_dict(settings), seed)
+    d = cluster.n_devices
+    k = int(math.log(max_mappings) / math.log(d)) if d > 1 else nodes.n_groups
+    while d ** nodes.n_groups > max_mappings and k >= 1:
+        settings["groups"] = k
+        nodes = htf_mpr_nodes(graph, cluster, HTFMPRConfig.from_dict(settings), seed)
+        k -= 1
+    n, total = nodes.n_groups, d ** nodes.n_groups
+    if total > max_mappings:
+        raise AutoplaceError(f"{setting.key}: {d}^{n} mappings, more than the {max_mappings:,} an enumeration "
+                             "simulates, even coarsened")
+    t0 = time.perf_counter()
+    r = htf_mpr_search(graph, cluster, budget=budget, seed=seed, **({"config": settings} if settings else {}))
+    _check_finished(r.stop_reason)
+    htf, search_s = float(r.placement.meta["best_step_s"]), time.perf_counter() - t0
+    sim = Simulator(graph, cluster)
+    gpu0 = next(i for i, dev in enumerate(cluster.devices) if dev.kind == "gpu")
+    first = sim.run_batch(np.full((1, graph.n_ops), gpu0))
+    default = float(first.step_time[0]) if not first.oom[0] else math.inf
+    powers = d ** np.arange(n, dtype=np.int64)
+    better_default = better_htf = equal_htf = failed = 0
+    best = math.inf
+    t1 = time.perf_counter()
+    for start in range(0, total, chunk):
+        idx = np.arange(start, min(start + chunk, total), dtype=np.int64)
+        b = sim.run_batch(nodes.expand_many((idx[:, None] // powers[None, :]) % d))
+        ok = ~b.oom & np.isfinite(b.step_time)
+        step = np.where(ok, b.step_time, np.inf)
+        failed += int((~ok).sum())
+        better_default += int((step < default * (1 - 1e-12)).sum())
+        better_htf += int((step < htf * (1 - 1e-12)).sum())
+        equal_htf += int((np.abs(step - htf) <= htf * 1e-12).sum())
+        best = min(best, float(step.min()))
+        report_progress(f"{start + len(idx):,} of {total:,} mappings", (start + len(idx)) / total)
+    return {"nodes": n, "coarsened": "groups" in settings and "groups" not in dict(config), "devices": d,
+            "mappings": total, "default_step_s": _finite(default),
+            "better_than_default": better_default, "failed": failed, "best_step_s": _finite(best),
+            "htf_mpr_step_s": htf, "htf_mpr_rank": better_htf + 1, "htf_mpr_ties": equal_htf,
+            "htf_mpr_evaluations": int(r.samples), "search_s": search_s,
+            "enumeration_s": time.perf_counter() - t1, "wall_s": time.perf_counter() - t0}
+
+
+JOBS: dict[str, Callable[..., dict]] = {"place": place_job, "bounds": bounds_job, "gdp-batch": gdp_batch_job,
+                                        "gdp-holdout": gdp_holdout_job, "predictor": predictor_job,
+                                        "enumerate": enumerate_job}
+
+
+def run_job(job: Job) -> dict:
+    return JOBS[job.kind](**dict(job.args))
+
+
+def _check_finished(stop_reason: str | None) -> None:
+    """A learned search stopped by Ctrl-C returns its best so far: a bench job stops instead of keeping a
+    result short of its budget."""
+    if stop_reason == "interrupted":
+        raise KeyboardInterrupt
+
+
+def _finite(x) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None

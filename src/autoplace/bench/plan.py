@@ -1,0 +1,156 @@
+"""What every table of one bench run shares: the budgets, the seed, the learned placers' settings and the
+method variants (:class:`Run`), and how a table's method name becomes a ``place`` job; what a table is
+(:class:`TableSpec`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoplace.bench.jobs import LEARNED, Job, Setting
+from autoplace.bench.render import Table
+from autoplace.bench.store import Store
+from autoplace.errors import AutoplaceError, UnknownNameError
+
+__all__ = ["Budgets", "QUICK", "FULL", "Variant", "Run", "TableSpec", "REFINE"]
+
+#: a method name ending so (``rl+refine``) is that method's placement refined by the local search
+REFINE = "+refine"
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """How much work each kind of placer gets (seconds: the search placers' own budgets, and the learned
+    placers' nominal work, which does not depend on the machine's speed)."""
+
+    search: float                 #: auto, local-search and the other placers that take a budget; a refine
+    learned: float                #: rl, hdp, gdp, htf-mpr on one setting
+    fine_tune_updates: int        #: GDP's fine-tune on a held-out graph (the paper: under 50)
+    predictor_runs: int           #: HTF-MPR's Figure 8: cross-validation runs per predictor
+
+
+QUICK = Budgets(search=1.0, learned=2.0, fine_tune_updates=2, predictor_runs=2)
+FULL = Budgets(search=60.0, learned=600.0, fine_tune_updates=40, predictor_runs=5)
+
+Config = tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A method column of its own: a learned placer under other settings (``bench --variant
+    frozen=rl:learning_rate=1e-12``), shown beside the placer in every table that has it."""
+
+    label: str
+    placer: str
+    config: Config = ()
+
+    def __str__(self) -> str:
+        return f"{self.label} = {self.placer} [{_config_text(self.config)}]"
+
+
+def _config_text(config: Config) -> str:
+    return ", ".join(f"{k}={v}" for k, v in config)
+
+
+@dataclass(frozen=True)
+class Run:
+    """The budgets and seed of a bench run, the settings of learned placers (``configs``: placer ->
+    settings, from ``bench --set PLACER.KEY=VALUE``; they apply wherever the placer runs, GDP's batch and
+    hold-out jobs included) and the ``variants``. Settings enter the jobs' keys: results under other
+    settings never mix."""
+
+    budgets: Budgets
+    seed: int = 0
+    configs: tuple[tuple[str, Config], ...] = ()
+    variants: tuple[Variant, ...] = ()
+    quick: bool = False                 #: the tables' small settings
+    graphs: tuple[str, ...] = ()        #: graphs in place of the tables' models (``--graph``)
+
+    def __post_init__(self):
+        from autoplace.placers import available_placers, get_placer
+
+        names = set(available_placers())
+        for placer, config in self.configs:
+            _check_config(placer, config)
+        seen = set()
+        for v in self.variants:
+            if v.label in names or v.label in seen or v.label.endswith(REFINE) or not v.label.strip():
+                raise AutoplaceError(f"variant label {v.label!r} is empty, a placer's name, taken or ends in "
+                                     f"{REFINE!r}: name it otherwise")
+            seen.add(v.label)
+            get_placer(v.placer)
+            _check_config(v.placer, v.config)
+
+    def config(self, placer: str) -> Config:
+        return dict(self.configs).get(placer, ())
+
+    def budget(self, placer: str) -> float:
+        return self.budgets.learned if placer in LEARNED else self.budgets.search
+
+    def variant(self, label: str) -> Variant | None:
+        return next((v for v in self.variants if v.label == label), None)
+
+    def resolve(self, method: str) -> tuple[str, Config, bool]:
+        """``(placer, settings, refined)`` of a table's method name: a placer, a variant's label, either
+        followed by ``+refine``."""
+        refined = method.endswith(REFINE)
+        base = method[: -len(REFINE)] if refined else method
+        v = self.variant(base)
+        return (v.placer, v.config, refined) if v else (base, self.config(base), refined)
+
+    def place(self, setting: Setting, method: str) -> Job:
+        """The ``place`` job of ``method`` on ``setting``."""
+        placer, config, refined = self.resolve(method)
+        return Job.of("place", setting=setting, method=placer, budget=self.budget(placer), seed=self.seed,
+                      config=config, refine_budget=self.budgets.search if refined else None)
+
+    def methods(self, methods: tuple[str, ...]) -> tuple[str, ...]:
+        """``methods`` with each variant after its placer (and the placer's ``+refine``) where the placer
+        is one of them."""
+        out = list(methods)
+        for v in self.variants:
+            at = [i for i, m in enumerate(out) if self.resolve(m)[0] == v.placer]
+            if at:
+                out.insert(at[-1] + 1, v.label)
+        return tuple(out)
+
+    def note(self) -> str:
+        """The run's settings and variants, a sentence for a table's header ('' when there are none)."""
+        parts = [f"{p} with {_config_text(c)}" for p, c in self.configs]
+        parts += [f"{v.label}: {v.placer} with {_config_text(v.config) or 'its defaults'}" for v in self.variants]
+        return ("Learned placers' settings: " + "; ".join(parts) + ".") if parts else ""
+
+
+def _check_config(placer: str, config: Config) -> None:
+    """One clear error for settings a placer does not take (an unknown name, a bad value)."""
+    from autoplace.placers import get_placer
+
+    info = get_placer(placer)
+    if info.config is None:
+        raise UnknownNameError(f"placer {placer!r} takes no settings (only the learned placers do: "
+                               f"{', '.join(LEARNED)})")
+    info.config.from_dict(dict(config))
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table of the suite: its settings (full and ``--quick``), the jobs it needs for a choice of
+    settings, and how its :class:`Table` is built from their results."""
+
+    name: str
+    title: str
+    full: tuple[Setting, ...]
+    quick: tuple[Setting, ...]
+    jobs: Callable[[TableSpec, tuple[Setting, ...], Run], list[Job]]
+    build: Callable[[TableSpec, tuple[Setting, ...], Run, Store], Table]
+    about: str = ""
+    methods: tuple[str, ...] = ()       #: a placer table's methods (default: every placer, or every classic one)
+    classic: bool = False               #: the default methods leave out the learned placers
+    baseline: str = ""
+    paper: Callable[[Setting, str], float | None] | None = field(default=None, repr=False)
+    memory_tight: float | None = None   #: a graph given by ``--graph`` runs with this GPU memory fraction
+    paper_unit: str = "s"               #: what the paper's steps are in
+    memory_checks: bool = False         #: check the memory-aware placers' promise (a section of its own)
+    zero_shot: tuple[Setting, ...] = ()         #: GDP-batch: larger graphs its policy places zero-shot
+    zero_shot_quick: tuple[Setting, ...] = ()
