@@ -326,8 +326,14 @@ def test_a_variant_is_a_column_beside_its_placer_keyed_by_its_settings(tmp_path,
     reach = learned["rows"][1][-1]
     assert reach.isdigit() or reach.startswith("not in "), reach
     assert "random: htf-mpr with model=random" in (tmp_path / "htf-mpr.md").read_text()
+    index = (tmp_path / "README.md").read_text()
+    assert "--tables htf-mpr --budget 0.5 --learned-budget 0.5 --variant random=htf-mpr --set random.model=" in index
     assert main([*args, "--set", "htf-mpr.population=6"]) == 0
     assert json.loads(capsys.readouterr().out)["ran"] == 1          # htf-mpr again, under its new settings
+    assert main([a if a != "htf-mpr" else "schedulers" for a in args]) == 0
+    capsys.readouterr()
+    index = (tmp_path / "README.md").read_text()                    # this run's table, and the earlier one's
+    assert "(schedulers.md)" in index and "earlier run" in index and "(htf-mpr.md)" in index
 
 
 @pytest.mark.parametrize("extra, culprit", [

@@ -7,6 +7,7 @@ gathering them, and ``jobs.jsonl``, the finished jobs, from which an interrupted
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -81,18 +82,33 @@ def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick:
         write_json(folder / f"{spec.name}.json", t.to_dict())
         t.png(folder / f"{spec.name}.png")
         built.append(t)
-    index = ["# Benchmark results", "",
-             f"`autoplace bench{' --quick' if quick else ''}" + "".join(f" --graph {g}" for g in graphs)
-             + (f" --tables {','.join(names)}" if tables else "")
-             + "".join(f" --set {p}.{k}={v}" for p, c in run.configs for k, v in c)
-             + "".join(f" --variant {v.label}={v.placer}" + (":" if v.config else "")
-                       + ",".join(f"{k}={x}" for k, x in v.config) for v in run.variants)
-             + f" --seed {seed}`: {len(jobs)} jobs "
+    index = ["# Benchmark results", "", f"`{command(names if tables else None, run)}`: {len(jobs)} jobs "
              f"({len(todo)} run now, {len(jobs) - len(todo)} from earlier runs); search placers {b.search:g} s, "
              f"learned placers {b.learned:g} s of nominal work.", ""]
     index += [f"- [{t.title}]({t.name}.md) — ![{t.name}]({t.name}.png)" for t in built]
+    earlier = [n for n in TABLES if n not in names and (folder / f"{n}.md").exists()]
+    if earlier:
+        index += ["", "Tables an earlier run wrote in this folder (each says its budgets and settings):", ""]
+        index += [f"- [{TABLES[n].title}]({n}.md) — ![{n}]({n}.png)" for n in earlier]
     atomic_write_text(folder / "README.md", "\n".join(index) + "\n")
     return BenchResult(built, len(todo), len(jobs) - len(todo), folder, time.perf_counter() - t0)
+
+
+def command(tables: Sequence[str] | None, run: Run) -> str:
+    """The ``autoplace bench`` command line that makes ``run``'s jobs (its results folder left out)."""
+    default = QUICK if run.quick else FULL
+    parts = ["autoplace bench", *(["--quick"] if run.quick else []), *(f"--graph {g}" for g in run.graphs)]
+    if tables:
+        parts.append(f"--tables {','.join(tables)}")
+    if run.budgets.search != default.search:
+        parts.append(f"--budget {run.budgets.search:g}")
+    if run.budgets.learned != default.learned:
+        parts.append(f"--learned-budget {run.budgets.learned:g}")
+    parts += [f"--variant {v.label}={v.placer}" for v in run.variants]
+    parts += [f"--set {name}.{k}={json.dumps(x)}" for name, c in (*run.configs, *((v.label, v.config)
+                                                                                   for v in run.variants))
+              for k, x in c]
+    return " ".join([*parts, f"--seed {run.seed}"])
 
 
 def make_run(*, quick: bool = False, graphs: Sequence[str] = (), seed: int = 0, budgets: Budgets | None = None,
