@@ -48,6 +48,7 @@ def table_names(tables: Sequence[str] | None = None) -> list[str]:
 def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick: bool = False,
               graphs: Sequence[str] = (), seed: int = 0, budgets: Budgets | None = None,
               configs: dict[str, dict] | None = None, variants: Sequence[Variant] = (),
+              versus: Sequence[tuple[str, str]] = (),
               progress: Callable[[int, int, str], None] | None = None) -> BenchResult:
     """Run ``tables`` (default: all) into ``folder``: each table's jobs not already in the folder's store,
     then its Markdown, JSON and PNG. ``quick`` takes each table's small settings and :data:`QUICK`
@@ -58,7 +59,8 @@ def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick:
     from autoplace.formats._json import atomic_write_text, write_json
 
     names = table_names(tables)
-    run = make_run(quick=quick, graphs=graphs, seed=seed, budgets=budgets, configs=configs, variants=variants)
+    run = make_run(quick=quick, graphs=graphs, seed=seed, budgets=budgets, configs=configs, variants=variants,
+                   versus=versus)
     b = run.budgets
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)       # an unusable folder fails now, not after the first job
@@ -105,6 +107,7 @@ def command(tables: Sequence[str] | None, run: Run) -> str:
     if run.budgets.learned != default.learned:
         parts.append(f"--learned-budget {run.budgets.learned:g}")
     parts += [f"--variant {v.label}={v.placer}" for v in run.variants]
+    parts += [f"--versus {a}:{b}" for a, b in run.versus]
     parts += [f"--set {name}.{k}={json.dumps(x)}" for name, c in (*run.configs, *((v.label, v.config)
                                                                                    for v in run.variants))
               for k, x in c]
@@ -112,8 +115,10 @@ def command(tables: Sequence[str] | None, run: Run) -> str:
 
 
 def make_run(*, quick: bool = False, graphs: Sequence[str] = (), seed: int = 0, budgets: Budgets | None = None,
-             configs: dict[str, dict] | None = None, variants: Sequence[Variant] = ()) -> Run:
+             configs: dict[str, dict] | None = None, variants: Sequence[Variant] = (),
+             versus: Sequence[tuple[str, str]] = ()) -> Run:
     """The :class:`Run` of a bench: ``budgets`` (default :data:`QUICK` or :data:`FULL`), ``configs`` as
     sorted pairs (the same settings make the same job keys); bad settings are one clear error."""
     pairs = tuple((p, tuple(sorted(c.items()))) for p, c in sorted((configs or {}).items()) if c)
-    return Run(budgets or (QUICK if quick else FULL), seed, pairs, tuple(variants), quick, tuple(graphs))
+    return Run(budgets or (QUICK if quick else FULL), seed, pairs, tuple(variants), quick, tuple(graphs),
+               tuple(tuple(p) for p in versus))

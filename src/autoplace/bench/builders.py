@@ -97,21 +97,27 @@ def build_placer_table(spec: TableSpec, settings, run: Run, store: Store) -> Tab
                          f"{r['wall_s']:.2f}"])
             cells.append(f"{fmt_speedup(sp)} / {fmt_speedup(psp)}" if has_paper else fmt_speedup(sp))
         wide.append([s.key, *cells])
+    one_gpu = spec.baseline != "single-gpu" and "single-gpu" in methods     # also each one's speedup over one GPU
     summary = [[m, fmt_speedup(geomean(ours_sp[m])), f"{len(ours_sp[m])}/{len(settings)}",
                 *([fmt_speedup(geomean(paper_sp[m])), str(len(paper_sp[m])), fmt_speedup(geomean(both[m]))]
-                  if has_paper else [])] for m in methods]
+                  if has_paper else []),
+                *([fmt_speedup(geomean([results[s]["single-gpu"]["step_s"] / results[s][m]["step_s"]
+                                        for s in settings if results[s]["single-gpu"]["ok"] and results[s][m]["ok"]]))]
+                  if one_gpu else [])] for m in methods]
     t = _table(spec, run)
     t.add_section(f"Speedup over {spec.baseline}" + (", ours / paper" if has_paper else ""), ["setting", *methods],
                   wide)
     t.add_section(f"Geometric mean of the speedup over {spec.baseline}",
                   ["method", "ours", "settings that ran",
-                   *(["paper", "paper's settings", "ours on the paper's settings"] if has_paper else [])],
+                   *(["paper", "paper's settings", "ours on the paper's settings"] if has_paper else []),
+                   *(["ours over single-gpu"] if one_gpu else [])],
                   summary)
     t.add_section("Every cell", ["setting", "method", "step (s)", f"vs {spec.baseline}",
                                  *([f"paper step ({spec.paper_unit})", f"paper vs {spec.baseline}"]
                                    if has_paper else []),
                                  "search (s)", "wall (s)"], rows)
     _bounds_section(t, settings, results, store)
+    _versus_section(t, spec, settings, methods, results, run)
     _learned_section(t, settings, methods, results, run)
     _refined_section(t, settings, methods, results)
     if "auto" in methods:
@@ -177,6 +183,38 @@ def _learned_section(t: Table, settings, methods, results: dict, run: Run) -> No
         t.add_section("Learned searches", ["setting", "method", "samples (updates)", "stopped by",
                                            "samples to its best", "its best after (s)", "prior (its step, s)",
                                            "search", "samples to reach its placer's step"], rows)
+
+
+def _versus_section(t: Table, spec: TableSpec, settings, methods, results: dict, run: Run) -> None:
+    """Pairs of methods head to head (the table's and ``--versus``'s where both are in the table): per
+    setting, a's speedup over b (ours / the paper's) and, for a learned a, the samples it took to reach
+    b's step; per pair, the geometric means and on how many settings a is faster."""
+    pairs = [p for p in dict.fromkeys((*spec.versus, *run.versus)) if p[0] in methods and p[1] in methods]
+    rows = []
+    for a, b in pairs:
+        ours, paper, faster, ran = [], [], 0, 0
+        for s in settings:
+            ra, rb = results[s][a], results[s][b]
+            sp = rb["step_s"] / ra["step_s"] if ra["ok"] and rb["ok"] else None
+            pa, pb = _paper_cell(spec, s, a)[1], _paper_cell(spec, s, b)[1]
+            psp = pb / pa if pa and pb else None
+            if sp is not None:
+                ours.append(sp)
+                ran += 1
+                faster += sp > 1 + 1e-9
+            if psp is not None:
+                paper.append(psp)
+            reach = "–"
+            if "search" in ra and rb["ok"]:
+                n = next((k for k, step in ra["search"]["improvements"]
+                          if step is not None and step <= rb["step_s"] * (1 + 1e-9)), None)
+                reach = str(n) if n is not None else f"not in {ra['search']['samples']}"
+            rows.append([s.key, f"{a} vs {b}", fmt_speedup(sp), fmt_speedup(psp), reach])
+        rows.append(["geometric mean", f"{a} vs {b}", fmt_speedup(geomean(ours)), fmt_speedup(geomean(paper)),
+                     f"faster on {faster} of {ran}"])
+    if rows:
+        t.add_section("Head to head: a's speedup over b (ours, the paper's), and a's samples to reach b's step",
+                      ["setting", "a vs b", "ours", "paper", "a's samples to b's step"], rows)
 
 
 def _secs(x) -> str:
@@ -320,7 +358,7 @@ def build_gdp_batch(spec: TableSpec, settings, run: Run, store: Store) -> Table:
     for s in settings:
         one = store[run.place(s, "gdp")]["step_s"]
         expert, auto = store[run.place(s, "expert")]["step_s"], store[run.place(s, "auto")]["step_s"]
-        bs = batch["steps_s"][s.key]
+        bs = _by_setting(batch["steps_s"], s)
         gain = 1 - bs / one if bs and one else None
         if gain is not None:
             gains.append(1 - gain)
@@ -341,7 +379,7 @@ def build_gdp_batch(spec: TableSpec, settings, run: Run, store: Store) -> Table:
                    "paper's gain", "batch vs expert"], rows)
     zs_rows = []
     for s in _zero_shot_settings(spec, run):
-        z = batch["zero_shot"][s.key]
+        z = _by_setting(batch["zero_shot"], s)
         expert, auto = store[run.place(s, "expert")]["step_s"], store[run.place(s, "auto")]["step_s"]
         zs_rows.append([s.key, fmt_seconds(z["step_s"]), fmt_seconds(z["greedy_step_s"]), f"{z['policy_s']:.2f}",
                         f"{z['prior_s']:.1f}", fmt_seconds(expert), fmt_seconds(auto),
@@ -352,6 +390,12 @@ def build_gdp_batch(spec: TableSpec, settings, run: Run, store: Store) -> Table:
                       zs_rows)
     t.plot = ("gain", "gdp-one", plot)
     return t
+
+
+def _by_setting(d: dict, s: Setting):
+    """A GDP-batch result's entry for ``s``: keyed by the setting's identity (a graph file by its content;
+    results written before that are keyed by the setting's name)."""
+    return d[s.identity] if s.identity in d else d[s.key]
 
 
 # ---------------------------------------------------------------------- GDP Figure 2: hold-out graphs

@@ -64,7 +64,9 @@ class FolderComparison:
 
     @property
     def same(self) -> bool:
-        return not self.changes
+        """No job both folders hold differs (and they hold at least one in common: two folders with
+        nothing in common are not the same)."""
+        return self.common > 0 and not self.changes
 
     @property
     def differ(self) -> dict[str, list[str]]:
@@ -85,7 +87,13 @@ def compare_folders(before: str | Path, after: str | Path) -> FolderComparison:
 
 
 def change_text(path: str, before, after) -> str:
-    """``step_s 0.1234 -> 0.1301`` (numbers to four significant digits)."""
+    """``step_s 0.1234 -> 0.1301``: numbers to four significant digits, or as many more as it takes to
+    tell the two apart."""
+    digits = 4
+    if isinstance(before, float) and isinstance(after, float):
+        while digits < 17 and f"{before:.{digits}g}" == f"{after:.{digits}g}":
+            digits += 1
+
     def v(x):
-        return f"{x:.4g}" if isinstance(x, float) else json.dumps(x)
+        return f"{x:.{digits}g}" if isinstance(x, float) else json.dumps(x)
     return f"{path} {v(before)} -> {v(after)}"

@@ -161,6 +161,7 @@ def place_job(setting: Setting, method: str, budget: float, seed: int, config: t
     scheduler's own estimates of its step; a learned search's samples, updates, how it stopped and when it
     first held its best (:func:`_search_summary`). With ``refine_budget``, the placement is then refined by
     the local search (as ``autoplace place --refine``) and the refined one is simulated."""
+    from autoplace.cost import check_runnable
     from autoplace.errors import InfeasibleError, UnavailableError
     from autoplace.placers import get_placer, place
     from autoplace.sim import simulate
@@ -171,6 +172,7 @@ def place_job(setting: Setting, method: str, budget: float, seed: int, config: t
     learned = None
     try:
         if info.learned:
+            check_runnable(graph, cluster)              # place()'s message for an op no device can run
             r = info.search(graph, cluster, budget=budget, seed=seed, **({"config": dict(config)} if config else {}))
             p, learned = r.placement, _search_summary(r)
             search_s = time.perf_counter() - t0
@@ -294,11 +296,11 @@ def gdp_batch_job(settings: tuple[Setting, ...], budget: float, seed: int, confi
         r = gdp_train([g for g, _ in probs], [c for _, c in probs], budget=budget * len(settings), seed=seed,
                       output=path, **({"config": dict(config)} if config else {}))
         _check_finished(r.stop_reason)
-        out = {"steps_s": {s.key: _finite(x) for s, x in zip(settings, r.extra["best_steps_s"])},
+        out = {"steps_s": {s.identity: _finite(x) for s, x in zip(settings, r.extra["best_steps_s"])},
                "updates": r.updates, "samples": r.samples, "wall_s": time.perf_counter() - t0}
         if zero_shot:
             net, cfg = load_policy(path)
-            out["zero_shot"] = {s.key: _zero_shot(net, s, cfg, seed) for s in zero_shot}
+            out["zero_shot"] = {s.identity: _zero_shot(net, s, cfg, seed) for s in zero_shot}
     return out
 
 

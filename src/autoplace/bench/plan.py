@@ -4,6 +4,7 @@ method variants (:class:`Run`), and how a table's method name becomes a ``place`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,11 +36,13 @@ FULL = Budgets(search=60.0, learned=600.0, fine_tune_updates=40, predictor_runs=
 
 Config = tuple[tuple[str, Any], ...]
 
+_LABEL = re.compile(r"[A-Za-z0-9_-]+")
+
 
 @dataclass(frozen=True)
 class Variant:
-    """A method column of its own: a learned placer under other settings (``bench --variant
-    frozen=rl:learning_rate=1e-12``), shown beside the placer in every table that has it."""
+    """A method column of its own: a learned placer under other settings (``bench --variant frozen=rl
+    --set frozen.learning_rate=1e-12``), shown beside the placer in every table that has it."""
 
     label: str
     placer: str
@@ -66,6 +69,7 @@ class Run:
     variants: tuple[Variant, ...] = ()
     quick: bool = False                 #: the tables' small settings
     graphs: tuple[str, ...] = ()        #: graphs in place of the tables' models (``--graph``)
+    versus: tuple[tuple[str, str], ...] = ()    #: method pairs compared head to head (``--versus A:B``)
 
     def __post_init__(self):
         from autoplace.placers import available_placers, get_placer
@@ -75,9 +79,9 @@ class Run:
             _check_config(placer, config)
         seen = set()
         for v in self.variants:
-            if v.label in names or v.label in seen or v.label.endswith(REFINE) or not v.label.strip():
-                raise AutoplaceError(f"variant label {v.label!r} is empty, a placer's name, taken or ends in "
-                                     f"{REFINE!r}: name it otherwise")
+            if v.label in names or v.label in seen or v.label.endswith(REFINE) or not _LABEL.fullmatch(v.label):
+                raise AutoplaceError(f"variant label {v.label!r}: a label is letters, digits, '-' and '_', not a "
+                                     f"placer's name, not given twice, not ending in {REFINE!r}")
             seen.add(v.label)
             get_placer(v.placer)
             _check_config(v.placer, v.config)
@@ -154,3 +158,4 @@ class TableSpec:
     memory_checks: bool = False         #: check the memory-aware placers' promise (a section of its own)
     zero_shot: tuple[Setting, ...] = ()         #: GDP-batch: larger graphs its policy places zero-shot
     zero_shot_quick: tuple[Setting, ...] = ()
+    versus: tuple[tuple[str, str], ...] = ()    #: method pairs (a, b) compared head to head: a's speedup over b

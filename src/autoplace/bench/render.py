@@ -77,7 +77,7 @@ class Table:
 
     def to_dict(self) -> dict:
         kind, baseline, data = self.plot or ("", "", {})
-        return {"name": self.name, "title": self.title, "about": self.about, "seed": self.seed,
+        return {"name": self.name, "title": self.title, "about": self.about, "note": self.note, "seed": self.seed,
                 "budgets": asdict(self.budgets), "sections": [asdict(s) for s in self.sections],
                 "chart": {"kind": kind, "baseline": baseline,
                           "data": {s: {k: [_json_num(x) for x in v] for k, v in series.items()}

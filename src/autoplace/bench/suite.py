@@ -79,6 +79,7 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
                      _s("inception-v3", "k80x2"), _s("inception-v3", "k80x4")),
               jobs=b.placer_jobs, build=b.build_placer_table, methods=_MIRHOSEINI_METHODS,
               baseline="single-gpu", paper=_mirhoseini_paper,
+              versus=(("rl", "expert"), ("rl", "single-gpu"), ("rl+refine", "rl"), ("auto", "rl")),
               about="The paper's baselines and RL placer, then ours, on K80 machines; speedup over one GPU. "
                     "`rl+refine`: the RL placement refined by the local search."),
     TableSpec("mirhoseini-large", "Mirhoseini et al.'s models made too large for one GPU",
@@ -92,14 +93,15 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
     TableSpec("gdp-table1", "GDP (Zhou et al.), Table 1", full=_GDP_SETTINGS,
               quick=tuple(s for s in _GDP_SETTINGS if s.cluster == "p100x2" and s.model != "gnmt-2"),
               jobs=b.placer_jobs, build=b.build_placer_table, methods=_GDP_METHODS, baseline="expert",
-              paper=_gdp_paper, about="GDP-one (`gdp`), HDP, METIS and the human placement (`expert`) on P100s; "
-                                      "speedup over the expert."),
+              paper=_gdp_paper, versus=(("gdp", "hdp"), ("auto", "gdp")),
+              about="GDP-one (`gdp`), HDP, METIS and the human placement (`expert`) on P100s; speedup over the "
+                    "expert."),
     TableSpec("gdp-table2", "GDP (Zhou et al.), Table 2: GDP-batch against GDP-one", full=_GDP_BATCH,
               quick=(_s("rnnlm-2", "p100x2"), _s("transformer-xl-2", "p100x2"), _s("wavenet-2x18", "p100x2")),
               jobs=b.gdp_batch_jobs, build=b.build_gdp_batch,
-              zero_shot=(_s("rnnlm-4", "p100x4"), _s("gnmt-8", "p100x8")), zero_shot_quick=(_s("rnnlm-4", "p100x4"),),
+              zero_shot=(_s("gnmt-8", "p100x8"),), zero_shot_quick=(_s("rnnlm-4", "p100x4"),),
               about="One GDP policy trained over a batch of graphs against one policy per graph, the same work "
-                    "per graph; then the batch policy places larger graphs zero-shot."),
+                    "per graph; then the batch policy places a larger graph it never saw zero-shot."),
     TableSpec("gdp-generalisation", "GDP (Zhou et al.), Figure 2: graphs the policy never saw", full=_HOLDOUT,
               quick=(_s("rnnlm-2", "p100x2"), _s("transformer-xl-2", "p100x2"), _s("wavenet-2x18", "p100x2")),
               jobs=b.holdout_jobs, build=b.build_holdout,

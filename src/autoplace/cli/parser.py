@@ -249,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", action="append", default=[], metavar="LABEL=PLACER",
                    help="a method column LABEL beside PLACER in every table that has it: PLACER under the settings "
                         "--set LABEL.KEY=VALUE gives (the same search with learning off, another policy); repeatable")
+    p.add_argument("--versus", action="append", default=[], metavar="A:B",
+                   help="compare methods A and B head to head in every table that has both (A's speedup over B, "
+                        "its samples to reach B's step); repeatable")
     p.add_argument("--list", action="store_true", help="list the tables and their settings, run nothing")
     p.add_argument("--against", metavar="DIR",
                    help="run nothing: compare the results folder's jobs with DIR's (another commit's), leaving out "

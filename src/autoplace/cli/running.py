@@ -203,7 +203,8 @@ def _bench_against(args: argparse.Namespace) -> int:
         con.print(f"differs: {job}: " + ", ".join(change_text(p, *v) for p, v in fields.items()), markup=False)
     if len(c.differ) > 20:
         con.print(f"... and {len(c.differ) - 20} more")
-    con.print("every result the same" if c.same else f"{len(c.differ)} results differ")
+    con.print("every result the same" if c.same else f"{len(c.differ)} results differ" if c.changes
+              else "no job in common: nothing compared")
     return 0 if c.same else EXIT_FAILING
 
 
@@ -225,6 +226,8 @@ def _bench_run(args: argparse.Namespace):
         label, sep, placer = text.partition("=")
         if not sep or not label.strip() or not placer.strip():
             raise FormatError(f"--variant {text!r}: expected LABEL=PLACER (settings: --set LABEL.KEY=VALUE)")
+        if label.strip() in placers:
+            raise FormatError(f"--variant {text!r}: the label {label.strip()!r} is given twice")
         placers[label.strip()] = placer.strip()
     configs: dict[str, dict] = {}
     for text in args.set:
@@ -234,8 +237,14 @@ def _bench_run(args: argparse.Namespace):
         configs.setdefault(name, {}).update(_settings([rest]))
     variants = tuple(Variant(label, placer, tuple(sorted(configs.pop(label, {}).items())))
                      for label, placer in placers.items())
+    versus = []
+    for text in args.versus:
+        a, sep, b = text.partition(":")
+        if not sep or not a.strip() or not b.strip():
+            raise FormatError(f"--versus {text!r}: expected A:B (two methods of a table)")
+        versus.append((a.strip(), b.strip()))
     return make_run(quick=args.quick, graphs=args.graph, seed=args.seed, budgets=budgets, configs=configs,
-                    variants=variants)
+                    variants=variants, versus=tuple(versus))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -290,7 +299,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 result = run_bench(args.output, tables=args.tables, quick=args.quick, graphs=args.graph,
                                    seed=args.seed, budgets=run.budgets, configs=dict(
                                        (p, dict(c)) for p, c in run.configs), variants=run.variants,
-                                   progress=on_job)
+                                   versus=run.versus, progress=on_job)
         except KeyboardInterrupt:
             print(f"autoplace: interrupted; finished jobs are kept in {args.output}/jobs.jsonl: run the same "
                   "command to continue", file=sys.stderr)
