@@ -37,3 +37,17 @@ def test_every_learned_search_returns_one_result_type_and_writes_its_curve(metho
     if method != "rl":
         with pytest.raises(AutoplaceError, match="--controllers applies to the rl method only"):
             search(g, c, budget=SearchBudget(samples=8), seed=0, controllers=2)
+
+
+def test_a_policy_device_this_torch_lacks_is_one_clear_error():
+    import torch
+
+    from autoplace.errors import AutoplaceError, UnavailableError
+    from autoplace.search.engine import policy_device
+
+    assert policy_device("cpu").type == "cpu" and policy_device("auto").type in ("cpu", "cuda")
+    with pytest.raises(AutoplaceError, match="'tpu0': not a torch device"):
+        policy_device("tpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(UnavailableError, match="no CUDA device"):
+            policy_device("cuda")

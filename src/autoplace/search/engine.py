@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from autoplace.errors import AutoplaceError
+from autoplace.errors import AutoplaceError, UnavailableError
 from autoplace.progress import report_progress
 from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import Checkpointer, load_checkpoint
@@ -131,4 +131,12 @@ def policy_device(name: str):
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise AutoplaceError(f"torch_device {name!r}: not a torch device (cpu, cuda, cuda:N or auto)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UnavailableError(f"torch_device {name!r}: this torch has no CUDA device (use cpu or auto)")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UnavailableError(f"torch_device {name!r}: there are {torch.cuda.device_count()} CUDA devices")
+    return device
