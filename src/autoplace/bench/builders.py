@@ -97,7 +97,8 @@ def build_placer_table(spec: TableSpec, settings, run: Run, store: Store) -> Tab
                          f"{r['wall_s']:.2f}"])
             cells.append(f"{fmt_speedup(sp)} / {fmt_speedup(psp)}" if has_paper else fmt_speedup(sp))
         wide.append([s.key, *cells])
-    one_gpu = spec.baseline != "single-gpu" and "single-gpu" in methods     # also each one's speedup over one GPU
+    one_gpu = (spec.baseline != "single-gpu" and "single-gpu" in methods      # also each one's speedup over one GPU
+               and any(results[s]["single-gpu"]["ok"] for s in settings))
     summary = [[m, fmt_speedup(geomean(ours_sp[m])), f"{len(ours_sp[m])}/{len(settings)}",
                 *([fmt_speedup(geomean(paper_sp[m])), str(len(paper_sp[m])), fmt_speedup(geomean(both[m]))]
                   if has_paper else []),
@@ -164,8 +165,8 @@ def _learned_section(t: Table, settings, methods, results: dict, run: Run) -> No
         for m in methods:
             placer, _, _ = run.resolve(m)
             search = results[s][m].get("search")
-            if placer not in LEARNED or search is None:
-                continue
+            if placer not in LEARNED or search is None or run.resolve(m)[2]:
+                continue                                # a refined method's search is its placer's row
             reach = "–"
             if run.variant(m) is not None and placer in results[s] and results[s][placer]["ok"]:
                 target = results[s][placer]["step_s"]
@@ -205,7 +206,7 @@ def _versus_section(t: Table, spec: TableSpec, settings, methods, results: dict,
             if psp is not None:
                 paper.append(psp)
             reach = "–"
-            if "search" in ra and rb["ok"]:
+            if "search" in ra and "unrefined_step_s" not in ra and rb["ok"]:      # a refined step is no sample's
                 n = next((k for k, step in ra["search"]["improvements"]
                           if step is not None and step <= rb["step_s"] * (1 + 1e-9)), None)
                 reach = str(n) if n is not None else f"not in {ra['search']['samples']}"
