@@ -163,16 +163,13 @@ def _learned_section(t: Table, settings, methods, results: dict, run: Run) -> No
     rows = []
     for s in settings:
         for m in methods:
-            placer, _, _ = run.resolve(m)
+            placer, _, refined = run.resolve(m)
             search = results[s][m].get("search")
-            if placer not in LEARNED or search is None or run.resolve(m)[2]:
+            if placer not in LEARNED or search is None or refined:
                 continue                                # a refined method's search is its placer's row
             reach = "–"
             if run.variant(m) is not None and placer in results[s] and results[s][placer]["ok"]:
-                target = results[s][placer]["step_s"]
-                n = next((k for k, step in search["improvements"] if step is not None and step <= target * (1 + 1e-9)),
-                         None)
-                reach = str(n) if n is not None else f"not in {search['samples']}"
+                reach = _samples_to_reach(search, results[s][placer]["step_s"])
             prior = search.get("prior")
             prior_text = "–" if not prior else f"{prior} ({fmt_seconds(search.get('prior_step_s'))})"
             extra = ", ".join(f"{k} {search[k]}" for k in ("groups", "nodes", "family", "initial", "screened")
@@ -207,15 +204,19 @@ def _versus_section(t: Table, spec: TableSpec, settings, methods, results: dict,
                 paper.append(psp)
             reach = "–"
             if "search" in ra and "unrefined_step_s" not in ra and rb["ok"]:      # a refined step is no sample's
-                n = next((k for k, step in ra["search"]["improvements"]
-                          if step is not None and step <= rb["step_s"] * (1 + 1e-9)), None)
-                reach = str(n) if n is not None else f"not in {ra['search']['samples']}"
+                reach = _samples_to_reach(ra["search"], rb["step_s"])
             rows.append([s.key, f"{a} vs {b}", fmt_speedup(sp), fmt_speedup(psp), reach])
         rows.append(["geometric mean", f"{a} vs {b}", fmt_speedup(geomean(ours)), fmt_speedup(geomean(paper)),
                      f"faster on {faster} of {ran}"])
     if rows:
         t.add_section("Head to head: a's speedup over b (ours, the paper's), and a's samples to reach b's step",
                       ["setting", "a vs b", "ours", "paper", "a's samples to b's step"], rows)
+
+
+def _samples_to_reach(search: dict, step: float) -> str:
+    """The samples after which a learned search's best was ``step`` or faster (``not in N`` if never)."""
+    n = next((k for k, best in search["improvements"] if best is not None and best <= step * (1 + 1e-9)), None)
+    return str(n) if n is not None else f"not in {search['samples']}"
 
 
 def _secs(x) -> str:
