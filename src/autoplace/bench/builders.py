@@ -163,9 +163,9 @@ def _learned_section(t: Table, settings, methods, results: dict, run: Run) -> No
     rows = []
     for s in settings:
         for m in methods:
-            placer, _, refined = run.resolve(m)
+            placer, _, _ = run.resolve(m)
             search = results[s][m].get("search")
-            if placer not in LEARNED or search is None or refined:
+            if placer not in LEARNED or search is None or "unrefined_step_s" in results[s][m]:
                 continue                                # a refined method's search is its placer's row
             reach = "–"
             if run.variant(m) is not None and placer in results[s] and results[s][placer]["ok"]:
