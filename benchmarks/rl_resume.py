@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from autoplace.search import load_checkpoint
+from autoplace.search.checkpoint import CHECKPOINT_FILE
 
 
 def _place(args, *extra: str) -> list[str]:
@@ -52,7 +53,7 @@ def main(argv=None) -> int:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     saved = 0
     while proc.poll() is None:
-        if (ck / "checkpoint.pt").exists():
+        if (ck / CHECKPOINT_FILE).exists():
             saved = load_checkpoint(ck)["samples"]
             if saved >= args.kill_at * args.samples:
                 break

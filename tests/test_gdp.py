@@ -315,7 +315,7 @@ def test_an_interrupted_gdp_search_resumes_to_the_uninterrupted_result(tmp_path)
     resumed = gdp_search(g, c, budget=SearchBudget(samples=64), seed=0, config=cfg, resume=tmp_path)
     assert (resumed.placement.to_array(g, c) == whole.placement.to_array(g, c)).all()
     assert [p.best_step_s for p in resumed.curve.points] == [p.best_step_s for p in whole.curve.points]
-    with pytest.raises(AutoplaceError, match="config differ"):
+    with pytest.raises(AutoplaceError, match="different: config"):
         gdp_search(g, c, budget=SearchBudget(samples=64), seed=0, config=GDPConfig(**{**SMALL, "clip": 0.1}),
                    resume=tmp_path)
 

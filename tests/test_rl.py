@@ -18,6 +18,7 @@ from autoplace.grouping import group_ops  # noqa: E402
 from autoplace.placers.rl import RLConfig, RLSearch, rl_search, samples_for_budget  # noqa: E402
 from autoplace.policies.features import group_features  # noqa: E402
 from autoplace.search import Evaluator, SearchBudget, default_failing_step, load_checkpoint  # noqa: E402
+from autoplace.search.checkpoint import CHECKPOINT_FILE  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402
 from autoplace.zoo import build_graph  # noqa: E402
 
@@ -117,8 +118,8 @@ def test_resuming_another_search_or_nothing_is_one_clear_error(tmp_path):
     rl_search(g, c, budget=SearchBudget(samples=4), config=RLConfig(samples_per_update=4), seed=0, checkpoint=tmp_path)
     with pytest.raises(AutoplaceError, match="seed"):
         rl_search(g, c, budget=SearchBudget(samples=8), config=RLConfig(samples_per_update=4), seed=1, resume=tmp_path)
-    (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(AutoplaceError, match="cannot read checkpoint"):
+    (tmp_path / CHECKPOINT_FILE).write_bytes(b"not a checkpoint")
+    with pytest.raises(AutoplaceError, match="not a checkpoint"):
         rl_search(g, c, budget=SearchBudget(samples=8), config=RLConfig(samples_per_update=4), seed=0, resume=tmp_path)
 
 
@@ -177,7 +178,7 @@ def test_a_search_killed_with_sigkill_resumes_from_its_checkpoint_to_the_uninter
     proc = subprocess.Popen([*cmd, "--checkpoint", str(ck)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while proc.poll() is None:                       # no deadline: however slow the machine
-            if (ck / "checkpoint.pt").exists() and load_checkpoint(ck)["updates"] >= 20:
+            if (ck / CHECKPOINT_FILE).exists() and load_checkpoint(ck)["updates"] >= 20:
                 break
             time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)

@@ -88,7 +88,7 @@ def test_a_distributed_search_checkpoints_and_resumes(session, case, tmp_path):
     assert [p.samples for p in second.curve.points[:len(first.curve)]] == [p.samples for p in first.curve.points]
     assert second.placement.meta["best_step_s"] <= first.placement.meta["best_step_s"]
     assert load_checkpoint(tmp_path)["server"]["samples"] == second.samples
-    with pytest.raises(AutoplaceError, match="number of controllers"):
+    with pytest.raises(AutoplaceError, match="different: n_controllers"):
         rl_distributed(g, c, budget=SearchBudget(samples=8), workers=2, controllers=1, config=cfg, seed=0,
                        resume=tmp_path)
     with pytest.raises(AutoplaceError, match="distributed search"):      # not one a single process resumes

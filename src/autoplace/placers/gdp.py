@@ -70,15 +70,27 @@ from autoplace.cluster import Cluster
 from autoplace.cost import feasible_devices
 from autoplace.env import BaseEnv, make_env
 from autoplace.errors import AutoplaceError, FormatError, InfeasibleError
+from autoplace.formats.state import StateFields, cluster_hash, graph_hash, read_state, write_state
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
+from autoplace.search.checkpoint import (
+    cache_state,
+    load_best,
+    load_cache,
+    load_counters,
+    load_curve,
+    load_generator,
+    load_optimizer,
+    load_torch,
+    open_checkpoint,
+)
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
-from autoplace.search.engine import check_checkpoint, policy_device, torch_threads
+from autoplace.search.engine import policy_device, torch_threads
 from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit
 from autoplace.search.runner import SearchOptions, SearchResult, learned_search
 from autoplace.stats import geomean
@@ -87,8 +99,8 @@ from autoplace.validation import seed_int
 __all__ = ["GDPConfig", "new_policy", "GDPResult", "GDPSearch", "gdp_search", "gdp_train", "zero_shot",
            "save_policy", "load_policy", "work_budget", "gdp"]
 
-POLICY_FORMAT = "autoplace.gdp-policy/v1"
-CHECKPOINT_FORMAT = "autoplace.gdp/v1"
+POLICY_FORMAT = "autoplace.gdp-policy/v2"
+CHECKPOINT_FORMAT = "autoplace.gdp/v2"
 
 
 @dataclass(frozen=True)
@@ -226,12 +238,19 @@ class _Problem:
 
     def stats(self) -> dict:
         return {"reward_n": self.reward_n, "reward_sum": self.reward_sum, "reward_sq": self.reward_sq,
-                "best_step": self.best_step, "best_groups": self.best_groups, "cache": self.evaluate.cache}
+                "best_step": self.best_step, "best_groups": self.best_groups,
+                "cache": cache_state(self.evaluate.cache, self.features.n_nodes)}
 
-    def load(self, s: dict) -> None:
-        self.reward_n, self.reward_sum, self.reward_sq = s["reward_n"], s["reward_sum"], s["reward_sq"]
-        self.best_step, self.best_groups = s["best_step"], s["best_groups"]
-        self.evaluate.cache.update(s["cache"])
+    def load(self, f: StateFields) -> None:
+        """Continue from :meth:`stats` (``f``: its fields), every field checked first."""
+        n, d = self.features.n_nodes, self.cluster.n_devices
+        best = load_best(f, n, d)
+        cache = load_cache(f, "cache", n, d)
+        reward_n, reward_sum = f.int("reward_n"), f.float("reward_sum", -1e300, 1e300)
+        reward_sq = f.float("reward_sq", 0.0, 1e300)
+        self.reward_n, self.reward_sum, self.reward_sq = reward_n, reward_sum, reward_sq
+        self.best_step, self.best_groups = best
+        self.evaluate.cache.update(cache)
 
     def placement(self, method: str, **meta) -> Placement:
         if self.best_groups is None:
@@ -455,7 +474,10 @@ class GDPSearch:
 
     # ----------------------------------------------------------------- checkpoints
     def _identity(self) -> dict:
-        return {"graphs": [p.graph.name for p in self.problems], "clusters": [p.cluster.name for p in self.problems],
+        return {"graphs": [p.graph.name for p in self.problems],
+                "graph_hashes": [graph_hash(p.graph) for p in self.problems],
+                "clusters": [p.cluster.name for p in self.problems],
+                "cluster_hashes": [cluster_hash(p.cluster) for p in self.problems],
                 "nodes": [p.features.n_nodes for p in self.problems], "config": asdict(self.config),
                 "seed": self.seed}
 
@@ -468,20 +490,20 @@ class GDPSearch:
                 "samples": self.samples, "updates": self.updates, "wall_s": self.wall_s,
                 "curve": self.curve.to_rows()}
 
-    def load(self, state: dict) -> None:
-        import torch
-
-        check_checkpoint(state, CHECKPOINT_FORMAT, self._identity())
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.generator.set_state(state["generator"])
-        torch.set_rng_state(state["torch_rng"])
-        for p, s in zip(self.problems, state["problems"]):
-            p.load(s)
+    def load(self, state: dict, where: str = "checkpoint") -> None:
+        f = open_checkpoint(state, CHECKPOINT_FORMAT, self._identity(), where)
+        problems = f.list("problems", len(self.problems))
+        curve = load_curve(f)
+        for i, (p, s) in enumerate(zip(self.problems, problems)):
+            p.load(StateFields(s, where, f"problems[{i}]."))
             if p.bias is not None and p.best_groups is not None:
                 centre(p, p.best_groups)
-        self.samples, self.updates, self.wall_s = state["samples"], state["updates"], state["wall_s"]
-        self.curve = Curve.from_rows(state["curve"])
+        load_torch(f, "policy", self.policy)
+        load_optimizer(f, "optimizer", self.optimizer)
+        load_generator(f, "generator", self.generator)
+        load_generator(f, "torch_rng", None)
+        load_counters(f, self)
+        self.curve = curve
 
     def close(self) -> None:
         for p in self.problems:
@@ -498,44 +520,38 @@ def _objective(xs: list[float]) -> float:
 
 # --------------------------------------------------------------------------------------------- policy files
 def save_policy(policy, config: GDPConfig, path: str | Path, **meta) -> None:
-    """Write ``policy`` with ``config``'s architecture (and ``meta``: the graphs it was trained on …) to
-    ``path``, atomically."""
-    import io
-
-    import torch
-
-    from autoplace.formats._json import atomic_write_bytes
-
-    buf = io.BytesIO()
-    torch.save({"format": POLICY_FORMAT, "config": asdict(config),
-                "state": {k: v.cpu() for k, v in policy.state_dict().items()}, "meta": meta}, buf)
-    atomic_write_bytes(Path(path), buf.getvalue())
+    """Write ``policy`` with ``config``'s architecture (and ``meta``: the graphs it was trained on, their
+    content hashes …) to ``path`` as a state file (:mod:`autoplace.formats.state`: no pickle), atomically."""
+    write_state(path, {"format": POLICY_FORMAT, "config": asdict(config),
+                       "state": {k: v.cpu() for k, v in policy.state_dict().items()}, "meta": meta})
 
 
 def load_policy(path: str | Path, config: GDPConfig | dict | None = None):
     """The policy saved in ``path`` and its config: the file's architecture, with the training settings of
-    ``config`` (a dict: only the fields it names; a :class:`GDPConfig`: its training fields)."""
-    import torch
-
-    try:
-        saved = torch.load(Path(path), map_location="cpu", weights_only=False)
-    except FileNotFoundError:
-        raise FormatError(f"{path}: no such policy file") from None
-    except Exception as e:
-        raise FormatError(f"{path}: not a GDP policy file ({e})") from None
+    ``config`` (a dict: only the fields it names; a :class:`GDPConfig`: its training fields). The file is
+    untrusted input: a pickle is refused unread, and every setting and parameter is checked before use."""
+    where = str(path)
+    saved = read_state(path, "GDP policy file")
     if not isinstance(saved, dict) or saved.get("format") != POLICY_FORMAT:
-        raise FormatError(f"{path}: not a GDP policy file (expected format {POLICY_FORMAT!r})")
-    values = dict(saved["config"])
+        raise FormatError(f"{where}: not a GDP policy file (expected format {POLICY_FORMAT!r})")
+    f = StateFields(saved, where)
+    values = dict(f.dict("config"))
+    unknown = sorted(str(k) for k in set(values) - set(GDPConfig.field_names()))
+    if unknown:
+        raise FormatError(f"{where}: field 'config': unknown GDP setting {unknown[0][:40]!r}")
     if isinstance(config, GDPConfig):
         values.update({k: v for k, v in asdict(config).items() if k not in GDPConfig.ARCHITECTURE})
     elif config:
         clash = sorted(set(config) & set(GDPConfig.ARCHITECTURE))
-        if clash and any(config[k] != values[k] for k in clash):
+        if clash and any(config[k] != values.get(k) for k in clash):
             raise AutoplaceError(f"GDP setting {clash[0]!r} shapes the network: a saved policy keeps its own")
         values.update(config)
-    cfg = GDPConfig.from_dict(values)
+    try:
+        cfg = GDPConfig.from_dict(values)
+    except AutoplaceError as e:
+        raise FormatError(f"{where}: field 'config': {e}") from None
     policy = new_policy(cfg)
-    policy.load_state_dict(saved["state"])
+    load_torch(f, "state", policy)
     return policy, cfg
 
 
@@ -578,7 +594,9 @@ def gdp_train(graphs: list[Graph], clusters: list[Cluster], *, budget: SearchBud
                         budget, options, name=method, title=f"{method} on {names}", scoring=scoring) as (search, run):
         if output is not None:
             save_policy(search.policy, config, output, graphs=[g.name for g in graphs],
-                        clusters=[c.name for c in clusters], samples=search.samples, seed=search.seed)
+                        graph_hashes=[graph_hash(g) for g in graphs], clusters=[c.name for c in clusters],
+                        cluster_hashes=[cluster_hash(c) for c in clusters], samples=search.samples,
+                        seed=search.seed)
         evaluations = sum(p.evaluate.evaluations for p in search.problems)
         hits = sum(p.evaluate.hits for p in search.problems)
         placements = [p.placement(method, samples=search.samples, updates=search.updates,

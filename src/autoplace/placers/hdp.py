@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,16 +43,28 @@ from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
+from autoplace.search.checkpoint import (
+    cache_state,
+    identity,
+    load_best,
+    load_cache,
+    load_counters,
+    load_curve,
+    load_generator,
+    load_optimizer,
+    load_torch,
+    open_checkpoint,
+)
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
-from autoplace.search.engine import check_checkpoint, policy_device, torch_threads
+from autoplace.search.engine import policy_device, torch_threads
 from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
 from autoplace.search.runner import SearchOptions, SearchResult, learned_search
 from autoplace.validation import seed_int
 
 __all__ = ["HDPConfig", "HDPSearch", "hdp_search", "hdp", "work_budget"]
 
-CHECKPOINT_FORMAT = "autoplace.hdp/v1"
+CHECKPOINT_FORMAT = "autoplace.hdp/v2"
 
 
 @dataclass(frozen=True)
@@ -230,8 +242,7 @@ class HDPSearch:
 
     # ----------------------------------------------------------------- checkpoints
     def _identity(self) -> dict:
-        return {"graph": self.graph.name, "cluster": self.cluster.name, "nodes": self.features.n_nodes,
-                "config": asdict(self.config), "seed": self.seed}
+        return identity(self.graph, self.cluster, self.config, self.seed, nodes=self.features.n_nodes)
 
     def state(self) -> dict:
         import torch
@@ -241,21 +252,22 @@ class HDPSearch:
                 "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
                 "baseline": self.baseline, "best_step": self.best_step, "best_groups": self.best_groups,
                 "samples": self.samples, "updates": self.updates, "wall_s": self.wall_s,
-                "curve": self.curve.to_rows(), "cache": self.evaluate.cache}
+                "curve": self.curve.to_rows(), "cache": cache_state(self.evaluate.cache, self.features.n_nodes)}
 
-    def load(self, state: dict) -> None:
-        import torch
-
-        check_checkpoint(state, CHECKPOINT_FORMAT, self._identity())
-        self.grouper.load_state_dict(state["grouper"])
-        self.placer.load_state_dict(state["placer"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.generator.set_state(state["generator"])
-        torch.set_rng_state(state["torch_rng"])
-        self.baseline, self.best_step, self.best_groups = state["baseline"], state["best_step"], state["best_groups"]
-        self.samples, self.updates, self.wall_s = state["samples"], state["updates"], state["wall_s"]
-        self.curve = Curve.from_rows(state["curve"])
-        self.evaluate.cache.update(state["cache"])
+    def load(self, state: dict, where: str = "checkpoint") -> None:
+        f = open_checkpoint(state, CHECKPOINT_FORMAT, self._identity(), where)
+        n, d = self.features.n_nodes, self.cluster.n_devices
+        best = load_best(f, n, d)
+        baseline = f.float("baseline", 0.0, 1e150)
+        curve, cache = load_curve(f), load_cache(f, "cache", n, d)
+        load_torch(f, "grouper", self.grouper)
+        load_torch(f, "placer", self.placer)
+        load_optimizer(f, "optimizer", self.optimizer)
+        load_generator(f, "generator", self.generator)
+        load_generator(f, "torch_rng", None)
+        load_counters(f, self)
+        self.baseline, (self.best_step, self.best_groups), self.curve = baseline, best, curve
+        self.evaluate.cache.update(cache)
 
     def best_placement(self, **meta) -> Placement:
         if self.best_groups is None:

@@ -56,7 +56,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -70,9 +70,16 @@ from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
+from autoplace.search.checkpoint import (
+    cache_state,
+    identity,
+    load_cache,
+    load_counters,
+    load_curve,
+    open_checkpoint,
+)
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
-from autoplace.search.engine import check_checkpoint
 from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit
 from autoplace.search.predictor import MODELS, FitnessPredictor
 from autoplace.search.runner import SearchOptions, SearchResult, learned_search
@@ -82,7 +89,7 @@ __all__ = ["HTFMPRConfig", "HTFMPRSearch", "htf_mpr_search", "htf_mpr_nodes", "f
            "node_paths", "colouring",
            "stochastic_crossover", "point_crossover", "roulette_pair", "mutate", "work_budget"]
 
-CHECKPOINT_FORMAT = "autoplace.htf-mpr/v1"
+CHECKPOINT_FORMAT = "autoplace.htf-mpr/v2"
 STALL_GENERATIONS = 20               #: generations in a row with no child not evaluated before: converged
 
 
@@ -430,8 +437,7 @@ class HTFMPRSearch:
 
     # ----------------------------------------------------------------- checkpoints
     def _identity(self) -> dict:
-        return {"graph": self.graph.name, "cluster": self.cluster.name, "nodes": self.nodes.n_groups,
-                "config": asdict(self.config), "seed": self.seed}
+        return identity(self.graph, self.cluster, self.config, self.seed, nodes=self.nodes.n_groups)
 
     def state(self) -> dict:
         """The search as it stood after its last whole update (an interrupted update is not half-saved)."""
@@ -444,16 +450,29 @@ class HTFMPRSearch:
                 "X": self.X.copy(), "steps": self.steps.copy(), "families": list(self.families),
                 "samples": self.samples, "updates": self.updates, "screened": self.screened, "wall_s": self.wall_s,
                 "initialised": self._initialised, "stalled": self._stalled, "curve": self.curve.to_rows(),
-                "cache": dict(self.evaluate.cache)}
+                "cache": cache_state(self.evaluate.cache, self.nodes.n_groups)}
 
-    def load(self, state: dict) -> None:
-        check_checkpoint(state, CHECKPOINT_FORMAT, self._identity())
-        self.rng.bit_generator.state = state["rng"]
-        self.X, self.steps, self.families = state["X"], state["steps"], list(state["families"])
-        self.samples, self.updates, self.screened = state["samples"], state["updates"], state["screened"]
-        self.wall_s, self._initialised, self._stalled = state["wall_s"], state["initialised"], state["stalled"]
-        self.curve = Curve.from_rows(state["curve"])
-        self.evaluate.cache.update(state["cache"])
+    def load(self, state: dict, where: str = "checkpoint") -> None:
+        f = open_checkpoint(state, CHECKPOINT_FORMAT, self._identity(), where)
+        n, d = self.nodes.n_groups, self.cluster.n_devices
+        X = f.array("X", (-1, n), "iu")
+        if len(X) and (X.min() < 0 or X.max() >= d):
+            raise f.fail("X", f"mappings of device indices in [0, {d})")
+        steps = f.array("steps", (len(X),), "f")
+        if not np.all((steps > 0) & ~np.isnan(steps)):
+            raise f.fail("steps", "step times > 0 (inf: failed), one per mapping")
+        families = f.list("families", len(X))
+        if not all(isinstance(x, str) for x in families):
+            raise f.fail("families", "a list of strings")
+        curve, cache = load_curve(f), load_cache(f, "cache", n, d)
+        initialised, stalled = f.bool("initialised"), f.int("stalled")
+        f.dict("rng")
+        f.apply("rng", lambda v: setattr(self.rng.bit_generator, "state", v))
+        load_counters(f, self, "screened")
+        self.X, self.steps, self.families = np.ascontiguousarray(X, dtype=np.int64), steps.astype(float), families
+        self._initialised, self._stalled = initialised, stalled
+        self.curve = curve
+        self.evaluate.cache.update(cache)
         if len(self.X):
             self._fit()
         self._snapshot = self._state()

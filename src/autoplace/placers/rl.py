@@ -52,14 +52,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.cost import feasible_devices
 from autoplace.env import BaseEnv, make_env
-from autoplace.errors import AutoplaceError, InfeasibleError
+from autoplace.errors import AutoplaceError, FormatError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping, coarsen, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
@@ -67,7 +67,21 @@ from autoplace.placers.registry import register_placer
 from autoplace.progress import report_progress
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
-from autoplace.search.checkpoint import Checkpointer, load_checkpoint
+from autoplace.search.checkpoint import (
+    Checkpointer,
+    cache_state,
+    checkpoint_path,
+    identity,
+    load_best,
+    load_cache,
+    load_checkpoint,
+    load_counters,
+    load_curve,
+    load_generator,
+    load_optimizer,
+    load_torch,
+    open_checkpoint,
+)
 from autoplace.search.config import SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
@@ -203,6 +217,10 @@ def policy_parts(graph: Graph, cluster: Cluster, config: RLConfig, seed: int):
     return grouping, features, mask, policy
 
 
+CHECKPOINT_FORMAT = "autoplace.rl/v2"
+DISTRIBUTED_FORMAT = "autoplace.rl-distributed/v2"
+
+
 class RLSearch:
     """One controller: policy, optimizer, baseline and sampler of one graph on one cluster (§3.4 runs
     several of these against a parameter server; :func:`rl_search` runs one)."""
@@ -284,42 +302,39 @@ class RLSearch:
         self.optimizer.step()
 
     # ----------------------------------------------------------------- checkpoints
+    def _identity(self) -> dict:
+        return identity(self.graph, self.cluster, self.config, self.seed, n_groups=self.features.n_groups)
+
     def state(self) -> dict:
         """Everything a resumed search needs to continue as if it had not stopped."""
         import torch
 
-        return {"format": "autoplace.rl/v1", "graph": self.graph.name, "cluster": self.cluster.name,
-                "n_groups": self.features.n_groups, "config": asdict(self.config), "seed": self.seed,
+        return {"format": CHECKPOINT_FORMAT, **self._identity(),
                 "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
                 "baseline": self.baseline, "best_step": self.best_step, "best_groups": self.best_groups,
                 "samples": self.samples, "updates": self.updates, "wall_s": self.wall_s,
-                "same_streak": self.same_streak,
-                "curve": self.curve.to_rows(), "cache": self.evaluate.cache}
+                "same_streak": self.same_streak, "curve": self.curve.to_rows(),
+                "cache": cache_state(self.evaluate.cache, self.features.n_groups)}
 
-    def load(self, state: dict) -> None:
-        """Continue from ``state`` (:meth:`state` of a search of the same graph, cluster and config)."""
-        import torch
-
-        mine = (self.graph.name, self.cluster.name, self.features.n_groups, asdict(self.config), self.seed)
-        theirs = (state.get("graph"), state.get("cluster"), state.get("n_groups"), state.get("config"),
-                  state.get("seed"))
-        if state.get("format") == DISTRIBUTED_FORMAT:
-            raise AutoplaceError("checkpoint is of a distributed search: resume it with the same --workers "
-                                 "and --controllers")
-        if state.get("format") != "autoplace.rl/v1" or mine != theirs:
-            names = ("graph", "cluster", "groups", "config", "seed")
-            diff = [n for n, a, b in zip(names, mine, theirs) if a != b] or ["format"]
-            raise AutoplaceError(f"checkpoint is of another search (its {', '.join(diff)} differ)")
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.generator.set_state(state["generator"])
-        torch.set_rng_state(state["torch_rng"])
-        self.baseline, self.best_step, self.best_groups = state["baseline"], state["best_step"], state["best_groups"]
-        self.samples, self.updates, self.wall_s = state["samples"], state["updates"], state["wall_s"]
-        self.same_streak = state["same_streak"]
-        self.curve = Curve.from_rows(state["curve"])
-        self.evaluate.cache.update(state["cache"])
+    def load(self, state: dict, where: str = "checkpoint") -> None:
+        """Continue from ``state`` (:meth:`state` of a search of the same graph, cluster and config), every
+        field checked first."""
+        if isinstance(state, dict) and state.get("format") == DISTRIBUTED_FORMAT:
+            raise FormatError(f"{where}: a checkpoint of a distributed search: resume it with the same --workers "
+                              "and --controllers")
+        f = open_checkpoint(state, CHECKPOINT_FORMAT, self._identity(), where)
+        n, d = self.features.n_groups, self.cluster.n_devices
+        best = load_best(f, n, d)
+        baseline = f.float("baseline", 0.0, 1e150)
+        curve, cache = load_curve(f), load_cache(f, "cache", n, d)
+        load_torch(f, "policy", self.policy)
+        load_optimizer(f, "optimizer", self.optimizer)
+        load_generator(f, "generator", self.generator)
+        load_generator(f, "torch_rng", None)
+        load_counters(f, self, "same_streak")
+        self.baseline, (self.best_step, self.best_groups), self.curve = baseline, best, curve
+        self.evaluate.cache.update(cache)
 
     @property
     def converged(self) -> bool:
@@ -446,7 +461,6 @@ class _Controller(RLSearch):
                 "wall_s": self.wall_s}
 
 
-DISTRIBUTED_FORMAT = "autoplace.rl-distributed/v1"
 
 
 def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, workers: int,
@@ -470,7 +484,7 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
     if workers < n_ctrl:
         raise AutoplaceError(f"{workers} workers cannot serve {n_ctrl} controllers (at least one each)")
     saved = None if resume is None else _distributed_checkpoint(load_checkpoint(resume), graph, cluster, config,
-                                                                  seed, n_ctrl)
+                                                                  seed, n_ctrl, str(checkpoint_path(resume)))
     ckpt = Checkpointer(checkpoint if checkpoint is not None else resume, checkpoint_every_s)
     stop = None
     with ray_session(ray_address) as ray:
@@ -485,8 +499,7 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
                               None if saved is None else saved["controllers"][i]) for i in range(n_ctrl)]
 
         def state() -> dict:
-            return {"format": DISTRIBUTED_FORMAT, "graph": graph.name, "cluster": cluster.name,
-                    "config": asdict(config), "seed": seed, "n_controllers": n_ctrl,
+            return {"format": DISTRIBUTED_FORMAT, **identity(graph, cluster, config, seed, n_controllers=n_ctrl),
                     # the controllers first: the server's counters then cover every point of their curves
                     "controllers": ray.get([c.snapshot.remote() for c in ctrls]),
                     "server": ray.get(server.state.remote())}
@@ -537,15 +550,26 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
 
 
 def _distributed_checkpoint(state: dict, graph: Graph, cluster: Cluster, config: RLConfig, seed: int,
-                            n_ctrl: int) -> dict:
-    """``state`` if it is a checkpoint of this distributed search, else :class:`AutoplaceError` naming what
-    differs."""
-    mine = (DISTRIBUTED_FORMAT, graph.name, cluster.name, asdict(config), seed, n_ctrl)
-    names = ("format", "graph", "cluster", "config", "seed", "n_controllers")
-    theirs = tuple(state.get(n) for n in names)
-    if mine != theirs:
-        diff = [n.replace("n_", "number of ") for n, a, b in zip(names, mine, theirs) if a != b]
-        raise AutoplaceError(f"checkpoint is of another search (its {', '.join(diff)} differ)")
+                            n_ctrl: int, where: str) -> dict:
+    """``state`` if it is a checkpoint of this distributed search whose every controller and the server's
+    parameters load (checked here, on the driver, before any actor starts); else :class:`FormatError`
+    naming ``where`` and what differs or is damaged."""
+    import torch
+
+    f = open_checkpoint(state, DISTRIBUTED_FORMAT, identity(graph, cluster, config, seed, n_controllers=n_ctrl),
+                        where)
+    with torch.random.fork_rng(devices=[]):
+        for i, c in enumerate(f.list("controllers", n_ctrl)):
+            probe = RLSearch(graph, cluster, config, seed=seed, sample_seed=seed * 1009 + i + 1)
+            try:
+                probe.load(c, f"{where}: controllers[{i}]")
+            finally:
+                probe.close()
+    server = f.sub("server")
+    policy = _policy_only(graph, cluster, config, seed)
+    load_torch(server, "policy", policy)
+    load_optimizer(server, "optimizer", _adam(policy.parameters(), config.learning_rate))
+    server.int("samples"), server.int("updates")
     return state
 
 

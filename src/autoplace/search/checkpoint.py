@@ -1,53 +1,193 @@
-"""Checkpoints of a learned search, written atomically, so that a run continues after Ctrl-C, ``kill -9`` or
-a crash with at most one checkpoint interval lost.
+"""Checkpoints of a learned search, written atomically and read back as untrusted input.
 
-A checkpoint is one file, ``DIR/checkpoint.pt`` (a :func:`torch.save` of a plain dict: policy and
-optimizer state, random-number generator states, baselines, best placement, curve, counters), written as
-every output is (:func:`autoplace.formats._json.atomic_write_bytes`: a temporary file renamed over the
-old one): a reader sees the old checkpoint or the new one, never half of one.
+A checkpoint is one file, ``DIR/checkpoint.safetensors``: a state file (:mod:`autoplace.formats.state`:
+tensors in safetensors, the rest JSON; nothing in it can run code) holding the policy and optimizer state,
+random-number generator states, baselines, best placement, curve, score cache and counters, with the
+identity of the search it belongs to (:func:`identity`: the graph's and cluster's content hashes, the
+config, the seed). It is written as every output is (a temporary file renamed over the old one): a reader
+sees the old checkpoint or the new one, never half of one.
+
+Reading checks the identity first (a checkpoint of a graph with the same name but other content is refused,
+naming what differs), then every field before it is used (:class:`~autoplace.formats.state.StateFields`
+and the helpers below): a damaged file is one line naming the file and the field.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from autoplace.errors import AutoplaceError
+import numpy as np
 
-__all__ = ["CHECKPOINT_FILE", "save_checkpoint", "load_checkpoint", "Checkpointer"]
+from autoplace.errors import FormatError
+from autoplace.formats.state import StateFields, check_identity, cluster_hash, graph_hash, read_state, write_state
+from autoplace.search.curve import Curve, CurvePoint
 
-CHECKPOINT_FILE = "checkpoint.pt"
+__all__ = ["CHECKPOINT_FILE", "save_checkpoint", "load_checkpoint", "Checkpointer", "identity", "open_checkpoint",
+           "checkpoint_path", "cache_state", "load_cache", "load_curve", "load_torch", "load_optimizer",
+           "load_counters", "load_best", "load_generator"]
+
+CHECKPOINT_FILE = "checkpoint.safetensors"
+_OLD_FILE = "checkpoint.pt"       # the pickle checkpoints of earlier versions: never read
 
 
 def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
-    """Write ``state`` to ``directory/checkpoint.pt`` atomically; returns the path."""
-    import io
-
-    import torch
-
-    from autoplace.formats._json import atomic_write_bytes
-
+    """Write ``state`` to ``directory/checkpoint.safetensors`` atomically; returns the path."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    atomic_write_bytes(d / CHECKPOINT_FILE, buf.getvalue())
+    write_state(d / CHECKPOINT_FILE, state)
     return d / CHECKPOINT_FILE
 
 
+def checkpoint_path(directory: str | Path) -> Path:
+    return Path(directory) / CHECKPOINT_FILE
+
+
 def load_checkpoint(directory: str | Path) -> dict[str, Any]:
-    """The state saved in ``directory``; :class:`AutoplaceError` naming the path if there is none or it is
-    unreadable."""
+    """The state saved in ``directory`` (a dict with a ``format``); :class:`FormatError` naming the path if
+    there is none or it is not a checkpoint. Its fields are checked by the search that resumes it."""
+    d = Path(directory)
+    path = d / CHECKPOINT_FILE
+    if not path.is_file():
+        if (d / _OLD_FILE).is_file():
+            raise FormatError(f"{d / _OLD_FILE}: a pickle checkpoint of an earlier autoplace is never loaded (it "
+                              f"could run code); start the search again")
+        raise FormatError(f"no checkpoint to resume from: {path} does not exist")
+    state = read_state(path, "checkpoint")
+    if not isinstance(state, dict) or not isinstance(state.get("format"), str):
+        raise FormatError(f"{path}: not a checkpoint (no format)")
+    return state
+
+
+def identity(graph, cluster, config, seed: int, **extra) -> dict:
+    """What a checkpoint belongs to: the graph and cluster (names and content hashes), the config and seed,
+    and ``extra`` (a placer's node count …)."""
+    return {"graph": graph.name, "graph_hash": graph_hash(graph), "cluster": cluster.name,
+            "cluster_hash": cluster_hash(cluster), "config": asdict(config), "seed": seed, **extra}
+
+
+def open_checkpoint(state: dict, fmt: str, mine: dict, where: str) -> StateFields:
+    """The fields of ``state`` once its format and identity are those of this search (``mine``); else one
+    :class:`FormatError` naming ``where`` and what differs."""
+    check_identity(state, fmt, mine, where)
+    return StateFields(state, where)
+
+
+# ------------------------------------------------------------------------------------------ shared fields
+def cache_state(cache: dict[bytes, tuple[float, bool]], n_groups: int) -> dict:
+    """A score cache (group placement bytes -> (step, ran)) as three arrays."""
+    keys = list(cache)
+    groups = (np.frombuffer(b"".join(keys), dtype=np.int64).reshape(len(keys), n_groups) if keys
+              else np.zeros((0, n_groups), dtype=np.int64))
+    return {"groups": groups, "step": np.array([cache[k][0] for k in keys], dtype=np.float64),
+            "ok": np.array([cache[k][1] for k in keys], dtype=bool)}
+
+
+def load_cache(f: StateFields, key: str, n_groups: int, n_devices: int) -> dict[bytes, tuple[float, bool]]:
+    """The cache saved by :func:`cache_state` under ``key``, every entry checked: device indices in range,
+    a step time > 0 where the placement ran and ``inf`` where it did not."""
+    c = f.sub(key)
+    groups = c.array("groups", (-1, n_groups), "iu")
+    step = c.array("step", (len(groups),), "f")
+    ok = c.array("ok", (len(groups),), "b")
+    if len(groups) and (groups.min() < 0 or groups.max() >= n_devices):
+        raise c.fail("groups", f"device indices in [0, {n_devices})")
+    if not (np.all(np.where(ok, np.isfinite(step) & (step > 0), step == np.inf))):
+        raise c.fail("step", "step times > 0 where a placement ran and inf where it failed")
+    groups = np.ascontiguousarray(groups, dtype=np.int64)
+    return {row.tobytes(): (float(s), bool(r)) for row, s, r in zip(groups, step.tolist(), ok.tolist())}
+
+
+def load_curve(f: StateFields, key: str = "curve") -> Curve:
+    """The curve rows under ``key``, each checked (samples and seconds >= 0, step times > 0 or ``inf``, the
+    failed share in [0, 1], a finite mean reward)."""
+    rows = f.list(key)
+    points = []
+    for i, r in enumerate(rows):
+        ok = isinstance(r, (list, tuple)) and len(r) == 6 and all(
+            not isinstance(v, bool) and isinstance(v, (int, float)) for v in r)
+        if ok:
+            s, w, best, mean, failed, reward = r
+            ok = (float(s).is_integer() and 0 <= s < 2**62 and math.isfinite(w) and w >= 0
+                  and best > 0 and mean > 0 and 0 <= failed <= 1 and math.isfinite(reward))
+        if not ok:
+            raise FormatError(f"{f.where}: field {f.name(key)!r} row {i} is not a curve point "
+                              f"(samples, wall_s, best_step_s, mean_step_s, failed, mean_reward)")
+        points.append(CurvePoint(int(s), float(w), float(best), float(mean), float(failed), float(reward)))
+    return Curve(points)
+
+
+def load_torch(f: StateFields, key: str, module) -> None:
+    """``module.load_state_dict`` of the state dict under ``key``: the same parameter names and shapes as
+    ``module``'s (a policy of another architecture is one line naming the parameter)."""
     import torch
 
-    path = Path(directory) / CHECKPOINT_FILE
-    if not path.is_file():
-        raise AutoplaceError(f"no checkpoint to resume from: {path} does not exist")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # a truncated or foreign file
-        raise AutoplaceError(f"cannot read checkpoint {path}: {e}") from None
+    saved = f.dict(key)
+    mine = module.state_dict()
+    for name, t in mine.items():
+        v = saved.get(name)
+        if not isinstance(v, torch.Tensor) or tuple(v.shape) != tuple(t.shape) or v.dtype != t.dtype:
+            got = "missing" if v is None else (f"{tuple(v.shape)}" if isinstance(v, torch.Tensor) else "not a tensor")
+            raise FormatError(f"{f.where}: field {f.name(key)!r}: parameter {name!r} must be a "
+                              f"{str(t.dtype)[6:]} tensor of shape {tuple(t.shape)}, got {got}")
+        if v.is_floating_point() and not torch.isfinite(v).all():
+            raise FormatError(f"{f.where}: field {f.name(key)!r}: parameter {name!r} holds NaN or infinity")
+    extra = sorted(set(saved) - set(mine))
+    if extra:
+        raise FormatError(f"{f.where}: field {f.name(key)!r}: unknown parameter {str(extra[0])[:40]!r}")
+    f.apply(key, module.load_state_dict)
+
+
+def load_optimizer(f: StateFields, key: str, optimizer) -> None:
+    """``optimizer.load_state_dict`` of the state under ``key``, once its parameter groups match and every
+    per-parameter tensor has its parameter's shape (or is a scalar, such as Adam's step)."""
+    import torch
+
+    s = f.sub(key)
+    groups, state = s.list("param_groups"), s.dict("state")
+    mine = optimizer.state_dict()["param_groups"]
+    if len(groups) != len(mine) or any(not isinstance(g, dict) or g.get("params") != m["params"]
+                                       for g, m in zip(groups, mine)):
+        raise s.fail("param_groups", "the parameter groups of this policy")
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    for i, st in state.items():
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(params) or not isinstance(st, dict):
+            raise s.fail("state", f"per-parameter state of parameters 0..{len(params) - 1}")
+        for name, v in st.items():
+            if not isinstance(v, torch.Tensor) or (v.dim() and tuple(v.shape) != tuple(params[i].shape)) or (
+                    v.is_floating_point() and not torch.isfinite(v).all()):
+                raise FormatError(f"{s.where}: field {s.name('state')!r}: {str(name)[:20]} of parameter {i} must be "
+                                  f"a finite tensor of shape {tuple(params[i].shape)}")
+    f.apply(key, optimizer.load_state_dict)
+
+
+def load_counters(f: StateFields, search, *names: str) -> None:
+    """``samples``, ``updates`` (integers >= 0) and ``wall_s`` (seconds >= 0) and the integer counters
+    ``names`` onto ``search``."""
+    search.samples, search.updates = f.int("samples"), f.int("updates")
+    search.wall_s = f.float("wall_s")
+    for n in names:
+        setattr(search, n, f.int(n))
+
+
+def load_best(f: StateFields, n_groups: int, n_devices: int) -> tuple[float, np.ndarray | None]:
+    """``best_step`` (> 0, or ``inf`` with no ``best_groups``) and ``best_groups``, consistent."""
+    best = f.float("best_step", 1e-300, inf=True)
+    groups = f.groups("best_groups", n_groups, n_devices)
+    if (groups is None) != (best == math.inf):
+        raise f.fail("best_groups", "a placement exactly when best_step is finite")
+    return best, groups
+
+
+def load_generator(f: StateFields, key: str, generator) -> None:
+    """A torch generator's (``generator``; ``None``: torch's global one) state under ``key``."""
+    import torch
+
+    f.tensor(key, torch.uint8)
+    f.apply(key, torch.set_rng_state if generator is None else generator.set_state)
 
 
 class Checkpointer:

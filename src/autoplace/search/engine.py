@@ -22,10 +22,10 @@ from typing import Protocol
 from autoplace.errors import AutoplaceError, UnavailableError
 from autoplace.progress import report_progress
 from autoplace.search.budget import SearchBudget
-from autoplace.search.checkpoint import Checkpointer, load_checkpoint
+from autoplace.search.checkpoint import Checkpointer, checkpoint_path, load_checkpoint
 from autoplace.search.curve import Curve, CurvePoint
 
-__all__ = ["Searcher", "SearchRun", "run_search", "check_checkpoint", "fmt_step", "torch_threads", "policy_device"]
+__all__ = ["Searcher", "SearchRun", "run_search", "fmt_step", "torch_threads", "policy_device"]
 
 
 class Searcher(Protocol):
@@ -40,7 +40,7 @@ class Searcher(Protocol):
 
     def state(self) -> dict: ...
 
-    def load(self, state: dict) -> None: ...
+    def load(self, state: dict, where: str) -> None: ...
 
     @property
     def converged(self) -> bool: ...
@@ -67,7 +67,7 @@ def run_search(search: Searcher, budget: SearchBudget, *, name: str, title: str 
     the curve to ``curve_csv`` / ``curve_png``. Progress goes to the caller's
     :func:`~autoplace.progress.progress_to` callback as ``name: N samples, R/s, best …, mean reward …``."""
     if resume is not None:
-        search.load(load_checkpoint(resume))
+        search.load(load_checkpoint(resume), str(checkpoint_path(resume)))
     ckpt = Checkpointer(checkpoint if checkpoint is not None else resume, checkpoint_every_s)
     clock = budget.start()
     clock.offset_s = search.wall_s
@@ -94,16 +94,6 @@ def run_search(search: Searcher, budget: SearchBudget, *, name: str, title: str 
     if curve_png is not None:
         search.curve.plot(curve_png, title or name)
     return SearchRun(stop, time.monotonic() - t_start, done_here)
-
-
-def check_checkpoint(state: dict, fmt: str, mine: dict) -> None:
-    """:class:`AutoplaceError` unless ``state`` is a checkpoint of format ``fmt`` whose entries equal
-    ``mine`` (name -> value: graph, cluster, config, seed …), naming the entries that differ."""
-    if state.get("format") != fmt:
-        raise AutoplaceError(f"checkpoint is of another search (its format {state.get('format')!r} is not {fmt!r})")
-    diff = [k for k, v in mine.items() if state.get(k) != v]
-    if diff:
-        raise AutoplaceError(f"checkpoint is of another search (its {', '.join(diff)} differ)")
 
 
 def fmt_step(step: float) -> str:

@@ -1,0 +1,215 @@
+"""Files autoplace reads back are untrusted input: checkpoints and policies never unpickle, a checkpoint of
+another graph or cluster is refused, and a damaged field is one line naming the file and the field."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from autoplace.cli import main  # noqa: E402
+from autoplace.cluster import get_cluster  # noqa: E402
+from autoplace.errors import AutoplaceError, FormatError  # noqa: E402
+from autoplace.formats import graph_to_dict, save_graph  # noqa: E402
+from autoplace.formats.state import decode_state, encode_state, graph_hash, read_state, write_state  # noqa: E402
+from autoplace.graph import Graph  # noqa: E402
+from autoplace.placers.gdp import GDPConfig, gdp_train, load_policy  # noqa: E402
+from autoplace.placers.hdp import HDPConfig, hdp_search  # noqa: E402
+from autoplace.placers.htf_mpr import HTFMPRConfig, htf_mpr_search  # noqa: E402
+from autoplace.placers.rl import RLConfig, rl_search  # noqa: E402
+from autoplace.search import SearchBudget, load_checkpoint  # noqa: E402
+from autoplace.search.checkpoint import CHECKPOINT_FILE  # noqa: E402
+from autoplace.zoo import build_graph  # noqa: E402
+
+
+class _Payload:
+    """Unpickling this writes ``marker``: proof that a loader ran code from a file."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "the file ran code"))
+
+
+def _crafted(marker: Path) -> dict[str, bytes]:
+    """A raw pickle and a ``torch.save`` zip, each running the payload when unpickled."""
+    import io
+
+    buf = io.BytesIO()
+    torch.save({"format": "autoplace.rl/v2", "policy": _Payload(marker)}, buf)
+    return {"pickle": pickle.dumps({"format": "autoplace.gdp-policy/v2", "x": _Payload(marker)}),
+            "torch.save": buf.getvalue()}
+
+
+@pytest.mark.parametrize("kind", ["pickle", "torch.save"])
+@pytest.mark.parametrize("name", [CHECKPOINT_FILE, "checkpoint.pt"])
+def test_a_crafted_pickle_given_to_resume_runs_nothing(tmp_path, capsys, kind, name):
+    marker = tmp_path / "marker"
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / name).write_bytes(_crafted(marker)[kind])
+    rc = main(["place", "toy-mlp", "-c", "k80x2", "-m", "rl", "--samples", "8", "--resume", str(ck),
+               "-o", str(tmp_path / "out.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and not marker.exists() and not (tmp_path / "out.json").exists()
+    assert err.count("\n") == 1 and ("could run code" in err or "no checkpoint" in err), err
+
+
+@pytest.mark.parametrize("kind", ["pickle", "torch.save"])
+@pytest.mark.parametrize("zero_shot", [False, True])
+def test_a_crafted_pickle_given_as_a_policy_runs_nothing(tmp_path, capsys, kind, zero_shot):
+    marker = tmp_path / "marker"
+    (tmp_path / "policy.pt").write_bytes(_crafted(marker)[kind])
+    rc = main(["place", "toy-mlp", "-c", "k80x2", "-m", "gdp", "--samples", "8", "--policy",
+               str(tmp_path / "policy.pt"), *(["--zero-shot"] if zero_shot else []), "-o", str(tmp_path / "o.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and not marker.exists() and not (tmp_path / "o.json").exists()
+    assert "could run code" in err and err.count("\n") == 1, err
+
+
+def test_the_state_format_round_trips_what_searches_save():
+    state = {"a": 1, "b": [1.5, float("inf"), float("nan")], "t": torch.arange(6).reshape(2, 3),
+             "n": np.arange(4, dtype=np.int64), "tup": (1, "x"), "bytes": b"\x00\xff", "int_keys": {0: {"s": 1}},
+             "dollar": {"$tensor": "not a tag"}, "none": None, "big": 2**100, "np": np.float64(2.5)}
+    back = decode_state(encode_state(state), "x")
+    assert back["a"] == 1 and back["b"][:2] == [1.5, float("inf")] and np.isnan(back["b"][2])
+    assert torch.equal(back["t"], state["t"]) and (back["n"] == state["n"]).all() and back["n"].dtype == np.int64
+    assert back["tup"] == (1, "x") and back["bytes"] == b"\x00\xff" and back["int_keys"] == {0: {"s": 1}}
+    assert back["dollar"] == {"$tensor": "not a tag"} and back["none"] is None and back["big"] == 2**100
+    assert back["np"] == 2.5
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00" * 8, b"\xff" * 16, (2**40).to_bytes(8, "little") + b"{}",
+                                  (2).to_bytes(8, "little") + b"{}",
+                                  (30).to_bytes(8, "little") + b'{"__metadata__": {"x": "1"}}  ',
+                                  (40).to_bytes(8, "little") + b'{"__metadata__": {"autoplace": "[1"}}      '])
+def test_a_file_that_is_no_state_is_one_format_error(data):
+    with pytest.raises(FormatError, match="^here: "):
+        decode_state(data, "here")
+
+
+def test_tagged_values_that_lie_are_format_errors():
+    import json
+
+    import safetensors.torch
+
+    for tree in ({"$tensor": "t9"}, {"$float": "1e999"}, {"$bytes": "!!"}, {"$dict": [[1]]}, {"$nope": 1},
+                 {"$tuple": 5}, {"$dict": [[[1], 2]]}, {"$tensor": "t0", "x": 1}):
+        data = safetensors.torch.save({}, metadata={"autoplace": json.dumps(tree)})
+        with pytest.raises(FormatError, match="^f: "):
+            decode_state(data, "f")
+
+
+# ------------------------------------------------------------------------------------------ identity
+def _heavier(graph: Graph, factor: float) -> Graph:
+    """The same graph (same name, ops and groups) with every op's FLOPs multiplied by ``factor``."""
+    from autoplace.formats import graph_from_dict
+
+    d = graph_to_dict(graph)
+    for op in d["ops"]:
+        if op.get("flops"):
+            op["flops"] *= factor
+    return graph_from_dict(d)
+
+
+def test_the_graph_hash_sees_content_not_the_name():
+    g = build_graph("toy-mlp")
+    assert graph_hash(g) == graph_hash(build_graph("toy-mlp"))
+    assert graph_hash(_heavier(g, 50)) != graph_hash(g)
+
+
+def test_resuming_on_a_changed_graph_of_the_same_name_is_refused_on_the_cli(tmp_path, capsys):
+    g = build_graph("toy-mlp")
+    save_graph(g, tmp_path / "g.json")
+    args = ["-c", "k80x2", "-m", "rl", "--set", "samples_per_update=4", "--seed", "1"]
+    assert main(["place", str(tmp_path / "g.json"), *args, "--samples", "8", "--checkpoint", str(tmp_path / "ck"),
+                 "-o", str(tmp_path / "a.json")]) == 0
+    save_graph(_heavier(g, 50), tmp_path / "g.json")
+    capsys.readouterr()
+    rc = main(["place", str(tmp_path / "g.json"), *args, "--samples", "16", "--resume", str(tmp_path / "ck"),
+               "-o", str(tmp_path / "b.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "different: graph content" in err and not (tmp_path / "b.json").exists(), err
+
+
+SEARCHES = {
+    "rl": lambda g, c, **kw: rl_search(g, c, config=RLConfig(samples_per_update=4), **kw),
+    "hdp": lambda g, c, **kw: hdp_search(g, c, config=HDPConfig(samples_per_update=4, groups=4), **kw),
+    "gdp": lambda g, c, **kw: gdp_train([g], [c], config=GDPConfig(samples_per_update=4, prior="none"), **kw),
+    "htf-mpr": lambda g, c, **kw: htf_mpr_search(
+        g, c, config=HTFMPRConfig(random_homogeneous=4, population=4, pairs=2, top_x=2), **kw),
+}
+
+
+@pytest.mark.parametrize("method", sorted(SEARCHES))
+def test_every_search_refuses_a_checkpoint_of_another_graph_or_cluster(tmp_path, method):
+    g, c = build_graph("layered-dag", ops=40, width=4), get_cluster("k80x2")
+    run = SEARCHES[method]
+    run(g, c, budget=SearchBudget(samples=8), seed=0, checkpoint=tmp_path)
+    with pytest.raises(FormatError, match="different: graph content"):
+        run(_heavier(g, 50), c, budget=SearchBudget(samples=16), seed=0, resume=tmp_path)
+    from autoplace.formats import cluster_from_dict, cluster_to_dict
+
+    d = cluster_to_dict(c)
+    d["devices"][1]["memory_bytes"] //= 2                # same name, same devices, less memory on one
+    with pytest.raises(FormatError, match="different: cluster content"):
+        run(g, cluster_from_dict(d), budget=SearchBudget(samples=16), seed=0, resume=tmp_path)
+
+
+# ------------------------------------------------------------------------------------------ damaged fields
+def _damage(directory: Path, change) -> None:
+    path = directory / CHECKPOINT_FILE
+    state = read_state(path)
+    change(state)
+    write_state(path, state)
+
+
+DAMAGE = {
+    "samples": lambda s: s.update(samples=-5),
+    "best_step": lambda s: s.update(best_step=-1.0),
+    "wall_s": lambda s: s.update(wall_s=float("nan")),
+    "updates": lambda s: s.update(updates="7"),
+    "curve": lambda s: s.update(curve=[[1, 2.0, "x", 1.0, 0.0, 0.0]]),
+    "cache": lambda s: s["cache"].update(step=np.full(len(s["cache"]["step"]), -1.0)),
+    "best_groups": lambda s: s.update(best_groups=np.full(3, 99)),
+    "policy": lambda s: s["policy"].update({next(iter(s["policy"])): torch.zeros(3, 3, 3)}),
+    "optimizer": lambda s: s["optimizer"].update(state={0: {"exp_avg": torch.zeros(1, 2, 3)}}),
+    "generator": lambda s: s.update(generator=torch.zeros(3, dtype=torch.uint8)),
+    "torch_rng": lambda s: s.update(torch_rng=[1, 2]),
+    "baseline": lambda s: s.pop("baseline"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(DAMAGE))
+def test_a_damaged_rl_checkpoint_names_the_file_and_the_field(tmp_path, field):
+    g, c = build_graph("layered-dag", ops=40, width=4), get_cluster("k80x2")
+    run = SEARCHES["rl"]
+    run(g, c, budget=SearchBudget(samples=8), seed=0, checkpoint=tmp_path)
+    _damage(tmp_path, DAMAGE[field])
+    with pytest.raises(FormatError, match=rf"{CHECKPOINT_FILE}: .*'{field}[.']"):
+        run(g, c, budget=SearchBudget(samples=16), seed=0, resume=tmp_path)
+
+
+def test_a_damaged_policy_file_names_the_file_and_the_field(tmp_path):
+    g, c = build_graph("layered-dag", ops=40, width=4), get_cluster("k80x2")
+    path = tmp_path / "p.policy"
+    gdp_train([g], [c], budget=SearchBudget(samples=4), config=GDPConfig(samples_per_update=4, prior="none"),
+              seed=0, output=path)
+    net, cfg = load_policy(path)
+    assert load_checkpoint.__name__ and cfg.samples_per_update == 4
+    saved = read_state(path)
+    for change, field in ((lambda s: s["state"].popitem(), "state"), (lambda s: s["config"].update(hidden=0), "hidden"),
+                          (lambda s: s["config"].update(nope=1), "nope"),
+                          (lambda s: s["state"].update({k: v * float("nan") for k, v in s["state"].items()}), "NaN")):
+        import copy
+
+        bad = copy.deepcopy(saved)
+        change(bad)
+        write_state(path, bad)
+        with pytest.raises(AutoplaceError, match=rf"p.policy: .*{field}"):
+            load_policy(path)
