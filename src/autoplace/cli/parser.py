@@ -8,7 +8,7 @@ import numpy as np
 
 from autoplace import __version__
 from autoplace.cli.common import _add_granularity
-from autoplace.cli.placing import cmd_clusters, cmd_compare, cmd_place, cmd_simulate, cmd_train
+from autoplace.cli.placing import cmd_clusters, cmd_compare, cmd_place, cmd_settings, cmd_simulate, cmd_train
 from autoplace.cli.running import (
     CAPTURE_HELP,
     cmd_bench,
@@ -132,8 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="distributed: controllers, each with its own baseline (default: one per 8 workers)")
     g.add_argument("--ray-address", metavar="A", default=None, help="join the Ray cluster at A (host:port or auto)")
     g.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
-                   help="a setting of the search method's config (RLConfig, HDPConfig, GDPConfig, HTFMPRConfig: "
-                        "docs/algorithms.md), repeatable")
+                   help="a setting of the search method's config, repeatable; every key's default and allowed "
+                        "range: 'autoplace settings METHOD' (out-of-range values are refused before any work)")
     g.add_argument("--policy", metavar="FILE", default=None,
                    help="gdp: start from this trained policy ('autoplace train') and fine-tune it")
     g.add_argument("--zero-shot", action="store_true", help="gdp: place with --policy as it is, without training")
@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_positive_int, default=None, help="score samples on this many Ray workers")
     p.add_argument("--ray-address", metavar="A", default=None, help="join the Ray cluster at A")
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
-                   help="a GDPConfig setting (docs/algorithms.md), repeatable")
+                   help="a GDPConfig setting, repeatable (keys and ranges: 'autoplace settings gdp')")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)
 
@@ -276,6 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="graph name (default: the ONNX graph's name)")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("settings", help="the learned placers' --set keys: default, allowed range, meaning")
+    p.add_argument("method", nargs="?", help="one learned placer (default: all)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_settings)
 
     p = sub.add_parser("clusters", help="list cluster presets, or show/export one")
     p.add_argument("name", nargs="?", help="a preset or cluster file to show")

@@ -32,6 +32,33 @@ from autoplace.resolve import resolve_cluster, resolve_graph
 
 
 # ---------------------------------------------------------------------- verbs
+def cmd_settings(args: argparse.Namespace) -> int:
+    """Each learned placer's ``--set`` keys: default, allowed range and what it does."""
+    from autoplace.placers import available_placers, get_placer
+
+    learned = [n for n in available_placers() if get_placer(n).config is not None]
+    names = learned if args.method is None else [args.method]
+    for n in names:
+        if n not in learned:
+            raise AutoplaceError(f"{n!r} has no settings (the learned placers' are: {', '.join(learned)})")
+    rows = {n: get_placer(n).config.describe() for n in names}
+    if args.json:
+        _print_json({n: [{"key": k, "default": d, "range": r, "doc": doc} for k, d, r, doc in rs]
+                     for n, rs in rows.items()})
+        return 0
+    from rich.table import Table
+
+    con = _console()
+    for n, rs in rows.items():
+        table = Table(title=f"{n} --set KEY=VALUE ({get_placer(n).config.__name__})", title_justify="left")
+        for col in ("key", "default", "range", "what it does"):
+            table.add_column(col, overflow="fold")
+        for k, d, r, doc in rs:
+            table.add_row(k, "none" if d is None else str(d), r, doc)
+        con.print(table)
+    return 0
+
+
 def cmd_clusters(args: argparse.Namespace) -> int:
     from autoplace.formats import cluster_to_dict, save_cluster
     from autoplace.units import fmt_bytes, fmt_flops, fmt_rate

@@ -88,7 +88,7 @@ from autoplace.search.checkpoint import (
     load_torch,
     open_checkpoint,
 )
-from autoplace.search.config import SearchConfig
+from autoplace.search.config import Interval, SearchConfig, TorchDevice
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
 from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit
@@ -108,6 +108,21 @@ class GDPConfig(SearchConfig):
     """Every knob of GDP; the paper's value where it gives one."""
 
     LABEL = "GDP"
+
+    CONSTRAINTS = {
+        "hidden": Interval("int", 1, 4096), "type_dim": Interval("int", 1, 1024),
+        "sage_layers": Interval("int", 0, 16),
+        "placer_layers": Interval("int", 1, 16), "heads": Interval("int", 1, 64), "ff": Interval("int", 1, 16384),
+        "segment": Interval("int", 1, 4096), "memory": Interval("int", 0, 4096),
+        "max_devices": Interval("int", 1, 1024),
+        "samples_per_update": Interval("int", 1, 4096), "ppo_epochs": Interval("int", 1, 100),
+        "clip": Interval("float", 0, 1, lo_open=True, hi_open=True),
+        "learning_rate": Interval("float", 0, 1, lo_open=True), "entropy_weight": Interval("float", 0, 100),
+        "invalid_reward": Interval("float", -1e6, 0), "grad_clip": Interval("float", 0, 1e6, lo_open=True, none=True),
+        "node_moves": Interval("float", 0, 1e12, lo_open=True), "unit_moves": Interval("float", 0, 1e6),
+        "zero_shot_samples": Interval("int", 1, 4096),
+        "torch_device": TorchDevice(), "torch_threads": Interval("int", 1, 256),
+    }
 
     group_rules: str = "colocation"
     """The nodes: groups of these rules (:mod:`autoplace.grouping`); ``colocation`` places op by op."""

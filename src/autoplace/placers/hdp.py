@@ -55,7 +55,7 @@ from autoplace.search.checkpoint import (
     load_torch,
     open_checkpoint,
 )
-from autoplace.search.config import SearchConfig
+from autoplace.search.config import Interval, SearchConfig, TorchDevice
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
 from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
@@ -72,6 +72,18 @@ class HDPConfig(SearchConfig):
     """Every knob of HDP."""
 
     LABEL = "HDP"
+
+    CONSTRAINTS = {
+        "groups": Interval("int", 1, 4096), "samples_per_update": Interval("int", 1, 4096),
+        "learning_rate": Interval("float", 0, 1, lo_open=True),
+        "baseline_decay": Interval("float", 0, 1, hi_open=True),
+        "failing_factor": Interval("float", 1, 1e6), "grouper_hidden": Interval("int", 1, 4096),
+        "hidden": Interval("int", 1, 4096), "type_dim": Interval("int", 1, 1024),
+        "device_dim": Interval("int", 1, 1024),
+        "logit_clip": Interval("float", 0, 100, lo_open=True, none=True),
+        "grad_clip": Interval("float", 0, 1e6, lo_open=True, none=True),
+        "torch_device": TorchDevice(), "torch_threads": Interval("int", 1, 256),
+    }
 
     groups: int = 64
     """Groups the grouper's softmax chooses from (ours)."""

@@ -78,7 +78,7 @@ from autoplace.search.checkpoint import (
     load_curve,
     open_checkpoint,
 )
-from autoplace.search.config import SearchConfig
+from autoplace.search.config import Interval, Options, SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit
 from autoplace.search.predictor import MODELS, FitnessPredictor
@@ -98,6 +98,14 @@ class HTFMPRConfig(SearchConfig):
     """Every knob of HTF-MPR; the paper's value where it gives one."""
 
     LABEL = "HTF-MPR"
+
+    CONSTRAINTS = {
+        "groups": Interval("int", 0, 10**6), "coarsen": Options(("steps", "metis")),
+        "random_homogeneous": Interval("int", 0, 10**5), "max_permutations": Interval("int", 1, 40320),
+        "population": Interval("int", 1, 10**5), "pairs": Interval("int", 1, 10**5),
+        "mutation": Interval("float", 0, 1e6), "top_x": Interval("int", 1, 10**5),
+        "model": Options((*MODELS, "random")),
+    }
 
     group_rules: str = "colocation"
     """The nodes a mapping places: groups of these rules (:mod:`autoplace.grouping`)."""

@@ -82,7 +82,7 @@ from autoplace.search.checkpoint import (
     load_torch,
     open_checkpoint,
 )
-from autoplace.search.config import SearchConfig
+from autoplace.search.config import Interval, Options, SearchConfig, TorchDevice
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
 from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
@@ -99,6 +99,22 @@ class RLConfig(SearchConfig):
     """Every knob of the RL placer; the paper's value where it gives one."""
 
     LABEL = "RL"
+
+    CONSTRAINTS = {
+        "groups": Interval("int", 1, 10**6), "coarsen": Options(("steps", "metis")),
+        "samples_per_update": Interval("int", 1, 4096), "learning_rate": Interval("float", 0, 1, lo_open=True),
+        "baseline_decay": Interval("float", 0, 1, hi_open=True), "failing_factor": Interval("float", 1, 1e6),
+        "only_ok_after": Interval("int", 0, 10**9), "entropy_weight": Interval("float", 0, 100),
+        "temperature": Interval("float", 0, 100, lo_open=True),
+        "logit_clip": Interval("float", 0, 100, lo_open=True, none=True),
+        "exploration_noise": Interval("float", 0, 1e6),
+        "grad_clip": Interval("float", 0, 1e6, lo_open=True, none=True),
+        "hidden": Interval("int", 1, 4096), "type_dim": Interval("int", 1, 1024),
+        "device_dim": Interval("int", 1, 1024),
+        "max_outputs": Interval("int", 1, 1024),
+        "torch_device": TorchDevice(), "torch_threads": Interval("int", 1, 256),
+        "converged_updates": Interval("int", 0, 10**9),
+    }
 
     groups: int = 256
     """Groups the policy places: at most about this many (ours; see :func:`rl_grouping`)."""

@@ -1,14 +1,97 @@
 """What the learned placers' config dataclasses share: their grouping rules, building one from a dict of
-settings (``--set KEY=VALUE``), and one clear error for a bad value."""
+settings (``--set KEY=VALUE``), and one clear error for a bad value.
+
+Every setting's range is declared once, beside the config (``CONSTRAINTS``: name -> :class:`Interval`,
+:class:`Options` or :class:`TorchDevice`, as scikit-learn's ``_parameter_constraints``), checked when the
+config is built — before any work — and listed by ``autoplace settings METHOD`` and docs/algorithms.md.
+The upper bounds keep a search inside this machine's memory and time (``groups=1e6`` would ask for
+tebibytes of attention; ``samples_per_update=1e8`` for one update of hours), not what a value means.
+"""
 
 from __future__ import annotations
 
+import ast
+import inspect
+import math
 import numbers
-from dataclasses import fields
+import textwrap
+from dataclasses import dataclass, fields
 
 from autoplace.errors import AutoplaceError
 
-__all__ = ["SearchConfig"]
+__all__ = ["SearchConfig", "Interval", "Options", "TorchDevice"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A number of ``kind`` (``"int"`` or ``"float"``) in ``[lo, hi]`` (``lo_open``/``hi_open``: an open end);
+    ``none``: ``None`` is allowed too (the setting is off)."""
+
+    kind: str
+    lo: float
+    hi: float
+    lo_open: bool = False
+    hi_open: bool = False
+    none: bool = False
+
+    def ok(self, v) -> bool:
+        if v is None:
+            return self.none
+        if _is_bool(v) or not _TYPES[self.kind](v) or not math.isfinite(v):
+            return False
+        return (v > self.lo if self.lo_open else v >= self.lo) and (v < self.hi if self.hi_open else v <= self.hi)
+
+    def __str__(self) -> str:
+        fmt = (lambda x: f"{int(x):,}") if self.kind == "int" else (lambda x: f"{x:g}")
+        what = "an integer" if self.kind == "int" else "a number"
+        return (f"{what} in {'(' if self.lo_open else '['}{fmt(self.lo)}, {fmt(self.hi)}{')' if self.hi_open else ']'}"
+                + (" or none" if self.none else ""))
+
+
+@dataclass(frozen=True)
+class Options:
+    """One of ``values``."""
+
+    values: tuple
+
+    def ok(self, v) -> bool:
+        return v in self.values
+
+    def __str__(self) -> str:
+        return "one of " + ", ".join("none" if v is None else str(v) for v in self.values)
+
+
+@dataclass(frozen=True)
+class TorchDevice:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` of a GPU this machine has."""
+
+    def ok(self, v) -> bool:
+        if v in ("auto", "cpu"):
+            return True
+        from autoplace.search.engine import policy_device
+
+        try:
+            policy_device(v)
+        except AutoplaceError:
+            return False
+        return True
+
+    def __str__(self) -> str:
+        return "auto, cpu, cuda or cuda:N (a GPU this machine has)"
+
+
+def field_docs(cls) -> dict[str, str]:
+    """Each field's docstring (the string literal after it in the class body), first sentence."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body, out = tree.body[0].body, {}
+    for a, b in zip(body, body[1:]):
+        if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
+                and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)):
+            out[a.target.id] = " ".join(b.value.value.split())
+    return out
 
 def _is_bool(v) -> bool:
     import numpy as np
@@ -27,6 +110,8 @@ class SearchConfig:
     names the placer in errors (``"RL"``, ``"GDP"`` …)."""
 
     LABEL = ""
+    #: setting name -> its range (:class:`Interval`, :class:`Options`, :class:`TorchDevice`)
+    CONSTRAINTS: dict = {}
     group_rules: str
 
     @property
@@ -53,6 +138,10 @@ class SearchConfig:
 
         name = type(self).__name__
         self._check_types()
+        for f, rule in self.CONSTRAINTS.items():
+            value = getattr(self, f)
+            if not rule.ok(value):
+                raise AutoplaceError(f"{name}.{f} must be {rule}, got {value!r}")
         for f in at_least_one:
             if int(getattr(self, f)) < 1:
                 raise AutoplaceError(f"{name}.{f} must be at least 1, got {getattr(self, f)!r}")
@@ -63,6 +152,17 @@ class SearchConfig:
         if bad or not self.rules:
             raise AutoplaceError(f"{name}.group_rules: unknown rule {bad[0] if bad else self.group_rules!r} "
                                  f"(choose from: {', '.join(RULES)})")
+
+    @classmethod
+    def describe(cls) -> list[tuple[str, object, str, str]]:
+        """``(name, default, range, doc)`` of every setting, in field order."""
+        docs = field_docs(cls)
+        rules = dict(cls.CONSTRAINTS)
+        if "group_rules" not in rules:
+            from autoplace.grouping import RULES
+
+            rules["group_rules"] = "comma-separated rules of: " + ", ".join(RULES)
+        return [(f.name, f.default, str(rules.get(f.name, f.type)), docs.get(f.name, "")) for f in fields(cls)]
 
     def _check_types(self) -> None:
         """One clear error for a value of the wrong type (``--set top_x=2.5``, ``groups=abc``): every field
