@@ -199,14 +199,15 @@ def test_store_skips_a_cut_line_and_keeps_the_next_job(tmp_path):
     glued to it (and lost on the next resume)."""
     s = Store(tmp_path)
     a, b = Job.of("place", setting=Setting("x", "k80x2"), method="m", budget=1.0, seed=0), Job.of("place", x=1)
-    s.add(a, {"v": 1})
+    ran = {"step_s": 1.0, "ok": True, "oom": [], "error": None, "search_s": 0.1, "wall_s": 0.2}
+    s.add(a, {**ran, "v": 1})
     with open(tmp_path / "jobs.jsonl", "a") as f:
         f.write('{"job": "cut')
     again = Store(tmp_path)
-    assert a in again and b not in again and again[a] == {"v": 1}
-    again.add(b, {"v": 2})
+    assert a in again and b not in again and again[a] == {**ran, "v": 1}
+    again.add(b, {**ran, "v": 2})
     third = Store(tmp_path)
-    assert third[a] == {"v": 1} and third[b] == {"v": 2}
+    assert third[a]["v"] == 1 and third[b]["v"] == 2
     assert (tmp_path / "jobs.jsonl").read_text().count("\n") == 2
 
 
@@ -220,6 +221,88 @@ def test_an_unusable_results_folder_fails_before_any_job(tmp_path, monkeypatch, 
     assert main(["bench", *QUICK, "--tables", "htf-mpr", "-o", str(blocker / "results")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("autoplace: error:") and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("blocked", ["README.md", "htf-mpr.png"])
+def test_every_output_is_checked_before_any_job_or_table_is_written(tmp_path, monkeypatch, capsys, blocked):
+    """A README or table path that cannot be written fails the bench before any job runs and before any
+    other table file is rewritten."""
+    def never(job):
+        raise AssertionError("a job ran")
+
+    monkeypatch.setattr(bench, "run_job", never)
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / blocked).mkdir()                                  # a folder where a file goes
+    (out / "htf-mpr.md").write_text("an earlier table")
+    assert main(["bench", *QUICK, "--tables", "htf-mpr", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert blocked in err and len(err.strip().splitlines()) == 1
+    assert (out / "htf-mpr.md").read_text() == "an earlier table" and not (out / "htf-mpr.json").exists()
+
+
+@pytest.mark.parametrize("folder", ["", "-", " "])
+def test_a_results_folder_that_is_no_folder_name_is_refused(folder, capsys):
+    assert main(["bench", *QUICK, "--tables", "htf-mpr", "-o", folder]) == 2
+    assert main(["bench", "--list", "-o", folder]) == 2
+    assert "is not a folder name" in capsys.readouterr().err
+
+
+def test_list_refuses_an_unknown_graph(capsys):
+    assert main(["bench", "--list", "--graph", "nosuch"]) == 2
+    assert "unknown graph 'nosuch'" in capsys.readouterr().err
+
+
+RAN = {"step_s": 1.0, "ok": True, "oom": [], "error": None, "search_s": 0.1, "wall_s": 0.2}
+DAMAGED_ROWS = {
+    "negative step": {**RAN, "step_s": -1.0}, "string step": {**RAN, "step_s": "1.0"},
+    "ok without a step": {**RAN, "step_s": None}, "failed with a step": {**RAN, "ok": False},
+    "missing error": {k: v for k, v in RAN.items() if k != "error"}, "oom not a list": {**RAN, "oom": "gpu:0"},
+    "deep nesting": {**RAN, "x": json.loads("[" * 50 + "]" * 50)}, "nested objects": {**RAN, "a": {"b": {"c": {
+        "d": {"e": {"f": {"g": {}}}}}}}},
+    "search samples negative": {**RAN, "search": {"samples": -5}}, "peak a string": {**RAN, "peak_gib": ["1"]},
+    "speedup zero": {**RAN, "worst_case_speedup": 0}, "improvements": {**RAN, "search": {"improvements": [[1]]}},
+    "result a list": [1, 2], "bool wall": {**RAN, "wall_s": True},
+}
+
+
+@pytest.mark.parametrize("what", sorted(DAMAGED_ROWS))
+def test_a_damaged_job_line_is_set_aside_and_its_job_runs_again(tmp_path, what):
+    job = Job.of("place", setting=Setting("toy-mlp", "k80x2"), method="m", budget=1.0, seed=0)
+    other = Job.of("place", x=1)
+    lines = [json.dumps({"job": other.key, "result": RAN}), json.dumps({"job": job.key, "result": DAMAGED_ROWS[what]})]
+    (tmp_path / "jobs.jsonl").write_text("\n".join(lines) + "\n")
+    s = Store(tmp_path)
+    assert other in s and job not in s and [n for n, _ in s.rejected] == [2]
+    assert (tmp_path / "jobs.jsonl").read_text() == lines[0] + "\n"
+    assert json.loads((tmp_path / "jobs.rejected.jsonl").read_text())["line"] == 2
+    assert Store(tmp_path).rejected == []                    # set aside once
+
+
+@pytest.mark.parametrize("line", ["[1]", '{"job": 1, "result": {}}', '{"job": "x", "result": {}}',
+                                  '{"job": "{\\"kind\\": \\"nope\\"}", "result": {}}', "\udcff", "{" * 10_000,
+                                  '{"job": "a", "result": {}, "extra": 1}'])
+def test_a_line_that_is_no_job_is_set_aside(tmp_path, line):
+    (tmp_path / "jobs.jsonl").write_text(line + "\n", errors="surrogateescape")
+    s = Store(tmp_path)
+    assert s.results == {} and len(s.rejected) == 1
+
+
+def test_a_bench_reruns_a_damaged_job_and_says_so(tmp_path, capsys):
+    out = tmp_path / "r"
+    args = ["bench", *QUICK, "--tables", "htf-mpr", "--graph", "toy-mlp", "-o", str(out), "--json"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    lines = (out / "jobs.jsonl").read_text().splitlines()
+    rec = json.loads(lines[0])
+    rec["result"]["step_s"] = -1
+    (out / "jobs.jsonl").write_text("\n".join([json.dumps(rec), *lines[1:]]) + "\n")
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    second = json.loads(captured.out)
+    assert second["ran"] == 1 and second["reused"] == first["ran"] - 1 and len(second["rejected_lines"]) == 1
+    assert "line 1 set aside" in captured.err
+    assert second["tables"] == first["tables"]
 
 
 def test_a_graph_file_is_keyed_by_its_content(tmp_path, capsys):
@@ -401,11 +484,12 @@ def test_against_compares_two_folders_results_leaving_out_measured_seconds(tmp_p
     def folder(name: str, rows: list[tuple[str, dict]]):
         d = tmp_path / name
         d.mkdir()
-        (d / "jobs.jsonl").write_text("".join(json.dumps({"job": k, "result": r}) + "\n" for k, r in rows)
+        (d / "jobs.jsonl").write_text("".join(json.dumps({"job": Job.of("place", x=k).key, "result": r}) + "\n"
+                                              for k, r in rows)
                                       + '{"job": "cut short')       # a line a kill cut: not compared
         return str(d)
 
-    base = {"step_s": 1.5, "ok": True, "peak_gib": [1.0, 0.0], "search_s": 0.2, "wall_s": 0.3, "best_at_s": 1.0,
+    base = {"step_s": 1.5, "ok": True, "oom": [], "error": None, "peak_gib": [1.0, 0.0], "search_s": 0.2, "wall_s": 0.3, "best_at_s": 1.0,
             "models": {"svr": {"mean": 0.1, "fit_wall_s": 2.0}}}
     before = folder("before", [("a", base), ("b", {**base, "step_s": 2.0}), ("gone", base)])
     same = folder("same", [("a", {**base, "search_s": 9.0, "wall_s": 9.0,
@@ -420,8 +504,9 @@ def test_against_compares_two_folders_results_leaving_out_measured_seconds(tmp_p
     moved = folder("moved", [("a", {**base, "peak_gib": [1.0, 0.5]}), ("b", {**base, "step_s": 2.5})])
     assert main(["bench", "-o", moved, "--against", before, "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
-    assert out["differ"] == {"a": ["peak_gib[1]"], "b": ["step_s"]} and not out["same"]
-    assert out["changes"]["b"] == {"step_s": [2.0, 2.5]}
+    a, b = Job.of("place", x="a").key, Job.of("place", x="b").key
+    assert out["differ"] == {a: ["peak_gib[1]"], b: ["step_s"]} and not out["same"]
+    assert out["changes"][b] == {"step_s": [2.0, 2.5]}
     assert main(["bench", "-o", moved, "--against", before]) == 1
     assert "step_s 2 -> 2.5" in capsys.readouterr().out
     close = folder("close", [("b", {**base, "step_s": 2.0000001})])

@@ -188,16 +188,16 @@ def test_the_search_starts_from_its_prior_and_biases_toward_the_best_so_far():
 
 def test_zero_shot_and_fine_tune_keep_the_saved_settings_and_never_lose_to_the_prior(tmp_path):
     g, c = toy()
-    gdp_train([g], [c], budget=SearchBudget(samples=16), seed=0, output=tmp_path / "p.pt",
+    gdp_train([g], [c], budget=SearchBudget(samples=16), seed=0, output=tmp_path / "p.safetensors",
               config=GDPConfig(prior=None, unit_moves=0, **SMALL))
-    z = gdp_search(g, c, policy=tmp_path / "p.pt", zero_shot_only=True, seed=0, config={}).placement
+    z = gdp_search(g, c, policy=tmp_path / "p.safetensors", zero_shot_only=True, seed=0, config={}).placement
     assert z.meta["prior"] is None and z.meta["prior_step_s"] is None
-    tuned = gdp_search(g, c, policy=tmp_path / "p.pt", budget=SearchBudget(samples=8), seed=0)
+    tuned = gdp_search(g, c, policy=tmp_path / "p.safetensors", budget=SearchBudget(samples=8), seed=0)
     assert tuned.placement.meta["prior"] is None
     with pytest.raises(AutoplaceError, match="shapes the network"):
-        gdp_search(g, c, policy=tmp_path / "p.pt", budget=SearchBudget(samples=8), config={"hidden": 32, "heads": 2})
+        gdp_search(g, c, policy=tmp_path / "p.safetensors", budget=SearchBudget(samples=8), config={"hidden": 32, "heads": 2})
     # no bias (w = 0): the network's own placements, and the prior among the candidates
-    with_prior = gdp_search(g, c, policy=tmp_path / "p.pt", zero_shot_only=True, seed=0,
+    with_prior = gdp_search(g, c, policy=tmp_path / "p.safetensors", zero_shot_only=True, seed=0,
                             config={"prior": "metis", "node_moves": 1e9}).placement
     assert with_prior.meta["prior"] == "metis"
     assert with_prior.meta["best_step_s"] <= with_prior.meta["prior_step_s"] + 1e-15
@@ -278,8 +278,8 @@ def test_save_then_load_gives_identical_placements_for_a_seed(tmp_path):
     g, c = toy()
     cfg = GDPConfig(prior=None, unit_moves=0, **SMALL)          # the network alone places
     fresh = zero_shot(new_policy(cfg), g, c, cfg, seed=3).to_array(g, c)
-    r = gdp_train([g], [c], budget=SearchBudget(samples=32), seed=0, config=cfg, output=tmp_path / "p.pt")
-    net, cfg2 = load_policy(tmp_path / "p.pt")
+    r = gdp_train([g], [c], budget=SearchBudget(samples=32), seed=0, config=cfg, output=tmp_path / "p.safetensors")
+    net, cfg2 = load_policy(tmp_path / "p.safetensors")
     assert cfg2 == cfg
     a = zero_shot(r.extra["policy"], g, c, cfg, seed=3).to_array(g, c)
     b = zero_shot(net, g, c, cfg2, seed=3).to_array(g, c)
@@ -291,19 +291,19 @@ def test_save_then_load_gives_identical_placements_for_a_seed(tmp_path):
         (tmp_path / "bad.pt").write_bytes(b"nonsense")
         load_policy(tmp_path / "bad.pt")
     with pytest.raises(AutoplaceError, match="shapes the network"):
-        load_policy(tmp_path / "p.pt", {"hidden": 32})
+        load_policy(tmp_path / "p.safetensors", {"hidden": 32})
 
 
 def test_one_policy_trains_on_a_batch_of_graphs_and_places_a_held_out_one(tmp_path):
     a, c2 = build_graph("layered-dag", ops=30, width=3), get_cluster("k80x2")
     b, c4 = build_graph("layered-dag", ops=50, width=5, seed=1), get_cluster("k80x4")
     r = gdp_train([a, b], [c2, c4], budget=SearchBudget(samples=64), seed=0, config=GDPConfig(**SMALL),
-                  output=tmp_path / "p.pt")
+                  output=tmp_path / "p.safetensors")
     assert len(r.placements) == 2 and r.samples == 64 and len(r.extra["best_steps_s"]) == 2
     held = build_graph("layered-dag", ops=40, width=4, seed=2)
-    p = gdp_search(held, c4, policy=tmp_path / "p.pt", zero_shot_only=True, seed=0).placement
+    p = gdp_search(held, c4, policy=tmp_path / "p.safetensors", zero_shot_only=True, seed=0).placement
     assert p.meta["mode"] == "zero-shot" and p.meta["policy_time_s"] >= 0 and simulate(held, c4, p).ok
-    tuned = gdp_search(held, c4, policy=tmp_path / "p.pt", budget=SearchBudget(samples=16), seed=0)
+    tuned = gdp_search(held, c4, policy=tmp_path / "p.safetensors", budget=SearchBudget(samples=16), seed=0)
     assert tuned.samples == 16
 
 

@@ -11,7 +11,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoplace.bench.jobs import Job, Setting, run_job
@@ -34,6 +34,7 @@ class BenchResult:
     reused: int
     folder: Path
     wall_s: float
+    rejected: list = field(default_factory=list)   #: damaged lines of jobs.jsonl set aside: (line, reason)
 
 
 def table_names(tables: Sequence[str] | None = None) -> list[str]:
@@ -56,9 +57,10 @@ def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick:
     table's clusters. ``configs`` (placer -> settings) runs learned placers under other settings wherever
     they run; each :class:`Variant` is a method column of its own beside its placer. ``progress(done,
     total, label)`` is called before each job runs."""
-    from autoplace.formats._json import atomic_write_text, write_json
+    from autoplace.formats._json import atomic_write_text, check_output_folder, check_output_path, write_json
 
     names = table_names(tables)
+    check_output_folder(folder, "results")
     run = make_run(quick=quick, graphs=graphs, seed=seed, budgets=budgets, configs=configs, variants=variants,
                    versus=versus)
     b = run.budgets
@@ -66,6 +68,8 @@ def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick:
     folder.mkdir(parents=True, exist_ok=True)       # an unusable folder fails now, not after the first job
     if not os.access(folder, os.W_OK | os.X_OK):
         raise FormatError(f"{folder}: the results folder is not writable")
+    for name in ("README.md", *(f"{n}.{ext}" for n in names for ext in ("md", "json", "png"))):
+        check_output_path(folder / name, "bench table")   # every output writable before the first job
     store = Store(folder)
     plan = [(TABLES[n], table_settings(TABLES[n], quick, tuple(graphs))) for n in names]
     jobs: list[Job] = list(dict.fromkeys(j for spec, settings in plan for j in spec.jobs(spec, settings, run)))
@@ -93,7 +97,7 @@ def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick:
         index += ["", "Tables an earlier run wrote in this folder (each says its budgets and settings):", ""]
         index += [f"- [{TABLES[n].title}]({n}.md) — ![{n}]({n}.png)" for n in earlier]
     atomic_write_text(folder / "README.md", "\n".join(index) + "\n")
-    return BenchResult(built, len(todo), len(jobs) - len(todo), folder, time.perf_counter() - t0)
+    return BenchResult(built, len(todo), len(jobs) - len(todo), folder, time.perf_counter() - t0, store.rejected)
 
 
 def command(tables: Sequence[str] | None, run: Run) -> str:

@@ -21,21 +21,17 @@ __all__ = ["FolderComparison", "compare_folders", "change_text"]
 
 
 def _read(folder: str | Path) -> dict[str, dict]:
-    """``folder/jobs.jsonl``'s results by job key; one clear error for a folder that holds none."""
+    """``folder/jobs.jsonl``'s results by job key, read without changing the folder (damaged lines left
+    out, as a bench run would); one clear error for a folder that holds none."""
+    from autoplace.bench.store import Store
+
     path = Path(folder) / "jobs.jsonl"
+    if not path.is_file():
+        raise FormatError(f"{folder}: not a bench results folder (no {path.name})")
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        return Store(folder, repair=False).results
     except OSError as e:
         raise FormatError(f"{folder}: not a bench results folder ({path.name}: {e.strerror or e})") from None
-    out = {}
-    for line in lines:
-        try:
-            rec = json.loads(line)
-            if isinstance(rec, dict) and isinstance(rec.get("job"), str) and isinstance(rec.get("result"), dict):
-                out[rec["job"]] = rec["result"]
-        except json.JSONDecodeError:
-            continue                        # a line cut short by a kill: that job is not compared
-    return out
 
 
 def _differences(a, b, where: str = "") -> list[tuple[str, object, object]]:

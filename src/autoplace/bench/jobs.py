@@ -292,7 +292,7 @@ def gdp_batch_job(settings: tuple[Setting, ...], budget: float, seed: int, confi
     probs = [s.problem() for s in settings]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "batch.pt") if zero_shot else None
+        path = os.path.join(tmp, "batch.safetensors") if zero_shot else None
         r = gdp_train([g for g, _ in probs], [c for _, c in probs], budget=budget * len(settings), seed=seed,
                       output=path, **({"config": dict(config)} if config else {}))
         _check_finished(r.stop_reason)
@@ -335,7 +335,7 @@ def gdp_holdout_job(held_out: Setting, others: tuple[Setting, ...], budget: floa
     probs = [s.problem() for s in others]
     graph, cluster = held_out.problem()
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "pretrained.pt")
+        path = os.path.join(tmp, "pretrained.safetensors")
         t0 = time.perf_counter()
         _check_finished(gdp_train([g for g, _ in probs], [c for _, c in probs], budget=budget * len(others),
                                   seed=seed, output=path, **knobs).stop_reason)

@@ -1,37 +1,170 @@
 """The results folder's store of finished jobs: ``jobs.jsonl``, one line per job, appended (flushed and
 synced) as each finishes, so that a bench stopped at any point continues with the first job it had not
-finished."""
+finished.
+
+The store is read back as untrusted input: every line is checked (:func:`check_result`: a JSON object
+``{"job": KEY, "result": {...}}`` whose fields have the types and ranges a job writes) before a table
+reads it. A damaged line is set aside — moved to ``jobs.rejected.jsonl`` with the reason — and reported
+(:attr:`Store.rejected`); its job runs again as if it had never finished.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
+from typing import Any
 
-from autoplace.bench.jobs import Job
+from autoplace.bench.jobs import JOBS, Job
 
-__all__ = ["Store"]
+__all__ = ["Store", "check_result"]
+
+#: the fields each job kind always writes
+REQUIRED = {"place": ("step_s", "ok", "oom", "error", "search_s", "wall_s"), "bounds": ("critical_path_s", "load_s"),
+            "gdp-batch": ("steps_s", "updates", "samples", "wall_s"),
+            "gdp-holdout": ("zero_shot_s", "fine_tune_s", "scratch_s", "zero_shot"),
+            "predictor": ("mappings", "models", "wall_s"),
+            "enumerate": ("nodes", "devices", "mappings", "best_step_s", "htf_mpr_step_s", "htf_mpr_rank")}
+#: fields that are whole counts (>= 0)
+COUNTS = {"samples", "updates", "mappings", "nodes", "devices", "devices_used", "ops", "initial", "screened",
+          "failed", "better_than_default", "htf_mpr_rank", "htf_mpr_ties", "htf_mpr_evaluations", "samples_to_best",
+          "fine_tune_updates", "scratch_updates", "groups", "failed_runs"}
+BOOLS = {"ok", "coarsened", "gain_inside_range"}
+TEXTS = {"error", "stop_reason", "prior", "family"}
+MAX_DEPTH = 6
+
+
+class _Damaged(Exception):
+    pass
+
+
+def _number(v, *, positive: bool = False) -> bool:
+    return (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+            and (v > 0 if positive else v >= 0))
+
+
+def _seconds(v) -> bool:
+    """A time field: ``None`` (failed), seconds >= 0, or a list or object of them."""
+    if v is None or _number(v):
+        return True
+    if isinstance(v, list):
+        return all(x is None or _number(x) for x in v)
+    if isinstance(v, dict):
+        return all(x is None or _number(x) for x in v.values())
+    return False
+
+
+def _plain(v, depth: int) -> bool:
+    """A field this check has no rule for: JSON scalars (finite numbers) and lists of them, not too deep."""
+    if isinstance(v, list):
+        return depth <= MAX_DEPTH and all(_plain(x, depth + 1) for x in v)
+    return v is None or isinstance(v, (str, bool, int)) or (isinstance(v, float) and math.isfinite(v))
+
+
+def _check(obj: Any, path: str, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise _Damaged(f"{path or 'result'}: nested too deeply")
+    if not isinstance(obj, dict):
+        raise _Damaged(f"{path or 'result'}: must be an object")
+    for k, v in obj.items():
+        name = f"{path}.{k}" if path else k
+        if k in COUNTS:
+            ok = not isinstance(v, bool) and isinstance(v, int) and 0 <= v < 2**62
+        elif k in BOOLS:
+            ok = isinstance(v, bool)
+        elif k in TEXTS:
+            ok = v is None or isinstance(v, str)
+        elif k == "oom":
+            ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
+        elif k == "peak_gib":
+            ok = isinstance(v, list) and all(_number(x) for x in v)
+        elif k == "worst_case_speedup":
+            ok = _number(v, positive=True)
+        elif k == "improvements":
+            ok = isinstance(v, list) and all(isinstance(x, list) and len(x) == 2 and _number(x[0])
+                                             and (x[1] is None or _number(x[1])) for x in v)
+        elif k in ("mean", "std"):
+            ok = v is None or _number(v)
+        elif k.endswith("_s") and not isinstance(v, dict) or k == "steps_s":
+            ok = _seconds(v)
+        elif isinstance(v, dict):
+            _check(v, name, depth + 1)
+            continue
+        else:
+            ok = _plain(v, depth + 1)
+        if not ok:
+            raise _Damaged(f"field {name!r} has the wrong type or range ({json.dumps(v)[:40]})")
+
+
+def check_result(key: Any, result: Any) -> str | None:
+    """Why the stored ``(key, result)`` of a job cannot be used (``None``: it can)."""
+    if not isinstance(key, str):
+        return "the job key is not a string"
+    try:
+        job = json.loads(key)
+    except (json.JSONDecodeError, RecursionError):
+        return "the job key is not a job"
+    if not isinstance(job, dict) or job.get("kind") not in JOBS:
+        return "the job key names no job kind"
+    try:
+        _check(result, "", 0)
+    except _Damaged as e:
+        return str(e)
+    missing = [f for f in REQUIRED[job["kind"]] if f not in result]
+    if missing:
+        return f"field {missing[0]!r} is missing"
+    if job["kind"] == "place" and (result["step_s"] is None) == bool(result["ok"]):
+        return "fields 'ok' and 'step_s' disagree"
+    return None
 
 
 class Store:
-    """Finished jobs' results in ``folder/jobs.jsonl``, one JSON line per job, appended as each finishes."""
+    """Finished jobs' results in ``folder/jobs.jsonl``, one JSON line per job, appended as each finishes;
+    :attr:`rejected` lists ``(line number, reason)`` for the damaged lines set aside when it was read.
+    ``repair=False`` reads the folder without changing it (another run's folder, compared)."""
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, *, repair: bool = True):
         self.folder = Path(folder)
         self.path = self.folder / "jobs.jsonl"
         self.results: dict[str, dict] = {}
-        if self.path.exists():
-            data = self.path.read_bytes()
-            if data and not data.endswith(b"\n"):   # a line cut short by a kill: dropped (that job runs again)
-                data = data[:data.rfind(b"\n") + 1]
+        self.rejected: list[tuple[int, str]] = []
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):   # a line cut short by a kill: dropped (that job runs again)
+            data = data[:data.rfind(b"\n") + 1]
+            if repair:
                 with open(self.path, "r+b") as f:
                     f.truncate(len(data))
-            for line in data.decode("utf-8", errors="replace").splitlines():
-                try:
-                    rec = json.loads(line)
-                    self.results[rec["job"]] = rec["result"]
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    continue
+        good, bad = [], []
+        for i, raw in enumerate(data.split(b"\n")[:-1], 1):
+            why = None
+            try:
+                rec = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                why = "not UTF-8"
+            except json.JSONDecodeError:
+                why = "not JSON"
+            except RecursionError:
+                why = "nested too deeply"
+            if why is None:
+                if not isinstance(rec, dict) or set(rec) != {"job", "result"}:
+                    why = 'not {"job": ..., "result": ...}'
+                else:
+                    why = check_result(rec["job"], rec["result"])
+            if why is None:
+                self.results[rec["job"]] = rec["result"]
+                good.append(raw)
+            elif raw.strip():
+                self.rejected.append((i, why))
+                bad.append(json.dumps({"line": i, "reason": why, "text": raw.decode("utf-8", "replace")[:10_000]}))
+        if bad and repair:
+            from autoplace.formats._json import atomic_write_bytes
+
+            with open(self.folder / "jobs.rejected.jsonl", "a", encoding="utf-8") as f:
+                f.write("\n".join(bad) + "\n")
+            atomic_write_bytes(self.path, b"".join(line + b"\n" for line in good))
 
     def __contains__(self, job: Job) -> bool:
         return job.key in self.results

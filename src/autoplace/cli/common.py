@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -88,20 +86,11 @@ def _add_granularity(p: argparse.ArgumentParser) -> None:
 
 
 def _check_output(path: str | None, what: str = "output") -> None:
-    """Fail early (before any work) where ``path`` cannot be written: empty, a folder, in a folder that does
-    not exist or cannot be written to. ``-`` (standard output) is fine."""
-    if path is None or path == "-":
-        return
-    if not path:
-        raise FormatError(f"the {what} path is empty")
-    p = Path(path)
-    if p.is_dir():
-        raise FormatError(f"{path}: is a folder, not a file to write the {what} to")
-    parent = Path(os.path.realpath(p)).parent if p.is_symlink() else (p.parent if str(p.parent) else Path("."))
-    if not parent.is_dir():
-        raise FormatError(f"{path}: folder {str(parent)!r} does not exist")
-    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        raise FormatError(f"{path}: folder {str(parent)!r} is not writable")
+    """Fail early (before any work) where ``path`` cannot be written
+    (:func:`~autoplace.formats._json.check_output_path`)."""
+    from autoplace.formats._json import check_output_path
+
+    check_output_path(path, what)
 
 
 def _console(to_stderr: bool = False):

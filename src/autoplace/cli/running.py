@@ -252,9 +252,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from autoplace.bench import TABLES, run_bench, table_names
     from autoplace.bench.suite import nominal_work, table_settings
+    from autoplace.formats._json import check_output_folder
     from autoplace.progress import progress_to
 
+    check_output_folder(args.output, "results")
     run = _bench_run(args)
+    for g in args.graph:
+        resolve_graph(g)                 # an unknown graph is one clear error before any job runs (or a listing)
     if args.list:
         listing, every = [], {}
         for n in table_names(args.tables):
@@ -279,8 +283,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if args.against is not None:
         return _bench_against(args)
-    for g in args.graph:
-        resolve_graph(g)                 # an unknown graph is one clear error before any job runs
     quiet = args.json or not sys.stderr.isatty()
     with Progress(disable=quiet, console=_console(True)) as bar:
         task = bar.add_task("bench", total=None)
@@ -304,9 +306,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"autoplace: interrupted; finished jobs are kept in {args.output}/jobs.jsonl: run the same "
                   "command to continue", file=sys.stderr)
             return 130
+    for line, why in result.rejected:
+        print(f"autoplace: warning: {result.folder / 'jobs.jsonl'} line {line} set aside ({why}); its job ran again "
+              f"(the line is kept in jobs.rejected.jsonl)", file=sys.stderr)
     if args.json:
         _print_json({"folder": str(result.folder), "ran": result.ran, "reused": result.reused,
-                     "wall_s": result.wall_s, "tables": [t.to_dict() for t in result.tables]})
+                     "wall_s": result.wall_s, "tables": [t.to_dict() for t in result.tables],
+                     "rejected_lines": [{"line": n, "reason": why} for n, why in result.rejected]})
         return 0
     con = _console()
     for t in result.tables:

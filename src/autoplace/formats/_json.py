@@ -16,7 +16,8 @@ from typing import Any
 
 from autoplace.errors import FormatError
 
-__all__ = ["read_json", "write_json", "atomic_write_text", "Fields", "check_format"]
+__all__ = ["read_json", "write_json", "atomic_write_text", "Fields", "check_format", "check_output_path",
+           "check_output_folder"]
 
 _MISSING = object()
 
@@ -119,6 +120,44 @@ def atomic_write_bytes(p: Path, data: bytes) -> None:
     except BaseException:
         _unlink(tmp)
         raise
+
+
+def check_output_path(path: str | os.PathLike | None, what: str = "output") -> None:
+    """Fail before any work where ``path`` cannot be written: empty, a folder, in a folder that does not
+    exist or cannot be written to. ``-`` (standard output) and ``None`` (no output) are fine."""
+    if path is None or str(path) == "-":
+        return
+    if not str(path):
+        raise FormatError(f"the {what} path is empty")
+    p = Path(path)
+    if p.is_dir():
+        raise FormatError(f"{path}: is a folder, not a file to write the {what} to")
+    parent = Path(os.path.realpath(p)).parent if p.is_symlink() else (p.parent if str(p.parent) else Path("."))
+    if not parent.is_dir():
+        raise FormatError(f"{path}: folder {str(parent)!r} does not exist")
+    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise FormatError(f"{path}: folder {str(parent)!r} is not writable")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise FormatError(f"{path}: is not writable")
+
+
+def check_output_folder(path: str | os.PathLike | None, what: str) -> None:
+    """Fail before any work where ``path`` cannot be (or become) a folder to write into: empty, ``-``, an
+    existing file, or under a file or an unwritable folder."""
+    if path is None:
+        return
+    if str(path) in ("", "-") or not str(path).strip():
+        raise FormatError(f"the {what} folder {str(path)!r} is not a folder name")
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise FormatError(f"{path}: is a file, not a folder for the {what}")
+    existing = p
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise FormatError(f"{path}: {str(existing)!r} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise FormatError(f"{path}: folder {str(existing)!r} is not writable")
 
 
 def _unnamed_file(folder: Path, mode: int) -> int | None:
