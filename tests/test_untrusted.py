@@ -213,3 +213,39 @@ def test_a_damaged_policy_file_names_the_file_and_the_field(tmp_path):
         write_state(path, bad)
         with pytest.raises(AutoplaceError, match=rf"p.policy: .*{field}"):
             load_policy(path)
+
+
+# ------------------------------------------------------------------------------------------ Ray addresses
+def test_a_ray_address_where_nothing_listens_fails_at_once(capsys):
+    import socket
+
+    with socket.socket() as s:                      # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rc = main(["place", "toy-mlp", "-c", "k80x2", "-m", "rl", "--samples", "8", "--ray-address", f"127.0.0.1:{port}",
+               "-o", "-"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "does not answer" in err and err.count("\n") == 1 and not out
+
+
+def test_a_ray_address_that_does_not_answer_fails_within_the_timeout(monkeypatch):
+    import socket
+
+    from autoplace.search import distributed
+
+    seen = {}
+
+    def silent(address, timeout):
+        seen["timeout"] = timeout
+        raise TimeoutError
+
+    monkeypatch.setattr(socket, "create_connection", silent)
+    with pytest.raises(AutoplaceError, match="no connection within 10 s"):
+        distributed.check_answers("10.1.2.3:6379")
+    assert seen["timeout"] == distributed.CONNECT_TIMEOUT_S == 10.0
+    monkeypatch.setenv("AUTOPLACE_RAY_CONNECT_TIMEOUT_S", "0.5")
+    with pytest.raises(AutoplaceError, match="within 0.5 s"):
+        distributed.check_answers("ray://10.1.2.3:10001")
+    for bad in ("nohost", "h:port", "h:0", "h:70000"):
+        with pytest.raises(AutoplaceError, match="not host:port"):
+            distributed.check_answers(bad)

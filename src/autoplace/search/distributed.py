@@ -11,7 +11,10 @@ placement it held is sent again; the search goes on. Distributed runs are not re
 (the order in which gradients reach the server varies); the single-process mode is.
 
 Ray is optional: :func:`ray_session` imports it, and starts a local Ray (``address=None``) or joins a
-cluster (``address="host:port"`` or ``"auto"``).
+cluster (``address="host:port"``, ``"ray://host:port"`` or ``"auto"``). Ray itself waits without end for
+an address where nothing answers; :func:`ray_session` first opens a TCP connection to it and fails with
+one line where none opens within :data:`CONNECT_TIMEOUT_S` seconds (an address that accepts the
+connection but is no Ray cluster is left to Ray, which gave up after about 20 s on this machine).
 """
 
 from __future__ import annotations
@@ -26,7 +29,53 @@ import numpy as np
 from autoplace.errors import AutoplaceError
 from autoplace.search.evaluation import CachedScorer, score_batch
 
-__all__ = ["ray_session", "ParameterServer", "EvalWorker", "RayScorer"]
+__all__ = ["ray_session", "ParameterServer", "EvalWorker", "RayScorer", "CONNECT_TIMEOUT_S"]
+
+#: seconds to wait for a Ray address to accept a connection (``AUTOPLACE_RAY_CONNECT_TIMEOUT_S`` overrides)
+CONNECT_TIMEOUT_S = 10.0
+
+
+def _bootstrap_address(address: str) -> str | None:
+    """The ``host:port`` ``address`` names (``auto``: the ``RAY_ADDRESS`` environment variable, else the
+    local cluster Ray last started); ``None`` where there is none to probe."""
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS", "")
+        if not address:
+            current = os.path.join("/tmp", "ray", "ray_current_cluster")
+            try:
+                with open(current) as f:
+                    address = f.read().strip()
+            except OSError:
+                return None                               # no local cluster: ray.init says so at once
+    return address.split("://", 1)[-1] or None
+
+
+def check_answers(address: str, timeout_s: float | None = None) -> None:
+    """:class:`AutoplaceError` unless ``address`` (``host:port``) accepts a TCP connection within
+    ``timeout_s`` seconds (default :data:`CONNECT_TIMEOUT_S`)."""
+    import socket
+
+    if timeout_s is None:
+        raw = os.environ.get("AUTOPLACE_RAY_CONNECT_TIMEOUT_S", str(CONNECT_TIMEOUT_S))
+        try:
+            timeout_s = float(raw)
+        except ValueError:
+            timeout_s = -1.0
+        if not 0 < timeout_s <= 3600:
+            raise AutoplaceError(f"AUTOPLACE_RAY_CONNECT_TIMEOUT_S must be seconds in (0, 3600], got {raw!r}")
+    target = _bootstrap_address(address)
+    if target is None:
+        return
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise AutoplaceError(f"--ray-address {address!r}: not host:port")
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s):
+            pass
+    except TimeoutError:
+        raise AutoplaceError(f"Ray at {address!r} does not answer (no connection within {timeout_s:g} s)") from None
+    except OSError as e:
+        raise AutoplaceError(f"Ray at {address!r} does not answer ({e.strerror or e})") from None
 
 
 @contextlib.contextmanager
@@ -42,6 +91,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
     if address is not None:
+        check_answers(address)
         kwargs["address"] = address
     elif num_cpus is not None:
         kwargs["num_cpus"] = num_cpus
