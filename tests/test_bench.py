@@ -489,7 +489,8 @@ def test_against_compares_two_folders_results_leaving_out_measured_seconds(tmp_p
                                       + '{"job": "cut short')       # a line a kill cut: not compared
         return str(d)
 
-    base = {"step_s": 1.5, "ok": True, "oom": [], "error": None, "peak_gib": [1.0, 0.0], "search_s": 0.2, "wall_s": 0.3, "best_at_s": 1.0,
+    base = {"step_s": 1.5, "ok": True, "oom": [], "error": None, "peak_gib": [1.0, 0.0], "search_s": 0.2, "wall_s": 0.3,
+            "best_at_s": 1.0,
             "models": {"svr": {"mean": 0.1, "fit_wall_s": 2.0}}}
     before = folder("before", [("a", base), ("b", {**base, "step_s": 2.0}), ("gone", base)])
     same = folder("same", [("a", {**base, "search_s": 9.0, "wall_s": 9.0,

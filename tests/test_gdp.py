@@ -195,7 +195,8 @@ def test_zero_shot_and_fine_tune_keep_the_saved_settings_and_never_lose_to_the_p
     tuned = gdp_search(g, c, policy=tmp_path / "p.safetensors", budget=SearchBudget(samples=8), seed=0)
     assert tuned.placement.meta["prior"] is None
     with pytest.raises(AutoplaceError, match="shapes the network"):
-        gdp_search(g, c, policy=tmp_path / "p.safetensors", budget=SearchBudget(samples=8), config={"hidden": 32, "heads": 2})
+        gdp_search(g, c, policy=tmp_path / "p.safetensors", budget=SearchBudget(samples=8),
+                   config={"hidden": 32, "heads": 2})
     # no bias (w = 0): the network's own placements, and the prior among the candidates
     with_prior = gdp_search(g, c, policy=tmp_path / "p.safetensors", zero_shot_only=True, seed=0,
                             config={"prior": "metis", "node_moves": 1e9}).placement
