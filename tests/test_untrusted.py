@@ -249,3 +249,44 @@ def test_a_ray_address_that_does_not_answer_fails_within_the_timeout(monkeypatch
     for bad in ("nohost", "h:port", "h:0", "h:70000"):
         with pytest.raises(AutoplaceError, match="not host:port"):
             distributed.check_answers(bad)
+
+
+# ------------------------------------------------------------------------------------------ temporary files
+def test_a_write_killed_where_no_unnamed_file_can_be_linked_leaves_a_temp_file_the_next_write_removes(tmp_path):
+    """Where the filesystem cannot link an unnamed file (EXDEV on overlay filesystems), every write goes
+    through a named temporary file: a ``kill -9`` mid-write leaves it, and the next write of the same path
+    removes it (its process is gone), leaving the temporary files of live processes and other hosts."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from autoplace.formats import _json
+
+    target = tmp_path / "out.json"
+    script = (
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "from autoplace.formats import _json\n"
+        "_json._unnamed_file = lambda folder, mode: None\n"          # as where linking fails
+        "real = os.replace\n"
+        "_json.os.replace = lambda a, b: time.sleep(600)\n"           # stop mid-write: the temp file is whole
+        f"_json.atomic_write_bytes(Path({str(target)!r}), b'new')\n")
+    target.write_bytes(b"old")
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        while not list(tmp_path.glob(".out.json.*.tmp")) and proc.poll() is None:
+            time.sleep(0.02)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    left = list(tmp_path.glob(".out.json.*.tmp"))
+    assert len(left) == 1 and target.read_bytes() == b"old"
+    live = tmp_path / f".out.json.{_json._HOST}-{os.getppid()}.abc.tmp"
+    other_host = tmp_path / f".out.json.otherhost-{proc.pid}.abc.tmp"
+    live.write_bytes(b"")
+    other_host.write_bytes(b"")
+    _json.atomic_write_bytes(target, b"again")
+    assert target.read_bytes() == b"again"
+    assert sorted(tmp_path.glob(".out.json.*.tmp")) == sorted([live, other_host])

@@ -6,6 +6,7 @@ import gzip
 import json
 import math
 import os
+import socket
 import stat
 import sys
 import tempfile
@@ -73,10 +74,11 @@ def atomic_write_bytes(p: Path, data: bytes) -> None:
     * an existing file that is not a regular file (``/dev/null``, a FIFO) is written to in place, never
       replaced;
     * otherwise the data goes to an unnamed temporary file in the same folder (Linux ``O_TMPFILE``; a
-      named ``.NAME.*.tmp`` elsewhere) that is given its name only when complete and then renamed over
+      named ``.NAME.HOST-PID.*.tmp`` where the folder's filesystem cannot link an unnamed file, as on
+      overlay and network filesystems) that is given its name only when complete and then renamed over
       ``p``: readers see the old file or the whole new one, and a process killed mid-write leaves no
-      partial file behind (with ``O_TMPFILE``, nothing at all, but for the instant between naming the
-      finished file and renaming it);
+      partial file behind. A named temporary file a killed process left is removed by the next write of
+      the same path on the same host (:func:`_sweep`: those whose process is gone);
     * a new file gets the permissions the umask allows (``0666 & ~umask``); a replaced one keeps its own.
     """
     if str(p) == "-":
@@ -94,6 +96,7 @@ def atomic_write_bytes(p: Path, data: bytes) -> None:
         return
     mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
     parent = p.parent if str(p.parent) else Path(".")
+    _sweep(parent, p.name)
     fd = _unnamed_file(parent, mode)
     if fd is not None:
         try:
@@ -101,7 +104,7 @@ def atomic_write_bytes(p: Path, data: bytes) -> None:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
-                tmp = parent / f".{p.name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+                tmp = parent / f".{p.name}.{_HOST}-{os.getpid()}.{time.monotonic_ns()}.tmp"
                 os.link(f"/proc/self/fd/{f.fileno()}", tmp)
             try:
                 os.replace(tmp, p)
@@ -111,7 +114,7 @@ def atomic_write_bytes(p: Path, data: bytes) -> None:
             return
         except OSError:
             pass  # /proc or linkat unavailable: fall back to a named temporary file
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.{_HOST}-{os.getpid()}.", suffix=".tmp", dir=parent)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
@@ -158,6 +161,35 @@ def check_output_folder(path: str | os.PathLike | None, what: str) -> None:
         raise FormatError(f"{path}: {str(existing)!r} is a file, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise FormatError(f"{path}: folder {str(existing)!r} is not writable")
+
+
+_HOST = "".join(c for c in socket.gethostname() if c.isalnum())[:32] or "host"
+
+
+def _sweep(folder: Path, name: str) -> None:
+    """Remove ``folder``'s temporary files of ``name`` left by processes of this host that are gone (killed
+    mid-write); files of live processes and of other hosts are left alone."""
+    prefix = f".{name}.{_HOST}-"
+    try:
+        entries = [e for e in os.listdir(folder) if e.startswith(prefix) and e.endswith(".tmp")]
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry[len(prefix):].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            _unlink(folder / entry)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
 
 
 def _unnamed_file(folder: Path, mode: int) -> int | None:
