@@ -8,6 +8,7 @@ and runs (:mod:`autoplace.runtime`); nothing below imports it.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,24 @@ def _placement_of(placement: str | os.PathLike | Placement, graph: Graph, cluste
     return p
 
 
+def _check_arguments(optimizer, placement, timeout, budget) -> None:
+    """``compile``'s arguments that can be checked before any work: one clear error for each."""
+    from autoplace.validation import MAX_BUDGET_S, check_budget, check_number
+
+    if placement is not None and not isinstance(placement, (str, os.PathLike, Placement)):
+        raise AutoplaceError(f"placement must be a Placement or a placement file, got {type(placement).__name__}")
+    check_number(timeout, "timeout", AutoplaceError, lo=0, hi=MAX_BUDGET_S, lo_open=True)
+    check_budget(budget)
+    groups = getattr(optimizer, "param_groups", None)
+    if not isinstance(groups, list):
+        raise AutoplaceError(f"optimizer must be a torch.optim optimizer, got {type(optimizer).__name__}")
+    for i, g in enumerate(groups):
+        for k, v in g.items():
+            vals = v if isinstance(v, tuple) else (v,)
+            if any(isinstance(x, float) and not math.isfinite(x) for x in vals):
+                raise AutoplaceError(f"optimizer.param_groups[{i}][{k!r}] is {v!r}: not a finite number")
+
+
 def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets: Any = None,
             cluster: str | Cluster = "localhost", method: str = "auto",
             placement: str | os.PathLike | Placement | None = None, seed: int = 0, budget: float | None = None,
@@ -60,6 +79,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     from autoplace.grouping import with_granularity
     from autoplace.placers import place
 
+    _check_arguments(optimizer, placement, timeout, budget)
     model, example_inputs = resolve_model(model, example_inputs)
     meta = next((n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta), None)
     if meta is not None:

@@ -109,7 +109,7 @@ def parse_input(ref: str, names: Mapping[str, int]) -> tuple[str, int]:
     if ref in names:
         return ref, 0
     base, sep, k = ref.rpartition(":")
-    if sep and k.isdigit():
+    if sep and k.isascii() and k.isdigit():
         return base, int(k)
     return ref, 0
 

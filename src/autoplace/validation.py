@@ -18,7 +18,8 @@ import numpy as np
 from autoplace.errors import AutoplaceError
 
 __all__ = ["check_random_state", "seed_int", "check_budget", "check_number", "check_name",
-           "MAX_BYTES", "MAX_TOTAL_BYTES", "MAX_FLOPS", "MAX_SECONDS", "MIN_RATE", "MAX_RATE", "MAX_CONCURRENCY"]
+           "MAX_BYTES", "MAX_TOTAL_BYTES", "MAX_FLOPS", "MAX_SECONDS", "MIN_RATE", "MAX_RATE", "MAX_CONCURRENCY",
+           "MAX_BUDGET_S"]
 
 MAX_BYTES = 2**50          #: one size (a tensor, a parameter, a device's memory): 1 PiB
 MAX_TOTAL_BYTES = 2**62    #: all of a graph's parameter and output bytes together
@@ -26,6 +27,7 @@ MAX_FLOPS = 1e24           #: one op's floating-point operations
 MAX_SECONDS = 1e6          #: one measured cost, overhead or latency (11.6 days)
 MIN_RATE, MAX_RATE = 1.0, 1e18  #: FLOP/s and bytes/s of a device or link
 MAX_CONCURRENCY = 1024     #: ops a device runs at once
+MAX_BUDGET_S = 1e7         #: a search budget or timeout (116 days: past it, a number is a typo, not a plan)
 
 
 def check_random_state(seed: int | np.random.Generator | None) -> np.random.Generator:
@@ -49,11 +51,12 @@ def seed_int(seed: int | np.random.Generator | None) -> int:
 
 
 def check_budget(budget: float | None, what: str = "budget") -> float | None:
-    """``None`` (the placer's default) or a finite number of seconds ``>= 0``."""
+    """``None`` (the placer's default) or a number of seconds in ``[0, MAX_BUDGET_S]``."""
     if budget is None:
         return None
-    if isinstance(budget, bool) or not isinstance(budget, numbers.Real) or not math.isfinite(budget) or budget < 0:
-        raise AutoplaceError(f"{what} must be a finite number of seconds >= 0, got {budget!r}")
+    if (isinstance(budget, bool) or not isinstance(budget, numbers.Real) or not math.isfinite(budget) or budget < 0
+            or budget > MAX_BUDGET_S):
+        raise AutoplaceError(f"{what} must be a number of seconds in [0, {MAX_BUDGET_S:g}], got {budget!r}")
     return float(budget)
 
 

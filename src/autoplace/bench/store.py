@@ -103,7 +103,7 @@ def check_result(key: Any, result: Any) -> str | None:
         return "the job key is not a string"
     try:
         job = json.loads(key)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):
         return "the job key is not a job"
     if not isinstance(job, dict) or job.get("kind") not in JOBS:
         return "the job key names no job kind"
@@ -146,6 +146,8 @@ class Store:
                 why = "not UTF-8"
             except json.JSONDecodeError:
                 why = "not JSON"
+            except ValueError:
+                why = "a number too long to read"
             except RecursionError:
                 why = "nested too deeply"
             if why is None:

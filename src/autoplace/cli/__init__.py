@@ -18,6 +18,24 @@ from autoplace.resolve import resolve_cluster, resolve_graph
 __all__ = ["main", "build_parser", "resolve_graph", "resolve_cluster", "_settings"]
 
 
+#: options that name a file or folder: an empty one is refused before anything runs
+PATH_OPTIONS = ("output", "checkpoint", "resume", "curve", "png", "trace", "plot", "device_map", "policy", "against",
+                "placement", "cluster", "ray_address")
+
+
+def _check_paths(args) -> None:
+    from autoplace.errors import FormatError
+
+    for dest in PATH_OPTIONS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and not value.strip():
+            raise FormatError(f"--{dest.replace('_', '-')}: the path is empty" if dest != "ray_address"
+                              else "--ray-address is empty (host:port or auto)")
+    for dest in ("checkpoint", "resume"):
+        if getattr(args, dest, None) == "-":
+            raise FormatError(f"--{dest} -: a checkpoint goes into a folder, not to standard output")
+
+
 def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a name no terminal can show is escaped, not a crash
         if hasattr(stream, "reconfigure"):
@@ -25,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _check_paths(args)
         return args.func(args)
     except AutoplaceError as e:
         print(f"autoplace: error: {e}", file=sys.stderr)

@@ -22,6 +22,7 @@ from autoplace.cli.running import (
     cmd_zoo,
 )
 from autoplace.runtime.workers import DEFAULT_TIMEOUT_S
+from autoplace.validation import MAX_BUDGET_S
 
 
 # ---------------------------------------------------------------------- parser
@@ -47,8 +48,10 @@ def _arg_type(parse, ok, expected: str):
 
 
 _positive_int = _arg_type(int, lambda v: v >= 1, "a positive integer")
-_seconds = _arg_type(float, lambda v: np.isfinite(v) and v >= 0, "a finite number of seconds >= 0")
-_positive_seconds = _arg_type(float, lambda v: np.isfinite(v) and v > 0, "a positive number of seconds")
+_seconds = _arg_type(float, lambda v: np.isfinite(v) and 0 <= v <= MAX_BUDGET_S,
+                     f"a number of seconds in [0, {MAX_BUDGET_S:g}]")
+_positive_seconds = _arg_type(float, lambda v: np.isfinite(v) and 0 < v <= MAX_BUDGET_S,
+                              f"a number of seconds in (0, {MAX_BUDGET_S:g}]")
 _seed = _arg_type(int, lambda v: 0 <= v < 2**32, f"an integer seed in [0, {2**32 - 1}]")
 
 

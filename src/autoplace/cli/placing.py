@@ -169,6 +169,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return _exit_code(result)
 
 
+def _check_checkpoint_folders(args: argparse.Namespace) -> None:
+    """``--checkpoint`` a folder that can be written, ``--resume`` an existing folder: before any work."""
+    from autoplace.formats._json import check_output_folder
+
+    check_output_folder(args.checkpoint or args.resume, "checkpoint")
+    if args.resume is not None and not Path(args.resume).is_dir():
+        raise FormatError(f"--resume {args.resume}: no such folder (a folder --checkpoint wrote)")
+
+
 def cmd_place(args: argparse.Namespace) -> int:
     from autoplace.env import make_env
     from autoplace.formats import save_placement
@@ -193,9 +202,7 @@ def cmd_place(args: argparse.Namespace) -> int:
     if args.curve:
         for ext in (".csv", ".png"):
             _check_output(args.curve + ext, "curve")
-    for option, folder in (("--checkpoint", args.checkpoint), ("--resume", args.resume)):
-        if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
-            raise FormatError(f"{option} {folder}: is a file, not a folder for the checkpoint")
+    _check_checkpoint_folders(args)
     graph = _granular(resolve_graph(args.graph, _parse_params(args.param)), args.granularity)
     cluster = resolve_cluster(args.cluster)
     with make_env(args.env, graph, cluster, **_env_kwargs(args)) as env:
@@ -277,6 +284,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise AutoplaceError(f"--cluster: give one cluster, or one per graph ({len(names)}), not {len(cnames)}")
     if args.policy and not Path(args.policy).is_file():
         raise FormatError(f"--policy {args.policy}: no such file")
+    _check_checkpoint_folders(args)
     params = _parse_params(args.param)
     graphs = [resolve_graph(n.strip(), params) for n in names]
     clusters = [resolve_cluster(n.strip()) for n in (cnames if len(cnames) > 1 else cnames * len(names))]

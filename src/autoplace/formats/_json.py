@@ -47,6 +47,8 @@ def read_json(path: str | os.PathLike) -> Any:
         raise FormatError(f"{p}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     except RecursionError:
         raise FormatError(f"{p}: JSON nested too deeply") from None
+    except ValueError as e:                      # an integer of more digits than Python converts (4,300)
+        raise FormatError(f"{p}: a number too long to read ({' '.join(str(e).split())[:80]})") from None
 
 
 def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 1) -> None:

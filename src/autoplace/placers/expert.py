@@ -26,7 +26,7 @@ import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.cost import feasible_devices
-from autoplace.errors import InfeasibleError
+from autoplace.errors import GraphError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
@@ -79,8 +79,15 @@ def balanced_split(weights: list[float], parts: int) -> list[int]:
 
 
 def _units(graph: Graph) -> tuple[str, dict[int, object]]:
-    """Which rule applies, and each tagged op's unit (layer index, block name, ...)."""
+    """Which rule applies, and each tagged op's unit (layer index, block name, ...); a tag that is not a
+    string or a number is one clear error naming the op."""
     metas = [op.meta for op in graph.ops]
+    for op in graph.ops:
+        for key in ("layer", "block", "cell", "role"):
+            v = op.meta.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (str, int, float))):
+                raise GraphError(f"op {op.name!r}: field {key!r} must be a string or a number, got "
+                                 f"{type(v).__name__}")
     if any(m.get("role") == "lstm" for m in metas):
         return "recurrent", {i: m.get("layer") for i, m in enumerate(metas) if m.get("layer") is not None}
     if any("block" in m for m in metas):

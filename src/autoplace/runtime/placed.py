@@ -171,10 +171,26 @@ class PlacedStep:
         import torch
 
         state = self._values([*self.parameters, *self.buffers])
+        tied = dict(self.graph.meta.get("tied", {}))
+        targets = [*model.named_parameters(), *model.named_buffers()]
+        for name, t in targets:                   # every parameter, and every buffer the step holds, must fit
+            src = name if name in state else tied.get(name)
+            if src not in state:
+                if isinstance(t, torch.nn.Parameter):
+                    raise AutoplaceError(f"load_into: the model's parameter {name!r} is not one the step of "
+                                         f"{self.graph.name!r} trains (another model?)")
+                continue
+            if tuple(t.shape) != tuple(state[src].shape):
+                raise AutoplaceError(f"load_into: the model's {name!r} has shape {tuple(t.shape)}, the step's "
+                                     f"{tuple(state[src].shape)} (another model?)")
+        missing = sorted(set(self.parameters) - {n for n, _ in targets})
+        if missing:
+            raise AutoplaceError(f"load_into: the model has no parameter {missing[0]!r} (another model?)")
         with torch.no_grad():
-            for name, t in [*model.named_parameters(), *model.named_buffers()]:
-                if name in state:
-                    t.copy_(state[name])
+            for name, t in targets:
+                src = name if name in state else tied.get(name)
+                if src in state:
+                    t.copy_(state[src])
         if optimizer is not None:
             params = dict(model.named_parameters())
             for name, st in self.optimizer_state().items():

@@ -104,19 +104,12 @@ def load_cache(f: StateFields, key: str, n_groups: int, n_devices: int) -> dict[
 def load_curve(f: StateFields, key: str = "curve") -> Curve:
     """The curve rows under ``key``, each checked (samples and seconds >= 0, step times > 0 or ``inf``, the
     failed share in [0, 1], a finite mean reward)."""
-    rows = f.list(key)
     points = []
-    for i, r in enumerate(rows):
-        ok = isinstance(r, (list, tuple)) and len(r) == 6 and all(
-            not isinstance(v, bool) and isinstance(v, (int, float)) for v in r)
-        if ok:
-            s, w, best, mean, failed, reward = r
-            ok = (float(s).is_integer() and 0 <= s < 2**62 and math.isfinite(w) and w >= 0
-                  and best > 0 and mean > 0 and 0 <= failed <= 1 and math.isfinite(reward))
-        if not ok:
-            raise FormatError(f"{f.where}: field {f.name(key)!r} row {i} is not a curve point "
-                              f"(samples, wall_s, best_step_s, mean_step_s, failed, mean_reward)")
-        points.append(CurvePoint(int(s), float(w), float(best), float(mean), float(failed), float(reward)))
+    for i, r in enumerate(f.list(key)):
+        try:
+            points.append(CurvePoint.checked(r))
+        except ValueError as e:
+            raise FormatError(f"{f.where}: field {f.name(key)!r} row {i} is {e}") from None
     return Curve(points)
 
 

@@ -24,6 +24,20 @@ class CurvePoint:
     failed: float
     mean_reward: float
 
+    @classmethod
+    def checked(cls, row) -> CurvePoint:
+        """A point from six values read back from a file; ``ValueError`` unless samples and seconds are
+        >= 0, step times > 0 (``inf``: none yet / none ran), the failed share in [0, 1] and the reward finite."""
+        ok = isinstance(row, (list, tuple)) and len(row) == 6 and all(
+            not isinstance(v, bool) and isinstance(v, (int, float)) for v in row)
+        if ok:
+            s, w, best, mean, failed, reward = row
+            ok = (float(s).is_integer() and 0 <= s < 2**62 and math.isfinite(w) and w >= 0
+                  and best > 0 and mean > 0 and 0 <= failed <= 1 and math.isfinite(reward))
+        if not ok:
+            raise ValueError("not a curve point (samples, wall_s, best_step_s, mean_step_s, failed, mean_reward)")
+        return cls(int(row[0]), *(float(v) for v in row[1:]))
+
 
 class Curve:
     """Rows of :class:`CurvePoint`, in order."""
@@ -66,9 +80,16 @@ class Curve:
                 rows = list(csv.reader(f))
             if not rows or rows[0] != names:
                 raise ValueError("header")
-            return cls([CurvePoint(int(r[0]), *(float(v) for v in r[1:])) for r in rows[1:]])
-        except (OSError, ValueError, TypeError, IndexError) as e:
+        except (OSError, ValueError, UnicodeDecodeError, csv.Error) as e:
             raise FormatError(f"{path}: not a training curve written by --curve ({type(e).__name__})") from None
+        points = []
+        for i, r in enumerate(rows[1:], 2):
+            try:
+                points.append(CurvePoint.checked([float(v) for v in r]))
+            except (ValueError, TypeError, OverflowError):
+                raise FormatError(f"{path}: line {i} is not a curve point (samples, wall_s, best_step_s, "
+                                  f"mean_step_s, failed, mean_reward; no NaN)") from None
+        return cls(points)
 
     def plot(self, path: str | Path, title: str = "") -> None:
         """Best and sampled (mean of each update) step time against samples and against wall time, as PNG
