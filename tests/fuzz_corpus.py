@@ -3,18 +3,23 @@
     .venv/bin/python tests/fuzz_corpus.py [--seed 0] [--count]   # print the cases (or how many per class)
 
 Every case is bad by construction — a field of a valid graph, cluster or placement replaced by a value of
-the wrong type or outside its range, a broken file, a bad CLI number or output path, a bad zoo parameter —
-and must exit 2 or 3 with one line ``autoplace: error: ...`` naming the culprit, no traceback, and nothing
-written. Cases are generated, not hand-picked: each class crosses its fields with a pool of bad values and
-the verbs that read them, and a seeded sample keeps the corpus at a few hundred cases.
+the wrong type or outside its range, a broken file, a bad CLI number or output path, a bad zoo parameter, a
+learned placer's ``--set`` value out of its range, a damaged search checkpoint or policy file (each field
+of a real one replaced, or the file itself broken or a pickle), a damaged bench ``jobs.jsonl`` line —
+and must exit with its expected code (2 or 3 for an error) with one line ``autoplace: error: ...`` naming
+the culprit, no traceback, and nothing written. Cases are generated, not hand-picked: each class crosses
+its fields with a pool of bad values and the verbs that read them. A checkpoint or policy case's file is
+made when the case runs (:func:`state_file`: a tiny real search, once per process, then damaged).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,13 +38,14 @@ BAD_NAMES = BAD_STRINGS + [""]
 @dataclass
 class Case:
     """One CLI run: ``argv`` with ``{dir}`` standing for the case's folder, ``files`` to write there first
-    (name -> text or bytes), and ``outputs`` the paths it must leave absent (or untouched if listed in
-    ``files``)."""
+    (name -> text, bytes, or a function making the bytes), ``outputs`` the paths it must leave absent (or
+    untouched if listed in ``files``), and the exit codes it may end with (an error: 2 or 3, one line)."""
 
     name: str
     argv: list[str]
-    files: dict[str, str | bytes] = field(default_factory=dict)
+    files: dict[str, str | bytes | Callable[[], bytes]] = field(default_factory=dict)
     outputs: list[str] = field(default_factory=list)
+    exit_codes: tuple[int, ...] = (2, 3)
 
 
 def _golden(name: str) -> dict:
@@ -359,9 +365,380 @@ def onnx_cases(rng: random.Random) -> list[Case]:
     return out
 
 
+# ------------------------------------------------------------------------------------------ learned placers
+#: the learned placers' command lines on the golden graph and cluster: tiny searches
+LEARNED_ARGS = {
+    "rl": ["--set", "samples_per_update=4"],
+    "hdp": ["--set", "samples_per_update=4", "--set", "groups=4"],
+    "gdp": ["--set", "samples_per_update=4", "--set", "prior=none"],
+    "htf-mpr": ["--set", "random_homogeneous=2", "--set", "population=4", "--set", "pairs=2", "--set", "top_x=2"],
+}
+_PLACE = ["place", "{dir}/graph.json", "-c", "{dir}/cluster.json", "--seed", "0", "--samples", "8"]
+
+#: values no setting of a kind takes (an int setting's pool holds floats, strings and out-of-range ints …)
+BAD_SETTING = {"int": ["-1", "1.5", "abc", "true", "1e12", "nan", "[1]", '""'],
+               "float": ["-1", "nan", "inf", "-inf", "1e300", "abc", "true", "[0.5]"],
+               "str": ["1", "nope", "[]", "true"], "bool": ["2", "abc", "[]", "0.5"]}
+
+
+def set_cases(rng: random.Random) -> list[Case]:
+    """Every learned placer's every ``--set`` key given values outside its range (or of the wrong type),
+    and unknown keys: refused before any search."""
+    from dataclasses import fields
+
+    from autoplace.placers import get_placer
+
+    out = []
+    for method, base in LEARNED_ARGS.items():
+        config = get_placer(method).config
+        for f in fields(config):
+            kind = str(f.type).split("|")[0].strip()
+            pool = list(BAD_SETTING.get(kind, BAD_SETTING["str"]))
+            if f.name in ("group_rules",):
+                pool = ["nope", "", ",", "colocation,nope"]
+            if f.name == "torch_device":
+                pool = ["cuda:9", "tpu", "cuda:-1", "1", "gpu"]
+            if f.name == "prior":
+                pool = ["nope", "1", "[]"]
+            if f.name == "model":
+                pool = ["nope", "1"]
+            if f.name == "coarsen":
+                pool = ["nope", "1"]
+            if f.name == "invalid_reward":                # a reward: negative is its range
+                pool = ["1", "nan", "-inf", "-1e300", "abc", "true"]
+            for v in rng.sample(pool, min(len(pool), 5)):
+                out.append(Case(f"{method} --set {f.name}={v}",
+                                [*_PLACE, "-m", method, *base, "--set", f"{f.name}={v}", "-o", "{dir}/out.json"],
+                                _base_files(), ["out.json"]))
+        for v in ("nope=1", "=1", "x", "samples_per_update"):
+            out.append(Case(f"{method} --set {v}", [*_PLACE, "-m", method, "--set", v, "-o", "{dir}/out.json"],
+                            _base_files(), ["out.json"]))
+    return out
+
+
+@functools.cache
+def state_file(method: str) -> tuple[bytes, bytes | None]:
+    """A real checkpoint of ``method``'s tiny search on the golden graph and cluster (and, for gdp, the
+    policy file it trained): made once per process."""
+    import contextlib
+    import io
+    import tempfile
+
+    from autoplace.cli import main
+    from autoplace.search.checkpoint import CHECKPOINT_FILE
+
+    with tempfile.TemporaryDirectory() as d:
+        for name, text in _base_files().items():
+            Path(d, name).write_text(text)
+        argv = [a.replace("{dir}", d) for a in [*_PLACE, "-m", method, *LEARNED_ARGS[method]]]
+        extra = ["--checkpoint", f"{d}/ck", "-o", f"{d}/out.json"]
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(argv + extra) == 0, method
+            policy = None
+            if method == "gdp":
+                train = ["train", "--graphs", f"{d}/graph.json", "-c", f"{d}/cluster.json", "--samples", "8",
+                         "--set", "samples_per_update=4", "--set", "prior=none", "-o", f"{d}/p.safetensors"]
+                assert main(train) == 0
+                policy = Path(d, "p.safetensors").read_bytes()
+        return Path(d, "ck", CHECKPOINT_FILE).read_bytes(), policy
+
+
+def _damaged(method: str, which: int, change: Callable) -> Callable[[], bytes]:
+    """The bytes of ``method``'s checkpoint (``which=0``) or policy (1) with ``change(state)`` applied."""
+    def make() -> bytes:
+        from autoplace.formats.state import decode_state, encode_state
+
+        state = decode_state(state_file(method)[which], "x")
+        change(state)
+        return encode_state(state)
+    return make
+
+
+def _set(key, value):
+    def change(state):
+        target, _, leaf = key.rpartition(".")
+        d = state
+        for part in filter(None, target.split(".")):
+            d = d[int(part)] if isinstance(d, list) else d[part]
+        if value is _DELETE:
+            d.pop(leaf, None)
+        else:
+            d[leaf] = _made(value)
+    return change
+
+
+def _made(v):
+    """``v`` with the functions in it (tensors and arrays made on demand) called."""
+    if callable(v):
+        return v()
+    if isinstance(v, dict):
+        return {k: _made(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_made(x) for x in v]
+    return v
+
+
+_DELETE = object()
+
+
+def _tensor(*shape, dtype="float32"):
+    def make():
+        import torch
+
+        return torch.zeros(*shape, dtype=getattr(torch, dtype))
+    return make
+
+
+def _array(values, dtype="int64"):
+    def make():
+        import numpy as np
+
+        return np.array(values, dtype=dtype)
+    return make
+
+
+NAN, INF = float("nan"), float("inf")
+COUNT_POOL = [-5, "7", 1.5, None, True, 2**70, NAN]
+SECONDS_POOL = [-1.0, "1", None, True, NAN, INF, [1.0]]
+TENSOR_POOL = ["x", None, 5, [1.0], _tensor(2)]
+CURVE_POOL = ["x", [[1, 2]], [[1, 0.1, NAN, 1.0, 0.0, 0.0]], [[-1, 0.1, 1.0, 1.0, 0.0, 0.0]],
+              [["a", 0.1, 1.0, 1.0, 0.0, 0.0]], [[1, 0.1, 1.0, 1.0, 2.0, 0.0]], [[1, 0.1, -1.0, 1.0, 0.0, 0.0]]]
+GROUPS_POOL = ["x", _array([99] * 4), _array([-1] * 4), _array([0.5] * 4, "float64"), _array([[0]]), 7]
+
+#: each checkpoint field, its pool of bad values (the identity fields: another graph, cluster, config, seed)
+CHECKPOINT_FIELDS = {
+    "format": ["autoplace.rl/v1", "x", None, 1], "graph_hash": ["0" * 64, None, 1], "cluster_hash": ["0" * 64, None],
+    "config": [{}, "x", None], "seed": [7, "0", None], "samples": COUNT_POOL, "updates": COUNT_POOL,
+    "wall_s": SECONDS_POOL, "curve": CURVE_POOL,
+    "cache": ["x", {}, {"groups": _array([[0, 9]]), "step": _array([1.0], "float64"), "ok": _array([True], "bool")},
+              {"groups": _array([[0, 0]]), "step": _array([-1.0], "float64"), "ok": _array([True], "bool")},
+              {"groups": _array([[0, 0]]), "step": _array([1.0, 2.0], "float64"), "ok": _array([True], "bool")},
+              {"groups": _array([[0, 0]]), "step": _array([1.0], "float64"), "ok": _array([False], "bool")}],
+    "generator": TENSOR_POOL + [_tensor(3, dtype="uint8")], "torch_rng": TENSOR_POOL + [_tensor(7, dtype="uint8")],
+    "optimizer": ["x", {}, {"state": {}, "param_groups": []}, {"state": "x", "param_groups": "x"}],
+    "best_step": SECONDS_POOL + [0.0], "best_groups": GROUPS_POOL, "baseline": SECONDS_POOL + [1e300],
+}
+#: fields of one placer's checkpoint only
+OWN_FIELDS = {
+    "rl": {"policy": ["x", {}, {"nope": _tensor(1)}], "same_streak": COUNT_POOL, "n_groups": [999, None]},
+    "hdp": {"grouper": ["x", {}], "placer": ["x", {}, {"nope": _tensor(1)}], "nodes": [999]},
+    "gdp": {"policy": ["x", {}], "problems": ["x", [], [{}], [1]], "graphs": [["other"]], "nodes": [[999]],
+            "problems.0.reward_n": COUNT_POOL, "problems.0.reward_sq": [-1.0, NAN, "x"],
+            "problems.0.best_step": [-1.0, NAN, "x"], "problems.0.best_groups": GROUPS_POOL,
+            "problems.0.cache": ["x", {}]},
+    "htf-mpr": {"X": ["x", _array([[99, 0]]), _array([1, 2]), None], "steps": ["x", _array([-1.0], "float64"), None],
+                "families": ["x", [1], None], "rng": ["x", {}, {"state": 1}, None], "initialised": [1, "x", None],
+                "stalled": COUNT_POOL, "screened": COUNT_POOL, "nodes": [999]},
+}
+#: fields the placer's checkpoint does not hold
+NOT_IN = {"rl": (), "hdp": ("same_streak",), "gdp": ("best_step", "best_groups", "baseline", "cache", "graph_hash",
+                                                    "cluster_hash", "same_streak"),
+          "htf-mpr": ("generator", "torch_rng", "optimizer", "best_step", "best_groups", "baseline")}
+BROKEN_FILES = [b"", b"not a checkpoint", b"\x00" * 64, b"PK\x03\x04" + bytes(60), b"\x80\x04K\x01.",
+                (2**40).to_bytes(8, "little") + b"{}", (30).to_bytes(8, "little") + b'{"__metadata__": {"a": "b"}}  ']
+
+
+def _pickles() -> list[tuple[str, bytes]]:
+    """A pickle and a torch.save zip whose loading would write ``{dir}/../ran`` (the harness checks that no
+    file appears)."""
+    import io
+    import pickle
+
+    import torch
+
+    class Marker:
+        def __reduce__(self):
+            return (print, ("this file ran code",))
+
+    buf = io.BytesIO()
+    torch.save({"x": Marker()}, buf)
+    return [("a raw pickle", pickle.dumps({"format": "autoplace.rl/v2", "x": Marker()})),
+            ("a torch.save zip", buf.getvalue())]
+
+
+def checkpoint_cases(rng: random.Random) -> list[Case]:
+    """Every learned placer's real checkpoint, each field replaced by bad values, and broken files: resumed,
+    each is one line naming the file (and the field), nothing written, the checkpoint left as it was."""
+    out = []
+    for method, base in LEARNED_ARGS.items():
+        argv = [*_PLACE, "-m", method, *base, "--resume", "{dir}/ck", "-o", "{dir}/out.json"]
+        fields_ = {k: v for k, v in CHECKPOINT_FIELDS.items() if k not in NOT_IN[method]}
+        fields_.update(OWN_FIELDS[method])
+        for key, pool in fields_.items():
+            for v in [*pool, _DELETE]:
+                shown = "deleted" if v is _DELETE else getattr(v, "__name__", None) and "an array or tensor" or repr(v)
+                out.append(Case(f"{method} checkpoint {key}={shown[:40]}", argv,
+                                {**_base_files(), "ck/checkpoint.safetensors": _damaged(method, 0, _set(key, v))},
+                                ["out.json"]))
+        for i, data in enumerate(BROKEN_FILES):
+            out.append(Case(f"{method} checkpoint file #{i} {data[:12]!r}", argv,
+                            {**_base_files(), "ck/checkpoint.safetensors": data}, ["out.json"]))
+        out.append(Case(f"{method} --resume a folder without a checkpoint", argv,
+                        {**_base_files(), "ck/other.txt": "x"}, ["out.json"]))
+        out.append(Case(f"{method} --resume a folder with an old pickle checkpoint", argv,
+                        {**_base_files(), "ck/checkpoint.pt": b"\x80\x04K\x01."}, ["out.json"]))
+    return out
+
+
+def policy_cases(rng: random.Random) -> list[Case]:
+    """A real GDP policy file, each field damaged, and broken or pickled files: fine-tuned from or placed
+    zero-shot, each is one line naming the file, nothing written."""
+    out = []
+    damage = {"format": ["autoplace.gdp-policy/v1", None], "config": ["x", {}, {"nope": 1}],
+              "config.hidden": [0, -1, "x", 10**6], "config.heads": [0, 3], "config.max_devices": [0, 1],
+              "config.memory": [-1], "config.sage_layers": [99], "state": ["x", {}, None, {"nope": _tensor(1)}],
+              "meta": [_DELETE]}
+    modes = {"zero-shot": ["--zero-shot"], "fine-tune": ["--samples", "8"]}
+    for key, pool in damage.items():
+        for v in pool if key != "meta" else []:
+            for mode, extra in modes.items():
+                shown = getattr(v, "__name__", None) and "a tensor" or repr(v)
+                out.append(Case(f"gdp policy {key}={shown[:30]} ({mode})",
+                                ["place", "{dir}/graph.json", "-c", "{dir}/cluster.json", "-m", "gdp", "--policy",
+                                 "{dir}/p.safetensors", *extra, "-o", "{dir}/out.json"],
+                                {**_base_files(), "p.safetensors": _damaged("gdp", 1, _set(key, v))}, ["out.json"]))
+    for i, data in enumerate(BROKEN_FILES):
+        for mode, extra in modes.items():
+            out.append(Case(f"gdp policy file #{i} {data[:12]!r} ({mode})",
+                            ["place", "{dir}/graph.json", "-c", "{dir}/cluster.json", "-m", "gdp", "--policy",
+                             "{dir}/p.safetensors", *extra, "-o", "{dir}/out.json"],
+                            {**_base_files(), "p.safetensors": data}, ["out.json"]))
+    out.append(Case("train --policy a damaged policy", ["train", "--graphs", "{dir}/graph.json", "-c",
+                                                        "{dir}/cluster.json", "--samples", "8", "--policy",
+                                                        "{dir}/p.safetensors", "-o", "{dir}/new.safetensors"],
+                    {**_base_files(), "p.safetensors": _damaged("gdp", 1, _set("state", {}))}, ["new.safetensors"]))
+    return out
+
+
+def pickle_cases(rng: random.Random) -> list[Case]:
+    """A pickle or torch.save file given as a checkpoint or a policy: refused unread (nothing it holds runs;
+    ``tests/test_untrusted.py`` proves it with a payload that writes a file)."""
+    out = []
+    for what, data in _pickles():
+        for method, base in LEARNED_ARGS.items():
+            for name in ("checkpoint.safetensors", "checkpoint.pt"):
+                out.append(Case(f"{method} --resume with {what} as {name}",
+                                [*_PLACE, "-m", method, *base, "--resume", "{dir}/ck", "-o", "{dir}/out.json"],
+                                {**_base_files(), f"ck/{name}": data}, ["out.json"]))
+        for extra in (["--zero-shot"], ["--samples", "8"]):
+            out.append(Case(f"gdp --policy {what} {' '.join(extra)}",
+                            ["place", "{dir}/graph.json", "-c", "{dir}/cluster.json", "-m", "gdp", "--policy",
+                             "{dir}/p.pt", *extra, "-o", "{dir}/out.json"], {**_base_files(), "p.pt": data},
+                            ["out.json"]))
+    return out
+
+
+_RAN = {"step_s": 1.0, "ok": True, "oom": [], "error": None, "search_s": 0.1, "wall_s": 0.2, "peak_gib": [1.0],
+        "devices_used": 1, "search": {"samples": 8, "updates": 2, "stop_reason": "samples", "improvements": [[4, 1.0]]}}
+
+
+def bench_row_cases(rng: random.Random) -> list[Case]:
+    """``jobs.jsonl`` lines damaged field by field, read by ``bench --against`` (which runs nothing and
+    writes nothing): each is set aside (not compared), never a traceback; the comparison of the other jobs
+    goes on (exit 0: the same results)."""
+    key = json.dumps({"kind": "place", "method": "m", "setting": "s"}, sort_keys=True)
+    other = json.dumps({"kind": "place", "method": "n", "setting": "s"}, sort_keys=True)
+    good = json.dumps({"job": other, "result": _RAN})
+    pools = {"step_s": [-1, "1", [1], {"a": 1}, True, NAN], "ok": [1, "true", None], "oom": ["gpu:0", [1], None],
+             "error": [1, [], {}], "search_s": [-1, "x", True], "wall_s": [INF, "1"], "peak_gib": ["1", ["1"], [-1]],
+             "devices_used": [-1, 1.5, "1"], "search": ["x", [1], {"samples": -1}, {"improvements": [[1]]},
+                                                        {"stop_reason": 1}, {"updates": "2"}],
+             "worst_case_speedup": [0, -1, "x"], "deep": [json.loads("[" * 40 + "]" * 40)]}
+    lines = []
+    for fname, pool in pools.items():
+        for v in pool:
+            lines.append((f"{fname}={json.dumps(v)[:30]}", json.dumps({"job": key, "result": {**_RAN, fname: v}})))
+    for fname in ("step_s", "ok", "oom", "error", "search_s", "wall_s"):
+        lines.append((f"{fname} missing", json.dumps({"job": key, "result": {k: v for k, v in _RAN.items()
+                                                                             if k != fname}})))
+    for text in ("[1]", "{", '{"job": 1, "result": {}}', '{"job": "x", "result": {}}', '"x"', "null",
+                 '{"job": "' + key.replace('"', '\\"') + '", "result": [1]}', "{" * 5000, "9" * 5001,
+                 '{"job": "' + key.replace('"', '\\"') + '", "result": {}, "x": 1}'):
+        lines.append((f"line {text[:20]!r}", text))
+    out = []
+    for what, line in lines:
+        for position in ("first", "last"):
+            rows = [line, good] if position == "first" else [good, line]
+            files = {"before/jobs.jsonl": good + "\n", "after/jobs.jsonl": "\n".join(rows) + "\n"}
+            out.append(Case(f"bench --against, a damaged line ({what}, {position})",
+                            ["bench", "-o", "{dir}/after", "--against", "{dir}/before"], files, [], exit_codes=(0,)))
+    return out
+
+
+def api_cases() -> list[tuple[str, Callable[[], object], type]]:
+    """Bad arguments to the Python API (``compile``, ``place``, ``simulate``, the search entry points): each
+    must raise its exception (an :class:`~autoplace.errors.AutoplaceError`; a ``TypeError`` for an unknown
+    keyword, as Python does) with a one-line message, before any work."""
+    import torch
+
+    import autoplace
+    from autoplace.cluster import get_cluster
+    from autoplace.errors import AutoplaceError
+    from autoplace.placers import place
+    from autoplace.search import SearchBudget, SearchOptions
+    from autoplace.sim import simulate
+    from autoplace.zoo import build_graph
+
+    def model():
+        torch.manual_seed(0)
+        m = torch.nn.Linear(4, 2)
+        return m, torch.optim.SGD(m.parameters(), lr=0.1)
+
+    def compile_with(opt_change=None, **kw):
+        def call():
+            m, opt = model()
+            if opt_change:
+                opt_change(opt)
+            return autoplace.compile(m, torch.randn(3, 4), torch.nn.functional.mse_loss, opt,
+                                     targets=torch.randn(3, 2), cluster="k80x2", **kw)
+        return call
+
+    g, c = build_graph("toy-mlp"), get_cluster("k80x2")
+    cases = []
+    for v in (5, 1.5, [], {}, object(), b"x"):
+        cases.append((f"compile(placement={v!r:.20})", compile_with(placement=v)))
+    for v in (NAN, 0, -1, INF, "1", True, 1e308):
+        cases.append((f"compile(timeout={v!r})", compile_with(timeout=v)))
+    for v in (NAN, -1, INF, "1", 1e308):
+        cases.append((f"compile(budget={v!r})", compile_with(budget=v)))
+    for k, v in (("lr", NAN), ("lr", INF), ("momentum", NAN), ("weight_decay", -INF)):
+        cases.append((f"compile with {k}={v}", compile_with(lambda o, k=k, v=v: o.param_groups[0].update({k: v}))))
+    cases.append(("compile(optimizer=None)", lambda: autoplace.compile(torch.nn.Linear(2, 2), torch.randn(1, 2),
+                                                                       torch.nn.functional.mse_loss, None)))
+    for method in ("nope", "", 5):
+        cases.append((f"place(method={method!r})", lambda method=method: place(g, c, method)))
+    for v in (-1, 1.5, "0", True, 2**70):
+        cases.append((f"place(seed={v!r})", lambda v=v: place(g, c, "metis", seed=v)))
+    for v in (-1, NAN, INF, "1", 1e308):
+        cases.append((f"place(budget={v!r})", lambda v=v: place(g, c, "local-search", budget=v)))
+    for v in (5, "x", [], {"a": "gpu:0"}):
+        cases.append((f"simulate(placement={v!r:.20})", lambda v=v: simulate(g, c, v)))
+    for v in (0, -1, 1.5, True, "8"):
+        cases.append((f"SearchBudget(samples={v!r})", lambda v=v: SearchBudget(samples=v)))
+    for v in (NAN, -1, INF):
+        cases.append((f"SearchBudget(seconds={v!r})", lambda v=v: SearchBudget(seconds=v)))
+    for k, v in (("workers", 0), ("workers", 1.5), ("checkpoint_every_s", NAN), ("checkpoint_every_s", -1),
+                 ("nope", 1)):
+        cases.append((f"SearchOptions({k}={v!r})", lambda k=k, v=v: SearchOptions.of(None, **{k: v}),
+                      TypeError if k == "nope" else AutoplaceError))
+    for method in ("rl", "hdp", "gdp", "htf-mpr"):
+        from autoplace.placers import get_placer
+
+        info = get_placer(method)
+        for cfg in ({"nope": 1}, {"samples_per_update": 0} if method != "htf-mpr" else {"top_x": 0},
+                    {"group_rules": "nope"}):
+            cases.append((f"{method} search(config={cfg})",
+                          lambda info=info, cfg=cfg: info.search(g, c, budget=SearchBudget(samples=4), config=cfg)))
+        cases.append((f"{method} search(resume=a missing folder)",
+                      lambda info=info: info.search(g, c, budget=SearchBudget(samples=4), resume="/nonexistent/ck")))
+    return [c if len(c) == 3 else (*c, AutoplaceError) for c in cases]
+
+
 CLASSES = {"graph fields": graph_field_cases, "graph structure": graph_structure_cases, "cluster": cluster_cases,
            "placement": placement_cases, "cli numbers": cli_number_cases, "outputs": output_cases,
-           "zoo parameters": zoo_param_cases, "captured programs": program_cases, "onnx": onnx_cases}
+           "zoo parameters": zoo_param_cases, "captured programs": program_cases, "onnx": onnx_cases,
+           "--set": set_cases, "checkpoints": checkpoint_cases, "policies": policy_cases, "pickles": pickle_cases,
+           "bench rows": bench_row_cases}
 
 
 def corpus(seed: int = 0) -> dict[str, list[Case]]:
@@ -380,7 +757,8 @@ def main(argv=None) -> int:
         if not args.count:
             for c in cs:
                 print(f"  {c.name}: {' '.join(c.argv)}")
-    print(f"total: {sum(map(len, cases.values()))}")
+    print(f"python api: {len(api_cases())}")
+    print(f"total: {sum(map(len, cases.values())) + len(api_cases())}")
     return 0
 
 

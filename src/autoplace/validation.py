@@ -45,8 +45,8 @@ def seed_int(seed: int | np.random.Generator | None) -> int:
         return 0
     if isinstance(seed, np.random.Generator):
         return int(seed.integers(0, 2**31 - 1))
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral) or int(seed) < 0:
-        raise AutoplaceError(f"seed must be a non-negative integer, got {seed!r}")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < 2**32:
+        raise AutoplaceError(f"seed must be an integer in [0, {2**32 - 1}], got {seed!r}")
     return int(seed)
 
 

@@ -554,6 +554,9 @@ def load_policy(path: str | Path, config: GDPConfig | dict | None = None):
     unknown = sorted(str(k) for k in set(values) - set(GDPConfig.field_names()))
     if unknown:
         raise FormatError(f"{where}: field 'config': unknown GDP setting {unknown[0][:40]!r}")
+    missing = [k for k in GDPConfig.ARCHITECTURE if k not in values]
+    if missing:
+        raise FormatError(f"{where}: field 'config': missing {missing[0]!r} (the network's shape)")
     if isinstance(config, GDPConfig):
         values.update({k: v for k, v in asdict(config).items() if k not in GDPConfig.ARCHITECTURE})
     elif config:

@@ -183,7 +183,7 @@ class Simulator:
         """Device index per op, validated (range, device constraints)."""
         if isinstance(placement, Placement):
             return placement.to_array(self.graph, self.cluster)
-        dev = np.ascontiguousarray(placement, dtype=np.int64)
+        dev = _int_array(placement)
         self._check_array(dev[None, :] if dev.ndim == 1 else dev)
         return dev
 
@@ -294,7 +294,7 @@ class Simulator:
         if len(placements) and isinstance(placements[0], Placement):
             devs = np.stack([p.to_array(self.graph, self.cluster) for p in placements])
         else:
-            devs = np.ascontiguousarray(placements, dtype=np.int64)
+            devs = _int_array(placements)
             self._check_array(devs)
         return self._execute(devs)[0]
 
@@ -333,6 +333,18 @@ def host_busy_share(start: np.ndarray, finish: np.ndarray, dev: np.ndarray, shar
         over[sel] += np.interp(finish[sel], x, y) - np.interp(start[sel], x, y)
     run = finish - start
     return np.minimum(1.0, np.divide(over, run, out=np.zeros_like(over), where=run > 0))
+
+
+def _int_array(placement) -> np.ndarray:
+    """Device indices as an int64 array; one clear error for anything that is not a Placement or integers."""
+    try:
+        arr = np.asarray(placement)
+        if arr.dtype.kind not in "iub" and not (arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0)):
+            raise TypeError(arr.dtype)
+        return np.ascontiguousarray(arr, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise PlacementError(f"a placement must be a Placement or device indices per op, got "
+                             f"{type(placement).__name__}") from None
 
 
 def simulate(graph: Graph, cluster: Cluster, placement: Placement | np.ndarray | Sequence[int], *,
