@@ -492,10 +492,10 @@ def test_against_compares_two_folders_results_leaving_out_measured_seconds(tmp_p
 
     base = {"step_s": 1.5, "ok": True, "oom": [], "error": None, "peak_gib": [1.0, 0.0], "search_s": 0.2, "wall_s": 0.3,
             "best_at_s": 1.0,
-            "models": {"svr": {"mean": 0.1, "fit_wall_s": 2.0}}}
+            "models": {"svr": {"mean": 0.1, "std": 0.0, "failed_runs": 0, "fit_wall_s": 2.0}}}
     before = folder("before", [("a", base), ("b", {**base, "step_s": 2.0}), ("gone", base)])
     same = folder("same", [("a", {**base, "search_s": 9.0, "wall_s": 9.0,
-                                  "models": {"svr": {"mean": 0.1, "fit_wall_s": 7.0}}}),
+                                  "models": {"svr": {"mean": 0.1, "std": 0.0, "failed_runs": 0, "fit_wall_s": 7.0}}}),
                            ("b", {**base, "step_s": 2.0}), ("new", base)])
     assert main(["bench", "-o", same, "--against", before]) == 0
     assert "2 jobs in both folders (1 only in" in capsys.readouterr().out
@@ -580,3 +580,50 @@ def test_gdp_batch_table_from_its_results(tmp_path):
     assert rows[-1][5] == f"{1 - (0.9 * 2.0) ** 0.5:+.1%}"
     zs = t.sections[1].rows[0]
     assert zs[0] == big.key and zs[1] == "0.3" and zs[-1] == "-25%"          # 0.3 / 0.4 - 1
+
+
+def _quick_tables(folder):
+    """Every quick table built (Markdown) from ``folder``'s store, no job run: ``None`` where a job is missing."""
+    from autoplace.bench import make_run, table_settings
+
+    run, store = make_run(quick=True), Store(folder)
+    for name, spec in TABLES.items():
+        settings = table_settings(spec, True)
+        if any(j not in store for j in spec.jobs(spec, settings, run)):
+            return None
+        spec.build(spec, settings, run, store).markdown()
+    return True
+
+
+def test_tables_build_from_any_store_line_that_passes_the_check(tmp_path):
+    """Fields a job may leave out (or a damaged line may lack) never crash a table: for a seeded sample of the
+    committed quick results with one optional field deleted or set to an edge value, a line that still passes
+    check_result builds every table; one that does not is set aside (its job would run again)."""
+    import random
+    from pathlib import Path
+
+    from autoplace.bench.store import check_result
+
+    lines = (Path(__file__).parent.parent / "docs/results/bench/quick/jobs.jsonl").read_text().splitlines()
+    rng = random.Random(0)
+    built = rejected = 0
+    for _ in range(40):
+        i = rng.randrange(len(lines))
+        rec = json.loads(lines[i])
+        res = rec["result"]
+        target = res["search"] if "search" in res and rng.random() < 0.3 else res
+        key = rng.choice(sorted(target))
+        if rng.random() < 0.5:
+            target.pop(key)
+        else:
+            target[key] = rng.choice([None, 0, [], {}, ""])
+        folder = tmp_path / str(_)
+        folder.mkdir()
+        (folder / "jobs.jsonl").write_text("\n".join([*lines[:i], json.dumps(rec), *lines[i + 1:]]) + "\n")
+        if check_result(rec["job"], rec["result"]) is None:
+            assert _quick_tables(folder), f"line {i + 1}: {key} changed"
+            built += 1
+        else:
+            assert _quick_tables(folder) is None
+            rejected += 1
+    assert built and rejected

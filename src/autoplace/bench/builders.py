@@ -381,7 +381,9 @@ def build_gdp_batch(spec: TableSpec, settings, run: Run, store: Store) -> Table:
                    "paper's gain", "batch vs expert"], rows)
     zs_rows = []
     for s in _zero_shot_settings(spec, run):
-        z = _by_setting(batch["zero_shot"], s)
+        z = _by_setting(batch.get("zero_shot", {}), s)
+        if z is None:
+            continue
         expert, auto = store[run.place(s, "expert")]["step_s"], store[run.place(s, "auto")]["step_s"]
         zs_rows.append([s.key, fmt_seconds(z["step_s"]), fmt_seconds(z["greedy_step_s"]), f"{z['policy_s']:.2f}",
                         f"{z['prior_s']:.1f}", fmt_seconds(expert), fmt_seconds(auto),
@@ -396,8 +398,8 @@ def build_gdp_batch(spec: TableSpec, settings, run: Run, store: Store) -> Table:
 
 def _by_setting(d: dict, s: Setting):
     """A GDP-batch result's entry for ``s``: keyed by the setting's identity (a graph file by its content;
-    results written before that are keyed by the setting's name)."""
-    return d[s.identity] if s.identity in d else d[s.key]
+    results written before that are keyed by the setting's name); None where it has none."""
+    return d[s.identity] if s.identity in d else d.get(s.key)
 
 
 # ---------------------------------------------------------------------- GDP Figure 2: hold-out graphs
@@ -433,7 +435,7 @@ def build_holdout(spec: TableSpec, settings, run: Run, store: Store) -> Table:
         rows.append([label, fmt_seconds(h["zero_shot_s"]), fmt_seconds(h["fine_tune_s"]), fmt_seconds(ref["gdp"]),
                      fmt_seconds(ref["hdp"]), fmt_seconds(e), fmt_seconds(ref["auto"]), f"{h['pretrain_wall_s']:.1f}",
                      f"{h['zero_shot_wall_s']:.2f}", f"{h['fine_tune_wall_s']:.1f} ({h['fine_tune_updates']} updates)"])
-        if "untrained_zero_shot" in h:
+        if h.get("untrained_zero_shot"):
             z, u = h["zero_shot"], h["untrained_zero_shot"]
             controls.append([label, fmt_seconds(z.get("prior_step_s")), fmt_seconds(u["step_s"]),
                              fmt_seconds(z["step_s"]), f"{z['policy_s']:.2f}", fmt_seconds(h["fine_tune_s"]),
@@ -475,13 +477,16 @@ def build_predictor(spec: TableSpec, settings, run: Run, store: Store) -> Table:
         names = names or list(r["models"])
         cells = []
         for n in names:
-            m = r["models"][n]
+            m = r["models"].get(n)
+            if m is None:                                  # a row an earlier run wrote without this model
+                cells.append("–")
+                continue
             cells.append("every fit failed" if m["mean"] is None else
                          f"{m['mean']:.3f} ± {m['std']:.3f}"
                          + (f" ({m['failed_runs']} failed)" if m["failed_runs"] else ""))
-        plot[s.key] = {n: (r["models"][n]["mean"], r["models"][n]["std"]) for n in names}
-        best = min((n for n in names if r["models"][n]["mean"] is not None), key=lambda n: r["models"][n]["mean"],
-                   default="none")
+        plot[s.key] = {n: (r["models"][n]["mean"], r["models"][n]["std"]) for n in names if n in r["models"]}
+        best = min((n for n in names if r["models"].get(n, {}).get("mean") is not None),
+                   key=lambda n: r["models"][n]["mean"], default="none")
         rows.append([f"{s.key} ({r['mappings']} mappings)", *cells, best, f"{r['wall_s']:.1f}"])
     t = _table(spec, run)
     t.add_section("Normalised Kendall tau distance (lower ranks better), mean ± std over runs; "

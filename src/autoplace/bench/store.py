@@ -21,11 +21,16 @@ from autoplace.bench.jobs import JOBS, Job
 __all__ = ["Store", "check_result"]
 
 #: the fields each job kind always writes
-REQUIRED = {"place": ("step_s", "ok", "oom", "error", "search_s", "wall_s"), "bounds": ("critical_path_s", "load_s"),
+REQUIRED = {"place": ("step_s", "ok", "oom", "error", "search_s", "wall_s"),
+            "bounds": ("critical_path_s", "load_s", "ops"),
             "gdp-batch": ("steps_s", "updates", "samples", "wall_s"),
-            "gdp-holdout": ("zero_shot_s", "fine_tune_s", "scratch_s", "zero_shot"),
-            "predictor": ("mappings", "models", "wall_s"),
-            "enumerate": ("nodes", "devices", "mappings", "best_step_s", "htf_mpr_step_s", "htf_mpr_rank")}
+            "gdp-holdout": ("zero_shot_s", "fine_tune_s", "scratch_s", "zero_shot", "pretrain_wall_s",
+                            "zero_shot_wall_s", "fine_tune_wall_s", "fine_tune_updates", "scratch_wall_s",
+                            "scratch_updates"),
+            "predictor": ("mappings", "models", "search_s", "wall_s"),
+            "enumerate": ("nodes", "coarsened", "devices", "mappings", "default_step_s", "better_than_default",
+                          "failed", "best_step_s", "htf_mpr_step_s", "htf_mpr_rank", "htf_mpr_ties",
+                          "htf_mpr_evaluations", "search_s", "enumeration_s", "wall_s")}
 #: fields that are whole counts (>= 0)
 COUNTS = {"samples", "updates", "mappings", "nodes", "devices", "devices_used", "ops", "initial", "screened",
           "failed", "better_than_default", "htf_mpr_rank", "htf_mpr_ties", "htf_mpr_evaluations", "samples_to_best",
@@ -33,6 +38,14 @@ COUNTS = {"samples", "updates", "mappings", "nodes", "devices", "devices_used", 
 BOOLS = {"ok", "coarsened", "gain_inside_range"}
 TEXTS = {"error", "stop_reason", "prior", "family"}
 MAX_DEPTH = 6
+#: step times (a table divides by them): ``None`` (failed) or > 0
+STEPS = {"steps_s", "one_gpu_s", "zero_shot_s", "fine_tune_s", "scratch_s", "step_range_s"}
+#: a field present means others are too (what the tables read beside it)
+IMPLIES = {"search": ("samples", "updates", "stop_reason", "improvements"), "worst_case_speedup": ("one_gpu_s",)}
+#: the fields of each object under these keys (by model)
+EACH = {"models": ("mean", "std", "failed_runs")}
+#: a zero-shot placement's fields (gdp-batch: one per held-out setting; gdp-holdout: one, and its control)
+ZERO_SHOT = ("step_s", "greedy_step_s", "policy_s", "prior_s")
 
 
 class _Damaged(Exception):
@@ -44,15 +57,14 @@ def _number(v, *, positive: bool = False) -> bool:
             and (v > 0 if positive else v >= 0))
 
 
-def _seconds(v) -> bool:
-    """A time field: ``None`` (failed), seconds >= 0, or a list or object of them."""
-    if v is None or _number(v):
-        return True
-    if isinstance(v, list):
-        return all(x is None or _number(x) for x in v)
-    if isinstance(v, dict):
-        return all(x is None or _number(x) for x in v.values())
-    return False
+def _steps(key: str, v) -> bool:
+    """A step-time field: ``None`` (failed) or seconds > 0; ``step_range_s`` two of them, ``steps_s`` an
+    object of them (by setting)."""
+    if key == "step_range_s":
+        return isinstance(v, list) and len(v) == 2 and all(_number(x, positive=True) for x in v)
+    if key == "steps_s":
+        return isinstance(v, dict) and all(x is None or _number(x, positive=True) for x in v.values())
+    return v is None or _number(v, positive=True)
 
 
 def _plain(v, depth: int) -> bool:
@@ -86,8 +98,10 @@ def _check(obj: Any, path: str, depth: int) -> None:
                                              and (x[1] is None or _number(x[1])) for x in v)
         elif k in ("mean", "std"):
             ok = v is None or _number(v)
-        elif k.endswith("_s") and not isinstance(v, dict) or k == "steps_s":
-            ok = _seconds(v)
+        elif k in STEPS or k.endswith("step_s"):
+            ok = _steps(k, v)
+        elif k.endswith("_s"):
+            ok = _number(v)                                   # measured seconds: a number, never None
         elif isinstance(v, dict):
             _check(v, name, depth + 1)
             continue
@@ -95,6 +109,21 @@ def _check(obj: Any, path: str, depth: int) -> None:
             ok = _plain(v, depth + 1)
         if not ok:
             raise _Damaged(f"field {name!r} has the wrong type or range ({json.dumps(v)[:40]})")
+    for k, needs in IMPLIES.items():
+        if k in obj:
+            inner = obj[k] if k == "search" else obj
+            if not isinstance(inner, dict):
+                raise _Damaged(f"field {(path + '.' if path else '') + k!r} must be an object")
+            missing = [n for n in needs if inner.get(n) is None]
+            if missing:
+                raise _Damaged(f"field {(path + '.' if path else '') + k!r} lacks {missing[0]!r}")
+    for k, needs in EACH.items():
+        if k in obj:
+            if not isinstance(obj[k], dict):
+                raise _Damaged(f"field {(path + '.' if path else '') + k!r} must be an object")
+            for sub, v in obj[k].items():
+                if not isinstance(v, dict) or any(n not in v for n in needs):
+                    raise _Damaged(f"field {(path + '.' if path else '') + k}[{sub!r}] lacks one of {', '.join(needs)}")
 
 
 def check_result(key: Any, result: Any) -> str | None:
@@ -116,6 +145,21 @@ def check_result(key: Any, result: Any) -> str | None:
         return f"field {missing[0]!r} is missing"
     if job["kind"] == "place" and (result["step_s"] is None) == bool(result["ok"]):
         return "fields 'ok' and 'step_s' disagree"
+    if job["kind"] == "enumerate" and not (result["better_than_default"] <= result["mappings"] >= 1
+                                           and result["htf_mpr_rank"] >= 1):
+        return "fields 'mappings', 'better_than_default' and 'htf_mpr_rank' disagree"
+    shots = {"gdp-batch": lambda r: r.get("zero_shot", {}),
+             "gdp-holdout": lambda r: {"zero_shot": r["zero_shot"],
+                                       "untrained_zero_shot": r.get("untrained_zero_shot")}}
+    if job["kind"] in shots:
+        every = shots[job["kind"]](result)
+        if not isinstance(every, dict):
+            return "field 'zero_shot' must be an object"
+        for k, z in every.items():
+            if job["kind"] == "gdp-holdout" and z is None and k == "untrained_zero_shot":
+                continue
+            if not isinstance(z, dict) or any(n not in z for n in ZERO_SHOT):
+                return f"field 'zero_shot' ({str(k)[:40]}) lacks one of {', '.join(ZERO_SHOT)}"
     return None
 
 
