@@ -290,3 +290,25 @@ def test_a_write_killed_where_no_unnamed_file_can_be_linked_leaves_a_temp_file_t
     _json.atomic_write_bytes(target, b"again")
     assert target.read_bytes() == b"again"
     assert sorted(tmp_path.glob(".out.json.*.tmp")) == sorted([live, other_host])
+
+
+# ------------------------------------------------------------------------------------------ settings
+def test_the_documented_settings_are_the_declared_ones(capsys):
+    text = (Path(__file__).parent.parent / "docs/algorithms.md").read_text()
+    block = text.split("<!-- settings: begin -->\n", 1)[1].split("<!-- settings: end -->", 1)[0]
+    assert main(["settings", "--markdown"]) == 0
+    assert capsys.readouterr().out == block
+
+
+@pytest.mark.parametrize("method", ["rl", "hdp", "gdp", "htf-mpr"])
+def test_every_setting_has_a_declared_range_and_its_default_is_inside(method):
+    from dataclasses import fields
+
+    from autoplace.placers import get_placer
+
+    config = get_placer(method).config
+    for f in fields(config):
+        if f.name in ("group_rules", "prior") or f.type in ("bool", bool):
+            continue                                   # checked by name (rules, placers) or by type
+        assert f.name in config.CONSTRAINTS, f"{method}: {f.name} has no declared range"
+        assert config.CONSTRAINTS[f.name].ok(f.default), f"{method}: {f.name}'s default is out of its range"

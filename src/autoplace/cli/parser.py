@@ -283,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("settings", help="the learned placers' --set keys: default, allowed range, meaning")
     p.add_argument("method", nargs="?", help="one learned placer (default: all)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--markdown", action="store_true", help="as the Markdown tables of docs/algorithms.md")
     p.set_defaults(func=cmd_settings)
 
     p = sub.add_parser("clusters", help="list cluster presets, or show/export one")

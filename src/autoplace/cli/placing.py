@@ -32,6 +32,16 @@ from autoplace.resolve import resolve_cluster, resolve_graph
 
 
 # ---------------------------------------------------------------------- verbs
+def settings_markdown(rows: dict) -> str:
+    """The ``--set`` keys of each learned placer as Markdown tables (docs/algorithms.md holds this)."""
+    out = []
+    for n, rs in rows.items():
+        out += [f"`{n}`:", "", "| key | default | range |", "|---|---|---|"]
+        out += [f"| `{k}` | `{'none' if d is None else d}` | {r} |" for k, d, r, _ in rs]
+        out.append("")
+    return "\n".join(out)
+
+
 def cmd_settings(args: argparse.Namespace) -> int:
     """Each learned placer's ``--set`` keys: default, allowed range and what it does."""
     from autoplace.placers import available_placers, get_placer
@@ -42,6 +52,9 @@ def cmd_settings(args: argparse.Namespace) -> int:
         if n not in learned:
             raise AutoplaceError(f"{n!r} has no settings (the learned placers' are: {', '.join(learned)})")
     rows = {n: get_placer(n).config.describe() for n in names}
+    if args.markdown:
+        print(settings_markdown(rows), end="")
+        return 0
     if args.json:
         _print_json({n: [{"key": k, "default": d, "range": r, "doc": doc} for k, d, r, doc in rs]
                      for n, rs in rows.items()})
