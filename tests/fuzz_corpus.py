@@ -129,6 +129,19 @@ def graph_structure_cases(rng: random.Random) -> list[Case]:
     g = copy.deepcopy(graph)
     g["ops"] = [g["ops"][0]] * 2
     add("same op twice", _dump(g))
+    for digits in ("²", "٣", "1²"):                         # digits Python's int() does not read
+        g = copy.deepcopy(graph)
+        g["ops"][2]["inputs"] = [f"x:{digits}"]
+        add(f"input index {digits!r}", _dump(g))
+    for where in ("flops", "param_bytes", "meta"):        # past Python's 4,300-digit integer limit
+        g = copy.deepcopy(graph)
+        if where == "meta":
+            g["big"] = 0
+        else:
+            g["ops"][1][where] = 0
+        key = "big" if where == "meta" else where
+        text = _dump(g).replace(f'"{key}": 0', f'"{key}": ' + "9" * 5001, 1)
+        add(f"a 5,001-digit integer as {where}", text)
     # whole-graph sums that overflow 64-bit integers
     g = copy.deepcopy(graph)
     for o in g["ops"]:
@@ -224,7 +237,7 @@ def placement_cases(rng: random.Random) -> list[Case]:
 def cli_number_cases(rng: random.Random) -> list[Case]:
     out = []
     base = ["{dir}/graph.json", "-c", "{dir}/cluster.json"]
-    bad = ["-1", "nan", "inf", "-inf", "abc", "", "1e999", "0x10"]
+    bad = ["-1", "nan", "inf", "-inf", "abc", "", "1e999", "0x10", "1e308", "1e8"]
     for v in bad:
         out.append(Case(f"place --budget {v}", ["place", *base, "-m", "cp-sat", "--budget", v, "-o", "{dir}/out.json"],
                         _base_files(), ["out.json"]))
@@ -260,6 +273,25 @@ def output_cases(rng: random.Random) -> list[Case]:
         out.append(Case(f"clusters -o {target!r}", ["clusters", "k80x2", "-o", target], {}))
         out.append(Case(f"simulate --trace {target!r}", ["simulate", *base, "-p", "{dir}/placement.json",
                                                           "--trace", target], _base_files()))
+    for option in ("--checkpoint", "--curve", "--resume"):
+        for target in ("", " ", "-") if option != "--curve" else ("", " "):
+            out.append(Case(f"place -m rl {option} {target!r}", ["place", *base, "-m", "rl", "--samples", "8", option,
+                                                                 target, "-o", "{dir}/out.json"], _base_files(),
+                            ["out.json"]))
+    out.append(Case("place -m rl --checkpoint a file", ["place", *base, "-m", "rl", "--samples", "8", "--checkpoint",
+                                                        "{dir}/graph.json", "-o", "{dir}/out.json"], _base_files(),
+                    ["out.json"]))
+    out.append(Case("place -m rl --resume a folder that does not exist",
+                    ["place", *base, "-m", "rl", "--samples", "8", "--resume", "{dir}/nope", "-o", "{dir}/out.json"],
+                    _base_files(), ["out.json"]))
+    for target in ("", " "):
+        out.append(Case(f"report --png {target!r}", ["report", *base, "-p", "{dir}/placement.json", "--png", target,
+                                                     "-o", "{dir}/r.html"], _base_files(), ["r.html"]))
+    for target in ("", "-", " ", "{dir}/graph.json"):
+        out.append(Case(f"bench -o {target!r}", ["bench", "--quick", "--tables", "htf-mpr", "-o", target],
+                        _base_files()))
+        out.append(Case(f"bench --list -o {target!r}", ["bench", "--list", "-o", target], _base_files()))
+    out.append(Case("bench --list --graph nosuch", ["bench", "--list", "--graph", "nosuch"], {}))
     # an error after the output would have been written: the existing output must stay as it was
     out.append(Case("place onto an existing output, unknown device in the cluster file",
                     ["place", *base, "-m", "single-gpu", "-o", "{dir}/placement.json"],
@@ -283,6 +315,36 @@ def zoo_param_cases(rng: random.Random) -> list[Case]:
     for v in ["nope=1", "=1", "x", "dtype=float99", "dtype=1"]:
         out.append(Case(f"zoo export toy-mlp -P {v}", ["zoo", "export", "toy-mlp", "-P", v, "-o", "{dir}/z.json"],
                         {}, ["z.json"]))
+    return out
+
+
+def curve_and_tag_cases(rng: random.Random) -> list[Case]:
+    """Training curves that are not curves (``report --curve``: NaN rows, negative samples, text), and the
+    expert placer's unit tags that are not strings or numbers."""
+    header = "samples,wall_s,best_step_s,mean_step_s,failed,mean_reward\n"
+    rows = ["8,0.1,nan,0.2,0,1", "8,0.1,0.1,nan,0,1", "-8,0.1,0.1,0.2,0,1", "8,-0.1,0.1,0.2,0,1", "8,0.1,0.1,0.2,2,1",
+            "8,0.1,0.1,0.2,0,nan", "8,0.1,0.1,0.2,0,inf", "8.5,0.1,0.1,0.2,0,1", "x,0.1,0.1,0.2,0,1", "8,0.1",
+            "8,0.1,0,0.2,0,1", "8,0.1,-1,0.2,0,1"]
+    out = []
+    for r in rows:
+        out.append(Case(f"report --curve with the row {r!r}",
+                        ["report", "{dir}/graph.json", "-c", "{dir}/cluster.json", "-p", "{dir}/placement.json",
+                         "--curve", "{dir}/c.csv", "-o", "{dir}/r.html"], {**_base_files(), "c.csv": header + r + "\n"},
+                        ["r.html"]))
+    for text in ("", "a,b\n1,2\n", b"\xff\xfe", header.replace("samples", "samplez")):
+        out.append(Case(f"report --curve file {str(text)[:20]!r}",
+                        ["report", "{dir}/graph.json", "-c", "{dir}/cluster.json", "-p", "{dir}/placement.json",
+                         "--curve", "{dir}/c.csv", "-o", "{dir}/r.html"], {**_base_files(), "c.csv": text}, ["r.html"]))
+    graph = _golden("graph_v1.json")
+    for key in ("layer", "block", "cell", "role"):
+        for v in ([1], {"a": 1}, True, [[0]]):
+            g = copy.deepcopy(graph)
+            for op in g["ops"]:
+                op[key] = 0
+            g["ops"][rng.randrange(len(g["ops"]))][key] = v
+            out.append(Case(f"expert with {key}={v!r}", ["place", "{dir}/graph.json", "-c", "{dir}/cluster.json", "-m",
+                                                         "expert", "-o", "{dir}/out.json"],
+                            {**_base_files(), "graph.json": _dump(g)}, ["out.json"]))
     return out
 
 
@@ -737,7 +799,8 @@ def api_cases() -> list[tuple[str, Callable[[], object], type]]:
 CLASSES = {"graph fields": graph_field_cases, "graph structure": graph_structure_cases, "cluster": cluster_cases,
            "placement": placement_cases, "cli numbers": cli_number_cases, "outputs": output_cases,
            "zoo parameters": zoo_param_cases, "captured programs": program_cases, "onnx": onnx_cases,
-           "--set": set_cases, "checkpoints": checkpoint_cases, "policies": policy_cases, "pickles": pickle_cases,
+           "curves and tags": curve_and_tag_cases, "--set": set_cases, "checkpoints": checkpoint_cases,
+           "policies": policy_cases, "pickles": pickle_cases,
            "bench rows": bench_row_cases}
 
 

@@ -358,6 +358,18 @@ def test_mistakes_with_a_compiled_step_are_clear_errors():
         opt.param_groups[0]["lr"] = 0.0                                # a scheduler's change would not reach it
         with pytest.raises(AutoplaceError, match="changed after compile"):
             step(x, y)
+        other = nn.Sequential(nn.Linear(3, 2))                        # another model: nothing copied in silence
+        before = [p.detach().clone() for p in other.parameters()]
+        with pytest.raises(AutoplaceError, match="another model"):
+            step.load_into(other)
+        assert all(torch.equal(a, b) for a, b in zip(before, other.parameters()))
+        resized = Keyworded()
+        resized.emb = nn.Embedding(21, 8)                              # one parameter of another shape
+        with pytest.raises(AutoplaceError, match="has shape"):
+            step.load_into(resized)
+        same = copy.deepcopy(ref)
+        step.load_into(same)                                           # the same model: every parameter copied
+        assert not torch.equal(same.fc.weight, ref.fc.weight)
     for make in (torch.optim.ASGD, torch.optim.Adagrad):               # optimizers that cannot run: one line
         other = Keyworded()
         with pytest.raises(AutoplaceError, match="ASGD cannot be captured|Adagrad and Rprop"):
