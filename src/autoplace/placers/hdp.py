@@ -43,18 +43,7 @@ from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
-from autoplace.search.checkpoint import (
-    cache_state,
-    identity,
-    load_best,
-    load_cache,
-    load_counters,
-    load_curve,
-    load_generator,
-    load_optimizer,
-    load_torch,
-    open_checkpoint,
-)
+from autoplace.search.checkpoint import identity, load_policy_search, open_checkpoint, policy_search_state
 from autoplace.search.config import Interval, SearchConfig, TorchDevice
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
@@ -257,29 +246,12 @@ class HDPSearch:
         return identity(self.graph, self.cluster, self.config, self.seed, nodes=self.features.n_nodes)
 
     def state(self) -> dict:
-        import torch
-
-        return {"format": CHECKPOINT_FORMAT, **self._identity(), "grouper": self.grouper.state_dict(),
-                "placer": self.placer.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
-                "baseline": self.baseline, "best_step": self.best_step, "best_groups": self.best_groups,
-                "samples": self.samples, "updates": self.updates, "wall_s": self.wall_s,
-                "curve": self.curve.to_rows(), "cache": cache_state(self.evaluate.cache, self.features.n_nodes)}
+        return {"format": CHECKPOINT_FORMAT, **self._identity(),
+                **policy_search_state(self, self.features.n_nodes, {"grouper": self.grouper, "placer": self.placer})}
 
     def load(self, state: dict, where: str = "checkpoint") -> None:
         f = open_checkpoint(state, CHECKPOINT_FORMAT, self._identity(), where)
-        n, d = self.features.n_nodes, self.cluster.n_devices
-        best = load_best(f, n, d)
-        baseline = f.float("baseline", 0.0, 1e150)
-        curve, cache = load_curve(f), load_cache(f, "cache", n, d)
-        load_torch(f, "grouper", self.grouper)
-        load_torch(f, "placer", self.placer)
-        load_optimizer(f, "optimizer", self.optimizer)
-        load_generator(f, "generator", self.generator)
-        load_generator(f, "torch_rng", None)
-        load_counters(f, self)
-        self.baseline, (self.best_step, self.best_groups), self.curve = baseline, best, curve
-        self.evaluate.cache.update(cache)
+        load_policy_search(f, self, self.features.n_nodes, {"grouper": self.grouper, "placer": self.placer})
 
     def best_placement(self, **meta) -> Placement:
         if self.best_groups is None:

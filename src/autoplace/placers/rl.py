@@ -69,18 +69,14 @@ from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import (
     Checkpointer,
-    cache_state,
     checkpoint_path,
     identity,
-    load_best,
-    load_cache,
     load_checkpoint,
-    load_counters,
-    load_curve,
-    load_generator,
     load_optimizer,
+    load_policy_search,
     load_torch,
     open_checkpoint,
+    policy_search_state,
 )
 from autoplace.search.config import Interval, Options, SearchConfig, TorchDevice
 from autoplace.search.curve import Curve, CurvePoint
@@ -323,15 +319,8 @@ class RLSearch:
 
     def state(self) -> dict:
         """Everything a resumed search needs to continue as if it had not stopped."""
-        import torch
-
-        return {"format": CHECKPOINT_FORMAT, **self._identity(),
-                "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
-                "baseline": self.baseline, "best_step": self.best_step, "best_groups": self.best_groups,
-                "samples": self.samples, "updates": self.updates, "wall_s": self.wall_s,
-                "same_streak": self.same_streak, "curve": self.curve.to_rows(),
-                "cache": cache_state(self.evaluate.cache, self.features.n_groups)}
+        return {"format": CHECKPOINT_FORMAT, **self._identity(), "same_streak": self.same_streak,
+                **policy_search_state(self, self.features.n_groups, {"policy": self.policy})}
 
     def load(self, state: dict, where: str = "checkpoint") -> None:
         """Continue from ``state`` (:meth:`state` of a search of the same graph, cluster and config), every
@@ -340,17 +329,7 @@ class RLSearch:
             raise FormatError(f"{where}: a checkpoint of a distributed search: resume it with the same --workers "
                               "and --controllers")
         f = open_checkpoint(state, CHECKPOINT_FORMAT, self._identity(), where)
-        n, d = self.features.n_groups, self.cluster.n_devices
-        best = load_best(f, n, d)
-        baseline = f.float("baseline", 0.0, 1e150)
-        curve, cache = load_curve(f), load_cache(f, "cache", n, d)
-        load_torch(f, "policy", self.policy)
-        load_optimizer(f, "optimizer", self.optimizer)
-        load_generator(f, "generator", self.generator)
-        load_generator(f, "torch_rng", None)
-        load_counters(f, self, "same_streak")
-        self.baseline, (self.best_step, self.best_groups), self.curve = baseline, best, curve
-        self.evaluate.cache.update(cache)
+        load_policy_search(f, self, self.features.n_groups, {"policy": self.policy}, ("same_streak",))
 
     @property
     def converged(self) -> bool:

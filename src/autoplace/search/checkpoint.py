@@ -28,7 +28,7 @@ from autoplace.search.curve import Curve, CurvePoint
 
 __all__ = ["CHECKPOINT_FILE", "save_checkpoint", "load_checkpoint", "Checkpointer", "identity", "open_checkpoint",
            "checkpoint_path", "cache_state", "load_cache", "load_curve", "load_torch", "load_optimizer",
-           "load_counters", "load_best", "load_generator"]
+           "load_counters", "load_best", "load_generator", "policy_search_state", "load_policy_search"]
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
 _OLD_FILE = "checkpoint.pt"       # the pickle checkpoints of earlier versions: never read
@@ -181,6 +181,35 @@ def load_generator(f: StateFields, key: str, generator) -> None:
 
     f.tensor(key, torch.uint8)
     f.apply(key, torch.set_rng_state if generator is None else generator.set_state)
+
+
+def policy_search_state(search, n: int, modules: dict) -> dict:
+    """What a policy-gradient search with one baseline (RL, HDP) saves beside its identity: its networks
+    (``modules``: field name -> module), optimizer, generators, baseline, best placement of ``n`` nodes,
+    counters, curve and score cache."""
+    import torch
+
+    return {**{k: m.state_dict() for k, m in modules.items()}, "optimizer": search.optimizer.state_dict(),
+            "generator": search.generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "baseline": search.baseline, "best_step": search.best_step, "best_groups": search.best_groups,
+            "samples": search.samples, "updates": search.updates, "wall_s": search.wall_s,
+            "curve": search.curve.to_rows(), "cache": cache_state(search.evaluate.cache, n)}
+
+
+def load_policy_search(f: StateFields, search, n: int, modules: dict, counters: tuple[str, ...] = ()) -> None:
+    """:func:`policy_search_state`'s fields (and the integer ``counters``) onto ``search``, every field
+    checked before any is applied but the networks' (each checked, then loaded)."""
+    best = load_best(f, n, search.cluster.n_devices)
+    baseline = f.float("baseline", 0.0, 1e150)
+    curve, cache = load_curve(f), load_cache(f, "cache", n, search.cluster.n_devices)
+    for key, module in modules.items():
+        load_torch(f, key, module)
+    load_optimizer(f, "optimizer", search.optimizer)
+    load_generator(f, "generator", search.generator)
+    load_generator(f, "torch_rng", None)
+    load_counters(f, search, *counters)
+    search.baseline, (search.best_step, search.best_groups), search.curve = baseline, best, curve
+    search.evaluate.cache.update(cache)
 
 
 class Checkpointer:
