@@ -714,6 +714,7 @@ def bench_row_cases(rng: random.Random) -> list[Case]:
         lines.append((f"{fname} missing", json.dumps({"job": key, "result": {k: v for k, v in _RAN.items()
                                                                              if k != fname}})))
     for text in ("[1]", "{", '{"job": 1, "result": {}}', '{"job": "x", "result": {}}', '"x"', "null",
+                 json.dumps({"format": "autoplace.bench-job/v9", "job": key, "result": _RAN}),
                  '{"job": "' + key.replace('"', '\\"') + '", "result": [1]}', "{" * 5000, "9" * 5001,
                  '{"job": "' + key.replace('"', '\\"') + '", "result": {}, "x": 1}'):
         lines.append((f"line {text[:20]!r}", text))

@@ -18,7 +18,10 @@ from typing import Any
 
 from autoplace.bench.jobs import JOBS, Job
 
-__all__ = ["Store", "check_result"]
+__all__ = ["Store", "check_result", "LINE_FORMAT"]
+
+#: each line's format (a line without one is read as this one)
+LINE_FORMAT = "autoplace.bench-job/v1"
 
 #: the fields each job kind always writes
 REQUIRED = {"place": ("step_s", "ok", "oom", "error", "search_s", "wall_s"),
@@ -195,8 +198,10 @@ class Store:
             except RecursionError:
                 why = "nested too deeply"
             if why is None:
-                if not isinstance(rec, dict) or set(rec) != {"job", "result"}:
-                    why = 'not {"job": ..., "result": ...}'
+                if not isinstance(rec, dict) or set(rec) - {"format"} != {"job", "result"}:
+                    why = 'not {"format": ..., "job": ..., "result": ...}'
+                elif rec.get("format", LINE_FORMAT) != LINE_FORMAT:
+                    why = f"format {str(rec['format'])[:40]!r} is not {LINE_FORMAT!r}"
                 else:
                     why = check_result(rec["job"], rec["result"])
             if why is None:
@@ -220,7 +225,7 @@ class Store:
 
     def add(self, job: Job, result: dict) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        line = json.dumps({"job": job.key, "result": result}, allow_nan=False) + "\n"
+        line = json.dumps({"format": LINE_FORMAT, "job": job.key, "result": result}, allow_nan=False) + "\n"
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()

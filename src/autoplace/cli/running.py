@@ -152,7 +152,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     _check_output(args.output)
     if args.png:
-        _check_output(f"{args.png}.step.png", "--png chart")
+        for chart in ("step", "graph", "curve", "compare"):        # every chart the page may write
+            _check_output(f"{args.png}.{chart}.png", "--png chart")
     _check_json_output(args)
     graph = resolve_graph(args.graph, _parse_params(args.param))
     placement = load_placement(args.placement)
