@@ -46,6 +46,7 @@ class Case:
     files: dict[str, str | bytes | Callable[[], bytes]] = field(default_factory=dict)
     outputs: list[str] = field(default_factory=list)
     exit_codes: tuple[int, ...] = (2, 3)
+    stdout_has: str = ""            #: a text the output must hold (a case that exits 0)
 
 
 def _golden(name: str) -> dict:
@@ -466,9 +467,13 @@ def set_cases(rng: random.Random) -> list[Case]:
                 pool = ["nope", "1"]
             if f.name == "coarsen":
                 pool = ["nope", "1"]
+            if f.name == "temperature":
+                pool = ["1e-300", "0", "-1", "nan", "1e300"]
+            if kind in ("int", "float"):
+                pool = pool + ["1" + "0" * 400]           # an integer no float holds
             if f.name == "invalid_reward":                # a reward: negative is its range
                 pool = ["1", "nan", "-inf", "-1e300", "abc", "true"]
-            for v in rng.sample(pool, min(len(pool), 5)):
+            for v in rng.sample(pool, min(len(pool), 5)) + [pool[-1]] * (kind in ("int", "float")):
                 out.append(Case(f"{method} --set {f.name}={v}",
                                 [*_PLACE, "-m", method, *base, "--set", f"{f.name}={v}", "-o", "{dir}/out.json"],
                                 _base_files(), ["out.json"]))
@@ -521,7 +526,9 @@ def _set(key, value):
         target, _, leaf = key.rpartition(".")
         d = state
         for part in filter(None, target.split(".")):
-            d = d[int(part)] if isinstance(d, list) else d[part]
+            d = d[int(part)] if isinstance(d, list) or (part.isdigit() and int(part) in d) else d[part]
+        if leaf.isdigit() and int(leaf) in d:
+            leaf = int(leaf)
         if value is _DELETE:
             d.pop(leaf, None)
         else:
@@ -580,12 +587,51 @@ CHECKPOINT_FIELDS = {
     "optimizer": ["x", {}, {"state": {}, "param_groups": []}, {"state": "x", "param_groups": "x"}],
     "best_step": SECONDS_POOL + [0.0], "best_groups": GROUPS_POOL, "baseline": SECONDS_POOL + [1e300],
 }
+BIG = 10**400                                          # an integer no float holds
+CHECKPOINT_FIELDS.update({
+    "optimizer.param_groups.0.lr": [NAN, -1e6, "x", 1.0], "optimizer.param_groups.0.betas": ["ab", [0.9]],
+    "optimizer.param_groups.0.capturable": [True], "optimizer.param_groups.0.maximize": ["yes", True],
+    "optimizer.param_groups.0.params": [[0], "x"], "optimizer.state.0.step": [_tensor(1), "x", 3],
+    "optimizer.state.0.exp_avg": ["x", _tensor(1, 2, 3)], "optimizer.state.0.exp_avg_sq": [_DELETE],
+    "optimizer.state.0.extra": [_tensor(1)],
+})
+CHECKPOINT_FIELDS["baseline"] = CHECKPOINT_FIELDS["baseline"] + [BIG]
+CHECKPOINT_FIELDS["wall_s"] = CHECKPOINT_FIELDS["wall_s"] + [BIG]
+CHECKPOINT_FIELDS["samples"] = CHECKPOINT_FIELDS["samples"] + [BIG]
+CHECKPOINT_FIELDS["curve"] = CHECKPOINT_FIELDS["curve"] + [[[1, BIG, 1.0, 1.0, 0.0, 0.0]]]
+CHECKPOINT_FIELDS["best_step"] = CHECKPOINT_FIELDS["best_step"] + [1e-9, 1e300]
+
+
+def _scale(key: str, factor: float):
+    """Multiply the array or tensor under ``key`` (a dotted path) in place."""
+    def change(state):
+        d = state
+        for part in key.split("."):
+            d = d[int(part)] if isinstance(d, list) or (part.isdigit() and int(part) in d) else d[part]
+        d *= factor
+    return change
+
+
+def _empty_mappings(state):
+    state["X"], state["steps"], state["families"] = state["X"][:0], state["steps"][:0], []
+
+
+#: whole-state changes: scores the placements do not have, statistics that cannot be, state emptied
+STATE_CHANGES = {
+    "rl": {"cache steps / 1e6": _scale("cache.step", 1e-6),
+           "exp_avg_sq negative": _scale("optimizer.state.0.exp_avg_sq", -1.0)},
+    "hdp": {"cache steps * 3": _scale("cache.step", 3.0)},
+    "gdp": {"cache steps * 0.5": _scale("problems.0.cache.step", 0.5)},
+    "htf-mpr": {"steps 1e-300": _scale("steps", 1e-300), "no mappings but initialised": _empty_mappings,
+                "cache steps * 2": _scale("cache.step", 2.0)},
+}
 #: fields of one placer's checkpoint only
 OWN_FIELDS = {
     "rl": {"policy": ["x", {}, {"nope": _tensor(1)}], "same_streak": COUNT_POOL, "n_groups": [999, None]},
     "hdp": {"grouper": ["x", {}], "placer": ["x", {}, {"nope": _tensor(1)}], "nodes": [999]},
     "gdp": {"policy": ["x", {}], "problems": ["x", [], [{}], [1]], "graphs": [["other"]], "nodes": [[999]],
-            "problems.0.reward_n": COUNT_POOL, "problems.0.reward_sq": [-1.0, NAN, "x"],
+            "problems.0.reward_n": COUNT_POOL, "problems.0.reward_sq": [-1.0, NAN, "x", BIG],
+            "problems.0.reward_sum": [1e300, 5.0, -1e300, NAN],
             "problems.0.best_step": [-1.0, NAN, "x"], "problems.0.best_groups": GROUPS_POOL,
             "problems.0.cache": ["x", {}]},
     "htf-mpr": {"X": ["x", _array([[99, 0]]), _array([1, 2]), None], "steps": ["x", _array([-1.0], "float64"), None],
@@ -624,14 +670,17 @@ def checkpoint_cases(rng: random.Random) -> list[Case]:
     out = []
     for method, base in LEARNED_ARGS.items():
         argv = [*_PLACE, "-m", method, *base, "--resume", "{dir}/ck", "-o", "{dir}/out.json"]
-        fields_ = {k: v for k, v in CHECKPOINT_FIELDS.items() if k not in NOT_IN[method]}
+        fields_ = {k: v for k, v in CHECKPOINT_FIELDS.items() if k.split(".")[0] not in NOT_IN[method]}
         fields_.update(OWN_FIELDS[method])
         for key, pool in fields_.items():
-            for v in [*pool, _DELETE]:
+            for v in [*pool, *([_DELETE] if not key.endswith(".extra") else [])]:
                 shown = "deleted" if v is _DELETE else getattr(v, "__name__", None) and "an array or tensor" or repr(v)
                 out.append(Case(f"{method} checkpoint {key}={shown[:40]}", argv,
                                 {**_base_files(), "ck/checkpoint.safetensors": _damaged(method, 0, _set(key, v))},
                                 ["out.json"]))
+        for what, change in STATE_CHANGES[method].items():
+            out.append(Case(f"{method} checkpoint: {what}", argv,
+                            {**_base_files(), "ck/checkpoint.safetensors": _damaged(method, 0, change)}, ["out.json"]))
         for i, data in enumerate(BROKEN_FILES):
             out.append(Case(f"{method} checkpoint file #{i} {data[:12]!r}", argv,
                             {**_base_files(), "ck/checkpoint.safetensors": data}, ["out.json"]))
@@ -648,7 +697,8 @@ def policy_cases(rng: random.Random) -> list[Case]:
     out = []
     damage = {"format": ["autoplace.gdp-policy/v1", None], "config": ["x", {}, {"nope": 1}],
               "config.hidden": [0, -1, "x", 10**6], "config.heads": [0, 3], "config.max_devices": [0, 1],
-              "config.memory": [-1], "config.sage_layers": [99], "state": ["x", {}, None, {"nope": _tensor(1)}],
+              "config.memory": [-1], "config.sage_layers": [99], "config.ff": [16384],
+              "state": ["x", {}, None, {"nope": _tensor(1)}],
               "meta": [_DELETE]}
     modes = {"zero-shot": ["--zero-shot"], "fine-tune": ["--samples", "8"]}
     for key, pool in damage.items():
@@ -659,6 +709,12 @@ def policy_cases(rng: random.Random) -> list[Case]:
                                 ["place", "{dir}/graph.json", "-c", "{dir}/cluster.json", "-m", "gdp", "--policy",
                                  "{dir}/p.safetensors", *extra, "-o", "{dir}/out.json"],
                                 {**_base_files(), "p.safetensors": _damaged("gdp", 1, _set(key, v))}, ["out.json"]))
+    for mode, extra in modes.items():                    # each width in range, together 4.8 G parameters
+        out.append(Case(f"gdp policy of an oversized network ({mode})",
+                        ["place", "{dir}/graph.json", "-c", "{dir}/cluster.json", "-m", "gdp", "--policy",
+                         "{dir}/p.safetensors", *extra, "-o", "{dir}/out.json"],
+                        {**_base_files(), "p.safetensors": _damaged("gdp", 1, lambda s: s["config"].update(
+                            hidden=4096, ff=16384, placer_layers=16, heads=64))}, ["out.json"]))
     for i, data in enumerate(BROKEN_FILES):
         for mode, extra in modes.items():
             out.append(Case(f"gdp policy file #{i} {data[:12]!r} ({mode})",
@@ -696,8 +752,8 @@ _RAN = {"step_s": 1.0, "ok": True, "oom": [], "error": None, "search_s": 0.1, "w
 
 def bench_row_cases(rng: random.Random) -> list[Case]:
     """``jobs.jsonl`` lines damaged field by field, read by ``bench --against`` (which runs nothing and
-    writes nothing): each is set aside (not compared), never a traceback; the comparison of the other jobs
-    goes on (exit 0: the same results)."""
+    writes nothing): each is set aside — not even a job "only after" — never a traceback; the comparison of
+    the other jobs goes on (exit 0: the same results)."""
     key = json.dumps({"kind": "place", "method": "m", "setting": "s"}, sort_keys=True)
     other = json.dumps({"kind": "place", "method": "n", "setting": "s"}, sort_keys=True)
     good = json.dumps({"job": other, "result": _RAN})
@@ -724,7 +780,8 @@ def bench_row_cases(rng: random.Random) -> list[Case]:
             rows = [line, good] if position == "first" else [good, line]
             files = {"before/jobs.jsonl": good + "\n", "after/jobs.jsonl": "\n".join(rows) + "\n"}
             out.append(Case(f"bench --against, a damaged line ({what}, {position})",
-                            ["bench", "-o", "{dir}/after", "--against", "{dir}/before"], files, [], exit_codes=(0,)))
+                            ["bench", "-o", "{dir}/after", "--against", "{dir}/before", "--json"], files, [],
+                            exit_codes=(0,), stdout_has='"only_after": []'))     # set aside: not a job at all
     return out
 
 

@@ -44,6 +44,7 @@ def test_bad_input_is_one_clean_line(case, tmp_path, capsys):
     out, err = capsys.readouterr()
     assert rc in case.exit_codes, f"{case.name}: exit {rc}; stderr {err!r}; stdout {out[-300:]!r}"
     assert "Traceback" not in err and "this file ran code" not in out + err
+    assert case.stdout_has in out, f"{case.name}: stdout {out[-300:]!r}"
     if rc != 0:
         lines = err.strip("\n").split("\n")
         assert len(lines) == 1 and ERROR_LINE.match(lines[0]), f"{case.name}: stderr {err!r}"

@@ -17,7 +17,7 @@ import numpy as np
 
 from autoplace.errors import AutoplaceError
 
-__all__ = ["check_random_state", "seed_int", "check_budget", "check_number", "check_name",
+__all__ = ["is_finite", "check_random_state", "seed_int", "check_budget", "check_number", "check_name",
            "MAX_BYTES", "MAX_TOTAL_BYTES", "MAX_FLOPS", "MAX_SECONDS", "MIN_RATE", "MAX_RATE", "MAX_CONCURRENCY",
            "MAX_BUDGET_S"]
 
@@ -28,6 +28,14 @@ MAX_SECONDS = 1e6          #: one measured cost, overhead or latency (11.6 days)
 MIN_RATE, MAX_RATE = 1.0, 1e18  #: FLOP/s and bytes/s of a device or link
 MAX_CONCURRENCY = 1024     #: ops a device runs at once
 MAX_BUDGET_S = 1e7         #: a search budget or timeout (116 days: past it, a number is a typo, not a plan)
+
+
+def is_finite(v) -> bool:
+    """Whether ``v`` is a finite real number: an integer too large for a float (``10**400``) is not one."""
+    try:
+        return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def check_random_state(seed: int | np.random.Generator | None) -> np.random.Generator:
@@ -54,8 +62,7 @@ def check_budget(budget: float | None, what: str = "budget") -> float | None:
     """``None`` (the placer's default) or a number of seconds in ``[0, MAX_BUDGET_S]``."""
     if budget is None:
         return None
-    if (isinstance(budget, bool) or not isinstance(budget, numbers.Real) or not math.isfinite(budget) or budget < 0
-            or budget > MAX_BUDGET_S):
+    if not is_finite(budget) or budget < 0 or budget > MAX_BUDGET_S:
         raise AutoplaceError(f"{what} must be a number of seconds in [0, {MAX_BUDGET_S:g}], got {budget!r}")
     return float(budget)
 
@@ -64,7 +71,7 @@ def check_number(value, what: str, error: type[Exception], *, lo: float = 0.0, h
                  lo_open: bool = False):
     """``value`` if it is a real number (an integer where ``integer``) in ``[lo, hi]`` (``(lo, hi]`` with
     ``lo_open``); else ``error`` naming ``what``, the range and the value."""
-    ok = (not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Real) and math.isfinite(value)
+    ok = (is_finite(value)
           and (value > lo if lo_open else value >= lo) and value <= hi
           and (not integer or isinstance(value, numbers.Integral)))
     if not ok:

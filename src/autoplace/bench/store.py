@@ -11,12 +11,12 @@ reads it. A damaged line is set aside — moved to ``jobs.rejected.jsonl`` with 
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 from autoplace.bench.jobs import JOBS, Job
+from autoplace.validation import is_finite
 
 __all__ = ["Store", "check_result", "LINE_FORMAT"]
 
@@ -56,7 +56,7 @@ class _Damaged(Exception):
 
 
 def _number(v, *, positive: bool = False) -> bool:
-    return (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    return (isinstance(v, (int, float)) and is_finite(v)
             and (v > 0 if positive else v >= 0))
 
 
@@ -74,7 +74,7 @@ def _plain(v, depth: int) -> bool:
     """A field this check has no rule for: JSON scalars (finite numbers) and lists of them, not too deep."""
     if isinstance(v, list):
         return depth <= MAX_DEPTH and all(_plain(x, depth + 1) for x in v)
-    return v is None or isinstance(v, (str, bool, int)) or (isinstance(v, float) and math.isfinite(v))
+    return v is None or isinstance(v, (str, bool)) or (isinstance(v, (int, float)) and is_finite(v))
 
 
 def _check(obj: Any, path: str, depth: int) -> None:
@@ -125,7 +125,8 @@ def _check(obj: Any, path: str, depth: int) -> None:
             if not isinstance(obj[k], dict):
                 raise _Damaged(f"field {(path + '.' if path else '') + k!r} must be an object")
             for sub, v in obj[k].items():
-                if not isinstance(v, dict) or any(n not in v for n in needs):
+                if not isinstance(v, dict) or any(n not in v for n in needs) or (
+                        (v.get("mean") is None) != (v.get("std") is None)):
                     raise _Damaged(f"field {(path + '.' if path else '') + k}[{sub!r}] lacks one of {', '.join(needs)}")
 
 
@@ -148,6 +149,8 @@ def check_result(key: Any, result: Any) -> str | None:
         return f"field {missing[0]!r} is missing"
     if job["kind"] == "place" and (result["step_s"] is None) == bool(result["ok"]):
         return "fields 'ok' and 'step_s' disagree"
+    if job["kind"] == "place" and "worst_case_speedup" in result and not result["ok"]:
+        return "field 'worst_case_speedup' of a placement that did not run"
     if job["kind"] == "enumerate" and not (result["better_than_default"] <= result["mappings"] >= 1
                                            and result["htf_mpr_rank"] >= 1):
         return "fields 'mappings', 'better_than_default' and 'htf_mpr_rank' disagree"

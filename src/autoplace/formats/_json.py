@@ -76,11 +76,12 @@ def atomic_write_bytes(p: Path, data: bytes) -> None:
     * an existing file that is not a regular file (``/dev/null``, a FIFO) is written to in place, never
       replaced;
     * otherwise the data goes to an unnamed temporary file in the same folder (Linux ``O_TMPFILE``; a
-      named ``.NAME.HOST-PID.*.tmp`` where the folder's filesystem cannot link an unnamed file, as on
-      overlay and network filesystems) that is given its name only when complete and then renamed over
-      ``p``: readers see the old file or the whole new one, and a process killed mid-write leaves no
-      partial file behind. A named temporary file a killed process left is removed by the next write of
-      the same path on the same host (:func:`_sweep`: those whose process is gone);
+      named ``.NAME.TAG-PID.*.tmp``, TAG a hash of the host name and PID namespace, where linking an
+      unnamed file fails, as on some overlay and network filesystems) that is given its name only when
+      complete and then renamed over ``p``: readers see the old file or the whole new one, and a process
+      killed mid-write leaves no partial file behind. A named temporary file a killed process left is
+      removed by the next write of the same path on the same host and PID namespace (:func:`_sweep`:
+      those whose process is gone);
     * a new file gets the permissions the umask allows (``0666 & ~umask``); a replaced one keeps its own.
     """
     if str(p) == "-":
@@ -165,12 +166,25 @@ def check_output_folder(path: str | os.PathLike | None, what: str) -> None:
         raise FormatError(f"{path}: folder {str(existing)!r} is not writable")
 
 
-_HOST = "".join(c for c in socket.gethostname() if c.isalnum())[:32] or "host"
+def _writer_tag() -> str:
+    """This host and PID namespace, as a temporary file's name carries them: only a writer of the same tag
+    can tell whether the process that made a file is gone."""
+    import hashlib
+
+    try:
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        ns = 0
+    return hashlib.sha256(f"{socket.gethostname()}/{ns}".encode()).hexdigest()[:12]
+
+
+_HOST = _writer_tag()
 
 
 def _sweep(folder: Path, name: str) -> None:
-    """Remove ``folder``'s temporary files of ``name`` left by processes of this host that are gone (killed
-    mid-write); files of live processes and of other hosts are left alone."""
+    """Remove ``folder``'s temporary files of ``name`` left by processes of this host and PID namespace that
+    are gone (killed mid-write); files of live processes, other hosts and other PID namespaces (containers)
+    are left alone."""
     prefix = f".{name}.{_HOST}-"
     try:
         entries = [e for e in os.listdir(folder) if e.startswith(prefix) and e.endswith(".tmp")]

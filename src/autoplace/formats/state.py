@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from autoplace.errors import FormatError
+from autoplace.validation import is_finite
 
 __all__ = ["write_state", "read_state", "encode_state", "decode_state", "graph_hash", "cluster_hash",
            "check_identity", "StateFields", "MAX_STATE_BYTES"]
@@ -160,7 +161,12 @@ def _decode(x: Any, tensors: dict, where: str) -> Any:
         if not isinstance(value, str) or value not in tensors:
             raise FormatError(f"{where}: refers to a tensor {json.dumps(value)[:40]} the file does not hold")
         t = tensors[value]
-        return t if tag == "$tensor" else t.numpy()
+        if tag == "$tensor":
+            return t
+        try:
+            return t.numpy()
+        except TypeError:                                     # bfloat16, float8: no NumPy dtype
+            raise FormatError(f"{where}: array {value!r} has a dtype NumPy cannot hold ({t.dtype})") from None
     if tag == "$tuple" and isinstance(value, list):
         return tuple(_decode(v, tensors, where) for v in value)
     if tag == "$bytes" and isinstance(value, str):
@@ -273,7 +279,9 @@ class StateFields:
         """A real number in ``[lo, hi]``; ``inf`` allows +infinity (no value yet), ``nan`` allows NaN."""
         v = self.get(key)
         ok = not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))
-        if ok:
+        if ok and isinstance(v, (int, np.integer)) and not is_finite(v):
+            ok = False                                            # an integer too large for a float
+        elif ok:
             v = float(v)
             ok = (nan and math.isnan(v)) or (lo <= v <= hi and (math.isfinite(v) or (inf and v == math.inf)))
         if not ok:

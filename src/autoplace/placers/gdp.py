@@ -79,6 +79,8 @@ from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import (
     cache_state,
+    check_best,
+    check_scores,
     load_best,
     load_cache,
     load_counters,
@@ -88,7 +90,7 @@ from autoplace.search.checkpoint import (
     load_torch,
     open_checkpoint,
 )
-from autoplace.search.config import Interval, SearchConfig, TorchDevice
+from autoplace.search.config import Interval, SearchConfig, TorchDevice, check_network_size
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
 from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit
@@ -99,6 +101,8 @@ from autoplace.validation import seed_int
 __all__ = ["GDPConfig", "new_policy", "GDPResult", "GDPSearch", "gdp_search", "gdp_train", "zero_shot",
            "save_policy", "load_policy", "work_budget", "gdp"]
 
+#: the largest |reward|: invalid_reward's bound, and -sqrt of the longest step a cost can give (1e6 s)
+_MAX_ABS_REWARD = 1e6
 POLICY_FORMAT = "autoplace.gdp-policy/v2"
 CHECKPOINT_FORMAT = "autoplace.gdp/v2"
 
@@ -223,6 +227,7 @@ def new_policy(config: GDPConfig = GDPConfig()):
     """A fresh :class:`~autoplace.policies.gdp.GDPPolicy` of ``config``'s architecture."""
     from autoplace.policies.gdp import GDPPolicy as Net
 
+    check_network_size(lambda: Net(**config.architecture()), "GDP")
     return Net(**config.architecture())
 
 
@@ -261,8 +266,15 @@ class _Problem:
         n, d = self.features.n_nodes, self.cluster.n_devices
         best = load_best(f, n, d)
         cache = load_cache(f, "cache", n, d)
-        reward_n, reward_sum = f.int("reward_n"), f.float("reward_sum", -1e300, 1e300)
+        # every reward is in [invalid_reward or -sqrt(MAX step), 0]: the sums of n of them are bounded so
+        reward_n, reward_sum = f.int("reward_n"), f.float("reward_sum", -1e300, 0.0)
         reward_sq = f.float("reward_sq", 0.0, 1e300)
+        worst = _MAX_ABS_REWARD
+        if not (reward_sum >= -worst * reward_n and reward_sq <= worst * worst * reward_n
+                and reward_sum * reward_sum <= reward_sq * reward_n * (1 + 1e-9) + 1e-300):
+            raise f.fail("reward_sum", f"the sum of {reward_n} rewards whose squares sum to reward_sq")
+        check_best(f, cache, *best)
+        check_scores(f, "cache", self.evaluate, cache)
         self.reward_n, self.reward_sum, self.reward_sq = reward_n, reward_sum, reward_sq
         self.best_step, self.best_groups = best
         self.evaluate.cache.update(cache)
@@ -494,7 +506,7 @@ class GDPSearch:
                 "clusters": [p.cluster.name for p in self.problems],
                 "cluster_hashes": [cluster_hash(p.cluster) for p in self.problems],
                 "nodes": [p.features.n_nodes for p in self.problems], "config": asdict(self.config),
-                "seed": self.seed}
+                "seed": self.seed, "env": self.problems[0].evaluate.env_name}
 
     def state(self) -> dict:
         import torch

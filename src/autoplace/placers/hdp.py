@@ -44,7 +44,7 @@ from autoplace.placers.registry import register_placer
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import identity, load_policy_search, open_checkpoint, policy_search_state
-from autoplace.search.config import Interval, SearchConfig, TorchDevice
+from autoplace.search.config import Interval, SearchConfig, TorchDevice, check_network_size
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
 from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
@@ -135,6 +135,10 @@ class HDPSearch:
         self.features = node_features(graph, self.nodes)
         self.feasible = grouped_graph(graph, self.nodes, cluster).feasible[self.features.order]   # [N, D]
         self.device = policy_device(config.torch_device)
+        check_network_size(lambda: [Grouper(config.groups, config.grouper_hidden, config.type_dim),
+                                    Seq2SeqPolicy(N_TYPE_BUCKETS, group_input_dim(config.groups), cluster.n_devices,
+                                                  type_dim=config.type_dim, hidden=config.hidden,
+                                                  device_dim=config.device_dim)], "HDP")
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             self.grouper = Grouper(config.groups, config.grouper_hidden, config.type_dim).to(self.device)
@@ -243,7 +247,8 @@ class HDPSearch:
 
     # ----------------------------------------------------------------- checkpoints
     def _identity(self) -> dict:
-        return identity(self.graph, self.cluster, self.config, self.seed, nodes=self.features.n_nodes)
+        return identity(self.graph, self.cluster, self.config, self.seed, self.evaluate.env_name,
+                        nodes=self.features.n_nodes)
 
     def state(self) -> dict:
         return {"format": CHECKPOINT_FORMAT, **self._identity(),

@@ -72,6 +72,7 @@ from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import (
     cache_state,
+    check_scores,
     identity,
     load_cache,
     load_counters,
@@ -445,7 +446,8 @@ class HTFMPRSearch:
 
     # ----------------------------------------------------------------- checkpoints
     def _identity(self) -> dict:
-        return identity(self.graph, self.cluster, self.config, self.seed, nodes=self.nodes.n_groups)
+        return identity(self.graph, self.cluster, self.config, self.seed, self.evaluate.env_name,
+                        nodes=self.nodes.n_groups)
 
     def state(self) -> dict:
         """The search as it stood after its last whole update (an interrupted update is not half-saved)."""
@@ -473,7 +475,14 @@ class HTFMPRSearch:
         if not all(isinstance(x, str) for x in families):
             raise f.fail("families", "a list of strings")
         curve, cache = load_curve(f), load_cache(f, "cache", n, d)
+        for i, (row, step) in enumerate(zip(np.ascontiguousarray(X, dtype=np.int64), steps.tolist())):
+            entry = cache.get(row.tobytes())              # every mapping evaluated was scored through the cache
+            if entry is None or entry[0] != step:
+                raise f.fail("steps", f"the step times the cache holds for X (mapping {i} differs)")
+        check_scores(f, "cache", self.evaluate, cache)
         initialised, stalled = f.bool("initialised"), f.int("stalled")
+        if initialised != bool(len(X)):                   # the initial mappings are the first ones evaluated
+            raise f.fail("initialised", "true exactly when mappings were evaluated")
         f.dict("rng")
         f.apply("rng", lambda v: setattr(self.rng.bit_generator, "state", v))
         load_counters(f, self, "screened")

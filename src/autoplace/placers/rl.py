@@ -78,7 +78,7 @@ from autoplace.search.checkpoint import (
     open_checkpoint,
     policy_search_state,
 )
-from autoplace.search.config import Interval, Options, SearchConfig, TorchDevice
+from autoplace.search.config import Interval, Options, SearchConfig, TorchDevice, check_network_size
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
 from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
@@ -101,7 +101,7 @@ class RLConfig(SearchConfig):
         "samples_per_update": Interval("int", 1, 4096), "learning_rate": Interval("float", 0, 1, lo_open=True),
         "baseline_decay": Interval("float", 0, 1, hi_open=True), "failing_factor": Interval("float", 1, 1e6),
         "only_ok_after": Interval("int", 0, 10**9), "entropy_weight": Interval("float", 0, 100),
-        "temperature": Interval("float", 0, 100, lo_open=True),
+        "temperature": Interval("float", 1e-3, 100),
         "logit_clip": Interval("float", 0, 100, lo_open=True, none=True),
         "exploration_noise": Interval("float", 0, 1e6),
         "grad_clip": Interval("float", 0, 1e6, lo_open=True, none=True),
@@ -221,6 +221,12 @@ def policy_parts(graph: Graph, cluster: Cluster, config: RLConfig, seed: int):
     features = group_features(graph, grouping, config.max_outputs)
     device = policy_device(config.torch_device)
     mask = device_mask(gg.feasible, features.order).to(device)
+    def make():
+        return Seq2SeqPolicy(features.n_types, features.dense.shape[1], cluster.n_devices, type_dim=config.type_dim,
+                             hidden=config.hidden, device_dim=config.device_dim, temperature=config.temperature,
+                             logit_clip=config.logit_clip)
+
+    check_network_size(make, "RL")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         policy = Seq2SeqPolicy(features.n_types, features.dense.shape[1], cluster.n_devices, type_dim=config.type_dim,
@@ -315,7 +321,8 @@ class RLSearch:
 
     # ----------------------------------------------------------------- checkpoints
     def _identity(self) -> dict:
-        return identity(self.graph, self.cluster, self.config, self.seed, n_groups=self.features.n_groups)
+        return identity(self.graph, self.cluster, self.config, self.seed, self.evaluate.env_name,
+                        n_groups=self.features.n_groups)
 
     def state(self) -> dict:
         """Everything a resumed search needs to continue as if it had not stopped."""
@@ -329,7 +336,8 @@ class RLSearch:
             raise FormatError(f"{where}: a checkpoint of a distributed search: resume it with the same --workers "
                               "and --controllers")
         f = open_checkpoint(state, CHECKPOINT_FORMAT, self._identity(), where)
-        load_policy_search(f, self, self.features.n_groups, {"policy": self.policy}, ("same_streak",))
+        load_policy_search(f, self, self.features.n_groups, {"policy": self.policy}, ("same_streak",),
+                           verify=self.evaluate.env_name == "simulated")
 
     @property
     def converged(self) -> bool:
@@ -479,7 +487,7 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
     if workers < n_ctrl:
         raise AutoplaceError(f"{workers} workers cannot serve {n_ctrl} controllers (at least one each)")
     saved = None if resume is None else _distributed_checkpoint(load_checkpoint(resume), graph, cluster, config,
-                                                                  seed, n_ctrl, str(checkpoint_path(resume)))
+                                                                  seed, n_ctrl, env, str(checkpoint_path(resume)))
     ckpt = Checkpointer(checkpoint if checkpoint is not None else resume, checkpoint_every_s)
     stop = None
     with ray_session(ray_address) as ray:
@@ -494,7 +502,7 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
                               None if saved is None else saved["controllers"][i]) for i in range(n_ctrl)]
 
         def state() -> dict:
-            return {"format": DISTRIBUTED_FORMAT, **identity(graph, cluster, config, seed, n_controllers=n_ctrl),
+            return {"format": DISTRIBUTED_FORMAT, **identity(graph, cluster, config, seed, env, n_controllers=n_ctrl),
                     # the controllers first: the server's counters then cover every point of their curves
                     "controllers": ray.get([c.snapshot.remote() for c in ctrls]),
                     "server": ray.get(server.state.remote())}
@@ -545,17 +553,18 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
 
 
 def _distributed_checkpoint(state: dict, graph: Graph, cluster: Cluster, config: RLConfig, seed: int,
-                            n_ctrl: int, where: str) -> dict:
+                            n_ctrl: int, env: str, where: str) -> dict:
     """``state`` if it is a checkpoint of this distributed search whose every controller and the server's
     parameters load (checked here, on the driver, before any actor starts); else :class:`FormatError`
     naming ``where`` and what differs or is damaged."""
     import torch
 
-    f = open_checkpoint(state, DISTRIBUTED_FORMAT, identity(graph, cluster, config, seed, n_controllers=n_ctrl),
-                        where)
+    f = open_checkpoint(state, DISTRIBUTED_FORMAT,
+                        identity(graph, cluster, config, seed, env, n_controllers=n_ctrl), where)
     with torch.random.fork_rng(devices=[]):
         for i, c in enumerate(f.list("controllers", n_ctrl)):
             probe = RLSearch(graph, cluster, config, seed=seed, sample_seed=seed * 1009 + i + 1)
+            probe.evaluate.env_name = env               # the workers' env: a simulated one's scores are checked
             try:
                 probe.load(c, f"{where}: controllers[{i}]")
             finally:

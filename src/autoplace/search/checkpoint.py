@@ -28,7 +28,8 @@ from autoplace.search.curve import Curve, CurvePoint
 
 __all__ = ["CHECKPOINT_FILE", "save_checkpoint", "load_checkpoint", "Checkpointer", "identity", "open_checkpoint",
            "checkpoint_path", "cache_state", "load_cache", "load_curve", "load_torch", "load_optimizer",
-           "load_counters", "load_best", "load_generator", "policy_search_state", "load_policy_search"]
+           "load_counters", "load_best", "load_generator", "policy_search_state", "load_policy_search",
+           "check_scores", "check_best"]
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
 _OLD_FILE = "checkpoint.pt"       # the pickle checkpoints of earlier versions: never read
@@ -62,11 +63,41 @@ def load_checkpoint(directory: str | Path) -> dict[str, Any]:
     return state
 
 
-def identity(graph, cluster, config, seed: int, **extra) -> dict:
+def identity(graph, cluster, config, seed: int, env: str, **extra) -> dict:
     """What a checkpoint belongs to: the graph and cluster (names and content hashes), the config and seed,
-    and ``extra`` (a placer's node count …)."""
+    the env that scored its placements (a simulated search's scores are no measurements), and ``extra`` (a
+    placer's node count …)."""
     return {"graph": graph.name, "graph_hash": graph_hash(graph), "cluster": cluster.name,
-            "cluster_hash": cluster_hash(cluster), "config": asdict(config), "seed": seed, **extra}
+            "cluster_hash": cluster_hash(cluster), "config": asdict(config), "seed": seed, "env": env, **extra}
+
+
+def check_scores(f: StateFields, key: str, scorer, cache: dict[bytes, tuple[float, bool]], *,
+                 chunk: int = 256) -> None:
+    """Where ``scorer`` is deterministic (the simulator), every cached score is scored again and must be the
+    stored one: a checkpoint cannot make a search trust a step time its placement does not have. (A
+    measured search's scores are measurements: they are checked for range only.)"""
+    if not scorer.deterministic or not cache:
+        return
+    keys = list(cache)
+    for start in range(0, len(keys), chunk):
+        part = keys[start:start + chunk]
+        groups = np.frombuffer(b"".join(part), dtype=np.int64).reshape(len(part), -1)
+        step, ok = scorer.score_ops(scorer.grouping.expand_many(groups))
+        for k, s, r in zip(part, step.tolist(), ok.tolist()):
+            s0, r0 = cache[k]
+            if bool(r) != r0 or (r and not math.isclose(s, s0, rel_tol=1e-9)):
+                raise FormatError(f"{f.where}: field {f.name(key)!r} holds a step time its placement does not have "
+                                  f"(stored {s0!r}, simulated {float(s) if r else math.inf!r})")
+
+
+def check_best(f: StateFields, cache: dict, best_step: float, best_groups: np.ndarray | None,
+               key: str = "best_step") -> None:
+    """The best placement must be one the cache scored, with the best step: the search found it so."""
+    if best_groups is None:
+        return
+    entry = cache.get(np.ascontiguousarray(best_groups, dtype=np.int64).tobytes())
+    if entry is None or not entry[1] or entry[0] != best_step:
+        raise f.fail(key, "the step time the cache holds for best_groups")
 
 
 def open_checkpoint(state: dict, fmt: str, mine: dict, where: str) -> StateFields:
@@ -123,7 +154,8 @@ def load_torch(f: StateFields, key: str, module) -> None:
     for name, t in mine.items():
         v = saved.get(name)
         if not isinstance(v, torch.Tensor) or tuple(v.shape) != tuple(t.shape) or v.dtype != t.dtype:
-            got = "missing" if v is None else (f"{tuple(v.shape)}" if isinstance(v, torch.Tensor) else "not a tensor")
+            got = ("missing" if v is None else f"a {str(v.dtype)[6:]} tensor of shape {tuple(v.shape)}"
+                   if isinstance(v, torch.Tensor) else "not a tensor")
             raise FormatError(f"{f.where}: field {f.name(key)!r}: parameter {name!r} must be a "
                               f"{str(t.dtype)[6:]} tensor of shape {tuple(t.shape)}, got {got}")
         if v.is_floating_point() and not torch.isfinite(v).all():
@@ -135,25 +167,35 @@ def load_torch(f: StateFields, key: str, module) -> None:
 
 
 def load_optimizer(f: StateFields, key: str, optimizer) -> None:
-    """``optimizer.load_state_dict`` of the state under ``key``, once its parameter groups match and every
-    per-parameter tensor has its parameter's shape (or is a scalar, such as Adam's step)."""
+    """``optimizer.load_state_dict`` (an Adam's) of the state under ``key``, once its parameter groups equal
+    this optimizer's — the same parameters and the same settings (learning rate, betas …: those the config
+    gives) — and every parameter's state is Adam's: ``step`` a count, ``exp_avg`` and ``exp_avg_sq`` (>= 0)
+    finite tensors of the parameter's shape."""
     import torch
 
     s = f.sub(key)
     groups, state = s.list("param_groups"), s.dict("state")
     mine = optimizer.state_dict()["param_groups"]
-    if len(groups) != len(mine) or any(not isinstance(g, dict) or g.get("params") != m["params"]
-                                       for g, m in zip(groups, mine)):
-        raise s.fail("param_groups", "the parameter groups of this policy")
+    if len(groups) != len(mine) or any(not isinstance(g, dict) or g != m for g, m in zip(groups, mine)):
+        raise s.fail("param_groups", "this search's parameter groups and optimizer settings")
     params = [p for g in optimizer.param_groups for p in g["params"]]
+    names = {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if mine and mine[0].get("amsgrad") else set())
     for i, st in state.items():
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(params) or not isinstance(st, dict):
             raise s.fail("state", f"per-parameter state of parameters 0..{len(params) - 1}")
-        for name, v in st.items():
-            if not isinstance(v, torch.Tensor) or (v.dim() and tuple(v.shape) != tuple(params[i].shape)) or (
-                    v.is_floating_point() and not torch.isfinite(v).all()):
-                raise FormatError(f"{s.where}: field {s.name('state')!r}: {str(name)[:20]} of parameter {i} must be "
-                                  f"a finite tensor of shape {tuple(params[i].shape)}")
+        if set(st) != names or not all(isinstance(v, torch.Tensor) for v in st.values()):
+            raise FormatError(f"{s.where}: field {s.name('state')!r}: parameter {i} must hold the tensors "
+                              f"{', '.join(sorted(names))}")
+        step = st["step"]                     # Adam's steps so far: >= 1 once it holds moments (0 divides by 0)
+        if step.dim() != 0 or not torch.isfinite(step) or float(step) < 1 or float(step) % 1:
+            raise FormatError(f"{s.where}: field {s.name('state')!r}: parameter {i}'s step must be a count >= 1")
+        for name in names - {"step"}:
+            v = st[name]
+            if (tuple(v.shape) != tuple(params[i].shape) or v.dtype != params[i].dtype
+                    or not torch.isfinite(v).all() or (name != "exp_avg" and bool((v < 0).any()))):
+                raise FormatError(f"{s.where}: field {s.name('state')!r}: {name} of parameter {i} must be a finite "
+                                  f"{str(params[i].dtype)[6:]} tensor of shape {tuple(params[i].shape)}"
+                                  + (" (>= 0)" if name != "exp_avg" else ""))
     f.apply(key, optimizer.load_state_dict)
 
 
@@ -196,12 +238,17 @@ def policy_search_state(search, n: int, modules: dict) -> dict:
             "curve": search.curve.to_rows(), "cache": cache_state(search.evaluate.cache, n)}
 
 
-def load_policy_search(f: StateFields, search, n: int, modules: dict, counters: tuple[str, ...] = ()) -> None:
+def load_policy_search(f: StateFields, search, n: int, modules: dict, counters: tuple[str, ...] = (),
+                       verify: bool = True) -> None:
     """:func:`policy_search_state`'s fields (and the integer ``counters``) onto ``search``, every field
-    checked before any is applied but the networks' (each checked, then loaded)."""
+    checked before any is applied but the networks' (each checked, then loaded); with ``verify``, the cached
+    scores too (:func:`check_scores`)."""
     best = load_best(f, n, search.cluster.n_devices)
     baseline = f.float("baseline", 0.0, 1e150)
     curve, cache = load_curve(f), load_cache(f, "cache", n, search.cluster.n_devices)
+    check_best(f, cache, *best)
+    if verify:
+        check_scores(f, "cache", search.evaluate, cache)
     for key, module in modules.items():
         load_torch(f, key, module)
     load_optimizer(f, "optimizer", search.optimizer)

@@ -4,22 +4,23 @@ settings (``--set KEY=VALUE``), and one clear error for a bad value.
 Every setting's range is declared once, beside the config (``CONSTRAINTS``: name -> :class:`Interval`,
 :class:`Options` or :class:`TorchDevice`, as scikit-learn's ``_parameter_constraints``), checked when the
 config is built — before any work — and listed by ``autoplace settings METHOD`` and docs/algorithms.md.
-The upper bounds keep a search inside this machine's memory and time (``groups=1e6`` would ask for
-tebibytes of attention; ``samples_per_update=1e8`` for one update of hours), not what a value means.
+The upper bounds keep a search inside this machine's memory and time (HDP's ``groups=1e6`` would ask for
+tebibytes; ``samples_per_update=1e8`` for one update of hours), not what a value means; a network wide and
+deep in several settings at once is refused by its parameter count (:func:`check_network_size`).
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
-import math
 import numbers
 import textwrap
 from dataclasses import dataclass, fields
 
 from autoplace.errors import AutoplaceError
+from autoplace.validation import is_finite
 
-__all__ = ["SearchConfig", "Interval", "Options", "TorchDevice"]
+__all__ = ["SearchConfig", "Interval", "Options", "TorchDevice", "check_network_size", "MAX_PARAMETERS"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Interval:
     def ok(self, v) -> bool:
         if v is None:
             return self.none
-        if _is_bool(v) or not _TYPES[self.kind](v) or not math.isfinite(v):
+        if _is_bool(v) or not _TYPES[self.kind](v) or not is_finite(v):
             return False
         return (v > self.lo if self.lo_open else v >= self.lo) and (v < self.hi if self.hi_open else v <= self.hi)
 
@@ -78,6 +79,25 @@ class TorchDevice:
 
     def __str__(self) -> str:
         return "auto, cpu, cuda or cuda:N (a GPU this machine has)"
+
+
+#: the most parameters a learned placer's networks may have together: 256 MiB of float32, four times that
+#: with the gradients and Adam's two moments — what a search on this class of machine can hold beside
+#: the simulator (each setting's range alone allows more: a wide and deep network is refused here)
+MAX_PARAMETERS = 2**26
+
+
+def check_network_size(make, label: str) -> None:
+    """:class:`AutoplaceError` where the modules ``make()`` builds would have more than
+    :data:`MAX_PARAMETERS` parameters, counted on PyTorch's meta device (no memory is allocated)."""
+    import torch
+
+    with torch.device("meta"):
+        modules = make()
+    n = sum(p.numel() for m in (modules if isinstance(modules, (list, tuple)) else [modules]) for p in m.parameters())
+    if n > MAX_PARAMETERS:
+        raise AutoplaceError(f"{label}: these settings make a network of {n:,} parameters, more than "
+                             f"{MAX_PARAMETERS:,}: choose smaller widths or fewer layers")
 
 
 def field_docs(cls) -> dict[str, str]:

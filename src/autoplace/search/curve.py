@@ -8,6 +8,8 @@ import math
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
+from autoplace.validation import is_finite
+
 __all__ = ["CurvePoint", "Curve"]
 
 
@@ -29,7 +31,8 @@ class CurvePoint:
         """A point from six values read back from a file; ``ValueError`` unless samples and seconds are
         >= 0, step times > 0 (``inf``: none yet / none ran), the failed share in [0, 1] and the reward finite."""
         ok = isinstance(row, (list, tuple)) and len(row) == 6 and all(
-            not isinstance(v, bool) and isinstance(v, (int, float)) for v in row)
+            not isinstance(v, bool) and isinstance(v, (int, float)) and (is_finite(v) or isinstance(v, float))
+            for v in row)
         if ok:
             s, w, best, mean, failed, reward = row
             ok = (float(s).is_integer() and 0 <= s < 2**62 and math.isfinite(w) and w >= 0

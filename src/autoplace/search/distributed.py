@@ -74,8 +74,8 @@ def check_answers(address: str, timeout_s: float | None = None) -> None:
             pass
     except TimeoutError:
         raise AutoplaceError(f"Ray at {address!r} does not answer (no connection within {timeout_s:g} s)") from None
-    except OSError as e:
-        raise AutoplaceError(f"Ray at {address!r} does not answer ({e.strerror or e})") from None
+    except (OSError, UnicodeError, ValueError) as e:               # refused, unreachable, no such host name
+        raise AutoplaceError(f"Ray at {address!r} does not answer ({getattr(e, 'strerror', None) or e})") from None
 
 
 @contextlib.contextmanager
@@ -167,6 +167,7 @@ class RayScorer(CachedScorer):
 
     def __init__(self, ray, grouping, graph, cluster, n: int, env: str = "simulated", env_kwargs: dict | None = None):
         super().__init__(grouping)
+        self.env_name = env
         self.ray = ray
         self._spawn = lambda: ray.remote(num_cpus=0, max_restarts=0)(EvalWorker).remote(graph, cluster, env, env_kwargs)
         self.workers = [self._spawn() for _ in range(n)]

@@ -88,6 +88,11 @@ def run_search(search: Searcher, budget: SearchBudget, *, name: str, title: str 
             ckpt.maybe_save(search.state)
     except KeyboardInterrupt:
         stop = "interrupted"
+    except (RuntimeError, ValueError) as e:     # torch's sampler on a policy gone to NaN: no checkpoint of it
+        if not any(w in str(e).lower() for w in ("nan", "inf")):
+            raise
+        raise AutoplaceError(f"{name}: the policy diverged after {search.updates} updates (NaN or infinite "
+                             "values): lower learning_rate, or set grad_clip") from None
     ckpt.save(search.state)
     if curve_csv is not None:
         search.curve.write_csv(curve_csv)

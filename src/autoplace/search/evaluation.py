@@ -72,10 +72,19 @@ class CachedScorer:
     ``hits``/``misses`` count cache look-ups; ``evaluations`` the placements actually simulated or run.
     """
 
+    #: the env that scores (``"simulated"``, ``"measured"`` …): a checkpoint belongs to one
+    env_name: str = "base"
+
     def __init__(self, grouping: Grouping):
         self.grouping = grouping
         self.cache: dict[bytes, tuple[float, bool]] = {}
         self.hits = self.misses = 0
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether scoring a placement again gives the same step, bit for bit (the simulator does; a
+        measurement does not)."""
+        return self.env_name == "simulated"
 
     @property
     def evaluations(self) -> int:
@@ -109,6 +118,7 @@ class Evaluator(CachedScorer):
     def __init__(self, env: BaseEnv, grouping: Grouping):
         super().__init__(grouping)
         self.env = env
+        self.env_name = env.name
 
     def score_ops(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return score_batch(self.env, op_devices)
