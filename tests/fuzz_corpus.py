@@ -477,7 +477,7 @@ def set_cases(rng: random.Random) -> list[Case]:
                 out.append(Case(f"{method} --set {f.name}={v}",
                                 [*_PLACE, "-m", method, *base, "--set", f"{f.name}={v}", "-o", "{dir}/out.json"],
                                 _base_files(), ["out.json"]))
-        for v in ("nope=1", "=1", "x", "samples_per_update"):
+        for v in ("nope=1", "=1", "x", "samples_per_update", "groups=1" + "0" * 5000, "hidden=" + "[" * 5000):
             out.append(Case(f"{method} --set {v}", [*_PLACE, "-m", method, "--set", v, "-o", "{dir}/out.json"],
                             _base_files(), ["out.json"]))
     return out
@@ -589,9 +589,11 @@ CHECKPOINT_FIELDS = {
 }
 BIG = 10**400                                          # an integer no float holds
 CHECKPOINT_FIELDS.update({
-    "optimizer.param_groups.0.lr": [NAN, -1e6, "x", 1.0], "optimizer.param_groups.0.betas": ["ab", [0.9]],
+    "optimizer.param_groups.0.lr": [NAN, -1e6, "x", 1.0, _tensor(2), _tensor(1)],
+    "optimizer.param_groups.0.betas": ["ab", [0.9]],
     "optimizer.param_groups.0.capturable": [True], "optimizer.param_groups.0.maximize": ["yes", True],
-    "optimizer.param_groups.0.params": [[0], "x"], "optimizer.state.0.step": [_tensor(1), "x", 3],
+    "optimizer.param_groups.0.params": [[0], "x"],
+    "optimizer.state.0.step": [_tensor(1), "x", 3, lambda: _tensor(1)().sum() + 1e30],
     "optimizer.state.0.exp_avg": ["x", _tensor(1, 2, 3)], "optimizer.state.0.exp_avg_sq": [_DELETE],
     "optimizer.state.0.extra": [_tensor(1)],
 })

@@ -34,6 +34,8 @@ def _parse_params(pairs: list[str] | None, option: str = "--param") -> dict[str,
             params[key] = json.loads(value)
         except json.JSONDecodeError:
             params[key] = value
+        except (ValueError, RecursionError):           # past Python's 4,300-digit integers, or nested too deep
+            raise FormatError(f"{option} {key}=...: a value too long or too deep to read") from None
     return params
 
 

@@ -176,7 +176,9 @@ def load_optimizer(f: StateFields, key: str, optimizer) -> None:
     s = f.sub(key)
     groups, state = s.list("param_groups"), s.dict("state")
     mine = optimizer.state_dict()["param_groups"]
-    if len(groups) != len(mine) or any(not isinstance(g, dict) or g != m for g, m in zip(groups, mine)):
+    if len(groups) != len(mine) or any(not isinstance(g, dict) or set(g) != set(m) or any(
+            isinstance(v, torch.Tensor) or type(v) is not type(m[k]) or v != m[k] for k, v in g.items())
+            for g, m in zip(groups, mine)):
         raise s.fail("param_groups", "this search's parameter groups and optimizer settings")
     params = [p for g in optimizer.param_groups for p in g["params"]]
     names = {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if mine and mine[0].get("amsgrad") else set())
@@ -187,7 +189,7 @@ def load_optimizer(f: StateFields, key: str, optimizer) -> None:
             raise FormatError(f"{s.where}: field {s.name('state')!r}: parameter {i} must hold the tensors "
                               f"{', '.join(sorted(names))}")
         step = st["step"]                     # Adam's steps so far: >= 1 once it holds moments (0 divides by 0)
-        if step.dim() != 0 or not torch.isfinite(step) or float(step) < 1 or float(step) % 1:
+        if step.dim() != 0 or not torch.isfinite(step) or not 1 <= float(step) <= 2**53 or float(step) % 1:
             raise FormatError(f"{s.where}: field {s.name('state')!r}: parameter {i}'s step must be a count >= 1")
         for name in names - {"step"}:
             v = st[name]

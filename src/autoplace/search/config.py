@@ -113,6 +113,12 @@ def field_docs(cls) -> dict[str, str]:
             out[a.target.id] = " ".join(b.value.value.split())
     return out
 
+def _short(value) -> str:
+    """A value as an error shows it: at most 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
+
 def _is_bool(v) -> bool:
     import numpy as np
 
@@ -161,7 +167,7 @@ class SearchConfig:
         for f, rule in self.CONSTRAINTS.items():
             value = getattr(self, f)
             if not rule.ok(value):
-                raise AutoplaceError(f"{name}.{f} must be {rule}, got {value!r}")
+                raise AutoplaceError(f"{name}.{f} must be {rule}, got {_short(value)}")
         for f in at_least_one:
             if int(getattr(self, f)) < 1:
                 raise AutoplaceError(f"{name}.{f} must be at least 1, got {getattr(self, f)!r}")
@@ -197,4 +203,5 @@ class SearchConfig:
             if value is None and "None" in parts:
                 continue
             if not any(_TYPES[p](value) for p in parts if p != "None"):
-                raise AutoplaceError(f"{type(self).__name__}.{f.name} must be {' or '.join(parts)}, got {value!r}")
+                raise AutoplaceError(f"{type(self).__name__}.{f.name} must be {' or '.join(parts)}, got "
+                                     f"{_short(value)}")
