@@ -93,7 +93,7 @@ from autoplace.search.checkpoint import (
 from autoplace.search.config import Interval, SearchConfig, TorchDevice, check_network_size
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
-from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit
+from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit, confirm_best
 from autoplace.search.runner import SearchOptions, SearchResult, learned_search
 from autoplace.stats import geomean
 from autoplace.validation import seed_int
@@ -259,13 +259,13 @@ class _Problem:
     def stats(self) -> dict:
         return {"reward_n": self.reward_n, "reward_sum": self.reward_sum, "reward_sq": self.reward_sq,
                 "best_step": self.best_step, "best_groups": self.best_groups,
-                "cache": cache_state(self.evaluate.cache, self.features.n_nodes)}
+                "cache": cache_state(self.evaluate, self.features.n_nodes)}
 
     def load(self, f: StateFields) -> None:
         """Continue from :meth:`stats` (``f``: its fields), every field checked first."""
         n, d = self.features.n_nodes, self.cluster.n_devices
         best = load_best(f, n, d)
-        cache = load_cache(f, "cache", n, d)
+        cache, runs = load_cache(f, "cache", n, d)
         # every reward is in [invalid_reward or -sqrt(MAX step), 0]: the sums of n of them are bounded so
         reward_n, reward_sum = f.int("reward_n"), f.float("reward_sum", -1e300, 0.0)
         reward_sq = f.float("reward_sq", 0.0, 1e300)
@@ -278,6 +278,8 @@ class _Problem:
         self.reward_n, self.reward_sum, self.reward_sq = reward_n, reward_sum, reward_sq
         self.best_step, self.best_groups = best
         self.evaluate.cache.update(cache)
+        if not self.evaluate.deterministic:
+            self.evaluate.runs.update(runs)
 
     def placement(self, method: str, **meta) -> Placement:
         if self.best_groups is None:
@@ -531,6 +533,11 @@ class GDPSearch:
         load_generator(f, "torch_rng", None)
         load_counters(f, self)
         self.curve = curve
+
+    def confirm(self) -> None:
+        """Where the env is noisy, each graph's best placements measured again and the best mean kept."""
+        for p in self.problems:
+            confirm_best(p, p.evaluate)
 
     def close(self) -> None:
         for p in self.problems:

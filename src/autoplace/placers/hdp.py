@@ -47,7 +47,7 @@ from autoplace.search.checkpoint import identity, load_policy_search, open_check
 from autoplace.search.config import Interval, SearchConfig, TorchDevice, check_network_size
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
-from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
+from autoplace.search.evaluation import Evaluator, check_params_fit, confirm_best, default_failing_step
 from autoplace.search.runner import SearchOptions, SearchResult, learned_search
 from autoplace.validation import seed_int
 
@@ -257,6 +257,10 @@ class HDPSearch:
     def load(self, state: dict, where: str = "checkpoint") -> None:
         f = open_checkpoint(state, CHECKPOINT_FORMAT, self._identity(), where)
         load_policy_search(f, self, self.features.n_nodes, {"grouper": self.grouper, "placer": self.placer})
+
+    def confirm(self) -> None:
+        """Where the env is noisy, the best placements measured again and the best mean kept."""
+        confirm_best(self, self.evaluate)
 
     def best_placement(self, **meta) -> Placement:
         if self.best_groups is None:

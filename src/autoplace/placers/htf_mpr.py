@@ -460,7 +460,7 @@ class HTFMPRSearch:
                 "X": self.X.copy(), "steps": self.steps.copy(), "families": list(self.families),
                 "samples": self.samples, "updates": self.updates, "screened": self.screened, "wall_s": self.wall_s,
                 "initialised": self._initialised, "stalled": self._stalled, "curve": self.curve.to_rows(),
-                "cache": cache_state(self.evaluate.cache, self.nodes.n_groups)}
+                "cache": cache_state(self.evaluate, self.nodes.n_groups)}
 
     def load(self, state: dict, where: str = "checkpoint") -> None:
         f = open_checkpoint(state, CHECKPOINT_FORMAT, self._identity(), where)
@@ -474,7 +474,7 @@ class HTFMPRSearch:
         families = f.list("families", len(X))
         if not all(isinstance(x, str) for x in families):
             raise f.fail("families", "a list of strings")
-        curve, cache = load_curve(f), load_cache(f, "cache", n, d)
+        curve, (cache, runs) = load_curve(f), load_cache(f, "cache", n, d)
         for i, (row, step) in enumerate(zip(np.ascontiguousarray(X, dtype=np.int64), steps.tolist())):
             entry = cache.get(row.tobytes())              # every mapping evaluated was scored through the cache
             if entry is None or entry[0] != step:
@@ -490,8 +490,18 @@ class HTFMPRSearch:
         self._initialised, self._stalled = initialised, stalled
         self.curve = curve
         self.evaluate.cache.update(cache)
+        if not self.evaluate.deterministic:
+            self.evaluate.runs.update(runs)
         if len(self.X):
             self._fit()
+        self._snapshot = self._state()
+
+    def confirm(self) -> None:
+        """Where the env is noisy, the best mappings measured again; every mapping's step is then its mean."""
+        if self.evaluate.deterministic:
+            return
+        self.evaluate.confirm()
+        self.steps = np.array([self.evaluate.cache[row.tobytes()][0] for row in self.X], dtype=float)
         self._snapshot = self._state()
 
     def close(self) -> None:

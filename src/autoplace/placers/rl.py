@@ -81,7 +81,7 @@ from autoplace.search.checkpoint import (
 from autoplace.search.config import Interval, Options, SearchConfig, TorchDevice, check_network_size
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
-from autoplace.search.evaluation import Evaluator, check_params_fit, default_failing_step
+from autoplace.search.evaluation import Evaluator, check_params_fit, confirm_best, default_failing_step
 from autoplace.search.runner import SearchOptions, SearchResult, learned_search
 from autoplace.validation import seed_int
 
@@ -339,6 +339,10 @@ class RLSearch:
         load_policy_search(f, self, self.features.n_groups, {"policy": self.policy}, ("same_streak",),
                            verify=self.evaluate.env_name == "simulated")
 
+    def confirm(self) -> None:
+        """Where the env is noisy, the best placements measured again and the best mean kept."""
+        confirm_best(self, self.evaluate)
+
     @property
     def converged(self) -> bool:
         return 0 < self.config.converged_updates <= self.same_streak
@@ -457,6 +461,8 @@ class _Controller(RLSearch):
             self.wall_s = wall0 + time.monotonic() - t0
             self.curve.points[-1] = CurvePoint(self.total, self.wall_s, p.best_step_s, p.mean_step_s,
                                                p.failed, p.mean_reward)
+        if not self._stop:
+            self.confirm()                                      # a noisy env's best: measured again
         self.evaluate.close()
         return {"curve": self.curve.to_rows(), "best_step": self.best_step, "best_groups": self.best_groups,
                 "evaluations": self.evaluate.evaluations, "hits": self.evaluate.hits,

@@ -108,28 +108,41 @@ def open_checkpoint(state: dict, fmt: str, mine: dict, where: str) -> StateField
 
 
 # ------------------------------------------------------------------------------------------ shared fields
-def cache_state(cache: dict[bytes, tuple[float, bool]], n_groups: int) -> dict:
-    """A score cache (group placement bytes -> (step, ran)) as three arrays."""
+def cache_state(scorer, n_groups: int) -> dict:
+    """A scorer's cache (group placement -> (step, ran)) and its run counts as five arrays: ``groups``,
+    ``step`` (the mean of the runs that ran; ``inf`` if none), ``ok``, ``runs`` and ``failed``."""
+    cache = scorer.cache
     keys = list(cache)
     groups = (np.frombuffer(b"".join(keys), dtype=np.int64).reshape(len(keys), n_groups) if keys
               else np.zeros((0, n_groups), dtype=np.int64))
+    counts = [scorer.runs.get(k, (1, 0) if cache[k][1] else (0, 1)) for k in keys]
     return {"groups": groups, "step": np.array([cache[k][0] for k in keys], dtype=np.float64),
-            "ok": np.array([cache[k][1] for k in keys], dtype=bool)}
+            "ok": np.array([cache[k][1] for k in keys], dtype=bool),
+            "runs": np.array([c[0] for c in counts], dtype=np.int64),
+            "failed": np.array([c[1] for c in counts], dtype=np.int64)}
 
 
-def load_cache(f: StateFields, key: str, n_groups: int, n_devices: int) -> dict[bytes, tuple[float, bool]]:
-    """The cache saved by :func:`cache_state` under ``key``, every entry checked: device indices in range,
-    a step time > 0 where the placement ran and ``inf`` where it did not."""
+def load_cache(f: StateFields, key: str, n_groups: int,
+               n_devices: int) -> tuple[dict[bytes, tuple[float, bool]], dict[bytes, tuple[int, int]]]:
+    """The cache and run counts saved by :func:`cache_state` under ``key``, every entry checked: device
+    indices in range, a step time > 0 where the placement ran and ``inf`` where it did not, counts >= 0
+    with at least one run that ran exactly where it ran."""
     c = f.sub(key)
     groups = c.array("groups", (-1, n_groups), "iu")
     step = c.array("step", (len(groups),), "f")
     ok = c.array("ok", (len(groups),), "b")
+    runs, failed = c.array("runs", (len(groups),), "iu"), c.array("failed", (len(groups),), "iu")
     if len(groups) and (groups.min() < 0 or groups.max() >= n_devices):
         raise c.fail("groups", f"device indices in [0, {n_devices})")
     if not (np.all(np.where(ok, np.isfinite(step) & (step > 0), step == np.inf))):
         raise c.fail("step", "step times > 0 where a placement ran and inf where it failed")
+    if len(groups) and (runs.min() < 0 or failed.min() < 0 or np.any((runs > 0) != ok) or runs.max() >= 2**40
+                        or failed.max() >= 2**40 or np.any(runs + failed < 1)):
+        raise c.fail("runs", "counts of runs >= 1 exactly where a placement ran (failed runs >= 0)")
     groups = np.ascontiguousarray(groups, dtype=np.int64)
-    return {row.tobytes(): (float(s), bool(r)) for row, s, r in zip(groups, step.tolist(), ok.tolist())}
+    keys = [row.tobytes() for row in groups]
+    return ({k: (float(s), bool(r)) for k, s, r in zip(keys, step.tolist(), ok.tolist())},
+            {k: (int(n), int(m)) for k, n, m in zip(keys, runs.tolist(), failed.tolist())})
 
 
 def load_curve(f: StateFields, key: str = "curve") -> Curve:
@@ -237,7 +250,7 @@ def policy_search_state(search, n: int, modules: dict) -> dict:
             "generator": search.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "baseline": search.baseline, "best_step": search.best_step, "best_groups": search.best_groups,
             "samples": search.samples, "updates": search.updates, "wall_s": search.wall_s,
-            "curve": search.curve.to_rows(), "cache": cache_state(search.evaluate.cache, n)}
+            "curve": search.curve.to_rows(), "cache": cache_state(search.evaluate, n)}
 
 
 def load_policy_search(f: StateFields, search, n: int, modules: dict, counters: tuple[str, ...] = (),
@@ -247,7 +260,7 @@ def load_policy_search(f: StateFields, search, n: int, modules: dict, counters: 
     scores too (:func:`check_scores`)."""
     best = load_best(f, n, search.cluster.n_devices)
     baseline = f.float("baseline", 0.0, 1e150)
-    curve, cache = load_curve(f), load_cache(f, "cache", n, search.cluster.n_devices)
+    curve, (cache, runs) = load_curve(f), load_cache(f, "cache", n, search.cluster.n_devices)
     check_best(f, cache, *best)
     if verify:
         check_scores(f, "cache", search.evaluate, cache)
@@ -259,6 +272,8 @@ def load_policy_search(f: StateFields, search, n: int, modules: dict, counters: 
     load_counters(f, search, *counters)
     search.baseline, (search.best_step, search.best_groups), search.curve = baseline, best, curve
     search.evaluate.cache.update(cache)
+    if not search.evaluate.deterministic:
+        search.evaluate.runs.update(runs)
 
 
 class Checkpointer:

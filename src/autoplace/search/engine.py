@@ -42,6 +42,8 @@ class Searcher(Protocol):
 
     def load(self, state: dict, where: str) -> None: ...
 
+    def confirm(self) -> None: ...           #: measure the best placements again before one is kept
+
     @property
     def converged(self) -> bool: ...
 
@@ -63,7 +65,8 @@ def run_search(search: Searcher, budget: SearchBudget, *, name: str, title: str 
     """Run ``search`` until ``budget`` is spent (counting the samples and seconds of a resumed run), it
     converges, ``stop_after_updates`` updates of this call have run (as an interruption would: tests), or
     Ctrl-C. Continues from the checkpoint in ``resume``; checkpoints to ``checkpoint`` (default: the
-    ``resume`` folder) every ``checkpoint_every_s`` seconds and once at the end, whatever ended it; writes
+    ``resume`` folder) every ``checkpoint_every_s`` seconds and once at the end, whatever ended it (unless
+Ctrl-C ended it, the search's :meth:`~Searcher.confirm` first measures its best placements again); writes
     the curve to ``curve_csv`` / ``curve_png``. Progress goes to the caller's
     :func:`~autoplace.progress.progress_to` callback as ``name: N samples, R/s, best …, mean reward …``."""
     if resume is not None:
@@ -93,6 +96,8 @@ def run_search(search: Searcher, budget: SearchBudget, *, name: str, title: str 
             raise
         raise AutoplaceError(f"{name}: the policy diverged after {search.updates} updates (NaN or infinite "
                              "values): lower learning_rate, or set grad_clip") from None
+    if stop != "interrupted":
+        search.confirm()                        # a noisy env's best: a mean of runs, not one lucky run
     ckpt.save(search.state)
     if curve_csv is not None:
         search.curve.write_csv(curve_csv)

@@ -6,6 +6,13 @@ A learned placer proposes one device per *group* (:class:`~autoplace.grouping.Gr
 every score it has seen: a converging policy samples the same placements again and again, and each is
 simulated (or measured) once.
 
+Measurements are noisy, and a measured run can fail sporadically (a worker's hiccup rather than the
+placement). So where the scorer is not deterministic (anything but the simulator), a failing run is run
+again (:attr:`CachedScorer.retries` times) before the placement counts as failing; each placement's cache
+entry is the mean of the runs that ran, with its counts of runs and failures (:attr:`CachedScorer.runs`);
+and before a search keeps its best, :meth:`CachedScorer.confirm` measures the few best placements again and
+the best mean wins (:func:`confirm_best`) — a lucky first measurement is not locked in.
+
 A placement *fails* when it runs out of some device's memory, or when a measured run crashes or times out
 (an infinite step). Mirhoseini et al. (2017, §3.1) give a failing placement the *failing signal* in place
 of its reward; :func:`default_failing_step` is this project's choice of it where the paper sets it by hand
@@ -25,7 +32,8 @@ from autoplace.env import BaseEnv
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping
 
-__all__ = ["Scores", "CachedScorer", "Evaluator", "score_batch", "default_failing_step", "check_params_fit"]
+__all__ = ["Scores", "CachedScorer", "Evaluator", "score_batch", "default_failing_step", "check_params_fit",
+           "confirm_best"]
 
 
 def check_params_fit(graph: Graph, cluster: Cluster, grouping: Grouping, method: str) -> None:
@@ -74,10 +82,17 @@ class CachedScorer:
 
     #: the env that scores (``"simulated"``, ``"measured"`` …): a checkpoint belongs to one
     env_name: str = "base"
+    #: a failing run of a non-deterministic scorer is run again this many times before the placement fails
+    retries: int = 1
+    #: :meth:`confirm`: the best placements measured again, and how many times each
+    confirm_top: int = 4
+    confirm_repeats: int = 2
 
     def __init__(self, grouping: Grouping):
         self.grouping = grouping
         self.cache: dict[bytes, tuple[float, bool]] = {}
+        #: per placement (non-deterministic scorers): runs that ran, runs that failed
+        self.runs: dict[bytes, tuple[int, int]] = {}
         self.hits = self.misses = 0
 
     @property
@@ -104,12 +119,72 @@ class CachedScorer:
             if not cached[b]:
                 todo.setdefault(k, b)
         if todo:
-            step, ok = self.score_ops(self.grouping.expand_many(gd[list(todo.values())]))
-            for k, s, r in zip(todo, step.tolist(), ok.tolist()):
-                self.cache[k] = (float(s) if r else float("inf"), bool(r))
+            self._measure(list(todo), gd[list(todo.values())])
         self.misses += len(todo)
         self.hits += len(keys) - len(todo)
         return Scores(np.array([self.cache[k][0] for k in keys]), np.array([self.cache[k][1] for k in keys]), cached)
+
+
+    def _measure(self, keys: list[bytes], groups: np.ndarray) -> None:
+        """Score ``groups`` (their cache ``keys``) and record each; a non-deterministic scorer runs the
+        failures again, up to :attr:`retries` times."""
+        step, ok = self.score_ops(self.grouping.expand_many(groups))
+        for k, s, r in zip(keys, step.tolist(), ok.tolist()):
+            self._record(k, float(s), bool(r))
+        for _ in range(self.retries if not self.deterministic else 0):
+            again = [i for i, k in enumerate(keys) if not self.cache[k][1]]
+            if not again:
+                break
+            step, ok = self.score_ops(self.grouping.expand_many(groups[again]))
+            for i, s, r in zip(again, step.tolist(), ok.tolist()):
+                self._record(keys[i], float(s), bool(r))
+
+    def _record(self, key: bytes, step: float, ran: bool) -> None:
+        """One run of a placement: the cache holds the mean of its runs that ran (``inf`` while none has)."""
+        if self.deterministic:
+            self.cache[key] = (step if ran else float("inf"), ran)
+            return
+        n, failed = self.runs.get(key, (0, 0))
+        if ran:
+            mean = self.cache[key][0] if n else 0.0
+            self.cache[key] = ((mean * n + step) / (n + 1), True)
+            self.runs[key] = (n + 1, failed)
+        else:
+            self.runs[key] = (n, failed + 1)
+            if not n:
+                self.cache[key] = (float("inf"), False)
+
+    def best(self) -> tuple[np.ndarray, float] | None:
+        """The placement of the least cached step that ran, and that step; ``None`` if none ran."""
+        ran = [(s, k) for k, (s, r) in self.cache.items() if r]
+        if not ran:
+            return None
+        s, k = min(ran)
+        return np.frombuffer(k, dtype=np.int64).copy(), s
+
+    def confirm(self) -> None:
+        """Measure the :attr:`confirm_top` best placements :attr:`confirm_repeats` more times each (a
+        deterministic scorer: nothing to do), so that the best is a mean, not one lucky run."""
+        if self.deterministic:
+            return
+        top = sorted((s, k) for k, (s, r) in self.cache.items() if r)[:self.confirm_top]
+        keys = [k for _, k in top for _ in range(self.confirm_repeats)]
+        if keys:
+            groups = np.frombuffer(b"".join(keys), dtype=np.int64).reshape(len(keys), -1)
+            step, ok = self.score_ops(self.grouping.expand_many(groups))
+            for k, s, r in zip(keys, step.tolist(), ok.tolist()):
+                self._record(k, float(s), bool(r))
+
+
+def confirm_best(holder, scorer: CachedScorer) -> None:
+    """Where ``scorer`` is not deterministic, measure its best placements again (:meth:`~CachedScorer.confirm`)
+    and set ``holder.best_groups`` / ``holder.best_step`` to the best mean."""
+    if scorer.deterministic:
+        return
+    scorer.confirm()
+    best = scorer.best()
+    if best is not None:
+        holder.best_groups, holder.best_step = best
 
 
 class Evaluator(CachedScorer):
