@@ -428,3 +428,26 @@ def test_a_generation_that_breeds_nothing_new_does_not_refit(monkeypatch):
     monkeypatch.setattr(search, "_generation", lambda: np.zeros(0))          # as when every child ran before
     point = search.update()
     assert len(fits) == 2 and search.updates == 3 and point.samples == len(search.X)
+
+
+def test_the_predictor_beats_random_screening_where_fitness_is_learnable():
+    """Thirty independent matrix products of unequal sizes on two GPUs: the step is the heavier GPU's load,
+    nearly linear in the mapping, so a regressor learns it from a few dozen mappings and screens the
+    children towards balance; random screening runs children whose balance is luck (a random mapping of 30
+    unequal weights is rarely within a percent of the even split). With the same 240 evaluations, GBR
+    screening ends faster than random screening on each of three seeds."""
+    from autoplace.graph import Graph, Op
+
+    rng = np.random.default_rng(0)
+    ops = [Op(name="x", type="input", output_bytes=(1024,))]
+    ops += [Op(name=f"op{i}", type="matmul", inputs=("x",), flops=float(rng.uniform(1, 10)) * 1e9,
+               output_bytes=(1024,)) for i in range(30)]
+    ops.append(Op(name="sum", type="add", inputs=tuple(f"op{i}" for i in range(30)), flops=1e3, output_bytes=(4,)))
+    g, c = Graph(ops, name="independent"), get_cluster("k80x2")
+
+    def best(model: str, seed: int) -> float:
+        r = htf_mpr_search(g, c, budget=SearchBudget(samples=240), seed=seed, config=HTFMPRConfig(model=model))
+        return r.placement.meta["best_step_s"]
+
+    for seed in range(3):
+        assert best("gbr", seed) < best("random", seed), seed
