@@ -11,7 +11,12 @@ from fuzz_corpus import api_cases, corpus
 
 from autoplace.cli import main
 
+#: classes whose every case builds a learned search (most of the corpus's time): in `make test-slow`, which CI
+#: runs beside the default suite
+SLOW_CLASSES = ("--set", "checkpoints", "policies")
 CASES = [c for cases in corpus(0).values() for c in cases]
+PARAMS = [pytest.param(c, marks=pytest.mark.slow) if name in SLOW_CLASSES else c
+          for name, cases in corpus(0).items() for c in cases]
 API = api_cases()
 ERROR_LINE = re.compile(r"^autoplace( [a-z]+)*: error: \S.*$")
 
@@ -25,7 +30,7 @@ def _files(folder):
     return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{i}" for i in range(len(CASES))])
+@pytest.mark.parametrize("case", PARAMS, ids=[f"{i}" for i in range(len(CASES))])
 def test_bad_input_is_one_clean_line(case, tmp_path, capsys):
     for name, content in case.files.items():
         path = tmp_path / name

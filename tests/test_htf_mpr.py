@@ -430,6 +430,7 @@ def test_a_generation_that_breeds_nothing_new_does_not_refit(monkeypatch):
     assert len(fits) == 2 and search.updates == 3 and point.samples == len(search.X)
 
 
+@pytest.mark.slow
 def test_the_predictor_beats_random_screening_where_fitness_is_learnable():
     """Thirty independent matrix products of unequal sizes on two GPUs: the step is the heavier GPU's load,
     nearly linear in the mapping, so a regressor learns it from a few dozen mappings and screens the
