@@ -521,14 +521,20 @@ def _damaged(method: str, which: int, change: Callable) -> Callable[[], bytes]:
     return make
 
 
+def _at(state, key: str):
+    """The object a dotted path names (``problems.0.cache``: list indices and integer dict keys by number)
+    and the path's last part, as a key of it."""
+    d = state
+    parts = key.split(".")
+    for part in parts[:-1]:
+        d = d[int(part)] if isinstance(d, list) or (part.isdigit() and int(part) in d) else d[part]
+    leaf = parts[-1]
+    return d, int(leaf) if leaf.isdigit() and (isinstance(d, list) or int(leaf) in d) else leaf
+
+
 def _set(key, value):
     def change(state):
-        target, _, leaf = key.rpartition(".")
-        d = state
-        for part in filter(None, target.split(".")):
-            d = d[int(part)] if isinstance(d, list) or (part.isdigit() and int(part) in d) else d[part]
-        if leaf.isdigit() and int(leaf) in d:
-            leaf = int(leaf)
+        d, leaf = _at(state, key)
         if value is _DELETE:
             d.pop(leaf, None)
         else:
@@ -607,10 +613,8 @@ CHECKPOINT_FIELDS["best_step"] = CHECKPOINT_FIELDS["best_step"] + [1e-9, 1e300]
 def _scale(key: str, factor: float):
     """Multiply the array or tensor under ``key`` (a dotted path) in place."""
     def change(state):
-        d = state
-        for part in key.split("."):
-            d = d[int(part)] if isinstance(d, list) or (part.isdigit() and int(part) in d) else d[part]
-        d *= factor
+        d, leaf = _at(state, key)
+        d[leaf] *= factor
     return change
 
 

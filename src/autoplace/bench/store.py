@@ -43,8 +43,9 @@ TEXTS = {"error", "stop_reason", "prior", "family"}
 MAX_DEPTH = 6
 #: step times (a table divides by them): ``None`` (failed) or > 0
 STEPS = {"steps_s", "one_gpu_s", "zero_shot_s", "fine_tune_s", "scratch_s", "step_range_s"}
-#: a field present means others are too (what the tables read beside it)
-IMPLIES = {"search": ("samples", "updates", "stop_reason", "improvements"), "worst_case_speedup": ("one_gpu_s",)}
+#: a field present means others are there too, inside it or beside it (what the tables read with it)
+INSIDE = {"search": ("samples", "updates", "stop_reason", "improvements")}
+BESIDE = {"worst_case_speedup": ("one_gpu_s",)}
 #: the fields of each object under these keys (by model)
 EACH = {"models": ("mean", "std", "failed_runs")}
 #: a zero-shot placement's fields (gdp-batch: one per held-out setting; gdp-holdout: one, and its control)
@@ -112,12 +113,14 @@ def _check(obj: Any, path: str, depth: int) -> None:
             ok = _plain(v, depth + 1)
         if not ok:
             raise _Damaged(f"field {name!r} has the wrong type or range ({json.dumps(v)[:40]})")
-    for k, needs in IMPLIES.items():
-        if k in obj:
-            inner = obj[k] if k == "search" else obj
-            if not isinstance(inner, dict):
+    for rules, inside in ((INSIDE, True), (BESIDE, False)):
+        for k, needs in rules.items():
+            if k not in obj:
+                continue
+            holder = obj[k] if inside else obj
+            if not isinstance(holder, dict):
                 raise _Damaged(f"field {(path + '.' if path else '') + k!r} must be an object")
-            missing = [n for n in needs if inner.get(n) is None]
+            missing = [n for n in needs if holder.get(n) is None]
             if missing:
                 raise _Damaged(f"field {(path + '.' if path else '') + k!r} lacks {missing[0]!r}")
     for k, needs in EACH.items():
@@ -154,18 +157,17 @@ def check_result(key: Any, result: Any) -> str | None:
     if job["kind"] == "enumerate" and not (result["better_than_default"] <= result["mappings"] >= 1
                                            and result["htf_mpr_rank"] >= 1):
         return "fields 'mappings', 'better_than_default' and 'htf_mpr_rank' disagree"
-    shots = {"gdp-batch": lambda r: r.get("zero_shot", {}),
-             "gdp-holdout": lambda r: {"zero_shot": r["zero_shot"],
-                                       "untrained_zero_shot": r.get("untrained_zero_shot")}}
-    if job["kind"] in shots:
-        every = shots[job["kind"]](result)
-        if not isinstance(every, dict):
-            return "field 'zero_shot' must be an object"
-        for k, z in every.items():
-            if job["kind"] == "gdp-holdout" and z is None and k == "untrained_zero_shot":
-                continue
-            if not isinstance(z, dict) or any(n not in z for n in ZERO_SHOT):
-                return f"field 'zero_shot' ({str(k)[:40]}) lacks one of {', '.join(ZERO_SHOT)}"
+    shots = {}                      # zero-shot placements: one per held-out setting, or one and its control
+    if job["kind"] == "gdp-batch":
+        shots = result.get("zero_shot", {})
+    elif job["kind"] == "gdp-holdout":
+        shots = {k: result[k] for k in ("zero_shot", "untrained_zero_shot")      # no control: null
+                 if k == "zero_shot" or result.get(k) is not None}
+    if not isinstance(shots, dict):
+        return "field 'zero_shot' must be an object"
+    for k, z in shots.items():
+        if not isinstance(z, dict) or any(n not in z for n in ZERO_SHOT):
+            return f"field 'zero_shot' ({str(k)[:40]}) lacks one of {', '.join(ZERO_SHOT)}"
     return None
 
 

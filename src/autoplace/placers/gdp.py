@@ -227,8 +227,11 @@ def new_policy(config: GDPConfig = GDPConfig()):
     """A fresh :class:`~autoplace.policies.gdp.GDPPolicy` of ``config``'s architecture."""
     from autoplace.policies.gdp import GDPPolicy as Net
 
-    check_network_size(lambda: Net(**config.architecture()), "GDP")
-    return Net(**config.architecture())
+    def make():
+        return Net(**config.architecture())
+
+    check_network_size(make, "GDP")
+    return make()
 
 
 @dataclass
@@ -269,17 +272,14 @@ class _Problem:
         # every reward is in [invalid_reward or -sqrt(MAX step), 0]: the sums of n of them are bounded so
         reward_n, reward_sum = f.int("reward_n"), f.float("reward_sum", -1e300, 0.0)
         reward_sq = f.float("reward_sq", 0.0, 1e300)
-        worst = _MAX_ABS_REWARD
-        if not (reward_sum >= -worst * reward_n and reward_sq <= worst * worst * reward_n
+        if not (reward_sum >= -_MAX_ABS_REWARD * reward_n and reward_sq <= _MAX_ABS_REWARD ** 2 * reward_n
                 and reward_sum * reward_sum <= reward_sq * reward_n * (1 + 1e-9) + 1e-300):
             raise f.fail("reward_sum", f"the sum of {reward_n} rewards whose squares sum to reward_sq")
         check_best(f, cache, *best)
         check_scores(f, "cache", self.evaluate, cache)
         self.reward_n, self.reward_sum, self.reward_sq = reward_n, reward_sum, reward_sq
         self.best_step, self.best_groups = best
-        self.evaluate.cache.update(cache)
-        if not self.evaluate.deterministic:
-            self.evaluate.runs.update(runs)
+        self.evaluate.restore(cache, runs)
 
     def placement(self, method: str, **meta) -> Placement:
         if self.best_groups is None:

@@ -135,16 +135,16 @@ class HDPSearch:
         self.features = node_features(graph, self.nodes)
         self.feasible = grouped_graph(graph, self.nodes, cluster).feasible[self.features.order]   # [N, D]
         self.device = policy_device(config.torch_device)
-        check_network_size(lambda: [Grouper(config.groups, config.grouper_hidden, config.type_dim),
-                                    Seq2SeqPolicy(N_TYPE_BUCKETS, group_input_dim(config.groups), cluster.n_devices,
-                                                  type_dim=config.type_dim, hidden=config.hidden,
-                                                  device_dim=config.device_dim)], "HDP")
+        def make():
+            return [Grouper(config.groups, config.grouper_hidden, config.type_dim),
+                    Seq2SeqPolicy(N_TYPE_BUCKETS, group_input_dim(config.groups), cluster.n_devices,
+                                  type_dim=config.type_dim, hidden=config.hidden, device_dim=config.device_dim,
+                                  logit_clip=config.logit_clip)]
+
+        check_network_size(make, "HDP")
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            self.grouper = Grouper(config.groups, config.grouper_hidden, config.type_dim).to(self.device)
-            self.placer = Seq2SeqPolicy(N_TYPE_BUCKETS, group_input_dim(config.groups), cluster.n_devices,
-                                        type_dim=config.type_dim, hidden=config.hidden, device_dim=config.device_dim,
-                                        logit_clip=config.logit_clip).to(self.device)
+            self.grouper, self.placer = (m.to(self.device) for m in make())
         self.optimizer = torch.optim.Adam([*self.grouper.parameters(), *self.placer.parameters()],
                                           lr=config.learning_rate)
         self.generator = torch.Generator().manual_seed(self.seed)

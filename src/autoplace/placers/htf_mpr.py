@@ -489,9 +489,7 @@ class HTFMPRSearch:
         self.X, self.steps, self.families = np.ascontiguousarray(X, dtype=np.int64), steps.astype(float), families
         self._initialised, self._stalled = initialised, stalled
         self.curve = curve
-        self.evaluate.cache.update(cache)
-        if not self.evaluate.deterministic:
-            self.evaluate.runs.update(runs)
+        self.evaluate.restore(cache, runs)
         if len(self.X):
             self._fit()
         self._snapshot = self._state()

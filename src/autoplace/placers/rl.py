@@ -229,9 +229,7 @@ def policy_parts(graph: Graph, cluster: Cluster, config: RLConfig, seed: int):
     check_network_size(make, "RL")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        policy = Seq2SeqPolicy(features.n_types, features.dense.shape[1], cluster.n_devices, type_dim=config.type_dim,
-                               hidden=config.hidden, device_dim=config.device_dim, temperature=config.temperature,
-                               logit_clip=config.logit_clip).to(device)
+        policy = make().to(device)
     return grouping, features, mask, policy
 
 
@@ -336,8 +334,7 @@ class RLSearch:
             raise FormatError(f"{where}: a checkpoint of a distributed search: resume it with the same --workers "
                               "and --controllers")
         f = open_checkpoint(state, CHECKPOINT_FORMAT, self._identity(), where)
-        load_policy_search(f, self, self.features.n_groups, {"policy": self.policy}, ("same_streak",),
-                           verify=self.evaluate.env_name == "simulated")
+        load_policy_search(f, self, self.features.n_groups, {"policy": self.policy}, ("same_streak",))
 
     def confirm(self) -> None:
         """Where the env is noisy, the best placements measured again and the best mean kept."""

@@ -253,17 +253,15 @@ def policy_search_state(search, n: int, modules: dict) -> dict:
             "curve": search.curve.to_rows(), "cache": cache_state(search.evaluate, n)}
 
 
-def load_policy_search(f: StateFields, search, n: int, modules: dict, counters: tuple[str, ...] = (),
-                       verify: bool = True) -> None:
+def load_policy_search(f: StateFields, search, n: int, modules: dict, counters: tuple[str, ...] = ()) -> None:
     """:func:`policy_search_state`'s fields (and the integer ``counters``) onto ``search``, every field
-    checked before any is applied but the networks' (each checked, then loaded); with ``verify``, the cached
-    scores too (:func:`check_scores`)."""
+    checked before any is applied but the networks' (each checked, then loaded), the cached scores too
+    (:func:`check_scores`)."""
     best = load_best(f, n, search.cluster.n_devices)
     baseline = f.float("baseline", 0.0, 1e150)
     curve, (cache, runs) = load_curve(f), load_cache(f, "cache", n, search.cluster.n_devices)
     check_best(f, cache, *best)
-    if verify:
-        check_scores(f, "cache", search.evaluate, cache)
+    check_scores(f, "cache", search.evaluate, cache)
     for key, module in modules.items():
         load_torch(f, key, module)
     load_optimizer(f, "optimizer", search.optimizer)
@@ -271,9 +269,7 @@ def load_policy_search(f: StateFields, search, n: int, modules: dict, counters: 
     load_generator(f, "torch_rng", None)
     load_counters(f, search, *counters)
     search.baseline, (search.best_step, search.best_groups), search.curve = baseline, best, curve
-    search.evaluate.cache.update(cache)
-    if not search.evaluate.deterministic:
-        search.evaluate.runs.update(runs)
+    search.evaluate.restore(cache, runs)
 
 
 class Checkpointer:

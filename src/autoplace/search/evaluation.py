@@ -154,6 +154,12 @@ class CachedScorer:
             if not n:
                 self.cache[key] = (float("inf"), False)
 
+    def restore(self, cache: dict[bytes, tuple[float, bool]], runs: dict[bytes, tuple[int, int]]) -> None:
+        """Take a checkpoint's scores and run counts (the counts matter to a non-deterministic scorer only)."""
+        self.cache.update(cache)
+        if not self.deterministic:
+            self.runs.update(runs)
+
     def best(self) -> tuple[np.ndarray, float] | None:
         """The placement of the least cached step that ran, and that step; ``None`` if none ran."""
         ran = [(s, k) for k, (s, r) in self.cache.items() if r]
