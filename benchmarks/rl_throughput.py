@@ -13,6 +13,7 @@ search (one controller, N workers, a parameter server; Ray's start-up not counte
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 from _common import TableOut
@@ -29,15 +30,18 @@ def main(argv=None) -> int:
     ap.add_argument("--cluster", default="k80x4")
     ap.add_argument("--threads", type=int, default=1, help="the policy's CPU threads")
     ap.add_argument("--ray-workers", type=int, default=0, help="measure the distributed search with N workers")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an RL setting (attention=additive samples_per_update=8: the paper's decoder and update)")
     args = ap.parse_args(argv)
     cluster = get_cluster(args.cluster)
+    args.config = RLConfig.from_dict({"torch_threads": args.threads, **dict(_setting(kv) for kv in args.set)})
     if args.ray_workers:
         return distributed(args, cluster)
     out = TableOut(["model", "ops", "groups", "samples/s", "policy forward", "scoring", "policy update",
                     "sim ms/placement"])
     for model in args.models.split(","):
         graph = build_graph(model)
-        search = RLSearch(graph, cluster, RLConfig(torch_threads=args.threads), seed=0)
+        search = RLSearch(graph, cluster, args.config, seed=0)
         search.update()                                   # warm-up: first-call costs
         search.timings.clear()
         evals0 = search.evaluate.evaluations
@@ -56,6 +60,14 @@ def main(argv=None) -> int:
     return 0
 
 
+def _setting(kv: str) -> tuple[str, object]:
+    k, v = kv.split("=", 1)
+    try:
+        return k, json.loads(v)
+    except json.JSONDecodeError:
+        return k, v
+
+
 def distributed(args, cluster) -> int:
     from autoplace.placers.rl import rl_distributed
     from autoplace.search import SearchBudget
@@ -66,7 +78,7 @@ def distributed(args, cluster) -> int:
         for model in args.models.split(","):
             graph = build_graph(model)
             r = rl_distributed(graph, cluster, budget=SearchBudget(samples=args.samples), workers=args.ray_workers,
-                               config=RLConfig(torch_threads=args.threads), seed=0)
+                               config=args.config, seed=0)
             first = r.curve.points[0]                 # the rate after the first update (actors started)
             rate = (r.samples - first.samples) / max(r.curve.points[-1].wall_s - first.wall_s, 1e-9)
             out.row(model, f"{graph.n_ops:,}", r.placement.meta["groups"], args.ray_workers, f"{rate:.1f}",

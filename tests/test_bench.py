@@ -14,13 +14,13 @@ from autoplace.bench.jobs import Job, Setting, tight_cluster
 from autoplace.bench.store import Store
 from autoplace.cli import main
 
-QUICK = ["--quick", "--budget", "0.5", "--learned-budget", "0.5"]
+QUICK = ["--quick", "--budget", "0.5", "--learned-budget", "0.5", "--seeds", "none"]
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    code = main(["bench", *QUICK, "--graph", "toy-mlp", "-o", str(out), "--json"])
+    code = main(["bench", *QUICK[:-2], "--seeds", "0,1", "--graph", "toy-mlp", "-o", str(out), "--json"])
     assert code == 0
     return out
 
@@ -432,18 +432,51 @@ def test_a_variant_is_a_column_beside_its_placer_keyed_by_its_settings(tmp_path,
     assert "(schedulers.md)" in index and "earlier run" in index and "(htf-mpr.md)" in index
 
 
+def test_learned_placers_run_over_seeds_beside_their_learning_off_self(tmp_path, capsys):
+    """--seeds: a learned placer's job per seed, and as many of its learning-off self (HTF-MPR's: random
+    screening); its cell is the mean; a section pairs each seed's step with the same seed's off step."""
+    args = ["bench", *QUICK[:-2], "--tables", "htf-mpr", "--graph", "toy-mlp", "-o", str(tmp_path), "--json"]
+    assert main([*args, "--seeds", "3,5"]) == 0
+    table = json.loads(capsys.readouterr().out)["tables"][0]
+    assert table["sections"][0]["columns"] == ["setting", "single-gpu", "htf-mpr", "htf-mpr-off", "auto"]
+    steps = {}
+    for line in (tmp_path / "jobs.jsonl").read_text().splitlines():
+        key, result = json.loads(json.loads(line)["job"]), json.loads(line)["result"]
+        if key.get("method") == "htf-mpr":
+            steps[("off" if key.get("config") == [["model", "random"]] else "on", key["seed"])] = result["step_s"]
+        else:
+            assert key.get("seed", 0) == 0                       # the other placers: --seed alone
+    assert sorted(steps) == [("off", 3), ("off", 5), ("on", 3), ("on", 5)]
+    every = {r[1]: r for r in next(s for s in table["sections"] if s["title"] == "Every cell")["rows"]}
+    mean = (steps[("on", 3)] + steps[("on", 5)]) / 2
+    assert every["htf-mpr"][2].startswith(f"{mean:.4g} ± ")
+    seeds = next(s for s in table["sections"] if s["title"].startswith("Learned placers over seeds 3, 5"))
+    ratios = [steps[("off", k)] / steps[("on", k)] for k in (3, 5)]
+    assert seeds["rows"][0][4] == (f"{(ratios[0] * ratios[1]) ** 0.5:.3f} "
+                                   f"({min(ratios):.3f}–{max(ratios):.3f})")
+    assert "--seeds 3,5" in (tmp_path / "README.md").read_text()
+
+
 @pytest.mark.parametrize("extra, culprit", [
     (["--set", "nope.x=1"], "'nope'"), (["--set", "rl.no_such=1"], "'no_such'"), (["--set", "rl"], "NAME.KEY=VALUE"),
     (["--set", "auto.x=1"], "takes no settings"), (["--variant", "rl=rl"], "'rl'"),
     (["--variant", "fast=auto"], "takes no settings"), (["--variant", "x"], "LABEL=PLACER"),
     (["--variant", "x=rl", "--variant", "x=gdp"], "given twice"), (["--variant", "a.b=rl"], "'a.b'"),
-    (["--versus", "rl"], "A:B"),
+    (["--versus", "rl"], "A:B"), (["--variant", "rl-off=rl"], "'rl-off'"),
     (["--set", "rl.learning_rate=-1"], "learning_rate")])
 def test_bad_settings_and_variants_are_one_line_and_exit_2(tmp_path, capsys, extra, culprit):
     assert main(["bench", *QUICK, "--tables", "htf-mpr", "-o", str(tmp_path), *extra]) == 2
     err = capsys.readouterr().err
     assert culprit in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "jobs.jsonl").exists()
+
+
+@pytest.mark.parametrize("seeds, culprit", [("1,1", "distinct"), ("x", "'x'"), ("-1", "'-1'")])
+def test_bad_seeds_are_one_line_and_exit_2(tmp_path, capsys, seeds, culprit):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", *QUICK[:-2], "--tables", "htf-mpr", "-o", str(tmp_path), "--seeds", seeds])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and culprit in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_enumeration_counts_every_mapping(tmp_path):

@@ -388,3 +388,18 @@ def test_parameters_no_cluster_can_hold_fail_before_the_search():
         for search in (gdp_search, hdp_search):
             with pytest.raises(InfeasibleError, match=why):
                 search(g, cluster(memory), budget=SearchBudget(samples=10**6))
+
+
+def test_learning_off_leaves_gdp_and_hdp_where_they_started_and_learning_on_moves_them():
+    g, c = toy()
+    pairs = [(GDPSearch([g], [c], GDPConfig(prior=None, learn=learn, **SMALL), seed=0), "policy")
+             for learn in (True, False)]
+    pairs += [(HDPSearch(g, c, HDPConfig(groups=8, hidden=32, learn=learn), seed=0), "placer")
+              for learn in (True, False)]
+    for (on, part), (off, _) in (pairs[:2], pairs[2:]):
+        nets = [getattr(s, part) for s in (on, off)]
+        before = [{k: v.clone() for k, v in n.state_dict().items()} for n in nets]
+        for _ in range(3):
+            on.update(), off.update()
+        moved = [not all(torch.equal(b[k], v) for k, v in n.state_dict().items()) for b, n in zip(before, nets)]
+        assert moved == [True, False], type(on).__name__

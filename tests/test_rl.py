@@ -346,3 +346,69 @@ def test_an_untagged_group_joins_the_neighbour_unit_it_exchanges_the_most_bytes_
 
     assert unit_of_mix(1000, 10) == "l0"
     assert unit_of_mix(10, 1000) == "l1"
+
+
+@pytest.mark.parametrize("attention", ["additive", "dot"])
+def test_one_encoder_read_by_every_sample_scores_as_a_copy_per_sample(attention):
+    g = build_graph("layered-dag", ops=60, width=4)
+    search = RLSearch(g, get_cluster("k80x4"), RLConfig(attention=attention), seed=0)
+    f, mask, policy = search.features, search.mask, search.policy
+    with torch.no_grad():
+        for layer in (policy.attn_h, policy.attn_s):                   # sharp attention: a wrong score shows
+            layer.weight.mul_(30)
+        devices, _, _ = policy(f, mask, 6, torch.Generator().manual_seed(1))
+        h = policy.encode(f)
+        shared = policy.decode(h.expand(6, -1, -1), mask, devices)[1]          # one matrix product per step
+        copied = policy.decode(h.repeat(6, 1, 1), mask, devices)[1]            # a batched product per sample
+    assert torch.allclose(shared, copied, atol=1e-5)
+    assert len(set(map(tuple, devices.tolist()))) > 1
+
+
+def test_learning_off_samples_what_learning_samples_first_and_never_moves_the_policy():
+    g, c = build_graph("layered-dag", ops=60, width=4), get_cluster("k80x4")
+    on, off = (RLSearch(g, c, RLConfig(samples_per_update=4, learning_rate=1e-2, learn=learn), seed=0)
+               for learn in (True, False))
+    before = {k: v.clone() for k, v in off.policy.state_dict().items()}
+    first = [s.update() for s in (on, off)]
+    assert first[0].mean_step_s == first[1].mean_step_s              # the same first samples
+    for _ in range(4):
+        on.update(), off.update()
+    assert all(torch.equal(before[k], v) for k, v in off.policy.state_dict().items())
+    assert not all(torch.equal(before[k], v) for k, v in on.policy.state_dict().items())
+    assert off.baseline != off.failing_signal                          # the baseline still follows the rewards
+
+
+def test_deciding_per_unit_places_each_structural_unit_whole():
+    g, c = build_graph("rnnlm-2", vocab=50, hidden=16, steps=12, batch=2), get_cluster("k80x4")
+    groups = RLSearch(g, c, RLConfig(), seed=0)
+    units = RLSearch(g, c, RLConfig(decide="unit", samples_per_update=4), seed=0)
+    unit_of_op = groups.features.unit_of_group[groups.grouping.group]
+    assert units.features.n_groups == groups.features.n_units < groups.features.n_groups
+    for u in range(units.grouping.n_groups):                   # one decision per unit: the same ops
+        assert len(set(unit_of_op[units.grouping.members(u)])) == 1
+    assert len(set(units.grouping.group[unit_of_op == unit_of_op[0]])) == 1
+    for _ in range(3):
+        units.update()
+    placement = units.best_placement().to_array(g, c)
+    assert all(len(set(placement[unit_of_op == u])) == 1 for u in set(unit_of_op))
+
+
+def test_a_unit_no_device_runs_whole_is_placed_per_group():
+    from autoplace.placers.rl import rl_grouping
+
+    ops = [Op("a", "mm", output_bytes=(8,), flops=1e6, meta={"layer": "L", "step": 0}),
+           Op("b", "mm", ("a",), output_bytes=(8,), flops=1e6, meta={"layer": "L", "step": 1})]
+    c = Cluster("c", [Device("cpu:0", "cpu", 10**9, 1e10, 1e10), Device("gpu:0", "gpu", 10**9, 1e12, 1e11)],
+                default_link=LinkSpec(1e9, 1e-6))
+    assert rl_grouping(Graph(ops, name="one"), c, RLConfig(decide="unit", group_rules="colocation")).n_groups == 1
+    split = Graph([ops[0], Op("b", "mm", ("a",), output_bytes=(8,), flops=1e6, meta={"layer": "L", "step": 1},
+                              device_types=("cpu",))], name="split")     # a on any device, b on the CPU only
+    g0 = Graph([Op("a", "mm", output_bytes=(8,), flops=1e6, meta={"layer": "L", "step": 0}, device_types=("gpu",)),
+                split.ops[1]], name="split")
+    assert rl_grouping(split, c, RLConfig(decide="unit", group_rules="colocation")).n_groups == 1
+    assert rl_grouping(g0, c, RLConfig(decide="unit", group_rules="colocation")).n_groups == 2
+    tiny = Cluster("c", [Device("gpu:0", "gpu", 150, 1e12, 1e11), Device("gpu:1", "gpu", 150, 1e12, 1e11)],
+                   default_link=LinkSpec(1e9, 1e-6))
+    heavy = Graph([Op(o.name, o.type, o.inputs, output_bytes=(8,), flops=1e6, param_bytes=100, meta=o.meta)
+                   for o in ops], name="heavy")                  # 200 bytes of weights: no device holds both
+    assert rl_grouping(heavy, tiny, RLConfig(decide="unit", group_rules="colocation")).n_groups == 2

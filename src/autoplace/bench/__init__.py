@@ -49,20 +49,21 @@ def table_names(tables: Sequence[str] | None = None) -> list[str]:
 def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick: bool = False,
               graphs: Sequence[str] = (), seed: int = 0, budgets: Budgets | None = None,
               configs: dict[str, dict] | None = None, variants: Sequence[Variant] = (),
-              versus: Sequence[tuple[str, str]] = (),
+              versus: Sequence[tuple[str, str]] = (), seeds: Sequence[int] = (),
               progress: Callable[[int, int, str], None] | None = None) -> BenchResult:
     """Run ``tables`` (default: all) into ``folder``: each table's jobs not already in the folder's store,
     then its Markdown, JSON and PNG. ``quick`` takes each table's small settings and :data:`QUICK`
     budgets; ``graphs`` puts these graphs (zoo names or files) in place of each table's models, on the
     table's clusters. ``configs`` (placer -> settings) runs learned placers under other settings wherever
-    they run; each :class:`Variant` is a method column of its own beside its placer. ``progress(done,
-    total, label)`` is called before each job runs."""
+    they run; each :class:`Variant` is a method column of its own beside its placer. ``seeds``: each learned
+    search runs once per seed, beside its learning-off self (``PLACER-off``); empty: ``seed`` alone.
+    ``progress(done, total, label)`` is called before each job runs."""
     from autoplace.formats._json import atomic_write_text, check_output_folder, check_output_path, write_json
 
     names = table_names(tables)
     check_output_folder(folder, "results")
     run = make_run(quick=quick, graphs=graphs, seed=seed, budgets=budgets, configs=configs, variants=variants,
-                   versus=versus)
+                   versus=versus, seeds=seeds)
     b = run.budgets
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)       # an unusable folder fails now, not after the first job
@@ -115,14 +116,16 @@ def command(tables: Sequence[str] | None, run: Run) -> str:
     parts += [f"--set {name}.{k}={json.dumps(x)}" for name, c in (*run.configs, *((v.label, v.config)
                                                                                    for v in run.variants))
               for k, x in c]
+    if run.seeds:
+        parts.append(f"--seeds {','.join(map(str, run.seeds))}")
     return " ".join([*parts, f"--seed {run.seed}"])
 
 
 def make_run(*, quick: bool = False, graphs: Sequence[str] = (), seed: int = 0, budgets: Budgets | None = None,
              configs: dict[str, dict] | None = None, variants: Sequence[Variant] = (),
-             versus: Sequence[tuple[str, str]] = ()) -> Run:
+             versus: Sequence[tuple[str, str]] = (), seeds: Sequence[int] = ()) -> Run:
     """The :class:`Run` of a bench: ``budgets`` (default :data:`QUICK` or :data:`FULL`), ``configs`` as
     sorted pairs (the same settings make the same job keys); bad settings are one clear error."""
     pairs = tuple((p, tuple(sorted(c.items()))) for p, c in sorted((configs or {}).items()) if c)
     return Run(budgets or (QUICK if quick else FULL), seed, pairs, tuple(variants), quick, tuple(graphs),
-               tuple(tuple(p) for p in versus))
+               tuple(tuple(p) for p in versus), tuple(seeds))

@@ -47,7 +47,7 @@ def _methods(spec: TableSpec, run: Run) -> tuple[str, ...]:
 # ---------------------------------------------------------------------- placers side by side
 def placer_jobs(spec: TableSpec, settings, run: Run) -> list[Job]:
     return [*(Job.of("bounds", setting=s) for s in settings),
-            *(run.place(s, m) for s in settings for m in _methods(spec, run))]
+            *(j for s in settings for m in _methods(spec, run) for j in run.place_all(s, m))]
 
 
 def _paper_cell(spec: TableSpec, s: Setting, method: str) -> tuple[str, float | None]:
@@ -76,7 +76,7 @@ def build_placer_table(spec: TableSpec, settings, run: Run, store: Store) -> Tab
     both = {m: [] for m in methods}             # ours, on the settings where the paper has a figure too
     plot, results = {}, {}
     for s in settings:
-        res = results[s] = {m: store[run.place(s, m)] for m in methods}
+        res = results[s] = {m: run.result(store, s, m) for m in methods}
         base = res[spec.baseline]["step_s"]
         pbase = _paper_cell(spec, s, spec.baseline)[1]
         cells = []
@@ -119,6 +119,7 @@ def build_placer_table(spec: TableSpec, settings, run: Run, store: Store) -> Tab
                                  "search (s)", "wall (s)"], rows)
     _bounds_section(t, settings, results, store)
     _versus_section(t, spec, settings, methods, results, run)
+    _seeds_section(t, settings, methods, results, run)
     _learned_section(t, settings, methods, results, run)
     _refined_section(t, settings, methods, results)
     if "auto" in methods:
@@ -131,12 +132,52 @@ def build_placer_table(spec: TableSpec, settings, run: Run, store: Store) -> Tab
 
 
 def _step_text(r: dict) -> str:
+    if r["ok"] and "seed_steps_s" in r:
+        return _seeds_text(r["seed_steps_s"])
     if r["ok"]:
         return f"{r['step_s']:.4g}"
     if r["oom"]:
         return "OOM (" + ", ".join(r["oom"]) + ")"
     why = (r["error"] or "no placement").split(": ", 1)[-1]         # the placer's message, less its name
     return "none: " + (why if len(why) <= 70 else why[:69] + "…")
+
+
+def _seeds_text(steps: list[float]) -> str:
+    """Steps over seeds as ``mean ± sd (min)``."""
+    mean = sum(steps) / len(steps)
+    sd = (sum((x - mean) ** 2 for x in steps) / (len(steps) - 1)) ** 0.5 if len(steps) > 1 else 0.0
+    return f"{mean:.4g} ± {sd:.2g} ({min(steps):.4g})"
+
+
+def _seeds_section(t: Table, settings, methods, results: dict, run: Run) -> None:
+    """Each learned placer over the run's seeds: its step as mean ± sd (min), its learning-off self's, and
+    the paired ratio off / learned (above 1: learning found faster placements) as the geometric mean over
+    the seeds with its range; then per placer over every setting."""
+    from autoplace.bench.plan import OFF_SUFFIX
+
+    rows, pooled = [], {}
+    for s in settings:
+        for m in methods:
+            off = m + OFF_SUFFIX
+            if m not in LEARNED or off not in methods:
+                continue
+            a, b = results[s][m], results[s][off]
+            if not (a["ok"] and b["ok"]):
+                rows.append([s.key, m, _step_text(a), _step_text(b), "–"])
+                continue
+            ratios = [y / x for x, y in zip(a["seed_steps_s"], b["seed_steps_s"])]
+            pooled.setdefault(m, []).append(ratios)
+            rows.append([s.key, m, _step_text(a), _step_text(b),
+                         f"{geomean(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f})"])
+    for m, per_setting in pooled.items():
+        per_seed = [geomean([r[i] for r in per_setting]) for i in range(len(run.learned_seeds))]
+        rows.append(["geometric mean", m, "", "", f"{geomean([x for r in per_setting for x in r]):.3f} "
+                     f"(per seed {min(per_seed):.3f}–{max(per_seed):.3f})"])
+    if rows:
+        seeds = ", ".join(map(str, run.learned_seeds))
+        t.add_section(f"Learned placers over seeds {seeds}, against the same search with learning off (step in "
+                      "seconds: mean ± sd (min))",
+                      ["setting", "method", "learned", "learning off", "off / learned (range over seeds)"], rows)
 
 
 def _best(res: dict) -> tuple[str, float] | None:
@@ -178,7 +219,8 @@ def _learned_section(t: Table, settings, methods, results: dict, run: Run) -> No
                          str(search.get("samples_to_best", "–")), _secs(search.get("best_at_s")), prior_text,
                          extra or "–", reach])
     if rows:
-        t.add_section("Learned searches", ["setting", "method", "samples (updates)", "stopped by",
+        which = f" (seed {run.learned_seeds[0]} of {len(run.learned_seeds)})" if len(run.learned_seeds) > 1 else ""
+        t.add_section("Learned searches" + which, ["setting", "method", "samples (updates)", "stopped by",
                                            "samples to its best", "its best after (s)", "prior (its step, s)",
                                            "search", "samples to reach its placer's step"], rows)
 
@@ -349,7 +391,7 @@ def _batch_job(spec: TableSpec, settings, run: Run) -> Job:
 
 def gdp_batch_jobs(spec: TableSpec, settings, run: Run) -> list[Job]:
     return [_batch_job(spec, settings, run),
-            *[run.place(s, m) for s in settings for m in ("gdp", "expert", "auto")],
+            *[j for s in settings for m in ("gdp", "expert", "auto") for j in run.place_all(s, m)],
             *[run.place(s, m) for s in _zero_shot_settings(spec, run) for m in ("expert", "auto")]]
 
 
@@ -358,7 +400,7 @@ def build_gdp_batch(spec: TableSpec, settings, run: Run, store: Store) -> Table:
     batch = store[job]
     rows, gains, pgains, plot = [], [], [], {}
     for s in settings:
-        one = store[run.place(s, "gdp")]["step_s"]
+        one = run.result(store, s, "gdp")["step_s"]
         expert, auto = store[run.place(s, "expert")]["step_s"], store[run.place(s, "auto")]["step_s"]
         bs = _by_setting(batch["steps_s"], s)
         gain = 1 - bs / one if bs and one else None
@@ -413,7 +455,7 @@ def holdout_jobs(spec: TableSpec, settings, run: Run) -> list[Job]:
     jobs = []
     for held in settings:
         jobs.append(_holdout_job(held, settings, run)[0])
-        jobs += [run.place(held, m) for m in ("gdp", "hdp", "expert", "auto")]
+        jobs += [j for m in ("gdp", "hdp", "expert", "auto") for j in run.place_all(held, m)]
     return jobs
 
 
@@ -423,7 +465,7 @@ def build_holdout(spec: TableSpec, settings, run: Run, store: Store) -> Table:
     for held in settings:
         job, others = _holdout_job(held, settings, run)
         h = store[job]
-        ref = {m: store[run.place(held, m)]["step_s"] for m in ("gdp", "hdp", "expert", "auto")}
+        ref = {m: run.result(store, held, m)["step_s"] for m in ("gdp", "hdp", "expert", "auto")}
         e = ref["expert"]
         for name, v in (("zero-shot", h["zero_shot_s"]), ("fine-tune", h["fine_tune_s"])):
             if v is not None and e is not None and v <= e and (ref["hdp"] is None or v <= ref["hdp"]):

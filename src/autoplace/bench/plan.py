@@ -14,10 +14,15 @@ from autoplace.bench.render import Table
 from autoplace.bench.store import Store
 from autoplace.errors import AutoplaceError, UnknownNameError
 
-__all__ = ["Budgets", "QUICK", "FULL", "Variant", "Run", "TableSpec", "REFINE"]
+__all__ = ["Budgets", "QUICK", "FULL", "Variant", "Run", "TableSpec", "REFINE", "OFF"]
 
 #: a method name ending so (``rl+refine``) is that method's placement refined by the local search
 REFINE = "+refine"
+
+#: each learned placer's settings with learning off: the same search, its policy never trained (HTF-MPR:
+#: children screened at random instead of by the predictor); the column ``PLACER-off``
+OFF = {"rl": {"learn": False}, "hdp": {"learn": False}, "gdp": {"learn": False}, "htf-mpr": {"model": "random"}}
+OFF_SUFFIX = "-off"
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ _LABEL = re.compile(r"[A-Za-z0-9_-]+")
 @dataclass(frozen=True)
 class Variant:
     """A method column of its own: a learned placer under other settings (``bench --variant frozen=rl
-    --set frozen.learning_rate=1e-12``), shown beside the placer in every table that has it."""
+    --set frozen.learn=false``), shown beside the placer in every table that has it."""
 
     label: str
     placer: str
@@ -70,6 +75,9 @@ class Run:
     quick: bool = False                 #: the tables' small settings
     graphs: tuple[str, ...] = ()        #: graphs in place of the tables' models (``--graph``)
     versus: tuple[tuple[str, str], ...] = ()    #: method pairs compared head to head (``--versus A:B``)
+    #: the seeds every learned search runs with, each a job of its own (``--seeds``), each learned placer
+    #: then paired with its learning-off self (:data:`OFF`); empty: ``seed`` alone, unpaired
+    seeds: tuple[int, ...] = ()
 
     def __post_init__(self):
         from autoplace.placers import available_placers, get_placer
@@ -79,9 +87,10 @@ class Run:
             _check_config(placer, config)
         seen = set()
         for v in self.variants:
-            if v.label in names or v.label in seen or v.label.endswith(REFINE) or not _LABEL.fullmatch(v.label):
+            if (v.label in names or v.label in seen or v.label.endswith((REFINE, OFF_SUFFIX))
+                    or not _LABEL.fullmatch(v.label)):
                 raise AutoplaceError(f"variant label {v.label!r}: a label is letters, digits, '-' and '_', not a "
-                                     f"placer's name, not given twice, not ending in {REFINE!r}")
+                                     f"placer's name, not given twice, not ending in {REFINE!r} or {OFF_SUFFIX!r}")
             seen.add(v.label)
             get_placer(v.placer)
             _check_config(v.placer, v.config)
@@ -89,10 +98,23 @@ class Run:
     def config(self, placer: str) -> Config:
         return dict(self.configs).get(placer, ())
 
+    @property
+    def learned_seeds(self) -> tuple[int, ...]:
+        return self.seeds or (self.seed,)
+
+    def off(self, placer: str) -> Variant | None:
+        """The learning-off self of a learned placer (its settings and :data:`OFF`'s) where the run pairs
+        them (``seeds`` given); else None."""
+        if not self.seeds or placer not in OFF:
+            return None
+        return Variant(placer + OFF_SUFFIX, placer, tuple(sorted({**dict(self.config(placer)), **OFF[placer]}.items())))
+
     def budget(self, placer: str) -> float:
         return self.budgets.learned if placer in LEARNED else self.budgets.search
 
     def variant(self, label: str) -> Variant | None:
+        if label.endswith(OFF_SUFFIX) and self.off(label[: -len(OFF_SUFFIX)]) is not None:
+            return self.off(label[: -len(OFF_SUFFIX)])
         return next((v for v in self.variants if v.label == label), None)
 
     def resolve(self, method: str) -> tuple[str, Config, bool]:
@@ -103,17 +125,39 @@ class Run:
         v = self.variant(base)
         return (v.placer, v.config, refined) if v else (base, self.config(base), refined)
 
-    def place(self, setting: Setting, method: str) -> Job:
-        """The ``place`` job of ``method`` on ``setting``."""
+    def place(self, setting: Setting, method: str, seed: int | None = None) -> Job:
+        """The ``place`` job of ``method`` on ``setting`` (with ``seed``, default the run's)."""
         placer, config, refined = self.resolve(method)
-        return Job.of("place", setting=setting, method=placer, budget=self.budget(placer), seed=self.seed,
-                      config=config, refine_budget=self.budgets.search if refined else None)
+        return Job.of("place", setting=setting, method=placer, budget=self.budget(placer),
+                      seed=self.seed if seed is None else seed, config=config,
+                      refine_budget=self.budgets.search if refined else None)
+
+    def place_all(self, setting: Setting, method: str) -> list[Job]:
+        """The ``place`` jobs of ``method`` on ``setting``: one per seed of :attr:`learned_seeds` for a
+        learned placer (its variants and refined placements included), else one."""
+        if self.resolve(method)[0] in LEARNED:
+            return [self.place(setting, method, s) for s in self.learned_seeds]
+        return [self.place(setting, method)]
+
+    def result(self, store: Store, setting: Setting, method: str) -> dict:
+        """``method``'s result on ``setting``; over several seeds, the first seed's with ``step_s`` the mean
+        of the seeds' steps (None unless every seed's placement ran) and ``seed_steps_s`` each seed's."""
+        rs = [store[j] for j in self.place_all(setting, method)]
+        if len(rs) == 1:
+            return rs[0]
+        failed = next((r for r in rs if not r["ok"]), None)
+        out = {**rs[0], **(failed or {}), "seed_steps_s": [r["step_s"] for r in rs]}
+        out["step_s"] = None if failed else sum(r["step_s"] for r in rs) / len(rs)
+        for k in ("search_s", "wall_s"):
+            out[k] = sum(r[k] for r in rs) / len(rs)
+        return out
 
     def methods(self, methods: tuple[str, ...]) -> tuple[str, ...]:
         """``methods`` with each variant after its placer (and the placer's ``+refine``) where the placer
-        is one of them."""
+        is one of them, a learned placer's learning-off self first."""
         out = list(methods)
-        for v in self.variants:
+        offs = [o for m in methods if m in OFF and (o := self.off(m)) is not None]
+        for v in (*offs, *self.variants):
             at = [i for i, m in enumerate(out) if self.resolve(m)[0] == v.placer]
             if at:
                 out.insert(at[-1] + 1, v.label)
@@ -123,7 +167,13 @@ class Run:
         """The run's settings and variants, a sentence for a table's header ('' when there are none)."""
         parts = [f"{p} with {_config_text(c)}" for p, c in self.configs]
         parts += [f"{v.label}: {v.placer} with {_config_text(v.config) or 'its defaults'}" for v in self.variants]
-        return ("Learned placers' settings: " + "; ".join(parts) + ".") if parts else ""
+        text = ("Learned placers' settings: " + "; ".join(parts) + ".") if parts else ""
+        if self.seeds:
+            text = (f"Learned placers over seeds {', '.join(map(str, self.seeds))} (a cell: the mean step), each "
+                    f"beside its learning-off self (`PLACER{OFF_SUFFIX}`: "
+                    + ", ".join(f"{p} with {_config_text(tuple(c.items()))}" for p, c in OFF.items())
+                    + "). " + text).strip()
+        return text
 
 
 def _check_config(placer: str, config: Config) -> None:

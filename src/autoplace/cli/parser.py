@@ -55,6 +55,16 @@ _positive_seconds = _arg_type(float, lambda v: np.isfinite(v) and 0 < v <= MAX_B
 _seed = _arg_type(int, lambda v: 0 <= v < 2**32, f"an integer seed in [0, {2**32 - 1}]")
 
 
+def _seeds(text: str) -> tuple[int, ...]:
+    """Comma-separated distinct seeds, or ``none`` (no seeds)."""
+    if text.strip() == "none":
+        return ()
+    seeds = tuple(_seed(t.strip()) for t in text.split(","))
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"expected distinct seeds, got {text!r}")
+    return seeds
+
+
 def _method_list(text: str) -> list[str]:
     """Comma-separated placer names, none empty."""
     methods = [m.strip() for m in text.split(",")]
@@ -241,14 +251,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graph", action="append", default=[], metavar="GRAPH",
                    help="run every table on this graph (file or built-in name) on the table's clusters, "
                         "in place of the paper's models; repeatable")
-    p.add_argument("--seed", type=_seed, default=0, help="every placer's seed (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="the seed of every placer but the learned ones (default 0)")
+    p.add_argument("--seeds", type=_seeds, default=(0, 1, 2), metavar="S1,S2,...",
+                   help="the learned placers' seeds, each a search of its own, each placer beside the same search "
+                        "with learning off (default 0,1,2; 'none': --seed alone, unpaired)")
     p.add_argument("--budget", type=_positive_seconds, default=None,
                    help="search placers' budget, about seconds (default 60; --quick 1)")
     p.add_argument("--learned-budget", type=_positive_seconds, default=None,
                    help="learned placers' budget, seconds of nominal work (default 600; --quick 2)")
     p.add_argument("--set", action="append", default=[], metavar="NAME.KEY=VALUE",
                    help="a learned placer's setting wherever it runs (--set rl.learning_rate=1e-3), or a --variant's "
-                        "(--set frozen.learning_rate=1e-12); results under other settings are kept apart; repeatable")
+                        "(--set frozen.learn=false); results under other settings are kept apart; repeatable")
     p.add_argument("--variant", action="append", default=[], metavar="LABEL=PLACER",
                    help="a method column LABEL beside PLACER in every table that has it: PLACER under the settings "
                         "--set LABEL.KEY=VALUE gives (the same search with learning off, another policy); repeatable")

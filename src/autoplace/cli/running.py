@@ -245,7 +245,7 @@ def _bench_run(args: argparse.Namespace):
             raise FormatError(f"--versus {text!r}: expected A:B (two methods of a table)")
         versus.append((a.strip(), b.strip()))
     return make_run(quick=args.quick, graphs=args.graph, seed=args.seed, budgets=budgets, configs=configs,
-                    variants=variants, versus=tuple(versus))
+                    variants=variants, versus=tuple(versus), seeds=args.seeds)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -302,7 +302,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 result = run_bench(args.output, tables=args.tables, quick=args.quick, graphs=args.graph,
                                    seed=args.seed, budgets=run.budgets, configs=dict(
                                        (p, dict(c)) for p, c in run.configs), variants=run.variants,
-                                   versus=run.versus, progress=on_job)
+                                   versus=run.versus, seeds=run.seeds, progress=on_job)
         except KeyboardInterrupt:
             print(f"autoplace: interrupted; finished jobs are kept in {args.output}/jobs.jsonl: run the same "
                   "command to continue", file=sys.stderr)

@@ -192,6 +192,9 @@ class GDPConfig(SearchConfig):
     """Where the policy runs: "cpu", "cuda", or "auto" (a GPU when one is present)."""
     torch_threads: int = 1
     """CPU threads for the policy (ours: more contend with the simulator and other searches)."""
+    learn: bool = True
+    """False: the same search with the policy frozen at its initialisation (no gradient step), what the
+    search finds without learning: the baseline a learned search is paired against (ours)."""
 
     #: the fields that shape the network: a saved policy keeps them
     ARCHITECTURE = ("hidden", "type_dim", "sage_layers", "placer_layers", "heads", "ff", "segment", "memory",
@@ -468,7 +471,7 @@ class GDPSearch:
             fails.append(float(1 - scores.ok.mean()))
             rewards_all.append(float(reward.mean()))
         t1 = time.monotonic()
-        for _ in range(cfg.ppo_epochs):                                    # PPO's clipped surrogate
+        for _ in range(cfg.ppo_epochs if cfg.learn else 0):                # PPO's clipped surrogate
             loss = 0.0
             for p, d, old, eps, adv in batch:
                 logits = self._logits(p).expand(d.shape[0], -1, -1)

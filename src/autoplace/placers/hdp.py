@@ -102,6 +102,9 @@ class HDPConfig(SearchConfig):
     """Where the networks run: "cpu", "cuda", or "auto"."""
     torch_threads: int = 1
     """CPU threads for the networks (ours)."""
+    learn: bool = True
+    """False: the same search with the policy frozen at its initialisation (no gradient step), what the
+    search finds without learning: the baseline a learned search is paired against (ours)."""
 
     def __post_init__(self):
         self.check(at_least_one=("groups", "samples_per_update", "grouper_hidden", "hidden", "type_dim", "device_dim"),
@@ -222,12 +225,14 @@ class HDPSearch:
         t2 = time.monotonic()
         reward = np.where(ok, np.sqrt(np.where(ok, step, 1.0)), self.failing_signal)
         adv = torch.as_tensor(reward - self.baseline, dtype=torch.float32, device=self.device)
-        loss = (adv * logp).mean()
-        self.optimizer.zero_grad()
-        loss.backward()
-        if cfg.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_([*self.grouper.parameters(), *self.placer.parameters()], cfg.grad_clip)
-        self.optimizer.step()
+        if cfg.learn:
+            loss = (adv * logp).mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            if cfg.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_([*self.grouper.parameters(), *self.placer.parameters()],
+                                               cfg.grad_clip)
+            self.optimizer.step()
         self.baseline = cfg.baseline_decay * self.baseline + (1 - cfg.baseline_decay) * float(reward.mean())
         if ok.any():
             i = int(np.argmin(step))

@@ -109,7 +109,8 @@ class RLConfig(SearchConfig):
         "device_dim": Interval("int", 1, 1024),
         "max_outputs": Interval("int", 1, 1024),
         "torch_device": TorchDevice(), "torch_threads": Interval("int", 1, 256),
-        "converged_updates": Interval("int", 0, 10**9),
+        "converged_updates": Interval("int", 0, 10**9), "attention": Options(("additive", "dot")),
+        "decide": Options(("group", "unit")),
     }
 
     groups: int = 256
@@ -156,6 +157,18 @@ class RLConfig(SearchConfig):
     """Where the policy runs: "cpu", "cuda", or "auto" (a GPU when one is present)."""
     torch_threads: int = 1
     """CPU threads for the policy (its matrices are small: more threads mostly contend; ours)."""
+    decide: str = "group"
+    """What one decision places: "group" (§3.3: every group, up to ``groups`` of them), or "unit": each
+    structural unit whole — a layer with its weights at every time step, a branch, a cell (the units of
+    :mod:`autoplace.policies.features`), where a device runs every unit whole and holds its parameters;
+    else per group (ours)."""
+    attention: str = "additive"
+    """The decoder's attention scores (:data:`~autoplace.policies.seq2seq.ATTENTION`): "additive" (§3.2,
+    Bahdanau et al.'s), or "dot", a scaled product that serves every sample of an update with one matrix
+    product per decoder step (ours)."""
+    learn: bool = True
+    """False: the same search with the policy frozen at its initialisation (no gradient step), what the
+    search finds without learning: the baseline a learned search is paired against (ours)."""
     converged_updates: int = 20
     """Stop when every sample of this many consecutive updates is one placement (ours; 0: never). With the
     exploration noise on, samples almost never repeat so: the stop is for the paper's policy."""
@@ -180,7 +193,36 @@ def rl_grouping(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0)
     time steps of every step-tagged structural group (LSTM layer, attention, softmax, embedding, cell)
     taken in the smallest blocks that make them few enough (``coarsen="steps"``); where even one block
     per layer leaves too many, or with ``coarsen="metis"``, METIS merges the groups instead. ``config``: any
-    search config with ``rules``, ``groups`` and ``coarsen`` (HTF-MPR's coarsens the same way)."""
+    search config with ``rules``, ``groups`` and ``coarsen`` (HTF-MPR's coarsens the same way); with
+    ``decide="unit"``, those groups merged into their structural units (:func:`unit_grouping`)."""
+    grouping = _rl_groups(graph, cluster, config, seed)
+    if getattr(config, "decide", "group") == "unit":
+        from autoplace.policies.features import group_features
+
+        units = unit_grouping(graph, cluster, grouping, group_features(graph, grouping, 1).unit_of_group)
+        return grouping if units is None else units
+    return grouping
+
+
+def unit_grouping(graph: Graph, cluster: Cluster, grouping: Grouping, unit: np.ndarray) -> Grouping | None:
+    """``grouping``'s groups merged by ``unit`` (group id -> unit), numbered by their first op; None where
+    some unit no single device can run whole (an op type it lacks) or hold the parameters of."""
+    op_unit = np.asarray(unit)[grouping.group]
+    _, first, inverse = np.unique(op_unit, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    merged = Grouping(rank[inverse.ravel()].astype(np.int64), tuple(f"unit{k}" for k in range(len(first))),
+                      (*grouping.rules, "unit"))
+    try:
+        feasible = grouped_graph(graph, merged, cluster).feasible
+    except InfeasibleError:                                   # a unit mixes ops no one device runs
+        return None
+    params = np.bincount(merged.group, weights=graph.param_bytes.astype(float), minlength=merged.n_groups)
+    holds = params[:, None] <= cluster.memory_bytes[None, :].astype(float)
+    return merged if (feasible & holds).any(axis=1).all() else None
+
+
+def _rl_groups(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0) -> Grouping:
     ok = feasible_devices(graph, cluster)
     base = runnable_grouping(graph, config.rules, ok)
     n_steps = 1 + max((op.meta["step"] for op in graph.ops if isinstance(op.meta.get("step"), int)), default=0)
@@ -224,7 +266,7 @@ def policy_parts(graph: Graph, cluster: Cluster, config: RLConfig, seed: int):
     def make():
         return Seq2SeqPolicy(features.n_types, features.dense.shape[1], cluster.n_devices, type_dim=config.type_dim,
                              hidden=config.hidden, device_dim=config.device_dim, temperature=config.temperature,
-                             logit_clip=config.logit_clip)
+                             logit_clip=config.logit_clip, attention=config.attention)
 
     check_network_size(make, "RL")
     with torch.random.fork_rng(devices=[]):
@@ -286,7 +328,7 @@ class RLSearch:
         t2 = time.monotonic()
         reward = np.where(scores.ok, np.sqrt(np.where(scores.ok, scores.step_time, 1.0)), self.failing_signal)
         use = scores.ok if self.updates >= cfg.only_ok_after else np.ones(len(reward), dtype=bool)
-        if use.any():
+        if use.any() and cfg.learn:
             adv = torch.as_tensor((reward - self.baseline) * use, dtype=torch.float32, device=self.device)
             loss = (adv * logp).sum() / use.sum() - cfg.entropy_weight * entropy.mean()
             self.optimizer.zero_grad()
@@ -294,6 +336,7 @@ class RLSearch:
             if cfg.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
             self.apply_gradients()
+        if use.any():
             self.baseline = cfg.baseline_decay * self.baseline + (1 - cfg.baseline_decay) * float(reward[use].mean())
         if scores.ok.any():
             k = int(np.argmin(scores.step_time))

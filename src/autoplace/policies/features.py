@@ -64,6 +64,13 @@ class GroupFeatures:
     def n_units(self) -> int:
         return int(self.unit.max()) + 1 if len(self.unit) else 0
 
+    @property
+    def unit_of_group(self) -> np.ndarray:
+        """Each group's unit by group id (``unit`` is in encoder order)."""
+        out = np.empty(self.n_groups, dtype=np.int64)
+        out[self.order] = self.unit
+        return out
+
 
 def topological_order(graph: Graph, grouping: Grouping) -> tuple[np.ndarray, np.ndarray]:
     """The groups ordered by their first op in the graph's topological order: ``order`` (group id at each

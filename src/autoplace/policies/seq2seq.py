@@ -38,7 +38,12 @@ from torch import nn
 
 from autoplace.policies.features import GroupFeatures
 
-__all__ = ["Seq2SeqPolicy", "device_mask"]
+__all__ = ["Seq2SeqPolicy", "device_mask", "ATTENTION"]
+
+#: The decoder's attention scores: Bahdanau's additive ``v^T tanh(W_h h_j + W_s s)`` (the paper's), or the
+#: scaled product ``(W_h h_j)^T (W_s s) / sqrt(H)`` (Luong et al. 2015's "general" score, scaled as in
+#: Vaswani et al. 2017), which costs one matrix product per step instead of ``k·G·H`` tanh evaluations.
+ATTENTION = ("additive", "dot")
 
 
 class Seq2SeqPolicy(nn.Module):
@@ -53,9 +58,12 @@ class Seq2SeqPolicy(nn.Module):
     """
 
     def __init__(self, n_types: int, dense_dim: int, n_devices: int, *, type_dim: int = 32, hidden: int = 128,
-                 device_dim: int = 32, temperature: float = 1.0, logit_clip: float | None = None):
+                 device_dim: int = 32, temperature: float = 1.0, logit_clip: float | None = None,
+                 attention: str = "additive"):
         super().__init__()
-        self.n_devices = n_devices
+        if attention not in ATTENTION:
+            raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
+        self.n_devices, self.attention = n_devices, attention
         self.temperature, self.logit_clip = float(temperature), logit_clip
         self.type_embedding = nn.EmbeddingBag(n_types, type_dim, mode="mean")
         self.encoder = nn.LSTM(type_dim + dense_dim, hidden, batch_first=True)
@@ -65,6 +73,7 @@ class Seq2SeqPolicy(nn.Module):
         self.attn_s = nn.Linear(hidden, hidden)
         self.attn_v = nn.Linear(hidden, 1, bias=False)
         self.out = nn.Linear(2 * hidden, n_devices)
+        self._scale = float(hidden) ** 0.5
 
     def encode(self, f: GroupFeatures) -> torch.Tensor:
         """Encoder outputs ``[1, G, hidden]``."""
@@ -81,9 +90,18 @@ class Seq2SeqPolicy(nn.Module):
 
     def _step(self, h, keys, s, c, prev, mask_t):
         """One decoder step: attention over ``h`` from state ``s``, the LSTM cell fed the previous device's
-        embedding and the context, and the masked device logits ``[k, D]``."""
-        e = self.attn_v(torch.tanh(keys + self.attn_s(s).unsqueeze(1))).squeeze(2)       # [k, G]
-        context = torch.bmm(torch.softmax(e, dim=1).unsqueeze(1), h).squeeze(1)         # [k, H]
+        embedding and the context, and the masked device logits ``[k, D]``. ``h`` and ``keys`` are ``[k, G,
+        H]``, or ``[G, H]`` where every sample reads the same encoder outputs (one matrix product then
+        serves the batch)."""
+        q = self.attn_s(s)                                                              # [k, H]
+        if self.attention == "additive":
+            e = self.attn_v(torch.tanh(keys + q.unsqueeze(1))).squeeze(2)                 # [k, G]
+        elif keys.dim() == 2:
+            e = q @ keys.T / self._scale
+        else:
+            e = torch.bmm(keys, q.unsqueeze(2)).squeeze(2) / self._scale
+        a = torch.softmax(e, dim=1)
+        context = a @ h if h.dim() == 2 else torch.bmm(a.unsqueeze(1), h).squeeze(1)    # [k, H]
         s, c = self.decoder(torch.cat([self.device_embedding(prev), context], dim=1), (s, c))
         logits = self.out(torch.cat([s, context], dim=1)) / self.temperature
         if self.logit_clip is not None:
@@ -102,10 +120,11 @@ class Seq2SeqPolicy(nn.Module):
         ``[k, G, D]``): sampled (``devices`` None) or given placements ``[k, G]``, their log-probabilities
         ``[k]`` and mean per-step entropies ``[k]``; ``unit`` ``[G]``: the structural unit of each step for
         the exploration noise (default: one unit per step)."""
-        k = h.shape[0]
+        k, G = h.shape[0], h.shape[1]
+        if self.attention == "dot" and (k == 1 or h.stride(0) == 0):   # one graph for every sample
+            h = h[0]
         keys = self.attn_h(h)
-        G = h.shape[1]
-        s = c = h.new_zeros(k, h.shape[2])
+        s = c = h.new_zeros(k, h.shape[-1])
         prev = torch.full((k,), self.n_devices, dtype=torch.long, device=h.device)
         chosen, logp, entropy = [], h.new_zeros(k), h.new_zeros(k)
         eps = None
