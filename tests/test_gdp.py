@@ -403,3 +403,104 @@ def test_learning_off_leaves_gdp_and_hdp_where_they_started_and_learning_on_move
             on.update(), off.update()
         moved = [not all(torch.equal(b[k], v) for k, v in n.state_dict().items()) for b, n in zip(before, nets)]
         assert moved == [True, False], type(on).__name__
+
+
+def test_paper_mode_is_the_ppo_objective_with_the_running_mean_baseline_computed_by_hand():
+    """One node, two devices: in the first PPO epoch the ratio is 1 and the clipped surrogate's gradient on
+    the output bias is -(1/K) sum_i A_i (e_{d_i} - pi), with R = -sqrt(step) and A = R - the mean of the
+    graph's earlier rewards (the batch's own mean on the first update), nothing of ours in between."""
+    from autoplace.cluster import Cluster, Device, LinkSpec
+
+    g = Graph([Op("op0", "mm", output_bytes=(8,), flops=1e9, param_bytes=100)], name="one")
+    c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e11, 1e11)],
+                default_link=LinkSpec(1e9, 1e-6))
+    search = GDPSearch([g], [c], GDPConfig(paper=True, **SMALL), seed=0)
+    assert search.config.prior is None and not search.config.normalize_advantage
+    p, seen, grads = search.problems[0], [], []
+    scorer = p.evaluate
+
+    def record(groups):
+        seen.append(groups.copy())
+        return scorer(groups)
+
+    p.evaluate = record
+    step = search.optimizer.step
+    search.optimizer.step = lambda: (grads.append(search.policy.placer.out.bias.grad.clone()), step())[1]
+    earlier = []
+    for _ in range(2):
+        with torch.no_grad():
+            pi = torch.softmax(search._logits(p), dim=1)[0].numpy()
+        grads.clear()
+        search.update()
+        d = seen[-1][:, 0]
+        r = -np.sqrt([simulate(g, c, np.array([k])).step_time for k in d])
+        baseline = np.mean(earlier) if earlier else r.mean()
+        expected = -sum((ri - baseline) * (np.eye(len(pi))[k] - pi) for ri, k in zip(r, d)) / len(d)
+        assert np.allclose(grads[0].numpy(), expected, rtol=1e-4, atol=1e-7)
+        assert len(grads) == search.config.ppo_epochs
+        earlier += r.tolist()
+    assert p.reward_sum == pytest.approx(sum(earlier)) and p.reward_n == len(earlier)
+
+
+def test_ppo_clips_the_ratio_in_later_epochs_as_schulman_et_al():
+    """A large step makes the second epoch's ratios r = pi'(d)/pi(d) leave [1 - eps, 1 + eps]: a sample
+    whose ratio has passed the clip on the side its advantage pushes toward gives no gradient; the others
+    give -(1/K) A_i r_i (e_{d_i} - pi')."""
+    from autoplace.cluster import Cluster, Device, LinkSpec
+
+    g = Graph([Op("op0", "mm", output_bytes=(8,), flops=1e9, param_bytes=100)], name="one")
+    c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e11, 1e11)],
+                default_link=LinkSpec(1e9, 1e-6))
+    search = GDPSearch([g], [c], GDPConfig(paper=True, learning_rate=0.002, ppo_epochs=2, **SMALL), seed=0)
+    p, seen, grads, pis = search.problems[0], [], [], []
+    scorer = p.evaluate
+    p.evaluate = lambda groups: (seen.append(groups.copy()), scorer(groups))[1]
+    step = search.optimizer.step
+
+    def record():
+        grads.append(search.policy.placer.out.bias.grad.clone())
+        with torch.no_grad():
+            pis.append(torch.softmax(search._logits(p), dim=1)[0].numpy())
+        step()
+
+    search.optimizer.step = record
+    search.update()
+    d = seen[0][:, 0]
+    r = -np.sqrt([simulate(g, c, np.array([k])).step_time for k in d])
+    a = r - r.mean()
+    ratio = pis[1][d] / pis[0][d]
+    eps = search.config.clip
+    active = np.where(a > 0, ratio < 1 + eps, ratio > 1 - eps)
+    assert not active.all() and active.any()                         # the clip bites on some samples only
+    expected = -sum(ai * ri * (np.eye(len(pis[1]))[k] - pis[1]) for ai, ri, k, on in zip(a, ratio, d, active)
+                    if on) / len(d)
+    assert np.allclose(grads[1].numpy(), expected, rtol=1e-4, atol=1e-7)
+
+
+def test_hdp_paper_mode_trains_the_grouper_on_the_joint_placements_reward_computed_by_hand():
+    """One node, two groups, two devices: the grouper's output bias gets (1/K) sum_i (R_i - B)(e_{g_i} -
+    pi_g), R_i = sqrt(step) of the joint sample i (its group and the device the placer gave that group),
+    B the failing signal; then B moves to 0.9 B + 0.1 mean(R)."""
+    from autoplace.cluster import Cluster, Device, LinkSpec
+
+    g = Graph([Op("op0", "mm", output_bytes=(8,), flops=1e9, param_bytes=100)], name="one")
+    c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e11, 1e11)],
+                default_link=LinkSpec(1e9, 1e-6))
+    search = HDPSearch(g, c, HDPConfig(paper=True, groups=2, hidden=16, samples_per_update=8), seed=0)
+    assert search.config.grad_clip is None
+    seen, grads = [], []
+    scorer = search.evaluate
+    search.evaluate = lambda groups: (seen.append(groups.copy()), scorer(groups))[1]
+    step = search.optimizer.step
+    search.optimizer.step = lambda: (grads.append(search.grouper.net[-1].bias.grad.clone()), step())[1]
+    with torch.no_grad():
+        pi_g = torch.softmax(search.grouper(search.features), dim=1)
+    replay = torch.Generator().set_state(search.generator.get_state())
+    assign = torch.multinomial(pi_g.cpu(), 8, replacement=True, generator=replay).T[:, 0].numpy()
+    b0 = search.baseline
+    search.update()
+    r = np.sqrt([simulate(g, c, np.array([k])).step_time for k in seen[0][:, 0]])
+    expected = sum((ri - b0) * (np.eye(2)[gi] - pi_g[0].numpy()) for ri, gi in zip(r, assign)) / 8
+    assert np.allclose(grads[0].numpy(), expected, rtol=1e-4, atol=1e-7)
+    assert search.baseline == pytest.approx(0.9 * b0 + 0.1 * r.mean())
+    assert len(set(assign.tolist())) == 2

@@ -412,3 +412,35 @@ def test_a_unit_no_device_runs_whole_is_placed_per_group():
     heavy = Graph([Op(o.name, o.type, o.inputs, output_bytes=(8,), flops=1e6, param_bytes=100, meta=o.meta)
                    for o in ops], name="heavy")                  # 200 bytes of weights: no device holds both
     assert rl_grouping(heavy, tiny, RLConfig(decide="unit", group_rules="colocation")).n_groups == 2
+
+
+def test_paper_mode_is_eq_3_and_the_moving_average_baseline_computed_by_hand():
+    """One group, two devices: log p(d) = b_d - logsumexp(b) + ..., so the gradient on the output layer's bias
+    is (1/K) sum_i (R_i - B)(e_{d_i} - pi) (eq. 3, R = sqrt(step)), with nothing of ours in between (no
+    noise, clip or gradient clipping), and B moves to 0.9 B + 0.1 mean(R) from the failing signal."""
+    ops = [Op("op0", "mm", output_bytes=(8,), flops=1e9, param_bytes=100)]
+    g, c = Graph(ops, name="one"), three_groups()[1]
+    search = RLSearch(g, c, RLConfig(paper=True, samples_per_update=8), seed=0)
+    assert search.config.exploration_noise == 0 and search.config.grad_clip is None
+    seen, grads = [], []
+    scorer = search.evaluate
+
+    def record(groups):
+        seen.append(groups.copy())
+        return scorer(groups)
+
+    search.evaluate = record
+    step = search.optimizer.step
+    search.optimizer.step = lambda: (grads.append(search.policy.out.bias.grad.clone()), step())[1]
+    with torch.no_grad():
+        pi = torch.stack([search.policy.log_prob(search.features, search.mask, torch.tensor([[d]])).exp()[0]
+                          for d in range(2)])
+    b0 = search.baseline
+    assert b0 == pytest.approx(search.failing_signal)
+    search.update()
+    d = seen[0][:, 0]
+    r = np.sqrt([simulate(g, c, np.array([k])).step_time for k in d])
+    expected = sum((ri - b0) * (np.eye(2)[k] - pi.numpy()) for ri, k in zip(r, d)) / 8
+    assert np.allclose(grads[0].numpy(), expected, rtol=1e-4, atol=1e-7)
+    assert search.baseline == pytest.approx(0.9 * b0 + 0.1 * r.mean())
+    assert len(set(d.tolist())) == 2                                   # both devices sampled: a real test

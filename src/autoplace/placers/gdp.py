@@ -192,15 +192,25 @@ class GDPConfig(SearchConfig):
     """Where the policy runs: "cpu", "cuda", or "auto" (a GPU when one is present)."""
     torch_threads: int = 1
     """CPU threads for the policy (ours: more contend with the simulator and other searches)."""
+    paper: bool = False
+    """True: the paper's algorithm (§4.1) with nothing of ours on — the settings :attr:`PAPER` lists take
+    the paper's values; the rest keep theirs (the paper gives no sizes, rate or PPO epochs)."""
     learn: bool = True
     """False: the same search with the policy frozen at its initialisation (no gradient step), what the
     search finds without learning: the baseline a learned search is paired against (ours)."""
+
+    #: what the paper fixes (§4.1): the network alone (no prior, no structured noise), the raw advantage
+    #: (reward minus the mean of the graph's previous rewards), no entropy bonus, no gradient clipping, -10
+    #: for a failing placement
+    PAPER = {"prior": None, "unit_moves": 0.0, "normalize_advantage": False, "entropy_weight": 0.0,
+             "grad_clip": None, "invalid_reward": -10.0}
 
     #: the fields that shape the network: a saved policy keeps them
     ARCHITECTURE = ("hidden", "type_dim", "sage_layers", "placer_layers", "heads", "ff", "segment", "memory",
                     "attention", "superposition", "max_devices")
 
     def __post_init__(self):
+        self.apply_paper()
         self.check(at_least_one=("hidden", "type_dim", "placer_layers", "heads", "ff", "segment", "max_devices",
                                  "samples_per_update", "ppo_epochs", "zero_shot_samples"), positive=("learning_rate",))
         if self.hidden % self.heads:

@@ -74,6 +74,10 @@ class HDPConfig(SearchConfig):
         "torch_device": TorchDevice(), "torch_threads": Interval("int", 1, 256),
     }
 
+    #: what the paper's description fixes: the joint REINFORCE step alone, no gradient clipping (its tanh bound
+    #: on the placer's logits is the paper's and stays)
+    PAPER = {"grad_clip": None}
+
     groups: int = 64
     """Groups the grouper's softmax chooses from (ours)."""
     group_rules: str = "colocation"
@@ -102,11 +106,14 @@ class HDPConfig(SearchConfig):
     """Where the networks run: "cpu", "cuda", or "auto"."""
     torch_threads: int = 1
     """CPU threads for the networks (ours)."""
+    paper: bool = False
+    """True: the paper's joint update with nothing of ours on (the settings :attr:`PAPER` lists)."""
     learn: bool = True
     """False: the same search with the policy frozen at its initialisation (no gradient step), what the
     search finds without learning: the baseline a learned search is paired against (ours)."""
 
     def __post_init__(self):
+        self.apply_paper()
         self.check(at_least_one=("groups", "samples_per_update", "grouper_hidden", "hidden", "type_dim", "device_dim"),
                    positive=("learning_rate",))
         if not 0 <= self.baseline_decay < 1:

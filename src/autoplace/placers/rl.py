@@ -113,6 +113,11 @@ class RLConfig(SearchConfig):
         "decide": Options(("group", "unit")),
     }
 
+    #: what the paper fixes (§3): no exploration noise, no logit bound, temperature or entropy bonus, no
+    #: gradient clipping, no convergence stop, Bahdanau's attention, a decision per group
+    PAPER = {"exploration_noise": 0.0, "logit_clip": None, "temperature": 1.0, "entropy_weight": 0.0,
+             "grad_clip": None, "converged_updates": 0, "attention": "additive", "decide": "group"}
+
     groups: int = 256
     """Groups the policy places: at most about this many (ours; see :func:`rl_grouping`)."""
     group_rules: str = "colocation,gradient,structure,structure-first"
@@ -166,6 +171,9 @@ class RLConfig(SearchConfig):
     """The decoder's attention scores (:data:`~autoplace.policies.seq2seq.ATTENTION`): "additive" (§3.2,
     Bahdanau et al.'s), or "dot", a scaled product that serves every sample of an update with one matrix
     product per decoder step (ours)."""
+    paper: bool = False
+    """True: the paper's algorithm (§3) with nothing of ours on — the settings :attr:`PAPER` lists take the
+    paper's values; the rest keep theirs (the paper gives no learning rate, sizes or failing signal)."""
     learn: bool = True
     """False: the same search with the policy frozen at its initialisation (no gradient step), what the
     search finds without learning: the baseline a learned search is paired against (ours)."""
@@ -174,6 +182,7 @@ class RLConfig(SearchConfig):
     exploration noise on, samples almost never repeat so: the stop is for the paper's policy."""
 
     def __post_init__(self):
+        self.apply_paper()
         self.check(at_least_one=("groups", "samples_per_update"), positive=("learning_rate",))
         if not 0 <= self.baseline_decay < 1:
             raise AutoplaceError(f"RLConfig.baseline_decay must be in [0, 1), got {self.baseline_decay!r}")

@@ -138,6 +138,8 @@ class SearchConfig:
     LABEL = ""
     #: setting name -> its range (:class:`Interval`, :class:`Options`, :class:`TorchDevice`)
     CONSTRAINTS: dict = {}
+    #: the settings ``paper=True`` fixes: the published algorithm's values, and off for every addition of ours
+    PAPER: dict = {}
     group_rules: str
 
     @property
@@ -155,7 +157,19 @@ class SearchConfig:
         unknown = sorted(set(values) - set(cls.field_names()))
         if unknown:
             raise AutoplaceError(f"unknown {cls.LABEL} setting {unknown[0]!r} (known: {', '.join(cls.field_names())})")
+        if values.get("paper") is True:
+            for k, v in values.items():
+                if k in cls.PAPER and v != cls.PAPER[k]:
+                    raise AutoplaceError(f"{cls.LABEL}: paper=true fixes {k} to {cls.PAPER[k]!r}: leave {k} out "
+                                         f"(or set paper=false)")
         return cls(**values)
+
+    def apply_paper(self) -> None:
+        """With ``paper`` set, the fields :attr:`PAPER` fixes take the paper's values (call first in
+        ``__post_init__``)."""
+        if getattr(self, "paper", False) is True:
+            for k, v in self.PAPER.items():
+                object.__setattr__(self, k, v)
 
     def check(self, *, at_least_one: tuple[str, ...] = (), positive: tuple[str, ...] = ()) -> None:
         """One clear error unless the fields ``at_least_one`` are >= 1, the fields ``positive`` > 0, and
