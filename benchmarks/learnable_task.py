@@ -5,7 +5,8 @@ thirty unequal weights is rarely within a percent of the even split.
     .venv/bin/python benchmarks/learnable_task.py
 
 Prints, over seeds 0–2 at equal evaluations: HTF-MPR with its GBR predictor against random screening
-(``model=random``), and the RL placer against the same search with learning off (learning rate 1e-12):
+(``model=random``), and the RL placer against the same search with learning off (``learn=false``), with
+its baseline started at the failing signal (the default) and at the first update's mean reward:
 each seed's best step, and the mean ± sd and min.
 """
 
@@ -50,9 +51,12 @@ def main() -> None:
             steps = [htf_mpr_search(g, c, budget=SearchBudget(samples=n), seed=s,
                                     config=HTFMPRConfig(model=model)).placement.meta["best_step_s"] for s in SEEDS]
             rows.append(row(f"htf-mpr, {model} screening, {n} evaluations", steps))
-    for label, lr in (("rl (learning)", 3e-4), ("rl, learning off (lr 1e-12)", 1e-12)):
+    for label, cfg in (("rl (learning)", {}), ("rl, learning off", {"learn": False}),
+                       ("rl, baseline from the first rewards", {"baseline_start": "first"}),
+                       ("rl, baseline from the first rewards, learning off", {"baseline_start": "first",
+                                                                              "learn": False})):
         steps = [rl_search(g, c, budget=SearchBudget(samples=400), seed=s,
-                           config=RLConfig(learning_rate=lr)).placement.meta["best_step_s"] for s in SEEDS]
+                           config=RLConfig(**cfg)).placement.meta["best_step_s"] for s in SEEDS]
         rows.append(row(f"{label}, 400 samples", steps))
     print_table(cols, rows)
 

@@ -444,3 +444,22 @@ def test_paper_mode_is_eq_3_and_the_moving_average_baseline_computed_by_hand():
     assert np.allclose(grads[0].numpy(), expected, rtol=1e-4, atol=1e-7)
     assert search.baseline == pytest.approx(0.9 * b0 + 0.1 * r.mean())
     assert len(set(d.tolist())) == 2                                   # both devices sampled: a real test
+
+
+@pytest.mark.slow
+def test_learning_beats_its_frozen_self_where_each_group_has_a_better_device():
+    """Forty independent products on two GPUs, one ten times faster: the best placement puts about nine in
+    ten products on the fast GPU — a rule per group that learning finds and random search does not (a
+    uniform sample puts half on the slow GPU, and 400 of them leave the best with about a quarter there,
+    roughly three times the optimal step). Started from its first rewards, the learned search reaches the
+    optimum on 3 of 3 seeds, each faster than the same search with learning off."""
+    n = 40
+    ops = [Op("x", "input", output_bytes=(8,))] + [Op(f"op{i}", "mm", ("x",), output_bytes=(8,), flops=1e9)
+                                                   for i in range(n)]
+    g = Graph([*ops, Op("sum", "add", tuple(f"op{i}" for i in range(n)), output_bytes=(8,), flops=1e3)], name="rule")
+    c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e11, 1e11)],
+                default_link=LinkSpec(1e10, 1e-6))
+    best = {learn: [rl_search(g, c, budget=SearchBudget(samples=400), seed=s,
+                              config=RLConfig(baseline_start="first", learn=learn)).placement.meta["best_step_s"]
+                    for s in (0, 1, 2)] for learn in (True, False)}
+    assert all(on < 0.8 * off for on, off in zip(best[True], best[False])), best

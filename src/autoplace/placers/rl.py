@@ -110,13 +110,14 @@ class RLConfig(SearchConfig):
         "max_outputs": Interval("int", 1, 1024),
         "torch_device": TorchDevice(), "torch_threads": Interval("int", 1, 256),
         "converged_updates": Interval("int", 0, 10**9), "attention": Options(("additive", "dot")),
-        "decide": Options(("group", "unit")),
+        "decide": Options(("group", "unit")), "baseline_start": Options(("failing", "first")),
     }
 
     #: what the paper fixes (§3): no exploration noise, no logit bound, temperature or entropy bonus, no
     #: gradient clipping, no convergence stop, Bahdanau's attention, a decision per group
     PAPER = {"exploration_noise": 0.0, "logit_clip": None, "temperature": 1.0, "entropy_weight": 0.0,
-             "grad_clip": None, "converged_updates": 0, "attention": "additive", "decide": "group"}
+             "grad_clip": None, "converged_updates": 0, "attention": "additive", "decide": "group",
+             "baseline_start": "failing"}
 
     groups: int = 256
     """Groups the policy places: at most about this many (ours; see :func:`rl_grouping`)."""
@@ -133,6 +134,9 @@ class RLConfig(SearchConfig):
     Table 2's six settings)."""
     baseline_decay: float = 0.9
     """B <- decay * B + (1 - decay) * mean reward of an update (§3.1: a simple moving average)."""
+    baseline_start: str = "failing"
+    """Where B starts: "failing", the failing signal (§3.1: "more exploration"), or "first", the first
+    update's mean reward (ours)."""
     failing_factor: float = 10.0
     """A failing placement scores as this many times the serial step on the slowest devices (ours)."""
     only_ok_after: int = 5000
@@ -337,6 +341,8 @@ class RLSearch:
         t2 = time.monotonic()
         reward = np.where(scores.ok, np.sqrt(np.where(scores.ok, scores.step_time, 1.0)), self.failing_signal)
         use = scores.ok if self.updates >= cfg.only_ok_after else np.ones(len(reward), dtype=bool)
+        if cfg.baseline_start == "first" and self.updates == 0 and use.any():
+            self.baseline = float(reward[use].mean())
         if use.any() and cfg.learn:
             adv = torch.as_tensor((reward - self.baseline) * use, dtype=torch.float32, device=self.device)
             loss = (adv * logp).sum() / use.sum() - cfg.entropy_weight * entropy.mean()
