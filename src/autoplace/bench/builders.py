@@ -36,8 +36,11 @@ def classic_placers() -> tuple[str, ...]:
     return ("auto", *(n for n in available_placers(include_learned=False) if n != "auto"))
 
 
-def _table(spec: TableSpec, run: Run) -> Table:
-    return Table(spec.name, spec.title, spec.about, budgets=run.budgets, seed=run.seed, note=run.note())
+def _table(spec: TableSpec, run: Run, learned: bool = False, paired: bool = True) -> Table:
+    """The table's header; ``learned``: it shows learned searches run over the run's seeds, ``paired``:
+    beside their learning-off selves."""
+    return Table(spec.name, spec.title, spec.about, budgets=run.budgets, seed=run.seed,
+                 note=run.note(learned, paired))
 
 
 def _methods(spec: TableSpec, run: Run) -> tuple[str, ...]:
@@ -105,7 +108,7 @@ def build_placer_table(spec: TableSpec, settings, run: Run, store: Store) -> Tab
                 *([fmt_speedup(geomean([results[s]["single-gpu"]["step_s"] / results[s][m]["step_s"]
                                         for s in settings if results[s]["single-gpu"]["ok"] and results[s][m]["ok"]]))]
                   if one_gpu else [])] for m in methods]
-    t = _table(spec, run)
+    t = _table(spec, run, any(run.resolve(m)[0] in LEARNED for m in methods))
     t.add_section(f"Speedup over {spec.baseline}" + (", ours / paper" if has_paper else ""), ["setting", *methods],
                   wide)
     t.add_section(f"Geometric mean of the speedup over {spec.baseline}",
@@ -416,7 +419,7 @@ def build_gdp_batch(spec: TableSpec, settings, run: Run, store: Store) -> Table:
     g, pg = geomean(gains), geomean(pgains)
     rows.append(["geometric mean", "–", "–", "–", "–", "–" if g is None else f"{1 - g:+.1%}",
                  "–" if pg is None else f"{1 - pg:+.1%}", "–"])
-    t = _table(spec, run)
+    t = _table(spec, run, True, paired=False)
     t.add_section(f"GDP-batch against GDP-one (one policy trained {batch['updates']} updates over "
                   f"{len(settings)} graphs in {batch['wall_s']:.0f} s)",
                   ["setting", "gdp-one (s)", "gdp-batch (s)", "expert (s)", "auto (s)", "batch run-time gain",
@@ -488,7 +491,7 @@ def build_holdout(spec: TableSpec, settings, run: Run, store: Store) -> Table:
                f"at least as fast as expert and HDP on {beats['fine-tune']}/{n}"],
               ["zero-shot", published.GDP_FIGURE2_CLAIMS["zero-shot"],
                f"at least as fast as expert and HDP on {beats['zero-shot']}/{n}"]]
-    t = _table(spec, run)
+    t = _table(spec, run, True, paired=False)
     t.add_section("Held-out graphs (step in seconds)",
                   ["held out", "zero-shot", "fine-tune", "gdp-one", "hdp", "expert", "auto", "pre-train (s)",
                    "zero-shot (s)", "fine-tune (s)"], rows)

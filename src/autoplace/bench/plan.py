@@ -163,16 +163,19 @@ class Run:
                 out.insert(at[-1] + 1, v.label)
         return tuple(out)
 
-    def note(self) -> str:
-        """The run's settings and variants, a sentence for a table's header ('' when there are none)."""
+    def note(self, learned: bool = True, paired: bool = True) -> str:
+        """The run's settings and variants, a sentence for a table's header ('' when there are none);
+        ``learned``: the table shows learned searches over the seeds, ``paired``: beside their learning-off
+        selves."""
         parts = [f"{p} with {_config_text(c)}" for p, c in self.configs]
         parts += [f"{v.label}: {v.placer} with {_config_text(v.config) or 'its defaults'}" for v in self.variants]
         text = ("Learned placers' settings: " + "; ".join(parts) + ".") if parts else ""
-        if self.seeds:
-            text = (f"Learned placers over seeds {', '.join(map(str, self.seeds))} (a cell: the mean step), each "
-                    f"beside its learning-off self (`PLACER{OFF_SUFFIX}`: "
-                    + ", ".join(f"{p} with {_config_text(tuple(c.items()))}" for p, c in OFF.items())
-                    + "). " + text).strip()
+        if self.seeds and learned:
+            off = (f", each beside its learning-off self (`PLACER{OFF_SUFFIX}`: "
+                   + ", ".join(f"{p} with {_config_text(tuple(c.items()))}" for p, c in OFF.items()) + ")"
+                   if paired else "")
+            text = (f"Learned placers over seeds {', '.join(map(str, self.seeds))} (a cell: the mean step){off}. "
+                    + text).strip()
         return text
 
 
