@@ -33,3 +33,13 @@ def two():
 
 def chain(n: int = 3, cost=1.0, out=100) -> Graph:
     return Graph([op(f"n{i}", [f"n{i-1}"] if i else [], cost, out) for i in range(n)], name="chain")
+
+
+def spy_on_updates(holder, optimizer, param):
+    """Lists that fill as a search updates: every batch of placements ``holder.evaluate`` scores, and
+    ``param``'s gradient at every step of ``optimizer`` (taken just before the step)."""
+    seen, grads = [], []
+    scorer, step = holder.evaluate, optimizer.step
+    holder.evaluate = lambda groups: (seen.append(groups.copy()), scorer(groups))[1]
+    optimizer.step = lambda: (grads.append(param.grad.clone()), step())[1]
+    return seen, grads

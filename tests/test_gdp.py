@@ -9,6 +9,7 @@ from statistics import NormalDist
 
 import numpy as np
 import pytest
+from conftest import spy_on_updates
 
 torch = pytest.importorskip("torch")
 
@@ -416,16 +417,8 @@ def test_paper_mode_is_the_ppo_objective_with_the_running_mean_baseline_computed
                 default_link=LinkSpec(1e9, 1e-6))
     search = GDPSearch([g], [c], GDPConfig(paper=True, **SMALL), seed=0)
     assert search.config.prior is None and not search.config.normalize_advantage
-    p, seen, grads = search.problems[0], [], []
-    scorer = p.evaluate
-
-    def record(groups):
-        seen.append(groups.copy())
-        return scorer(groups)
-
-    p.evaluate = record
-    step = search.optimizer.step
-    search.optimizer.step = lambda: (grads.append(search.policy.placer.out.bias.grad.clone()), step())[1]
+    p = search.problems[0]
+    seen, grads = spy_on_updates(p, search.optimizer, search.policy.placer.out.bias)
     earlier = []
     for _ in range(2):
         with torch.no_grad():
@@ -488,11 +481,7 @@ def test_hdp_paper_mode_trains_the_grouper_on_the_joint_placements_reward_comput
                 default_link=LinkSpec(1e9, 1e-6))
     search = HDPSearch(g, c, HDPConfig(paper=True, groups=2, hidden=16, samples_per_update=8), seed=0)
     assert search.config.grad_clip is None
-    seen, grads = [], []
-    scorer = search.evaluate
-    search.evaluate = lambda groups: (seen.append(groups.copy()), scorer(groups))[1]
-    step = search.optimizer.step
-    search.optimizer.step = lambda: (grads.append(search.grouper.net[-1].bias.grad.clone()), step())[1]
+    seen, grads = spy_on_updates(search, search.optimizer, search.grouper.net[-1].bias)
     with torch.no_grad():
         pi_g = torch.softmax(search.grouper(search.features), dim=1)
     replay = torch.Generator().set_state(search.generator.get_state())

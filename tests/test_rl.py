@@ -7,6 +7,7 @@ import csv
 
 import numpy as np
 import pytest
+from conftest import spy_on_updates
 
 torch = pytest.importorskip("torch")
 
@@ -422,16 +423,7 @@ def test_paper_mode_is_eq_3_and_the_moving_average_baseline_computed_by_hand():
     g, c = Graph(ops, name="one"), three_groups()[1]
     search = RLSearch(g, c, RLConfig(paper=True, samples_per_update=8), seed=0)
     assert search.config.exploration_noise == 0 and search.config.grad_clip is None
-    seen, grads = [], []
-    scorer = search.evaluate
-
-    def record(groups):
-        seen.append(groups.copy())
-        return scorer(groups)
-
-    search.evaluate = record
-    step = search.optimizer.step
-    search.optimizer.step = lambda: (grads.append(search.policy.out.bias.grad.clone()), step())[1]
+    seen, grads = spy_on_updates(search, search.optimizer, search.policy.out.bias)
     with torch.no_grad():
         pi = torch.stack([search.policy.log_prob(search.features, search.mask, torch.tensor([[d]])).exp()[0]
                           for d in range(2)])
