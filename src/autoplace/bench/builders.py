@@ -174,7 +174,7 @@ def _seeds_section(t: Table, settings, methods, results: dict, run: Run) -> None
                          f"{geomean(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f})"])
     for m, per_setting in pooled.items():
         per_seed = [geomean([r[i] for r in per_setting]) for i in range(len(run.learned_seeds))]
-        rows.append(["geometric mean", m, "", "", f"{geomean([x for r in per_setting for x in r]):.3f} "
+        rows.append(["geometric mean", m, "–", "–", f"{geomean([x for r in per_setting for x in r]):.3f} "
                      f"(per seed {min(per_seed):.3f}–{max(per_seed):.3f})"])
     if rows:
         seeds = ", ".join(map(str, run.learned_seeds))
