@@ -432,6 +432,7 @@ def test_a_variant_is_a_column_beside_its_placer_keyed_by_its_settings(tmp_path,
     assert "random: htf-mpr with model=random" in (tmp_path / "htf-mpr.md").read_text()
     index = (tmp_path / "README.md").read_text()
     assert "--tables htf-mpr --budget 0.5 --learned-budget 0.5 --variant random=htf-mpr --set random.model=" in index
+    assert index.count("--seeds none --seed 0") == 1                 # the command runs the same jobs again
     assert main([*args, "--set", "htf-mpr.population=6"]) == 0
     assert json.loads(capsys.readouterr().out)["ran"] == 1          # htf-mpr again, under its new settings
     assert main([a if a != "htf-mpr" else "schedulers" for a in args]) == 0
@@ -674,3 +675,35 @@ def test_tables_build_from_any_store_line_that_passes_the_check(tmp_path):
             assert _quick_tables(folder) is None
             rejected += 1
     assert built and rejected
+
+
+@pytest.mark.parametrize("seeds", [(0,), (0, 1)])
+def test_seeded_tables_from_made_up_steps_one_seed_or_a_failing_one(tmp_path, seeds):
+    """One seed still pairs each learned placer with its learning-off self; a seed that fails makes the
+    method's cell that failure (its own fields, not the first seed's), and a failed method never wins a
+    section."""
+    from autoplace.bench import QUICK, make_run
+    from autoplace.bench.builders import build_placer_table
+
+    run = make_run(budgets=QUICK, seeds=seeds)
+    spec = TABLES["htf-mpr"]
+    s = Setting("alexnet", "gtx1050tix2")
+    store = Store(tmp_path)
+    store.add(Job.of("bounds", setting=s), {"critical_path_s": 0.5, "load_s": 0.25, "ops": 10})
+    for m in run.methods(spec.methods):
+        for job in run.place_all(s, m):
+            seed = dict(job.args)["seed"]
+            fail = m == "htf-mpr" and seed == 1
+            store.add(job, {"step_s": None if fail else 1.0 + 0.1 * seed, "ok": not fail,
+                            "oom": ["gpu:0"] if fail else [], "error": None, "search_s": 0.5, "wall_s": 0.6,
+                            **({} if fail else {"worst_case_speedup": 9.0 if m == "htf-mpr" else 1.1,
+                                                "one_gpu_s": 2.0})})
+    t = build_placer_table(spec, (s,), run, store)
+    every = {r[1]: r for r in next(x for x in t.sections if x.title == "Every cell").rows}
+    paired = next(x for x in t.sections if x.title.startswith("Learned placers over seeds")).rows
+    if seeds == (0,):
+        assert every["htf-mpr"][2] == "1 ± 0 (1)" and paired[0][4] == "1.000 (1.000–1.000)"
+    else:
+        assert every["htf-mpr"][2] == "OOM (gpu:0)" and paired[0][4] == "–"
+        robust = next(x for x in t.sections if x.title.startswith("Under the cost model"))
+        assert "htf-mpr (" not in robust.rows[0][3]

@@ -455,3 +455,18 @@ def test_learning_beats_its_frozen_self_where_each_group_has_a_better_device():
                               config=RLConfig(baseline_start="first", learn=learn)).placement.meta["best_step_s"]
                     for s in (0, 1, 2)] for learn in (True, False)}
     assert all(on < 0.8 * off for on, off in zip(best[True], best[False])), best
+
+
+def test_units_whose_weights_cannot_share_the_devices_are_placed_per_group():
+    """Three units of two 50-byte layers each on two GPUs of 190 bytes: each unit fits one GPU, but no two
+    fit one together, so no placement of whole units fits; the search decides per group and finds one."""
+    from autoplace.placers.rl import rl_grouping
+
+    ops = [Op(f"u{u}s{t}", "mm", (f"u{u}s{t - 1}",) if t else (), output_bytes=(8,), flops=1e6, param_bytes=50,
+              meta={"layer": f"L{u}", "step": t}) for u in range(3) for t in range(2)]
+    g = Graph(ops, name="three-units")
+    c = Cluster("c", [Device("gpu:0", "gpu", 190, 1e12, 1e11), Device("gpu:1", "gpu", 190, 1e12, 1e11)],
+                default_link=LinkSpec(1e9, 1e-6))
+    config = RLConfig(decide="unit", group_rules="colocation", samples_per_update=4)
+    assert rl_grouping(g, c, config).n_groups == 6
+    assert rl_search(g, c, budget=SearchBudget(samples=40), config=config, seed=0).placement.meta["best_step_s"] > 0

@@ -116,8 +116,7 @@ def command(tables: Sequence[str] | None, run: Run) -> str:
     parts += [f"--set {name}.{k}={json.dumps(x)}" for name, c in (*run.configs, *((v.label, v.config)
                                                                                    for v in run.variants))
               for k, x in c]
-    if run.seeds:
-        parts.append(f"--seeds {','.join(map(str, run.seeds))}")
+    parts.append(f"--seeds {','.join(map(str, run.seeds)) or 'none'}")
     return " ".join([*parts, f"--seed {run.seed}"])
 
 

@@ -297,7 +297,7 @@ def _uncertainty_section(t: Table, settings, methods, results: dict) -> None:
         auto = res["auto"]
         if "worst_case_speedup" not in auto:
             continue                                    # one GPU does not hold the graph (or auto failed)
-        robust = max((m for m in methods if "worst_case_speedup" in res[m]),
+        robust = max((m for m in methods if res[m]["ok"] and "worst_case_speedup" in res[m]),
                      key=lambda m: res[m]["worst_case_speedup"])
         rows.append([s.key, fmt_speedup(auto["one_gpu_s"] / auto["step_s"]),
                      fmt_speedup(auto["worst_case_speedup"]),

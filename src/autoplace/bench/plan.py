@@ -140,13 +140,14 @@ class Run:
         return [self.place(setting, method)]
 
     def result(self, store: Store, setting: Setting, method: str) -> dict:
-        """``method``'s result on ``setting``; over several seeds, the first seed's with ``step_s`` the mean
-        of the seeds' steps (None unless every seed's placement ran) and ``seed_steps_s`` each seed's."""
+        """``method``'s result on ``setting``; a learned one over the run's seeds: the first seed's (the first
+        failing seed's, if one failed) with ``step_s`` the mean of the seeds' steps (None unless every seed's
+        placement ran), ``seed_steps_s`` each seed's, and the mean search and wall times."""
         rs = [store[j] for j in self.place_all(setting, method)]
-        if len(rs) == 1:
+        if not (self.seeds and self.resolve(method)[0] in LEARNED):
             return rs[0]
         failed = next((r for r in rs if not r["ok"]), None)
-        out = {**rs[0], **(failed or {}), "seed_steps_s": [r["step_s"] for r in rs]}
+        out = {**(failed or rs[0]), "seed_steps_s": [r["step_s"] for r in rs]}      # a failure's own fields
         out["step_s"] = None if failed else sum(r["step_s"] for r in rs) / len(rs)
         for k in ("search_s", "wall_s"):
             out[k] = sum(r[k] for r in rs) / len(rs)

@@ -169,8 +169,8 @@ class RLConfig(SearchConfig):
     decide: str = "group"
     """What one decision places: "group" (§3.3: every group, up to ``groups`` of them), or "unit": each
     structural unit whole — a layer with its weights at every time step, a branch, a cell (the units of
-    :mod:`autoplace.policies.features`), where a device runs every unit whole and holds its parameters;
-    else per group (ours)."""
+    :mod:`autoplace.policies.features`), where a device runs every unit whole and the units' parameters
+    fit the devices together; else per group (ours)."""
     attention: str = "additive"
     """The decoder's attention scores (:data:`~autoplace.policies.seq2seq.ATTENTION`): "additive" (§3.2,
     Bahdanau et al.'s), or "dot", a scaled product that serves every sample of an update with one matrix
@@ -219,7 +219,8 @@ def rl_grouping(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0)
 
 def unit_grouping(graph: Graph, cluster: Cluster, grouping: Grouping, unit: np.ndarray) -> Grouping | None:
     """``grouping``'s groups merged by ``unit`` (group id -> unit), numbered by their first op; None where
-    some unit no single device can run whole (an op type it lacks) or hold the parameters of."""
+    some unit no single device can run whole (an op type it lacks), or where the units' parameters do not
+    pack into the devices' memory first-fit, largest first (then no placement of whole units may fit)."""
     op_unit = np.asarray(unit)[grouping.group]
     _, first, inverse = np.unique(op_unit, return_index=True, return_inverse=True)
     rank = np.empty(len(first), dtype=np.int64)
@@ -231,8 +232,13 @@ def unit_grouping(graph: Graph, cluster: Cluster, grouping: Grouping, unit: np.n
     except InfeasibleError:                                   # a unit mixes ops no one device runs
         return None
     params = np.bincount(merged.group, weights=graph.param_bytes.astype(float), minlength=merged.n_groups)
-    holds = params[:, None] <= cluster.memory_bytes[None, :].astype(float)
-    return merged if (feasible & holds).any(axis=1).all() else None
+    free = cluster.memory_bytes.astype(float).copy()
+    for u in np.argsort(-params, kind="stable"):     # the units' weights packed first-fit, largest first
+        fits = np.flatnonzero(feasible[u] & (params[u] <= free))
+        if not len(fits):
+            return None
+        free[fits[0]] -= params[u]
+    return merged
 
 
 def _rl_groups(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0) -> Grouping:
