@@ -349,10 +349,11 @@ def test_an_untagged_group_joins_the_neighbour_unit_it_exchanges_the_most_bytes_
     assert unit_of_mix(10, 1000) == "l1"
 
 
-@pytest.mark.parametrize("attention", ["additive", "dot"])
-def test_one_encoder_read_by_every_sample_scores_as_a_copy_per_sample(attention):
+def test_one_encoder_read_by_every_sample_scores_as_a_copy_per_sample():
+    """The product attention serves every sample with one matrix product when they read one encoder output
+    (an expanded tensor): the same log-probabilities as a copy per sample (a batched product each)."""
     g = build_graph("layered-dag", ops=60, width=4)
-    search = RLSearch(g, get_cluster("k80x4"), RLConfig(attention=attention), seed=0)
+    search = RLSearch(g, get_cluster("k80x4"), RLConfig(attention="dot"), seed=0)
     f, mask, policy = search.features, search.mask, search.policy
     with torch.no_grad():
         for layer in (policy.attn_h, policy.attn_s):                   # sharp attention: a wrong score shows
