@@ -42,7 +42,7 @@ from autoplace.errors import InfeasibleError, UnknownNameError
 from autoplace.graph import Graph, Op
 
 __all__ = ["RULES", "GRANULARITIES", "Grouping", "GroupGraph", "group_ops", "with_granularity", "runnable_grouping",
-           "grouped_graph", "structural_key", "weighted_csr", "coarsen",
+           "grouped_graph", "structural_key", "weighted_csr", "coarsen", "merge_groups",
            "part_graph", "floating_ops"]
 
 RULES = ("colocation", "gradient", "single-consumer", "structure", "structure-first")
@@ -425,11 +425,15 @@ def coarsen(graph: Graph, grouping: Grouping, n_groups: int, cluster: Cluster, *
     gg = grouped_graph(graph, grouping, cluster)
     xadj, adjncy, vw, ew = weighted_csr(gg)
     parts = part_graph(n_groups, xadj, adjncy, vw, ew, seed)
-    op_part = parts[grouping.group]
-    # renumber parts by their first op so numbering is stable, and drop empty parts
-    _, first, inverse = np.unique(op_part, return_index=True, return_inverse=True)
+    return merge_groups(grouping, parts, "metis", f"metis:{n_groups}")
+
+
+def merge_groups(grouping: Grouping, label: np.ndarray, prefix: str, rule: str) -> Grouping:
+    """``grouping``'s groups merged by ``label`` (group id -> any label), the merged groups numbered by
+    their first op (a stable numbering, empty labels dropped) and named ``prefix0``, ``prefix1`` …;
+    ``rule`` is added to the rules."""
+    _, first, inverse = np.unique(np.asarray(label)[grouping.group], return_index=True, return_inverse=True)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-    group = rank[inverse.ravel()].astype(np.int64)
-    names = tuple(f"metis{k}" for k in range(len(first)))
-    return Grouping(group, names, (*grouping.rules, f"metis:{n_groups}"))
+    return Grouping(rank[inverse.ravel()].astype(np.int64), tuple(f"{prefix}{k}" for k in range(len(first))),
+                    (*grouping.rules, rule))

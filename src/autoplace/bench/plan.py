@@ -113,9 +113,8 @@ class Run:
         return self.budgets.learned if placer in LEARNED else self.budgets.search
 
     def variant(self, label: str) -> Variant | None:
-        if label.endswith(OFF_SUFFIX) and self.off(label[: -len(OFF_SUFFIX)]) is not None:
-            return self.off(label[: -len(OFF_SUFFIX)])
-        return next((v for v in self.variants if v.label == label), None)
+        off = self.off(label[: -len(OFF_SUFFIX)]) if label.endswith(OFF_SUFFIX) else None
+        return off or next((v for v in self.variants if v.label == label), None)
 
     def resolve(self, method: str) -> tuple[str, Config, bool]:
         """``(placer, settings, refined)`` of a table's method name: a placer, a variant's label, either

@@ -61,7 +61,7 @@ from autoplace.cost import feasible_devices
 from autoplace.env import BaseEnv, make_env
 from autoplace.errors import AutoplaceError, FormatError, InfeasibleError
 from autoplace.graph import Graph
-from autoplace.grouping import Grouping, coarsen, grouped_graph, runnable_grouping
+from autoplace.grouping import Grouping, coarsen, grouped_graph, merge_groups, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
 from autoplace.progress import report_progress
@@ -221,12 +221,7 @@ def unit_grouping(graph: Graph, cluster: Cluster, grouping: Grouping, unit: np.n
     """``grouping``'s groups merged by ``unit`` (group id -> unit), numbered by their first op; None where
     some unit no single device can run whole (an op type it lacks), or where the units' parameters do not
     pack into the devices' memory first-fit, largest first (then no placement of whole units may fit)."""
-    op_unit = np.asarray(unit)[grouping.group]
-    _, first, inverse = np.unique(op_unit, return_index=True, return_inverse=True)
-    rank = np.empty(len(first), dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-    merged = Grouping(rank[inverse.ravel()].astype(np.int64), tuple(f"unit{k}" for k in range(len(first))),
-                      (*grouping.rules, "unit"))
+    merged = merge_groups(grouping, unit, "unit", "unit")
     try:
         feasible = grouped_graph(graph, merged, cluster).feasible
     except InfeasibleError:                                   # a unit mixes ops no one device runs
