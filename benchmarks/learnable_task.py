@@ -5,9 +5,10 @@ thirty unequal weights is rarely within a percent of the even split.
     .venv/bin/python benchmarks/learnable_task.py
 
 Prints, over seeds 0–2 at equal evaluations: HTF-MPR with its GBR predictor against random screening
-(``model=random``), and the RL placer against the same search with learning off (``learn=false``), with
-its baseline started at the failing signal (the default) and at the first update's mean reward:
-each seed's best step, and the mean ± sd and min.
+(``model=random``), and the RL placer against the same search with learning off (``learn=false``), in
+its default configuration and per group with the paper's decoder, K and baseline (``decide=group``,
+``attention=additive``, ``samples_per_update=8``, ``baseline_start=failing``): each seed's best step, and
+the mean ± sd and min.
 """
 
 from __future__ import annotations
@@ -51,10 +52,10 @@ def main() -> None:
             steps = [htf_mpr_search(g, c, budget=SearchBudget(samples=n), seed=s,
                                     config=HTFMPRConfig(model=model)).placement.meta["best_step_s"] for s in SEEDS]
             rows.append(row(f"htf-mpr, {model} screening, {n} evaluations", steps))
+    paper = {"decide": "group", "attention": "additive", "samples_per_update": 8, "baseline_start": "failing"}
     for label, cfg in (("rl (learning)", {}), ("rl, learning off", {"learn": False}),
-                       ("rl, baseline from the first rewards", {"baseline_start": "first"}),
-                       ("rl, baseline from the first rewards, learning off", {"baseline_start": "first",
-                                                                              "learn": False})):
+                       ("rl per group, the paper's decoder and baseline", paper),
+                       ("rl per group, the paper's decoder and baseline, learning off", {**paper, "learn": False})):
         steps = [rl_search(g, c, budget=SearchBudget(samples=400), seed=s,
                            config=RLConfig(**cfg)).placement.meta["best_step_s"] for s in SEEDS]
         rows.append(row(f"{label}, 400 samples", steps))

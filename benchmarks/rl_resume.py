@@ -1,7 +1,7 @@
 """An RL search killed with ``kill -9`` and resumed, against the same search never interrupted.
 
-    .venv/bin/python benchmarks/rl_resume.py [--model rnnlm-2] [--cluster k80x4] [--samples 2000] [--seed 0]
-                                             [--kill-at 0.5] [--checkpoint-every 10]
+    .venv/bin/python benchmarks/rl_resume.py [--model rnnlm-2] [--cluster k80x4] [--samples 40000] [--seed 0]
+                                             [--kill-at 0.5] [--checkpoint-every 5]
 
 Runs ``autoplace place MODEL -m rl --samples N --seed S --checkpoint DIR`` as a subprocess, sends it
 SIGKILL once its checkpoint holds ``--kill-at`` of the samples, half a checkpoint interval later (so the
@@ -39,10 +39,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="rnnlm-2")
     ap.add_argument("--cluster", default="k80x4")
-    ap.add_argument("--samples", type=int, default=2000)
+    ap.add_argument("--samples", type=int, default=40000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kill-at", type=float, default=0.5, help="fraction of the samples reached before the kill")
-    ap.add_argument("--checkpoint-every", type=float, default=10.0, help="seconds between checkpoints")
+    ap.add_argument("--checkpoint-every", type=float, default=5.0, help="seconds between checkpoints")
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="rl-resume-"))
     ck = tmp / "ck"

@@ -493,3 +493,23 @@ def test_hdp_paper_mode_trains_the_grouper_on_the_joint_placements_reward_comput
     assert np.allclose(grads[0].numpy(), expected, rtol=1e-4, atol=1e-7)
     assert search.baseline == pytest.approx(0.9 * b0 + 0.1 * r.mean())
     assert len(set(assign.tolist())) == 2
+
+
+def test_deciding_per_unit_gdp_places_each_structural_unit_whole_and_paper_mode_places_every_node():
+    from autoplace.placers.gdp import gdp_nodes
+    from autoplace.policies.features import group_features
+
+    g, c = build_graph("rnnlm-2", vocab=50, hidden=16, steps=12, batch=2), get_cluster("p100x2")
+    nodes = gdp_nodes(g, c, GDPConfig(**SMALL))
+    unit_of_op = group_features(g, nodes, 1).unit_of_group[nodes.group]
+    units = GDPSearch([g], [c], GDPConfig(decide="unit", **SMALL), seed=0)
+    p = units.problems[0]
+    assert p.features.n_nodes == len(set(unit_of_op)) < nodes.n_groups
+    for u in range(p.grouping.n_groups):                          # one decision per unit: the same ops
+        assert len(set(unit_of_op[p.grouping.members(u)])) == 1
+    units.update()
+    placement = p.placement("gdp").to_array(g, c)
+    assert all(len(set(placement[unit_of_op == u])) == 1 for u in set(unit_of_op))
+    assert GDPConfig(paper=True).decide == "node"
+    with pytest.raises(AutoplaceError, match="paper=true fixes decide"):
+        GDPConfig.from_dict({"paper": True, "decide": "unit"})

@@ -300,7 +300,7 @@ def test_groups_coarsen_the_nodes_as_the_rl_placer_does_and_the_placement_expand
     cfg = HTFMPRConfig(groups=24, group_rules="colocation,gradient,structure,structure-first")
     coarse = htf_mpr_nodes(g, c, cfg)
     assert coarse.n_groups <= 24 < fine.n_groups
-    rl = rl_grouping(g, c, RLConfig(groups=24))
+    rl = rl_grouping(g, c, RLConfig(groups=24, decide="group"))
     assert (coarse.group == rl.group).all()
     r = htf_mpr_search(g, c, budget=SearchBudget(samples=60), seed=0, config=cfg)
     assert r.extra["mappings"].shape[1] == coarse.n_groups
@@ -452,3 +452,55 @@ def test_the_predictor_beats_random_screening_where_fitness_is_learnable():
 
     for seed in range(3):
         assert best("gbr", seed) < best("random", seed), seed
+
+
+def test_paper_mode_fits_the_predictor_once_breeds_on_predictions_and_runs_one_screened_batch(monkeypatch):
+    """The paper's loop (Fig. 3): the predictor is fitted once, on the initial mappings; children of every
+    generation join the population with their predicted fitness and nothing runs until the last generation;
+    then exactly the top_x children of highest prediction run, and the search ends."""
+    from autoplace.placers.htf_mpr import HTFMPRSearch
+
+    sizes = []
+    real = FitnessPredictor.fit
+    monkeypatch.setattr(FitnessPredictor, "fit", lambda self, X, y: (sizes.append(len(X)), real(self, X, y))[1])
+    g, c = build_graph("mnist-softmax"), get_cluster("gtx1050tix2")
+    config = HTFMPRConfig(paper=True, random_homogeneous=5, top_x=4, screen_generations=6)
+    assert not config.feedback and config.model == "gbr" and config.groups == 0
+    search = HTFMPRSearch(g, c, config, seed=0)
+    search.update()                                                  # the initial mappings
+    initial = len(search.X)
+    predicted = []
+    real_predict = type(search.predictor).predict
+    monkeypatch.setattr(type(search.predictor), "predict",
+                        lambda self, kids: (predicted.append(kids.copy()), real_predict(self, kids))[1])
+    runs, pools = [], []
+    real_run, real_breed = search._run, search._breed
+    monkeypatch.setattr(search, "_run", lambda m, f: (runs.append(m.copy()), real_run(m, f))[1])
+    monkeypatch.setattr(search, "_breed", lambda X, fit, seen: (pools.append((len(X), fit.copy())),
+                                                                real_breed(X, fit, seen))[1])
+    assert not search.converged
+    search.update()
+    assert sizes == [initial]                                        # fitted once, on the initial mappings
+    assert len(predicted) == 6 and len(runs) == 1                   # six generations screened, one batch run
+    kids = np.concatenate(predicted)
+    assert len({k.tobytes() for k in kids}) == len(kids) == search.screened    # each child predicted once
+    scores = real_predict(search.predictor, kids)
+    best = kids[np.argsort(-scores, kind="stable")[:4]]
+    assert len(search.X) == initial + 4 and {r.tobytes() for r in runs[0]} == {r.tobytes() for r in best}
+    assert search.converged                                          # the search ends after its batch
+    # each generation breeds from the initial mappings and every child so far, children at their prediction
+    sizes_bred = [n for n, _ in pools]
+    assert sizes_bred == [initial + sum(len(k) for k in predicted[:i]) for i in range(6)]
+    earlier = np.concatenate(predicted[:-1])
+    assert np.allclose(pools[-1][1][initial:], np.maximum(real_predict(search.predictor, earlier), 0))
+
+
+def test_paper_mode_on_the_command_line_and_its_fixed_settings(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert main(["place", "mnist-softmax", "-c", "gtx1050tix2", "-m", "htf-mpr", "--set", "paper=true",
+                 "--budget", "30", "-o", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["screened"] > 0 and saved["samples"] == saved["evaluations"]
+    assert main(["place", "mnist-softmax", "-c", "gtx1050tix2", "-m", "htf-mpr", "--set", "paper=true",
+                 "--set", "model=random", "-o", str(tmp_path / "q.json")]) == 2
+    assert "paper=true fixes model" in capsys.readouterr().err

@@ -128,7 +128,7 @@ def test_a_search_whose_samples_all_fail_says_so():
     g, _ = three_groups()
     c = Cluster("tiny", [Device("gpu:0", "gpu", 305, 1e12, 1e11)])   # the parameters fit, not the outputs too
     with pytest.raises(AutoplaceError, match="none of the 8 sampled placements"):
-        rl_search(g, c, budget=SearchBudget(samples=8), seed=0)
+        rl_search(g, c, budget=SearchBudget(samples=8), config=RLConfig(samples_per_update=8), seed=0)
     c = Cluster("tiny", [Device("gpu:0", "gpu", 10, 1e12, 1e11)])    # no parameter fits: before any sample
     with pytest.raises(AutoplaceError, match="exceed the memory"):
         rl_search(g, c, budget=SearchBudget(samples=10**6), seed=0)
@@ -142,15 +142,27 @@ def test_the_work_budget_grows_with_the_budget_and_shrinks_with_the_graph():
 
 def test_the_baseline_starts_at_the_failing_signal_and_follows_the_rewards():
     g, c = three_groups()
-    s = RLSearch(g, c, RLConfig(baseline_decay=0.5), seed=0)
+    s = RLSearch(g, c, RLConfig(baseline_decay=0.5, baseline_start="failing"), seed=0)
     assert s.baseline == s.failing_signal == pytest.approx(np.sqrt(default_failing_step(g, c)))
     p = s.update()
     assert s.baseline == pytest.approx(0.5 * s.failing_signal + 0.5 * p.mean_reward)
 
 
+def test_by_default_the_baseline_starts_at_the_first_updates_mean_reward():
+    """The first update's advantages are centred on its own mean (they sum to zero), then B moves on."""
+    g, c = three_groups()
+    s = RLSearch(g, c, RLConfig(baseline_decay=0.5, learn=False), seed=0)
+    p = s.update()
+    assert p.mean_reward < s.failing_signal
+    assert s.baseline == pytest.approx(p.mean_reward)
+    q = s.update()
+    assert s.baseline == pytest.approx(0.5 * p.mean_reward + 0.5 * q.mean_reward)
+
+
 def test_after_only_ok_after_updates_failed_placements_leave_the_update_out():
     g, c = three_groups(fast_bytes=10)                                # a group on gpu:0 fails
-    s = RLSearch(g, c, RLConfig(baseline_decay=0.5, only_ok_after=0, samples_per_update=16), seed=0)
+    s = RLSearch(g, c, RLConfig(baseline_decay=0.5, only_ok_after=0, samples_per_update=16,
+                                baseline_start="failing"), seed=0)
     start = s.baseline
     p = s.update()
     ok_rewards = [np.sqrt(t) for t, ok in s.evaluate.cache.values() if ok]
@@ -229,8 +241,8 @@ def test_a_logit_clip_keeps_every_placement_possible():
 
 def test_the_grouping_rules_are_a_setting():
     g, c = build_graph("layered-dag", ops=60, width=4), get_cluster("k80x2")
-    fine = RLSearch(g, c, RLConfig(group_rules="colocation"), seed=0).features.n_groups
-    coarse = RLSearch(g, c, RLConfig(group_rules="colocation,structure"), seed=0).features.n_groups
+    fine = RLSearch(g, c, RLConfig(group_rules="colocation", decide="group"), seed=0).features.n_groups
+    coarse = RLSearch(g, c, RLConfig(group_rules="colocation,structure", decide="group"), seed=0).features.n_groups
     assert fine == g.n_ops > coarse
     with pytest.raises(AutoplaceError, match="unknown rule 'branches'"):
         RLConfig(group_rules="colocation,branches")
@@ -254,8 +266,8 @@ def test_step_blocks_coarsen_a_recurrent_model_layer_by_layer():
 
     g = build_graph("rnnlm-2", vocab=50, hidden=16, steps=12, batch=2)
     c = get_cluster("k80x4")
-    full = rl_grouping(g, c, RLConfig(groups=10_000))
-    blocked = rl_grouping(g, c, RLConfig(groups=30))
+    full = rl_grouping(g, c, RLConfig(groups=10_000, decide="group"))
+    blocked = rl_grouping(g, c, RLConfig(groups=30, decide="group"))
     assert blocked.n_groups <= 30 < full.n_groups
     for k in range(blocked.n_groups):
         layers = {key[:3] for key in (structural_key(g.ops[i]) for i in blocked.members(k)) if key is not None}
@@ -268,7 +280,7 @@ def test_a_layers_groups_at_every_step_share_one_unit_and_its_weights_join_it():
     from autoplace.grouping import structural_key
 
     g = build_graph("rnnlm-2", vocab=50, hidden=16, steps=12, batch=2)
-    s = RLSearch(g, get_cluster("k80x4"), RLConfig(), seed=0)
+    s = RLSearch(g, get_cluster("k80x4"), RLConfig(decide="group"), seed=0)
     f, grouping = s.features, s.grouping
     G = f.n_groups
     assert f.unit.shape == (G,) and f.n_units < G
@@ -298,7 +310,7 @@ def test_exploration_noise_moves_a_units_groups_together():
     each sample its own draw, and its log-probability is that of the noisy distribution it came from (about 0);
     without noise, a fresh policy places groups independently. The search passes its config's noise."""
     g = build_graph("rnnlm-2", vocab=50, hidden=16, steps=12, batch=2)
-    s = RLSearch(g, get_cluster("k80x4"), RLConfig(exploration_noise=1e5), seed=0)
+    s = RLSearch(g, get_cluster("k80x4"), RLConfig(exploration_noise=1e5, decide="group"), seed=0)
     f, gen = s.features, torch.Generator().manual_seed(0)
     anywhere = torch.isfinite(s.mask).all(dim=1).numpy()              # groups every device can run
     shared = [f.unit == u for u in range(f.n_units) if ((f.unit == u) & anywhere).sum() > 2]
@@ -382,8 +394,8 @@ def test_learning_off_samples_what_learning_samples_first_and_never_moves_the_po
 
 def test_deciding_per_unit_places_each_structural_unit_whole():
     g, c = build_graph("rnnlm-2", vocab=50, hidden=16, steps=12, batch=2), get_cluster("k80x4")
-    groups = RLSearch(g, c, RLConfig(), seed=0)
-    units = RLSearch(g, c, RLConfig(decide="unit", samples_per_update=4), seed=0)
+    groups = RLSearch(g, c, RLConfig(decide="group"), seed=0)
+    units = RLSearch(g, c, RLConfig(samples_per_update=4), seed=0)                  # the default
     unit_of_op = groups.features.unit_of_group[groups.grouping.group]
     assert units.features.n_groups == groups.features.n_units < groups.features.n_groups
     for u in range(units.grouping.n_groups):                   # one decision per unit: the same ops
@@ -422,7 +434,7 @@ def test_paper_mode_is_eq_3_and_the_moving_average_baseline_computed_by_hand():
     noise, clip or gradient clipping), and B moves to 0.9 B + 0.1 mean(R) from the failing signal."""
     ops = [Op("op0", "mm", output_bytes=(8,), flops=1e9, param_bytes=100)]
     g, c = Graph(ops, name="one"), three_groups()[1]
-    search = RLSearch(g, c, RLConfig(paper=True, samples_per_update=8), seed=0)
+    search = RLSearch(g, c, RLConfig(paper=True), seed=0)
     assert search.config.exploration_noise == 0 and search.config.grad_clip is None
     seen, grads = spy_on_updates(search, search.optimizer, search.policy.out.bias)
     with torch.no_grad():

@@ -42,7 +42,7 @@ from autoplace.errors import InfeasibleError, UnknownNameError
 from autoplace.graph import Graph, Op
 
 __all__ = ["RULES", "GRANULARITIES", "Grouping", "GroupGraph", "group_ops", "with_granularity", "runnable_grouping",
-           "grouped_graph", "structural_key", "weighted_csr", "coarsen", "merge_groups",
+           "grouped_graph", "structural_key", "weighted_csr", "coarsen", "merge_groups", "unit_grouping",
            "part_graph", "floating_ops"]
 
 RULES = ("colocation", "gradient", "single-consumer", "structure", "structure-first")
@@ -437,3 +437,22 @@ def merge_groups(grouping: Grouping, label: np.ndarray, prefix: str, rule: str) 
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
     return Grouping(rank[inverse.ravel()].astype(np.int64), tuple(f"{prefix}{k}" for k in range(len(first))),
                     (*grouping.rules, rule))
+
+
+def unit_grouping(graph: Graph, cluster: Cluster, grouping: Grouping, unit: np.ndarray) -> Grouping | None:
+    """``grouping``'s groups merged by ``unit`` (group id -> unit), numbered by their first op; None where
+    some unit no single device can run whole (an op type it lacks), or where the units' parameters do not
+    pack into the devices' memory first-fit, largest first (then no placement of whole units may fit)."""
+    merged = merge_groups(grouping, unit, "unit", "unit")
+    try:
+        feasible = grouped_graph(graph, merged, cluster).feasible
+    except InfeasibleError:                                   # a unit mixes ops no one device runs
+        return None
+    params = np.bincount(merged.group, weights=graph.param_bytes.astype(float), minlength=merged.n_groups)
+    free = cluster.memory_bytes.astype(float).copy()
+    for u in np.argsort(-params, kind="stable"):     # the units' weights packed first-fit, largest first
+        fits = np.flatnonzero(feasible[u] & (params[u] <= free))
+        if not len(fits):
+            return None
+        free[fits[0]] -= params[u]
+    return merged

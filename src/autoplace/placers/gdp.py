@@ -72,7 +72,7 @@ from autoplace.env import BaseEnv, make_env
 from autoplace.errors import AutoplaceError, FormatError, InfeasibleError
 from autoplace.formats.state import StateFields, cluster_hash, graph_hash, read_state, write_state
 from autoplace.graph import Graph
-from autoplace.grouping import Grouping, runnable_grouping
+from autoplace.grouping import Grouping, runnable_grouping, unit_grouping
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
 from autoplace.search import work
@@ -90,7 +90,7 @@ from autoplace.search.checkpoint import (
     load_torch,
     open_checkpoint,
 )
-from autoplace.search.config import Interval, SearchConfig, TorchDevice, check_network_size
+from autoplace.search.config import Interval, Options, SearchConfig, TorchDevice, check_network_size
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
 from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit, confirm_best
@@ -124,12 +124,17 @@ class GDPConfig(SearchConfig):
         "learning_rate": Interval("float", 0, 1, lo_open=True), "entropy_weight": Interval("float", 0, 100),
         "invalid_reward": Interval("float", -1e6, 0), "grad_clip": Interval("float", 0, 1e6, lo_open=True, none=True),
         "node_moves": Interval("float", 0, 1e12, lo_open=True), "unit_moves": Interval("float", 0, 1e6),
-        "zero_shot_samples": Interval("int", 1, 4096),
+        "zero_shot_samples": Interval("int", 1, 4096), "decide": Options(("node", "unit")),
         "torch_device": TorchDevice(), "torch_threads": Interval("int", 1, 256),
     }
 
     group_rules: str = "colocation"
     """The nodes: groups of these rules (:mod:`autoplace.grouping`); ``colocation`` places op by op."""
+    decide: str = "node"
+    """What one decision places: "node" (§3: every node, the groups of :attr:`group_rules`), or "unit":
+    each structural unit whole — a layer with its weights at every time step, a branch, a cell (the units
+    of :mod:`autoplace.policies.features`), where a device runs every unit whole and the units' parameters
+    fit the devices together; else per node (ours)."""
     hidden: int = 64
     """Width of the graph embedding and the placer (ours)."""
     type_dim: int = 16
@@ -203,7 +208,7 @@ class GDPConfig(SearchConfig):
     #: (reward minus the mean of the graph's previous rewards), no entropy bonus, no gradient clipping, -10
     #: for a failing placement
     PAPER = {"prior": None, "unit_moves": 0.0, "normalize_advantage": False, "entropy_weight": 0.0,
-             "grad_clip": None, "invalid_reward": -10.0}
+             "grad_clip": None, "invalid_reward": -10.0, "decide": "node"}
 
     #: the fields that shape the network: a saved policy keeps them
     ARCHITECTURE = ("hidden", "type_dim", "sage_layers", "placer_layers", "heads", "ff", "segment", "memory",
@@ -302,8 +307,16 @@ class _Problem:
 
 
 def gdp_nodes(graph: Graph, cluster: Cluster, config: GDPConfig) -> Grouping:
-    """The nodes GDP places: ``config.rules``' groups (co-location groups by default)."""
-    return runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
+    """The nodes GDP places: ``config.rules``' groups (co-location groups by default); with
+    ``decide="unit"``, those merged into their structural units where they can be
+    (:func:`~autoplace.grouping.unit_grouping`)."""
+    nodes = runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
+    if config.decide == "unit":
+        from autoplace.policies.features import group_features
+
+        units = unit_grouping(graph, cluster, nodes, group_features(graph, nodes, 1).unit_of_group)
+        return nodes if units is None else units
+    return nodes
 
 
 def _problem(graph: Graph, cluster: Cluster, config: GDPConfig, device, env, scorer=None, seed=0) -> _Problem:

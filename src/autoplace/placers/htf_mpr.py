@@ -105,8 +105,13 @@ class HTFMPRConfig(SearchConfig):
         "random_homogeneous": Interval("int", 0, 10**5), "max_permutations": Interval("int", 1, 40320),
         "population": Interval("int", 1, 10**5), "pairs": Interval("int", 1, 10**5),
         "mutation": Interval("float", 0, 1e6), "top_x": Interval("int", 1, 10**5),
-        "model": Options((*MODELS, "random")),
+        "model": Options((*MODELS, "random")), "screen_generations": Interval("int", 1, 10**5),
     }
+
+    #: what the paper fixes (§III-F, §III-G): the gradient-boosting predictor fitted once on the initial
+    #: mappings, the genetic search bred on its predictions, one batch of the top ``top_x`` run at the end;
+    #: the nodes as the paper's (no coarsening)
+    PAPER = {"feedback": False, "model": "gbr", "groups": 0}
 
     group_rules: str = "colocation"
     """The nodes a mapping places: groups of these rules (:mod:`autoplace.grouping`)."""
@@ -135,8 +140,22 @@ class HTFMPRConfig(SearchConfig):
     ``random``: no predictor, the ``top_x`` children run are drawn at random (an ablation: what the
     predictor's screening is worth)."""
 
+    feedback: bool = True
+    """True (ours): every generation's top ``top_x`` children run, join the population and refit the
+    predictor. False (the paper, Fig. 3): the predictor is fitted once on the initial mappings; the genetic
+    search runs :attr:`screen_generations` generations on its predictions alone (a child's fitness is
+    predicted, and children join the population so), and then the ``top_x`` children of highest predicted
+    fitness run once; the best mapping that ran wins and the search ends."""
+    screen_generations: int = 100
+    """With ``feedback=False``: the generations bred on predicted fitness before the one batch runs (the
+    paper gives no number; ours)."""
+    paper: bool = False
+    """True: the paper's algorithm with nothing of ours on — the settings :attr:`PAPER` lists take the
+    paper's values; the rest keep theirs (the paper gives no population, pairs or mutation rate)."""
+
     def __post_init__(self):
-        self.check(at_least_one=("population", "pairs", "top_x", "max_permutations"))
+        self.apply_paper()
+        self.check(at_least_one=("population", "pairs", "top_x", "max_permutations", "screen_generations"))
         if self.random_homogeneous < 0 or self.groups < 0 or not (self.mutation >= 0 and math.isfinite(self.mutation)):
             raise AutoplaceError("HTFMPRConfig.random_homogeneous, groups and mutation must be >= 0")
         if self.model not in (*MODELS, "random"):
@@ -374,8 +393,10 @@ class HTFMPRSearch:
 
     @property
     def converged(self) -> bool:
-        """Every mapping evaluated, or :data:`STALL_GENERATIONS` generations in a row without a new child."""
-        return (self._space is not None and len(self.X) >= self._space) or self._stalled >= STALL_GENERATIONS
+        """Every mapping evaluated, or :data:`STALL_GENERATIONS` generations in a row without a new child;
+        without feedback (the paper), once the one screened batch has run."""
+        return ((self._space is not None and len(self.X) >= self._space) or self._stalled >= STALL_GENERATIONS
+                or (not self.config.feedback and self.updates >= 2))
 
     def _run(self, mappings: np.ndarray, families: list[str]) -> np.ndarray:
         scores = self.evaluate(mappings)
@@ -387,10 +408,13 @@ class HTFMPRSearch:
         return step
 
     def _fit(self) -> None:
+        """Fit the predictor on every mapping evaluated (without feedback: on the initial mappings alone)."""
         if self.config.model == "random":
             return
+        use = (np.array([f != "ga" for f in self.families], dtype=bool) if not self.config.feedback
+               else np.ones(len(self.X), dtype=bool))
         self.predictor = FitnessPredictor(self.config.model, n_devices=self.cluster.n_devices,
-                                          random_state=self.seed).fit(self.X, self.fitness)
+                                          random_state=self.seed).fit(self.X[use], self.fitness[use])
 
     def update(self) -> CurvePoint:
         """The initial mappings (first update), then one generation."""
@@ -401,10 +425,13 @@ class HTFMPRSearch:
                                     max_permutations=self.config.max_permutations)
             step = self._run(np.stack([m for _, m in init]), [f for f, _ in init])
             self._initialised = True
+            self._fit()
+        elif not self.config.feedback:
+            step = self._screened_batch()
         else:
             step = self._generation()
-        if len(step):                                    # a generation that bred nothing new: nothing to learn
-            self._fit()
+            if len(step):                                # a generation that bred nothing new: nothing to learn
+                self._fit()
         self.updates += 1
         self.wall_s += time.monotonic() - t0
         ran = step[np.isfinite(step)]
@@ -415,33 +442,61 @@ class HTFMPRSearch:
         self._snapshot = self._state()
         return point
 
-    def _generation(self) -> np.ndarray:
+    def _breed(self, X: np.ndarray, fit: np.ndarray, seen: set[bytes]) -> np.ndarray:
+        """One generation's children of the population (the ``population`` fittest of ``X``, fitnesses
+        ``fit``) not in ``seen``, in random order (equal predictions: no bias to low device indices)."""
         cfg, rng = self.config, self.rng
-        fit = self.fitness
         parents = np.argsort(-fit, kind="stable")[:cfg.population]
         pf = fit[parents]
         children = []
         for _ in range(cfg.pairs):
             i, j = roulette_pair(pf, rng)
-            a, b = self.X[parents[i]], self.X[parents[j]]
+            a, b = X[parents[i]], X[parents[j]]
             children.append(stochastic_crossover(a, b, fit[parents[i]], fit[parents[j]], rng))
             children += point_crossover(a, b, int(rng.integers(1, 4)), rng)
         kids = mutate(np.stack(children), cfg.mutation, self.cluster.n_devices, rng)
-        kids = np.stack([repair(k, self.can_run) for k in kids])
-        kids = np.unique(kids, axis=0)
-        seen = {row.tobytes() for row in self.X}
-        new = np.array([k not in seen for k in map(np.ndarray.tobytes, kids)], dtype=bool)
-        kids = kids[new]
+        kids = np.unique(np.stack([repair(k, self.can_run) for k in kids]), axis=0)
+        kids = kids[np.array([k not in seen for k in map(np.ndarray.tobytes, kids)], dtype=bool)]
+        return kids[rng.permutation(len(kids))]
+
+    def _top(self, kids: np.ndarray, predicted: np.ndarray | None) -> np.ndarray:
+        """The ``top_x`` of ``kids`` by ``predicted`` fitness (None, model "random": the first ones)."""
+        if predicted is None:
+            return np.arange(min(self.config.top_x, len(kids)))
+        return np.argsort(-predicted, kind="stable")[:self.config.top_x]
+
+    def _generation(self) -> np.ndarray:
+        kids = self._breed(self.X, self.fitness, {row.tobytes() for row in self.X})
         if not len(kids):
             self._stalled += 1
             return np.zeros(0)
         self._stalled = 0
-        kids = kids[rng.permutation(len(kids))]          # equal predictions: no bias to low device indices
         self.screened += len(kids)
-        if self.predictor is None:                       # model "random": the children to run drawn at random
-            top = np.arange(min(cfg.top_x, len(kids)))
-        else:
-            top = np.argsort(-self.predictor.predict(kids), kind="stable")[:cfg.top_x]
+        top = self._top(kids, None if self.predictor is None else self.predictor.predict(kids))
+        return self._run(kids[top], ["ga"] * len(top))
+
+    def _screened_batch(self) -> np.ndarray:
+        """The paper's search (``feedback=False``): ``screen_generations`` generations bred on the
+        predictor's fitness alone — children join the population with their predicted fitness, nothing
+        runs — then the ``top_x`` children of highest predicted fitness run once."""
+        X, fit = self.X, self.fitness                    # the initial mappings, their real fitness
+        seen = {row.tobytes() for row in X}
+        kids_X, kids_f = [], []
+        for _ in range(self.config.screen_generations):
+            kids = self._breed(X, fit, seen)
+            if not len(kids):
+                continue
+            f = (self.predictor.predict(kids) if self.predictor is not None
+                 else self.rng.random(len(kids)))                   # model "random": no ranking
+            seen.update(map(np.ndarray.tobytes, kids))
+            X, fit = np.concatenate([X, kids]), np.concatenate([fit, np.maximum(f, 0.0)])
+            kids_X.append(kids)
+            kids_f.append(f)
+        if not kids_X:
+            return np.zeros(0)
+        kids, f = np.concatenate(kids_X), np.concatenate(kids_f)
+        self.screened += len(kids)
+        top = self._top(kids, f)
         return self._run(kids[top], ["ga"] * len(top))
 
     # ----------------------------------------------------------------- checkpoints

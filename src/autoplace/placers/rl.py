@@ -61,7 +61,7 @@ from autoplace.cost import feasible_devices
 from autoplace.env import BaseEnv, make_env
 from autoplace.errors import AutoplaceError, FormatError, InfeasibleError
 from autoplace.graph import Graph
-from autoplace.grouping import Grouping, coarsen, grouped_graph, merge_groups, runnable_grouping
+from autoplace.grouping import Grouping, coarsen, grouped_graph, runnable_grouping, unit_grouping
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
 from autoplace.progress import report_progress
@@ -114,10 +114,11 @@ class RLConfig(SearchConfig):
     }
 
     #: what the paper fixes (§3): no exploration noise, no logit bound, temperature or entropy bonus, no
-    #: gradient clipping, no convergence stop, Bahdanau's attention, a decision per group
+    #: gradient clipping, no convergence stop, Bahdanau's attention, a decision per group, the baseline from
+    #: the failing signal, K = 8 (a controller's workers)
     PAPER = {"exploration_noise": 0.0, "logit_clip": None, "temperature": 1.0, "entropy_weight": 0.0,
              "grad_clip": None, "converged_updates": 0, "attention": "additive", "decide": "group",
-             "baseline_start": "failing"}
+             "baseline_start": "failing", "samples_per_update": 8}
 
     groups: int = 256
     """Groups the policy places: at most about this many (ours; see :func:`rl_grouping`)."""
@@ -127,16 +128,18 @@ class RLConfig(SearchConfig):
     """Over ``groups`` groups: ``steps`` takes a recurrent layer's time steps in blocks (a layer stays one
     column of groups, so a layer-per-device split stays possible), METIS where blocks cannot get there;
     ``metis``: METIS alone."""
-    samples_per_update: int = 8
-    """K, placements sampled per update (§3.1, eq. 3; the paper's controllers had 4 or 8 workers)."""
+    samples_per_update: int = 32
+    """K, placements sampled per update (§3.1, eq. 3; the paper's controllers had 4 or 8 workers; ours: 32,
+    since one product attention serves every sample of an update, so more samples cost little more)."""
     learning_rate: float = 3e-4
     """Adam's step size (§3.1 uses Adam; the rate is not given: ours: 1e-3 found slower placements on four of
     Table 2's six settings)."""
     baseline_decay: float = 0.9
     """B <- decay * B + (1 - decay) * mean reward of an update (§3.1: a simple moving average)."""
-    baseline_start: str = "failing"
+    baseline_start: str = "first"
     """Where B starts: "failing", the failing signal (§3.1: "more exploration"), or "first", the first
-    update's mean reward (ours)."""
+    update's mean reward (ours: from the failing signal, every early sample has a large positive advantage,
+    so the first updates raise whatever was sampled)."""
     failing_factor: float = 10.0
     """A failing placement scores as this many times the serial step on the slowest devices (ours)."""
     only_ok_after: int = 5000
@@ -166,12 +169,12 @@ class RLConfig(SearchConfig):
     """Where the policy runs: "cpu", "cuda", or "auto" (a GPU when one is present)."""
     torch_threads: int = 1
     """CPU threads for the policy (its matrices are small: more threads mostly contend; ours)."""
-    decide: str = "group"
+    decide: str = "unit"
     """What one decision places: "group" (§3.3: every group, up to ``groups`` of them), or "unit": each
     structural unit whole — a layer with its weights at every time step, a branch, a cell (the units of
     :mod:`autoplace.policies.features`), where a device runs every unit whole and the units' parameters
     fit the devices together; else per group (ours)."""
-    attention: str = "additive"
+    attention: str = "dot"
     """The decoder's attention scores (:data:`~autoplace.policies.seq2seq.ATTENTION`): "additive" (§3.2,
     Bahdanau et al.'s), or "dot", a scaled product that serves every sample of an update with one matrix
     product per decoder step (ours)."""
@@ -215,25 +218,6 @@ def rl_grouping(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0)
         units = unit_grouping(graph, cluster, grouping, group_features(graph, grouping, 1).unit_of_group)
         return grouping if units is None else units
     return grouping
-
-
-def unit_grouping(graph: Graph, cluster: Cluster, grouping: Grouping, unit: np.ndarray) -> Grouping | None:
-    """``grouping``'s groups merged by ``unit`` (group id -> unit), numbered by their first op; None where
-    some unit no single device can run whole (an op type it lacks), or where the units' parameters do not
-    pack into the devices' memory first-fit, largest first (then no placement of whole units may fit)."""
-    merged = merge_groups(grouping, unit, "unit", "unit")
-    try:
-        feasible = grouped_graph(graph, merged, cluster).feasible
-    except InfeasibleError:                                   # a unit mixes ops no one device runs
-        return None
-    params = np.bincount(merged.group, weights=graph.param_bytes.astype(float), minlength=merged.n_groups)
-    free = cluster.memory_bytes.astype(float).copy()
-    for u in np.argsort(-params, kind="stable"):     # the units' weights packed first-fit, largest first
-        fits = np.flatnonzero(feasible[u] & (params[u] <= free))
-        if not len(fits):
-            return None
-        free[fits[0]] -= params[u]
-    return merged
 
 
 def _rl_groups(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0) -> Grouping:
