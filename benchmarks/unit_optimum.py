@@ -31,7 +31,7 @@ from autoplace.zoo import build_graph
 
 def unit_optimum(model: str, cluster_name: str, limit: int, batch: int = 512):
     graph, cluster = build_graph(model), get_cluster(cluster_name)
-    grouping, features, _, _ = policy_parts(graph, cluster, RLConfig(), 0)
+    grouping, features, _, _ = policy_parts(graph, cluster, RLConfig(decide="group"), 0)   # units of groups
     feasible = grouped_graph(graph, grouping, cluster).feasible               # [groups, devices]
     unit = np.empty(features.n_groups, dtype=np.int64)
     unit[features.order] = features.unit                                      # group id -> its unit

@@ -436,6 +436,8 @@ def test_paper_mode_is_eq_3_and_the_moving_average_baseline_computed_by_hand():
     g, c = Graph(ops, name="one"), three_groups()[1]
     search = RLSearch(g, c, RLConfig(paper=True), seed=0)
     assert search.config.exploration_noise == 0 and search.config.grad_clip is None
+    assert (search.config.attention, search.config.decide) == ("additive", "group")      # Bahdanau's, §3.3
+    assert search.policy.attention == "additive"
     seen, grads = spy_on_updates(search, search.optimizer, search.policy.out.bias)
     with torch.no_grad():
         pi = torch.stack([search.policy.log_prob(search.features, search.mask, torch.tensor([[d]])).exp()[0]
@@ -456,8 +458,9 @@ def test_learning_beats_its_frozen_self_where_each_group_has_a_better_device():
     """Forty independent products on two GPUs, one ten times faster: the best placement puts about nine in
     ten products on the fast GPU — a rule per group that learning finds and random search does not (a
     uniform sample puts half on the slow GPU, and 400 of them leave the best with about a quarter there,
-    roughly three times the optimal step). Started from its first rewards, the learned search reaches the
-    optimum on 3 of 3 seeds, each faster than the same search with learning off."""
+    roughly three times the optimal step). Started from its first rewards (the default), the learned search
+    reaches the optimum (37 products on the fast GPU: 37 ms, the slow one's 3 take 30) on 3 of 3 seeds, each
+    faster than the same search with learning off."""
     n = 40
     ops = [Op("x", "input", output_bytes=(8,))] + [Op(f"op{i}", "mm", ("x",), output_bytes=(8,), flops=1e9)
                                                    for i in range(n)]
@@ -465,9 +468,10 @@ def test_learning_beats_its_frozen_self_where_each_group_has_a_better_device():
     c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e11, 1e11)],
                 default_link=LinkSpec(1e10, 1e-6))
     best = {learn: [rl_search(g, c, budget=SearchBudget(samples=400), seed=s,
-                              config=RLConfig(baseline_start="first", learn=learn)).placement.meta["best_step_s"]
+                              config=RLConfig(learn=learn)).placement.meta["best_step_s"]
                     for s in (0, 1, 2)] for learn in (True, False)}
     assert all(on < 0.8 * off for on, off in zip(best[True], best[False])), best
+    assert max(best[True]) < 0.0371, best                                      # the optimum, 37 ms
 
 
 def test_units_whose_weights_cannot_share_the_devices_are_placed_per_group():

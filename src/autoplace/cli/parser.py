@@ -142,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluation workers; more than 1 runs the search distributed on Ray "
                    "(local unless --ray-address)")
     g.add_argument("--controllers", type=_positive_int, default=None,
-                   help="distributed: controllers, each with its own baseline (default: one per 8 workers)")
+                   help="distributed: controllers, each with its own baseline (default: one per "
+                        "samples_per_update workers: 8)")
     g.add_argument("--ray-address", metavar="A", default=None, help="join the Ray cluster at A (host:port or auto)")
     g.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                    help="a setting of the search method's config, repeatable; every key's default and allowed "
