@@ -28,9 +28,9 @@ What is adapted, and why:
   blocks, or METIS merges them where blocks cannot get there (:func:`rl_grouping`);
 * *structured exploration* (not in the paper): each sample adds Gaussian noise to the logits, one draw per
   structural unit (a layer with its weights, at every time step) and device, and the logits are bounded
-  (:attr:`RLConfig.exploration_noise`, :attr:`RLConfig.logit_clip`); without it (the paper's policy) a
-  ten-minute search's best nmt-2 placement stays slower than the expert's, with it it is faster
-  (docs/benchmarks.md);
+  (:attr:`RLConfig.exploration_noise`, :attr:`RLConfig.logit_clip`), so that a sample moves whole layers
+  (the paper's algorithm, ``paper=True``, ends at or behind the expert on nmt-2 after a minute of nominal
+  work: docs/benchmarks.md);
 * *the failing signal*: the paper sets it by hand per graph; here it is ``sqrt`` of
   :attr:`RLConfig.failing_factor` times the graph's serial time on its slowest devices
   (:func:`~autoplace.search.evaluation.default_failing_step`), above every placement that runs;
@@ -141,8 +141,7 @@ class RLConfig(SearchConfig):
     samples per update cost little more with the product attention, but at a given number of samples
     they leave fewer updates: at 32, 2,000 samples of the tiny LM on ``p100x2`` end 23 % slower than at 8."""
     learning_rate: float = 3e-4
-    """Adam's step size (§3.1 uses Adam; the rate is not given: ours: 1e-3 found slower placements on four of
-    Table 2's six settings)."""
+    """Adam's step size (§3.1 uses Adam; the rate is not given: ours)."""
     baseline_decay: float = 0.9
     """B <- decay * B + (1 - decay) * mean reward of an update (§3.1: a simple moving average)."""
     baseline_start: str = "first"
