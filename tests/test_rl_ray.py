@@ -20,6 +20,17 @@ from autoplace.zoo import build_graph  # noqa: E402
 pytestmark = pytest.mark.slow  # a Ray session and worker processes per test
 
 
+def wait_for(condition, limit_s: float = 300.0) -> None:
+    """Poll ``condition`` until it holds; fail (rather than hang the suite) if it has not after ``limit_s``
+    seconds — a controller that died never makes progress. The limit only ends a broken run: a passing
+    test never comes near it, so no result depends on the machine's speed."""
+    end = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"the search made no progress in {limit_s:.0f} s (a controller died?)")
+        time.sleep(0.01)
+
+
 @pytest.fixture(scope="module")
 def session():
     with ray_session(num_cpus=2) as r:
@@ -49,8 +60,7 @@ def test_a_killed_worker_is_replaced_and_the_search_finishes(session, case):
 
     def kill_one(ray, controllers):                 # once the search is 5 updates in
         worker = ray.get(controllers[0].workers.remote())[0]
-        while ray.get(controllers[0].updates_done.remote()) < 5:
-            time.sleep(0.01)
+        wait_for(lambda: ray.get(controllers[0].updates_done.remote()) >= 5)
         ray.kill(worker)
         killed.append(worker)
 
@@ -70,8 +80,7 @@ def test_a_distributed_search_checkpoints_and_resumes(session, case, tmp_path):
     cfg = RLConfig(samples_per_update=4, converged_updates=0)
 
     def interrupt(ray, controllers):
-        while min(ray.get([k.updates_done.remote() for k in controllers])) < 3:
-            time.sleep(0.01)
+        wait_for(lambda: min(ray.get([k.updates_done.remote() for k in controllers])) >= 3)
         raise KeyboardInterrupt
 
     first = rl_distributed(g, c, budget=SearchBudget(samples=100_000), workers=2, controllers=2, config=cfg, seed=0,
