@@ -72,7 +72,7 @@ from autoplace.env import BaseEnv, make_env
 from autoplace.errors import AutoplaceError, FormatError, InfeasibleError
 from autoplace.formats.state import StateFields, cluster_hash, graph_hash, read_state, write_state
 from autoplace.graph import Graph
-from autoplace.grouping import Grouping, runnable_grouping, unit_grouping
+from autoplace.grouping import Grouping, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
 from autoplace.search import work
@@ -309,13 +309,12 @@ class _Problem:
 def gdp_nodes(graph: Graph, cluster: Cluster, config: GDPConfig) -> Grouping:
     """The nodes GDP places: ``config.rules``' groups (co-location groups by default); with
     ``decide="unit"``, those merged into their structural units where they can be
-    (:func:`~autoplace.grouping.unit_grouping`)."""
+    (:func:`~autoplace.policies.features.unit_nodes`)."""
     nodes = runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
     if config.decide == "unit":
-        from autoplace.policies.features import group_features
+        from autoplace.policies.features import unit_nodes
 
-        units = unit_grouping(graph, cluster, nodes, group_features(graph, nodes, 1).unit_of_group)
-        return nodes if units is None else units
+        return unit_nodes(graph, cluster, nodes)
     return nodes
 
 

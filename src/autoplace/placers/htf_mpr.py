@@ -481,7 +481,7 @@ class HTFMPRSearch:
         runs — then the ``top_x`` children of highest predicted fitness run once."""
         X, fit = self.X, self.fitness                    # the initial mappings, their real fitness
         seen = {row.tobytes() for row in X}
-        kids_X, kids_f = [], []
+        predicted = []
         for _ in range(self.config.screen_generations):
             kids = self._breed(X, fit, seen)
             if not len(kids):
@@ -490,11 +490,10 @@ class HTFMPRSearch:
                  else self.rng.random(len(kids)))                   # model "random": no ranking
             seen.update(map(np.ndarray.tobytes, kids))
             X, fit = np.concatenate([X, kids]), np.concatenate([fit, np.maximum(f, 0.0)])
-            kids_X.append(kids)
-            kids_f.append(f)
-        if not kids_X:
+            predicted.append(f)
+        if not predicted:
             return np.zeros(0)
-        kids, f = np.concatenate(kids_X), np.concatenate(kids_f)
+        kids, f = X[len(self.X):], np.concatenate(predicted)           # every child, in the order bred
         self.screened += len(kids)
         top = self._top(kids, f)
         return self._run(kids[top], ["ga"] * len(top))

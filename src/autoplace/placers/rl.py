@@ -69,7 +69,7 @@ from autoplace.cost import feasible_devices
 from autoplace.env import BaseEnv, make_env
 from autoplace.errors import AutoplaceError, FormatError, InfeasibleError
 from autoplace.graph import Graph
-from autoplace.grouping import Grouping, coarsen, grouped_graph, runnable_grouping, unit_grouping
+from autoplace.grouping import Grouping, coarsen, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
 from autoplace.progress import report_progress
@@ -218,13 +218,13 @@ def rl_grouping(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0)
     taken in the smallest blocks that make them few enough (``coarsen="steps"``); where even one block
     per layer leaves too many, or with ``coarsen="metis"``, METIS merges the groups instead. ``config``: any
     search config with ``rules``, ``groups`` and ``coarsen`` (HTF-MPR's coarsens the same way); with
-    ``decide="unit"``, those groups merged into their structural units (:func:`unit_grouping`)."""
+    ``decide="unit"``, those groups merged into their structural units where they can be
+    (:func:`~autoplace.policies.features.unit_nodes`)."""
     grouping = _rl_groups(graph, cluster, config, seed)
     if getattr(config, "decide", "group") == "unit":
-        from autoplace.policies.features import group_features
+        from autoplace.policies.features import unit_nodes
 
-        units = unit_grouping(graph, cluster, grouping, group_features(graph, grouping, 1).unit_of_group)
-        return grouping if units is None else units
+        return unit_nodes(graph, cluster, grouping)
     return grouping
 
 

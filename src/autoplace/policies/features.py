@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoplace.graph import Graph
-from autoplace.grouping import Grouping, structural_key
+from autoplace.grouping import Grouping, structural_key, unit_grouping
 
-__all__ = ["GroupFeatures", "group_features", "NodeFeatures", "node_features", "type_bucket", "N_TYPE_BUCKETS",
-           "NODE_DENSE"]
+__all__ = ["GroupFeatures", "group_features", "unit_nodes", "NodeFeatures", "node_features", "type_bucket",
+           "N_TYPE_BUCKETS", "NODE_DENSE"]
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,13 @@ def group_features(graph: Graph, grouping: Grouping, max_outputs: int = 8) -> Gr
         s = sorted(s, reverse=True)[:max_outputs]
         dense[p, :len(s)] = np.log2(np.maximum(s, 1.0)) / 40.0
     return GroupFeatures(order, type_names, type_index, type_offsets, dense, _units(graph, g_of, order))
+
+
+def unit_nodes(graph: Graph, cluster, grouping: Grouping) -> Grouping:
+    """``grouping``'s groups merged into their structural units (:attr:`GroupFeatures.unit_of_group`), where
+    a placement of whole units can run (:func:`~autoplace.grouping.unit_grouping`); else ``grouping``."""
+    units = unit_grouping(graph, cluster, grouping, group_features(graph, grouping, 1).unit_of_group)
+    return grouping if units is None else units
 
 
 def _units(graph: Graph, g_of: np.ndarray, order: np.ndarray) -> np.ndarray:
