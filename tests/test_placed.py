@@ -331,6 +331,45 @@ def test_optimizers_frozen_unused_and_unsaved_state_train_as_eager(make_opt):
     Mixed().load_state_dict(state)                                     # strict
 
 
+def eager_scheduled(model, optimizer, scheduler, loss_fn, data):
+    losses = eager(model, optimizer, loss_fn, data[:1])
+    scheduler.step()
+    for batch in data[1:]:
+        losses += eager(model, optimizer, loss_fn, [batch])
+        scheduler.step()
+    return losses
+
+
+@pytest.mark.parametrize("make", [
+    lambda m: (o := torch.optim.SGD(m.parameters(), lr=0.2, momentum=0.9),
+               torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.3)),
+    lambda m: (o := torch.optim.Adam(m.parameters(), lr=2e-2),
+               torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5)),
+    lambda m: (o := torch.optim.AdamW([{"params": m[0].parameters()}, {"params": m[2].parameters(), "lr": 5e-2}],
+                                      lr=1e-2, weight_decay=0.1, fused=True),    # two groups, one fused kernel
+               torch.optim.lr_scheduler.LambdaLR(o, [lambda s: min(1.0, (s + 1) / 3), lambda s: 0.5 ** s])),
+], ids=["sgd-steplr", "adam-cosine", "adamw-fused-warmup"])
+def test_learning_rate_schedulers_reach_the_placed_step_as_in_eager(make):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+    ref = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(5)
+    data = [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g)) for _ in range(6)]
+    expected = eager_scheduled(ref, *make(ref), nn.functional.cross_entropy, data)
+    opt, sched = make(model)
+    with autoplace.compile(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1],
+                           method="metis") as step:
+        assert len(set(step.devices.values())) == 2                       # the parameters really are split
+        losses = []
+        for x, y in data:
+            losses.append(float(step(x, y)))
+            sched.step()                                                    # unchanged: it sets param_groups' lr
+        state = step.state_dict()
+    assert losses == pytest.approx(expected, abs=1e-5)
+    assert max_diff(state, ref.state_dict()) < 1e-5
+    assert opt.param_groups[-1]["lr"] != opt.param_groups[-1]["initial_lr"]  # the schedule did move
+
+
 def test_mistakes_with_a_compiled_step_are_clear_errors():
     from test_capture import Keyworded
 
@@ -355,9 +394,10 @@ def test_mistakes_with_a_compiled_step_are_clear_errors():
             step({"input_ids": ids}, y)
         torch.optim.lr_scheduler.StepLR(opt, step_size=100)             # attaching one changes nothing yet
         step(x, y)
-        opt.param_groups[0]["lr"] = 0.0                                # a scheduler's change would not reach it
-        with pytest.raises(AutoplaceError, match="changed after compile"):
+        opt.param_groups[0]["weight_decay"] = 0.1                      # a constant of the captured step
+        with pytest.raises(AutoplaceError, match=r"param_groups\[0\]\['weight_decay'\] changed after compile"):
             step(x, y)
+        opt.param_groups[0]["weight_decay"] = 0.0
         other = nn.Sequential(nn.Linear(3, 2))                        # another model: nothing copied in silence
         before = [p.detach().clone() for p in other.parameters()]
         with pytest.raises(AutoplaceError, match="another model"):

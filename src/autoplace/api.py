@@ -17,7 +17,7 @@ from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
-from autoplace.runtime.placed import PlacedStep, initial_values
+from autoplace.runtime.placed import PlacedStep, initial_values, lr_groups
 from autoplace.runtime.workers import DEFAULT_TIMEOUT_S
 
 __all__ = ["compile"]
@@ -93,4 +93,4 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     return PlacedStep(graph, cl, chosen, initial_values(graph, model, optimizer), timeout=timeout,
                       keys=tuple(split_inputs(example_inputs)[1]),
                       state_keys=[k for k in model.state_dict() if k in graph or k in graph.meta.get("tied", {})],
-                      optimizer=optimizer)
+                      optimizer=optimizer, lr_groups=lr_groups(graph, model, optimizer))

@@ -163,7 +163,8 @@ def with_granularity(graph: Graph, granularity: str = "op") -> Graph:
         if above is not None:
             uf.union(above, i)
     for i, op in enumerate(graph.ops):                       # an op: with the nearest module owning parameters
-        j = nearest_owner(op.scope) if op.type not in ("parameter", "buffer", "optimizer_state") else None
+        j = nearest_owner(op.scope) if op.type not in ("parameter", "buffer", "optimizer_state",
+                                                                  "hyperparameter") else None
         if j is not None:
             uf.union(j, i)
     roots = [uf.find(i) for i in range(graph.n_ops)]

@@ -216,8 +216,8 @@ def _update_params(ops: list[Op], params: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def _fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]], modes: list[str], opt_name: str
-                  ) -> list[Op]:
+def _fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]], modes: list[str], opt_name: str,
+                  scalars: dict[str, dict] | None = None) -> list[Op]:
     """Each parameter's traced update (Adam: a step counter's ``add_``, then seven elementwise ops) as its
     step ``add_`` and **one op** running PyTorch's fused kernel on that parameter alone
     (``aten._fused_adam_`` over one-tensor lists: what the multi-tensor kernels do to it), for the param
@@ -256,6 +256,10 @@ def _fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]],
             ins += out_bytes[name][int(k) if k else 0]
         return float(ins + sum(op.out_bytes))
 
+    # the scalar reading each parameter's learning-rate input: the fused kernel takes it in place of the number
+    lr_scalar = {spec["args"][0]["ref"].removesuffix(HYPER_SUFFIX): name for name, spec in (scalars or {}).items()
+                 if spec.get("target") == "aten._local_scalar_dense.default" and spec.get("args")
+                 and isinstance(spec["args"][0], dict) and str(spec["args"][0].get("ref", "")).endswith(HYPER_SUFFIX)}
     param_of = _update_params(ops, fuse)
     update: dict[str, list[Op]] = {}
     for op in ops:
@@ -273,6 +277,8 @@ def _fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]],
             continue
         grads = {p: grad.pop()}
         kw, kernel = fuse[p], kernels[p]
+        if p in lr_scalar:
+            kw = {**kw, "lr": {"scalar": lr_scalar[p]}}
         ref = lambda name: [{"ref": name}]  # noqa: E731
         max_sq = ref(f"{p}.max_exp_avg_sq") if kw["amsgrad"] and f"{p}.max_exp_avg_sq" in names else []
         call = {"target": kernel, "args": [ref(p), ref(grads[p]), ref(f"{p}.exp_avg"), ref(f"{p}.exp_avg_sq"), max_sq,
@@ -280,7 +286,8 @@ def _fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]],
         inputs = [p, grads[p], f"{p}.exp_avg", f"{p}.exp_avg_sq", *([max_sq[0]["ref"]] if max_sq else []),
                   steps[0].name]
         last = rest[-1]
-        replaced[last.name] = Op(f"{p}.update", kernel.removesuffix(".default"), tuple(inputs), output_bytes=(0,),
+        ctrl = (f"{p}{HYPER_SUFFIX}",) if p in lr_scalar else ()
+        replaced[last.name] = Op(f"{p}.update", kernel.removesuffix(".default"), tuple(inputs), ctrl, output_bytes=(0,),
                                  flops=sum(op.flops for op in rest), colocation_group=p, scope=last.scope,
                                  phase="update", meta={"view": True, "call": call, "fused_ops": len(rest),
                                                        "bytes_touched": sum(touched(op) for op in rest)})
@@ -328,6 +335,30 @@ def _launch_groups(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]]
         if modes[k] == "default":
             meta["group_device_types"] = ["gpu"]
         out.append(dataclasses.replace(op, meta=meta))
+    return out
+
+
+#: the name of a parameter's learning-rate input: ``"<parameter>.lr"``
+HYPER_SUFFIX = ".lr"
+
+
+def _scheduled(groups: list[tuple[list[str], dict[str, Any]]], layout: dict[str, dict[str, tuple]]) -> dict[str, Any]:
+    """The captured step's learning-rate inputs: per trained parameter whose group's ``lr`` is a Python
+    number, a float64 scalar holding it (exactly, as the Python float torch.optim reads). Learning-rate
+    schedulers change ``param_groups[k]["lr"]`` between steps; as an input, the new value reaches the
+    placed step without capturing again."""
+    import torch
+
+    out = {}
+    for names, hyper in groups:
+        lr = hyper.get("lr")
+        if not isinstance(lr, float) or isinstance(lr, bool):
+            continue
+        for n in names:
+            if f"{n}{HYPER_SUFFIX}" in {f"{n}.{k}" for k in layout.get(n, {})}:
+                raise CaptureError(f"parameter {n!r} has optimizer state named 'lr': cannot name its learning "
+                                   "rate input")
+            out[n] = torch.tensor(lr, dtype=torch.float64)
     return out
 
 
@@ -483,9 +514,10 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
                            f"({type(e).__name__})") from None
     state = {n: {k: torch.zeros(shape, dtype=dtype, device=device) for k, (shape, dtype, device) in layout[n].items()}
              for n in trained}
+    hyper = _scheduled(groups, layout)
     scopes = _Scopes(model)
 
-    def step(params, frozen, buffers, state, inputs, kwargs, targets):
+    def step(params, frozen, buffers, state, hyper, inputs, kwargs, targets):
         import torch.fx.traceback as fxt
 
         live = {n: p.requires_grad_() for n, p in params.items()}
@@ -500,7 +532,12 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
             _scope_backward([loss.grad_fn])
             grads = torch.autograd.grad(loss, list(live.values()), allow_unused=True)
         with fxt.annotate({"phase": "update", "scope": "optimizer"}), torch.no_grad():
-            opt = opt_cls([{"params": [live[n] for n in names], **hyper} for names, hyper in groups], foreach=False)
+            # one param group per parameter, each reading its learning rate from its own input (as a Python
+            # number, the way torch.optim reads it), so the update ops stay with their parameter
+            opt = opt_cls([{**h, "params": [live[n]]} for names, h in groups for n in names], foreach=False)
+            for group, n in zip(opt.param_groups, (n for names, _ in groups for n in names)):
+                if n in hyper:
+                    group["lr"] = hyper[n].item()
             for (n, p), g in zip(live.items(), grads):
                 p.grad = g                         # None (unused in the loss): skipped, as eager skips it
                 opt.state[p] = dict(state[n])
@@ -508,12 +545,13 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
         return loss, [g for g in grads]
 
     try:
-        gm = _trace(step, (params, frozen, buffers, state, inputs, kwargs, targets),
+        gm = _trace(step, (params, frozen, buffers, state, hyper, inputs, kwargs, targets),
                     f"{type(model).__name__} training step")
     finally:
         scopes.remove()
-    graph = _to_graph(gm, name or type(model).__name__, trained, list(frozen), list(buffers), layout, training=True)
-    fused = _fuse_updates(list(graph.ops), groups, modes, opt_cls.__name__)
+    graph = _to_graph(gm, name or type(model).__name__, trained, list(frozen), list(buffers), layout, training=True,
+                      hyper={n: float(t) for n, t in hyper.items()})
+    fused = _fuse_updates(list(graph.ops), groups, modes, opt_cls.__name__, graph.meta["program"]["scalars"])
     graph = Graph(_launch_groups(fused, groups, modes), name=graph.name,
                   meta={**graph.meta, "optimizer": {"class": opt_cls.__name__, "implementation": sorted(set(modes))}})
     return _with_tied(graph, model)
@@ -605,7 +643,7 @@ def _op_flops(node, name: str, outs: list) -> float:
 
 
 def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: list[str],
-              layout: dict[str, dict[str, tuple]], *, training: bool) -> Graph:
+              layout: dict[str, dict[str, tuple]], *, training: bool, hyper: dict[str, float] | None = None) -> Graph:
     import torch
     import torch.fx as fx
 
@@ -620,6 +658,8 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
     for n in trained:
         for key in layout.get(n, {}):
             kinds.append((f"{n}.{key}", "optimizer_state", n))
+    hyper = hyper or {}
+    kinds += [(f"{n}{HYPER_SUFFIX}", "hyperparameter", n) for n in trained if n in hyper]
     n_inputs = len(placeholders) - len(kinds)
     kinds += [(f"input{i}", "input", None) for i in range(n_inputs)]
 
@@ -635,13 +675,16 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
         val = node.meta.get("val")
         spec = _spec(val)
         resident = spec.nbytes if kind != "input" else 0
-        phase = "update" if kind == "optimizer_state" else "forward"
+        phase = "update" if kind in ("optimizer_state", "hyperparameter") else "forward"
         scope = opname.rsplit(".", 1)[0] if "." in opname and kind != "input" else None
-        if kind == "optimizer_state":
+        if kind in ("optimizer_state", "hyperparameter"):
             scope = group.rsplit(".", 1)[0] if "." in group else group
         # a parameter's output *is* its resident memory: mark it a view so it is not allocated twice
+        meta = {"view": True} if resident else {}
+        if kind == "hyperparameter":
+            meta["value"] = hyper[group]                 # the captured value: what a run without one uses
         ops.append(Op(opname, kind, outputs=(spec,), param_bytes=resident, colocation_group=group, scope=scope,
-                      phase=phase, meta={"view": True} if resident else {}))
+                      phase=phase, meta=meta))
         ref[node] = [opname]
         if group:
             group_of[opname] = group

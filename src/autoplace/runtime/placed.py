@@ -45,10 +45,11 @@ _FRESH = {"mu_product": lambda group: 1.0, "mu": lambda group: 1.0, "eta": lambd
           "step_size": lambda group: group["lr"]}
 
 
-def _hyper(optimizer) -> list[dict]:
-    """The optimizer's hyper-parameters, as captured (what a change after compile would not reach)."""
-    return [{k: v for k, v in g.items() if k != "params" and isinstance(v, (int, float, bool, tuple, str, type(None)))}
-            for g in optimizer.param_groups]
+def _hyper(optimizer, inputs: frozenset[str] = frozenset()) -> list[dict]:
+    """The optimizer's hyper-parameters that are constants of the captured step (what a change after compile
+    would not reach): all but ``inputs``, the ones the step takes at every call."""
+    return [{k: v for k, v in g.items() if k != "params" and k not in inputs
+             and isinstance(v, (int, float, bool, tuple, str, type(None)))} for g in optimizer.param_groups]
 
 
 class PlacedStep:
@@ -57,12 +58,15 @@ class PlacedStep:
 
     def __init__(self, graph: Graph, cluster: Cluster, placement: Placement, values: dict[str, Any], *,
                  timeout: float = DEFAULT_TIMEOUT_S, keys: tuple[str, ...] = (), state_keys: list[str] | None = None,
-                 optimizer=None):
+                 optimizer=None, lr_groups: dict[str, int] | None = None):
         self.graph, self.cluster, self.placement = graph, cluster, placement
         self._keys = tuple(keys)                    # the captured batch's keyword inputs, in captured order
         self._initial = values                      # the state before the first step
         self._optimizer = optimizer
-        self._hyper = _hyper(optimizer) if optimizer is not None else None
+        #: each learning-rate input (``"<parameter>.lr"``) -> the optimizer's param group it reads at every call
+        self._lr_groups = dict(lr_groups or {})
+        self._inputs_hyper = frozenset({"lr"} if self._lr_groups else ())
+        self._hyper = _hyper(optimizer, self._inputs_hyper) if optimizer is not None else None
         self.inputs = [op for op in graph.ops if op.type == "input"]
         self.parameters = [op.name for op in graph.ops if op.type == "parameter"]
         self.buffers = [op.name for op in graph.ops if op.type == "buffer"]
@@ -85,12 +89,17 @@ class PlacedStep:
         """Where each parameter and buffer lives: name -> device name."""
         return {n: self.placement.assignment[n] for n in (*self.parameters, *self.buffers)}
 
-    def _hyper_changed(self) -> bool:
-        """A captured hyper-parameter has another value now (keys added later, as a scheduler's
-        ``initial_lr``, are not captured ones)."""
-        now = _hyper(self._optimizer)
-        return len(now) != len(self._hyper) or any(n.get(k) != v for n, g in zip(now, self._hyper)
-                                                   for k, v in g.items())
+    def _hyper_changed(self) -> str | None:
+        """What says which captured hyper-parameter has another value now, or None (keys added later, as a
+        scheduler's ``initial_lr``, are not captured ones; the learning rate is an input, not captured)."""
+        now = _hyper(self._optimizer, self._inputs_hyper)
+        if len(now) != len(self._hyper):
+            return f"the optimizer has {len(now)} param groups, {len(self._hyper)} when compiled"
+        for i, (n, g) in enumerate(zip(now, self._hyper)):
+            for k, v in g.items():
+                if n.get(k) != v:
+                    return f"optimizer.param_groups[{i}][{k!r}] changed after compile ({v!r} -> {n.get(k)!r})"
+        return None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -109,10 +118,11 @@ class PlacedStep:
         """Run one training step on the batch ``inputs`` (and ``targets``, as ``loss_fn(outputs, *targets)``
         takes them); returns the loss (a CPU tensor) the step computed before its update."""
         self._check_open()
-        if self._optimizer is not None and self._hyper_changed():
-            raise AutoplaceError("the optimizer's hyper-parameters (learning rate ...) changed after compile: they are "
-                                 "part of the captured step, so a scheduler has no effect on it; compile again "
-                                 "(load_into the module first) to train with the new ones")
+        changed = self._hyper_changed() if self._optimizer is not None else None
+        if changed:
+            raise AutoplaceError(f"{changed}: it is a constant of the captured step (only the learning rate is an "
+                                 "input, so learning-rate schedulers work); compile again (load_into the module "
+                                 "first) to train with the new value")
         flat = _flat(inputs, targets, self._keys)
         if len(flat) != len(self.inputs):
             raise AutoplaceError(f"the step of {self.graph.name!r} takes {len(self.inputs)} tensors (inputs, then "
@@ -126,6 +136,10 @@ class PlacedStep:
                 raise AutoplaceError(f"{op.name}: got dtype {str(t.dtype).removeprefix('torch.')}, shape "
                                      f"{tuple(t.shape)}; the step was captured with {spec.dtype} {tuple(spec.shape)}")
             batch[op.name] = t.detach().cpu()
+        import torch
+
+        for name, k in self._lr_groups.items():    # the learning rates as they are now (a scheduler's)
+            batch[name] = torch.tensor(float(self._optimizer.param_groups[k]["lr"]), dtype=torch.float64)
         try:
             self._pool.assign(batch)
             self._pool.step()
@@ -137,6 +151,8 @@ class PlacedStep:
             self.close()
             raise
         self.steps += 1
+        if self._optimizer is not None:             # it stepped: what torch.optim's step tells a scheduler
+            self._optimizer._opt_called = True
         return loss
 
     def _values(self, names: list[str]) -> dict[str, Any]:
@@ -227,6 +243,9 @@ def initial_values(graph: Graph, model, optimizer) -> dict[str, Any]:
     params = dict(model.named_parameters())
     group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
     for op in graph.ops:
+        if op.type == "hyperparameter":                           # "<parameter>.lr": its group's, now
+            values[op.name] = torch.tensor(float(group_of[id(params[op.name.rpartition(".")[0]])]["lr"]),
+                                           dtype=torch.float64)
         if op.type != "optimizer_state":
             continue
         param, _, key = op.name.rpartition(".")                  # "<parameter>.<state key>"
@@ -249,3 +268,11 @@ def initial_values(graph: Graph, model, optimizer) -> dict[str, Any]:
             values[op.name] = torch.full(tuple(spec.shape), float(fresh(group)), dtype=dtype) if fresh else \
                 torch.zeros(tuple(spec.shape), dtype=dtype)
     return {op.name: values[op.name] for op in graph.ops if op.name in values}
+
+
+def lr_groups(graph: Graph, model, optimizer) -> dict[str, int]:
+    """Each learning-rate input of ``graph`` (``"<parameter>.lr"``) -> the index of ``optimizer``'s param group
+    holding that parameter: where the placed step reads the learning rate at every call."""
+    index = {id(p): k for k, g in enumerate(optimizer.param_groups) for p in g["params"]}
+    params = dict(model.named_parameters())
+    return {op.name: index[id(params[op.name.rpartition(".")[0]])] for op in graph.ops if op.type == "hyperparameter"}

@@ -29,7 +29,7 @@ from autoplace.graph import Graph, parse_input
 
 __all__ = ["ExecutionError", "Program", "DevicePlan", "plan_device", "run_reference", "torch_device"]
 
-PLACEHOLDER_TYPES = ("parameter", "buffer", "optimizer_state", "input")
+PLACEHOLDER_TYPES = ("parameter", "buffer", "optimizer_state", "hyperparameter", "input")
 _SCALAR_FUNCS: dict[str, Callable] = {
     **{f"operator.{n}": getattr(operator, n) for n in (
         "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos", "abs", "eq", "ne", "lt", "le",
@@ -279,7 +279,9 @@ class Program:
         shape = tuple(spec.shape)
         gen = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(op.name.encode())) % 2**63)
         if dtype.is_floating_point:
-            if op.type == "optimizer_state":
+            if op.type == "hyperparameter":                  # a learning rate: the value it was captured with
+                t = torch.full(shape, float(op.meta.get("value", 0.0)), dtype=dtype)
+            elif op.type == "optimizer_state":
                 t = torch.zeros(shape, dtype=dtype)
             elif op.type == "buffer":
                 t = torch.ones(shape, dtype=dtype) if op.name.endswith("var") else torch.zeros(shape, dtype=dtype)
