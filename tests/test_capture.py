@@ -154,6 +154,26 @@ def test_in_place_ops_alias_what_they_write():
     assert all(op.meta.get("view") for op in in_place)
 
 
+def test_the_learning_rate_is_an_input_beside_each_parameter_and_takes_no_time():
+    """Each parameter's update reads its learning rate from a float64 input in its co-location group (the
+    group's value captured in ``value``), not from a constant: no ``-lr`` literal is left in the update."""
+    import json
+
+    from autoplace.cost import op_time_matrix
+
+    m = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD([{"params": [m.weight]}, {"params": [m.bias], "lr": 0.25}], lr=0.125)
+    g = capture_training_step(m, torch.randn(3, 4), torch.nn.functional.mse_loss, opt, targets=torch.randn(3, 2))
+    lr = {op.name: op for op in g.ops if op.type == "hyperparameter"}
+    assert set(lr) == {"weight.lr", "bias.lr"}
+    assert lr["weight.lr"].meta["value"] == 0.125 and lr["bias.lr"].meta["value"] == 0.25
+    assert lr["bias.lr"].colocation_group == "bias" and lr["bias.lr"].outputs[0].dtype == "float64"
+    calls = json.dumps([op.meta.get("call") for op in g.ops if op.phase == "update"])
+    assert "-0.125" not in calls and "-0.25" not in calls
+    times = op_time_matrix(g, get_cluster("p100x2"))
+    assert (times[[g.index(n) for n in lr]] == 0).all()
+
+
 def test_conv_net_flops():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 5))

@@ -13,7 +13,9 @@ Op time on a device (whitepaper §3.2.1 "cost model"):
    bytes.
 
 An op whose ``device_types`` exclude a device's type cannot run there: its time is ``inf`` and
-:func:`feasible_devices` is False.
+:func:`feasible_devices` is False. Unless measured, an op of type ``hyperparameter`` (a captured step's
+learning-rate input: a scalar already on its device when the step starts, read by no kernel of its own)
+takes no time.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def op_time_matrix(graph: Graph, cluster: Cluster, *, loaded: bool = False) -> n
     roofline = np.maximum(graph.flops[:, None] / cluster.achievable_flops[None, :],
                           graph.bytes_touched[:, None] / cluster.achievable_bandwidth[None, :])
     times = roofline + cluster.op_overhead[None, :]
+    times[[i for i, op in enumerate(graph.ops) if op.type == "hyperparameter"]] = 0.0
     names = [d.name for d in cluster.devices]
     kinds = [d.kind for d in cluster.devices]
     for i, op in enumerate(graph.ops):
