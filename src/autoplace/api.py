@@ -60,37 +60,81 @@ def _check_arguments(optimizer, placement, timeout, budget) -> None:
 def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets: Any = None,
             cluster: str | Cluster = "localhost", method: str = "auto",
             placement: str | os.PathLike | Placement | None = None, seed: int = 0, budget: float | None = None,
-            granularity: str = "op", name: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> PlacedStep:
+            granularity: str = "op", name: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+            cache: bool | str | os.PathLike = True) -> PlacedStep:
     """Capture, place and set up one training step of ``model`` (see the module docstring).
 
     ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs`` (and ``targets``):
-    a batch of the shapes every later batch has (a tensor, a tuple of positional arguments, a dict of keyword
-    arguments, or ``(args, kwargs)``); ``loss_fn(outputs,
-    *targets)`` returns a scalar; ``optimizer``: a ``torch.optim`` optimizer over the model's parameters (its
-    class and hyper-parameters are captured; its state, if it has stepped, is the starting state).
+    a batch (a tensor, a tuple of positional arguments, a dict of keyword arguments, or ``(args, kwargs)``);
+    a later batch of other shapes (the last, smaller batch of an epoch) is captured and placed once, the
+    first time it comes; ``loss_fn(outputs, *targets)`` returns a scalar; ``optimizer``: a ``torch.optim``
+    optimizer over the model's parameters (its class and hyper-parameters are captured, the learning rate as
+    an input read at every call, so learning-rate schedulers work; its state, if it has stepped, is the
+    starting state).
     ``cluster``: a preset name, a cluster file or a :class:`~autoplace.cluster.Cluster` (default
     ``localhost``: this machine's devices); ``method``: a placer's name (``autoplace.placers.place``) with
     ``seed`` and ``budget``; or ``placement``: a :class:`~autoplace.placement.Placement` or a saved
-    placement file of this captured graph (``autoplace place``'s output for ``autoplace capture``'s graph).
+    placement file of this captured graph (``step.save``'s, or ``autoplace place``'s output for
+    ``autoplace capture``'s graph).
+    ``cache``: placements searched are kept on disk by the captured graph's content, the cluster, the method,
+    seed and budget (:mod:`autoplace.runtime.cache`), so compiling the same model again skips the search;
+    ``False`` turns that off, a path names the folder.
     ``granularity="module"`` keeps every module with parameters whole on one device
-    (:func:`~autoplace.grouping.with_granularity`): ``step.device_map()`` is then an Accelerate device map."""
+    (:func:`~autoplace.grouping.with_granularity`): ``step.device_map()`` is then an Accelerate device map.
+    ``step.setup_seconds`` says where the set-up time went (capture, place, workers)."""
+    import time
+
     from autoplace.capture import capture_training_step
     from autoplace.capture._torch import resolve_model, split_inputs
     from autoplace.grouping import with_granularity
     from autoplace.placers import place
+    from autoplace.runtime.cache import cached_placement
 
     _check_arguments(optimizer, placement, timeout, budget)
+    if not isinstance(cache, (bool, str, os.PathLike)):
+        raise AutoplaceError(f"cache must be True, False or a folder, got {type(cache).__name__}")
     model, example_inputs = resolve_model(model, example_inputs)
     meta = next((n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta), None)
     if meta is not None:
         raise AutoplaceError(f"parameter {meta!r} is on the meta device: a placed step trains real weights "
                              "(materialise the model first)")
-    graph = capture_training_step(model, example_inputs, loss_fn, optimizer, targets=targets, name=name)
-    graph = with_granularity(graph, granularity)
     cl = _cluster_of(cluster)
-    chosen = place(graph, cl, method, seed=seed, budget=budget) if placement is None \
-        else _placement_of(placement, graph, cl)
-    return PlacedStep(graph, cl, chosen, initial_values(graph, model, optimizer), timeout=timeout,
+    folder = None if cache is True else cache
+
+    def capture(inputs, targets, title):
+        return with_granularity(capture_training_step(model, inputs, loss_fn, optimizer, targets=targets,
+                                                      name=title), granularity)
+
+    def search(graph: Graph) -> tuple[Placement, bool]:
+        run = lambda: place(graph, cl, method, seed=seed, budget=budget)  # noqa: E731
+        return cached_placement(graph, cl, method, seed, budget, run, folder) if cache is not False else (run(), False)
+
+    seconds = {}
+    t = time.perf_counter()
+    graph = capture(example_inputs, targets, name)
+    seconds["capture"] = time.perf_counter() - t
+    t = time.perf_counter()
+    if placement is None:
+        chosen, hit = search(graph)
+    else:
+        chosen, hit = _placement_of(placement, graph, cl), False
+    seconds["place"] = time.perf_counter() - t
+
+    def recompile(inputs, targets) -> tuple[Graph, Placement]:
+        """Another batch shape: its step captured, on the same devices op for op where its ops are the same."""
+        other = capture(inputs, targets, graph.name)
+        if {op.name for op in other.ops} == set(chosen.assignment):
+            return other, Placement(dict(chosen.assignment), other.name, cl.name, chosen.method, dict(chosen.meta))
+        if placement is not None:
+            raise AutoplaceError(f"a batch of other shapes captures another graph of {graph.name!r} than the "
+                                 "placement given covers: compile with a method to place it")
+        return other, search(other)[0]
+
+    t = time.perf_counter()
+    step = PlacedStep(graph, cl, chosen, initial_values(graph, model, optimizer), timeout=timeout,
                       keys=tuple(split_inputs(example_inputs)[1]),
                       state_keys=[k for k in model.state_dict() if k in graph or k in graph.meta.get("tied", {})],
-                      optimizer=optimizer, lr_groups=lr_groups(graph, model, optimizer))
+                      optimizer=optimizer, lr_groups=lr_groups(graph, model, optimizer), recompile=recompile)
+    seconds["workers"] = time.perf_counter() - t
+    step.setup_seconds, step.placement_cached = seconds, hit
+    return step

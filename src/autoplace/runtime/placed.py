@@ -13,6 +13,7 @@ steps. ``step.state_dict()`` returns the trained parameters and buffers (``model
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from autoplace.cluster import Cluster
@@ -23,6 +24,11 @@ from autoplace.runtime.program import ExecutionError
 from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool, _WorkerFailed
 
 __all__ = ["PlacedStep"]
+
+
+def _shapes(graph: Graph) -> tuple:
+    """The shapes and dtypes of a captured step's batch tensors, in order: which step a batch takes."""
+    return tuple((tuple(op.outputs[0].shape), op.outputs[0].dtype) for op in graph.ops if op.type == "input")
 
 
 def _flat(inputs: Any, targets: Any, keys: tuple[str, ...]) -> list:
@@ -58,8 +64,16 @@ class PlacedStep:
 
     def __init__(self, graph: Graph, cluster: Cluster, placement: Placement, values: dict[str, Any], *,
                  timeout: float = DEFAULT_TIMEOUT_S, keys: tuple[str, ...] = (), state_keys: list[str] | None = None,
-                 optimizer=None, lr_groups: dict[str, int] | None = None):
+                 optimizer=None, lr_groups: dict[str, int] | None = None,
+                 recompile: Callable[[Any, Any], tuple[Graph, Placement]] | None = None):
         self.graph, self.cluster, self.placement = graph, cluster, placement
+        #: where compile's set-up time went (seconds: capture, place, workers), and whether the placement
+        #: came from the cache (set by :func:`autoplace.compile`)
+        self.setup_seconds: dict[str, float] = {}
+        self.placement_cached = False
+        self._recompile = recompile                 # (inputs, targets) -> the step of another batch shape
+        self._variants = {_shapes(graph): (graph, placement)}
+        self._active = _shapes(graph)
         self._keys = tuple(keys)                    # the captured batch's keyword inputs, in captured order
         self._initial = values                      # the state before the first step
         self._optimizer = optimizer
@@ -76,6 +90,7 @@ class PlacedStep:
         self._source = {k: tied.get(k, k) for k in self.state_keys}
         self.optimizer_state_names = [op.name for op in graph.ops if op.type == "optimizer_state"]
         self.steps = 0
+        self._fresh = True                          # the workers hold the state it was set up with
         self._closed = False
         self._pool = WorkerPool(cluster, timeout=timeout)
         try:
@@ -127,6 +142,10 @@ class PlacedStep:
         if len(flat) != len(self.inputs):
             raise AutoplaceError(f"the step of {self.graph.name!r} takes {len(self.inputs)} tensors (inputs, then "
                                  f"targets), got {len(flat)}")
+        shapes = tuple((tuple(t.shape), str(t.dtype).removeprefix("torch.")) if hasattr(t, "shape") else None
+                       for t in flat)
+        if shapes != self._active and self._recompile is not None and None not in shapes:
+            self._switch(shapes, inputs, targets)
         batch = {}
         for op, t in zip(self.inputs, flat):
             spec = op.outputs[0]
@@ -151,13 +170,47 @@ class PlacedStep:
             self.close()
             raise
         self.steps += 1
+        self._fresh = False
         if self._optimizer is not None:             # it stepped: what torch.optim's step tells a scheduler
             self._optimizer._opt_called = True
         return loss
 
+    def _switch(self, shapes: tuple, inputs: Any, targets: Any) -> None:
+        """Run the step of batches of ``shapes`` from now on: captured and placed the first time (on the same
+        devices op for op where its ops are the same), then set up on the workers with the state as it is."""
+        import torch
+
+        if shapes not in self._variants:
+            self._variants[shapes] = self._recompile(inputs, targets)
+        graph, placement = self._variants[shapes]
+        values = self._values([*self.parameters, *self.buffers, *self.optimizer_state_names])
+        for name, k in self._lr_groups.items():
+            values[name] = torch.tensor(float(self._optimizer.param_groups[k]["lr"]), dtype=torch.float64)
+        try:
+            self._pool.prepare(graph, placement, values=values)
+        except _WorkerFailed as e:
+            self.close()
+            raise ExecutionError(f"the step of {graph.name!r} for inputs of shapes "
+                                 f"{[s for s, _ in shapes]} cannot be set up on {self.cluster.name}: {e}") from None
+        self.inputs = [op for op in graph.ops if op.type == "input"]
+        self._active = shapes
+        self._fresh = False
+
+    @property
+    def variants(self) -> int:
+        """How many batch shapes the step has been captured and placed for."""
+        return len(self._variants)
+
+    def save(self, path) -> None:
+        """Write the placement (``autoplace.placement/v1``): ``autoplace.compile(..., placement=path)`` takes
+        it back for the same model, cluster and batch shape, without a search."""
+        from autoplace.formats import save_placement
+
+        save_placement(self.placement, path)
+
     def _values(self, names: list[str]) -> dict[str, Any]:
         self._check_open()
-        if self.steps == 0:                         # nothing ran yet: the state it was set up with
+        if self._fresh:                             # nothing ran yet: the state it was set up with
             return {n: self._initial[n].clone() for n in names}
         try:
             return self._pool.fetch(names)
