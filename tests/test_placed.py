@@ -4,6 +4,7 @@ trained there, against eager PyTorch step by step; a saved placement; state back
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -177,6 +178,41 @@ def test_a_smaller_last_batch_trains_to_the_end_of_every_epoch_as_eager(tmp_path
             assert float((v - opt.state[dict(model.named_parameters())[name]][k]).abs().max()) < 1e-5
 
 
+def test_the_placement_cache_keys_on_graph_cluster_method_seed_and_budget(tmp_path):
+    from autoplace.capture import capture_training_step
+    from autoplace.cluster import get_cluster
+    from autoplace.placement import Placement
+    from autoplace.runtime.cache import cached_placement
+
+    model = Normed()
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    capture = lambda lr: capture_training_step(model, x, nn.functional.cross_entropy,  # noqa: E731
+                                               torch.optim.SGD(model.parameters(), lr=lr), targets=y)
+    graph, cluster = capture(0.1), get_cluster("localhost")
+    searches = []
+
+    def search(g=graph):
+        searches.append(1)
+        return Placement.from_array(g, cluster, [len(searches) % 2] * g.n_ops, "stub")
+
+    first, hit = cached_placement(graph, cluster, "stub", 0, None, search, tmp_path)
+    assert not hit and len(searches) == 1
+    again, hit = cached_placement(capture(0.5), cluster, "stub", 0, None, search, tmp_path)  # lr: an input
+    assert hit and again == first and len(searches) == 1
+    for args in (("stub", 1, None), ("stub", 0, 2.0), ("other", 0, None)):
+        assert not cached_placement(graph, cluster, *args, search, tmp_path)[1]
+    assert not cached_placement(graph, get_cluster("p100x2"), "stub", 0, None,
+                                lambda: Placement.from_array(graph, get_cluster("p100x2"), [1] * graph.n_ops, "stub"),
+                                tmp_path)[1]
+    cached_placement(graph, cluster, "stub", 0, None, search, tmp_path / "one")
+    path, = (tmp_path / "one").iterdir()
+    path.write_text(json.dumps({**json.loads(path.read_text()), "assignment": {"nonsense": "cpu:0"}}))
+    n = len(searches)
+    _, hit = cached_placement(graph, cluster, "stub", 0, None, search, tmp_path / "one")  # damaged: searched again
+    assert not hit and len(searches) == n + 1
+
+
+@pytest.mark.slow
 def test_placements_are_cached_saved_and_given_back(tmp_path):
     torch.manual_seed(0)
     model = Normed()
@@ -188,8 +224,8 @@ def test_placements_are_cached_saved_and_given_back(tmp_path):
         assert not step.placement_cached and set(step.setup_seconds) == {"capture", "place", "workers"}
         searched = dict(step.placement.assignment)
         step.save(tmp_path / "p.json")
-    files = list(cache.iterdir())
-    assert len(files) == 1
+    files = sorted(cache.glob("Normed-*.json"))
+    assert len(files) == 1 and len(list(cache.glob("compile-Normed-*.json.gz"))) == 1   # the placement, the graph
     with autoplace.compile(model, x, nn.functional.cross_entropy, opt, targets=y, method="metis",
                            cache=cache) as step:                        # the same model again: no search
         assert step.placement_cached and dict(step.placement.assignment) == searched
@@ -201,6 +237,7 @@ def test_placements_are_cached_saved_and_given_back(tmp_path):
                            cache=cache) as step:                        # another seed: another search
         assert not step.placement_cached
     files[0].write_text("{damaged")
+    next(cache.glob("compile-Normed-*.json.gz")).write_bytes(b"\x1f\x8b damaged")
     with autoplace.compile(model, x, nn.functional.cross_entropy, opt, targets=y, method="metis",
                            cache=cache) as step:                        # searched again, never trusted
         assert not step.placement_cached and dict(step.placement.assignment) == searched
@@ -209,6 +246,34 @@ def test_placements_are_cached_saved_and_given_back(tmp_path):
         assert dict(step.placement.assignment) == searched and step.setup_seconds["place"] < 5
     with pytest.raises(AutoplaceError, match="cache must be"):
         autoplace.compile(model, x, nn.functional.cross_entropy, opt, targets=y, cache=3)
+
+
+def test_the_capture_key_holds_what_the_trace_reads():
+    from autoplace.capture.cache import capture_key
+
+    torch.manual_seed(0)
+    model = Normed()
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    key = capture_key(model, x, nn.functional.cross_entropy, opt, y)
+    assert key is not None and key == capture_key(model, x, nn.functional.cross_entropy, opt, y)
+    assert __file__ in key["files"]                                    # the file defining Normed, hashed
+    opt.param_groups[0]["lr"] = 0.5                                    # an input, not part of the trace
+    assert capture_key(model, x, nn.functional.cross_entropy, opt, y) == key
+    changes = [
+        lambda m, o: setattr(m.net[1], "momentum", 0.5),               # configuration a forward reads
+        lambda m, o: m.eval(),
+        lambda m, o: m.net[3].weight.requires_grad_(False),
+        lambda m, o: o.param_groups[0].update(eps=1e-3),
+    ]
+    for change in changes:
+        m2 = copy.deepcopy(model)
+        o2 = torch.optim.Adam(m2.parameters(), lr=1e-2)
+        change(m2, o2)
+        assert capture_key(m2, x, nn.functional.cross_entropy, o2, y) != key
+    assert capture_key(model, torch.randn(5, 6), nn.functional.cross_entropy, opt, y) != key   # another shape
+    weights = torch.ones(3)
+    assert capture_key(model, x, lambda o, t: nn.functional.cross_entropy(o, t, weight=weights), opt, y) is None
 
 
 @pytest.mark.slow

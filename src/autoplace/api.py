@@ -18,7 +18,7 @@ from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.runtime.placed import PlacedStep, initial_values, lr_groups
-from autoplace.runtime.workers import DEFAULT_TIMEOUT_S
+from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool
 
 __all__ = ["compile"]
 
@@ -86,9 +86,11 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
 
     from autoplace.capture import capture_training_step
     from autoplace.capture._torch import resolve_model, split_inputs
+    from autoplace.capture.cache import capture_key
     from autoplace.grouping import with_granularity
     from autoplace.placers import place
     from autoplace.runtime.cache import cached_placement
+    from autoplace.zoo._cache import cached_graph
 
     _check_arguments(optimizer, placement, timeout, budget)
     if not isinstance(cache, (bool, str, os.PathLike)):
@@ -102,23 +104,34 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     folder = None if cache is True else cache
 
     def capture(inputs, targets, title):
-        return with_granularity(capture_training_step(model, inputs, loss_fn, optimizer, targets=targets,
-                                                      name=title), granularity)
+        trace = lambda: capture_training_step(model, inputs, loss_fn, optimizer, targets=targets,  # noqa: E731
+                                              name=title)
+        key = capture_key(model, inputs, loss_fn, optimizer, targets) if cache is not False else None
+        graph = trace() if key is None else cached_graph(f"compile-{title or type(model).__name__}",
+                                                         {**key, "name": title}, trace, folder)
+        return with_granularity(graph, granularity)
 
     def search(graph: Graph) -> tuple[Placement, bool]:
         run = lambda: place(graph, cl, method, seed=seed, budget=budget)  # noqa: E731
         return cached_placement(graph, cl, method, seed, budget, run, folder) if cache is not False else (run(), False)
 
     seconds = {}
-    t = time.perf_counter()
-    graph = capture(example_inputs, targets, name)
-    seconds["capture"] = time.perf_counter() - t
-    t = time.perf_counter()
-    if placement is None:
-        chosen, hit = search(graph)
-    else:
-        chosen, hit = _placement_of(placement, graph, cl), False
-    seconds["place"] = time.perf_counter() - t
+    pool = WorkerPool(cl, timeout=timeout)
+    pool.launch()                                   # the workers boot while the step is captured and placed
+    try:
+        t = time.perf_counter()
+        graph = capture(example_inputs, targets, name)
+        seconds["capture"] = time.perf_counter() - t
+        t = time.perf_counter()
+        if placement is None:
+            chosen, hit = search(graph)
+        else:
+            chosen, hit = _placement_of(placement, graph, cl), False
+        seconds["place"] = time.perf_counter() - t
+        values = initial_values(graph, model, optimizer)
+    except BaseException:
+        pool.close()
+        raise
 
     def recompile(inputs, targets) -> tuple[Graph, Placement]:
         """Another batch shape: its step captured, on the same devices op for op where its ops are the same."""
@@ -131,10 +144,11 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
         return other, search(other)[0]
 
     t = time.perf_counter()
-    step = PlacedStep(graph, cl, chosen, initial_values(graph, model, optimizer), timeout=timeout,
+    step = PlacedStep(graph, cl, chosen, values, timeout=timeout,
                       keys=tuple(split_inputs(example_inputs)[1]),
                       state_keys=[k for k in model.state_dict() if k in graph or k in graph.meta.get("tied", {})],
-                      optimizer=optimizer, lr_groups=lr_groups(graph, model, optimizer), recompile=recompile)
+                      optimizer=optimizer, lr_groups=lr_groups(graph, model, optimizer), recompile=recompile,
+                      pool=pool)
     seconds["workers"] = time.perf_counter() - t
     step.setup_seconds, step.placement_cached = seconds, hit
     return step

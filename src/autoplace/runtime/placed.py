@@ -65,7 +65,8 @@ class PlacedStep:
     def __init__(self, graph: Graph, cluster: Cluster, placement: Placement, values: dict[str, Any], *,
                  timeout: float = DEFAULT_TIMEOUT_S, keys: tuple[str, ...] = (), state_keys: list[str] | None = None,
                  optimizer=None, lr_groups: dict[str, int] | None = None,
-                 recompile: Callable[[Any, Any], tuple[Graph, Placement]] | None = None):
+                 recompile: Callable[[Any, Any], tuple[Graph, Placement]] | None = None,
+                 pool: WorkerPool | None = None):
         self.graph, self.cluster, self.placement = graph, cluster, placement
         #: where compile's set-up time went (seconds: capture, place, workers), and whether the placement
         #: came from the cache (set by :func:`autoplace.compile`)
@@ -92,7 +93,7 @@ class PlacedStep:
         self.steps = 0
         self._fresh = True                          # the workers hold the state it was set up with
         self._closed = False
-        self._pool = WorkerPool(cluster, timeout=timeout)
+        self._pool = pool if pool is not None else WorkerPool(cluster, timeout=timeout)
         try:
             self._pool.prepare(graph, placement, values=values)
         except _WorkerFailed as e:

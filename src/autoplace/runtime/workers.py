@@ -129,6 +129,7 @@ class WorkerPool:
         self._program: Program | None = None
         self._loaded = False  # the workers hold self._program's graph
         self._prepared: dict | None = None  # the placement set up on the workers (prepare)
+        self._booting = False  # launched, their ready replies not yet read
         _POOLS.add(self)
 
     # -------------------------------------------------------------- lifecycle
@@ -137,6 +138,17 @@ class WorkerPool:
         return bool(self._procs) and all(p.is_alive() for p in self._procs)
 
     def start(self) -> None:
+        """Have every worker running and ready (:meth:`launch` them, if not yet, and wait for them)."""
+        if self.alive and not self._booting:
+            return
+        if not self.alive:
+            self.launch()
+        self._gather(timeout=max(self.timeout, 60.0))
+        self._booting, self._loaded = False, False
+
+    def launch(self) -> None:
+        """Start the worker processes without waiting for them to be ready (:meth:`start` waits): they boot
+        (import torch: seconds) while the caller captures and places."""
         if self.alive:
             return
         self.close()
@@ -159,8 +171,7 @@ class WorkerPool:
                 child.close()
                 self._procs.append(p)
                 self._conns.append(parent)
-        self._gather(timeout=max(self.timeout, 60.0))
-        self._loaded = False
+        self._booting = True
 
     def close(self) -> None:
         """Stop every worker: ask, then terminate, then kill; always reaps the processes."""
@@ -180,7 +191,7 @@ class WorkerPool:
                 p.join(1.0)
         for c in self._conns:
             c.close()
-        self._procs, self._conns, self._loaded, self._prepared = [], [], False, None
+        self._procs, self._conns, self._loaded, self._prepared, self._booting = [], [], False, None, False
 
     def __enter__(self) -> WorkerPool:
         return self

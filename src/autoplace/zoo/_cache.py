@@ -42,13 +42,16 @@ def _key(name: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"model": name, "params": params, "capture_version": CAPTURE_VERSION, "torch": torch_version}
 
 
-def cached_graph(name: str, params: dict[str, Any], build: Callable[[], Graph]) -> Graph:
-    """The graph for ``(name, params)`` from the cache, or ``build()`` it and store it."""
+def cached_graph(name: str, params: dict[str, Any], build: Callable[[], Graph],
+                 folder: str | os.PathLike | None = None) -> Graph:
+    """The graph for ``(name, params)`` from the cache (``folder``, default :func:`cache_dir`), or
+    ``build()`` it and store it."""
     from autoplace.formats import graph_from_dict, graph_to_dict, read_json, write_json
 
     key = _key(name, params)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    path = cache_dir() / f"{name}-{digest}.json.gz"
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in name[:60])
+    path = (Path(folder) if folder is not None else cache_dir()) / f"{stem}-{digest}.json.gz"
     if path.exists():
         try:
             obj = read_json(path)
