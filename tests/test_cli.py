@@ -449,3 +449,20 @@ def test_simulate_draws_where_the_step_time_goes(tmp_path, capsys):
     png = tmp_path / "step.png"
     rc, _, _ = run(capsys, "simulate", "toy-mlp", "-P", "layers=3", "-c", "k80x4", "-p", str(path), "--plot", str(png))
     assert rc == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_compare_prints_each_row_as_it_is_done_on_a_terminal_and_nothing_under_json(capsys, monkeypatch):
+    args = ("compare", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "--methods", "single-gpu,expert,metis")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    rc, out, err = run(capsys, *args)
+    assert rc == 0
+    import re
+
+    plain = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", err).replace("\r", "\n")
+    lines = [ln for ln in plain.splitlines() if ln.startswith(("single-gpu:", "expert:", "metis:"))]
+    assert [ln.split(":")[0] for ln in lines] == ["single-gpu", "expert", "metis"]     # in order, one each
+    rc, out, err = run(capsys, *args, "--json")
+    assert rc == 0 and err == "" and json.loads(out)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    rc, out, err = run(capsys, *args)
+    assert rc == 0 and err == ""

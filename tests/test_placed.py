@@ -127,12 +127,18 @@ def test_the_python_api_is_importable_from_the_package():
     assert callable(compare) and compile is autoplace.compile and isinstance(Simulator, type)
 
 
-def test_a_batch_that_cannot_be_captured_and_a_placement_of_another_graph_are_clear_errors(tmp_path):
+def test_a_batch_that_cannot_be_captured_and_a_placement_of_another_graph_are_clear_errors(tmp_path, capsys,
+                                                                                          monkeypatch):
+    import sys
+
     model = nn.Linear(4, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(3, 4), torch.randn(3, 2)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)            # on a terminal: what it is doing
     with autoplace.compile(model, x, nn.functional.mse_loss, opt, targets=y, method="single-cpu",
                            cache=False) as step:
+        err = capsys.readouterr().err
+        assert "capturing Linear" in err and "placing" in err and "setting up 2 workers" in err
         with pytest.raises(AutoplaceError, match="cannot trace"):
             step(torch.randn(5, 4), y)                                 # 5 inputs, 3 targets
         with pytest.raises(AutoplaceError, match="takes 2 tensors"):

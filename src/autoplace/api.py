@@ -8,9 +8,11 @@ and runs (:mod:`autoplace.runtime`); nothing below imports it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from autoplace.cluster import Cluster
@@ -39,6 +41,35 @@ def _placement_of(placement: str | os.PathLike | Placement, graph: Graph, cluste
     return p
 
 
+@contextlib.contextmanager
+def _shown(enabled: bool) -> Iterator[Callable[[str], None]]:
+    """A transient line on standard error saying what compile is doing (the search's own reports
+    included); yields the function that sets the stage. Nothing when not ``enabled``."""
+    if not enabled:
+        yield lambda text: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from autoplace.progress import progress_to
+
+    with Progress(transient=True, console=Console(stderr=True)) as bar:
+        task = bar.add_task("compile", total=None)
+        current = {"stage": "compile"}
+
+        def stage(text: str) -> None:
+            current["stage"] = text
+            bar.update(task, description=text, total=None)
+            bar.refresh()                           # each stage shown as it starts, however short
+
+        def search(message: str, fraction: float | None) -> None:
+            bar.update(task, description=f"{current['stage']}: {message}",
+                       **({} if fraction is None else {"total": 1.0, "completed": fraction}))
+
+        with progress_to(search):
+            yield stage
+
+
 def _check_arguments(optimizer, placement, timeout, budget) -> None:
     """``compile``'s arguments that can be checked before any work: one clear error for each."""
     from autoplace.validation import MAX_BUDGET_S, check_budget, check_number
@@ -61,7 +92,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
             cluster: str | Cluster = "localhost", method: str = "auto",
             placement: str | os.PathLike | Placement | None = None, seed: int = 0, budget: float | None = None,
             granularity: str = "op", name: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-            cache: bool | str | os.PathLike = True) -> PlacedStep:
+            cache: bool | str | os.PathLike = True, progress: bool | None = None) -> PlacedStep:
     """Capture, place and set up one training step of ``model`` (see the module docstring).
 
     ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs`` (and ``targets``):
@@ -81,7 +112,8 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     ``False`` turns that off, a path names the folder.
     ``granularity="module"`` keeps every module with parameters whole on one device
     (:func:`~autoplace.grouping.with_granularity`): ``step.device_map()`` is then an Accelerate device map.
-    ``step.setup_seconds`` says where the set-up time went (capture, place, workers)."""
+    ``step.setup_seconds`` says where the set-up time went (capture, place, workers). ``progress``: show
+    what it is doing on standard error (default: when that is a terminal)."""
     import time
 
     from autoplace.capture import capture_training_step
@@ -115,26 +147,9 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
         run = lambda: place(graph, cl, method, seed=seed, budget=budget)  # noqa: E731
         return cached_placement(graph, cl, method, seed, budget, run, folder) if cache is not False else (run(), False)
 
-    seconds = {}
-    pool = WorkerPool(cl, timeout=timeout)
-    pool.launch()                                   # the workers boot while the step is captured and placed
-    try:
-        t = time.perf_counter()
-        graph = capture(example_inputs, targets, name)
-        seconds["capture"] = time.perf_counter() - t
-        t = time.perf_counter()
-        if placement is None:
-            chosen, hit = search(graph)
-        else:
-            chosen, hit = _placement_of(placement, graph, cl), False
-        seconds["place"] = time.perf_counter() - t
-        values = initial_values(graph, model, optimizer)
-    except BaseException:
-        pool.close()
-        raise
-
     def recompile(inputs, targets) -> tuple[Graph, Placement]:
-        """Another batch shape: its step captured, on the same devices op for op where its ops are the same."""
+        """Another batch shape (called by the step): its step captured, on the same devices op for op
+        where its ops are the same."""
         other = capture(inputs, targets, graph.name)
         if {op.name for op in other.ops} == set(chosen.assignment):
             return other, Placement(dict(chosen.assignment), other.name, cl.name, chosen.method, dict(chosen.meta))
@@ -143,12 +158,33 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
                                  "placement given covers: compile with a method to place it")
         return other, search(other)[0]
 
-    t = time.perf_counter()
-    step = PlacedStep(graph, cl, chosen, values, timeout=timeout,
-                      keys=tuple(split_inputs(example_inputs)[1]),
-                      state_keys=[k for k in model.state_dict() if k in graph or k in graph.meta.get("tied", {})],
-                      optimizer=optimizer, lr_groups=lr_groups(graph, model, optimizer), recompile=recompile,
-                      pool=pool)
-    seconds["workers"] = time.perf_counter() - t
+    seconds = {}
+    pool = WorkerPool(cl, timeout=timeout)
+    pool.launch()                                   # the workers boot while the step is captured and placed
+    with _shown(sys.stderr.isatty() if progress is None else progress) as stage:
+        try:
+            t = time.perf_counter()
+            stage(f"capturing {name or type(model).__name__}")
+            graph = capture(example_inputs, targets, name)
+            seconds["capture"] = time.perf_counter() - t
+            t = time.perf_counter()
+            stage(f"placing {graph.n_ops} ops with {method}" if placement is None else "checking the placement")
+            if placement is None:
+                chosen, hit = search(graph)
+            else:
+                chosen, hit = _placement_of(placement, graph, cl), False
+            seconds["place"] = time.perf_counter() - t
+            values = initial_values(graph, model, optimizer)
+            stage(f"setting up {cl.n_devices} workers")
+            t = time.perf_counter()
+            step = PlacedStep(graph, cl, chosen, values, timeout=timeout, keys=tuple(split_inputs(example_inputs)[1]),
+                              state_keys=[k for k in model.state_dict()
+                                          if k in graph or k in graph.meta.get("tied", {})],
+                              optimizer=optimizer, lr_groups=lr_groups(graph, model, optimizer),
+                              recompile=recompile, pool=pool)
+            seconds["workers"] = time.perf_counter() - t
+        except BaseException:
+            pool.close()
+            raise
     step.setup_seconds, step.placement_cached = seconds, hit
     return step

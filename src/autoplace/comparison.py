@@ -113,17 +113,18 @@ _UNSET = object()
 
 
 def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None, *, seed: int = 0,
-            budget: float | None = None, progress=None, env: str | BaseEnv = "simulated") -> Comparison:
+            budget: float | None = None, progress=None, env: str | BaseEnv = "simulated", on_row=None) -> Comparison:
     """Place ``graph`` on ``cluster`` with each method (default: every registered placer but the learned
     ones) and score each
     placement with ``env`` (the simulator by default, or ``"measured"``: real runs).
 
-    ``progress(method)`` is called before each method (the CLI shows a progress bar with it)."""
+    ``progress(method)`` is called before each method (the CLI shows a progress bar with it), ``on_row(row)``
+    with each :class:`ComparisonRow` as it is done (the CLI prints it above the bar)."""
     sim = Simulator(graph, cluster)
     bounds = lower_bounds(graph, cluster, sim.op_times)
     scorer = SimulatedEnv(graph, cluster, simulator=sim) if env == "simulated" else make_env(env, graph, cluster)
     try:
-        result = _compare(graph, cluster, methods, seed, budget, progress, scorer, bounds)
+        result = _compare(graph, cluster, methods, seed, budget, progress, scorer, bounds, on_row)
         if result.env == "simulated":
             ok = [r for r in result.rows if r.result is not None and r.result.ok]
             one = next((r.placement for r in result.rows if r.method == "single-gpu"), _UNSET)
@@ -137,8 +138,9 @@ def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None
             scorer.close()
 
 
-def _compare(graph, cluster, methods, seed, budget, progress, scorer: BaseEnv, bounds: Bounds) -> Comparison:
-    rows = []
+def _compare(graph, cluster, methods, seed, budget, progress, scorer: BaseEnv, bounds: Bounds, on_row=None
+             ) -> Comparison:
+    rows = _Rows(on_row)
     for method in methods or available_placers(include_learned=False):
         if progress is not None:
             progress(method)
@@ -159,4 +161,17 @@ def _compare(graph, cluster, methods, seed, budget, progress, scorer: BaseEnv, b
         if placement.meta.get("bound_s") is not None:
             # a placer's bound on every placement (CP-SAT's op-level model)
             bounds = Bounds(bounds.critical_path, bounds.load, float(placement.meta["bound_s"]))
-    return Comparison(rows, bounds, scorer.name)
+    return Comparison(list(rows), bounds, scorer.name)
+
+
+class _Rows(list):
+    """The rows so far; each appended one is also handed to ``on_row``."""
+
+    def __init__(self, on_row):
+        super().__init__()
+        self._on_row = on_row
+
+    def append(self, row: ComparisonRow) -> None:
+        super().append(row)
+        if self._on_row is not None:
+            self._on_row(row)

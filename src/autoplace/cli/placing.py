@@ -380,9 +380,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         try:
             from autoplace.progress import progress_to
 
+            def done(row) -> None:                 # each row as it comes, above the bar (a terminal only)
+                if not bar.disable:
+                    step = fmt_time(row.step_time) if row.error is None else (row.error or "")[:60]
+                    bar.console.print(f"{row.method}: {step}  ({row.wall_time_s:.1f} s)", highlight=False)
+
             with progress_to(search):
                 result = compare(graph, cluster, methods, seed=args.seed, budget=args.budget, progress=advance,
-                                 env=env)
+                                 env=env, on_row=done)
         finally:
             if env != "simulated":
                 env.close()
