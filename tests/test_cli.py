@@ -466,3 +466,21 @@ def test_compare_prints_each_row_as_it_is_done_on_a_terminal_and_nothing_under_j
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     rc, out, err = run(capsys, *args)
     assert rc == 0 and err == ""
+
+
+def test_a_cluster_of_estimates_says_so_once_and_names_the_command_that_measures_it(tmp_path, capsys):
+    p = str(tmp_path / "p.json")
+    assert run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", "localhost", "-m", "single-cpu", "-o", p)[0] == 0
+    rc, out, err = run(capsys, "simulate", "toy-mlp", "-P", "layers=2", "-c", "localhost", "-p", p)
+    assert rc == 0 and err.count("are estimates") == 1 and "autoplace cluster detect" in err
+    rc, out, err = run(capsys, "compare", "toy-mlp", "-P", "layers=2", "-c", "localhost", "--methods", "single-cpu")
+    assert rc == 0 and err.count("are estimates") == 1
+    from autoplace.cluster import get_cluster
+    from autoplace.formats import save_cluster
+
+    measured = get_cluster("localhost")
+    for d in measured.devices:                                          # what 'cluster detect' writes
+        d.meta.pop("estimated", None)
+    save_cluster(measured, tmp_path / "c.json")
+    rc, out, err = run(capsys, "simulate", "toy-mlp", "-P", "layers=2", "-c", str(tmp_path / "c.json"), "-p", p)
+    assert rc == 0 and "estimates" not in err

@@ -526,6 +526,7 @@ def test_cli_measure_profile_export(tmp_path, mlp_graph, capsys):
     assert main(["measure", str(gpath), "-c", "localhost", "-p", str(ppath), "--steps", "4"]) == 0
     text = capsys.readouterr().out
     assert "mean of 3 steps after the first: min " in text and ", median " in text and ", max " in text
+    assert "measured / simulated: " in text and "'autoplace cluster detect' measures them" in text
     assert main(["profile", str(gpath), "-c", "localhost", "--steps", "2", "--rounds", "1",
                  "-o", str(tmp_path / "gp.json")]) == 0
     prof = json.loads((tmp_path / "gp.json").read_text())

@@ -12,6 +12,7 @@ import contextlib
 import math
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -134,6 +135,10 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
                              "(materialise the model first)")
     cl = _cluster_of(cluster)
     folder = None if cache is True else cache
+    hint = cl.calibration_hint() if placement is None else None
+    if hint:                                        # once per place in the caller's code (warnings' default)
+        warnings.warn(hint.removeprefix("note: ") + "; compile(cluster='cluster.json') takes the measured file",
+                      stacklevel=2)
 
     def capture(inputs, targets, title):
         trace = lambda: capture_training_step(model, inputs, loss_fn, optimizer, targets=targets,  # noqa: E731

@@ -72,6 +72,14 @@ def _note_other_cluster(placement, cluster: Cluster) -> None:
         _console(True).print(f"note: placement made for cluster {placement.cluster!r}, scored on {cluster.name!r}")
 
 
+def _note_estimates(cluster: Cluster) -> None:
+    """One line on standard error when the cluster's figures are estimates, naming the commands that
+    measure them."""
+    hint = cluster.calibration_hint()
+    if hint:
+        _console(True).print(hint, soft_wrap=True)
+
+
 def _granular(graph: Graph, granularity: str) -> Graph:
     """``graph`` at the placement granularity of ``--granularity`` (module: a module's parameters, tied ones
     and its ops kept together, so that the placement exports as a device_map)."""

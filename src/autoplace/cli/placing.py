@@ -20,6 +20,7 @@ from autoplace.cli.common import (
     _exit_code,
     _finite_or_none,
     _granular,
+    _note_estimates,
     _note_other_cluster,
     _parse_params,
     _print_json,
@@ -155,6 +156,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         step_png(graph, cluster, result, args.plot,
                  title=f"{graph.name} on {cluster.name} ({placement.method}): where the step's time goes")
     _note_other_cluster(placement, cluster)
+    _note_estimates(cluster)
     if args.trace:
         write_json(args.trace, chrome_trace(graph, cluster, result), indent=None)
     rng = None
@@ -359,6 +361,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         get_placer(m)
     graph = _granular(resolve_graph(args.graph, _parse_params(args.param)), args.granularity)
     cluster = resolve_cluster(args.cluster)
+    _note_estimates(cluster)
     with Progress(transient=True, disable=args.json or args.markdown or not sys.stderr.isatty(),
                   console=_console(True)) as bar:
         task = bar.add_task("placing", total=len(methods))

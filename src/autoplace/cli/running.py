@@ -15,6 +15,7 @@ from autoplace.cli.common import (
     _check_output,
     _console,
     _exit_code,
+    _note_estimates,
     _note_other_cluster,
     _parse_params,
     _print_json,
@@ -37,6 +38,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     _note_other_cluster(placement, cluster)
     predicted = simulate(graph, cluster, placement)
     result = measure(graph, cluster, placement, steps=args.steps, timeout=args.timeout, seed=args.data_seed)
+    _note_estimates(cluster)
     if args.json:
         _print_json({"graph": graph.name, "cluster": cluster.name, "method": placement.method,
                      "simulated_step_time_s": predicted.step_time, **result.to_dict()})
@@ -54,7 +56,23 @@ def cmd_measure(args: argparse.Namespace) -> int:
                      else " (one step)") + f"; simulated {fmt_time(predicted.step_time)})"))
     con.print(_sim_table(graph, cluster, result, title=""))
     con.print(f"{result.n_transfers} transfers per step, {fmt_bytes(result.transfer_bytes)}")
+    con.print(_fidelity_note(graph, cluster, result.step_time, predicted.step_time), soft_wrap=True)
     return 0
+
+
+def _fidelity_note(graph, cluster, measured: float, simulated: float) -> str:
+    """How far the measured step is from the simulated one, and what may explain it."""
+    ratio = measured / simulated if simulated > 0 else float("inf")
+    line = f"measured / simulated: {ratio:.2f}x"
+    if abs(ratio - 1.0) <= 0.15:
+        return line + " (within 15 %)"
+    why = []
+    if cluster.estimated:
+        why.append("the cluster's speeds are estimates ('autoplace cluster detect' measures them)")
+    if not any(op.cost for op in graph.ops):
+        why.append("the op costs are the roofline's ('autoplace profile' measures them)")
+    why.append("the host's other load and its memory bandwidth, shared by the workers, are not modelled")
+    return line + "; it may be because " + "; ".join(why)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:

@@ -328,6 +328,23 @@ class Cluster:
     def device(self, name: str) -> Device:
         return self.devices[self.index(name)]
 
+    @property
+    def estimated(self) -> list[str]:
+        """The devices whose figures are estimates (``meta["estimated"]``: ``localhost`` read from /proc and
+        torch, not measured), in cluster order."""
+        return [d.name for d in self.devices if d.meta.get("estimated")]
+
+    def calibration_hint(self) -> str | None:
+        """One line saying that this cluster's figures are estimates and which command measures them, or
+        None when none of its devices is estimated."""
+        est = self.estimated
+        if not est:
+            return None
+        which = ", ".join(est[:4]) + (f" and {len(est) - 4} more" if len(est) > 4 else "")
+        return (f"note: cluster {self.name!r}: the speeds of {which} are estimates, not measurements, so simulated "
+                "steps may be far from measured ones; 'autoplace cluster detect -o cluster.json' measures this "
+                "machine (then pass -c cluster.json), 'autoplace profile' measures a graph's op costs")
+
     def devices_of_kind(self, kind: str) -> list[int]:
         """Indices of the devices whose type is ``kind`` (case-insensitive), in cluster order."""
         return [i for i, d in enumerate(self.devices) if d.kind == kind.lower()]
