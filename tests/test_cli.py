@@ -484,3 +484,29 @@ def test_a_cluster_of_estimates_says_so_once_and_names_the_command_that_measures
     save_cluster(measured, tmp_path / "c.json")
     rc, out, err = run(capsys, "simulate", "toy-mlp", "-P", "layers=2", "-c", str(tmp_path / "c.json"), "-p", p)
     assert rc == 0 and "estimates" not in err
+
+
+def test_budget_is_work_and_time_limit_caps_the_wall_clock(tmp_path, capsys):
+    p = str(tmp_path / "p.json")
+    rc, out, _ = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "-m", "local-search",
+                     "--budget", "1", "-o", p)
+    assert rc == 0 and "budget 1 s of nominal work" in out and "s of wall clock" in out
+    rc, out, _ = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "-m", "rl", "--budget", "100000",
+                     "--time-limit", "0.5", "-o", p)                  # a day of work, cut to half a second
+    assert rc == 0 and "(stopped: time limit)" in out and "--time-limit 0.5 s" in out
+    assert json.loads(Path(p).read_text())["stop_reason"] == "time limit"
+    with pytest.raises(SystemExit) as e:
+        main(["place", "toy-mlp", "-c", "k80x2", "-m", "rl", "--time-limit", "0", "-o", p])
+    assert e.value.code == 2 and "--time-limit" in capsys.readouterr().err
+
+
+def test_a_row_that_runs_out_of_memory_says_why_in_its_error(tmp_path, capsys):
+    cluster = json.loads(Path(CLUSTER).read_text())
+    for d in cluster["devices"][1:]:
+        d["memory_bytes"] = 1000                                          # no GPU holds anything
+    c = write(tmp_path, "c.json", cluster)
+    rc, out, _ = run(capsys, "compare", GRAPH, "-c", c, "--methods", "single-gpu,single-cpu", "--json")
+    rows = {r["method"]: r for r in json.loads(out)["rows"]}
+    assert rows["single-gpu"]["error"].startswith("out of memory on gpu:0 (") and " of 1000 B)" in \
+        rows["single-gpu"]["error"]
+    assert rows["single-cpu"]["error"] is None

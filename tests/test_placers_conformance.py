@@ -153,3 +153,15 @@ def test_bad_budget_or_seed_is_one_clear_error(kw):
 
     with pytest.raises(AutoplaceError, match="budget|seed"):
         place(constrained_graph(), get_cluster("k80x2"), "cp-sat", **kw)
+
+
+@pytest.mark.parametrize("method", PLACERS)
+def test_a_time_limit_ends_the_search_with_a_valid_placement(method):
+    """Given a budget of more than a day of work and a tenth of a second of wall clock, a placer returns a
+    valid placement (a search: its best so far, the first update done), saying the limit stopped it."""
+    graph, cluster = constrained_graph(), get_cluster("k80x2")
+    p = place(graph, cluster, method, seed=0, budget=100_000, time_limit=0.1)
+    p.to_array(graph, cluster)
+    assert p.meta["time_limit_s"] == 0.1
+    if get_placer(method).learned:
+        assert p.meta["stop_reason"] == "time limit"

@@ -60,6 +60,19 @@ class ComparisonRow:
         return self.result.step_time
 
 
+def failure_reason(result) -> str:
+    """Why a scored placement fails, in a few words: the run's own error, else the devices whose peak memory
+    exceeds their capacity, each with both figures."""
+    from autoplace.units import fmt_bytes
+
+    error = getattr(result, "error", None)
+    if error:
+        return str(error)
+    over = [f"{d} ({fmt_bytes(p)} of {fmt_bytes(c)})" for d, p, c in
+            zip(result.device_names, result.peak_memory, result.memory_capacity) if p > c]
+    return "out of memory on " + (", ".join(over) if over else ", ".join(getattr(result, "oom_devices", ())))
+
+
 def row_note(row: ComparisonRow) -> str:
     """A few words on how a row's placer ended, from what it reported (empty when there is nothing to say):
     a solver's status and model, why a search stopped, which path m-SCT took."""
@@ -113,7 +126,8 @@ _UNSET = object()
 
 
 def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None, *, seed: int = 0,
-            budget: float | None = None, progress=None, env: str | BaseEnv = "simulated", on_row=None) -> Comparison:
+            budget: float | None = None, progress=None, env: str | BaseEnv = "simulated", on_row=None,
+            time_limit: float | None = None) -> Comparison:
     """Place ``graph`` on ``cluster`` with each method (default: every registered placer but the learned
     ones) and score each
     placement with ``env`` (the simulator by default, or ``"measured"``: real runs).
@@ -124,7 +138,7 @@ def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None
     bounds = lower_bounds(graph, cluster, sim.op_times)
     scorer = SimulatedEnv(graph, cluster, simulator=sim) if env == "simulated" else make_env(env, graph, cluster)
     try:
-        result = _compare(graph, cluster, methods, seed, budget, progress, scorer, bounds, on_row)
+        result = _compare(graph, cluster, methods, seed, budget, progress, scorer, bounds, on_row, time_limit)
         if result.env == "simulated":
             ok = [r for r in result.rows if r.result is not None and r.result.ok]
             one = next((r.placement for r in result.rows if r.method == "single-gpu"), _UNSET)
@@ -138,15 +152,15 @@ def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None
             scorer.close()
 
 
-def _compare(graph, cluster, methods, seed, budget, progress, scorer: BaseEnv, bounds: Bounds, on_row=None
-             ) -> Comparison:
+def _compare(graph, cluster, methods, seed, budget, progress, scorer: BaseEnv, bounds: Bounds, on_row=None,
+             time_limit=None) -> Comparison:
     rows = _Rows(on_row)
     for method in methods or available_placers(include_learned=False):
         if progress is not None:
             progress(method)
         t0 = time.perf_counter()
         try:
-            placement = place(graph, cluster, method, seed=seed, budget=budget)
+            placement = place(graph, cluster, method, seed=seed, budget=budget, time_limit=time_limit)
         except InfeasibleError as e:
             elapsed = time.perf_counter() - t0
             rows.append(ComparisonRow(method, None, None, elapsed, str(e), elapsed))
@@ -157,7 +171,7 @@ def _compare(graph, cluster, methods, seed, budget, progress, scorer: BaseEnv, b
             continue
         result = scorer.evaluate(placement)
         rows.append(ComparisonRow(method, placement, result, float(placement.meta["search_time_s"]),
-                                  wall_time_s=time.perf_counter() - t0))
+                                  None if result.ok else failure_reason(result), time.perf_counter() - t0))
         if placement.meta.get("bound_s") is not None:
             # a placer's bound on every placement (CP-SAT's op-level model)
             bounds = Bounds(bounds.critical_path, bounds.load, float(placement.meta["bound_s"]))

@@ -120,8 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", required=True, metavar="P", help="placement file to write")
     p.add_argument("--seed", type=_seed, default=0, help="the placer's seed (default 0)")
     p.add_argument("--budget", type=_seconds, default=None,
-                   help="search budget, about seconds (auto: 60); searches count it as work (CP-SAT's deterministic "
-                        "time, local search's evaluations), so results do not depend on machine load")
+                   help="search budget in seconds of nominal work, not wall clock (auto: 60): each search turns it "
+                        "into a count (local search: budget x 10M / ops simulations; CP-SAT: deterministic time "
+                        "units; learned placers: samples), so results do not depend on the machine or its load; the "
+                        "wall time is printed beside it (often several times the budget on 2 cores); cap it with "
+                        "--time-limit")
+    p.add_argument("--time-limit", type=_positive_seconds, default=None, metavar="S",
+                   help="stop the search after S seconds of wall clock with the best it has, whatever --budget "
+                        "(the step under way finishes first)")
     p.add_argument("--refine", action="store_true", help="improve the result by local search under the simulator "
                    "(its worst case over the cost model's uncertainty)")
     _add_granularity(p)
@@ -183,7 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", type=_method_list, help="comma-separated methods (default: all, auto first)")
     p.add_argument("--seed", type=_seed, default=0, help="every placer's seed (default 0)")
     p.add_argument("--budget", type=_seconds, default=None,
-                   help="search budget per method, about seconds (counted as work, see 'place --help')")
+                   help="search budget per method, seconds of nominal work, not wall clock (see 'place --help')")
+    p.add_argument("--time-limit", type=_positive_seconds, default=None, metavar="S",
+                   help="stop each method's search after S seconds of wall clock with the best it has")
     _add_granularity(p)
     _add_env_args(p)
     p.add_argument("--plot", metavar="FILE.png", help="also draw step time per method (with the bound) and each "

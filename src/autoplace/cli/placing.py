@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -220,13 +221,19 @@ def cmd_place(args: argparse.Namespace) -> int:
     _check_checkpoint_folders(args)
     graph = _granular(resolve_graph(args.graph, _parse_params(args.param)), args.granularity)
     cluster = resolve_cluster(args.cluster)
+    from autoplace.search.budget import time_limit
+
     with make_env(args.env, graph, cluster, **_env_kwargs(args)) as env:
+        t0 = time.perf_counter()
         if info.learned:
-            placement = _with_progress(f"placing with {args.method}", args.json or args.output == "-",
-                                       lambda: _learned_search(info, graph, cluster, env, args))
+            with time_limit(args.time_limit):
+                placement = _with_progress(f"placing with {args.method}", args.json or args.output == "-",
+                                           lambda: _learned_search(info, graph, cluster, env, args))
         else:
             placement = _with_progress(f"placing with {args.method}", args.json or args.output == "-",
-                                       lambda: place(graph, cluster, args.method, seed=args.seed, budget=args.budget))
+                                       lambda: place(graph, cluster, args.method, seed=args.seed, budget=args.budget,
+                                                     time_limit=args.time_limit))
+        wall = time.perf_counter() - t0
         if args.refine:
             from autoplace.placers.auto import robust_simulator
             from autoplace.placers.local_search import refine
@@ -248,7 +255,29 @@ def cmd_place(args: argparse.Namespace) -> int:
                          f"{counts}; written to {args.output}")
         if args.curve:
             _console(args.output == "-").print(f"training curve written to {args.curve}.csv and {args.curve}.png")
+        _console(args.output == "-").print(_budget_line(args, placement, wall), soft_wrap=True)
     return _exit_code(result)
+
+
+def _budget_line(args: argparse.Namespace, placement, wall: float) -> str:
+    """What the budget bought: nominal work, the count it became, the wall time it took, why it stopped."""
+    from autoplace.search.work import DEFAULT_BUDGET_S
+
+    m = placement.meta
+    if args.wall_clock:
+        spent = f"budget {args.budget if args.budget is not None else 60:g} s of wall clock"
+    elif args.budget is not None or args.method in DEFAULT_BUDGET_S:
+        b = args.budget if args.budget is not None else DEFAULT_BUDGET_S[args.method]
+        spent = f"budget {b:g} s of nominal work"
+    else:
+        spent = "no budget (a one-shot placer)"
+    count = next((f"{m[k]:,} {k}" for k in ("samples", "evaluations") if isinstance(m.get(k), int)), None)
+    if count is None and isinstance(m.get("refine"), dict) and isinstance(m["refine"].get("evaluations"), int):
+        count = f"{m['refine']['evaluations']:,} evaluations"
+    stop = m.get("stop_reason") or m.get("stopped_by")
+    return (f"{spent}" + (f" = {count}" if count else "") + f"; took {wall:.1f} s of wall clock"
+            + (f" (stopped: {stop})" if stop else "")
+            + (f"; --time-limit {args.time_limit:g} s" if args.time_limit else ""))
 
 
 def _settings(items: list[str]) -> dict[str, Any]:
@@ -390,7 +419,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
             with progress_to(search):
                 result = compare(graph, cluster, methods, seed=args.seed, budget=args.budget, progress=advance,
-                                 env=env, on_row=done)
+                                 env=env, on_row=done, time_limit=args.time_limit)
         finally:
             if env != "simulated":
                 env.close()
@@ -472,7 +501,8 @@ def _result_dict(result, env: str, why_none: str | None) -> dict:
     """A row's step in the one result schema (:meth:`autoplace.result.StepResult.to_dict`); a method that
     found no placement gets the same keys, empty, and ``error`` saying why."""
     if result is not None:
-        return result.to_dict()
+        d = result.to_dict()
+        return {**d, "error": d.get("error") or why_none}   # a failing row says why (out of memory on ...)
     return {"env": env, "step_time_s": None, "ok": False, "error": why_none, "oom_devices": [], "step_times_s": [],
             "devices": [], "links": [], "transfers": 0, "transfer_bytes": 0}
 
@@ -497,5 +527,6 @@ def _jsonable(x: Any) -> Any:
 
 def _failure(result: Any) -> str:
     """Why a result is failing: the run's error, or the devices out of memory."""
-    error = getattr(result, "error", None)
-    return error if error else "OOM: " + ", ".join(result.oom_devices)
+    from autoplace.comparison import failure_reason
+
+    return failure_reason(result)

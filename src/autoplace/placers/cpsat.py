@@ -51,6 +51,7 @@ from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
+from autoplace.search.budget import TIME_LIMIT, time_left
 from autoplace.validation import check_budget, seed_int
 
 __all__ = ["cp_sat", "solve_cp_sat", "improve_with_cp_sat", "CPSatResult", "NoSolutionInBudget", "task_partition"]
@@ -278,13 +279,17 @@ class _Model:
         m.Minimize(makespan)
         solver = cp_model.CpSolver()
         solver.parameters.max_deterministic_time = float(budget)
-        solver.parameters.max_time_in_seconds = WALL_CAP_PER_UNIT * float(budget) + WALL_CAP_S
+        cap, cap_reason = WALL_CAP_PER_UNIT * float(budget) + WALL_CAP_S, "wall-clock cap"
+        left = time_left()                         # a caller's --time-limit, sooner than the cap
+        if left is not None and left < cap:
+            cap, cap_reason = max(left, 0.01), TIME_LIMIT
+        solver.parameters.max_time_in_seconds = cap
         solver.parameters.num_workers = 1          # deterministic for a seed
         solver.parameters.random_seed = int(seed)
         status = solver.Solve(m)
         name = solver.StatusName(status)
         stopped = ("optimal" if status == cp_model.OPTIMAL else
-                   "wall-clock cap" if solver.WallTime() >= solver.parameters.max_time_in_seconds * 0.99
+                   cap_reason if solver.WallTime() >= solver.parameters.max_time_in_seconds * 0.99
                    else "deterministic budget")
         if status == cp_model.INFEASIBLE:
             return None

@@ -60,12 +60,16 @@ class Candidate:
 
 def run_fast_placers(graph: Graph, cluster: Cluster, *, seed=None, methods=FAST_PLACERS, progress=None
                      ) -> list[Candidate]:
-    """Every method of ``methods`` on ``graph``, simulated (``progress(method)`` is called before each)."""
+    """Every method of ``methods`` on ``graph``, simulated (``progress(method)`` is called before each); under
+    a :func:`~autoplace.search.budget.time_limit` that has run out, no more once one has placed it."""
+    from autoplace.search.budget import time_left
     from autoplace.sim import Simulator
 
     sim = Simulator(graph, cluster)
     out = []
     for method in methods:
+        if time_left() == 0.0 and any(c.placement is not None for c in out):
+            break
         if progress is not None:
             progress(method)
         t0 = time.perf_counter()

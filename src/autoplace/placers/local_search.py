@@ -58,6 +58,7 @@ from autoplace.placers.fast import best_fast, check_fits, ranks
 from autoplace.placers.registry import register_placer
 from autoplace.progress import report_progress
 from autoplace.search import work
+from autoplace.search.budget import TIME_LIMIT, time_left
 from autoplace.sim import Simulator
 from autoplace.validation import check_random_state, seed_int
 
@@ -162,6 +163,9 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
     else:
         run_batch = env.evaluate_batch
         max_evaluations, wall, wall_reason = None, budget, "wall-clock budget"
+    left = time_left()                              # a caller's --time-limit, sooner than the cap
+    if left is not None and left < wall:
+        wall, wall_reason = left, TIME_LIMIT
     t_end = time.perf_counter() + wall
     rng = check_random_state(seed)
     dev = placement.to_array(graph, cluster).copy()

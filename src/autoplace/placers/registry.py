@@ -75,17 +75,26 @@ def available_placers(*, include_learned: bool = True) -> list[str]:
 
 
 def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.Generator | None = None,
-          budget: float | None = None) -> Placement:
-    """Run placer ``method``; the returned placement's meta records ``search_time_s`` and ``seed``."""
+          budget: float | None = None, time_limit: float | None = None) -> Placement:
+    """Run placer ``method``; the returned placement's meta records ``search_time_s`` and ``seed``.
+
+    ``budget`` is nominal work (seconds a reference machine would take: :mod:`autoplace.search.work`), so a
+    result does not depend on the machine's load; ``time_limit`` (seconds of wall clock) stops every
+    search sooner if it comes first, with the best it has (its meta then says ``"time limit"``)."""
+    from autoplace.search.budget import time_limit as limit
+
     info = get_placer(method)
     check_budget(budget)
     if not isinstance(seed, np.random.Generator):
         seed_int(seed)  # a bad seed is one clear error here, not a solver's traceback
     check_runnable(graph, cluster)  # one message for "no device can run op X", whatever the placer
     t0 = time.perf_counter()
-    placement = info.fn(graph, cluster, seed=seed, budget=budget)
+    with limit(time_limit):
+        placement = info.fn(graph, cluster, seed=seed, budget=budget)
     elapsed = time.perf_counter() - t0
     meta = {**placement.meta, "search_time_s": elapsed}
+    if time_limit is not None:
+        meta["time_limit_s"] = float(time_limit)
     if isinstance(seed, int):
         meta["seed"] = seed
     return Placement(placement.assignment, placement.graph, placement.cluster, placement.method, meta)

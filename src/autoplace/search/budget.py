@@ -2,13 +2,46 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from autoplace.errors import AutoplaceError
 
-__all__ = ["SearchBudget"]
+__all__ = ["SearchBudget", "time_limit", "time_left", "TIME_LIMIT"]
+
+#: the stop reason of a search cut short by :func:`time_limit`
+TIME_LIMIT = "time limit"
+
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("autoplace_deadline", default=None)
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Within the block, every search stops by ``seconds`` of wall clock from now (None: no limit) with the
+    best it has, whatever its budget of work; a limit already running and sooner stays. Placers read what is
+    left with :func:`time_left` (``autoplace place --time-limit``)."""
+    if seconds is None:
+        yield
+        return
+    if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
+        raise AutoplaceError(f"time limit must be a positive number of seconds, got {seconds!r}")
+    now = time.monotonic()
+    outer = _DEADLINE.get()
+    token = _DEADLINE.set(min(now + float(seconds), outer) if outer is not None else now + float(seconds))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def time_left() -> float | None:
+    """Seconds left before the :func:`time_limit` in force (0 when past it), or None when there is none."""
+    deadline = _DEADLINE.get()
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 @dataclass(frozen=True)
@@ -51,6 +84,8 @@ class BudgetClock:
             return "samples"
         if self.budget.seconds is not None and self.elapsed >= self.budget.seconds:
             return "seconds"
+        if time_left() == 0.0 and samples > 0:     # past a caller's time limit, with something to return
+            return TIME_LIMIT
         return None
 
     def fraction(self, samples: int) -> float:
