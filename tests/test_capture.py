@@ -263,9 +263,16 @@ class DataDependent(nn.Module):
         return self.fc(-x)
 
 
-def test_data_dependent_control_flow_is_a_clear_error():
-    with pytest.raises(CaptureError, match="cannot trace DataDependent"):
+def test_data_dependent_control_flow_is_a_clear_error_naming_the_users_line():
+    import inspect
+
+    line = inspect.getsourcelines(DataDependent.forward)[1] + 1
+    with pytest.raises(CaptureError) as e:
         train(DataDependent(), torch.randn(B, IN), torch.randint(0, C, (B,)))
+    text = str(e.value)
+    assert text.startswith("cannot trace DataDependent training step: data-dependent")
+    assert f"{__file__}:{line} in forward `if x.sum() > 0:" in text
+    assert text.endswith(".") and "\n" not in text                      # torch's first sentence, whole
 
 
 def test_non_scalar_loss_is_rejected():
@@ -339,13 +346,18 @@ def test_cli_capture(tmp_path, capsys):
     assert main(["capture", f"{f}:make", "-o", str(out)]) == 0
     g = load_graph(out)
     assert {op.phase for op in g.ops} == {"forward", "backward", "update"}
+    assert g.name == "make"                                              # a bare Sequential: the factory's name
+    (tmp_path / "named.py").write_text(FACTORY.replace("torch.nn.Sequential(", "Net(").replace(
+        "def make():", "class Net(torch.nn.Sequential):\n    pass\n\n\ndef make():"))
+    assert main(["capture", f"{tmp_path / 'named.py'}:make", "-o", str(tmp_path / "n.json")]) == 0
+    assert load_graph(tmp_path / "n.json").name == "Net"                 # else the model's class
     assert main(["capture", f"{f}:make", "--inference", "-o", str(tmp_path / "fwd.json")]) == 0
     assert {op.phase for op in load_graph(tmp_path / "fwd.json").ops} == {"forward"}
     capsys.readouterr()
     assert main(["capture", f"{f}:make", "-o", str(tmp_path / "j.json"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["ops"] == g.n_ops and summary["phases"]["update"] > 0 and summary["output"].endswith("j.json")
-    for spec, message in ((f"{f}:broken", "raised RuntimeError: dataset missing"),
+    for spec, message in ((f"{f}:broken", 'in broken `raise RuntimeError("dataset missing")`: dataset missing'),
                           (f"{f}:branchy", "cannot trace M training step: data-dependent"),
                           (f"{f}:nothing", "has no callable 'nothing'"),
                           ("no_such_module_xyz:make", "ModuleNotFoundError"),

@@ -396,7 +396,36 @@ def _trace(fn: Callable, args: tuple, what: str):
                    "register it as a buffer of the model, or pass it among the targets")
         else:
             why = type(e).__name__
-        raise CaptureError(f"cannot trace {what}: {why}: {text[:200]}") from None
+        where = _user_line(e)
+        raise CaptureError(f"cannot trace {what}: {why}" + (f" at {where}" if where else "")
+                           + f": {_first_sentence(text)}") from None
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of an exception's message, whole (torch's run on with advice after it)."""
+    import re
+
+    m = re.match(r"(.+?[.!?])(?=\s|$)", text)
+    return m.group(1) if m else text
+
+
+def _user_line(e: BaseException) -> str | None:
+    """``file:line in function `source``` of the innermost frame of ``e``'s traceback in the user's code —
+    neither torch's, nor autoplace's, nor the Python library's — or None."""
+    import os
+    import sysconfig
+    import traceback
+
+    import torch
+
+    skip = tuple(os.path.dirname(p) + os.sep for p in (torch.__file__, os.path.dirname(__file__))) + \
+        tuple(sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "purelib", "platlib"))
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not f.filename.startswith(skip) and not f.filename.startswith("<")]
+    if not frames:
+        return None
+    f = frames[-1]
+    return f"{f.filename}:{f.lineno} in {f.name}" + (f" `{f.line.strip()}`" if f.line else "")
 
 
 def _as_tuple(x: Any) -> tuple:
@@ -956,7 +985,9 @@ def capture_from_factory(spec: str, *, inference: bool = False, name: str | None
     try:
         made = fn()
     except Exception as e:  # noqa: BLE001 - report the user's error in one line
-        raise CaptureError(f"factory {spec!r} raised {type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
+        where = _user_line(e)
+        raise CaptureError(f"factory {spec!r} raised {type(e).__name__}" + (f" at {where}" if where else "")
+                           + f": {_first_sentence(' '.join(str(e).split()))}") from None
     keys = ("model", "inputs", "loss_fn", "optimizer", "targets")
     if isinstance(made, dict):
         parts = {k: made.get(k) for k in keys}
@@ -964,9 +995,12 @@ def capture_from_factory(spec: str, *, inference: bool = False, name: str | None
         parts = dict(zip(keys, made))
     else:
         raise CaptureError(f"factory {spec!r} must return (model, inputs, loss_fn, optimizer[, targets])")
-    default = name or spec.rpartition(":")[2]
     if parts.get("model") is None:
         raise CaptureError(f"factory {spec!r} returned no model")
+    # the model's class names the graph (a factory is usually "make_step"); a bare container, the factory
+    kind = type(parts["model"]).__name__
+    default = name or (spec.rpartition(":")[2] if kind in ("Sequential", "ModuleList", "ModuleDict",
+                                                           "ExportedProgram", "GraphModule") else kind)
     if inference:
         return capture_inference(parts["model"], parts["inputs"], name=default)
     if parts.get("loss_fn") is None or parts.get("optimizer") is None:
