@@ -14,10 +14,10 @@ from autoplace.cli import main
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def _render(page, tmp_path):
-    """The page's DOM after its scripts ran in headless Chromium, and a screenshot of it."""
-    shot = tmp_path / "report.png"
-    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1400"]
+def _render(page, tmp_path, width: int = 1400):
+    """The page's DOM after its scripts ran in headless Chromium at ``width`` CSS pixels, and a screenshot."""
+    shot = tmp_path / f"report-{width}.png"
+    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--window-size={width},1400"]
     dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
     subprocess.run([*base, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
     return dom, shot
@@ -39,7 +39,7 @@ def test_a_report_draws_in_a_real_browser(tmp_path, capsys):
     status = re.search(r'<p id="status">(.*?)</p>', dom).group(1)
     errors = re.search(r'<pre id="errors">(.*?)</pre>', dom, re.S).group(1)
     painted = int(re.search(r"painted (\d+) pixels", status).group(1))
-    assert errors == "" and "drawn 34 ops" in status and painted > 1000 and "svg 1" in status
+    assert errors == "" and "drawn 34 ops" in status and painted > 1000 and "svg 3" in status
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
 
@@ -69,7 +69,7 @@ def test_a_search_report_draws_its_training_curve(tmp_path, capsys):
                  "--curve", str(curve), "-o", str(p)]) == 0
     assert main(["report", "toy-mlp", "-P", "layers=2", "-p", str(p), "-o", str(page), "--curve", f"{curve}.csv"]) == 0
     text = page.read_text()
-    assert '<div class="charts" id="curve"><svg' in text and text.count("<svg") == 2
+    assert '<div class="charts" id="curve"><svg' in text and text.count("<svg") == 4   # 3 step panels, the curve
     from autoplace.search.curve import Curve
 
     read = Curve.read_csv(f"{curve}.csv")                               # the CSV round-trips
@@ -96,7 +96,7 @@ def test_a_report_draws_the_graph_by_device_and_a_comparison(tmp_path, capsys):
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     text = page.read_text()
-    assert '<div class="charts" id="compare"><svg' in text and text.count("<svg") == 2
+    assert '<div class="charts" id="compare"><svg' in text and text.count("<svg") == 4
     rows = re.findall(r"<tr><td>(single-gpu|expert|metis)</td><td>([^<]*)</td><td>([^<]*)</td>", text)
     assert [r[0] for r in rows] == ["single-gpu", "expert", "metis"]
     def ms(t):
@@ -118,10 +118,48 @@ def test_a_report_draws_the_graph_by_device_and_a_comparison(tmp_path, capsys):
     status = re.search(r'<p id="status">(.*?)</p>', dom).group(1)
     assert re.search(r'<pre id="errors">(.*?)</pre>', dom, re.S).group(1) == ""
     m = re.search(r"graph (\d+) nodes \((\d+) in their device's colour\), (\d+) edges, painted (\d+) pixels", status)
-    assert m and int(m.group(1)) == len(g["nodes"]) and int(m.group(3)) == len(g["edges"]) and "svg 2" in status
+    assert m and int(m.group(1)) == len(g["nodes"]) and int(m.group(3)) == len(g["edges"]) and "svg 4" in status
     assert int(m.group(2)) >= 0.9 * len(g["nodes"]) and int(m.group(4)) > 500
     assert re.findall(r'<span style="color: [^"]+;">● ([a-z0-9:]+)', dom) == sorted(used, key=g["devices"].index)
     capsys.readouterr()
     assert main(["report", "toy-mlp", "-P", "layers=3", "-p", str(p), "-o", str(tmp_path / "x.html"),
                  "--compare", "single-gpu,nope"]) == 2
     assert "unknown placement method 'nope'" in capsys.readouterr().err and not (tmp_path / "x.html").exists()
+
+
+@pytest.mark.parametrize("width", [900, 1400])
+def test_the_report_reads_at_900_and_1400_pixels(tmp_path, capsys, width):
+    """Rendered in headless Chromium: no chart drawn below 0.9 of its designed size (its smallest text
+    stays legible), nothing wider than the window, the test's own status line hidden, the page's placement
+    first among the placers it compares, and a transfers lane in the timeline."""
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (make test installs it)")
+    p, page = tmp_path / "p.json", tmp_path / "r.html"
+    assert main(["place", "toy-mlp", "-P", "layers=3", "-c", "k80x4", "-m", "metis", "-o", str(p)]) == 0
+    assert main(["report", "toy-mlp", "-P", "layers=3", "-p", str(p), "-o", str(page), "--compare",
+                 "single-gpu,expert"]) == 0
+    capsys.readouterr()
+    dom, shot = _render(page, tmp_path, width)
+    status = re.search(r'<p id="status">(.*?)</p>', dom).group(1)
+    scale = float(re.search(r"chart scale ([\d.]+)", status).group(1))
+    widest, window = map(int, re.search(r"widest (\d+) of (\d+)", status).groups())
+    assert scale >= 0.9 and widest <= window, status
+    assert re.search(r"drawn 34 ops and [1-9]\d* transfers", status), status
+    assert "hidden: none" in status
+    first = re.search(r"<tr><td>([^<]*)</td>", dom.split("Placers compared")[1]).group(1)
+    assert first == "metis (this page)"
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_memory_panel_is_each_devices_share_of_its_own_capacity():
+    from autoplace.cluster import get_cluster
+    from autoplace.placers import place
+    from autoplace.plots import step_figures
+    from autoplace.sim import simulate
+    from autoplace.zoo import build_graph
+
+    graph, cluster = build_graph("toy-mlp", layers=3), get_cluster("k80x4")
+    r = simulate(graph, cluster, place(graph, cluster, "metis"), trace=True)
+    *_, mem = step_figures(graph, r)
+    bars = [b.get_width() for b in mem.axes[0].patches]
+    assert bars == pytest.approx([100 * p / c for p, c in zip(r.peak_memory, r.memory_capacity)])

@@ -2,14 +2,18 @@
 
 :func:`placement_report` simulates the placement with its timeline and writes one self-contained HTML page
 (no network needed to view it): a summary (step time, ops per device, transfers, a banner naming every
-device out of memory), the step's charts as inline SVG (:func:`autoplace.plots.step_figure`: compute per
-device by phase, memory-copy time per device pair, peak memory against capacity), the graph drawn with its
-groups coloured by device (:func:`autoplace.plots.graph_layout`; hover names a group), an interactive
-timeline drawn on a canvas by a few lines of plain JavaScript (wheel to zoom, drag to pan, hover for an
-op's name, scope, phase, start and duration), for a search its training curve, and with a comparison
-of placers (:func:`autoplace.comparison.compare`) its chart and table. The page reports its own drawing
-in ``#status`` (``drawn N ops``, the canvas's painted pixels, the graph's nodes) and any script error in
-``#errors``, which is what a headless browser test reads. :func:`report_pngs` writes the same charts as
+device out of memory), the step's charts as inline SVG, one per panel so that they wrap to the window
+(:func:`autoplace.plots.step_figures`: compute per device by phase, memory-copy time per device pair, peak
+memory as a share of each device's own capacity), the graph drawn with its groups coloured by device
+(:func:`autoplace.plots.graph_layout`; hover names a group), an interactive timeline drawn on a canvas by a
+few lines of plain JavaScript (a lane per device and one of copies between devices; time-axis ticks; wheel
+to zoom, drag to pan, hover for an op's or a copy's details), for a search its training curve, and with a
+comparison of placers (:func:`autoplace.comparison.compare`) its chart and table, the page's own placement
+its first row. Devices are in colour (:data:`~autoplace.plots.DEVICE_COLOURS`), phases in greys
+(:data:`~autoplace.plots.PHASE_COLOURS`), each with its legend. The page reports its own drawing in a
+hidden ``#status`` (ops and transfers drawn, the canvas's painted pixels, the graph's nodes, the smallest
+scale a chart is drawn at, the widest element against the window) and any script error in ``#errors``,
+which is what a headless browser test reads. :func:`report_pngs` writes the same charts as
 PNG files.
 """
 
@@ -26,10 +30,9 @@ from autoplace.placement import Placement
 
 __all__ = ["placement_report", "report_pngs"]
 
-PHASE_COLOURS = {"forward": "#1f77b4", "backward": "#ff7f0e", "update": "#2ca02c"}
-
-
 def _timeline_data(graph: Graph, result) -> dict:
+    from autoplace.plots import DEVICE_COLOURS, PHASE_COLOURS
+
     tl = result.timeline
     scopes: dict[str, int] = {}
     ops = []
@@ -38,8 +41,13 @@ def _timeline_data(graph: Graph, result) -> dict:
         dur = float(tl.finish[i] - tl.start[i])
         ops.append([int(tl.device[i]), float(tl.start[i]), dur, int(i), scopes.setdefault(op.scope or "", len(scopes)),
                     op.phase or ""])
+    # each transfer: [source, destination, start, end, bytes], drawn in the transfers lane in its source's colour
+    transfers = [[int(a), int(b), float(s0), float(s1), float(graph.tensor_bytes[t])]
+                 for a, b, s0, s1, t in zip(tl.transfer_src, tl.transfer_dst, tl.transfer_start, tl.transfer_end,
+                                            tl.transfer_tensor)]
     return {"devices": list(result.device_names), "step": float(result.step_time), "ops": ops,
-            "names": [op.name for op in graph.ops], "scopes": list(scopes), "colours": PHASE_COLOURS}
+            "names": [op.name for op in graph.ops], "scopes": list(scopes), "colours": PHASE_COLOURS,
+            "transfers": transfers, "device_colours": list(DEVICE_COLOURS)}
 
 
 def _graph_data(graph: Graph, cluster: Cluster, placement: Placement) -> dict | None:
@@ -84,7 +92,7 @@ def placement_report(graph: Graph, cluster: Cluster, placement: Placement, *, cu
     ``comparison``: a :class:`~autoplace.comparison.Comparison` on the same graph and cluster, drawn and
     tabled when given; ``result``: the placement's simulated step with its timeline, when the caller
     has it (``simulate(..., trace=True)``)."""
-    from autoplace.plots import step_figure, svg_text
+    from autoplace.plots import PHASE_COLOURS, step_figures, svg_text
     from autoplace.sim import simulate
     from autoplace.units import fmt_bytes, fmt_time
 
@@ -99,7 +107,7 @@ def placement_report(graph: Graph, cluster: Cluster, placement: Placement, *, cu
         parts = [f"{html.escape(n)} (peak {fmt_bytes(p)}, capacity {fmt_bytes(c)})"
                  for n, p, c in zip(result.device_names, result.peak_memory, result.memory_capacity) if p > c]
         banner = f'<p class="banner" id="oom">Out of memory on {", ".join(parts)}: this placement fails.</p>'
-    charts = svg_text(step_figure(graph, result))
+    charts = "".join(f'<div class="chart">{svg_text(f)}</div>' for f in step_figures(graph, result))
     search = "" if curve is None or not len(curve) else \
         f'<h2>The search</h2><div class="charts" id="curve">{svg_text(curve.figure())}</div>'
     data = json.dumps(_timeline_data(graph, result), separators=(",", ":"))
@@ -112,9 +120,24 @@ def placement_report(graph: Graph, cluster: Cluster, placement: Placement, *, cu
         title=html.escape(title), banner=banner, step=fmt_time(result.step_time),
         status="ok" if result.ok else "failing", ops=graph.n_ops, transfers=result.n_transfers,
         bytes=fmt_bytes(result.transfer_bytes), rows=rows, charts=charts, search=search,
-        compare="" if comparison is None else _comparison_html(comparison), gnote=gnote,
+        compare="" if comparison is None else _comparison_html(_with_own_row(comparison, placement, result)),
+        gnote=gnote, phases="".join(f'<span class="swatch" style="background:{c}"></span>{p} '
+                                    for p, c in PHASE_COLOURS.items()),
         data=data.replace("</", "<\\/"), gdata=json.dumps(gdata, separators=(",", ":")).replace("</", "<\\/"),
         script=_SCRIPT)
+
+
+def _with_own_row(comparison, placement: Placement, result):
+    """``comparison`` with the page's own placement as its first row ("<method> (this page)"), so that the
+    page never rates the placers it compares without the placement it is about."""
+    import dataclasses
+
+    from autoplace.comparison import ComparisonRow, failure_reason
+
+    own = ComparisonRow(f"{placement.method} (this page)", placement, result,
+                        float(placement.meta.get("search_time_s", 0.0) or 0.0),
+                        None if result.ok else failure_reason(result))
+    return dataclasses.replace(comparison, rows=[own, *comparison.rows])
 
 
 def report_pngs(graph: Graph, cluster: Cluster, placement: Placement, prefix: str, *, curve=None,
@@ -150,23 +173,40 @@ _SCRIPT = r"""
     const d = JSON.parse(document.getElementById("timeline-data").textContent);
     const canvas = document.getElementById("timeline"), ctx = canvas.getContext("2d");
     const tip = document.getElementById("tip");
-    const rowH = 22, left = 90, top = 20;
+    const rowH = 22, left = 90, top = 24, lanes = d.devices.length + 1;   // a lane per device, then transfers
     canvas.width = canvas.clientWidth || 1200;
-    canvas.height = top + rowH * d.devices.length + 10;
+    canvas.height = top + rowH * lanes + 10;
     let t0 = 0, t1 = d.step > 0 ? d.step : 1;
     const x = t => left + (t - t0) / (t1 - t0) * (canvas.width - left - 10);
+    function ticks() {                    // 1, 2 or 5 times a power of ten, about every 100 px
+      const span = t1 - t0, want = span * 100 / Math.max(100, canvas.width - left - 10);
+      const p = Math.pow(10, Math.floor(Math.log10(want)));
+      const step = [1, 2, 5, 10].map(m => m * p).find(v => v >= want);
+      const unit = span >= 1 ? [1, "s"] : span >= 1e-3 ? [1e3, "ms"] : [1e6, "\u00b5s"];
+      const out = [];
+      for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) out.push([t, +(t * unit[0]).toPrecision(6) + " " + unit[1]]);
+      return out;
+    }
     function draw() {
       ctx.clearRect(0, 0, canvas.width, canvas.height);
       ctx.font = "12px sans-serif"; ctx.fillStyle = "#000";
       d.devices.forEach((n, k) => ctx.fillText(n, 4, top + k * rowH + 15));
+      ctx.fillText("transfers", 4, top + d.devices.length * rowH + 15);
+      for (const [tt, label] of ticks()) {
+        ctx.fillStyle = "#ddd"; ctx.fillRect(x(tt), top, 1, rowH * lanes);
+        ctx.fillStyle = "#000"; ctx.fillText(label, x(tt) - ctx.measureText(label).width / 2, 14);
+      }
       for (const [dev, s, dur, , , phase] of d.ops) {
         if (s + dur < t0 || s > t1) continue;
         ctx.fillStyle = d.colours[phase] || "#888";
         ctx.fillRect(x(s), top + dev * rowH + 2, Math.max(1, x(s + dur) - x(s)), rowH - 4);
       }
-      ctx.fillStyle = "#000";
-      ctx.fillText((t0 * 1e3).toPrecision(4) + " ms", left, 12);
-      ctx.fillText((t1 * 1e3).toPrecision(4) + " ms", canvas.width - 80, 12);
+      const lane = top + d.devices.length * rowH;
+      for (const [src, , s, e] of d.transfers) {
+        if (e < t0 || s > t1) continue;
+        ctx.fillStyle = d.device_colours[src % d.device_colours.length];
+        ctx.fillRect(x(s), lane + 2, Math.max(1, x(e) - x(s)), rowH - 4);
+      }
     }
     canvas.addEventListener("wheel", e => {
       e.preventDefault();
@@ -181,6 +221,14 @@ _SCRIPT = r"""
       const span = t1 - t0, w = canvas.width - left - 10;
       if (drag) { const dt = (drag[0] - e.offsetX) / w * span; t0 = drag[1] + dt; t1 = drag[2] + dt; draw(); return; }
       const t = t0 + (e.offsetX - left) / w * span, dev = Math.floor((e.offsetY - top) / rowH);
+      if (dev === d.devices.length) {     // the transfers lane
+        const x1 = d.transfers.find(o => o[2] <= t && t <= o[3]);
+        if (!x1) { tip.style.display = "none"; return; }
+        tip.style.display = "block"; tip.style.left = (e.pageX + 12) + "px"; tip.style.top = (e.pageY + 12) + "px";
+        tip.textContent = "copy " + d.devices[x1[0]] + " -> " + d.devices[x1[1]] + "\nstart: " + (x1[2] * 1e3).toFixed(4) +
+          " ms\nduration: " + ((x1[3] - x1[2]) * 1e3).toFixed(4) + " ms";
+        return;
+      }
       const hit = d.ops.find(o => o[0] === dev && o[1] <= t && t <= o[1] + o[2]);
       if (!hit) { tip.style.display = "none"; return; }
       tip.style.display = "block"; tip.style.left = (e.pageX + 12) + "px"; tip.style.top = (e.pageY + 12) + "px";
@@ -232,9 +280,21 @@ _SCRIPT = r"""
       gstatus = "graph " + g.nodes.length + " nodes (" + coloured + " in their device's colour), " + g.edges.length +
         " edges, painted " + painted(gc) + " pixels";
     }
+    // how the page rendered, for a headless test (hidden): the smallest chart text and widest element, in
+    // CSS pixels at this window's width
+    let widest = 0;
+    for (const el of document.querySelectorAll("svg, canvas, table")) widest = Math.max(widest, el.getBoundingClientRect().right);
+    // matplotlib draws text as glyph paths sized in points of the SVG's viewBox: a chart's CSS pixels per
+    // point say how large its text renders (1.33: as designed at 96 dpi)
+    const glyphs = [...document.querySelectorAll(".charts svg")].map(svg => {
+      const vb = svg.viewBox.baseVal, w = svg.getBoundingClientRect().width;
+      return vb && vb.width ? w / vb.width : 1;
+    });
     document.getElementById("status").textContent =
-      "drawn " + d.ops.length + " ops; painted " + painted(canvas) + " pixels; svg " +
-      document.querySelectorAll("svg").length + "; " + gstatus;
+      "drawn " + d.ops.length + " ops and " + d.transfers.length + " transfers; painted " + painted(canvas) +
+      " pixels; svg " + document.querySelectorAll("svg").length + "; " + gstatus + "; chart scale " +
+      Math.min(...glyphs).toFixed(3) + "; widest " + Math.round(widest) + " of " + document.documentElement.clientWidth +
+      "; hidden: " + getComputedStyle(document.getElementById("status")).display;
   } catch (e) { errors.textContent += e + "\n"; }
 })();
 """  # noqa: E501
@@ -251,7 +311,11 @@ td:first-child, th:first-child {{ text-align: left; }}
 #graph {{ width: 100%; border: 1px solid #ccc; }}
 #tip {{ position: absolute; display: none; background: #ffe; border: 1px solid #999; padding: 4px; white-space: pre;
         font-size: 12px; pointer-events: none; }}
-.charts svg {{ max-width: 100%; height: auto; }}
+.charts {{ display: flex; flex-wrap: wrap; gap: 8px; }}
+.charts .chart {{ flex: 1 1 560px; max-width: 100%; }}
+.charts svg {{ width: 100%; height: auto; }}
+.swatch {{ display: inline-block; width: 12px; height: 12px; margin: 0 3px 0 8px; vertical-align: -1px; }}
+#status {{ display: none; }}
 </style></head><body>
 <h1>{title}</h1>
 {banner}
@@ -265,7 +329,8 @@ td:first-child, th:first-child {{ text-align: left; }}
 <p>{gnote}</p><p id="graph-legend"></p>
 <canvas id="graph"></canvas>
 <h2>Timeline</h2>
-<p>Wheel: zoom; drag: pan; hover: the op. Blue forward, orange backward, green update.</p>
+<p>Wheel: zoom; drag: pan; hover: the op or copy. Phases: {phases}; the last lane: copies between devices,
+each in its source device's colour (as in the graph above).</p>
 <canvas id="timeline"></canvas><div id="tip"></div>
 <p id="status"></p><pre id="errors"></pre>
 <script type="application/json" id="timeline-data">{data}</script>

@@ -19,11 +19,15 @@ import numpy as np
 from autoplace.formats.images import save_png
 
 __all__ = ["comparison_png", "comparison_figure", "comparison_data", "step_png", "step_figure", "step_data",
-           "graph_layout", "graph_figure", "GraphLayout", "DEVICE_COLOURS", "svg_text"]
+           "graph_layout", "graph_figure", "GraphLayout", "DEVICE_COLOURS", "PHASE_COLOURS", "svg_text",
+           "step_figures"]
 
-#: One colour per device index (matplotlib's tab10, then tab20's light shades), in the PNGs and the HTML page.
-DEVICE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+#: One colour per device index (matplotlib's tab10 without its grey, then tab20's light shades), in the PNGs
+#: and the HTML page.
+DEVICE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#393b79",
                   "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94")
+#: The phases in greys, so that a page showing devices in colour never reads a phase as a device.
+PHASE_COLOURS = {"forward": "#bdbdbd", "backward": "#737373", "update": "#252525"}
 
 
 def comparison_png(comparison, path: str | Path, *, title: str = "") -> None:
@@ -59,21 +63,26 @@ def comparison_figure(comparison):
         ax.text(0, i, f" {why}", va="center", color="tab:red", fontsize=8)
     if comparison.env == "simulated" and comparison.bounds.best > 0:
         ax.axvline(comparison.bounds.best * scale, color="black", ls="--", lw=1, label="lower bound")
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)   # above, clear of bars
     ax.set_yticks(y, methods)
     ax.invert_yaxis()
     ax.set_xlim(0, top * 1.15)
     ax.set_xlabel(f"{comparison.env} step time ({unit})")
     ax.grid(axis="x", alpha=0.3)
 
+    from autoplace.units import fmt_bytes
+
+    peaks = [None if r.result is None else r.result.peak_memory for r in rows]
     cap = max(100.0, float(np.nanmax(share)) if np.isfinite(share).any() else 100.0)
     image = mem.imshow(np.nan_to_num(share, nan=0.0), aspect="auto", cmap="viridis", vmin=0, vmax=cap)
     for i in range(share.shape[0]):
         for j in range(share.shape[1]):
             v = share[i, j]
-            if math.isfinite(v):
-                mem.text(j, i, f"{v:.0f}%", ha="center", va="center", fontsize=7,
-                         color="white" if v < 0.6 * cap else "black", fontweight="bold" if v > 100 else None)
+            if math.isfinite(v):                # bytes and percent: a small model's 0.01 % still says something
+                pct = f"{v:.0f}%" if v >= 10 else f"{v:.2g}%"
+                mem.text(j, i, f"{fmt_bytes(float(peaks[i][j]))}\n{pct}", ha="center", va="center",
+                         fontsize=6.5, color="white" if v < 0.6 * cap else "black",
+                         fontweight="bold" if v > 100 else None)
     over = np.argwhere(share > 100)
     for i, j in over:
         mem.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", lw=2))
@@ -109,50 +118,99 @@ def step_png(graph, cluster, result, path: str | Path, *, title: str = "") -> No
 
 
 def step_figure(graph, result):
-    """The figure of :func:`step_png` (matplotlib), to save as PNG or SVG."""
+    """The figure of :func:`step_png` (matplotlib), to save as PNG or SVG: the three panels side by side."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, axes = plt.subplots(1, 3, figsize=(15, _panel_height(result)), gridspec_kw={"width_ratios": [3, 2, 2]})
+    for draw, ax in zip(_STEP_PANELS, axes):
+        draw(fig, ax, graph, result)
+    return fig
+
+
+def step_figures(graph, result) -> list:
+    """The three panels of :func:`step_figure` as figures of their own (the HTML page lays them out to fit
+    its width)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    for draw in _STEP_PANELS:
+        fig, ax = plt.subplots(figsize=(6.4, _panel_height(result)))
+        draw(fig, ax, graph, result)
+        out.append(fig)
+    return out
+
+
+def _panel_height(result) -> float:
+    return max(3.0, 0.4 * len(result.device_names) + 1.5)
+
+
+def _compute_panel(fig, ax, graph, result) -> None:
+    """Compute time per device, split by phase (greys)."""
     compute, copies = step_data(graph, result)
     names = list(result.device_names)
     y = np.arange(len(names))
-    fig, (ax, cp, mem) = plt.subplots(1, 3, figsize=(15, max(3.0, 0.4 * len(names) + 1.5)),
-                                      gridspec_kw={"width_ratios": [3, 2, 2]})
     scale, unit = _time_unit(max(float(compute.sum(1).max()), float(copies.max()), 1e-12))
     left = np.zeros(len(names))
-    for k, (phase, colour) in enumerate(zip(PHASES, ("tab:blue", "tab:orange", "tab:green"))):
-        ax.barh(y, compute[:, k] * scale, left=left, color=colour, label=phase)
+    for k, phase in enumerate(PHASES):
+        ax.barh(y, compute[:, k] * scale, left=left, color=PHASE_COLOURS[phase], label=phase)
         left += compute[:, k] * scale
     ax.set_yticks(y, names)
     ax.invert_yaxis()
     ax.set_xlabel(f"compute time ({unit})")
-    ax.set_title(f"step {result.step_time * scale:.3g} {unit}", fontsize=9)
+    ax.set_title(f"compute per device, by phase (step {result.step_time * scale:.3g} {unit})", fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
-    image = cp.imshow(copies * scale, cmap="magma_r", aspect="auto")
+
+
+def _copies_panel(fig, ax, graph, result) -> None:
+    """Memory-copy time per (source, destination) pair."""
+    compute, copies = step_data(graph, result)
+    names = list(result.device_names)
+    scale, unit = _time_unit(max(float(compute.sum(1).max()), float(copies.max()), 1e-12))
+    image = ax.imshow(copies * scale, cmap="magma_r", aspect="auto")
     most = float((copies * scale).max())
     for (i, j), v in np.ndenumerate(copies * scale):
         if v > 0:
-            cp.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7,
+            ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7,
                     color="white" if v > 0.6 * most else "black")
-    cp.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
-    cp.set_yticks(y, names, fontsize=8)
-    cp.set_xlabel("to")
-    cp.set_ylabel("from")
-    cp.set_title(f"memory copies ({unit})", fontsize=9)
-    fig.colorbar(image, ax=cp)
-    peak = np.asarray(result.peak_memory, dtype=float) / 2**30
-    capacity = np.asarray(result.memory_capacity, dtype=float) / 2**30
-    mem.barh(y, peak, color=["tab:red" if p > c else "tab:blue" for p, c in zip(peak, capacity)])
-    mem.scatter(capacity, y, marker="|", s=300, color="black", label="capacity")
-    mem.set_yticks(y, names)
-    mem.invert_yaxis()
-    mem.set_xlabel("peak memory (GiB)")
-    mem.legend(fontsize=8, loc="lower right")
-    mem.grid(axis="x", alpha=0.3)
-    return fig
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(np.arange(len(names)), names, fontsize=8)
+    ax.set_xlabel("to")
+    ax.set_ylabel("from")
+    ax.set_title(f"memory copies ({unit})", fontsize=9)
+    fig.colorbar(image, ax=ax)
+
+
+def _memory_panel(fig, ax, graph, result) -> None:
+    """Peak memory per device as a share of its own capacity (a CPU's hundreds of GiB beside a GPU's 16
+    would make the GPU's bar invisible on one byte axis), each bar labelled in bytes."""
+    from autoplace.units import fmt_bytes
+
+    names = list(result.device_names)
+    y = np.arange(len(names))
+    peak = np.asarray(result.peak_memory, dtype=float)
+    capacity = np.asarray(result.memory_capacity, dtype=float)
+    share = 100.0 * peak / np.maximum(capacity, 1.0)
+    ax.barh(y, share, color=[DEVICE_COLOURS[i % len(DEVICE_COLOURS)] for i in range(len(names))],
+            edgecolor=["red" if p > c else "none" for p, c in zip(peak, capacity)], linewidth=2)
+    for i, (p, c, v) in enumerate(zip(peak, capacity, share)):
+        ax.text(min(v, 100.0) + 2, i, f"{fmt_bytes(p)} of {fmt_bytes(c)}", va="center", fontsize=8)
+    ax.axvline(100.0, color="black", lw=1)
+    ax.set_xlim(0, max(160.0, float(share.max()) * 1.1))
+    ax.set_yticks(y, names)
+    ax.invert_yaxis()
+    ax.set_xlabel("peak memory, % of the device's capacity")
+    ax.set_title("peak memory, each device in its colour (red edge: out of memory)", fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+
+
+_STEP_PANELS = (_compute_panel, _copies_panel, _memory_panel)
 
 
 def svg_text(fig) -> str:
