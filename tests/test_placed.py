@@ -585,3 +585,62 @@ def test_a_module_with_its_own_parameters_keeps_its_submodules_with_it():
     group = {op.name: op.colocation_group for op in whole.ops}
     assert group["block.gate"] == group["block.fc.weight"] == group["block.fc.bias"]   # the subtree with its owner
     assert group["head.weight"] != group["block.gate"]                                  # siblings stay apart
+
+
+class Residual(nn.Module):
+    """Blocks without parameters of their own: the residual add and the activation belong to no module
+    that has parameters (dispatch_model runs them where their inputs are)."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.ModuleDict({"a": nn.Linear(8, 8), "b": nn.Linear(8, 8)}) for _ in range(3))
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        for blk in self.blocks:
+            x = x + blk["b"](torch.relu(blk["a"](x)))
+        return self.head(x)
+
+
+def test_module_granularity_places_what_no_module_owns_as_dispatch_model_runs_it(tmp_path, capsys):
+    from autoplace.capture import capture_training_step
+    from autoplace.cli import main
+    from autoplace.cluster import get_cluster
+    from autoplace.formats import save_graph
+    from autoplace.grouping import with_granularity
+    from autoplace.runtime.export import device_map, from_device_map, input_device
+    from autoplace.runtime.program import torch_device as torch_device_of
+
+    torch.manual_seed(0)
+    model = Residual()
+    x, y = torch.randn(4, 8), torch.randint(0, 3, (4,))
+    graph = capture_training_step(model, x, nn.functional.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  targets=y)
+    g = with_granularity(graph, "module")
+    group = {op.name: op.colocation_group for op in g.ops}
+    io = {group[op.name] for op in g.ops if op.type == "input" or (op.scope or "").startswith("loss")}
+    assert io == {"module:(inputs and loss)"}
+    for op in g.ops:                                   # a residual add: with the op producing its first input
+        if op.type == "aten.add" and op.phase == "forward" and op.scope and op.scope.startswith("blocks."):
+            assert group[op.name] == group[op.inputs[0].split(":")[0]] is not None
+    cluster = get_cluster("k80x4")
+    placement = autoplace.place(g, cluster, "metis")
+    assert len(set(placement.assignment.values())) >= 2
+    dmap = device_map(g, placement, cluster)
+    back = from_device_map(g, cluster, dmap, inputs_on=placement.assignment["input0"])
+    assert dict(back.assignment) == dict(placement.assignment)           # the map runs as placed
+    assert input_device(g, placement, cluster) == torch_device_of(placement.assignment["input0"])
+    path = tmp_path / "g.json"
+    save_graph(graph, path)
+    (tmp_path / "map.json").write_text(json.dumps({"blocks": 0, "head": 1}))
+    capsys.readouterr()
+    assert main(["simulate", str(path), "-c", "k80x4", "-p", str(tmp_path / "map.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"]
+    assert main(["compare", str(path), "-c", "k80x4", "--methods", "single-gpu", "--device-map",
+                 str(tmp_path / "map.json"), "--json"]) == 0
+    rows = [r["method"] for r in json.loads(capsys.readouterr().out)["rows"]]
+    assert rows == ["single-gpu", "device map map.json"]
+    (tmp_path / "bad.json").write_text(json.dumps({"blocks": 7}))
+    assert main(["simulate", str(path), "-c", "k80x4", "-p", str(tmp_path / "bad.json")]) == 2
+    err = capsys.readouterr().err
+    assert "'blocks' -> 7: cluster 'k80x4' has 4 GPUs" in err and err.count("\n") == 1

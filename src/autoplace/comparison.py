@@ -127,18 +127,25 @@ _UNSET = object()
 
 def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None, *, seed: int = 0,
             budget: float | None = None, progress=None, env: str | BaseEnv = "simulated", on_row=None,
-            time_limit: float | None = None) -> Comparison:
+            time_limit: float | None = None, placements: dict[str, Placement] | None = None) -> Comparison:
     """Place ``graph`` on ``cluster`` with each method (default: every registered placer but the learned
     ones) and score each
     placement with ``env`` (the simulator by default, or ``"measured"``: real runs).
 
-    ``progress(method)`` is called before each method (the CLI shows a progress bar with it), ``on_row(row)``
+    ``placements``: more rows, placements made elsewhere (a device map a user runs today), scored the same
+    way. ``progress(method)`` is called before each method (the CLI shows a progress bar with it), ``on_row(row)``
     with each :class:`ComparisonRow` as it is done (the CLI prints it above the bar)."""
     sim = Simulator(graph, cluster)
     bounds = lower_bounds(graph, cluster, sim.op_times)
     scorer = SimulatedEnv(graph, cluster, simulator=sim) if env == "simulated" else make_env(env, graph, cluster)
     try:
         result = _compare(graph, cluster, methods, seed, budget, progress, scorer, bounds, on_row, time_limit)
+        for name, placement in (placements or {}).items():
+            scored = scorer.evaluate(placement)
+            row = ComparisonRow(name, placement, scored, 0.0, None if scored.ok else failure_reason(scored), 0.0)
+            result = dataclasses.replace(result, rows=[*result.rows, row])
+            if on_row is not None:
+                on_row(row)
         if result.env == "simulated":
             ok = [r for r in result.rows if r.result is not None and r.result.ok]
             one = next((r.placement for r in result.rows if r.method == "single-gpu"), _UNSET)

@@ -126,9 +126,12 @@ def with_granularity(graph: Graph, granularity: str = "op") -> Graph:
     parameters or buffers kept whole on one device — with everything under it, its parameters, buffers,
     optimizer state and the ops run in it (its ``scope``, forward and backward) in one co-location group —
     and a module that reads a tied parameter (``graph.meta["tied"]``, recorded by capture) in the group of
-    the module that owns it. Every placer honours co-location groups, so its placement exports as a
-    ``device_map`` whose keys are modules covering every parameter once, which Accelerate's
-    ``dispatch_model`` applies as placed. A graph without parameters is returned as it is."""
+    the module that owns it. Ops no such module owns go where ``dispatch_model`` runs them: the batch's
+    inputs and the loss together (the input device, where the model's outputs return), any other op with
+    the op producing its first input, its backward with it. Every placer honours co-location groups, so its
+    placement exports as a ``device_map`` whose keys are modules covering every parameter once, which
+    Accelerate's ``dispatch_model`` applies as placed and runs as scored. A graph without parameters is
+    returned as it is."""
     if granularity not in GRANULARITIES:
         raise UnknownNameError(f"unknown granularity {granularity!r} (choose from: {', '.join(GRANULARITIES)})")
     if granularity == "op":
@@ -162,16 +165,42 @@ def with_granularity(graph: Graph, granularity: str = "op") -> Graph:
         above = nearest_owner(module.rpartition(".")[0]) if module else None
         if above is not None:
             uf.union(above, i)
+    state = ("parameter", "buffer", "optimizer_state", "hyperparameter")
+    stray = []
     for i, op in enumerate(graph.ops):                       # an op: with the nearest module owning parameters
-        j = nearest_owner(op.scope) if op.type not in ("parameter", "buffer", "optimizer_state",
-                                                                  "hyperparameter") else None
+        j = nearest_owner(op.scope) if op.type not in state else None
         if j is not None:
             uf.union(j, i)
+        elif op.type not in state:
+            stray.append(i)
+    # What no module with parameters owns runs as dispatch_model runs it. The batch and the loss are on the
+    # input device (the model's outputs return there); any other op runs where its first input is, its
+    # backward where it ran (ops of one torch call share ``fwd``).
+    io = [i for i in stray if graph.ops[i].type == "input" or (graph.ops[i].scope or "").split(".")[0] == "loss"]
+    for i in io[1:]:
+        uf.union(io[0], i)
+    first_of_call: dict[object, int] = {}
+    for i in stray:
+        op = graph.ops[i]
+        if i in io[:1] or (io and uf.find(i) == uf.find(io[0])):
+            continue
+        call = op.meta.get("fwd")
+        if call is not None and call in first_of_call:
+            uf.union(first_of_call[call], i)
+            continue
+        producer = next((index[r.split(":")[0]] for r in op.inputs if r.split(":")[0] in index), None)
+        target = producer if producer is not None else (io[0] if io else None)
+        if target is not None:
+            uf.union(target, i)
+        if call is not None:
+            first_of_call[call] = i
     roots = [uf.find(i) for i in range(graph.n_ops)]
     size = np.bincount(roots, minlength=graph.n_ops)
     names: dict[int, str] = {}
     for module, i in owner.items():
         names.setdefault(uf.find(i), f"module:{module}" if module else "module:(root)")
+    if io:
+        names.setdefault(uf.find(io[0]), "module:(inputs and loss)")
     ops = [replace(op, colocation_group=names.get(r, op.colocation_group) if size[r] > 1 else op.colocation_group)
            for op, r in zip(graph.ops, roots)]
     return Graph(ops, name=graph.name, meta={**graph.meta, "granularity": "module"})

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from autoplace.cluster import Cluster
-from autoplace.errors import FormatError
+from autoplace.errors import AutoplaceError, FormatError
 from autoplace.graph import Graph
 
 
@@ -70,6 +71,20 @@ def _note_other_cluster(placement, cluster: Cluster) -> None:
     """One line on standard error when a placement made for another cluster is scored on this one."""
     if placement.cluster != cluster.name:
         _console(True).print(f"note: placement made for cluster {placement.cluster!r}, scored on {cluster.name!r}")
+
+
+def _placement_or_map(path: str, graph: Graph, cluster: Cluster | None):
+    """A placement file, or an Accelerate-style device map (module -> device JSON) read as the placement
+    ``dispatch_model`` runs (:func:`~autoplace.runtime.export.from_device_map`; needs the cluster)."""
+    from autoplace.formats import placement_from_dict, read_json
+    from autoplace.runtime.export import from_device_map, is_device_map
+
+    obj = read_json(path)
+    if is_device_map(obj):
+        if cluster is None:
+            raise AutoplaceError(f"{path}: a device map names no cluster: give one with --cluster")
+        return from_device_map(graph, cluster, obj, where=path, method=f"device map {Path(path).name}")
+    return placement_from_dict(obj, str(path))
 
 
 def _note_estimates(cluster: Cluster) -> None:

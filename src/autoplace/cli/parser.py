@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="search budget per method, seconds of nominal work, not wall clock (see 'place --help')")
     p.add_argument("--time-limit", type=_positive_seconds, default=None, metavar="S",
                    help="stop each method's search after S seconds of wall clock with the best it has")
+    p.add_argument("--device-map", action="append", default=[], metavar="MAP.json",
+                   help="also score this Accelerate-style device map (module -> device, as dispatch_model runs it); "
+                        "repeatable")
     _add_granularity(p)
     _add_env_args(p)
     p.add_argument("--plot", metavar="FILE.png", help="also draw step time per method (with the bound) and each "

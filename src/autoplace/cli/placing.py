@@ -24,6 +24,7 @@ from autoplace.cli.common import (
     _note_estimates,
     _note_other_cluster,
     _parse_params,
+    _placement_or_map,
     _print_json,
     markdown_table,
 )
@@ -140,7 +141,7 @@ def _sim_table(graph: Graph, cluster: Cluster, result: Any, title: str):
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from autoplace.formats import load_placement, write_json
+    from autoplace.formats import write_json
     from autoplace.sim import simulate
     from autoplace.sim.trace import chrome_trace
     from autoplace.units import fmt_bytes, fmt_time
@@ -149,7 +150,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     _check_output(args.plot, "plot")
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
-    placement = load_placement(args.placement)
+    placement = _placement_or_map(args.placement, graph, cluster)
     result = simulate(graph, cluster, placement, trace=bool(args.trace or args.plot))
     if args.plot:
         from autoplace.plots import step_png
@@ -417,9 +418,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
                     step = fmt_time(row.step_time) if row.error is None else (row.error or "")[:60]
                     bar.console.print(f"{row.method}: {step}  ({row.wall_time_s:.1f} s)", highlight=False)
 
+            maps = {f"device map {Path(f).name}": _placement_or_map(f, graph, cluster) for f in args.device_map}
             with progress_to(search):
                 result = compare(graph, cluster, methods, seed=args.seed, budget=args.budget, progress=advance,
-                                 env=env, on_row=done, time_limit=args.time_limit)
+                                 env=env, on_row=done, time_limit=args.time_limit, placements=maps)
         finally:
             if env != "simulated":
                 env.close()

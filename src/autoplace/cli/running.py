@@ -18,6 +18,7 @@ from autoplace.cli.common import (
     _note_estimates,
     _note_other_cluster,
     _parse_params,
+    _placement_or_map,
     _print_json,
     _written,
 )
@@ -26,14 +27,13 @@ from autoplace.resolve import resolve_cluster, resolve_graph
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from autoplace.formats import load_placement
     from autoplace.runtime import measure
     from autoplace.sim import simulate
     from autoplace.units import fmt_bytes, fmt_time
 
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
-    placement = load_placement(args.placement)
+    placement = _placement_or_map(args.placement, graph, cluster)
     placement.to_array(graph, cluster)  # validate before starting workers (the pool decodes the graph first)
     _note_other_cluster(placement, cluster)
     predicted = simulate(graph, cluster, placement)
@@ -141,7 +141,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from autoplace.formats import load_placement, write_json
-    from autoplace.runtime.export import device_map, export_python
+    from autoplace.runtime.export import device_map, export_python, input_device
 
     _check_output(args.output)
     _check_output(args.device_map)
@@ -151,15 +151,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     cluster = resolve_cluster(args.cluster or placement.cluster)
     source = export_python(graph, placement, cluster)
     dmap = device_map(graph, placement, cluster) if args.device_map else None
+    batch_on = input_device(graph, placement, cluster) if dmap is not None else None
     from autoplace.formats._json import atomic_write_text
 
     atomic_write_text(args.output, source)
     if dmap is not None:
         write_json(args.device_map, dmap)
-    if _written(args, None, lines=len(source.splitlines()), device_map=args.device_map, device_map_entries=dmap):
+    if _written(args, None, lines=len(source.splitlines()), device_map=args.device_map, device_map_entries=dmap,
+                input_device=batch_on):
         return 0
     _console(args.output == "-").print(f"placed program ({len(source.splitlines())} lines) -> {args.output}"
-                     + (f"; device_map ({len(dmap)} entries) -> {args.device_map}" if dmap is not None else ""))
+                     + (f"; device_map ({len(dmap)} entries) -> {args.device_map}; put each batch on {batch_on} "
+                        "(the loss is computed there)" if dmap is not None else ""))
     return 0
 
 

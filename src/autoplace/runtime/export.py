@@ -23,7 +23,7 @@ from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.runtime.program import DEVICE, ExecutionError, Program, SRef, TRef, torch_device
 
-__all__ = ["export_python", "device_map"]
+__all__ = ["export_python", "device_map", "from_device_map", "input_device", "is_device_map"]
 
 
 def _ident(name: str) -> str:
@@ -193,3 +193,81 @@ def device_map(graph: Graph, placement: Placement, cluster: Cluster) -> dict[str
 
     emit("")
     return out
+
+
+def is_device_map(obj) -> bool:
+    """Whether ``obj`` (a JSON object) is an Accelerate-style device map: module path -> device (a GPU
+    index, ``"cpu"``, ``"cuda:k"`` or a cluster device's name), without autoplace's ``format`` field."""
+    return (isinstance(obj, dict) and "format" not in obj and bool(obj)
+            and all(isinstance(k, str) and isinstance(v, (str, int)) and not isinstance(v, bool)
+                    for k, v in obj.items()))
+
+
+def _map_device(value, key: str, cluster: Cluster, where: str) -> int:
+    """A device map's value as the index of a device of ``cluster``."""
+    gpus, cpus = cluster.devices_of_kind("gpu"), cluster.devices_of_kind("cpu")
+    if isinstance(value, str) and value in cluster.device_names:
+        return cluster.index(value)
+    if isinstance(value, int) or (isinstance(value, str) and value.startswith("cuda")):
+        k = value if isinstance(value, int) else int(value.partition(":")[2] or 0)
+        if 0 <= k < len(gpus):
+            return gpus[k]
+        raise ExecutionError(f"{where}: {key!r} -> {value!r}: cluster {cluster.name!r} has {len(gpus)} GPUs")
+    if value == "cpu" and cpus:
+        return cpus[0]
+    raise ExecutionError(f"{where}: {key!r} -> {value!r}: not a device of cluster {cluster.name!r} "
+                         f"(it has: {', '.join(cluster.device_names)}; 'disk' offload is not modelled)")
+
+
+def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = "device map",
+                    method: str = "device-map", inputs_on: str | None = None) -> Placement:
+    """The placement ``dispatch_model(model, dmap)`` runs: each op on the device of the longest map key
+    that is its module or a module above it (a parameter's module; an op's ``scope``, its ``.tN`` time-step
+    suffix left out), and ops no key covers as dispatch runs them (:func:`~autoplace.grouping.with_granularity`'s
+    rule: the batch and the loss on the main device — the first GPU in the map, else the CPU —, any other
+    op with the producer of its first input, its backward with it; ``inputs_on``: a device of ``cluster``
+    the batch is put on instead). Unknown devices are one clear error."""
+    import numpy as np
+
+    from autoplace.grouping import with_granularity
+
+    keys = {k: _map_device(v, k, cluster, where) for k, v in dmap.items()}
+    main = next((d for d in keys.values() if cluster.devices[d].kind == "gpu"), None)
+    if main is None:
+        main = next(iter(keys.values()))
+    if inputs_on is not None:
+        main = cluster.index(inputs_on)
+
+    def covered(path: str | None) -> int | None:
+        while path is not None:
+            if path in keys:
+                return keys[path]
+            path = path.rpartition(".")[0] if path else None
+        return None
+
+    def module_of(op) -> str | None:
+        if op.type in ("parameter", "buffer"):
+            return op.name.rpartition(".")[0]
+        scope = op.scope
+        return re.sub(r"\.t\d+$", "", scope) if scope else None
+
+    grouped = with_granularity(graph, "module")
+    dev = np.full(graph.n_ops, -1, dtype=np.int64)
+    groups = grouped.colocation_groups()
+    for i, op in enumerate(graph.ops):
+        d = covered(module_of(op)) if op.type not in ("optimizer_state", "hyperparameter") else \
+            covered(op.colocation_group.rpartition(".")[0] if op.colocation_group else None)
+        if d is not None:
+            dev[i] = d
+    for name, members in groups.items():         # a group takes the device its mapped members agree on
+        known = dev[members][dev[members] >= 0]
+        fill = main if name == "module:(inputs and loss)" or not len(known) else int(np.bincount(known).argmax())
+        dev[members[dev[members] < 0]] = fill
+    dev[dev < 0] = main
+    return Placement.from_array(graph, cluster, dev, method, source="device map")
+
+
+def input_device(graph: Graph, placement: Placement, cluster: Cluster) -> str | None:
+    """The torch device the batch goes to for ``placement`` (its input ops'), or None without inputs."""
+    inputs = [op.name for op in graph.ops if op.type == "input"]
+    return torch_device(placement.assignment[inputs[0]]) if inputs else None
