@@ -623,6 +623,11 @@ def test_module_granularity_places_what_no_module_owns_as_dispatch_model_runs_it
     for op in g.ops:                                   # a residual add: with the op producing its first input
         if op.type == "aten.add" and op.phase == "forward" and op.scope and op.scope.startswith("blocks."):
             assert group[op.name] == group[op.inputs[0].split(":")[0]] is not None
+    assert group["blocks.0.a.weight"] != group["blocks.0.b.weight"]
+    whole = {op.name: op.colocation_group for op in with_granularity(graph, "module", ["ModuleDict"]).ops}
+    assert whole["blocks.0.a.weight"] == whole["blocks.0.b.weight"] != whole["blocks.1.a.weight"]
+    with pytest.raises(AutoplaceError, match="no module of class 'Block' \\(its classes: Linear, ModuleDict"):
+        with_granularity(graph, "module", ["Block"])
     cluster = get_cluster("k80x4")
     placement = autoplace.place(g, cluster, "metis")
     assert len(set(placement.assignment.values())) >= 2

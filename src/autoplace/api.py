@@ -93,7 +93,8 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
             cluster: str | Cluster = "localhost", method: str = "auto",
             placement: str | os.PathLike | Placement | None = None, seed: int = 0, budget: float | None = None,
             granularity: str = "op", name: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-            cache: bool | str | os.PathLike = True, progress: bool | None = None) -> PlacedStep:
+            cache: bool | str | os.PathLike = True, progress: bool | None = None,
+            keep_whole: tuple[str, ...] | list[str] = ()) -> PlacedStep:
     """Capture, place and set up one training step of ``model`` (see the module docstring).
 
     ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs`` (and ``targets``):
@@ -112,7 +113,8 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     seed and budget (:mod:`autoplace.runtime.cache`), so compiling the same model again skips the search;
     ``False`` turns that off, a path names the folder.
     ``granularity="module"`` keeps every module with parameters whole on one device
-    (:func:`~autoplace.grouping.with_granularity`): ``step.device_map()`` is then an Accelerate device map.
+    (:func:`~autoplace.grouping.with_granularity`): ``step.device_map()`` is then an Accelerate device map;
+    ``keep_whole`` names module classes kept on one device whole (Accelerate's ``no_split_module_classes``).
     ``step.setup_seconds`` says where the set-up time went (capture, place, workers). ``progress``: show
     what it is doing on standard error (default: when that is a terminal)."""
     import time
@@ -146,7 +148,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
         key = capture_key(model, inputs, loss_fn, optimizer, targets) if cache is not False else None
         graph = trace() if key is None else cached_graph(f"compile-{title or type(model).__name__}",
                                                          {**key, "name": title}, trace, folder)
-        return with_granularity(graph, granularity)
+        return with_granularity(graph, granularity, keep_whole)
 
     def search(graph: Graph) -> tuple[Placement, bool]:
         run = lambda: place(graph, cl, method, seed=seed, budget=budget)  # noqa: E731

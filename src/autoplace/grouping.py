@@ -38,7 +38,7 @@ import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.cost import op_time_matrix
-from autoplace.errors import InfeasibleError, UnknownNameError
+from autoplace.errors import AutoplaceError, InfeasibleError, UnknownNameError
 from autoplace.graph import Graph, Op
 
 __all__ = ["RULES", "GRANULARITIES", "Grouping", "GroupGraph", "group_ops", "with_granularity", "runnable_grouping",
@@ -121,7 +121,13 @@ class Grouping:
 GRANULARITIES = ("op", "module")
 
 
-def with_granularity(graph: Graph, granularity: str = "op") -> Graph:
+def _within(path: str | None, module: str) -> bool:
+    """Whether ``path`` (a module path, or an op's scope with a ``.tN`` time-step suffix) is ``module`` or
+    under it."""
+    return path is not None and (not module or path == module or path.startswith(module + "."))
+
+
+def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable[str] = ()) -> Graph:
     """``graph`` to be placed at ``granularity``: ``op``, as it is; ``module``, every module that owns
     parameters or buffers kept whole on one device — with everything under it, its parameters, buffers,
     optimizer state and the ops run in it (its ``scope``, forward and backward) in one co-location group —
@@ -130,12 +136,24 @@ def with_granularity(graph: Graph, granularity: str = "op") -> Graph:
     inputs and the loss together (the input device, where the model's outputs return), any other op with
     the op producing its first input, its backward with it. Every placer honours co-location groups, so its
     placement exports as a ``device_map`` whose keys are modules covering every parameter once, which
-    Accelerate's ``dispatch_model`` applies as placed and runs as scored. A graph without parameters is
-    returned as it is."""
+    Accelerate's ``dispatch_model`` applies as placed and runs as scored. ``keep_whole``: module classes
+    kept on one device with everything run in them, parameters or not (Accelerate's
+    ``no_split_module_classes``: a residual block whose add is split from its branches would not run
+    eagerly); the classes are read from ``graph.meta["modules"]``, which capture records. A graph without
+    parameters is returned as it is."""
     if granularity not in GRANULARITIES:
         raise UnknownNameError(f"unknown granularity {granularity!r} (choose from: {', '.join(GRANULARITIES)})")
+    keep_whole = tuple(keep_whole)
     if granularity == "op":
+        if keep_whole:
+            raise AutoplaceError("keep_whole applies to the module granularity only")
         return graph
+    classes = dict(graph.meta.get("modules", {}))
+    unknown = sorted(set(keep_whole) - set(classes.values()))
+    if unknown:
+        raise AutoplaceError(f"keep_whole: graph {graph.name!r} has no module of class {unknown[0]!r}"
+                             + (f" (its classes: {', '.join(sorted(set(classes.values()))[:12])})" if classes
+                                else " (only graphs captured by this version record their modules' classes)"))
     uf = _UnionFind(graph.n_ops)
     index = {op.name: i for i, op in enumerate(graph.ops)}
     by_group: dict[str, int] = {}
@@ -194,6 +212,13 @@ def with_granularity(graph: Graph, granularity: str = "op") -> Graph:
             uf.union(target, i)
         if call is not None:
             first_of_call[call] = i
+    for path in sorted(p for p, c in classes.items() if c in keep_whole):   # each instance, whole
+        under = [i for i, op in enumerate(graph.ops)
+                 if _within(op.name.rpartition(".")[0] if op.type in ("parameter", "buffer") else op.scope, path)]
+        for i in under[1:]:
+            uf.union(under[0], i)
+        if under and path not in owner:
+            owner[path] = under[0]
     roots = [uf.find(i) for i in range(graph.n_ops)]
     size = np.bincount(roots, minlength=graph.n_ops)
     names: dict[int, str] = {}

@@ -583,7 +583,14 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     fused = _fuse_updates(list(graph.ops), groups, modes, opt_cls.__name__, graph.meta["program"]["scalars"])
     graph = Graph(_launch_groups(fused, groups, modes), name=graph.name,
                   meta={**graph.meta, "optimizer": {"class": opt_cls.__name__, "implementation": sorted(set(modes))}})
-    return _with_tied(graph, model)
+    return _with_modules(_with_tied(graph, model), model)
+
+
+def _with_modules(graph: Graph, model) -> Graph:
+    """Record each module's class by path in ``graph.meta["modules"]`` (what ``keep_whole`` names, as
+    Accelerate's ``no_split_module_classes``)."""
+    graph.meta["modules"] = {path: type(m).__name__ for path, m in model.named_modules()}
+    return graph
 
 
 def _with_tied(graph: Graph, model) -> Graph:

@@ -95,12 +95,13 @@ def _note_estimates(cluster: Cluster) -> None:
         _console(True).print(hint, soft_wrap=True)
 
 
-def _granular(graph: Graph, granularity: str) -> Graph:
+def _granular(graph: Graph, granularity: str, keep_whole: str | None = None) -> Graph:
     """``graph`` at the placement granularity of ``--granularity`` (module: a module's parameters, tied ones
-    and its ops kept together, so that the placement exports as a device_map)."""
+    and its ops kept together, so that the placement exports as a device_map), ``--keep-whole``'s classes
+    whole."""
     from autoplace.grouping import with_granularity
 
-    return with_granularity(graph, granularity)
+    return with_granularity(graph, granularity, [c for c in (keep_whole or "").split(",") if c.strip()])
 
 
 def _add_granularity(p: argparse.ArgumentParser) -> None:
@@ -108,6 +109,9 @@ def _add_granularity(p: argparse.ArgumentParser) -> None:
                    help="op (default): place every op; module: keep each module with parameters whole (its "
                         "parameters, tied ones, optimizer state and ops on one device), so that the placement "
                         "exports as an Accelerate device_map")
+    p.add_argument("--keep-whole", metavar="CLASS[,CLASS]", default=None,
+                   help="with --granularity module: module classes kept on one device with everything run in "
+                        "them (Accelerate's no_split_module_classes, e.g. a residual block)")
 
 
 def _check_output(path: str | None, what: str = "output") -> None:

@@ -220,7 +220,7 @@ def cmd_place(args: argparse.Namespace) -> int:
         for ext in (".csv", ".png"):
             _check_output(args.curve + ext, "curve")
     _check_checkpoint_folders(args)
-    graph = _granular(resolve_graph(args.graph, _parse_params(args.param)), args.granularity)
+    graph = _granular(resolve_graph(args.graph, _parse_params(args.param)), args.granularity, args.keep_whole)
     cluster = resolve_cluster(args.cluster)
     from autoplace.search.budget import time_limit
 
@@ -389,7 +389,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     methods = args.methods or ["auto", *(m for m in available_placers(include_learned=False) if m != "auto")]
     for m in methods:
         get_placer(m)
-    graph = _granular(resolve_graph(args.graph, _parse_params(args.param)), args.granularity)
+    graph = _granular(resolve_graph(args.graph, _parse_params(args.param)), args.granularity, args.keep_whole)
     cluster = resolve_cluster(args.cluster)
     _note_estimates(cluster)
     with Progress(transient=True, disable=args.json or args.markdown or not sys.stderr.isatty(),
