@@ -481,14 +481,18 @@ def eager_scheduled(model, optimizer, scheduler, loss_fn, data):
 
 
 @pytest.mark.parametrize("make", [
-    lambda m: (o := torch.optim.SGD(m.parameters(), lr=0.2, momentum=0.9),
-               torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.3)),
-    lambda m: (o := torch.optim.Adam(m.parameters(), lr=2e-2),
-               torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5)),
-    lambda m: (o := torch.optim.AdamW([{"params": m[0].parameters()}, {"params": m[2].parameters(), "lr": 5e-2}],
-                                      lr=1e-2, weight_decay=0.1, fused=True),    # two groups, one fused kernel
-               torch.optim.lr_scheduler.LambdaLR(o, [lambda s: min(1.0, (s + 1) / 3), lambda s: 0.5 ** s])),
-], ids=["sgd-steplr", "adam-cosine", "adamw-fused-warmup"])
+    pytest.param(lambda m: (o := torch.optim.SGD(m.parameters(), lr=0.2, momentum=0.9),
+                            torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.3)),
+                 id="sgd-steplr", marks=pytest.mark.slow),
+    pytest.param(lambda m: (o := torch.optim.Adam(m.parameters(), lr=2e-2),
+                            torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5)), id="adam-cosine"),
+    pytest.param(lambda m: (o := torch.optim.AdamW([{"params": m[0].parameters()},
+                                                    {"params": m[2].parameters(), "lr": 5e-2}],
+                                                   lr=1e-2, weight_decay=0.1, fused=True),  # two groups, one kernel
+                            torch.optim.lr_scheduler.LambdaLR(o, [lambda s: min(1.0, (s + 1) / 3),
+                                                                  lambda s: 0.5 ** s])),
+                 id="adamw-fused-warmup", marks=pytest.mark.slow),
+])
 def test_learning_rate_schedulers_reach_the_placed_step_as_in_eager(make):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))

@@ -127,7 +127,7 @@ def test_a_report_draws_the_graph_by_device_and_a_comparison(tmp_path, capsys):
     assert "unknown placement method 'nope'" in capsys.readouterr().err and not (tmp_path / "x.html").exists()
 
 
-@pytest.mark.parametrize("width", [900, 1400])
+@pytest.mark.parametrize("width", [900, pytest.param(1400, marks=pytest.mark.slow)])
 def test_the_report_reads_at_900_and_1400_pixels(tmp_path, capsys, width):
     """Rendered in headless Chromium: no chart drawn below 0.9 of its designed size (its smallest text
     stays legible), nothing wider than the window, the test's own status line hidden, the page's placement
