@@ -510,3 +510,11 @@ def test_a_row_that_runs_out_of_memory_says_why_in_its_error(tmp_path, capsys):
     assert rows["single-gpu"]["error"].startswith("out of memory on gpu:0 (") and " of 1000 B)" in \
         rows["single-gpu"]["error"]
     assert rows["single-cpu"]["error"] is None
+
+
+def test_place_and_compare_help_list_the_methods(capsys):
+    for verb in ("place", "compare"):
+        with pytest.raises(SystemExit):
+            main([verb, "--help"])
+        out = " ".join(capsys.readouterr().out.split())
+        assert "local-search" in out and "htf-mpr" in out and "m-sct" in out, verb

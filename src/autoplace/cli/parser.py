@@ -99,6 +99,19 @@ def _add_env_args(p: argparse.ArgumentParser) -> None:
                    help="measured env: seconds before a run fails")
 
 
+class _MethodsHelp(argparse.HelpFormatter):
+    """Help whose ``{methods}`` is the registered placers' names, looked up only when help is printed (the
+    registry imports every placer)."""
+
+    def _get_help_string(self, action):
+        text = super()._get_help_string(action) or ""
+        if "{methods}" in text:
+            from autoplace.placers import available_placers
+
+            text = text.replace("{methods}", ", ".join(available_placers()))
+        return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autoplace", description="Device placement for ML dataflow graphs.")
     parser.add_argument("--version", action="version", version=f"autoplace {__version__}")
@@ -113,10 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_simulate)
 
-    p = sub.add_parser("place", help="place a graph with a method and write the placement")
+    p = sub.add_parser("place", help="place a graph with a method and write the placement",
+                       formatter_class=_MethodsHelp)
     _add_graph_args(p)
     p.add_argument("--method", "-m", default="auto",
-                   help="placement method (default auto: every fast placer, the best refined; see 'autoplace compare')")
+                   help="placement method (default auto: every fast placer, the best refined): {methods}")
     p.add_argument("--output", "-o", required=True, metavar="P", help="placement file to write")
     p.add_argument("--seed", type=_seed, default=0, help="the placer's seed (default 0)")
     p.add_argument("--budget", type=_seconds, default=None,
@@ -184,9 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("compare", help="compare placement methods on one graph and cluster")
+    p = sub.add_parser("compare", help="compare placement methods on one graph and cluster",
+                       formatter_class=_MethodsHelp)
     _add_graph_args(p)
-    p.add_argument("--methods", type=_method_list, help="comma-separated methods (default: all, auto first)")
+    p.add_argument("--methods", type=_method_list,
+                   help="comma-separated methods (default: all but the learned ones, auto first), of: {methods}")
     p.add_argument("--seed", type=_seed, default=0, help="every placer's seed (default 0)")
     p.add_argument("--budget", type=_seconds, default=None,
                    help="search budget per method, seconds of nominal work, not wall clock (see 'place --help')")
