@@ -300,8 +300,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for t in listing:
             _console().print(_bold((t["name"], "bold"), f"  {t['title']}: {len(t['settings'])} settings, "
                                    f"{t['jobs']} jobs, {hours(t['search_budget_s'])} of search budget"))
+        mode = "--quick" if args.quick else "full mode (add --quick for the small settings and short budgets)"
         _console().print(f"all: {len(every)} jobs (a job two tables share runs once), "
-                         f"{hours(sum(nominal_work(j) for j in every))} of search budget")
+                         f"{hours(sum(nominal_work(j) for j in every))} of search budget; {mode}")
         return 0
     if args.against is not None:
         return _bench_against(args)
