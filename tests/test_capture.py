@@ -172,6 +172,11 @@ def test_the_learning_rate_is_an_input_beside_each_parameter_and_takes_no_time()
     assert "-0.125" not in calls and "-0.25" not in calls
     times = op_time_matrix(g, get_cluster("p100x2"))
     assert (times[[g.index(n) for n in lr]] == 0).all()
+    adam = capture_training_step(m, torch.randn(3, 4), torch.nn.functional.mse_loss,
+                                 torch.optim.Adam(m.parameters(), betas=(0.5, 0.75)), targets=torch.randn(3, 2))
+    betas = {op.name: op.meta["value"] for op in adam.ops if op.type == "hyperparameter"}
+    assert betas == {"weight.lr": 0.001, "weight.beta1": 0.5, "weight.beta2": 0.75,
+                     "bias.lr": 0.001, "bias.beta1": 0.5, "bias.beta2": 0.75}
 
 
 def test_conv_net_flops():

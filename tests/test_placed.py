@@ -486,6 +486,8 @@ def eager_scheduled(model, optimizer, scheduler, loss_fn, data):
                  id="sgd-steplr", marks=pytest.mark.slow),
     pytest.param(lambda m: (o := torch.optim.Adam(m.parameters(), lr=2e-2),
                             torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5)), id="adam-cosine"),
+    pytest.param(lambda m: (o := torch.optim.Adam(m.parameters(), lr=2e-2),      # cycles Adam's beta1 too
+                            torch.optim.lr_scheduler.OneCycleLR(o, max_lr=5e-2, total_steps=6)), id="adam-onecycle"),
     pytest.param(lambda m: (o := torch.optim.AdamW([{"params": m[0].parameters()},
                                                     {"params": m[2].parameters(), "lr": 5e-2}],
                                                    lr=1e-2, weight_decay=0.1, fused=True),  # two groups, one kernel

@@ -20,7 +20,7 @@ from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
-from autoplace.runtime.placed import PlacedStep, initial_values, lr_groups
+from autoplace.runtime.placed import PlacedStep, hyper_inputs, initial_values
 from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool
 
 __all__ = ["compile"]
@@ -187,7 +187,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
             step = PlacedStep(graph, cl, chosen, values, timeout=timeout, keys=tuple(split_inputs(example_inputs)[1]),
                               state_keys=[k for k in model.state_dict()
                                           if k in graph or k in graph.meta.get("tied", {})],
-                              optimizer=optimizer, lr_groups=lr_groups(graph, model, optimizer),
+                              optimizer=optimizer, hyper_inputs=hyper_inputs(graph, model, optimizer),
                               recompile=recompile, pool=pool)
             seconds["workers"] = time.perf_counter() - t
         except BaseException:

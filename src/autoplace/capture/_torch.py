@@ -256,10 +256,13 @@ def _fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]],
             ins += out_bytes[name][int(k) if k else 0]
         return float(ins + sum(op.out_bytes))
 
-    # the scalar reading each parameter's learning-rate input: the fused kernel takes it in place of the number
-    lr_scalar = {spec["args"][0]["ref"].removesuffix(HYPER_SUFFIX): name for name, spec in (scalars or {}).items()
-                 if spec.get("target") == "aten._local_scalar_dense.default" and spec.get("args")
-                 and isinstance(spec["args"][0], dict) and str(spec["args"][0].get("ref", "")).endswith(HYPER_SUFFIX)}
+    # the scalar reading each parameter's scheduled inputs: the fused kernel takes them in place of numbers
+    scheduled: dict[str, dict[str, str]] = {}
+    for name, spec in (scalars or {}).items():
+        ref = spec["args"][0].get("ref", "") if spec.get("args") and isinstance(spec["args"][0], dict) else ""
+        p, _, key = str(ref).rpartition(".")
+        if spec.get("target") == "aten._local_scalar_dense.default" and key in SCHEDULED:
+            scheduled.setdefault(p, {})[key] = name
     param_of = _update_params(ops, fuse)
     update: dict[str, list[Op]] = {}
     for op in ops:
@@ -277,8 +280,7 @@ def _fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]],
             continue
         grads = {p: grad.pop()}
         kw, kernel = fuse[p], kernels[p]
-        if p in lr_scalar:
-            kw = {**kw, "lr": {"scalar": lr_scalar[p]}}
+        kw = {**kw, **{key: {"scalar": name} for key, name in scheduled.get(p, {}).items()}}
         ref = lambda name: [{"ref": name}]  # noqa: E731
         max_sq = ref(f"{p}.max_exp_avg_sq") if kw["amsgrad"] and f"{p}.max_exp_avg_sq" in names else []
         call = {"target": kernel, "args": [ref(p), ref(grads[p]), ref(f"{p}.exp_avg"), ref(f"{p}.exp_avg_sq"), max_sq,
@@ -286,7 +288,7 @@ def _fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]],
         inputs = [p, grads[p], f"{p}.exp_avg", f"{p}.exp_avg_sq", *([max_sq[0]["ref"]] if max_sq else []),
                   steps[0].name]
         last = rest[-1]
-        ctrl = (f"{p}{HYPER_SUFFIX}",) if p in lr_scalar else ()
+        ctrl = tuple(f"{p}.{key}" for key in scheduled.get(p, {}))
         replaced[last.name] = Op(f"{p}.update", kernel.removesuffix(".default"), tuple(inputs), ctrl, output_bytes=(0,),
                                  flops=sum(op.flops for op in rest), colocation_group=p, scope=last.scope,
                                  phase="update", meta={"view": True, "call": call, "fused_ops": len(rest),
@@ -338,27 +340,44 @@ def _launch_groups(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]]
     return out
 
 
-#: the name of a parameter's learning-rate input: ``"<parameter>.lr"``
-HYPER_SUFFIX = ".lr"
+#: the hyper-parameters a captured step takes as inputs (one float64 scalar per parameter, named
+#: ``"<parameter>.<key>"``): the learning rate, and Adam's betas where the optimizer reads them as numbers
+#: without branching on them (momentum is not: SGD and RMSprop test it against 0)
+SCHEDULED = ("lr", "beta1", "beta2")
+BETAS_AS_INPUTS = frozenset({"Adam", "AdamW", "NAdam"})
 
 
-def _scheduled(groups: list[tuple[list[str], dict[str, Any]]], layout: dict[str, dict[str, tuple]]) -> dict[str, Any]:
-    """The captured step's learning-rate inputs: per trained parameter whose group's ``lr`` is a Python
-    number, a float64 scalar holding it (exactly, as the Python float torch.optim reads). Learning-rate
-    schedulers change ``param_groups[k]["lr"]`` between steps; as an input, the new value reaches the
-    placed step without capturing again."""
+def scheduled_value(group: dict[str, Any], key: str) -> float | None:
+    """A param group's value of scheduled hyper-parameter ``key`` (``beta1``/``beta2``: of its ``betas``),
+    or None where it has none that is a Python number."""
+    if key == "lr":
+        v = group.get("lr")
+    else:
+        betas = group.get("betas")
+        v = betas[SCHEDULED.index(key) - 1] if isinstance(betas, tuple) and len(betas) == 2 else None
+    return float(v) if isinstance(v, float) and not isinstance(v, bool) else None
+
+
+def _scheduled(opt_cls: type, groups: list[tuple[list[str], dict[str, Any]]], layout: dict[str, dict[str, tuple]]
+               ) -> dict[str, dict[str, Any]]:
+    """The captured step's scheduled inputs: per trained parameter, per key of :data:`SCHEDULED` its group
+    has as a Python number, a float64 scalar holding it exactly (as torch.optim reads it). Schedulers change
+    ``param_groups[k]["lr"]`` (and ``"betas"``: OneCycleLR's momentum cycle) between steps; as inputs, the
+    new values reach the placed step without capturing again."""
     import torch
 
-    out = {}
+    keys = SCHEDULED if opt_cls.__name__ in BETAS_AS_INPUTS else SCHEDULED[:1]
+    out: dict[str, dict[str, Any]] = {}
     for names, hyper in groups:
-        lr = hyper.get("lr")
-        if not isinstance(lr, float) or isinstance(lr, bool):
-            continue
         for n in names:
-            if f"{n}{HYPER_SUFFIX}" in {f"{n}.{k}" for k in layout.get(n, {})}:
-                raise CaptureError(f"parameter {n!r} has optimizer state named 'lr': cannot name its learning "
-                                   "rate input")
-            out[n] = torch.tensor(lr, dtype=torch.float64)
+            for key in keys:
+                v = scheduled_value(hyper, key)
+                if v is None:
+                    continue
+                if key in layout.get(n, {}):
+                    raise CaptureError(f"parameter {n!r} has optimizer state named {key!r}: cannot name its "
+                                       f"{key} input")
+                out.setdefault(n, {})[key] = torch.tensor(v, dtype=torch.float64)
     return out
 
 
@@ -543,7 +562,7 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
                            f"({type(e).__name__})") from None
     state = {n: {k: torch.zeros(shape, dtype=dtype, device=device) for k, (shape, dtype, device) in layout[n].items()}
              for n in trained}
-    hyper = _scheduled(groups, layout)
+    hyper = _scheduled(opt_cls, groups, layout)
     scopes = _Scopes(model)
 
     def step(params, frozen, buffers, state, hyper, inputs, kwargs, targets):
@@ -565,8 +584,11 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
             # number, the way torch.optim reads it), so the update ops stay with their parameter
             opt = opt_cls([{**h, "params": [live[n]]} for names, h in groups for n in names], foreach=False)
             for group, n in zip(opt.param_groups, (n for names, _ in groups for n in names)):
-                if n in hyper:
-                    group["lr"] = hyper[n].item()
+                h = hyper.get(n, {})
+                if "lr" in h:
+                    group["lr"] = h["lr"].item()
+                if "beta1" in h:
+                    group["betas"] = (h["beta1"].item(), h["beta2"].item())
             for (n, p), g in zip(live.items(), grads):
                 p.grad = g                         # None (unused in the loss): skipped, as eager skips it
                 opt.state[p] = dict(state[n])
@@ -579,7 +601,7 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     finally:
         scopes.remove()
     graph = _to_graph(gm, name or type(model).__name__, trained, list(frozen), list(buffers), layout, training=True,
-                      hyper={n: float(t) for n, t in hyper.items()})
+                      hyper={n: {k: float(t) for k, t in h.items()} for n, h in hyper.items()})
     fused = _fuse_updates(list(graph.ops), groups, modes, opt_cls.__name__, graph.meta["program"]["scalars"])
     graph = Graph(_launch_groups(fused, groups, modes), name=graph.name,
                   meta={**graph.meta, "optimizer": {"class": opt_cls.__name__, "implementation": sorted(set(modes))}})
@@ -679,7 +701,8 @@ def _op_flops(node, name: str, outs: list) -> float:
 
 
 def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: list[str],
-              layout: dict[str, dict[str, tuple]], *, training: bool, hyper: dict[str, float] | None = None) -> Graph:
+              layout: dict[str, dict[str, tuple]], *, training: bool,
+              hyper: dict[str, dict[str, float]] | None = None) -> Graph:
     import torch
     import torch.fx as fx
 
@@ -695,7 +718,7 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
         for key in layout.get(n, {}):
             kinds.append((f"{n}.{key}", "optimizer_state", n))
     hyper = hyper or {}
-    kinds += [(f"{n}{HYPER_SUFFIX}", "hyperparameter", n) for n in trained if n in hyper]
+    kinds += [(f"{n}.{key}", "hyperparameter", n) for n in trained for key in hyper.get(n, {})]
     n_inputs = len(placeholders) - len(kinds)
     kinds += [(f"input{i}", "input", None) for i in range(n_inputs)]
 
@@ -718,7 +741,7 @@ def _to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: lis
         # a parameter's output *is* its resident memory: mark it a view so it is not allocated twice
         meta = {"view": True} if resident else {}
         if kind == "hyperparameter":
-            meta["value"] = hyper[group]                 # the captured value: what a run without one uses
+            meta["value"] = hyper[group][opname.rpartition(".")[2]]   # the captured value: runs given none use it
         ops.append(Op(opname, kind, outputs=(spec,), param_bytes=resident, colocation_group=group, scope=scope,
                       phase=phase, meta=meta))
         ref[node] = [opname]

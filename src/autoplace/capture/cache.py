@@ -106,9 +106,13 @@ def capture_key(model, example_inputs: Any, loss_fn, optimizer, targets: Any) ->
         loss_state = repr(loss_fn)                  # functools.partial and the like: their arguments
         if len(loss_state) > 1000 or " at 0x" in loss_state:
             return None
+    from autoplace.capture._torch import BETAS_AS_INPUTS
+
+    betas_in = type(optimizer).__name__ in BETAS_AS_INPUTS      # inputs of the step, not part of its trace
     names = {id(p): n for n, p in model.named_parameters()}
     groups = [[[names.get(id(p)) for p in g["params"]],
-               {k: _plain(v) for k, v in sorted(g.items()) if k not in ("params", "lr", "initial_lr")}]
+               {k: _plain(v) for k, v in sorted(g.items())
+                if k not in ("params", "lr", "initial_lr", *(("betas",) if betas_in else ()))}]
               for g in optimizer.param_groups]
     leaves, spec = tree_flatten((example_inputs, targets))
     return {

@@ -115,7 +115,7 @@ def export_python(graph: Graph, placement: Placement, cluster: Cluster) -> str:
         "]",
         "#: updated state, in the order step() returns it",
         f"UPDATED = {list(program.final_versions)!r}",
-        "#: learning rates (a parameter's '<name>.lr' input), as captured",
+        "#: scheduled hyper-parameters (a parameter's '<name>.lr', '.beta1', '.beta2' inputs), as captured",
         f"HYPER = {({op.name: float(op.meta.get('value', 0.0)) for op in graph.ops if op.type == 'hyperparameter'})!r}",
         "",
         "",

@@ -64,7 +64,7 @@ class PlacedStep:
 
     def __init__(self, graph: Graph, cluster: Cluster, placement: Placement, values: dict[str, Any], *,
                  timeout: float = DEFAULT_TIMEOUT_S, keys: tuple[str, ...] = (), state_keys: list[str] | None = None,
-                 optimizer=None, lr_groups: dict[str, int] | None = None,
+                 optimizer=None, hyper_inputs: dict[str, tuple[int, str]] | None = None,
                  recompile: Callable[[Any, Any], tuple[Graph, Placement]] | None = None,
                  pool: WorkerPool | None = None):
         self.graph, self.cluster, self.placement = graph, cluster, placement
@@ -78,9 +78,11 @@ class PlacedStep:
         self._keys = tuple(keys)                    # the captured batch's keyword inputs, in captured order
         self._initial = values                      # the state before the first step
         self._optimizer = optimizer
-        #: each learning-rate input (``"<parameter>.lr"``) -> the optimizer's param group it reads at every call
-        self._lr_groups = dict(lr_groups or {})
-        self._inputs_hyper = frozenset({"lr"} if self._lr_groups else ())
+        #: each scheduled input (``"<parameter>.lr"``, ``.beta1``, ``.beta2``) -> the optimizer's param group and
+        #: the key it reads there at every call
+        self._hyper_inputs = dict(hyper_inputs or {})
+        keys = {key for _, key in self._hyper_inputs.values()}
+        self._inputs_hyper = frozenset({"lr"} & keys | ({"betas"} if keys & {"beta1", "beta2"} else set()))
         self._hyper = _hyper(optimizer, self._inputs_hyper) if optimizer is not None else None
         self.inputs = [op for op in graph.ops if op.type == "input"]
         self.parameters = [op.name for op in graph.ops if op.type == "parameter"]
@@ -156,10 +158,7 @@ class PlacedStep:
                 raise AutoplaceError(f"{op.name}: got dtype {str(t.dtype).removeprefix('torch.')}, shape "
                                      f"{tuple(t.shape)}; the step was captured with {spec.dtype} {tuple(spec.shape)}")
             batch[op.name] = t.detach().cpu()
-        import torch
-
-        for name, k in self._lr_groups.items():    # the learning rates as they are now (a scheduler's)
-            batch[name] = torch.tensor(float(self._optimizer.param_groups[k]["lr"]), dtype=torch.float64)
+        batch.update(self._scheduled_now())         # the learning rates (and betas) as a scheduler left them
         try:
             self._pool.assign(batch)
             self._pool.step()
@@ -176,17 +175,29 @@ class PlacedStep:
             self._optimizer._opt_called = True
         return loss
 
+    def _scheduled_now(self) -> dict[str, Any]:
+        """The scheduled inputs' values now, from the optimizer's param groups."""
+        import torch
+
+        from autoplace.capture._torch import scheduled_value
+
+        out = {}
+        for name, (k, key) in self._hyper_inputs.items():
+            v = scheduled_value(self._optimizer.param_groups[k], key)
+            if v is None:
+                raise AutoplaceError(f"optimizer.param_groups[{k}] has no {key} as a number now")
+            out[name] = torch.tensor(v, dtype=torch.float64)
+        return out
+
     def _switch(self, shapes: tuple, inputs: Any, targets: Any) -> None:
         """Run the step of batches of ``shapes`` from now on: captured and placed the first time (on the same
         devices op for op where its ops are the same), then set up on the workers with the state as it is."""
-        import torch
 
         if shapes not in self._variants:
             self._variants[shapes] = self._recompile(inputs, targets)
         graph, placement = self._variants[shapes]
-        values = self._values([*self.parameters, *self.buffers, *self.optimizer_state_names])
-        for name, k in self._lr_groups.items():
-            values[name] = torch.tensor(float(self._optimizer.param_groups[k]["lr"]), dtype=torch.float64)
+        values = {**self._values([*self.parameters, *self.buffers, *self.optimizer_state_names]),
+                  **self._scheduled_now()}
         try:
             self._pool.prepare(graph, placement, values=values)
         except _WorkerFailed as e:
@@ -296,10 +307,12 @@ def initial_values(graph: Graph, model, optimizer) -> dict[str, Any]:
     values.update({n: b.detach().cpu().clone() for n, b in model.named_buffers()})
     params = dict(model.named_parameters())
     group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    from autoplace.capture._torch import scheduled_value
+
     for op in graph.ops:
-        if op.type == "hyperparameter":                           # "<parameter>.lr": its group's, now
-            values[op.name] = torch.tensor(float(group_of[id(params[op.name.rpartition(".")[0]])]["lr"]),
-                                           dtype=torch.float64)
+        if op.type == "hyperparameter":                           # "<parameter>.<key>": its group's, now
+            param, _, key = op.name.rpartition(".")
+            values[op.name] = torch.tensor(scheduled_value(group_of[id(params[param])], key), dtype=torch.float64)
         if op.type != "optimizer_state":
             continue
         param, _, key = op.name.rpartition(".")                  # "<parameter>.<state key>"
@@ -324,9 +337,10 @@ def initial_values(graph: Graph, model, optimizer) -> dict[str, Any]:
     return {op.name: values[op.name] for op in graph.ops if op.name in values}
 
 
-def lr_groups(graph: Graph, model, optimizer) -> dict[str, int]:
-    """Each learning-rate input of ``graph`` (``"<parameter>.lr"``) -> the index of ``optimizer``'s param group
-    holding that parameter: where the placed step reads the learning rate at every call."""
+def hyper_inputs(graph: Graph, model, optimizer) -> dict[str, tuple[int, str]]:
+    """Each scheduled input of ``graph`` (``"<parameter>.<key>"``) -> the index of ``optimizer``'s param group
+    holding that parameter and the key: where the placed step reads its value at every call."""
     index = {id(p): k for k, g in enumerate(optimizer.param_groups) for p in g["params"]}
     params = dict(model.named_parameters())
-    return {op.name: index[id(params[op.name.rpartition(".")[0]])] for op in graph.ops if op.type == "hyperparameter"}
+    return {op.name: (index[id(params[op.name.rpartition(".")[0]])], op.name.rpartition(".")[2])
+            for op in graph.ops if op.type == "hyperparameter"}

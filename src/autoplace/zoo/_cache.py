@@ -21,7 +21,7 @@ from autoplace.graph import Graph
 __all__ = ["CAPTURE_VERSION", "cache_dir", "cached_graph"]
 
 #: Bump when the capture's output changes, so old cache entries are rebuilt.
-CAPTURE_VERSION = 10
+CAPTURE_VERSION = 11
 
 
 def cache_dir() -> Path:
