@@ -33,6 +33,7 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -121,6 +122,16 @@ class Grouping:
 GRANULARITIES = ("op", "module")
 
 
+def nearest_module(path: str | None, table: dict[str, Any]) -> Any:
+    """``table``'s entry for the deepest module at or above ``path`` (a module path; ``""``: the root), or
+    None where no module on the way up is in it."""
+    while path is not None:
+        if path in table:
+            return table[path]
+        path = path.rpartition(".")[0] if path else None
+    return None
+
+
 def _within(path: str | None, module: str) -> bool:
     """Whether ``path`` (a module path, or an op's scope with a ``.tN`` time-step suffix) is ``module`` or
     under it."""
@@ -173,11 +184,7 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
         return graph
     def nearest_owner(path: str | None) -> int | None:
         """An op of the group of the deepest module owning parameters at or above ``path``."""
-        while path is not None:
-            if path in owner:
-                return owner[path]
-            path = path.rpartition(".")[0] if path else None
-        return None
+        return nearest_module(path, owner)
 
     for module, i in owner.items():                          # a module with parameters: its subtree with it
         above = nearest_owner(module.rpartition(".")[0]) if module else None

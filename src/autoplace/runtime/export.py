@@ -229,7 +229,7 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
     the batch is put on instead). Unknown devices are one clear error."""
     import numpy as np
 
-    from autoplace.grouping import with_granularity
+    from autoplace.grouping import nearest_module, with_granularity
 
     keys = {k: _map_device(v, k, cluster, where) for k, v in dmap.items()}
     main = next((d for d in keys.values() if cluster.devices[d].kind == "gpu"), None)
@@ -239,11 +239,7 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
         main = cluster.index(inputs_on)
 
     def covered(path: str | None) -> int | None:
-        while path is not None:
-            if path in keys:
-                return keys[path]
-            path = path.rpartition(".")[0] if path else None
-        return None
+        return nearest_module(path, keys)
 
     def module_of(op) -> str | None:
         if op.type in ("parameter", "buffer"):
