@@ -266,8 +266,14 @@ def test_the_capture_key_holds_what_the_trace_reads():
     assert __file__ in key["files"]                                    # the file defining Normed, hashed
     opt.param_groups[0]["lr"] = 0.5                                    # an input, not part of the trace
     assert capture_key(model, x, nn.functional.cross_entropy, opt, y) == key
+    model.act, model.cfg, model._causal = torch.relu, {"double": True}, True
+    key = capture_key(model, x, nn.functional.cross_entropy, opt, y)
+    assert key is not None and "relu" in json.dumps(key["modules"][0])
     changes = [
         lambda m, o: setattr(m.net[1], "momentum", 0.5),               # configuration a forward reads
+        lambda m, o: setattr(m, "act", torch.tanh),                    # (the copy's key has act = relu)
+        lambda m, o: setattr(m, "cfg", {"double": False}),
+        lambda m, o: setattr(m, "_causal", False),
         lambda m, o: m.eval(),
         lambda m, o: m.net[3].weight.requires_grad_(False),
         lambda m, o: o.param_groups[0].update(eps=1e-3),
@@ -481,9 +487,9 @@ def eager_scheduled(model, optimizer, scheduler, loss_fn, data):
 
 
 @pytest.mark.parametrize("make", [
-    pytest.param(lambda m: (o := torch.optim.SGD(m.parameters(), lr=0.2, momentum=0.9),
+    pytest.param(lambda m: (o := torch.optim.SGD(m.parameters(), lr=1, momentum=0.5),   # an int: an input too
                             torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.3)),
-                 id="sgd-steplr", marks=pytest.mark.slow),
+                 id="sgd-int-steplr", marks=pytest.mark.slow),
     pytest.param(lambda m: (o := torch.optim.Adam(m.parameters(), lr=2e-2),
                             torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5)), id="adam-cosine"),
     pytest.param(lambda m: (o := torch.optim.Adam(m.parameters(), lr=2e-2),      # cycles Adam's beta1 too
@@ -651,7 +657,11 @@ def test_module_granularity_places_what_no_module_owns_as_dispatch_model_runs_it
                  str(tmp_path / "map.json"), "--json"]) == 0
     rows = [r["method"] for r in json.loads(capsys.readouterr().out)["rows"]]
     assert rows == ["single-gpu", "device map map.json"]
-    (tmp_path / "bad.json").write_text(json.dumps({"blocks": 7}))
-    assert main(["simulate", str(path), "-c", "k80x4", "-p", str(tmp_path / "bad.json")]) == 2
-    err = capsys.readouterr().err
-    assert "'blocks' -> 7: cluster 'k80x4' has 4 GPUs" in err and err.count("\n") == 1
+    for bad, why in (({"blocks": 7}, "'blocks' -> 7: cluster 'k80x4' has 4 GPUs"),
+                     ({"blocks": "cuda:a"}, "'blocks' -> 'cuda:a': not a device of cluster 'k80x4'"),
+                     ({"blocks": "cudagraph"}, "'blocks' -> 'cudagraph': not a device"),
+                     ({"blokcs": 0, "head": 1}, "'blokcs' is not a module of")):
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        assert main(["simulate", str(path), "-c", "k80x4", "-p", str(tmp_path / "bad.json")]) == 2
+        err = capsys.readouterr().err
+        assert why in err and err.count("\n") == 1, err

@@ -65,7 +65,7 @@ def _graph_data(graph: Graph, cluster: Cluster, placement: Placement) -> dict | 
 
 def _comparison_html(comparison) -> str:
     from autoplace.comparison import row_note, speedup
-    from autoplace.plots import comparison_figure, svg_text
+    from autoplace.plots import comparison_figures, svg_text
     from autoplace.units import fmt_time
 
     best = min((r.step_time for r in comparison.rows), default=float("inf"))
@@ -80,7 +80,8 @@ def _comparison_html(comparison) -> str:
 
     rows = "".join(f"<tr><td>{html.escape(r.method)}</td><td>{step}</td><td>{rel}</td><td>{r.search_time_s:.2f} s</td>"
                    f"<td>{html.escape(note)}</td></tr>" for r in comparison.rows for step, rel, note in [cells(r)])
-    return (f'<h2>Placers compared</h2><div class="charts" id="compare">{svg_text(comparison_figure(comparison))}</div>'
+    charts = "".join(f'<div class="chart">{svg_text(f)}</div>' for f in comparison_figures(comparison))
+    return (f'<h2>Placers compared</h2><div class="charts" id="compare">{charts}</div>'
             f"<table><tr><th>method</th><th>step</th><th>best / step</th><th>search</th><th>note</th></tr>"
             f"{rows}</table>")
 

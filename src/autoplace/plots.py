@@ -20,7 +20,7 @@ from autoplace.formats.images import save_png
 
 __all__ = ["comparison_png", "comparison_figure", "comparison_data", "step_png", "step_figure", "step_data",
            "graph_layout", "graph_figure", "GraphLayout", "DEVICE_COLOURS", "PHASE_COLOURS", "svg_text",
-           "step_figures"]
+           "step_figures", "comparison_figures"]
 
 #: One colour per device index (matplotlib's tab10 without its grey, then tab20's light shades), in the PNGs
 #: and the HTML page.
@@ -39,19 +39,45 @@ def comparison_png(comparison, path: str | Path, *, title: str = "") -> None:
 
 
 def comparison_figure(comparison):
-    """The figure of :func:`comparison_png` (matplotlib), to save as PNG or SVG."""
+    """The figure of :func:`comparison_png` (matplotlib), to save as PNG or SVG: both panels side by side."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, axes = plt.subplots(1, 2, figsize=(12, _comparison_height(comparison)),
+                             gridspec_kw={"width_ratios": [3, 2]})
+    for draw, ax in zip(_COMPARISON_PANELS, axes):
+        draw(fig, ax, comparison)
+    return fig
+
+
+def comparison_figures(comparison) -> list:
+    """The two panels of :func:`comparison_figure` as figures of their own (the HTML page lays them out)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    for draw in _COMPARISON_PANELS:
+        fig, ax = plt.subplots(figsize=(6.4, _comparison_height(comparison)))
+        draw(fig, ax, comparison)
+        out.append(fig)
+    return out
+
+
+def _comparison_height(comparison) -> float:
+    return max(3.0, 0.35 * len(comparison.rows) + 1.2)
+
+
+def _steps_panel(fig, ax, comparison) -> None:
+    """Step time per method (a failing placement or a method without one marked and named), with the best
+    lower bound as a line when the runs were simulated."""
     rows = list(comparison.rows)
-    methods, steps, names, share = comparison_data(comparison)
+    methods, steps, _, _ = comparison_data(comparison)
     ok = np.isfinite(steps)
     y = np.arange(len(rows))
-    height = max(3.0, 0.35 * len(rows) + 1.2)
-    fig, (ax, mem) = plt.subplots(1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [3, 2]})
-
     longest = float(steps[ok].max()) if ok.any() else (comparison.bounds.best or 1.0)
     scale, unit = _time_unit(longest)
     ax.barh(y[ok], steps[ok] * scale, color="tab:blue")
@@ -70,8 +96,17 @@ def comparison_figure(comparison):
     ax.set_xlabel(f"{comparison.env} step time ({unit})")
     ax.grid(axis="x", alpha=0.3)
 
+
+def _memory_share_panel(fig, ax, comparison) -> None:
+    """Per method and device, peak memory in bytes and as a share of the device's capacity."""
+    import matplotlib.pyplot as plt
+
     from autoplace.units import fmt_bytes
 
+    rows = list(comparison.rows)
+    methods, _, names, share = comparison_data(comparison)
+    y = np.arange(len(rows))
+    mem = ax
     peaks = [None if r.result is None else r.result.peak_memory for r in rows]
     cap = max(100.0, float(np.nanmax(share)) if np.isfinite(share).any() else 100.0)
     image = mem.imshow(np.nan_to_num(share, nan=0.0), aspect="auto", cmap="viridis", vmin=0, vmax=cap)
@@ -90,7 +125,9 @@ def comparison_figure(comparison):
     mem.set_yticks(y, methods)
     mem.set_title("peak memory / capacity (red: out of memory)", fontsize=9)
     fig.colorbar(image, ax=mem, label="% of capacity")
-    return fig
+
+
+_COMPARISON_PANELS = (_steps_panel, _memory_share_panel)
 
 
 PHASES = ("forward", "backward", "update")

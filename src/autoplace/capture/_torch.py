@@ -355,7 +355,7 @@ def scheduled_value(group: dict[str, Any], key: str) -> float | None:
     else:
         betas = group.get("betas")
         v = betas[SCHEDULED.index(key) - 1] if isinstance(betas, tuple) and len(betas) == 2 else None
-    return float(v) if isinstance(v, float) and not isinstance(v, bool) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _scheduled(opt_cls: type, groups: list[tuple[list[str], dict[str, Any]]], layout: dict[str, dict[str, tuple]]

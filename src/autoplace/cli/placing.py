@@ -234,15 +234,20 @@ def cmd_place(args: argparse.Namespace) -> int:
             placement = _with_progress(f"placing with {args.method}", args.json or args.output == "-",
                                        lambda: place(graph, cluster, args.method, seed=args.seed, budget=args.budget,
                                                      time_limit=args.time_limit))
-        wall = time.perf_counter() - t0
+        refined = None
         if args.refine:
             from autoplace.placers.auto import robust_simulator
             from autoplace.placers.local_search import refine
 
-            # under the simulator, the refine minimises the worst case over the cost model's uncertainty
-            placement = refine(graph, cluster, placement, seed=args.seed, budget=args.refine_budget,
-                               env=None if args.env == "simulated" else env,
-                               simulator=robust_simulator(graph, cluster) if args.env == "simulated" else None)
+            # under the simulator, the refine minimises the worst case over the cost model's uncertainty;
+            # the time limit covers the search and its refinement together
+            left = None if args.time_limit is None else max(args.time_limit - (time.perf_counter() - t0), 0.01)
+            with time_limit(left):
+                refined = placement = refine(graph, cluster, placement, seed=args.seed, budget=args.refine_budget,
+                                             env=None if args.env == "simulated" else env,
+                                             simulator=robust_simulator(graph, cluster)
+                                             if args.env == "simulated" else None)
+        wall = time.perf_counter() - t0
         result = simulate(graph, cluster, placement) if args.env == "simulated" else env.evaluate(placement)
     save_placement(placement, args.output, result)
     if args.json:
@@ -256,15 +261,23 @@ def cmd_place(args: argparse.Namespace) -> int:
                          f"{counts}; written to {args.output}")
         if args.curve:
             _console(args.output == "-").print(f"training curve written to {args.curve}.csv and {args.curve}.png")
-        _console(args.output == "-").print(_budget_line(args, placement, wall), soft_wrap=True)
+        _console(args.output == "-").print(_budget_line(args, placement if refined is None else None, wall,
+                                                        refined), soft_wrap=True)
     return _exit_code(result)
 
 
-def _budget_line(args: argparse.Namespace, placement, wall: float) -> str:
-    """What the budget bought: nominal work, the count it became, the wall time it took, why it stopped."""
+def _budget_line(args: argparse.Namespace, placement, wall: float, refined=None) -> str:
+    """What the budget bought: nominal work, the count it became, the wall time it took, why it stopped (the
+    refinement's too, with ``--refine``)."""
     from autoplace.search.work import DEFAULT_BUDGET_S
 
-    m = placement.meta
+    def bought(meta: dict) -> str:
+        inner = meta.get("refine") if isinstance(meta.get("refine"), dict) else {}   # auto: its refinement's
+        count = next((f"{m[k]:,} {k}" for m in (meta, inner) for k in ("samples", "evaluations")
+                      if isinstance(m.get(k), int)), None)
+        stop = meta.get("stop_reason") or meta.get("stopped_by") or inner.get("stop_reason")
+        return (f" = {count}" if count else "") + (f" (stopped: {stop})" if stop else "")
+
     if args.wall_clock:
         spent = f"budget {args.budget if args.budget is not None else 60:g} s of wall clock"
     elif args.budget is not None or args.method in DEFAULT_BUDGET_S:
@@ -272,12 +285,11 @@ def _budget_line(args: argparse.Namespace, placement, wall: float) -> str:
         spent = f"budget {b:g} s of nominal work"
     else:
         spent = "no budget (a one-shot placer)"
-    count = next((f"{m[k]:,} {k}" for k in ("samples", "evaluations") if isinstance(m.get(k), int)), None)
-    if count is None and isinstance(m.get("refine"), dict) and isinstance(m["refine"].get("evaluations"), int):
-        count = f"{m['refine']['evaluations']:,} evaluations"
-    stop = m.get("stop_reason") or m.get("stopped_by")
-    return (f"{spent}" + (f" = {count}" if count else "") + f"; took {wall:.1f} s of wall clock"
-            + (f" (stopped: {stop})" if stop else "")
+    line = spent + (bought(dict(placement.meta)) if placement is not None else "")
+    if refined is not None:
+        b = args.refine_budget if args.refine_budget is not None else DEFAULT_BUDGET_S["local-search"]
+        line += f"; refined with {b:g} s of nominal work" + bought(dict(refined.meta))
+    return (line + f"; took {wall:.1f} s of wall clock"
             + (f"; --time-limit {args.time_limit:g} s" if args.time_limit else ""))
 
 

@@ -208,8 +208,9 @@ def _map_device(value, key: str, cluster: Cluster, where: str) -> int:
     gpus, cpus = cluster.devices_of_kind("gpu"), cluster.devices_of_kind("cpu")
     if isinstance(value, str) and value in cluster.device_names:
         return cluster.index(value)
-    if isinstance(value, int) or (isinstance(value, str) and value.startswith("cuda")):
-        k = value if isinstance(value, int) else int(value.partition(":")[2] or 0)
+    cuda = re.fullmatch(r"cuda(?::(\d+))?", value) if isinstance(value, str) else None
+    if isinstance(value, int) or cuda:
+        k = value if isinstance(value, int) else int(cuda.group(1) or 0)
         if 0 <= k < len(gpus):
             return gpus[k]
         raise ExecutionError(f"{where}: {key!r} -> {value!r}: cluster {cluster.name!r} has {len(gpus)} GPUs")
@@ -232,6 +233,7 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
     from autoplace.grouping import nearest_module, with_granularity
 
     keys = {k: _map_device(v, k, cluster, where) for k, v in dmap.items()}
+
     main = next((d for d in keys.values() if cluster.devices[d].kind == "gpu"), None)
     if main is None:
         main = next(iter(keys.values()))
@@ -247,6 +249,15 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
         scope = op.scope
         return re.sub(r"\.t\d+$", "", scope) if scope else None
 
+    known = set(graph.meta.get("modules", {})) | {""}
+    for op in graph.ops:                         # the modules the graph names: its parameters' and its scopes
+        path = module_of(op) or ""
+        while path and path not in known:
+            known.add(path)
+            path = path.rpartition(".")[0]
+    unknown = sorted(k for k in keys if k not in known)
+    if unknown:                                  # as Accelerate's check_device_map would: a typo maps nothing
+        raise ExecutionError(f"{where}: {unknown[0]!r} is not a module of {graph.name!r}")
     grouped = with_granularity(graph, "module")
     dev = np.full(graph.n_ops, -1, dtype=np.int64)
     groups = grouped.colocation_groups()

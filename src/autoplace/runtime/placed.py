@@ -51,11 +51,13 @@ _FRESH = {"mu_product": lambda group: 1.0, "mu": lambda group: 1.0, "eta": lambd
           "step_size": lambda group: group["lr"]}
 
 
-def _hyper(optimizer, inputs: frozenset[str] = frozenset()) -> list[dict]:
+def _hyper(optimizer, inputs: dict[int, set[str]] | None = None) -> list[dict]:
     """The optimizer's hyper-parameters that are constants of the captured step (what a change after compile
-    would not reach): all but ``inputs``, the ones the step takes at every call."""
-    return [{k: v for k, v in g.items() if k != "params" and k not in inputs
-             and isinstance(v, (int, float, bool, tuple, str, type(None)))} for g in optimizer.param_groups]
+    would not reach): all but ``inputs[k]`` in group ``k``, the ones the step takes at every call."""
+    inputs = inputs or {}
+    return [{k: v for k, v in g.items() if k != "params" and k not in inputs.get(i, ())
+             and isinstance(v, (int, float, bool, tuple, str, type(None)))}
+            for i, g in enumerate(optimizer.param_groups)]
 
 
 class PlacedStep:
@@ -81,8 +83,9 @@ class PlacedStep:
         #: each scheduled input (``"<parameter>.lr"``, ``.beta1``, ``.beta2``) -> the optimizer's param group and
         #: the key it reads there at every call
         self._hyper_inputs = dict(hyper_inputs or {})
-        keys = {key for _, key in self._hyper_inputs.values()}
-        self._inputs_hyper = frozenset({"lr"} & keys | ({"betas"} if keys & {"beta1", "beta2"} else set()))
+        self._inputs_hyper: dict[int, set[str]] = {}   # per param group, the keys the step reads every call
+        for k, key in self._hyper_inputs.values():
+            self._inputs_hyper.setdefault(k, set()).add("lr" if key == "lr" else "betas")
         self._hyper = _hyper(optimizer, self._inputs_hyper) if optimizer is not None else None
         self.inputs = [op for op in graph.ops if op.type == "input"]
         self.parameters = [op.name for op in graph.ops if op.type == "parameter"]
@@ -138,9 +141,9 @@ class PlacedStep:
         self._check_open()
         changed = self._hyper_changed() if self._optimizer is not None else None
         if changed:
-            raise AutoplaceError(f"{changed}: it is a constant of the captured step (only the learning rate is an "
-                                 "input, so learning-rate schedulers work); compile again (load_into the module "
-                                 "first) to train with the new value")
+            raise AutoplaceError(f"{changed}: it is a constant of the captured step (the inputs it reads at every "
+                                 "call are the learning rate and Adam's betas, where they are numbers); compile "
+                                 "again (load_into the module first) to train with the new value")
         flat = _flat(inputs, targets, self._keys)
         if len(flat) != len(self.inputs):
             raise AutoplaceError(f"the step of {self.graph.name!r} takes {len(self.inputs)} tensors (inputs, then "
