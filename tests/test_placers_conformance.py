@@ -165,3 +165,12 @@ def test_a_time_limit_ends_the_search_with_a_valid_placement(method):
     assert p.meta["time_limit_s"] == 0.1
     if get_placer(method).learned:
         assert p.meta["stop_reason"] == "time limit"
+
+
+@pytest.mark.parametrize("method,key", [("local-search", "stop_reason"), ("cp-sat", "stopped_by")])
+def test_the_searches_that_are_not_learned_stop_at_a_time_limit_too(method, key):
+    """A budget of hours of work on a 3,000-op graph, three tenths of a second of wall clock: the search
+    ends at the limit and says so."""
+    graph, cluster = build_graph("layered-dag", ops=3000), get_cluster("k80x2")
+    p = place(graph, cluster, method, seed=0, budget=10_000, time_limit=0.3)
+    assert p.meta[key] == "time limit"
