@@ -288,9 +288,9 @@ class _Model:
         solver.parameters.random_seed = int(seed)
         status = solver.Solve(m)
         name = solver.StatusName(status)
-        stopped = ("optimal" if status == cp_model.OPTIMAL else
-                   cap_reason if solver.WallTime() >= solver.parameters.max_time_in_seconds * 0.99
-                   else "deterministic budget")
+        capped = solver.WallTime() >= solver.parameters.max_time_in_seconds * 0.99 or \
+            (cap_reason == TIME_LIMIT and time_left() == 0.0)        # the caller's deadline has passed
+        stopped = "optimal" if status == cp_model.OPTIMAL else cap_reason if capped else "deterministic budget"
         if status == cp_model.INFEASIBLE:
             return None
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
