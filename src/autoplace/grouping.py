@@ -30,6 +30,7 @@ parameters, per-device times as the sum of the members') so any placer can place
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -132,6 +133,14 @@ def nearest_module(path: str | None, table: dict[str, Any]) -> Any:
     return None
 
 
+def module_path(op) -> str | None:
+    """The module an op belongs to: a parameter's or buffer's owner, else the module whose forward ran it
+    (its ``scope``, a ``.tN`` time-step suffix left out); None for an op outside any."""
+    if op.type in ("parameter", "buffer"):
+        return op.name.rpartition(".")[0]
+    return re.sub(r"\.t\d+$", "", op.scope) if op.scope else None
+
+
 def _within(path: str | None, module: str) -> bool:
     """Whether ``path`` (a module path, or an op's scope with a ``.tN`` time-step suffix) is ``module`` or
     under it."""
@@ -207,7 +216,7 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
     first_of_call: dict[object, int] = {}
     for i in stray:
         op = graph.ops[i]
-        if i in io[:1] or (io and uf.find(i) == uf.find(io[0])):
+        if io and uf.find(i) == uf.find(io[0]):    # the batch and the loss, already together
             continue
         call = op.meta.get("fwd")
         if call is not None and call in first_of_call:
@@ -221,7 +230,7 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
             first_of_call[call] = i
     for path in sorted(p for p, c in classes.items() if c in keep_whole):   # each instance, whole
         under = [i for i, op in enumerate(graph.ops)
-                 if _within(op.name.rpartition(".")[0] if op.type in ("parameter", "buffer") else op.scope, path)]
+                 if _within(module_path(op), path)]
         for i in under[1:]:
             uf.union(under[0], i)
         if under and path not in owner:

@@ -106,21 +106,12 @@ def _describe(value: Any, files: dict[str, str], depth: int = 0) -> Any:
 _MODULE_INTERNALS = frozenset(vars(__import__("torch").nn.Module()))
 
 
-def _plain(value: Any) -> Any:
-    """``value`` as JSON if it is configuration (numbers, strings, dtypes, tuples of them), else None."""
-    import torch
-
-    if isinstance(value, _PLAIN):
-        return value if not isinstance(value, float) or value == value else repr(value)
-    if isinstance(value, (torch.dtype, torch.device)):
-        return str(value)
-    if isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value):
-        return list(value)
-    return None
-
-
 def _tensor(t: Any) -> Any:
-    return [list(t.shape), str(t.dtype), t.device.type] if hasattr(t, "shape") else _plain(t) or repr(type(t))
+    """A tensor's shape, dtype and device; anything else as :func:`_describe` gives it (or its type)."""
+    if hasattr(t, "shape"):
+        return [list(t.shape), str(t.dtype), t.device.type]
+    d = _describe(t, {})
+    return repr(type(t)) if d is _UNKNOWN else d
 
 
 def capture_key(model, example_inputs: Any, loss_fn, optimizer, targets: Any) -> dict[str, Any] | None:

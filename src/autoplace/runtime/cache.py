@@ -12,8 +12,6 @@ nothing in them is executed. Location: ``placements/`` under :func:`autoplace.zo
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -38,14 +36,13 @@ def default_folder() -> Path:
 
 def cache_key(graph: Graph, cluster: Cluster, method: str, seed: int, budget: float | None) -> dict[str, Any]:
     """What a cached placement must have been searched for."""
-    from autoplace.formats import cluster_to_dict, graph_to_dict
+    from autoplace.formats import graph_to_dict
+    from autoplace.formats.state import _digest, cluster_hash
 
     g = graph_to_dict(graph)
     g["ops"] = [{k: v for k, v in op.items() if not (op["type"] == "hyperparameter" and k == "value")}
                 for op in g["ops"]]
-    digest = lambda obj: hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()  # noqa: E731
-                                        ).hexdigest()
-    return {"version": CACHE_VERSION, "graph": digest(g), "cluster": digest(cluster_to_dict(cluster)),
+    return {"version": CACHE_VERSION, "graph": _digest(g), "cluster": cluster_hash(cluster),
             "method": method, "seed": int(seed), "budget": budget}
 
 
@@ -55,11 +52,12 @@ def cached_placement(graph: Graph, cluster: Cluster, method: str, seed: int, bud
     """The placement cached for this key in ``folder`` (default :func:`default_folder`), or ``search()``'s,
     stored there; and whether it came from the cache. A folder that cannot be written only costs speed."""
     from autoplace.formats import placement_from_dict, placement_to_dict, read_json, write_json
+    from autoplace.formats.state import _digest
+    from autoplace.zoo._cache import file_stem
 
     key = cache_key(graph, cluster, method, seed, budget)
     root = Path(folder) if folder is not None else default_folder()
-    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in graph.name[:40])
-    path = root / f"{stem}-{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:20]}.json"
+    path = root / f"{file_stem(graph.name[:40])}-{_digest(key)[:20]}.json"
     if path.is_file():
         try:
             obj = read_json(path)

@@ -230,7 +230,7 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
     the batch is put on instead). Unknown devices are one clear error."""
     import numpy as np
 
-    from autoplace.grouping import nearest_module, with_granularity
+    from autoplace.grouping import module_path, nearest_module, with_granularity
 
     keys = {k: _map_device(v, k, cluster, where) for k, v in dmap.items()}
 
@@ -243,15 +243,9 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
     def covered(path: str | None) -> int | None:
         return nearest_module(path, keys)
 
-    def module_of(op) -> str | None:
-        if op.type in ("parameter", "buffer"):
-            return op.name.rpartition(".")[0]
-        scope = op.scope
-        return re.sub(r"\.t\d+$", "", scope) if scope else None
-
     known = set(graph.meta.get("modules", {})) | {""}
     for op in graph.ops:                         # the modules the graph names: its parameters' and its scopes
-        path = module_of(op) or ""
+        path = module_path(op) or ""
         while path and path not in known:
             known.add(path)
             path = path.rpartition(".")[0]
@@ -262,7 +256,7 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
     dev = np.full(graph.n_ops, -1, dtype=np.int64)
     groups = grouped.colocation_groups()
     for i, op in enumerate(graph.ops):
-        d = covered(module_of(op)) if op.type not in ("optimizer_state", "hyperparameter") else \
+        d = covered(module_path(op)) if op.type not in ("optimizer_state", "hyperparameter") else \
             covered(op.colocation_group.rpartition(".")[0] if op.colocation_group else None)
         if d is not None:
             dev[i] = d

@@ -32,6 +32,11 @@ def cache_dir() -> Path:
     return Path(xdg) / "autoplace"
 
 
+def file_stem(name: str) -> str:
+    """``name`` as a safe file-name stem: letters, digits, ``-``, ``_`` and ``.``, the rest as ``_``."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
 def _key(name: str, params: dict[str, Any]) -> dict[str, Any]:
     try:
         import torch
@@ -50,8 +55,7 @@ def cached_graph(name: str, params: dict[str, Any], build: Callable[[], Graph],
 
     key = _key(name, params)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in name[:60])
-    path = (Path(folder) if folder is not None else cache_dir()) / f"{stem}-{digest}.json.gz"
+    path = (Path(folder) if folder is not None else cache_dir()) / f"{file_stem(name[:60])}-{digest}.json.gz"
     if path.exists():
         try:
             obj = read_json(path)
