@@ -23,7 +23,7 @@ from autoplace.errors import AutoplaceError  # noqa: E402
 from autoplace.formats import save_graph, save_placement  # noqa: E402
 from autoplace.grouping import group_ops  # noqa: E402
 from autoplace.placement import Placement  # noqa: E402
-from autoplace.runtime import ExecutionError, MeasuredResult, Program, WorkerPool, run_reference  # noqa: E402
+from autoplace.runtime import ExecutionError, MeasuredResult, Program, make_pool, run_reference  # noqa: E402
 from autoplace.runtime.export import device_map, export_python  # noqa: E402
 from autoplace.runtime.profile import LinkFit, _costs_of, profile_graph  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402
@@ -66,9 +66,12 @@ def rnn_graph():
     return capture_training_step(model, inputs, loss_fn, opt, targets=targets, name="rnn")
 
 
-@pytest.fixture(scope="module")
-def pool():
-    with WorkerPool(_cpu_cluster(), timeout=30) as p:
+RUNTIMES = ["shm", "distributed"]
+
+
+@pytest.fixture(scope="module", params=RUNTIMES)
+def pool(request):
+    with make_pool(_cpu_cluster(), runtime=request.param, timeout=30) as p:
         yield p
 
 
@@ -180,20 +183,22 @@ def test_measured_step_times(pool, mlp_graph):
     assert result.step_time >= result.busy_time.max() * 0.99
 
 
-def test_memory_budget_exceeded_is_failing(mlp_graph):
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_memory_budget_exceeded_is_failing(mlp_graph, runtime):
     small = _cpu_cluster(memory=2000)  # the parameters alone need more
-    with WorkerPool(small, timeout=30) as p:
+    with make_pool(small, runtime=runtime, timeout=30) as p:
         result = p.run(mlp_graph, _random_placement(mlp_graph, small, 0), steps=2)
     assert not result.ok and result.step_time == float("inf")
     assert "memory" in result.error
 
 
 @pytest.mark.slow
-def test_memory_budget_exceeded_mid_step(rnn_graph):
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_memory_budget_exceeded_mid_step(rnn_graph, runtime):
     """Parameters fit, activations do not: the worker fails at the op that would overflow."""
     resident = max(sum(op.param_bytes for op in rnn_graph.ops if op.type != "input"), 1)
     tight = _cpu_cluster(memory=int(resident * 1.02))
-    with WorkerPool(tight, timeout=30) as p:
+    with make_pool(tight, runtime=runtime, timeout=30) as p:
         result = p.run(rnn_graph, Placement.from_array(rnn_graph, tight, np.zeros(rnn_graph.n_ops, int), "one"),
                        steps=1)
     assert not result.ok and "ran out of memory at op" in result.error
@@ -209,9 +214,10 @@ def _gone(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_killed_worker_is_failing_and_leaves_no_orphans(rnn_graph):
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_killed_worker_is_failing_and_leaves_no_orphans(rnn_graph, runtime):
     cluster = _cpu_cluster()
-    with WorkerPool(cluster, timeout=30) as p:
+    with make_pool(cluster, runtime=runtime, timeout=30) as p:
         p.start()
         pids = p.pids
         victim = pids[1]
@@ -227,11 +233,12 @@ def test_killed_worker_is_failing_and_leaves_no_orphans(rnn_graph):
 
 
 @pytest.mark.slow
-def test_worker_dead_between_messages_is_failing(mlp_graph, monkeypatch):
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_worker_dead_between_messages_is_failing(mlp_graph, monkeypatch, runtime):
     """A worker that dies after the pool last saw it alive (the race between ``start`` and the next send):
     the send meets a broken pipe, which is a failing result naming the worker, not an exception."""
     cluster = _cpu_cluster()
-    with WorkerPool(cluster, timeout=30) as p:
+    with make_pool(cluster, runtime=runtime, timeout=30) as p:
         p.load(mlp_graph)
         victim = p._procs[1]
         os.kill(victim.pid, signal.SIGKILL)
@@ -297,9 +304,10 @@ def test_a_failing_measured_result_is_plain_json(capsys, monkeypatch):
 
 
 @pytest.mark.slow
-def test_hung_worker_times_out(mlp_graph):
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_hung_worker_times_out(mlp_graph, runtime):
     cluster = _cpu_cluster()
-    with WorkerPool(cluster, timeout=1.0) as p:
+    with make_pool(cluster, runtime=runtime, timeout=1.0) as p:
         p.load(mlp_graph)
         pids = p.pids
         os.kill(pids[0], signal.SIGSTOP)

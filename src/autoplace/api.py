@@ -20,8 +20,9 @@ from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
+from autoplace.runtime.distributed import RUNTIMES, make_pool
 from autoplace.runtime.placed import PlacedStep, hyper_inputs, initial_values
-from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool
+from autoplace.runtime.workers import DEFAULT_TIMEOUT_S
 
 __all__ = ["compile"]
 
@@ -94,7 +95,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
             placement: str | os.PathLike | Placement | None = None, seed: int = 0, budget: float | None = None,
             granularity: str = "op", name: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
             cache: bool | str | os.PathLike = True, progress: bool | None = None,
-            keep_whole: tuple[str, ...] | list[str] = ()) -> PlacedStep:
+            keep_whole: tuple[str, ...] | list[str] = (), runtime: str = "auto") -> PlacedStep:
     """Capture, place and set up one training step of ``model`` (see the module docstring).
 
     ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs`` (and ``targets``):
@@ -115,6 +116,10 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     ``granularity="module"`` keeps every module with parameters whole on one device
     (:func:`~autoplace.grouping.with_granularity`): ``step.device_map()`` is then an Accelerate device map;
     ``keep_whole`` names module classes kept on one device whole (Accelerate's ``no_split_module_classes``).
+    ``runtime``: what runs the placed step — ``"shm"`` (worker processes on this machine, tensors through
+    shared memory), ``"distributed"`` (``torch.distributed`` ranks: NCCL between GPUs, gloo otherwise;
+    the ranks of a cluster that spans hosts are started with ``autoplace ranks``) or ``"auto"``
+    (:func:`~autoplace.runtime.runtime_for`).
     ``step.setup_seconds`` says where the set-up time went (capture, place, workers). ``progress``: show
     what it is doing on standard error (default: when that is a terminal)."""
     import time
@@ -128,6 +133,8 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     from autoplace.zoo._cache import cached_graph
 
     _check_arguments(optimizer, placement, timeout, budget)
+    if runtime not in RUNTIMES:
+        raise AutoplaceError(f"unknown runtime {runtime!r} (choose from {', '.join(RUNTIMES)})")
     if not isinstance(cache, (bool, str, os.PathLike)):
         raise AutoplaceError(f"cache must be True, False or a folder, got {type(cache).__name__}")
     model, example_inputs = resolve_model(model, example_inputs)
@@ -166,7 +173,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
         return other, search(other)[0]
 
     seconds = {}
-    pool = WorkerPool(cl, timeout=timeout)
+    pool = make_pool(cl, runtime=runtime, timeout=timeout)
     pool.launch()                                   # the workers boot while the step is captured and placed
     with _shown(sys.stderr.isatty() if progress is None else progress) as stage:
         try:

@@ -71,19 +71,20 @@ class SimulatedEnv(BaseEnv):
 
 
 class MeasuredEnv(BaseEnv):
-    """Real runs: ``steps`` training steps per placement on one worker process per device, the first
-    dropped and the rest averaged (Mirhoseini et al. 2017 §3.4). Failures (OOM, a crashed worker, a
+    """Real runs: ``steps`` training steps per placement on one worker process per device (``runtime``:
+    :func:`~autoplace.runtime.make_pool`), the first dropped and the rest averaged (Mirhoseini et al.
+    2017 §3.4). Failures (OOM, a crashed worker, a
     timeout) come back as failing results."""
 
     name = "measured"
 
     def __init__(self, graph: Graph, cluster: Cluster, *, steps: int = 10, seed: int = 0,
-                 timeout: float = DEFAULT_TIMEOUT_S):
-        from autoplace.runtime import WorkerPool
+                 timeout: float = DEFAULT_TIMEOUT_S, runtime: str = "auto"):
+        from autoplace.runtime import make_pool
 
         super().__init__(graph, cluster)
         self.steps, self.seed = int(steps), int(seed)
-        self.pool = WorkerPool(cluster, timeout=timeout)
+        self.pool = make_pool(cluster, runtime=runtime, timeout=timeout)
         self.pool.program_of(graph)  # fail now, with the culprit named, if the graph cannot run
 
     def evaluate(self, placement):

@@ -151,7 +151,7 @@ def _json_default(x: Any) -> Any:
 
 
 def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return {"steps": args.steps, "timeout": args.timeout} if args.env == "measured" else {}
+    return {"steps": args.steps, "timeout": args.timeout, "runtime": args.runtime} if args.env == "measured" else {}
 
 
 def _finite_or_none(x: float) -> float | None:

@@ -18,6 +18,7 @@ from autoplace.cli.running import (
     cmd_import,
     cmd_measure,
     cmd_profile,
+    cmd_ranks,
     cmd_report,
     cmd_zoo,
 )
@@ -48,6 +49,7 @@ def _arg_type(parse, ok, expected: str):
 
 
 _positive_int = _arg_type(int, lambda v: v >= 1, "a positive integer")
+_nonnegative_int = _arg_type(int, lambda v: v >= 0, "a non-negative integer")
 _seconds = _arg_type(float, lambda v: np.isfinite(v) and 0 <= v <= MAX_BUDGET_S,
                      f"a number of seconds in [0, {MAX_BUDGET_S:g}]")
 _positive_seconds = _arg_type(float, lambda v: np.isfinite(v) and 0 < v <= MAX_BUDGET_S,
@@ -97,6 +99,16 @@ def _add_env_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=_positive_int, default=10, help="measured env: steps per run (the first is dropped)")
     p.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S,
                    help="measured env: seconds before a run fails")
+    _add_runtime_arg(p, "measured env: ")
+
+
+_RUNTIME_HELP = ("what runs placed steps: shm (worker processes exchanging tensors through shared memory: one "
+                 "host), distributed (torch.distributed ranks: gloo, NCCL between GPUs, many hosts), or auto "
+                 "(distributed where the cluster spans hosts or has two GPUs, else shm; the default)")
+
+
+def _add_runtime_arg(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    p.add_argument("--runtime", choices=("auto", "shm", "distributed"), default="auto", help=prefix + _RUNTIME_HELP)
 
 
 class _MethodsHelp(argparse.HelpFormatter):
@@ -228,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds before a run counts as failing")
     p.add_argument("--data-seed", type=_seed, default=0,
                    help="seed of the synthetic parameters and inputs (--seed is always a placer's seed)")
+    _add_runtime_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_measure)
 
@@ -241,12 +254,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=cmd_profile)
 
+    p = sub.add_parser("ranks", help="start this host's ranks of a cluster that spans hosts (with torchrun)",
+                       description="Start the distributed runtime's ranks of one host of CLUSTER (a cluster file "
+                                   "whose devices name their \"host\" and which names a \"rendezvous\" "
+                                   "ADDRESS:PORT on the first host). Run it on every host; then measure, "
+                                   "compare --env measured and autoplace.compile on any of them join the ranks.")
+    p.add_argument("cluster", metavar="CLUSTER", help="cluster file (the same file on every host)")
+    p.add_argument("--host", required=True, help="which of the cluster's hosts this is")
+    p.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S,
+                   help="seconds a rank waits on a message before the step fails")
+    p.add_argument("--max-restarts", type=_nonnegative_int, default=0,
+                   help="times torchrun starts fresh ranks after a failing step ends them (default 0)")
+    p.add_argument("--idle", type=_positive_seconds, default=None,
+                   help="stop after this many seconds without a driver (default: run until stopped)")
+    p.add_argument("--print", action="store_true", help="print the torchrun command instead of running it")
+    p.set_defaults(func=cmd_ranks)
+
     p = sub.add_parser("cluster", help="measure this machine: devices and links")
     csub = p.add_subparsers(dest="cluster_cmd", required=True, metavar="CLUSTER_COMMAND")
     cd = csub.add_parser("detect", help="measure device speeds and transfer latency/bandwidth between devices")
     cd.add_argument("--base", help="cluster whose devices to measure (default: localhost)")
     cd.add_argument("--repeats", type=_positive_int, default=20, help="timed repeats per transfer size")
     cd.add_argument("--output", "-o", help="write the measured cluster as autoplace.cluster/v1 JSON")
+    _add_runtime_arg(cd, "whose transfers to measure: ")
     cd.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cluster)
 

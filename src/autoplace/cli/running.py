@@ -26,6 +26,27 @@ from autoplace.cli.placing import _failure, _settings, _sim_table, _spinner, _wi
 from autoplace.resolve import resolve_cluster, resolve_graph
 
 
+def cmd_ranks(args: argparse.Namespace) -> int:
+    """Start this host's ranks of a cluster that spans hosts (torchrun), or print the command."""
+    import os
+    import shlex
+    import subprocess
+
+    from autoplace.runtime.rank import torchrun_command
+
+    cluster = resolve_cluster(args.cluster)
+    cmd = torchrun_command(cluster, os.path.abspath(args.cluster), args.host, timeout=args.timeout,
+                           max_restarts=args.max_restarts, idle=args.idle)
+    if args.print:
+        print(shlex.join(cmd))
+        return 0
+    print(f"starting the ranks of host {args.host!r}: {shlex.join(cmd)}", file=sys.stderr)
+    try:
+        return subprocess.call(cmd)
+    except KeyboardInterrupt:
+        return 130
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
     from autoplace.runtime import measure
     from autoplace.sim import simulate
@@ -37,7 +58,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     placement.to_array(graph, cluster)  # validate before starting workers (the pool decodes the graph first)
     _note_other_cluster(placement, cluster)
     predicted = simulate(graph, cluster, placement)
-    result = measure(graph, cluster, placement, steps=args.steps, timeout=args.timeout, seed=args.data_seed)
+    result = measure(graph, cluster, placement, steps=args.steps, timeout=args.timeout, seed=args.data_seed,
+                     runtime=args.runtime)
     _note_estimates(cluster)
     if args.json:
         _print_json({"graph": graph.name, "cluster": cluster.name, "method": placement.method,
@@ -115,7 +137,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     base = resolve_cluster(args.base) if args.base else None
     err = Console(stderr=True, highlight=False)
     with err.status("measuring") as status:
-        cluster = detect_cluster(base, repeats=args.repeats,
+        cluster = detect_cluster(base, repeats=args.repeats, runtime=args.runtime,
                                  progress=lambda what: status.update(f"measuring {what}"))
     for line in speed_warnings(cluster):
         _console(True).print(line)

@@ -307,6 +307,36 @@ def _link_recv(rt, buf, flags, sizes, repeats):
     return ends
 
 
+_LINK_TAG = 2**30  # a tag no step's message uses
+
+
+def _dist_link(rt, peer: int, sizes: list[int], repeats: int, first: bool) -> list[float]:
+    """A link test between two ranks of the distributed runtime (both run it, ``first`` on one): ``first``
+    sends each size and waits for an 8-byte answer, the other answers; returns ``first``'s round-trip
+    times (``repeats`` x ``sizes``, in order), from which :func:`detect_cluster` takes one-way times (a
+    round trip less half an 8-byte one: the hosts share no clock)."""
+    torch, dist = rt.torch, rt.dist
+    on_gpu = rt.device.startswith("cuda") and rt.devices[peer].startswith("cuda")
+    where = rt.device if on_gpu else "cpu"
+    buf = torch.ones(max(sizes), dtype=torch.uint8, device=where)
+    ack = torch.zeros(8, dtype=torch.uint8, device=where)
+    kw = {} if on_gpu else {"tag": _LINK_TAG}
+    times = []
+    for _ in range(repeats):
+        for n in sizes:
+            t0 = time.perf_counter()
+            if first:
+                dist.isend(buf[:n], peer, **kw).wait()
+                dist.irecv(ack, peer, **kw).wait()
+                if on_gpu:  # pragma: no cover - needs two GPUs
+                    torch.cuda.synchronize()
+            else:
+                dist.irecv(buf[:n], peer, **kw).wait()
+                dist.isend(ack, peer, **kw).wait()
+            times.append(time.perf_counter() - t0)
+    return times
+
+
 def _exchange_programs(cluster: Cluster) -> list[tuple[Graph, np.ndarray]]:
     """Placed programs for measuring the executor's per-transfer costs, like the placements one measures:
     a chain of 16 small linear layers (32 wide, batch 4) and one of 8 wide ones (512 wide, batch 64:
@@ -452,13 +482,17 @@ def speed_warnings(cluster: Cluster, spread: float = SPREAD_WARNING) -> list[str
 
 
 def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Sequence[int] = LINK_SIZES,
-                   progress: Callable[[str], None] | None = None) -> Cluster:
-    """Measure ``base`` (default: the ``localhost`` preset) and return it with measured figures."""
+                   progress: Callable[[str], None] | None = None, runtime: str = "auto") -> Cluster:
+    """Measure ``base`` (default: the ``localhost`` preset) on ``runtime`` (its transfers: the shared-memory
+    executor's, or the distributed runtime's messages) and return it with measured figures."""
     import torch
+
+    from autoplace.runtime.distributed import make_pool, runtime_for
 
     base = base or get_cluster("localhost")
     sizes = tuple(int(s) for s in sizes)
-    with WorkerPool(base) as pool:
+    runtime = runtime_for(base, runtime)
+    with make_pool(base, runtime=runtime) as pool:
         pool.start()
         devices = []
         for k, d in enumerate(base.devices):
@@ -477,6 +511,11 @@ def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Seq
         for s, a in enumerate(base.devices):
             for t, b in enumerate(base.devices):
                 if s == t:
+                    continue
+                if runtime == "distributed":
+                    if progress is not None:
+                        progress(f"link {a.name} -> {b.name}")
+                    links.append(_message_link(pool, s, t, sizes, repeats))
                     continue
                 if progress is not None:
                     progress(f"link {a.name} -> {b.name}")
@@ -499,11 +538,30 @@ def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Seq
                 else:
                     copy_in = LinkFit(np.array(sizes), np.median(arrive, axis=0))
                     links.append(Link(a.name, b.name, copy_in.bandwidth, copy_in.latency_s))
-        devices = [replace(d, send_cost_s_per_byte=float(c)) for d, c in zip(devices, send_cost)]
+        if runtime == "shm":
+            devices = [replace(d, send_cost_s_per_byte=float(c)) for d, c in zip(devices, send_cost)]
         devices, latency = _exchange_overheads(pool, Cluster(base.name, devices, links), progress)
         # the executor's latency (a flag raised -> its waiting receiver seeing it, polling with back-off)
         # where it measured one; the link test's tight spin otherwise
         links = [Link(ln.src, ln.dst, ln.bandwidth, latency.get(ln.dst, ln.latency_s)) for ln in links]
     return Cluster(base.name, devices, links, None,
                    meta={**{k: v for k, v in base.meta.items() if k != "detected"}, "measured": True,
-                         "link_sizes": list(sizes), "link_repeats": repeats})
+                         "runtime": runtime, "link_sizes": list(sizes), "link_repeats": repeats})
+
+
+def _message_link(pool: WorkerPool, s: int, t: int, sizes: Sequence[int], repeats: int) -> Link:
+    """The distributed runtime's link ``s -> t``: ``latency + bytes / bandwidth`` fitted to one-way message
+    times (round trips of each size less half an 8-byte round trip: :func:`_dist_link`). The message's
+    packing is the sender's work, measured apart (``send_cost_s_per_byte``)."""
+    a, b = pool.cluster.devices[s], pool.cluster.devices[t]
+    sizes = [int(n) for n in sizes]
+    probe = [8, *sizes]
+    pool.post(s, _dist_link, pool.order.index(t), probe, repeats, True)
+    pool.post(t, _dist_link, pool.order.index(s), probe, repeats, False)
+    (ms, _) = pool._gather(which=[s, t], timeout=DEFAULT_TIMEOUT_S)
+    rtt = np.array(ms[1]).reshape(repeats, len(probe))
+    keep = slice(1, None) if repeats > 1 else slice(None)
+    rtt = np.median(rtt[keep], axis=0)
+    one_way = np.maximum(rtt[1:] - rtt[0] / 2, 1e-9)
+    fit = LinkFit(np.array(sizes), one_way)
+    return Link(a.name, b.name, fit.bandwidth, fit.latency_s)

@@ -80,8 +80,9 @@ class Call:
 
 
 def torch_device(name: str) -> str:
-    """The torch device a cluster device runs on: ``cpu:1`` -> ``cpu`` (a worker process), ``cuda:1``."""
-    kind, _, idx = name.partition(":")
+    """The torch device a cluster device runs on: ``cpu:1`` -> ``cpu`` (a worker process), ``cuda:1``; a
+    host's name before a slash (``nodeB/cuda:0``) is not part of it."""
+    kind, _, idx = name.rsplit("/", 1)[-1].partition(":")
     kind = kind.lower()
     if kind in ("gpu", "cuda"):
         return f"cuda:{idx or 0}"

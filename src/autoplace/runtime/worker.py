@@ -54,23 +54,15 @@ class _DeviceRuntime:
     def load(self, graph: Graph) -> None:
         self.program = Program(graph)
 
-    def setup(self, plan, transfers, shm, flags, layouts, seed: int, capacity: float, keep: set[int],
-              values: dict | None = None) -> int:
-        torch = self.torch
+    def setup(self, plan, transfers, seed: int, capacity: float, keep: set[int], values: dict | None = None,
+              *exchange) -> int:
+        """Set up ``plan``: its transfers (``(ref, src, dst, offset, shape, dtype)`` per tensor and
+        destination), its placeholders (``values`` by op index, else synthetic from ``seed``) and the
+        exchange's own set-up (:meth:`_exchange_setup` with ``exchange``); returns the resident bytes."""
         prog = self.program
         self.plan = plan
         self.capacity = capacity
-        self.shm = shm
-        self.shm_ptr = shm.untyped_storage().data_ptr() if shm.numel() else -1
-        self.flags = flags.numpy()
-        self.layouts = layouts[:, :8].numpy()
-        self.stamps = layouts[:, 8].view(torch.float64).numpy()
-        self.slots: dict[int, Any] = {}
-        for tid, (ref, src, dst, off, shape, dtype) in enumerate(transfers):
-            if src == plan.device or dst == plan.device:
-                dt = getattr(torch, dtype)
-                n = int(np.prod(shape)) * dt.itemsize
-                self.slots[tid] = (shm[off:off + n].view(dt), tuple(shape))
+        self.shm_ptr = -1
         sends: dict[TRef, list[int]] = {}
         self.recv_tid: list[tuple[int, TRef]] = []
         for tid, (ref, src, dst, *_rest) in enumerate(transfers):
@@ -81,6 +73,7 @@ class _DeviceRuntime:
         self.sends_of: dict[int, list[tuple[TRef, list[int]]]] = {}  # producer op -> (tensor, slots)
         for ref, tids in sends.items():
             self.sends_of.setdefault(ref.op, []).append((ref, tids))
+        self._exchange_setup(transfers, *exchange)
         # dependency counts and successors (local deps + one per received tensor read)
         self.n_deps = {i: len(plan.deps[i]) for i in plan.ops}
         self.succ: dict[int, list[int]] = {i: [] for i in plan.ops}
@@ -119,6 +112,22 @@ class _DeviceRuntime:
             raise MemoryError(f"{self.name}: its parameters and inputs need {self.resident} bytes, "
                               f"over its {int(capacity)}-byte memory")
         return self.resident
+
+    def _exchange_setup(self, transfers, shm, flags, layouts) -> None:
+        """The shared-memory exchange: a slot per transfer in ``shm``, its flag (the step that filled it)
+        in ``flags``, its layout and send time in ``layouts``."""
+        torch = self.torch
+        self.shm = shm
+        self.shm_ptr = shm.untyped_storage().data_ptr() if shm.numel() else -1
+        self.flags = flags.numpy()
+        self.layouts = layouts[:, :8].numpy()
+        self.stamps = layouts[:, 8].view(torch.float64).numpy()
+        self.slots: dict[int, Any] = {}
+        for tid, (ref, src, dst, off, shape, dtype) in enumerate(transfers):
+            if src == self.plan.device or dst == self.plan.device:
+                dt = getattr(torch, dtype)
+                n = int(np.prod(shape)) * dt.itemsize
+                self.slots[tid] = (shm[off:off + n].view(dt), tuple(shape))
 
     # -------------------------------------------------------------- memory accounting
     def _tensors(self, v):
@@ -161,23 +170,19 @@ class _DeviceRuntime:
         plan = self.plan
         env = self.env
         calls = prog.calls
-        flags = self.flags
         device = self.device
         recv_users = self.recv_users
         n_deps = dict(self.n_deps)
         refs = dict(self.refcount)
         ready = deque(self.initial)
-        wait_tids = np.array([tid for tid, _ in self.recv_tid], dtype=np.int64)
-        wait_refs = dict(self.recv_tid)
         peak = self.live_bytes
         busy = 0.0
         times: dict[int, float] | None = {} if profile else None
         local = self.n_deps  # membership test for local ops
         pc = time.perf_counter
-        n_sent = sent_bytes = n_recv = lat_n = 0
-        send_t = recv_t = lat_sum = 0.0
+        # tensors sent, bytes sent, seconds sending, tensors received, seconds receiving, latency sum, count
+        xc = self._counters = [0, 0, 0.0, 0, 0.0, 0.0, 0]
         idle_since = float("inf")
-        stamps = self.stamps
 
         def get(r: TRef):
             if r.op in local:
@@ -187,7 +192,7 @@ class _DeviceRuntime:
 
         scalar = prog.scalar_fn(get, device)
         cuda = device.startswith("cuda")
-        t_start = pc()
+        t_start = self._begin_step(step_id)
         remaining = len(plan.ops)
         spins = 0
         while remaining:
@@ -216,16 +221,9 @@ class _DeviceRuntime:
                 sends = self.sends_of.get(i)
                 if sends:
                     ts = pc()
-                    for ref, tids in sends:
-                        v = get(ref)
-                        for tid in tids:
-                            self._send(tid, v)
-                            stamps[tid] = pc()
-                            flags[tid] = step_id
-                            n_sent += 1
-                            sent_bytes += v.numel() * v.element_size()
+                    self._send(sends, get, step_id)
                     send_dt = pc() - ts
-                    send_t += send_dt
+                    xc[2] += send_dt
                 for key in self.reads[i]:
                     refs[key] -= 1
                     if refs[key] == 0:
@@ -249,49 +247,89 @@ class _DeviceRuntime:
                         t1 = pc()
                     times[i] = t1 - t0 - send_dt  # sends are the exchange's cost, charged apart
             else:
-                # poll the flags of every tensor still awaited at once (vectorised: a scan in Python
-                # would add its own length to every arrival's latency)
-                hits = np.flatnonzero(flags[wait_tids] == step_id) if len(wait_tids) else ()
-                if len(hits):
+                tr = pc()
+                arrived = self._arrivals(step_id, idle_since)
+                if arrived:
                     spins = 0
-                    tr = pc()
-                    for h in hits:
-                        tid = int(wait_tids[h])
-                        if stamps[tid] >= idle_since:  # raised while we were already waiting: latency
-                            lat_sum += tr - stamps[tid]
-                            lat_n += 1
-                        ref = wait_refs[tid]
-                        v = self._receive(tid)
+                    for ref, v in arrived:
                         env[ref] = v
-                        nb = v.numel() * v.element_size()
-                        self.live_bytes += nb
+                        self.live_bytes += v.numel() * v.element_size()
                         if self.live_bytes > peak:
                             peak = self.live_bytes
                         for u in recv_users[ref]:
                             n_deps[u] -= 1
                             if n_deps[u] == 0:
                                 ready.append(u)
-                    wait_tids = np.delete(wait_tids, hits)
-                    n_recv += len(hits)
+                    xc[3] += len(arrived)
                     dt = pc() - tr
-                    recv_t += dt
+                    xc[4] += dt
                     busy += dt
                 else:
                     if spins == 0:
-                        idle_since = pc()
+                        idle_since = tr
                     spins += 1
-                    if spins > SPIN_POLLS:
-                        # a spinning core slows its neighbour (shared caches, SMT siblings on the host):
-                        # back off to short sleeps once the wait is no longer short
-                        time.sleep(POLL_SLEEP_S)
-                        if spins % 1000 == 0 and os.getppid() == 1:  # parent gone
-                            os._exit(1)
-        if cuda:  # pragma: no cover
-            self.torch.cuda.synchronize()
-        t_end = pc()
-        return t_start, t_end, float(peak), busy, times, (n_sent, sent_bytes, send_t, n_recv, recv_t, lat_sum, lat_n)
+                    self._idle(spins)
+        t_end = self._end_step()
+        return t_start, t_end, float(peak), busy, times, tuple(xc)
 
-    def _send(self, tid: int, v) -> None:
+    # -------------------------------------------------------------- the shared-memory exchange
+    def _begin_step(self, step_id: int) -> float:
+        """Start a step's exchange; returns the step's start time."""
+        self._wait_tids = np.array([tid for tid, _ in self.recv_tid], dtype=np.int64)
+        self._wait_refs = dict(self.recv_tid)
+        return time.perf_counter()
+
+    def _end_step(self) -> float:
+        """Finish a step's exchange (its device's work done); returns the step's end time."""
+        if self.device.startswith("cuda"):  # pragma: no cover
+            self.torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def _send(self, sends: list[tuple[TRef, list[int]]], get, step_id: int) -> None:
+        """Send an op's outputs (``(tensor, transfer ids)``): copy each into its slots, raise their flags."""
+        pc = time.perf_counter
+        xc = self._counters
+        for ref, tids in sends:
+            v = get(ref)
+            for tid in tids:
+                self._copy_in(tid, v)
+                self.stamps[tid] = pc()
+                self.flags[tid] = step_id
+                xc[0] += 1
+                xc[1] += v.numel() * v.element_size()
+
+    def _arrivals(self, step_id: int, idle_since: float) -> list:
+        """The awaited tensors that have arrived, ``(ref, value)`` each: the flags of every tensor still
+        awaited polled at once (vectorised: a scan in Python would add its own length to every arrival's
+        latency). An arrival raised while the device was already waiting (since ``idle_since``) adds its
+        delay to the latency counters."""
+        wait_tids = self._wait_tids
+        if not len(wait_tids):
+            return []
+        hits = np.flatnonzero(self.flags[wait_tids] == step_id)
+        if not len(hits):
+            return []
+        tr = time.perf_counter()
+        xc = self._counters
+        out = []
+        for h in hits:
+            tid = int(wait_tids[h])
+            if self.stamps[tid] >= idle_since:  # raised while we were already waiting: latency
+                xc[5] += tr - self.stamps[tid]
+                xc[6] += 1
+            out.append((self._wait_refs[tid], self._receive(tid)))
+        self._wait_tids = np.delete(wait_tids, hits)
+        return out
+
+    def _idle(self, spins: int) -> None:
+        """Nothing to run and nothing arrived: spin, then back off to short sleeps once the wait is no
+        longer short (a spinning core slows its neighbour: shared caches, SMT siblings on the host)."""
+        if spins > SPIN_POLLS:
+            time.sleep(POLL_SLEEP_S)
+            if spins % 1000 == 0 and os.getppid() == 1:  # parent gone
+                os._exit(1)
+
+    def _copy_in(self, tid: int, v) -> None:
         """Copy ``v`` into its slot. A permuted dense tensor (a transposed weight) is sent in its memory
         order and the permutation with it, so the copy is a memcpy and the receiver gets the same strides."""
         flat, shape = self.slots[tid]
@@ -358,6 +396,11 @@ def _worker_main(conn, name: str, device: str, cores: list[int] | None) -> None:
     except Exception as e:  # noqa: BLE001
         conn.send(("error", f"{name}: cannot start: {type(e).__name__}: {e}"))
         return
+    _serve_messages(conn, rt, name)
+
+
+def _serve_messages(conn, rt: _DeviceRuntime, name: str) -> None:
+    """Answer the parent's messages on ``conn`` until it says exit or goes away."""
     while True:
         try:
             msg = conn.recv()

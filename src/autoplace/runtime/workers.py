@@ -300,21 +300,28 @@ class WorkerPool:
         by_index = {index[n]: v for n, v in (values or {}).items()}
         plans = plan_all(program, assignment, cluster.n_devices)
         transfers, total = _layout(program, plans)
+        keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
+        used = [k for k, plan in enumerate(plans) if plan.ops]  # idle devices take no part
+        buffers = self._exchange_buffers(transfers, total, used)
+        self._prepared = None
+        for k in used:
+            mine = {i: v for i, v in by_index.items() if int(assignment[i]) == k}
+            self._send(k, ("setup", plans[k], transfers, seed, float(cluster.devices[k].memory_bytes), keep,
+                           mine, *buffers))
+        self._gather(which=used)
+        self._prepared = {"program": program, "assignment": assignment, "plans": plans, "transfers": transfers,
+                          "used": used, "index": index, "steps": 0, "buffers": buffers}
+
+    def _exchange_buffers(self, transfers: list[tuple], total: int, used: list[int]) -> tuple:
+        """What the workers exchange tensors through, sent with each one's set-up: one shared-memory buffer
+        of ``total`` bytes (a slot per transfer), a flag per transfer (the step that last filled it) and
+        its layout and send time (``used``: the devices taking part)."""
         import torch
 
         shm = torch.empty(total, dtype=torch.uint8).share_memory_()
         flags = torch.full((len(transfers) + 1,), -1, dtype=torch.int64).share_memory_()
         layouts = torch.full((len(transfers) + 1, 9), -1, dtype=torch.int64).share_memory_()
-        keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
-        used = [k for k, plan in enumerate(plans) if plan.ops]  # idle devices take no part
-        self._prepared = None
-        for k in used:
-            mine = {i: v for i, v in by_index.items() if int(assignment[i]) == k}
-            self._send(k, ("setup", plans[k], transfers, shm, flags, layouts, seed,
-                           float(cluster.devices[k].memory_bytes), keep, mine))
-        self._gather(which=used)
-        self._prepared = {"program": program, "assignment": assignment, "plans": plans, "transfers": transfers,
-                          "used": used, "index": index, "steps": 0, "buffers": (shm, flags, layouts)}
+        return shm, flags, layouts
 
     def step(self, profile: bool = False) -> list[tuple]:
         """One step of the prepared placement on every device taking part: each device's reply
@@ -430,7 +437,10 @@ def _layout(program: Program, plans) -> tuple[list[tuple], int]:
 
 
 def measure(graph: Graph, cluster: Cluster, placement: Placement, *, steps: int = DEFAULT_STEPS, seed: int = 0,
-            timeout: float = DEFAULT_TIMEOUT_S, fetch: bool = False) -> MeasuredResult:
-    """Run ``placement`` for real on this machine's devices (a fresh pool, closed afterwards)."""
-    with WorkerPool(cluster, timeout=timeout) as pool:
+            timeout: float = DEFAULT_TIMEOUT_S, fetch: bool = False, runtime: str = "auto") -> MeasuredResult:
+    """Run ``placement`` for real on the cluster's devices (a fresh pool on ``runtime``, closed afterwards:
+    :func:`~autoplace.runtime.distributed.make_pool`)."""
+    from autoplace.runtime.distributed import make_pool
+
+    with make_pool(cluster, runtime=runtime, timeout=timeout) as pool:
         return pool.run(graph, placement, steps=steps, seed=seed, fetch=fetch)

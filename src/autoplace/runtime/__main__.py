@@ -1,0 +1,8 @@
+"""``python -m autoplace.runtime CLUSTER.json``: a rank of the distributed runtime, started by torchrun on
+every host of a cluster that spans hosts (``autoplace ranks`` prints and runs the command)."""
+
+import sys
+
+from autoplace.runtime.rank import main
+
+sys.exit(main())

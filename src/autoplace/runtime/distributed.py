@@ -1,0 +1,309 @@
+"""The ``torch.distributed`` runtime, driver's side: one rank per device, tensors as point-to-point
+messages (NCCL between GPUs, gloo where a CPU takes part; the ranks' side is :mod:`autoplace.runtime.rank`).
+
+:class:`DistributedPool` runs placed steps exactly as :class:`~autoplace.runtime.workers.WorkerPool` does
+(the same ``prepare`` / ``step`` / ``assign`` / ``fetch`` / ``run``, the same failing results) with its
+ranks started one of two ways:
+
+- **On this machine** (a cluster whose devices name at most one host and no rendezvous): the driver hosts
+  a rendezvous store on the loopback interface and spawns a rank per device; the ranks die with it, and
+  control messages go over pipes.
+- **On many machines** (a cluster whose ``meta["rendezvous"]`` is ``"ADDRESS:PORT"``): ``torchrun`` has
+  started a rank per device on every host (``autoplace ranks``); rank 0 hosts the rendezvous store, and the
+  driver joins it, checks that every rank runs this cluster, opens a session and sends control messages
+  as keys of that store (encoded as state files: a message cannot run code). A rank that stops counting
+  its heartbeat is dead or hung; a failing step ends the ranks (their process group is unusable) and
+  ``torchrun --max-restarts`` starts fresh ones.
+
+Which runtime runs where (:func:`make_pool`): ``"auto"`` is this runtime where a cluster spans hosts or
+holds two GPUs (peer copies over NCCL), and the shared-memory executor otherwise (measured faster between
+CPU workers of one host: docs/benchmarks.md, "Runtimes side by side").
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from autoplace.cluster import Cluster
+from autoplace.runtime.program import ExecutionError
+from autoplace.runtime.rank import (
+    StoreChannel,
+    _control_store,
+    _rank_main,
+    hosts_of,
+    rank_order,
+    rendezvous_of,
+)
+from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool, _cores_of, _main_not_imported, _WorkerFailed
+
+__all__ = ["DistributedPool", "make_pool", "RUNTIMES", "runtime_for"]
+
+RUNTIMES = ("auto", "shm", "distributed")
+HEARTBEAT_S = 3.0  #: a torchrun-started rank whose heartbeat stalls this long is dead or hung
+
+
+def runtime_for(cluster: Cluster, runtime: str = "auto") -> str:
+    """The runtime ``runtime`` means for ``cluster``: ``"shm"`` (the shared-memory executor) or
+    ``"distributed"``; ``"auto"`` picks ``distributed`` where the cluster spans hosts, names a
+    rendezvous or holds two CUDA devices, else ``shm``."""
+    if runtime not in RUNTIMES:
+        raise ExecutionError(f"unknown runtime {runtime!r} (choose from {', '.join(RUNTIMES)})")
+    if runtime != "auto":
+        return runtime
+    gpus = sum(d.name.lower().rsplit("/", 1)[-1].startswith(("cuda", "gpu")) for d in cluster.devices)
+    spans = len(hosts_of(cluster)) > 1 or bool(cluster.meta.get("rendezvous"))
+    return "distributed" if spans or gpus >= 2 else "shm"
+
+
+def make_pool(cluster: Cluster, *, runtime: str = "auto", timeout: float = DEFAULT_TIMEOUT_S) -> WorkerPool:
+    """A pool of workers for ``cluster`` on ``runtime`` (see :func:`runtime_for`)."""
+    if runtime_for(cluster, runtime) == "distributed":
+        return DistributedPool(cluster, timeout=timeout)
+    if len(hosts_of(cluster)) > 1:
+        raise ExecutionError(f"cluster {cluster.name!r} spans {len(hosts_of(cluster))} hosts: only the "
+                             "distributed runtime runs it (--runtime distributed)")
+    return WorkerPool(cluster, timeout=timeout)
+
+
+class _RemoteRank:
+    """A torchrun-started rank as the driver sees it: its registration and its heartbeat."""
+
+    def __init__(self, control, rank: int, info: dict):
+        self.control, self.rank, self.pid = control, rank, int(info.get("pid", 0))
+        self._beat, self._seen = -1, time.monotonic()
+
+    def is_alive(self) -> bool:
+        try:
+            beat = int(self.control.add(f"beat{self.rank}", 0))
+        except Exception:  # noqa: BLE001 - the rendezvous itself is gone
+            return False
+        now = time.monotonic()
+        if beat != self._beat:
+            self._beat, self._seen = beat, now
+        return now - self._seen < HEARTBEAT_S
+
+
+class DistributedPool(WorkerPool):
+    """A rank per device of ``cluster`` on ``torch.distributed`` (see the module docstring)."""
+
+    runtime = "distributed"
+
+    def __init__(self, cluster: Cluster, *, timeout: float = DEFAULT_TIMEOUT_S, rendezvous: str | None = None):
+        super().__init__(cluster, timeout=timeout)
+        self.remote = bool(rendezvous or cluster.meta.get("rendezvous"))
+        if not self.remote and len(hosts_of(cluster)) > 1:
+            rendezvous_of(cluster)  # a cluster spanning hosts needs one: say so now
+        self.address = rendezvous_of(cluster, rendezvous) if self.remote else None
+        self.order = rank_order(cluster) if self.remote else list(range(cluster.n_devices))
+        self._store = None
+        self._launches = 0
+        self._session = None
+        self._beating = threading.Event()
+
+    # -------------------------------------------------------------- lifecycle
+    @property
+    def alive(self) -> bool:
+        return bool(self._procs) and all(p.is_alive() for p in self._procs)
+
+    def launch(self) -> None:
+        if self.alive:
+            return
+        self.close()
+        if self.remote:
+            self._join()
+            return
+        import torch.distributed as dist
+        import torch.multiprocessing as tmp
+
+        if self._store is None:
+            self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        self._launches += 1
+        address = ("127.0.0.1", self._store.port, f"launch{self._launches}/")
+        ctx = tmp.get_context("spawn")
+        with _main_not_imported():
+            for k, (dev, tdev) in enumerate(zip(self.cluster.devices, self.devices)):
+                parent, child = ctx.Pipe()
+                p = ctx.Process(target=_rank_main, args=(child, dev.name, tdev, _cores_of(dev, k), k, self.devices,
+                                                         address, self.timeout),
+                                daemon=True, name=f"autoplace-rank-{dev.name}")
+                p.start()
+                child.close()
+                self._procs.append(p)
+                self._conns.append(parent)
+        self._booting = True
+
+    def _join(self) -> None:
+        """Join the ranks torchrun started: each registered with this cluster, then a session of our own."""
+        from autoplace.formats.state import cluster_hash
+
+        host, port = self.address
+        try:
+            control = _control_store(host, port, master=False, timeout=self.timeout)
+        except Exception as e:  # noqa: BLE001 - nobody listening
+            raise ExecutionError(f"no ranks answer at {host}:{port} ({' '.join(str(e).split())[:120]}): start "
+                                 f"them on every host with 'autoplace ranks CLUSTER --host NAME'") from None
+        want = cluster_hash(self.cluster)
+        hosts = [str(d.meta.get("host", "")) for d in self.cluster.devices]
+        deadline = time.monotonic() + self.timeout
+        infos = {}
+        for r, k in enumerate(self.order):
+            name = self.cluster.devices[k].name
+            while not control.check([f"rank{r}"]):
+                if time.monotonic() > deadline:
+                    raise ExecutionError(f"rank {r} ({name} on host {hosts[k]!r}) has not joined {host}:{port} "
+                                         f"within {self.timeout:g} s: start 'autoplace ranks' on that host")
+                time.sleep(0.05)
+            info = json.loads(control.get(f"rank{r}"))
+            if info.get("device") != name or info.get("cluster_hash") != want:
+                raise ExecutionError(f"rank {r} at {host}:{port} runs device {info.get('device')!r} of another "
+                                     f"cluster file: start every host's ranks with this cluster file")
+            infos[k] = info
+        session = int(control.add("sessions", 1))
+        self._session = (control, session)
+        self._beating.set()
+        threading.Thread(target=self._heartbeat, args=(control, session), daemon=True).start()
+        ranks = {k: r for r, k in enumerate(self.order)}
+        self._procs = [_RemoteRank(control, ranks[k], infos[k]) for k in range(self.cluster.n_devices)]
+        self._conns = [StoreChannel(control, session, ranks[k], driver=True) for k in range(self.cluster.n_devices)]
+        self._booting = False
+        self._loaded = False
+
+    def _heartbeat(self, control, session: int) -> None:
+        while self._beating.is_set() and self._session == (control, session):
+            try:
+                control.add(f"s{session}/driver", 1)
+            except Exception:  # noqa: BLE001 - the rendezvous is gone; the next message will say so
+                return
+            time.sleep(0.5)
+
+    def start(self) -> None:
+        if self.remote:
+            if not self._procs:
+                self.launch()
+            return
+        super().start()
+
+    def close(self) -> None:
+        if not self.remote:
+            super().close()
+            return
+        self._beating.clear()
+        for c in self._conns:
+            try:
+                c.send(("exit",))
+            except Exception:  # noqa: BLE001, S110 - a rank or the rendezvous already gone
+                pass
+        self._procs, self._conns, self._loaded, self._prepared, self._booting = [], [], False, None, False
+        self._session = None
+
+    # -------------------------------------------------------------- messaging
+    def _send(self, k: int, msg) -> None:
+        if not self.remote:
+            super()._send(k, msg)
+            return
+        try:
+            self._conns[k].send(self._remote_message(msg))
+        except Exception as e:  # noqa: BLE001
+            raise _WorkerFailed(f"rank of {self.cluster.devices[k].name}: the rendezvous is gone "
+                                f"({' '.join(str(e).split())[:100]})") from None
+
+    def _remote_message(self, msg) -> tuple:
+        """A control message in the form a torchrun-started rank reads (state-file encodable)."""
+        from autoplace.formats import graph_to_dict
+
+        cmd = msg[0]
+        if cmd == "load":
+            return ("load", json.dumps(graph_to_dict(msg[1])))
+        if cmd == "setup":
+            _plan, _transfers, seed, capacity, keep, values, ranks = msg[1:8]
+            return ("setup", [int(x) for x in self._assignment], self.cluster.n_devices, int(seed), float(capacity),
+                    sorted(int(x) for x in keep), dict(values), list(ranks))
+        if cmd == "fetch":
+            return ("fetch", [[r.op, r.k] for r in msg[1]])
+        if cmd == "call":
+            fn = msg[1]
+            return ("call", f"{fn.__module__}.{fn.__qualname__}", *msg[2:])
+        return tuple(msg)
+
+    def prepare(self, graph, placement, *, seed: int = 0, values=None) -> None:
+        self._assignment = placement.to_array(graph, self.cluster)
+        super().prepare(graph, placement, seed=seed, values=values)
+
+    def _exchange_buffers(self, transfers: list[tuple], total: int, used: list[int]) -> tuple:
+        return ([self.order.index(k) for k in used],)  # messages, not shared memory: the ranks taking part
+
+    def _gather(self, *, timeout: float | None = None, which: list[int] | None = None) -> list:
+        try:
+            if self.remote:
+                return self._gather_remote(timeout=timeout, which=which)
+            return super()._gather(timeout=timeout, which=which)
+        except _WorkerFailed as e:
+            # a rank whose peer died fails first, with the peer's name in a socket error: name the dead rank
+            dead = self._dead(grace=1.0)
+            if dead is not None and dead not in str(e):
+                raise _WorkerFailed(f"{dead} (and then: {e})") from None
+            raise
+
+    def _dead(self, grace: float) -> str | None:
+        """Within ``grace`` seconds, the first rank found dead, as an error's opening words."""
+        end = time.monotonic() + grace
+        while True:
+            for k, p in enumerate(self._procs):
+                if not p.is_alive():
+                    name = self.cluster.devices[k].name
+                    if self.remote:
+                        return f"rank of {name} died or hung (no heartbeat for {HEARTBEAT_S:g} s)"
+                    p.join(0.5)
+                    code = p.exitcode
+                    how = f" (signal {-code})" if code is not None and code < 0 else \
+                        f" (exit code {code})" if code is not None else ""
+                    return f"worker {name} died{how}"
+            if time.monotonic() >= end:
+                return None
+            time.sleep(0.05)
+
+    def _gather_remote(self, *, timeout: float | None, which: list[int] | None) -> list:
+        which = list(range(len(self._conns))) if which is None else which
+        replies: dict[int, tuple] = {}
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        next_check = time.monotonic() + 0.5
+        while len(replies) < len(which):
+            got = False
+            for k in which:
+                if k in replies:
+                    continue
+                try:
+                    ready = self._conns[k].poll()
+                    msg = self._conns[k].recv() if ready else None
+                except Exception as e:  # noqa: BLE001 - the rendezvous (rank 0) is gone
+                    raise _WorkerFailed(f"lost the rendezvous at {self.address[0]}:{self.address[1]} "
+                                        f"({' '.join(str(e).split())[:100]})") from None
+                if msg is None:
+                    continue
+                got = True
+                if msg[0] == "oom":
+                    raise _WorkerFailed(f"out of memory: {msg[1]}")
+                if msg[0] == "error":
+                    raise _WorkerFailed(msg[1])
+                replies[k] = tuple(msg)
+            if got:
+                continue
+            now = time.monotonic()
+            if now > deadline:
+                slow = [self.cluster.devices[k].name for k in which if k not in replies]
+                raise _WorkerFailed(f"timeout: {', '.join(slow)} did not finish within {limit:g} s")
+            if now > next_check:
+                next_check = now + 0.5
+                for k in which:
+                    if k not in replies and not self._procs[k].is_alive():
+                        raise _WorkerFailed(f"rank of {self.cluster.devices[k].name} died or hung "
+                                            f"(no heartbeat for {HEARTBEAT_S:g} s)")
+            time.sleep(2e-4)
+        return [replies[k] for k in which]
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]

@@ -1,0 +1,632 @@
+"""A rank of the ``torch.distributed`` runtime: one process per placed device, exchanging tensors as
+point-to-point messages (see :mod:`autoplace.runtime.distributed`, the driver's side).
+
+A rank runs its part of the placed program exactly as a shared-memory worker does (the same ready queue,
+memory accounting and counters, :class:`~autoplace.runtime.worker._DeviceRuntime`); only the exchange
+differs:
+
+- **Backends.** Tensors between two GPUs travel over NCCL (peer to peer over NVLink or PCIe, or across
+  hosts); a tensor to or from a CPU rank over gloo (TCP). A GPU rank stages what it sends to a CPU rank
+  in pinned host memory (an asynchronous device-to-host copy, posted to gloo once it lands) and copies
+  what a CPU rank sends it in asynchronously from pinned memory.
+- **Order.** The tensors one rank sends another go in one fixed order, the order of their producing ops
+  in the program (a topological order), and the receiver takes them in that order: a message never waits
+  for one that depends on it, so no order of execution can deadlock. Between two GPUs both directions
+  share one NCCL stream, so both ranks post sends and receives in one merged order.
+- **Asynchrony.** Sends are posted and left to complete while the rank computes (the sender packs a copy,
+  so an in-place update of the source cannot race the send); gloo receives are posted when the step
+  starts and a thread per peer waits for them in order and wakes the rank; NCCL receives are polled.
+- **Layout.** A message is a 64-byte header (the permutation of a permuted dense tensor: a transposed
+  weight arrives with the strides it left with, as in the shared-memory exchange) and the tensor's bytes.
+  Between GPUs a tensor goes contiguous, header-less (reading a header would wait for the GPU).
+- **Time.** A step starts at a barrier; its start and end are read on the rank's own clock and reported
+  as the step's duration from that barrier (ranks on different hosts share no clock).
+
+Ranks are started two ways: by the driver on this machine (spawned processes that die with it: a rendezvous
+store the driver hosts, control messages over pipes), or by ``torchrun`` on every host of a cluster that
+names hosts (:func:`serve`; ``autoplace ranks``), where rank 0 hosts the rendezvous the driver connects to
+and control messages are keys of that store, encoded as state files (no pickle: a message cannot run code).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from autoplace.runtime.program import TRef
+from autoplace.runtime.worker import _DeviceRuntime, _die_with_parent, _serve_messages
+
+BARRIER_TAG = 2**30 + 1  #: the tag of a step's barrier messages (a transfer's tag is its index)
+HEADER = 64  #: bytes before a message's data: 8 int64 (the permutation of a permuted tensor, else -1)
+NCCL, GLOO = "nccl", "gloo"
+
+
+def backend_of(devices: list[str]) -> str:
+    """The process group's backend for ranks on ``devices`` (torch devices): gloo alone without GPUs, else
+    gloo for CPU tensors and NCCL for CUDA ones."""
+    return "cpu:gloo,cuda:nccl" if any(d.startswith("cuda") for d in devices) else "gloo"
+
+
+class RankRuntime(_DeviceRuntime):
+    """A device's worker whose exchange is ``torch.distributed`` point-to-point messages."""
+
+    def __init__(self, name: str, device: str, cores: list[int] | None, rank: int, devices: list[str],
+                 store, timeout: float, order: list[int] | None = None):
+        """Rank ``rank`` of ranks on ``devices`` (torch devices, in rank order; ``order[r]``: rank ``r``'s
+        device in the cluster, by default rank ``r`` is device ``r``)."""
+        super().__init__(name, device, cores)
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.rank, self.devices = rank, list(devices)
+        self.rank_of = {k: r for r, k in enumerate(order if order is not None else range(len(devices)))}
+        self.world = len(self.devices)
+        dist.init_process_group(backend_of(self.devices), store=store, rank=rank, world_size=self.world,
+                                timeout=datetime.timedelta(seconds=timeout),
+                                **({"device_id": self.torch.device(device)} if device.startswith("cuda") else {}))
+        self._wake = threading.Event()
+        self._inbox: deque = deque()
+        self._waiters: dict[int, tuple[threading.Thread, queue.Queue]] = {}
+        sys.setswitchinterval(5e-4)  # a receiving thread gets the interpreter soon after its message lands
+
+    def _link(self, peer: int) -> str:
+        """The backend carrying tensors between this rank and ``peer``."""
+        both = self.device.startswith("cuda") and self.devices[peer].startswith("cuda")
+        return NCCL if both else GLOO
+
+    # -------------------------------------------------------------- set-up
+    def _exchange_setup(self, transfers, ranks: list[int]) -> None:
+        torch = self.torch
+        me = self.plan.device
+        self.taking_part = sorted(ranks)  # the ranks running this placement (a step starts at their barrier)
+        self.specs = {tid: (tuple(shape), getattr(torch, dtype)) for tid, (_r, _s, _d, _o, shape, dtype)
+                      in enumerate(transfers)}
+        order = sorted(range(len(transfers)), key=lambda t: (transfers[t][0].op, transfers[t][0].k or 0,
+                                                             transfers[t][1], transfers[t][2]))
+        # per peer: what goes out (gloo), what comes in (gloo), both in one order (NCCL)
+        self.out_seq: dict[int, list[int]] = {}
+        self.in_seq: dict[int, list[int]] = {}
+        self.pair_seq: dict[int, list[int]] = {}
+        self.peer_of: dict[int, int] = {}
+        for tid in order:
+            ref, src, dst = transfers[tid][:3]
+            if me not in (src, dst):
+                continue
+            peer = self.rank_of[dst if src == me else src]
+            self.peer_of[tid] = peer
+            if self._link(peer) == NCCL:
+                self.pair_seq.setdefault(peer, []).append(tid)
+            else:
+                (self.out_seq if src == me else self.in_seq).setdefault(peer, []).append(tid)
+        self.recv_ref = {tid: ref for tid, ref in self.recv_tid}
+
+    # -------------------------------------------------------------- messages
+    def _pack(self, v, *, pinned: bool = False):
+        """``v`` as one message: the header and its bytes in memory order (on ``v``'s device, or in pinned
+        host memory for a GPU tensor bound for gloo — copied asynchronously)."""
+        torch = self.torch
+        order = None
+        if not v.is_contiguous() and v.dim() <= 8:
+            o = sorted(range(v.dim()), key=lambda d: (-v.stride(d), d))
+            if v.permute(o).is_contiguous():
+                order = o
+        n = v.numel() * v.element_size()
+        buf = torch.empty(HEADER + n, dtype=torch.uint8, pin_memory=pinned,
+                          device="cpu" if pinned else v.device)
+        header = torch.full((8,), -1, dtype=torch.int64)
+        if order is not None:
+            header[:len(order)] = torch.tensor(order)
+        buf[:HEADER].view(torch.int64).copy_(header)
+        data = buf[HEADER:].view(v.dtype)
+        if order is None:
+            data.view(v.shape).copy_(v, non_blocking=pinned)
+        else:
+            data.copy_(v.permute(order).reshape(-1), non_blocking=pinned)
+        return buf
+
+    def _unpack(self, tid: int, buf):
+        shape, dt = self.specs[tid]
+        data = buf[HEADER:].view(dt)
+        header = buf[:HEADER].view(self.torch.int64).tolist()
+        if header[0] < 0:
+            return data.view(shape)
+        order = header[:len(shape)]
+        inverse = [order.index(d) for d in range(len(shape))]
+        return data.view([shape[o] for o in order]).permute(inverse)
+
+    # -------------------------------------------------------------- one step
+    def _begin_step(self, step_id: int) -> float:
+        torch = self.torch
+        dist = self.dist
+        self._barrier()
+        self._inbox.clear()
+        self._wake.clear()
+        self._ready_out: dict[int, Any] = {}     # tid -> packed message (and its staging event), not yet posted
+        self._out_next = {p: 0 for p in self.out_seq}
+        self._pair_next = {p: 0 for p in self.pair_seq}
+        self._posted: list = []                  # (work, buffer) of posted sends, kept until the step ends
+        self._nccl_recvs: list = []              # (tid, work, buffer) posted, not yet seen complete
+        self._staged: list = []                  # (tid, event) GPU -> pinned copies in flight
+        self._error: str | None = None
+        for peer, tids in self.in_seq.items():   # every gloo receive posted now; a thread per peer waits
+            works = []
+            for tid in tids:
+                shape, dt = self.specs[tid]
+                n = HEADER + int(torch.Size(shape).numel()) * dt.itemsize
+                buf = torch.empty(n, dtype=torch.uint8, pin_memory=self.device.startswith("cuda"))
+                works.append((tid, dist.irecv(buf, peer, tag=tid), buf))
+            self._waiter(peer).put(works)
+        for peer in self.pair_seq:
+            self._pump_pair(peer)
+        return time.perf_counter()
+
+    def _barrier(self) -> None:
+        """Wait until every rank taking part has reached this point: each tells the first of them, which
+        answers each once all have (gloo messages; a process-group barrier would need every rank)."""
+        torch, dist = self.torch, self.dist
+        ranks = self.taking_part
+        if len(ranks) < 2:
+            return
+        token = torch.zeros(1, dtype=torch.uint8)
+        if self.rank == ranks[0]:
+            for r in ranks[1:]:
+                dist.recv(token, r, tag=BARRIER_TAG)
+            for r in ranks[1:]:
+                dist.send(token, r, tag=BARRIER_TAG)
+        else:
+            dist.send(token, ranks[0], tag=BARRIER_TAG)
+            dist.recv(token, ranks[0], tag=BARRIER_TAG)
+
+    def _waiter(self, peer: int) -> queue.Queue:
+        """The thread that waits for ``peer``'s gloo messages in order and hands them to the rank."""
+        if peer not in self._waiters:
+            q: queue.Queue = queue.Queue()
+            th = threading.Thread(target=self._wait_loop, args=(peer, q), daemon=True, name=f"recv-{peer}")
+            th.start()
+            self._waiters[peer] = (th, q)
+        return self._waiters[peer][1]
+
+    def _wait_loop(self, peer: int, q: queue.Queue) -> None:
+        while True:
+            works = q.get()
+            for tid, work, buf in works:
+                try:
+                    work.wait()
+                except Exception as e:  # noqa: BLE001 - a peer gone or timed out: the step fails
+                    self._inbox.append(("error", f"receiving from {self.devices[peer]}: {type(e).__name__}: "
+                                                 f"{' '.join(str(e).split())[:200]}"))
+                    self._wake.set()
+                    break
+                self._inbox.append((tid, buf))
+                self._wake.set()
+
+    def _send(self, sends: list[tuple[TRef, list[int]]], get, step_id: int) -> None:
+        xc = self._counters
+        for ref, tids in sends:
+            v = get(ref)
+            nb = v.numel() * v.element_size()
+            packed = {}
+            for tid in tids:
+                link = self._link(self.peer_of[tid])
+                if link not in packed:
+                    if link == NCCL:  # a contiguous copy: a later in-place update cannot race the send
+                        packed[link] = v.clone(memory_format=self.torch.contiguous_format)
+                    else:
+                        packed[link] = self._pack(v, pinned=v.is_cuda)
+                self._ready_out[tid] = packed[link]
+                if v.is_cuda and link == GLOO:  # staged in pinned memory: posted once the copy lands
+                    ev = self.torch.cuda.Event()
+                    ev.record()
+                    self._staged.append((tid, ev))
+                xc[0] += 1
+                xc[1] += nb
+        self._pump()
+
+    def _pump(self) -> None:
+        """Post every send whose turn has come (in each peer's order) and whose message is ready."""
+        if self._staged:
+            self._staged = [(tid, ev) for tid, ev in self._staged if not ev.query()]
+        staging = {tid for tid, _ in self._staged}
+        dist = self.dist
+        for peer, tids in self.out_seq.items():
+            k = self._out_next[peer]
+            while k < len(tids) and tids[k] in self._ready_out and tids[k] not in staging:
+                tid = tids[k]
+                buf = self._ready_out.pop(tid)
+                self._posted.append((dist.isend(buf, peer, tag=tid), buf))
+                k += 1
+            self._out_next[peer] = k
+        for peer in self.pair_seq:
+            self._pump_pair(peer)
+
+    def _pump_pair(self, peer: int) -> None:  # pragma: no cover - needs two GPUs
+        """Post the next NCCL operations with ``peer`` in the pair's order: a receive at once, a send once
+        its tensor is ready."""
+        torch, dist = self.torch, self.dist
+        tids, k = self.pair_seq[peer], self._pair_next[peer]
+        while k < len(tids):
+            tid = tids[k]
+            if tid in self.recv_ref:
+                shape, dt = self.specs[tid]
+                buf = torch.empty(shape, dtype=dt, device=self.device)
+                self._nccl_recvs.append((tid, dist.irecv(buf, peer), buf))
+            elif tid in self._ready_out:
+                buf = self._ready_out.pop(tid)
+                self._posted.append((dist.isend(buf, peer), buf))
+            else:
+                break
+            k += 1
+        self._pair_next[peer] = k
+
+    def _arrivals(self, step_id: int, idle_since: float) -> list:
+        out = []
+        if self._staged or self._ready_out:
+            self._pump()
+        while self._inbox:
+            item = self._inbox.popleft()
+            if item[0] == "error":
+                raise RuntimeError(item[1])
+            tid, buf = item
+            v = self._unpack(tid, buf)
+            if self.device.startswith("cuda"):  # pragma: no cover - from pinned memory, asynchronously
+                v = v.to(self.device, non_blocking=True)
+            out.append((self.recv_ref[tid], v))
+        if self._nccl_recvs:  # pragma: no cover - needs two GPUs
+            still = []
+            for tid, work, buf in self._nccl_recvs:
+                if work.is_completed():
+                    work.wait()  # orders this stream after the receive (it has completed)
+                    out.append((self.recv_ref[tid], buf))
+                else:
+                    still.append((tid, work, buf))
+            self._nccl_recvs = still
+        return out
+
+    def _idle(self, spins: int) -> None:
+        """Wait for a message (or a staged copy or NCCL receive to poll): the receiving threads need this
+        core and the interpreter."""
+        self._wake.wait(1e-4 if (self._staged or self._nccl_recvs) else 2e-3)
+        self._wake.clear()
+        if spins % 500 == 0 and os.getppid() == 1 and self._spawned:  # the driver is gone
+            os._exit(1)
+
+    def _end_step(self) -> float:
+        for work, _buf in self._posted:
+            work.wait()
+        if self._ready_out:
+            raise RuntimeError(f"{self.name}: {len(self._ready_out)} messages were never sent (a bug)")
+        self._posted = []
+        if self.device.startswith("cuda"):  # pragma: no cover
+            self.torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def step(self, step_id: int, profile: bool = False) -> tuple:
+        """One step; its start is 0 and its end the seconds since the barrier that started it."""
+        t0, t1, *rest = super().step(step_id, profile)
+        return (0.0, t1 - t0, *rest)
+
+    _spawned = True
+
+    def close(self) -> None:
+        try:
+            self.dist.destroy_process_group()
+        except Exception:  # noqa: BLE001, S110 - already broken
+            pass
+
+
+# ---------------------------------------------------------------------- started by the driver (one host)
+def _rank_main(conn, name: str, device: str, cores: list[int] | None, rank: int, devices: list[str],
+               address: tuple[str, int, str], timeout: float) -> None:
+    """A rank the driver spawned: joins the driver's rendezvous store, then serves its pipe."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import torch.distributed as dist
+
+        host, port, prefix = address
+        store = dist.PrefixStore(prefix, dist.TCPStore(host, port, is_master=False,
+                                                       timeout=datetime.timedelta(seconds=timeout)))
+        rt = RankRuntime(name, device, cores, rank, devices, store, timeout)
+        conn.send(("ready", os.getpid()))
+    except Exception as e:  # noqa: BLE001
+        conn.send(("error", f"{name}: cannot start: {type(e).__name__}: {' '.join(str(e).split())[:300]}"))
+        return
+    try:
+        _serve_messages(conn, rt, name)
+    finally:
+        rt.close()
+
+
+# ---------------------------------------------------------------------- started by torchrun (many hosts)
+CONTROL_PREFIX = "autoplace/"
+
+
+def hosts_of(cluster) -> list[str]:
+    """The cluster's hosts in order of first appearance (a device's ``meta["host"]``; one unnamed host
+    where no device names one)."""
+    out: list[str] = []
+    for d in cluster.devices:
+        h = str(d.meta.get("host", ""))
+        if h not in out:
+            out.append(h)
+    return out
+
+
+def rank_order(cluster) -> list[int]:
+    """Device indices in rank order: host by host (as :func:`hosts_of`), each host's devices in cluster
+    order — torchrun numbers the ranks of node ``n`` after those of nodes ``0 .. n-1``."""
+    hosts = hosts_of(cluster)
+    return sorted(range(cluster.n_devices), key=lambda k: (hosts.index(str(cluster.devices[k].meta.get("host", ""))),
+                                                           k))
+
+
+def rendezvous_of(cluster, override: str | None = None) -> tuple[str, int]:
+    """``(address, port)`` of the cluster's rendezvous (``meta["rendezvous"]``, ``"host:port"``)."""
+    from autoplace.runtime.program import ExecutionError
+
+    text = override or cluster.meta.get("rendezvous")
+    if not text:
+        raise ExecutionError(f"cluster {cluster.name!r} names no rendezvous: add \"rendezvous\": "
+                             "\"ADDRESS:PORT\" to its meta (or pass --rendezvous)")
+    host, _, port = str(text).rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65535:
+        raise ExecutionError(f"cluster {cluster.name!r}: rendezvous {text!r} is not ADDRESS:PORT")
+    return host, int(port)
+
+
+def encode_message(msg: Any) -> bytes:
+    from autoplace.formats.state import encode_state
+
+    return encode_state({"m": msg})
+
+
+def decode_message(data: bytes, where: str) -> Any:
+    from autoplace.formats.state import decode_state
+
+    obj = decode_state(data, where, "message")
+    if not isinstance(obj, dict) or "m" not in obj:
+        raise ValueError(f"{where}: not a message")
+    return obj["m"]
+
+
+class StoreChannel:
+    """One direction-pair of control messages through a rendezvous store: messages ``n = 0, 1, ...`` to
+    and from rank ``rank`` of session ``session`` are keys ``<session>/to<rank>/<n>`` and
+    ``<session>/from<rank>/<n>``, read once and deleted."""
+
+    def __init__(self, store, session: int, rank: int, *, driver: bool):
+        self.store, self.session, self.rank = store, session, rank
+        mine, theirs = (f"to{rank}", f"from{rank}") if driver else (f"from{rank}", f"to{rank}")
+        self._out, self._in = f"s{session}/{mine}/", f"s{session}/{theirs}/"
+        self.n_out = self.n_in = 0
+
+    def send(self, msg: Any) -> None:
+        self.store.set(f"{self._out}{self.n_out}", encode_message(msg))
+        self.n_out += 1
+
+    def poll(self) -> bool:
+        return self.store.check([f"{self._in}{self.n_in}"])
+
+    def recv(self) -> Any:
+        key = f"{self._in}{self.n_in}"
+        data = self.store.get(key)
+        self.store.delete_key(key)
+        self.n_in += 1
+        return decode_message(bytes(data), f"message {key}")
+
+
+def _control_store(host: str, port: int, *, master: bool, timeout: float):
+    import torch.distributed as dist
+
+    return dist.PrefixStore(CONTROL_PREFIX, dist.TCPStore(host, port, is_master=master, wait_for_workers=False,
+                                                          timeout=datetime.timedelta(seconds=timeout)))
+
+
+#: functions a driver may run in a rank started by torchrun (``call`` by name)
+CALLABLE = ("autoplace.runtime.profile._device_speed", "autoplace.runtime.profile._copy_engines",
+            "autoplace.runtime.profile._dist_link")
+
+
+def resolve_callable(name: str):
+    import importlib
+
+    if name not in CALLABLE:
+        raise ValueError(f"{name!r} is not a function a rank runs")
+    module, _, fn = name.rpartition(".")
+    return getattr(importlib.import_module(module), fn)
+
+
+def serve(cluster_path: str, *, timeout: float = 120.0, idle_s: float | None = None) -> int:
+    """Run as rank ``$RANK`` of a ``torchrun`` job over the cluster in ``cluster_path``: join the process
+    group, host the control rendezvous on rank 0, and run the drivers' sessions one after another until
+    a session fails (the process group is then unusable: the rank exits 1, and ``torchrun
+    --max-restarts`` starts a fresh group) or, with ``idle_s``, nobody has driven the ranks for that long."""
+    import torch.distributed as dist
+
+    from autoplace.formats import load_cluster
+    from autoplace.formats.state import cluster_hash
+    from autoplace.runtime.program import torch_device
+
+    cluster = load_cluster(cluster_path)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    order = rank_order(cluster)
+    if world != len(order):
+        print(f"autoplace rank {rank}: torchrun started {world} ranks but cluster {cluster.name!r} has "
+              f"{len(order)} devices", file=sys.stderr)
+        return 2
+    k = order[rank]
+    dev = cluster.devices[k]
+    devices = [torch_device(cluster.devices[j].name) for j in order]
+    host, port = rendezvous_of(cluster)
+    control = _control_store(host, port, master=rank == 0, timeout=timeout)
+    pg_store = dist.PrefixStore(f"pg{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/",
+                                dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                              is_master=False, timeout=datetime.timedelta(seconds=timeout)))
+    from autoplace.runtime.workers import _cores_of
+
+    rt = RankRuntime(dev.name, devices[rank], _cores_of(dev, k), rank, devices, pg_store, timeout, order)
+    rt._spawned, rt.device_index = False, k
+    incarnation = f"{os.getpid()}@{os.uname().nodename}:{time.time():.6f}"
+    control.set(f"rank{rank}", json.dumps({"device": dev.name, "cluster_hash": cluster_hash(cluster),
+                                           "pid": os.getpid(), "incarnation": incarnation}))
+    beat = threading.Thread(target=_heartbeat, args=(control, rank, world), daemon=True)
+    beat.start()
+    last = time.monotonic()
+    seen = int(control.add("sessions", 0))
+    while True:
+        now = int(control.add("sessions", 0))
+        if now > seen:  # a driver opened session ``now`` (a newer one replaces an abandoned one)
+            seen = now
+            code = _session(control, now, rank, rt)
+            last = time.monotonic()
+            if code is not None:
+                rt.close()
+                return code
+        elif idle_s is not None and time.monotonic() - last > idle_s:
+            rt.close()
+            return 0
+        time.sleep(0.01)
+
+
+PEER_TIMEOUT_S = 6.0  #: a rank whose heartbeat stalls this long is dead or hung: its peers end too (after the
+#: driver, which gives up on it at half this, has named it)
+
+
+def _heartbeat(control, rank: int, world: int) -> None:
+    """Count up ``beat<rank>`` twice a second (a driver that sees it stall knows the rank is stopped) and
+    watch the other ranks' counts: once a peer's stalls, or the rendezvous is gone, the process group can
+    never run a step again, so this rank ends (exit 1) as torchrun expects of a failed worker (it then ends
+    or, with ``--max-restarts``, restarts the job on every host)."""
+    seen: dict[int, tuple[int, float]] = {}
+    while True:
+        try:
+            control.add(f"beat{rank}", 1)
+            beats = {r: int(control.add(f"beat{r}", 0)) for r in range(world) if r != rank}
+        except Exception:  # noqa: BLE001 - the rendezvous (rank 0) is gone
+            print(f"autoplace rank {rank}: the rendezvous is gone; ending", file=sys.stderr, flush=True)
+            os._exit(1)
+        now = time.monotonic()
+        for r, b in beats.items():
+            if b and (r not in seen or seen[r][0] != b):
+                seen[r] = (b, now)
+            elif r in seen and now - seen[r][1] > PEER_TIMEOUT_S:
+                print(f"autoplace rank {rank}: rank {r} stopped answering; ending", file=sys.stderr, flush=True)
+                os._exit(1)
+        time.sleep(0.5)
+
+
+def _session(control, session: int, rank: int, rt: RankRuntime) -> int | None:
+    """Serve session ``session`` until the driver closes it (None: serve the next) or a failure leaves
+    the process group unusable (the exit code)."""
+    ch = StoreChannel(control, session, rank, driver=False)
+    quiet_since = time.monotonic()
+    while True:
+        if int(control.add("sessions", 0)) != session:
+            return None  # the driver gave up on this session and opened another
+        if not ch.poll():
+            drv = control.add(f"s{session}/driver", 0)
+            if time.monotonic() - quiet_since > 5.0:
+                if drv == getattr(rt, "_driver_beat", None):
+                    return None  # the driver stopped beating: abandon its session
+                rt._driver_beat, quiet_since = drv, time.monotonic()
+            time.sleep(2e-4 if time.monotonic() - quiet_since < 0.2 else 5e-3)
+            continue
+        quiet_since = time.monotonic()
+        msg = ch.recv()
+        failed = _handle(ch, rt, msg, rank)
+        if failed is not None:
+            return failed
+        if msg[0] == "exit":
+            return None
+
+
+def _handle(ch: StoreChannel, rt: RankRuntime, msg, rank: int) -> int | None:
+    """Run one control message of a torchrun-started rank; a failure is replied and ends the rank (1)."""
+    from autoplace.formats import graph_from_dict
+
+    cmd = msg[0]
+    try:
+        if cmd == "exit":
+            ch.send(("ok",))
+        elif cmd == "load":
+            rt.load(graph_from_dict(json.loads(msg[1]), "the driver's graph"))
+            ch.send(("ok",))
+        elif cmd == "setup":
+            from autoplace.runtime.program import plan_all
+            from autoplace.runtime.workers import _layout
+
+            assignment, n_devices, seed, capacity, keep, values, ranks = msg[1:]
+            import numpy as np
+
+            plans = plan_all(rt.program, np.asarray(assignment, dtype=np.int64), n_devices)
+            transfers, _ = _layout(rt.program, plans)
+            resident = rt.setup(plans[rt.device_index], transfers, seed, capacity, set(keep), values, ranks)
+            rt.finish_setup()
+            ch.send(("ok", resident))
+        elif cmd == "step":
+            ch.send(("done",) + rt.step(msg[1], profile=msg[2]))
+        elif cmd == "fetch":
+            ch.send(("values", rt.fetch([TRef(op, k) for op, k in msg[1]])))
+        elif cmd == "assign":
+            rt.assign(msg[1])
+            ch.send(("ok",))
+        elif cmd == "call":
+            ch.send(("ok", resolve_callable(msg[1])(rt, *msg[2:])))
+        else:
+            ch.send(("error", f"{rt.name}: unknown command {cmd!r}"))
+    except MemoryError as e:
+        ch.send(("oom", str(e)))
+    except Exception as e:  # noqa: BLE001
+        text = " ".join(str(e).split())[:300]
+        kind = "oom" if "out of memory" in text.lower() else "error"
+        ch.send((kind, f"{rt.name}: {type(e).__name__}: {text}" if kind == "error" else f"{rt.name}: {text}"))
+        if cmd == "step":
+            return 1
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m autoplace.runtime CLUSTER.json [--timeout S] [--idle S]`` under torchrun."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m autoplace.runtime",
+                                description="a rank of autoplace's torch.distributed runtime (start with torchrun)")
+    p.add_argument("cluster")
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--idle", type=float, default=None, help="exit after this many seconds without a driver")
+    a = p.parse_args(argv)
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        if var not in os.environ:
+            print(f"autoplace rank: ${var} is not set: start ranks with torchrun (see 'autoplace ranks --help')",
+                  file=sys.stderr)
+            return 2
+    return serve(a.cluster, timeout=a.timeout, idle_s=a.idle)
+
+
+def torchrun_command(cluster, cluster_path: str, host: str, *, timeout: float = 120.0, max_restarts: int = 0,
+                     idle: float | None = None, python: str | None = None) -> list[str]:
+    """The ``torchrun`` command that starts ``host``'s ranks of ``cluster`` (read from ``cluster_path`` on
+    every host): node ``hosts_of(cluster).index(host)`` of ``len(hosts_of(cluster))``, a rank per device of
+    that host; torchrun's own rendezvous on the port after the cluster's (``meta["rendezvous"]``), which
+    rank 0 hosts for the driver."""
+    from autoplace.runtime.program import ExecutionError
+
+    hosts = hosts_of(cluster)
+    if host not in hosts:
+        raise ExecutionError(f"cluster {cluster.name!r} has no host {host!r} (its hosts: "
+                             f"{', '.join(repr(h) for h in hosts)}; a device names its host in \"host\")")
+    address, port = rendezvous_of(cluster)
+    local = sum(str(d.meta.get("host", "")) == host for d in cluster.devices)
+    cmd = [python or sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(hosts)),
+           "--node-rank", str(hosts.index(host)), "--nproc-per-node", str(local), "--master-addr", address,
+           "--master-port", str(port + 1), "--max-restarts", str(max_restarts),
+           "-m", "autoplace.runtime", cluster_path, "--timeout", f"{timeout:g}"]
+    return cmd + (["--idle", f"{idle:g}"] if idle is not None else [])

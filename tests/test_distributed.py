@@ -1,0 +1,270 @@
+"""The torch.distributed runtime: placed training over gloo equals eager PyTorch on two ranks of one host
+and on two "hosts" on loopback (ranks started by torchrun, as on two machines); its failures are failing
+results; which runtime runs where. The shared-memory runtime's own tests, and the fault tests both
+runtimes pass, are in test_runtime.py."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from test_placed import Mixed, Normed, TinyLM, batches, eager, lm_loss, max_diff  # noqa: E402
+from test_runtime import _assert_same, _gone, _random_placement  # noqa: E402
+from torch import nn  # noqa: E402
+
+import autoplace  # noqa: E402
+from autoplace.cli import main  # noqa: E402
+from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster  # noqa: E402
+from autoplace.errors import AutoplaceError  # noqa: E402
+from autoplace.formats import load_cluster, save_cluster  # noqa: E402
+from autoplace.runtime import DistributedPool, Program, make_pool, run_reference, runtime_for  # noqa: E402
+from autoplace.runtime.rank import rank_order, torchrun_command  # noqa: E402
+
+
+def _device(name: str, host: str | None, core: int) -> Device:
+    meta = {"affinity": [core % (os.cpu_count() or 1)], **({"host": host} if host else {})}
+    return Device(name, "cpu", 2**30, 1e10, 1e10, 5e-6, 1, meta)
+
+
+class ConvNet(nn.Module):
+    """A small CNN with BatchNorm: its running statistics are updated in place by the forward pass."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+                                      nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(self.features(x).mean(dim=(2, 3)))
+
+
+OPTIMIZERS = {
+    "sgd-momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    "adam": lambda ps: torch.optim.Adam(ps, lr=1e-2),
+    "adamw-fused": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, fused=True),
+    "nadam": lambda ps: torch.optim.NAdam(ps, lr=1e-2),
+    "adam-foreach": lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=True),
+    "sgd-nesterov": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+}
+
+
+def _trains_as_eager(make_model, data, loss_fn, make_opt, cluster, **kw) -> None:
+    """compile over ``cluster`` on the distributed runtime: losses and every weight equal eager's to 1e-5."""
+    torch.manual_seed(0)
+    model = make_model()
+    ref = copy.deepcopy(model)
+    expected = eager(ref, make_opt(ref.parameters()), loss_fn, data)
+    with autoplace.compile(model, data[0][0], loss_fn, make_opt(model.parameters()), targets=data[0][1],
+                           cluster=cluster, method="metis", runtime="distributed", cache=False, **kw) as step:
+        assert len(set(step.devices.values())) == 2                    # the parameters really are split
+        losses = [float(step(x, y)) for x, y in data]
+        state = step.state_dict()
+    assert losses == pytest.approx(expected, abs=1e-5)
+    assert max_diff(state, ref.state_dict()) < 1e-5
+
+
+def _conv_batches(n: int):
+    g = torch.Generator().manual_seed(2)
+    return [(torch.randn(4, 3, 6, 6, generator=g), torch.randint(0, 4, (4,), generator=g)) for _ in range(n)]
+
+
+# ---------------------------------------------------------------------- which runtime
+def test_auto_picks_distributed_for_hosts_and_gpu_pairs_and_shm_otherwise():
+    one = Cluster("one", [_device(f"cpu:{i}", None, i) for i in range(2)], default_link=LinkSpec(1e9))
+    two = Cluster("two", [_device("a/cpu:0", "a", 0), _device("b/cpu:0", "b", 1)], default_link=LinkSpec(1e9),
+                  meta={"rendezvous": "127.0.0.1:29500"})
+    assert runtime_for(one) == "shm" and runtime_for(two) == "distributed"
+    assert runtime_for(get_cluster("p100x4")) == "distributed"          # GPUs copy peer to peer over NCCL
+    assert runtime_for(one, "distributed") == "distributed"
+    with pytest.raises(AutoplaceError, match="unknown runtime 'mpi'"):
+        runtime_for(one, "mpi")
+    with pytest.raises(AutoplaceError, match="spans 2 hosts"):
+        make_pool(two, runtime="shm")
+    assert rank_order(Cluster("mixed", [_device("b/cpu:1", "b", 0), _device("a/cpu:0", "a", 1),
+                                        _device("b/cpu:2", "b", 0)], default_link=LinkSpec(1e9))) == [0, 2, 1]
+
+
+def test_ranks_prints_each_hosts_torchrun_command(tmp_path, capsys):
+    cl = Cluster("two", [_device("a/cpu:0", "a", 0), _device("b/cpu:0", "b", 1), _device("b/cpu:1", "b", 1)],
+                 default_link=LinkSpec(1e9), meta={"rendezvous": "10.0.0.1:29500"})
+    save_cluster(cl, tmp_path / "c.json")
+    assert main(["ranks", str(tmp_path / "c.json"), "--host", "b", "--print"]) == 0
+    cmd = capsys.readouterr().out.split()
+    assert cmd[cmd.index("--nnodes") + 1] == "2" and cmd[cmd.index("--node-rank") + 1] == "1"
+    assert cmd[cmd.index("--nproc-per-node") + 1] == "2" and cmd[cmd.index("--master-addr") + 1] == "10.0.0.1"
+    assert cmd[cmd.index("--master-port") + 1] == "29501" and cmd[-2] == "--timeout"
+    assert main(["ranks", str(tmp_path / "c.json"), "--host", "c", "--print"]) == 2
+    assert "no host 'c'" in capsys.readouterr().err
+    save_cluster(Cluster("nohost", [_device("a/cpu:0", "a", 0), _device("b/cpu:0", "b", 1)],
+                         default_link=LinkSpec(1e9)), tmp_path / "n.json")
+    assert main(["ranks", str(tmp_path / "n.json"), "--host", "a", "--print"]) == 2
+    assert "names no rendezvous" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- two ranks, one host
+def _local() -> Cluster:
+    return Cluster("two-ranks", [_device(f"cpu:{i}", None, i) for i in range(2)], default_link=LinkSpec(5e9, 1e-4))
+
+
+def test_a_transformer_lm_over_two_gloo_ranks_trains_as_eager():
+    _trains_as_eager(TinyLM, batches(4), lm_loss, OPTIMIZERS["sgd-momentum"], _local())
+
+
+def test_a_batch_norm_cnn_over_two_gloo_ranks_trains_as_eager():
+    _trains_as_eager(ConvNet, _conv_batches(3), nn.functional.cross_entropy, OPTIMIZERS["adam"], _local())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("opt", [k for k in OPTIMIZERS if k not in ("sgd-momentum", "adam")])
+def test_every_optimizer_over_two_gloo_ranks_trains_as_eager(opt):
+    g = torch.Generator().manual_seed(4)
+    data = [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g)) for _ in range(3)]
+    _trains_as_eager(Mixed, data, nn.functional.cross_entropy, OPTIMIZERS[opt], _local())
+
+
+def test_measure_on_the_distributed_runtime_from_the_command_line(tmp_path, capsys):
+    from test_runtime import _MLP, _cpu_cluster
+
+    from autoplace.formats import save_graph, save_placement
+
+    torch.manual_seed(0)
+    model = _MLP()
+    g = autoplace.capture.capture_training_step(model, torch.randn(5, 8), nn.functional.cross_entropy,
+                                               torch.optim.SGD(model.parameters(), lr=0.1),
+                                               targets=torch.randint(0, 4, (5,)), name="mlp")
+    cl = _cpu_cluster()
+    save_graph(g, tmp_path / "g.json")
+    save_cluster(cl, tmp_path / "c.json")
+    save_placement(_random_placement(g, cl, 0), tmp_path / "p.json")
+    assert main(["measure", str(tmp_path / "g.json"), "-c", str(tmp_path / "c.json"), "-p", str(tmp_path / "p.json"),
+                 "--runtime", "distributed", "--steps", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["env"] == "measured" and out["step_time_s"] > 0
+    with pytest.raises(SystemExit) as e:
+        main(["measure", str(tmp_path / "g.json"), "-c", str(tmp_path / "c.json"), "-p", str(tmp_path / "p.json"),
+              "--runtime", "mpi"])
+    assert e.value.code == 2 and "invalid choice: 'mpi'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- two "hosts" on loopback
+def _free_port() -> int:
+    """A port whose successor is free too (the rendezvous, torchrun's own store)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 65000:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free port pair")
+
+
+def _start_hosts(path) -> list[subprocess.Popen]:
+    """Each host's ranks as a user starts them (``autoplace ranks``), in its own process group."""
+    cl = load_cluster(path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs = []
+    for host in ("a", "b"):
+        cmd = torchrun_command(cl, str(path), host, timeout=60, idle=120)
+        procs.append(subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE))
+    return procs
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(5)
+
+
+def _two_hosts(tmp_path) -> str:
+    cl = Cluster("loopback-hosts", [_device("a/cpu:0", "a", 0), _device("b/cpu:0", "b", 1)],
+                 default_link=LinkSpec(1e9, 1e-4), meta={"rendezvous": f"127.0.0.1:{_free_port()}"})
+    save_cluster(cl, tmp_path / "hosts.json")
+    return str(tmp_path / "hosts.json")
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    path = _two_hosts(tmp_path_factory.mktemp("hosts"))
+    procs = _start_hosts(path)
+    yield path
+    _stop(procs)
+
+
+@pytest.mark.slow
+def test_two_hosts_on_loopback_run_placed_steps_as_unplaced(hosts):
+    from autoplace.capture import capture_training_step
+    from autoplace.zoo import papers
+
+    with torch.device("meta"):
+        model, inputs, loss_fn, opt, targets = papers._rnnlm(vocab=30, hidden=8, layers=2, steps=3, batch=2)
+    g = capture_training_step(model, inputs, loss_fn, opt, targets=targets, name="rnn")
+    cl = load_cluster(hosts)
+    with DistributedPool(cl, timeout=60) as pool:
+        for seed in (0, 1):
+            result = pool.run(g, _random_placement(g, cl, seed), steps=3, seed=5, fetch=True)
+            assert result.ok, result.error
+            _assert_same(run_reference(Program(g), seed=5, steps=3), result.outputs)
+    with DistributedPool(cl, timeout=60) as pool:                      # a second driver joins the same ranks
+        assert pool.run(g, _random_placement(g, cl, 2), steps=2).ok
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["lm-sgd-momentum", "cnn-adam", *[f"mixed-{k}" for k in OPTIMIZERS]])
+def test_two_hosts_on_loopback_train_as_eager(hosts, case):
+    if case == "lm-sgd-momentum":
+        _trains_as_eager(TinyLM, batches(3), lm_loss, OPTIMIZERS["sgd-momentum"], hosts)
+    elif case == "cnn-adam":
+        _trains_as_eager(ConvNet, _conv_batches(3), nn.functional.cross_entropy, OPTIMIZERS["adam"], hosts)
+    else:
+        g = torch.Generator().manual_seed(4)
+        data = [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g)) for _ in range(3)]
+        _trains_as_eager(Mixed, data, nn.functional.cross_entropy, OPTIMIZERS[case.split("-", 1)[1]], hosts)
+
+
+@pytest.mark.slow
+def test_a_rank_killed_on_another_host_is_a_failing_result_and_the_ranks_end(tmp_path):
+    path = _two_hosts(tmp_path)
+    procs = _start_hosts(path)
+    try:
+        cl = load_cluster(path)
+        torch.manual_seed(0)
+        model = Normed()
+        x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+        g = autoplace.capture.capture_training_step(model, x, nn.functional.cross_entropy,
+                                                   torch.optim.Adam(model.parameters()), targets=y, name="n")
+        with DistributedPool(cl, timeout=30) as pool:
+            pool.start()
+            pids = pool.pids
+            assert pool.run(g, _random_placement(g, cl, 0), steps=2).ok
+            os.kill(pids[1], signal.SIGKILL)
+            t0 = time.monotonic()
+            result = pool.run(g, _random_placement(g, cl, 0), steps=2)
+            assert not result.ok and "b/cpu:0" in result.error, result.error
+            assert time.monotonic() - t0 < 30
+        for p in procs:                                               # torchrun ends both hosts' ranks
+            p.wait(60)
+        assert all(_gone(pid) for pid in pids)
+    finally:
+        _stop(procs)
