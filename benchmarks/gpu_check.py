@@ -237,13 +237,14 @@ def cmd_compile(args) -> int:
     for dev in ["cpu"] + (["cuda"] if _cuda() else []):
         losses, state, _ = _eager(copy.deepcopy(start), data, dev)
         refs[dev] = (losses, state, _eager(copy.deepcopy(start), data, dev)[2])   # the time: a warm run's
-    variants = [("split: 0,2 on " + other, {"0", "2"}), ("split: 4 (head) on " + other, {"4"}),
-                ("all on " + other, None)]
+    variants = [(f"{rt}: {label}", mods, rt) for rt in args.runtimes.split(",")
+                for label, mods in (("split: 0,2 on " + other, {"0", "2"}), ("split: 4 (head) on " + other, {"4"}),
+                                    ("all on " + other, None))]
     out = {"cluster": cluster.device_names, "steps": args.steps,
            "eager": {d: {"losses": r[0], "step_s": r[2]} for d, r in refs.items()}, "variants": []}
     failed = 0
-    for label, mods in variants:
-        row: dict = {"variant": label}
+    for label, mods, runtime in variants:
+        row: dict = {"variant": label, "runtime": runtime}
         out["variants"].append(row)
         try:
             model = copy.deepcopy(start)
@@ -252,7 +253,7 @@ def cmd_compile(args) -> int:
             row["placement"] = p.counts()
             t0 = time.perf_counter()
             with autoplace.compile(model, x0, torch.nn.functional.cross_entropy, opt, targets=y0,
-                                   cluster=cluster, placement=p, timeout=60) as step:
+                                   cluster=cluster, placement=p, timeout=60, runtime=runtime) as step:
                 row["setup_s"] = time.perf_counter() - t0
                 row["param_devices"] = step.devices
                 losses, times = [], []
@@ -292,6 +293,46 @@ def cmd_compile(args) -> int:
     return 1 if failed else 0
 
 
+def cmd_runtimes(args) -> int:
+    """One placement on both runtimes, alternating for ``--rounds`` rounds (median), each against the
+    simulator with the cluster detected on that runtime."""
+    import numpy as np
+
+    from autoplace.formats import cluster_to_dict, load_cluster, load_graph, load_placement
+    from autoplace.runtime import make_pool
+    from autoplace.sim import simulate
+
+    graph, placement = load_graph(args.graph), load_placement(args.placement)
+    clusters = {"shm": load_cluster(args.shm) if os.path.exists(args.shm) else None,
+                "distributed": load_cluster(args.distributed) if os.path.exists(args.distributed) else None}
+    out: dict = {"placement": placement.method, "steps": args.steps, "rounds": args.rounds, "runtimes": {}}
+    pools = {rt: make_pool(c, runtime=rt, timeout=60) for rt, c in clusters.items() if c is not None}
+    try:
+        runs: dict = {rt: [] for rt in pools}
+        for rnd in range(args.rounds):
+            for rt in (list(pools) if rnd % 2 == 0 else list(pools)[::-1]):
+                r = pools[rt].run(graph, placement, steps=args.steps)
+                runs[rt].append(r.step_time if r.ok else None)
+                if not r.ok:
+                    print(f"{rt}: failing: {r.error}")
+        for rt, times in runs.items():
+            sim = simulate(graph, clusters[rt], placement)
+            ok = [t for t in times if t is not None]
+            med = float(np.median(ok)) if ok else None
+            out["runtimes"][rt] = {"measured_s": med, "rounds_s": times, "simulated_s": sim.step_time,
+                                   "measured_over_simulated": med / sim.step_time if med else None,
+                                   "cluster": cluster_to_dict(clusters[rt])}
+            print(f"{rt:12s} simulated {sim.step_time * 1e3:8.2f} ms  measured "
+                  f"{(med or float('nan')) * 1e3:8.2f} ms  ratio {(med or float('nan')) / sim.step_time:.2f}  "
+                  f"rounds {[round(t * 1e3, 2) if t else None for t in times]}")
+    finally:
+        for p in pools.values():
+            p.close()
+    if args.json:
+        save_json(args.json, out)
+    return 0
+
+
 # ---------------------------------------------------------------------- summary
 def _load(path):
     try:
@@ -326,8 +367,10 @@ def cmd_summary(args) -> int:
     for name in ("compare_simulated.json", "compare_measured.json"):
         if "_error" in _load(os.path.join(d, name)):
             print(f"{name}: {_load(os.path.join(d, name))['_error']}")
-    m = _load(os.path.join(d, "measure_split.json"))
-    print(f"measure split placement: {json.dumps(m)[:600]}")
+    rts = _load(os.path.join(d, "runtimes.json"))
+    for rt, r in rts.get("runtimes", {}).items():
+        print(f"split placement on {rt}: simulated {r.get('simulated_s')}, measured {r.get('measured_s')} "
+              f"(rounds {r.get('rounds_s')})")
     c = _load(os.path.join(d, "compile_check.json"))
     for v in c.get("variants", []):
         print(f"compile {v.get('variant')}: ok={v.get('ok')} "
@@ -414,6 +457,15 @@ def main(argv=None) -> int:
     p = sub.add_parser("compile")
     p.add_argument("-c", "--cluster", required=True)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--runtimes", default="shm,distributed")
+    p.add_argument("--json")
+    p = sub.add_parser("runtimes")
+    p.add_argument("graph")
+    p.add_argument("-p", "--placement", required=True)
+    p.add_argument("--shm", required=True, help="cluster detected on the shared-memory runtime")
+    p.add_argument("--distributed", required=True, help="cluster detected on the distributed runtime")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json")
     p = sub.add_parser("repeats")
     p.add_argument("outdir")
@@ -423,6 +475,7 @@ def main(argv=None) -> int:
     p.add_argument("outdir")
     args = ap.parse_args(argv)
     return {"env": cmd_env, "wheels": cmd_wheels, "base": cmd_base, "split": cmd_split, "compile": cmd_compile,
+            "runtimes": cmd_runtimes,
             "summary": cmd_summary, "repeats": cmd_repeats, "resimulate": cmd_resimulate}[args.cmd](args)
 
 

@@ -12,8 +12,10 @@
 #   compare_simulated.json  `compare --json`, simulated, with that cluster and those costs
 #   compare_measured.json   the same methods, each placement run for real on the workers (--env measured)
 #   placement_split.json    a hand-made placement: LSTM layers on cuda:0, embedding/softmax/loss on cpu:0
-#   measure_split.json      `measure --json` of that placement (a real CPU<->GPU placed run)
-#   compile_check.json      autoplace.compile (cpu:0 + cuda:0) against eager PyTorch on CPU and on CUDA
+#   runtimes.json           that placement on both runtimes (shared memory; torch.distributed: gloo with pinned
+#                           staging), each measured and simulated with a cluster detected on that runtime
+#   compile_check.json      autoplace.compile (cpu:0 + cuda:0) on both runtimes against eager PyTorch on CPU and
+#                           on CUDA
 #
 # Settings (environment): OUT (default /tmp/gpu-check-out); PYTHON (default python3); GPU_CHECK_CPUS: CPU
 # workers in the cluster (default 4); GPU_CHECK_BUDGET_S (default 420); GPU_CHECK_WHEELS: carried wheels
@@ -123,13 +125,20 @@ step compare-sim 120 --stdout "$OUT/compare_simulated.json" \
 
 step split-placement 60 "$PY" benchmarks/gpu_check.py split "$G" -c "$CL" -o "$OUT/placement_split.json"
 if [ -s "$OUT/placement_split.json" ]; then
-    step measure-split 120 --stdout "$OUT/measure_split.json" \
-        "${AP[@]}" measure "$G" -c "$CL" -p "$OUT/placement_split.json" --steps 10 --timeout 60 --json
-    head -c 3000 "$OUT/measure_split.json" >>"$LOG"; echo >>"$LOG"
+    step measure-split 120 "${AP[@]}" measure "$G" -c "$CL" -p "$OUT/placement_split.json" --steps 10 --timeout 60 \
+        --runtime shm --json
+    step measure-split-dist 120 "${AP[@]}" measure "$G" -c "$CL" -p "$OUT/placement_split.json" --steps 10 \
+        --timeout 60 --runtime distributed --json
+    # the torch.distributed runtime's own transfer costs (gloo, pinned staging), then both runtimes side by side
+    step cluster-detect-dist 120 "${AP[@]}" cluster detect --base "$W/base.json" --repeats 5 --runtime distributed \
+        -o "$W/cluster_dist.json"
+    step runtimes 150 "$PY" benchmarks/gpu_check.py runtimes "$G" -p "$OUT/placement_split.json" \
+        --shm "$CL" --distributed "$W/cluster_dist.json" --json "$OUT/runtimes.json"
 fi
 
-# ---- d. autoplace.compile on cpu:0 + cuda:0 against eager PyTorch
-step compile-check 150 "$PY" benchmarks/gpu_check.py compile -c "$CL" --steps 5 --json "$OUT/compile_check.json"
+# ---- d. autoplace.compile on cpu:0 + cuda:0, on both runtimes, against eager PyTorch
+step compile-check 150 "$PY" benchmarks/gpu_check.py compile -c "$CL" --steps 5 --runtimes shm,distributed \
+    --json "$OUT/compile_check.json"
 
 # ---- c (the longest): every method's placement run for real
 step compare-measured 240 --stdout "$OUT/compare_measured.json" \

@@ -92,6 +92,11 @@ def test_auto_picks_distributed_for_hosts_and_gpu_pairs_and_shm_otherwise():
         make_pool(two, runtime="shm")
     assert rank_order(Cluster("mixed", [_device("b/cpu:1", "b", 0), _device("a/cpu:0", "a", 1),
                                         _device("b/cpu:2", "b", 0)], default_link=LinkSpec(1e9))) == [0, 2, 1]
+    # a device naming no host (localhost's GPUs) is on the first host named: still one machine
+    gpu = Cluster("cpu-gpu", [_device("cpu:0", "vm", 0), Device("cuda:0", "gpu", 2**30, 1e12, 1e12)],
+                  default_link=LinkSpec(1e9))
+    assert runtime_for(gpu) == "shm" and rank_order(gpu) == [0, 1]
+    assert isinstance(make_pool(gpu, runtime="shm"), autoplace.runtime.WorkerPool)
 
 
 def test_ranks_prints_each_hosts_torchrun_command(tmp_path, capsys):
@@ -132,8 +137,9 @@ def test_every_optimizer_over_two_gloo_ranks_trains_as_eager(opt):
     _trains_as_eager(Mixed, data, nn.functional.cross_entropy, OPTIMIZERS[opt], _local())
 
 
-def test_measure_on_the_distributed_runtime_from_the_command_line(tmp_path, capsys):
-    from test_runtime import _MLP, _cpu_cluster
+def _mlp_files(tmp_path, cl: Cluster) -> None:
+    """``g.json`` (a captured MLP step), ``c.json`` (``cl``) and ``p.json`` (a placement over both devices)."""
+    from test_runtime import _MLP
 
     from autoplace.formats import save_graph, save_placement
 
@@ -142,10 +148,15 @@ def test_measure_on_the_distributed_runtime_from_the_command_line(tmp_path, caps
     g = autoplace.capture.capture_training_step(model, torch.randn(5, 8), nn.functional.cross_entropy,
                                                torch.optim.SGD(model.parameters(), lr=0.1),
                                                targets=torch.randint(0, 4, (5,)), name="mlp")
-    cl = _cpu_cluster()
     save_graph(g, tmp_path / "g.json")
     save_cluster(cl, tmp_path / "c.json")
     save_placement(_random_placement(g, cl, 0), tmp_path / "p.json")
+
+
+def test_measure_on_the_distributed_runtime_from_the_command_line(tmp_path, capsys):
+    from test_runtime import _cpu_cluster
+
+    _mlp_files(tmp_path, _cpu_cluster())
     assert main(["measure", str(tmp_path / "g.json"), "-c", str(tmp_path / "c.json"), "-p", str(tmp_path / "p.json"),
                  "--runtime", "distributed", "--steps", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -268,3 +279,27 @@ def test_a_rank_killed_on_another_host_is_a_failing_result_and_the_ranks_end(tmp
         assert all(_gone(pid) for pid in pids)
     finally:
         _stop(procs)
+
+
+@pytest.mark.slow
+def test_cluster_detect_measures_the_link_between_hosts(hosts):
+    from autoplace.runtime.profile import detect_cluster
+
+    measured = detect_cluster(load_cluster(hosts), repeats=2, sizes=(64, 4096, 262144))
+    assert measured.meta["runtime"] == "distributed" and measured.meta["rendezvous"] == load_cluster(hosts).meta[
+        "rendezvous"]
+    assert {(ln.src, ln.dst) for ln in measured.links} == {("a/cpu:0", "b/cpu:0"), ("b/cpu:0", "a/cpu:0")}
+    for ln in measured.links:
+        assert 1e6 < ln.bandwidth < 1e12 and 0 <= ln.latency_s < 0.1      # a loopback TCP link, fitted
+    assert all(d.send_overhead_s > 0 and d.meta["measured"] for d in measured.devices)
+
+
+def test_no_ranks_at_the_rendezvous_is_a_one_line_error(tmp_path, capsys):
+    path = _two_hosts(tmp_path)                                       # nobody started the ranks
+    with pytest.raises(AutoplaceError, match="no ranks answer at 127.0.0.1:.*autoplace ranks"):
+        DistributedPool(load_cluster(path), timeout=1).start()
+    _mlp_files(tmp_path, load_cluster(path))
+    assert main(["measure", str(tmp_path / "g.json"), "-c", path, "-p", str(tmp_path / "p.json"),
+                 "--timeout", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no ranks answer at 127.0.0.1" in err[0] and "Traceback" not in err[0]

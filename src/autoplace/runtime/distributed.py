@@ -32,6 +32,7 @@ from autoplace.runtime.rank import (
     StoreChannel,
     _control_store,
     _rank_main,
+    host_of,
     hosts_of,
     rank_order,
     rendezvous_of,
@@ -145,7 +146,7 @@ class DistributedPool(WorkerPool):
             raise ExecutionError(f"no ranks answer at {host}:{port} ({' '.join(str(e).split())[:120]}): start "
                                  f"them on every host with 'autoplace ranks CLUSTER --host NAME'") from None
         want = cluster_hash(self.cluster)
-        hosts = [str(d.meta.get("host", "")) for d in self.cluster.devices]
+        hosts = [host_of(self.cluster, k) for k in range(self.cluster.n_devices)]
         deadline = time.monotonic() + self.timeout
         infos = {}
         for r, k in enumerate(self.order):

@@ -551,7 +551,8 @@ def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Seq
 
 def _message_link(pool: WorkerPool, s: int, t: int, sizes: Sequence[int], repeats: int) -> Link:
     """The distributed runtime's link ``s -> t``: ``latency + bytes / bandwidth`` fitted to one-way message
-    times (round trips of each size less half an 8-byte round trip: :func:`_dist_link`). The message's
+    times (round trips of each size less half an 8-byte round trip: :func:`_dist_link`; the lower quartile
+    over the repeats). The message's
     packing is the sender's work, measured apart (``send_cost_s_per_byte``)."""
     a, b = pool.cluster.devices[s], pool.cluster.devices[t]
     sizes = [int(n) for n in sizes]
@@ -561,7 +562,9 @@ def _message_link(pool: WorkerPool, s: int, t: int, sizes: Sequence[int], repeat
     (ms, _) = pool._gather(which=[s, t], timeout=DEFAULT_TIMEOUT_S)
     rtt = np.array(ms[1]).reshape(repeats, len(probe))
     keep = slice(1, None) if repeats > 1 else slice(None)
-    rtt = np.median(rtt[keep], axis=0)
+    # the lower quartile over repeats: TCP's bursts (a small message after a large one, window growth) only
+    # ever slow a round trip, and a training step's messages are not sent back to back like these
+    rtt = np.percentile(rtt[keep], 25, axis=0)
     one_way = np.maximum(rtt[1:] - rtt[0] / 2, 1e-9)
     fit = LinkFit(np.array(sizes), one_way)
     return Link(a.name, b.name, fit.bandwidth, fit.latency_s)

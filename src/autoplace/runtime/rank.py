@@ -69,9 +69,10 @@ class RankRuntime(_DeviceRuntime):
         self.rank, self.devices = rank, list(devices)
         self.rank_of = {k: r for r, k in enumerate(order if order is not None else range(len(devices)))}
         self.world = len(self.devices)
+        # NCCL communicators are made lazily, per pair of GPU ranks, at their first message (an eager one
+        # for the whole group would wait for CPU ranks that never join it)
         dist.init_process_group(backend_of(self.devices), store=store, rank=rank, world_size=self.world,
-                                timeout=datetime.timedelta(seconds=timeout),
-                                **({"device_id": self.torch.device(device)} if device.startswith("cuda") else {}))
+                                timeout=datetime.timedelta(seconds=timeout))
         self._wake = threading.Event()
         self._inbox: deque = deque()
         self._waiters: dict[int, tuple[threading.Thread, queue.Queue]] = {}
@@ -349,23 +350,23 @@ def _rank_main(conn, name: str, device: str, cores: list[int] | None, rank: int,
 CONTROL_PREFIX = "autoplace/"
 
 
+def host_of(cluster, k: int) -> str:
+    """The host of device ``k``: its ``meta["host"]``, else the first host any device names (else ``""``:
+    a cluster naming no host is one machine)."""
+    named = [str(d.meta["host"]) for d in cluster.devices if d.meta.get("host")]
+    return str(cluster.devices[k].meta.get("host") or (named[0] if named else ""))
+
+
 def hosts_of(cluster) -> list[str]:
-    """The cluster's hosts in order of first appearance (a device's ``meta["host"]``; one unnamed host
-    where no device names one)."""
-    out: list[str] = []
-    for d in cluster.devices:
-        h = str(d.meta.get("host", ""))
-        if h not in out:
-            out.append(h)
-    return out
+    """The cluster's hosts in order of first appearance (:func:`host_of`)."""
+    return list(dict.fromkeys(host_of(cluster, k) for k in range(cluster.n_devices)))
 
 
 def rank_order(cluster) -> list[int]:
     """Device indices in rank order: host by host (as :func:`hosts_of`), each host's devices in cluster
     order — torchrun numbers the ranks of node ``n`` after those of nodes ``0 .. n-1``."""
     hosts = hosts_of(cluster)
-    return sorted(range(cluster.n_devices), key=lambda k: (hosts.index(str(cluster.devices[k].meta.get("host", ""))),
-                                                           k))
+    return sorted(range(cluster.n_devices), key=lambda k: (hosts.index(host_of(cluster, k)), k))
 
 
 def rendezvous_of(cluster, override: str | None = None) -> tuple[str, int]:
@@ -624,7 +625,7 @@ def torchrun_command(cluster, cluster_path: str, host: str, *, timeout: float = 
         raise ExecutionError(f"cluster {cluster.name!r} has no host {host!r} (its hosts: "
                              f"{', '.join(repr(h) for h in hosts)}; a device names its host in \"host\")")
     address, port = rendezvous_of(cluster)
-    local = sum(str(d.meta.get("host", "")) == host for d in cluster.devices)
+    local = sum(host_of(cluster, k) == host for k in range(cluster.n_devices))
     cmd = [python or sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(hosts)),
            "--node-rank", str(hosts.index(host)), "--nproc-per-node", str(local), "--master-addr", address,
            "--master-port", str(port + 1), "--max-restarts", str(max_restarts),
