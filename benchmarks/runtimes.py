@@ -42,6 +42,7 @@ def main(argv=None) -> int:
             table(json.load(f)["summary"])
         return 0
 
+    from autoplace.formats import cluster_to_dict
     from autoplace.runtime import make_pool
     from autoplace.runtime.profile import detect_cluster, profile_graph
     from autoplace.sim import Simulator
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
             print(json.dumps({model: summary[model]}, indent=1), flush=True)
             if args.json:
                 save_json(args.json, {"summary": summary, "rows": rows,
-                                      "clusters": {rt: clusters[rt].name for rt in RUNTIMES}})
+                                      "clusters": {rt: cluster_to_dict(clusters[rt]) for rt in RUNTIMES}})
     finally:
         for p in pools.values():
             p.close()

@@ -6,6 +6,7 @@ runtimes pass, are in test_runtime.py."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import signal
@@ -184,6 +185,15 @@ def _free_port() -> int:
     raise RuntimeError("no free port pair")
 
 
+def _rnn():
+    from autoplace.capture import capture_training_step
+    from autoplace.zoo import papers
+
+    with torch.device("meta"):
+        model, inputs, loss_fn, opt, targets = papers._rnnlm(vocab=30, hidden=8, layers=2, steps=3, batch=2)
+    return capture_training_step(model, inputs, loss_fn, opt, targets=targets, name="rnn")
+
+
 def _start_hosts(path) -> list[subprocess.Popen]:
     """Each host's ranks as a user starts them (``autoplace ranks``), in its own process group."""
     cl = load_cluster(path)
@@ -208,8 +218,9 @@ def _stop(procs) -> None:
             p.wait(5)
 
 
-def _two_hosts(tmp_path) -> str:
-    cl = Cluster("loopback-hosts", [_device("a/cpu:0", "a", 0), _device("b/cpu:0", "b", 1)],
+def _two_hosts(tmp_path, names=("a/cpu:0", "b/cpu:0")) -> str:
+    """A cluster file of devices on hosts ``a`` and ``b`` of this machine (the host before the slash)."""
+    cl = Cluster("loopback-hosts", [_device(n, n.split("/")[0], k) for k, n in enumerate(names)],
                  default_link=LinkSpec(1e9, 1e-4), meta={"rendezvous": f"127.0.0.1:{_free_port()}"})
     save_cluster(cl, tmp_path / "hosts.json")
     return str(tmp_path / "hosts.json")
@@ -225,12 +236,7 @@ def hosts(tmp_path_factory):
 
 @pytest.mark.slow
 def test_two_hosts_on_loopback_run_placed_steps_as_unplaced(hosts):
-    from autoplace.capture import capture_training_step
-    from autoplace.zoo import papers
-
-    with torch.device("meta"):
-        model, inputs, loss_fn, opt, targets = papers._rnnlm(vocab=30, hidden=8, layers=2, steps=3, batch=2)
-    g = capture_training_step(model, inputs, loss_fn, opt, targets=targets, name="rnn")
+    g = _rnn()
     cl = load_cluster(hosts)
     with DistributedPool(cl, timeout=60) as pool:
         for seed in (0, 1):
@@ -255,7 +261,9 @@ def test_two_hosts_on_loopback_train_as_eager(hosts, case):
 
 
 @pytest.mark.slow
-def test_a_rank_killed_on_another_host_is_a_failing_result_and_the_ranks_end(tmp_path):
+@pytest.mark.parametrize("how", ["killed", "hung", "out of memory"])
+def test_a_rank_killed_hung_or_out_of_memory_on_another_host_is_a_failing_result_and_the_ranks_end(tmp_path,
+                                                                                                   how):
     path = _two_hosts(tmp_path)
     procs = _start_hosts(path)
     try:
@@ -268,12 +276,22 @@ def test_a_rank_killed_on_another_host_is_a_failing_result_and_the_ranks_end(tmp
         with DistributedPool(cl, timeout=30) as pool:
             pool.start()
             pids = pool.pids
-            assert pool.run(g, _random_placement(g, cl, 0), steps=2).ok
-            os.kill(pids[1], signal.SIGKILL)
+            placement = _random_placement(g, cl, 0)
+            first = pool.run(g, placement, steps=2)
+            assert first.ok
+            if how == "out of memory":                                 # b's budget a byte under its peak
+                tight = dataclasses.replace(cl.devices[1], memory_bytes=int(first.peak_memory[1]) - 1)
+                pool.cluster = Cluster(cl.name, [cl.devices[0], tight], cl.links, cl.default_link, cl.meta)
+            else:
+                os.kill(pids[1], signal.SIGKILL if how == "killed" else signal.SIGSTOP)
             t0 = time.monotonic()
-            result = pool.run(g, _random_placement(g, cl, 0), steps=2)
+            result = pool.run(g, placement, steps=2)
             assert not result.ok and "b/cpu:0" in result.error, result.error
-            assert time.monotonic() - t0 < 30
+            assert ("ran out of memory" if how == "out of memory" else "died or hung") in result.error
+            assert time.monotonic() - t0 < 20                          # the heartbeat, not the 30 s timeout
+        if how == "hung":
+            time.sleep(8)                                              # its peer has ended by now ...
+            os.kill(pids[1], signal.SIGCONT)                           # ... and it ends once it runs again
         for p in procs:                                               # torchrun ends both hosts' ranks
             p.wait(60)
         assert all(_gone(pid) for pid in pids)
@@ -303,3 +321,61 @@ def test_no_ranks_at_the_rendezvous_is_a_one_line_error(tmp_path, capsys):
                  "--timeout", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no ranks answer at 127.0.0.1" in err[0] and "Traceback" not in err[0]
+
+
+@pytest.mark.slow
+def test_a_quiet_driver_keeps_its_session_and_a_second_live_driver_is_refused(hosts):
+    g = _rnn()
+    cl = load_cluster(hosts)
+    with DistributedPool(cl, timeout=60) as first:
+        first.start()
+        with pytest.raises(AutoplaceError, match="another driver is using the ranks"):
+            DistributedPool(cl, timeout=60).start()
+        time.sleep(7)                                                 # capturing, placing: no message for a while
+        assert first.run(g, _random_placement(g, cl, 0), steps=2).ok
+    with DistributedPool(cl, timeout=60) as second:                  # once it closed, the next driver is served
+        second.start()
+        time.sleep(7)
+        assert second.run(g, _random_placement(g, cl, 1), steps=2).ok
+
+
+@pytest.mark.slow
+def test_ranks_numbered_host_by_host_exchange_with_the_right_peers(tmp_path):
+    """Devices listed a, b, a: torchrun numbers a's two ranks first, so rank 1 is the third device."""
+    import numpy as np
+
+    from autoplace.grouping import group_ops
+    from autoplace.placement import Placement
+
+    path = _two_hosts(tmp_path, ("a/cpu:0", "b/cpu:0", "a/cpu:1"))
+    procs = _start_hosts(path)
+    try:
+        g = _rnn()
+        cl = load_cluster(path)
+        assert rank_order(cl) == [0, 2, 1]
+        groups = group_ops(g, rules=("colocation",))
+        with DistributedPool(cl, timeout=60) as pool:
+            for seed in (0, 1):
+                devs = groups.expand(np.random.default_rng(seed).integers(0, 3, groups.n_groups))
+                assert len(set(devs.tolist())) == 3
+                result = pool.run(g, Placement.from_array(g, cl, devs, "random"), steps=2, seed=5, fetch=True)
+                assert result.ok, result.error
+                _assert_same(run_reference(Program(g), seed=5, steps=2), result.outputs)
+    finally:
+        _stop(procs)
+
+
+def test_a_message_keeps_a_permuted_tensors_strides():
+    """A permuted dense tensor (3-D: no permutation of it is its own inverse) travels in memory order with
+    its permutation and arrives with the sender's strides and values."""
+    from autoplace.runtime.rank import RankRuntime
+
+    rt = RankRuntime.__new__(RankRuntime)                            # packing needs no process group
+    rt.torch = torch
+    v = torch.arange(24.0).reshape(2, 3, 4).permute(2, 0, 1)
+    rt.specs = {0: (tuple(v.shape), torch.float32)}
+    got = rt._unpack(0, rt._pack(v))
+    assert got.stride() == v.stride() and torch.equal(got, v)
+    plain = torch.arange(6, dtype=torch.int64).reshape(2, 3)
+    rt.specs[1] = (tuple(plain.shape), torch.int64)
+    assert torch.equal(rt._unpack(1, rt._pack(plain)), plain)

@@ -37,7 +37,7 @@ from autoplace.runtime.rank import (
     rank_order,
     rendezvous_of,
 )
-from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool, _cores_of, _main_not_imported, _WorkerFailed
+from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool, _cores_of, _WorkerFailed
 
 __all__ = ["DistributedPool", "make_pool", "RUNTIMES", "runtime_for"]
 
@@ -116,24 +116,17 @@ class DistributedPool(WorkerPool):
             self._join()
             return
         import torch.distributed as dist
-        import torch.multiprocessing as tmp
 
         if self._store is None:
             self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-        self._launches += 1
+        self._launches += 1  # each launch's ranks rendezvous under a prefix of their own
+        super().launch()
+
+    def _process(self, k: int, conn) -> tuple:
+        dev = self.cluster.devices[k]
         address = ("127.0.0.1", self._store.port, f"launch{self._launches}/")
-        ctx = tmp.get_context("spawn")
-        with _main_not_imported():
-            for k, (dev, tdev) in enumerate(zip(self.cluster.devices, self.devices)):
-                parent, child = ctx.Pipe()
-                p = ctx.Process(target=_rank_main, args=(child, dev.name, tdev, _cores_of(dev, k), k, self.devices,
-                                                         address, self.timeout),
-                                daemon=True, name=f"autoplace-rank-{dev.name}")
-                p.start()
-                child.close()
-                self._procs.append(p)
-                self._conns.append(parent)
-        self._booting = True
+        return _rank_main, (conn, dev.name, self.devices[k], _cores_of(dev, k), k, self.devices, address,
+                            self.timeout)
 
     def _join(self) -> None:
         """Join the ranks torchrun started: each registered with this cluster, then a session of our own."""
@@ -161,6 +154,13 @@ class DistributedPool(WorkerPool):
                 raise ExecutionError(f"rank {r} at {host}:{port} runs device {info.get('device')!r} of another "
                                      f"cluster file: start every host's ranks with this cluster file")
             infos[k] = info
+        live = int(control.add("sessions", 0))
+        if live and not control.check([f"s{live}/closed"]) and not control.check([f"s{live}/abandoned"]):
+            beat = int(control.add(f"s{live}/driver", 0))
+            time.sleep(1.2)                       # a live driver counts its heartbeat up twice a second
+            if int(control.add(f"s{live}/driver", 0)) != beat:
+                raise ExecutionError(f"another driver is using the ranks at {host}:{port} (session {live}): "
+                                     "they serve one driver at a time; try again when it is done")
         session = int(control.add("sessions", 1))
         self._session = (control, session)
         self._beating.set()
@@ -195,6 +195,12 @@ class DistributedPool(WorkerPool):
             try:
                 c.send(("exit",))
             except Exception:  # noqa: BLE001, S110 - a rank or the rendezvous already gone
+                pass
+        if self._session is not None:
+            control, session = self._session
+            try:
+                control.set(f"s{session}/closed", "1")
+            except Exception:  # noqa: BLE001, S110 - the rendezvous already gone
                 pass
         self._procs, self._conns, self._loaded, self._prepared, self._booting = [], [], False, None, False
         self._session = None
@@ -241,6 +247,8 @@ class DistributedPool(WorkerPool):
                 return self._gather_remote(timeout=timeout, which=which)
             return super()._gather(timeout=timeout, which=which)
         except _WorkerFailed as e:
+            if str(e).startswith("out of memory"):
+                raise
             # a rank whose peer died fails first, with the peer's name in a socket error: name the dead rank
             dead = self._dead(grace=1.0)
             if dead is not None and dead not in str(e):
@@ -298,6 +306,10 @@ class DistributedPool(WorkerPool):
                 raise _WorkerFailed(f"timeout: {', '.join(slow)} did not finish within {limit:g} s")
             if now > next_check:
                 next_check = now + 0.5
+                control, session = self._session
+                if control.check([f"s{session}/abandoned"]):
+                    raise _WorkerFailed("the ranks gave up on this driver's session: its heartbeat stalled "
+                                        "for over 5 s (a busy or stopped driver process)")
                 for k in which:
                     if k not in replies and not self._procs[k].is_alive():
                         raise _WorkerFailed(f"rank of {self.cluster.devices[k].name} died or hung "

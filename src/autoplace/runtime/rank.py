@@ -156,6 +156,7 @@ class RankRuntime(_DeviceRuntime):
         self._posted: list = []                  # (work, buffer) of posted sends, kept until the step ends
         self._nccl_recvs: list = []              # (tid, work, buffer) posted, not yet seen complete
         self._staged: list = []                  # (tid, event) GPU -> pinned copies in flight
+        self._pending = False
         self._error: str | None = None
         for peer, tids in self.in_seq.items():   # every gloo receive posted now; a thread per peer waits
             works = []
@@ -202,7 +203,8 @@ class RankRuntime(_DeviceRuntime):
                 try:
                     work.wait()
                 except Exception as e:  # noqa: BLE001 - a peer gone or timed out: the step fails
-                    self._inbox.append(("error", f"receiving from {self.devices[peer]}: {type(e).__name__}: "
+                    self._inbox.append(("error", f"receiving from rank {peer} ({self.devices[peer]}): "
+                                                 f"{type(e).__name__}: "
                                                  f"{' '.join(str(e).split())[:200]}"))
                     self._wake.set()
                     break
@@ -210,6 +212,8 @@ class RankRuntime(_DeviceRuntime):
                 self._wake.set()
 
     def _send(self, sends: list[tuple[TRef, list[int]]], get, step_id: int) -> None:
+        """Pack an op's outputs for their peers and post what may go now (copies to pinned memory still in
+        flight are posted when they land: at a later send, when the rank waits, or at the step's end)."""
         xc = self._counters
         for ref, tids in sends:
             v = get(ref)
@@ -235,6 +239,7 @@ class RankRuntime(_DeviceRuntime):
         """Post every send whose turn has come (in each peer's order) and whose message is ready."""
         if self._staged:
             self._staged = [(tid, ev) for tid, ev in self._staged if not ev.query()]
+        self._pending = bool(self._staged)
         staging = {tid for tid, _ in self._staged}
         dist = self.dist
         for peer, tids in self.out_seq.items():
@@ -300,10 +305,16 @@ class RankRuntime(_DeviceRuntime):
             os._exit(1)
 
     def _end_step(self) -> float:
+        # every op has run, so every message is ready or being staged: post the rest in their order
+        while self._ready_out:
+            for _tid, ev in self._staged:
+                ev.synchronize()
+            before = len(self._ready_out)
+            self._pump()
+            if len(self._ready_out) == before:
+                raise RuntimeError(f"{self.name}: {before} messages cannot be sent in their order (a bug)")
         for work, _buf in self._posted:
             work.wait()
-        if self._ready_out:
-            raise RuntimeError(f"{self.name}: {len(self._ready_out)} messages were never sent (a bug)")
         self._posted = []
         if self.device.startswith("cuda"):  # pragma: no cover
             self.torch.cuda.synchronize()
@@ -475,16 +486,16 @@ def serve(cluster_path: str, *, timeout: float = 120.0, idle_s: float | None = N
 
     rt = RankRuntime(dev.name, devices[rank], _cores_of(dev, k), rank, devices, pg_store, timeout, order)
     rt._spawned, rt.device_index = False, k
+    seen = int(control.add("sessions", 0))  # before registering: a driver opens its session once all have
     incarnation = f"{os.getpid()}@{os.uname().nodename}:{time.time():.6f}"
     control.set(f"rank{rank}", json.dumps({"device": dev.name, "cluster_hash": cluster_hash(cluster),
                                            "pid": os.getpid(), "incarnation": incarnation}))
     beat = threading.Thread(target=_heartbeat, args=(control, rank, world), daemon=True)
     beat.start()
     last = time.monotonic()
-    seen = int(control.add("sessions", 0))
     while True:
         now = int(control.add("sessions", 0))
-        if now > seen:  # a driver opened session ``now`` (a newer one replaces an abandoned one)
+        if now > seen:  # a driver opened session ``now`` (it checked that no other driver is live)
             seen = now
             code = _session(control, now, rank, rt)
             last = time.monotonic()
@@ -529,15 +540,17 @@ def _session(control, session: int, rank: int, rt: RankRuntime) -> int | None:
     the process group unusable (the exit code)."""
     ch = StoreChannel(control, session, rank, driver=False)
     quiet_since = time.monotonic()
+    driver_beat = None
     while True:
         if int(control.add("sessions", 0)) != session:
             return None  # the driver gave up on this session and opened another
         if not ch.poll():
             drv = control.add(f"s{session}/driver", 0)
             if time.monotonic() - quiet_since > 5.0:
-                if drv == getattr(rt, "_driver_beat", None):
-                    return None  # the driver stopped beating: abandon its session
-                rt._driver_beat, quiet_since = drv, time.monotonic()
+                if drv == driver_beat:  # the driver stopped beating: abandon its session, and say so
+                    control.set(f"s{session}/abandoned", "1")
+                    return None
+                driver_beat, quiet_since = drv, time.monotonic()
             time.sleep(2e-4 if time.monotonic() - quiet_since < 0.2 else 5e-3)
             continue
         quiet_since = time.monotonic()
@@ -589,9 +602,11 @@ def _handle(ch: StoreChannel, rt: RankRuntime, msg, rank: int) -> int | None:
         text = " ".join(str(e).split())[:300]
         kind = "oom" if "out of memory" in text.lower() else "error"
         ch.send((kind, f"{rt.name}: {type(e).__name__}: {text}" if kind == "error" else f"{rt.name}: {text}"))
-        if cmd == "step":
-            return 1
-    return None
+    else:
+        return None
+    # a step that failed here (out of memory too) leaves peers waiting on messages that will not come: the
+    # process group cannot run another step, so the rank ends (torchrun ends or restarts the job)
+    return 1 if cmd == "step" else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -219,9 +219,9 @@ class _DeviceRuntime:
                     if self.live_bytes > peak:
                         peak = self.live_bytes
                 sends = self.sends_of.get(i)
-                if sends:
+                if sends or self._pending:
                     ts = pc()
-                    self._send(sends, get, step_id)
+                    self._send(sends or (), get, step_id)
                     send_dt = pc() - ts
                     xc[2] += send_dt
                 for key in self.reads[i]:
@@ -273,6 +273,10 @@ class _DeviceRuntime:
         return t_start, t_end, float(peak), busy, times, tuple(xc)
 
     # -------------------------------------------------------------- the shared-memory exchange
+    #: messages waiting for more than their op's turn (the distributed runtime's staged copies): the loop
+    #: then offers every op's turn to ``_send``, which posts them as soon as they may go
+    _pending = False
+
     def _begin_step(self, step_id: int) -> float:
         """Start a step's exchange; returns the step's start time."""
         self._wait_tids = np.array([tid for tid, _ in self.recv_tid], dtype=np.int64)

@@ -106,13 +106,16 @@ def _main_not_imported():
 
 
 def _cores_of(device, index: int) -> list[int] | None:
-    if not device.name.lower().startswith("cpu"):
+    """The cores a CPU device's worker is pinned to: its ``affinity``, else core ``i`` of ``cpu:i`` (a host
+    before a slash, ``nodeB/cpu:1``, is not part of the name); None for other devices."""
+    name = device.name.rsplit("/", 1)[-1]
+    if not name.lower().startswith("cpu"):
         return None
     aff = device.meta.get("affinity")
     if aff:
         return [int(c) for c in aff]
     n = os.cpu_count() or 1
-    return [int(device.name.partition(":")[2] or index) % n]
+    return [int(name.partition(":")[2] or index) % n]
 
 
 class WorkerPool:
@@ -165,13 +168,18 @@ class WorkerPool:
         with _main_not_imported():
             for k, (dev, tdev) in enumerate(zip(self.cluster.devices, self.devices)):
                 parent, child = ctx.Pipe()
-                p = ctx.Process(target=_worker_main, args=(child, dev.name, tdev, _cores_of(dev, k)),
-                                daemon=True, name=f"autoplace-{dev.name}")
+                target, args = self._process(k, child)
+                p = ctx.Process(target=target, args=args, daemon=True, name=f"autoplace-{dev.name}")
                 p.start()
                 child.close()
                 self._procs.append(p)
                 self._conns.append(parent)
         self._booting = True
+
+    def _process(self, k: int, conn) -> tuple:
+        """``(target, args)`` of device ``k``'s worker process, talking to the pool over ``conn``."""
+        dev = self.cluster.devices[k]
+        return _worker_main, (conn, dev.name, self.devices[k], _cores_of(dev, k))
 
     def close(self) -> None:
         """Stop every worker: ask, then terminate, then kill; always reaps the processes."""
