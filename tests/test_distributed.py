@@ -109,6 +109,10 @@ def test_ranks_prints_each_hosts_torchrun_command(tmp_path, capsys):
     assert cmd[cmd.index("--nnodes") + 1] == "2" and cmd[cmd.index("--node-rank") + 1] == "1"
     assert cmd[cmd.index("--nproc-per-node") + 1] == "2" and cmd[cmd.index("--master-addr") + 1] == "10.0.0.1"
     assert cmd[cmd.index("--master-port") + 1] == "29501" and cmd[-2] == "--timeout"
+    assert main(["ranks", str(tmp_path / "c.json"), "--host", "b", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["node_rank"] == 1 and out["hosts"] == ["a", "b"] and out["command"][-1] == cmd[-1]
+    assert out["ranks"] == {"0": "a/cpu:0", "1": "b/cpu:0", "2": "b/cpu:1"}
     assert main(["ranks", str(tmp_path / "c.json"), "--host", "c", "--print"]) == 2
     assert "no host 'c'" in capsys.readouterr().err
     save_cluster(Cluster("nohost", [_device("a/cpu:0", "a", 0), _device("b/cpu:0", "b", 1)],

@@ -32,11 +32,18 @@ def cmd_ranks(args: argparse.Namespace) -> int:
     import shlex
     import subprocess
 
-    from autoplace.runtime.rank import torchrun_command
+    from autoplace.runtime.rank import hosts_of, rank_order, torchrun_command
 
     cluster = resolve_cluster(args.cluster)
     cmd = torchrun_command(cluster, os.path.abspath(args.cluster), args.host, timeout=args.timeout,
                            max_restarts=args.max_restarts, idle=args.idle)
+    if args.json:
+        hosts = hosts_of(cluster)
+        order = rank_order(cluster)
+        _print_json({"host": args.host, "hosts": hosts, "node_rank": hosts.index(args.host),
+                     "ranks": {r: cluster.devices[k].name for r, k in enumerate(order)},
+                     "command": cmd})
+        return 0
     if args.print:
         print(shlex.join(cmd))
         return 0

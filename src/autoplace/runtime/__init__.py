@@ -8,9 +8,9 @@
 - :mod:`~autoplace.runtime.export` writes a placement as runnable Python and an Accelerate device map.
 """
 
-from autoplace.runtime.distributed import RUNTIMES, DistributedPool, make_pool, runtime_for
+from autoplace.runtime.distributed import RUNTIMES, DistributedPool, make_pool, measure, runtime_for
 from autoplace.runtime.program import ExecutionError, Program, plan_all, run_reference, torch_device
-from autoplace.runtime.workers import MeasuredResult, WorkerPool, measure
+from autoplace.runtime.workers import MeasuredResult, WorkerPool
 
 __all__ = [
     "ExecutionError", "Program", "plan_all", "run_reference", "torch_device",

@@ -27,6 +27,8 @@ import threading
 import time
 
 from autoplace.cluster import Cluster
+from autoplace.graph import Graph
+from autoplace.placement import Placement
 from autoplace.runtime.program import ExecutionError
 from autoplace.runtime.rank import (
     StoreChannel,
@@ -37,9 +39,16 @@ from autoplace.runtime.rank import (
     rank_order,
     rendezvous_of,
 )
-from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool, _cores_of, _WorkerFailed
+from autoplace.runtime.workers import (
+    DEFAULT_STEPS,
+    DEFAULT_TIMEOUT_S,
+    MeasuredResult,
+    WorkerPool,
+    _cores_of,
+    _WorkerFailed,
+)
 
-__all__ = ["DistributedPool", "make_pool", "RUNTIMES", "runtime_for"]
+__all__ = ["DistributedPool", "make_pool", "measure", "RUNTIMES", "runtime_for"]
 
 RUNTIMES = ("auto", "shm", "distributed")
 HEARTBEAT_S = 3.0  #: a torchrun-started rank whose heartbeat stalls this long is dead or hung
@@ -320,3 +329,11 @@ class DistributedPool(WorkerPool):
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs]
+
+
+def measure(graph: Graph, cluster: Cluster, placement: Placement, *, steps: int = DEFAULT_STEPS, seed: int = 0,
+            timeout: float = DEFAULT_TIMEOUT_S, fetch: bool = False, runtime: str = "auto") -> MeasuredResult:
+    """Run ``placement`` for real on the cluster's devices (a fresh pool on ``runtime``, closed afterwards:
+    :func:`make_pool`)."""
+    with make_pool(cluster, runtime=runtime, timeout=timeout) as pool:
+        return pool.run(graph, placement, steps=steps, seed=seed, fetch=fetch)

@@ -39,7 +39,7 @@ from autoplace.runtime.program import (
 )
 from autoplace.runtime.worker import _worker_main
 
-__all__ = ["MeasuredResult", "WorkerPool", "measure"]
+__all__ = ["MeasuredResult", "WorkerPool"]
 
 DEFAULT_STEPS = 10
 DEFAULT_TIMEOUT_S = 120.0
@@ -442,13 +442,3 @@ def _layout(program: Program, plans) -> tuple[list[tuple], int]:
             out.append(t)
             off += (_nbytes(t) + _ALIGN - 1) // _ALIGN * _ALIGN
     return out, max(off, _ALIGN)
-
-
-def measure(graph: Graph, cluster: Cluster, placement: Placement, *, steps: int = DEFAULT_STEPS, seed: int = 0,
-            timeout: float = DEFAULT_TIMEOUT_S, fetch: bool = False, runtime: str = "auto") -> MeasuredResult:
-    """Run ``placement`` for real on the cluster's devices (a fresh pool on ``runtime``, closed afterwards:
-    :func:`~autoplace.runtime.distributed.make_pool`)."""
-    from autoplace.runtime.distributed import make_pool
-
-    with make_pool(cluster, runtime=runtime, timeout=timeout) as pool:
-        return pool.run(graph, placement, steps=steps, seed=seed, fetch=fetch)
