@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after this many seconds without a driver (default: run until stopped)")
     p.add_argument("--print", action="store_true", help="print the torchrun command instead of running it")
     p.add_argument("--json", action="store_true",
-                   help="print the host's place among the hosts and the torchrun command as JSON, instead of running it")
+                   help="print the host's place and the torchrun command as JSON instead of running it")
     p.set_defaults(func=cmd_ranks)
 
     p = sub.add_parser("cluster", help="measure this machine: devices and links")
