@@ -383,3 +383,15 @@ def test_a_message_keeps_a_permuted_tensors_strides():
     plain = torch.arange(6, dtype=torch.int64).reshape(2, 3)
     rt.specs[1] = (tuple(plain.shape), torch.int64)
     assert torch.equal(rt._unpack(1, rt._pack(plain)), plain)
+
+
+@pytest.mark.slow
+def test_profile_runs_on_the_ranks_of_each_host(hosts):
+    from autoplace.runtime.profile import profile_graph
+
+    g = _rnn()
+    profiled = profile_graph(g, load_cluster(hosts), steps=2, rounds=1)
+    costs = [op.cost.get("cpu") for op in profiled.ops if op.meta.get("call")]
+    assert costs and all(c is not None and c >= 0 for c in costs) and sum(costs) > 0
+    # a/cpu:0 has no CPU host-mate (b/cpu:0 is another machine): no split run, no loaded cost
+    assert not any("cpu|loaded" in op.cost for op in profiled.ops)

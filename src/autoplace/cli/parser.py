@@ -251,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=_positive_int, default=3,
                    help="alone/loaded runs alternate this many times; op costs are medians over all (default 3)")
     p.add_argument("--output", "-o", required=True, metavar="GRAPH", help="graph file to write")
+    _add_runtime_arg(p)
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=cmd_profile)
 

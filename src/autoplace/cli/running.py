@@ -120,6 +120,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False)
     with err.status("profiling") as status:
         profiled = profile_graph(graph, cluster, steps=args.steps, rounds=args.rounds, devices=devices,
+                                 runtime=args.runtime,
                                  progress=lambda what: status.update(f"profiling {graph.name} on {what}"))
     save_graph(profiled, args.output)
     from autoplace.units import fmt_time

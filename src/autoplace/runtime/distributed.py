@@ -171,6 +171,10 @@ class DistributedPool(WorkerPool):
                 raise ExecutionError(f"another driver is using the ranks at {host}:{port} (session {live}): "
                                      "they serve one driver at a time; try again when it is done")
         session = int(control.add("sessions", 1))
+        if session != live + 1:  # another driver opened one since we looked: the ranks follow the newer
+            control.set(f"s{session}/closed", "1")
+            raise ExecutionError(f"another driver opened a session at {host}:{port} at the same moment: "
+                                 "the ranks serve one driver at a time; try again when it is done")
         self._session = (control, session)
         self._beating.set()
         threading.Thread(target=self._heartbeat, args=(control, session), daemon=True).start()

@@ -37,7 +37,7 @@ EXCHANGE_BANDWIDTH = 1e13
 
 def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int = 3,
                   pool: WorkerPool | None = None, devices: Sequence[str] | None = None, loaded: bool = True,
-                  progress: Callable[[str], None] | None = None) -> Graph:
+                  progress: Callable[[str], None] | None = None, runtime: str = "auto") -> Graph:
     """A copy of ``graph`` whose ops carry measured ``cost`` (seconds) for each device type profiled.
 
     One device of each type in ``cluster`` (or the named ``devices``) runs the whole graph ``steps``
@@ -50,7 +50,9 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
     ``cost["<type>|loaded"]``. On this project's machine every op of a program split over two workers
     runs 10-30 % slower than in the whole program on one, while a second copy of the program running
     beside it slows it far less. The alone and split runs alternate for ``rounds`` rounds, so a machine
-    whose speed drifts over seconds (a shared VM) biases neither their ratio nor their scale."""
+    whose speed drifts over seconds (a shared VM) biases neither their ratio nor their scale. Without a
+    ``pool``, the runs are on ``runtime`` (:func:`~autoplace.runtime.make_pool`: the ranks of a cluster
+    that spans hosts profile each host's devices where they are)."""
     if steps < 1 or rounds < 1:
         raise AutoplaceError(f"profile: steps and rounds must be positive (got {steps}, {rounds})")
     chosen: dict[str, int] = {}
@@ -59,7 +61,10 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
         k = cluster.index(name)
         chosen.setdefault(cluster.devices[k].type, k)
     own = pool is None
-    pool = pool or WorkerPool(cluster)
+    if pool is None:
+        from autoplace.runtime.distributed import make_pool
+
+        pool = make_pool(cluster, runtime=runtime)
     costs: dict[str, np.ndarray] = {}
     calibrated: dict[str, int] = {}
     busy_share: dict[str, float] = {}

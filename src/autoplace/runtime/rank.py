@@ -49,10 +49,12 @@ HEADER = 64  #: bytes before a message's data: 8 int64 (the permutation of a per
 NCCL, GLOO = "nccl", "gloo"
 
 
-def backend_of(devices: list[str]) -> str:
-    """The process group's backend for ranks on ``devices`` (torch devices): gloo alone without GPUs, else
-    gloo for CPU tensors and NCCL for CUDA ones."""
-    return "cpu:gloo,cuda:nccl" if any(d.startswith("cuda") for d in devices) else "gloo"
+def backend_of(device: str) -> str:
+    """The process-group backend of a rank on ``device`` (a torch device): gloo for CPU tensors on every
+    rank (one gloo group, its rendezvous under the same prefix everywhere), and NCCL for CUDA tensors on a
+    GPU rank only — a CPU rank sends CPU tensors alone, so its torch needs no NCCL, and NCCL's
+    communicators are made per pair of GPU ranks, among them alone."""
+    return "cpu:gloo,cuda:nccl" if device.startswith("cuda") else "cpu:gloo"
 
 
 class RankRuntime(_DeviceRuntime):
@@ -71,7 +73,7 @@ class RankRuntime(_DeviceRuntime):
         self.world = len(self.devices)
         # NCCL communicators are made lazily, per pair of GPU ranks, at their first message (an eager one
         # for the whole group would wait for CPU ranks that never join it)
-        dist.init_process_group(backend_of(self.devices), store=store, rank=rank, world_size=self.world,
+        dist.init_process_group(backend_of(device), store=store, rank=rank, world_size=self.world,
                                 timeout=datetime.timedelta(seconds=timeout))
         self._wake = threading.Event()
         self._inbox: deque = deque()
@@ -273,9 +275,10 @@ class RankRuntime(_DeviceRuntime):
         self._pair_next[peer] = k
 
     def _arrivals(self, step_id: int, idle_since: float) -> list:
-        out = []
         if self._staged or self._ready_out:
             self._pump()
+        out = []
+        self._seen_at = time.perf_counter()
         while self._inbox:
             item = self._inbox.popleft()
             if item[0] == "error":
@@ -499,9 +502,10 @@ def serve(cluster_path: str, *, timeout: float = 120.0, idle_s: float | None = N
             seen = now
             code = _session(control, now, rank, rt)
             last = time.monotonic()
-            if code is not None:
-                rt.close()
-                return code
+            if code is not None:  # the failure is replied; end now (a receiving thread may be stuck in gloo,
+                sys.stdout.flush()  # and destroying the process group could wait on it)
+                sys.stderr.flush()
+                os._exit(code)
         elif idle_s is not None and time.monotonic() - last > idle_s:
             rt.close()
             return 0
@@ -542,8 +546,9 @@ def _session(control, session: int, rank: int, rt: RankRuntime) -> int | None:
     quiet_since = time.monotonic()
     driver_beat = None
     while True:
-        if int(control.add("sessions", 0)) != session:
-            return None  # the driver gave up on this session and opened another
+        if int(control.add("sessions", 0)) != session:  # another driver opened a session: this one is over,
+            control.set(f"s{session}/abandoned", "1")   # which its driver reads as a failing result
+            return None
         if not ch.poll():
             drv = control.add(f"s{session}/driver", 0)
             if time.monotonic() - quiet_since > 5.0:

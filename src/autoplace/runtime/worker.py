@@ -247,9 +247,9 @@ class _DeviceRuntime:
                         t1 = pc()
                     times[i] = t1 - t0 - send_dt  # sends are the exchange's cost, charged apart
             else:
-                tr = pc()
                 arrived = self._arrivals(step_id, idle_since)
                 if arrived:
+                    tr = self._seen_at  # when they were seen: handling them is the receiver's work
                     spins = 0
                     for ref, v in arrived:
                         env[ref] = v
@@ -266,7 +266,7 @@ class _DeviceRuntime:
                     busy += dt
                 else:
                     if spins == 0:
-                        idle_since = tr
+                        idle_since = pc()
                     spins += 1
                     self._idle(spins)
         t_end = self._end_step()
@@ -313,7 +313,7 @@ class _DeviceRuntime:
         hits = np.flatnonzero(self.flags[wait_tids] == step_id)
         if not len(hits):
             return []
-        tr = time.perf_counter()
+        tr = self._seen_at = time.perf_counter()
         xc = self._counters
         out = []
         for h in hits:
