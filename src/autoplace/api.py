@@ -95,7 +95,8 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
             placement: str | os.PathLike | Placement | None = None, seed: int = 0, budget: float | None = None,
             granularity: str = "op", name: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
             cache: bool | str | os.PathLike = True, progress: bool | None = None,
-            keep_whole: tuple[str, ...] | list[str] = (), runtime: str = "auto") -> PlacedStep:
+            keep_whole: tuple[str, ...] | list[str] = (), runtime: str = "auto",
+            micro_batches: int = 1) -> PlacedStep:
     """Capture, place and set up one training step of ``model`` (see the module docstring).
 
     ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs`` (and ``targets``):
@@ -116,6 +117,8 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     ``granularity="module"`` keeps every module with parameters whole on one device
     (:func:`~autoplace.grouping.with_granularity`): ``step.device_map()`` is then an Accelerate device map;
     ``keep_whole`` names module classes kept on one device whole (Accelerate's ``no_split_module_classes``).
+    ``micro_batches=M``: each step is gradient accumulation over ``M`` equal micro-batches of the batch and
+    one update (:func:`~autoplace.capture.capture_training_step`), so eager accumulation is what it equals.
     ``runtime``: what runs the placed step — ``"shm"`` (worker processes on this machine, tensors through
     shared memory), ``"distributed"`` (``torch.distributed`` ranks: NCCL between GPUs, gloo otherwise;
     the ranks of a cluster that spans hosts are started with ``autoplace ranks``) or ``"auto"``
@@ -151,10 +154,11 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
 
     def capture(inputs, targets, title):
         trace = lambda: capture_training_step(model, inputs, loss_fn, optimizer, targets=targets,  # noqa: E731
-                                              name=title)
+                                              name=title, micro_batches=micro_batches)
         key = capture_key(model, inputs, loss_fn, optimizer, targets) if cache is not False else None
         graph = trace() if key is None else cached_graph(f"compile-{title or type(model).__name__}",
-                                                         {**key, "name": title}, trace, folder)
+                                                         {**key, "name": title, "micro_batches": micro_batches},
+                                                         trace, folder)
         return with_granularity(graph, granularity, keep_whole)
 
     def search(graph: Graph) -> tuple[Placement, bool]:

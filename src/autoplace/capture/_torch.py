@@ -520,7 +520,7 @@ def _check_inputs(model, args: tuple, kwargs: dict, targets: tuple) -> None:
 
 
 def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimizer, *,
-                          targets: Any = None, name: str | None = None) -> Graph:
+                          targets: Any = None, name: str | None = None, micro_batches: int = 1) -> Graph:
     """Capture one training step of ``model`` as an autoplace Graph (nothing is computed).
 
     ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs``: one batch —
@@ -533,15 +533,26 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     Parameters and optimizer state become ops with ``param_bytes``; each parameter's update ops and the
     op producing its gradient share its ``colocation_group`` (:func:`_group_gradients`), and ops writing
     a parameter or buffer in place join its group (:func:`_group_hidden_writes`).
+
+    ``micro_batches=M`` captures gradient accumulation: every input and target tensor is cut along its
+    first dimension into ``M`` equal micro-batches, each runs forward and backward (its ops carry
+    ``meta["micro_batch"]``), the gradients of ``loss / M`` are summed, and one update follows; the step's
+    loss is the micro-batches' mean. With a mean-reduced loss that is the full batch's loss and gradient
+    up to float reassociation; a BatchNorm normalises each micro-batch by its own statistics and updates
+    its running statistics once per micro-batch, as eager gradient accumulation does.
     """
     import torch
 
+    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+        raise CaptureError(f"micro_batches must be a positive integer, got {micro_batches!r}")
     model, example_inputs = resolve_model(model, example_inputs)
     _check_optimizer(optimizer)
     if not callable(loss_fn):
         raise CaptureError(f"loss_fn: expected a function loss_fn(outputs, *targets), got {type(loss_fn).__name__}")
     (inputs, kwargs), targets = split_inputs(example_inputs), _as_tuple(targets)
     _check_inputs(model, inputs, kwargs, targets)
+    if micro_batches > 1:
+        _check_micro_batches(inputs, kwargs, targets, micro_batches)
     opt_cls, groups = _optimizer_groups(model, optimizer)
     modes = [_implementation(g) for g in optimizer.param_groups]
     all_params = dict(model.named_parameters())
@@ -565,10 +576,10 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     hyper = _scheduled(opt_cls, groups, layout)
     scopes = _Scopes(model)
 
-    def step(params, frozen, buffers, state, hyper, inputs, kwargs, targets):
+    def pass_(live, frozen, buffers, inputs, kwargs, targets, scale):
+        """One forward and backward pass: the loss and the gradients of ``loss * scale``."""
         import torch.fx.traceback as fxt
 
-        live = {n: p.requires_grad_() for n, p in params.items()}
         with fxt.annotate({"phase": "forward"}), _grad_fn_tagger(scopes):
             out = torch.func.functional_call(model, {**live, **frozen, **buffers}, inputs, kwargs)
             with fxt.annotate({"scope": "loss"}):
@@ -578,7 +589,26 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
             raise CaptureError(f"loss_fn must return a scalar tensor (reduce it, e.g. .mean()), got {got}")
         with fxt.annotate({"phase": "backward"}):
             _scope_backward([loss.grad_fn])
-            grads = torch.autograd.grad(loss, list(live.values()), allow_unused=True)
+            grads = torch.autograd.grad(loss * scale if scale != 1 else loss, list(live.values()), allow_unused=True)
+        return loss, grads
+
+    def step(params, frozen, buffers, state, hyper, inputs, kwargs, targets):
+        import torch.fx.traceback as fxt
+
+        live = {n: p.requires_grad_() for n, p in params.items()}
+        if micro_batches == 1:
+            loss, grads = pass_(live, frozen, buffers, inputs, kwargs, targets, 1)
+        else:  # gradient accumulation: each micro-batch's pass, the gradients of loss / M summed
+            losses, grads = [], None
+            for m in range(micro_batches):
+                with fxt.annotate({"micro_batch": m}):
+                    cut = _micro_batch((inputs, kwargs, targets), m, micro_batches)
+                    loss_m, grads_m = pass_(live, frozen, buffers, *cut, 1.0 / micro_batches)
+                    losses.append(loss_m.detach())
+                    grads = list(grads_m) if grads is None else [
+                        a if b is None else b if a is None else a + b for a, b in zip(grads, grads_m)]
+            with fxt.annotate({"phase": "forward", "scope": "loss"}):
+                loss = torch.stack(losses).mean()
         with fxt.annotate({"phase": "update", "scope": "optimizer"}), torch.no_grad():
             # one param group per parameter, each reading its learning rate from its own input (as a Python
             # number, the way torch.optim reads it), so the update ops stay with their parameter
@@ -606,6 +636,29 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     graph = Graph(_launch_groups(fused, groups, modes), name=graph.name,
                   meta={**graph.meta, "optimizer": {"class": opt_cls.__name__, "implementation": sorted(set(modes))}})
     return _with_modules(_with_tied(graph, model), model)
+
+
+def _check_micro_batches(inputs, kwargs, targets, m: int) -> None:
+    """Every input and target tensor has one first dimension, which ``m`` divides (one clear error else)."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    leaves = [t for t in tree_flatten((inputs, kwargs, targets))[0] if isinstance(t, torch.Tensor)]
+    sizes = {int(t.shape[0]) if t.dim() else None for t in leaves}
+    if len(sizes) != 1 or None in sizes:
+        raise CaptureError(f"micro_batches={m}: every input and target must be a tensor batched along its first "
+                           f"dimension, of one size (got first dimensions {sorted(map(str, sizes))})")
+    (n,) = sizes
+    if n % m:
+        raise CaptureError(f"micro_batches={m} does not divide the batch of {n}")
+
+
+def _micro_batch(batch, m: int, count: int):
+    """Micro-batch ``m`` of ``count`` of a batch: each tensor's ``m``-th equal slice along its first dimension."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda t: t.chunk(count)[m] if isinstance(t, torch.Tensor) else t, batch)
 
 
 def _with_modules(graph: Graph, model) -> Graph:
@@ -1002,7 +1055,8 @@ def load_factory(spec: str) -> Callable[[], Any]:
     return fn
 
 
-def capture_from_factory(spec: str, *, inference: bool = False, name: str | None = None) -> Graph:
+def capture_from_factory(spec: str, *, inference: bool = False, name: str | None = None,
+                         micro_batches: int = 1) -> Graph:
     """Call a user factory and capture what it returns.
 
     The factory returns ``(model, example_inputs, loss_fn, optimizer[, targets])`` for a training step
@@ -1036,4 +1090,4 @@ def capture_from_factory(spec: str, *, inference: bool = False, name: str | None
     if parts.get("loss_fn") is None or parts.get("optimizer") is None:
         raise CaptureError(f"factory {spec!r} returned no loss_fn/optimizer (use --inference for forward only)")
     return capture_training_step(parts["model"], parts["inputs"], parts["loss_fn"], parts["optimizer"],
-                                 targets=parts.get("targets"), name=default)
+                                 targets=parts.get("targets"), name=default, micro_batches=micro_batches)

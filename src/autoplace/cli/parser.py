@@ -343,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(model, example_inputs, loss_fn, optimizer[, targets])")
     p.add_argument("--output", "-o", required=True, metavar="GRAPH", help="graph file to write (.json or .json.gz)")
     p.add_argument("--inference", action="store_true", help="capture the forward pass only")
+    p.add_argument("--micro-batches", type=_positive_int, default=1, metavar="M",
+                   help="gradient accumulation: M forward/backward passes over equal slices of the batch, "
+                        "one update (default 1)")
     p.add_argument("--name", help="graph name (default: the function's name)")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=cmd_capture)

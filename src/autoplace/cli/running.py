@@ -454,7 +454,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
     _check_output(args.output)
     _check_json_output(args)
     with _spinner(f"capturing {args.factory}", args.output == "-" or args.json):
-        graph = capture_from_factory(args.factory, inference=args.inference, name=args.name)
+        graph = capture_from_factory(args.factory, inference=args.inference, name=args.name,
+                                     micro_batches=args.micro_batches)
     save_graph(graph, args.output)
     if _written(args, graph, phases={p: sum(op.phase == p for op in graph.ops)
                                      for p in ("forward", "backward", "update")}):

@@ -1,0 +1,92 @@
+"""Micro-batches in the captured step: ``micro_batches=M`` is gradient accumulation over M equal slices of the
+batch and one update, equal to eager PyTorch's accumulation (BatchNorm's per-micro-batch statistics too)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import autoplace  # noqa: E402
+from autoplace.capture import capture_training_step  # noqa: E402
+from autoplace.errors import AutoplaceError  # noqa: E402
+
+
+def _net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 16, bias=False), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def _accumulated(model, opt, data, m: int) -> list[float]:
+    """Eager gradient accumulation: each micro-batch's loss / m backward, one step; the losses summed."""
+    losses = []
+    for x, y in data:
+        opt.zero_grad()
+        total = 0.0
+        for xm, ym in zip(x.chunk(m), y.chunk(m)):
+            loss = nn.functional.cross_entropy(model(xm), ym) / m
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        losses.append(total)
+    return losses
+
+
+OPTIMIZERS = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),   # the gradients' scale matters
+              "adam": lambda ps: torch.optim.Adam(ps, lr=1e-2)}
+
+
+@pytest.mark.parametrize("m, opt_name", [(2, "sgd"), (4, "adam")])
+def test_micro_batched_placed_training_equals_eager_gradient_accumulation(m, opt_name):
+    model = _net()
+    ref = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(3)
+    data = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(3)]
+    expected = _accumulated(ref, OPTIMIZERS[opt_name](ref.parameters()), data, m)
+    opt = OPTIMIZERS[opt_name](model.parameters())
+    with autoplace.compile(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1], method="metis",
+                           micro_batches=m, cache=False, progress=False) as step:
+        assert len(set(step.devices.values())) == 2
+        losses = [float(step(x, y)) for x, y in data]
+        state = step.state_dict()
+    assert losses == pytest.approx(expected, abs=1e-5)
+    assert max(float((state[k] - v).abs().max()) for k, v in ref.state_dict().items()) < 1e-5  # running stats too
+
+
+def test_micro_batches_are_tagged_and_bad_counts_are_clear_errors():
+    model = _net()
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = capture_training_step(model, x, nn.functional.cross_entropy, opt, targets=y, micro_batches=2)
+    tagged = [op for op in g.ops if "micro_batch" in op.meta]
+    assert {op.meta["micro_batch"] for op in tagged} == {0, 1}
+    for m in (0, 1):                       # each micro-batch has its own forward and backward
+        assert {op.phase for op in tagged if op.meta["micro_batch"] == m} >= {"forward", "backward"}
+    one = capture_training_step(model, x, nn.functional.cross_entropy, opt, targets=y)
+    assert not any("micro_batch" in op.meta for op in one.ops) and g.n_ops > one.n_ops
+    with pytest.raises(AutoplaceError, match="micro_batches=3 does not divide the batch of 8"):
+        capture_training_step(model, x, nn.functional.cross_entropy, opt, targets=y, micro_batches=3)
+    with pytest.raises(AutoplaceError, match="micro_batches must be a positive integer"):
+        capture_training_step(model, x, nn.functional.cross_entropy, opt, targets=y, micro_batches=0)
+    with pytest.raises(AutoplaceError, match="batched along its first dimension, of one size"):
+        capture_training_step(model, x, nn.functional.cross_entropy, opt, targets=y[:4], micro_batches=2)
+
+
+def test_capture_takes_micro_batches_from_the_command_line(tmp_path, capsys):
+    from autoplace.cli import main
+    from autoplace.formats import load_graph
+
+    (tmp_path / "fac.py").write_text(
+        "import torch\nfrom torch import nn\n\n\ndef make():\n    torch.manual_seed(0)\n"
+        "    m = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))\n"
+        "    return m, torch.randn(8, 6), nn.functional.cross_entropy, torch.optim.SGD(m.parameters(), lr=0.1), "
+        "torch.randint(0, 3, (8,))\n")
+    out = tmp_path / "g.json"
+    assert main(["capture", f"{tmp_path / 'fac.py'}:make", "--micro-batches", "4", "-o", str(out)]) == 0
+    assert {op.meta.get("micro_batch") for op in load_graph(out).ops} == {0, 1, 2, 3, None}
+    assert main(["capture", f"{tmp_path / 'fac.py'}:make", "--micro-batches", "3", "-o", str(tmp_path / "x.json")]) == 2
+    assert "micro_batches=3 does not divide the batch of 8" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
