@@ -130,6 +130,7 @@ def test_a_transformer_lm_over_two_gloo_ranks_trains_as_eager():
     _trains_as_eager(TinyLM, batches(4), lm_loss, OPTIMIZERS["sgd-momentum"], _local())
 
 
+@pytest.mark.slow
 def test_a_batch_norm_cnn_over_two_gloo_ranks_trains_as_eager():
     _trains_as_eager(ConvNet, _conv_batches(3), nn.functional.cross_entropy, OPTIMIZERS["adam"], _local())
 

@@ -39,7 +39,7 @@ OPTIMIZERS = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),   # t
               "adam": lambda ps: torch.optim.Adam(ps, lr=1e-2)}
 
 
-@pytest.mark.parametrize("m, opt_name", [(2, "sgd"), (4, "adam")])
+@pytest.mark.parametrize("m, opt_name", [(2, "sgd"), pytest.param(4, "adam", marks=pytest.mark.slow)])
 def test_micro_batched_placed_training_equals_eager_gradient_accumulation(m, opt_name):
     model = _net()
     ref = copy.deepcopy(model)

@@ -69,8 +69,10 @@ def rnn_graph():
 RUNTIMES = ["shm", "distributed"]
 
 
-@pytest.fixture(scope="module", params=RUNTIMES)
+@pytest.fixture(scope="module", params=["shm", pytest.param("distributed", marks=pytest.mark.slow)])
 def pool(request):
+    """A pool of two CPU workers on each runtime (the distributed one's tests are slow: make test keeps
+    tests/test_distributed.py's own)."""
     with make_pool(_cpu_cluster(), runtime=request.param, timeout=30) as p:
         yield p
 
