@@ -274,14 +274,10 @@ class DistributedPool(WorkerPool):
         while True:
             for k, p in enumerate(self._procs):
                 if not p.is_alive():
-                    name = self.cluster.devices[k].name
                     if self.remote:
-                        return f"rank of {name} died or hung (no heartbeat for {HEARTBEAT_S:g} s)"
-                    p.join(0.5)
-                    code = p.exitcode
-                    how = f" (signal {-code})" if code is not None and code < 0 else \
-                        f" (exit code {code})" if code is not None else ""
-                    return f"worker {name} died{how}"
+                        return f"rank of {self.cluster.devices[k].name} died or hung (no heartbeat for " \
+                               f"{HEARTBEAT_S:g} s)"
+                    return self._died(k)
             if time.monotonic() >= end:
                 return None
             time.sleep(0.05)

@@ -99,13 +99,15 @@ class RankRuntime(_DeviceRuntime):
         self.in_seq: dict[int, list[int]] = {}
         self.pair_seq: dict[int, list[int]] = {}
         self.peer_of: dict[int, int] = {}
+        self.link_of: dict[int, str] = {}  # NCCL or GLOO, per transfer
         for tid in order:
             ref, src, dst = transfers[tid][:3]
             if me not in (src, dst):
                 continue
             peer = self.rank_of[dst if src == me else src]
             self.peer_of[tid] = peer
-            if self._link(peer) == NCCL:
+            self.link_of[tid] = self._link(peer)
+            if self.link_of[tid] == NCCL:
                 self.pair_seq.setdefault(peer, []).append(tid)
             else:
                 (self.out_seq if src == me else self.in_seq).setdefault(peer, []).append(tid)
@@ -124,10 +126,8 @@ class RankRuntime(_DeviceRuntime):
         n = v.numel() * v.element_size()
         buf = torch.empty(HEADER + n, dtype=torch.uint8, pin_memory=pinned,
                           device="cpu" if pinned else v.device)
-        header = torch.full((8,), -1, dtype=torch.int64)
-        if order is not None:
-            header[:len(order)] = torch.tensor(order)
-        buf[:HEADER].view(torch.int64).copy_(header)
+        header = (order or []) + [-1] * (8 - len(order or []))
+        buf[:HEADER].view(torch.int64).copy_(torch.tensor(header, dtype=torch.int64))
         data = buf[HEADER:].view(v.dtype)
         if order is None:
             data.view(v.shape).copy_(v, non_blocking=pinned)
@@ -222,7 +222,7 @@ class RankRuntime(_DeviceRuntime):
             nb = v.numel() * v.element_size()
             packed = {}
             for tid in tids:
-                link = self._link(self.peer_of[tid])
+                link = self.link_of[tid]
                 if link not in packed:
                     if link == NCCL:  # a contiguous copy: a later in-place update cannot race the send
                         packed[link] = v.clone(memory_format=self.torch.contiguous_format)
@@ -490,9 +490,8 @@ def serve(cluster_path: str, *, timeout: float = 120.0, idle_s: float | None = N
     rt = RankRuntime(dev.name, devices[rank], _cores_of(dev, k), rank, devices, pg_store, timeout, order)
     rt._spawned, rt.device_index = False, k
     seen = int(control.add("sessions", 0))  # before registering: a driver opens its session once all have
-    incarnation = f"{os.getpid()}@{os.uname().nodename}:{time.time():.6f}"
     control.set(f"rank{rank}", json.dumps({"device": dev.name, "cluster_hash": cluster_hash(cluster),
-                                           "pid": os.getpid(), "incarnation": incarnation}))
+                                           "pid": os.getpid()}))
     beat = threading.Thread(target=_heartbeat, args=(control, rank, world), daemon=True)
     beat.start()
     last = time.monotonic()

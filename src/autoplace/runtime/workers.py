@@ -235,11 +235,7 @@ class WorkerPool:
                 if k in replies:
                     continue
                 if not self._conns[k].poll():  # no reply waiting: the sentinel fired, the worker is gone
-                    self._procs[k].join(0.5)
-                    code = self._procs[k].exitcode
-                    how = f" (signal {-code})" if code is not None and code < 0 else \
-                        f" (exit code {code})" if code is not None else ""
-                    raise _WorkerFailed(f"worker {self.cluster.devices[k].name} died{how}")
+                    raise _WorkerFailed(self._died(k))
                 try:
                     msg = self._conns[k].recv()
                 except (EOFError, OSError):
@@ -256,11 +252,15 @@ class WorkerPool:
         try:
             self._conns[k].send(msg)
         except (OSError, ValueError):  # BrokenPipeError, a closed connection
-            self._procs[k].join(0.5)
-            code = self._procs[k].exitcode
-            how = f" (signal {-code})" if code is not None and code < 0 else \
-                f" (exit code {code})" if code is not None else ""
-            raise _WorkerFailed(f"worker {self.cluster.devices[k].name} died{how}") from None
+            raise _WorkerFailed(self._died(k)) from None
+
+    def _died(self, k: int) -> str:
+        """``worker <device> died (signal 9)``: worker ``k``'s death, with its exit code or signal."""
+        self._procs[k].join(0.5)
+        code = self._procs[k].exitcode
+        how = f" (signal {-code})" if code is not None and code < 0 else \
+            f" (exit code {code})" if code is not None else ""
+        return f"worker {self.cluster.devices[k].name} died{how}"
 
     def _send_all(self, msg, which: list[int] | None = None) -> None:
         for k in (range(len(self._conns)) if which is None else which):
