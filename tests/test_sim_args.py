@@ -20,5 +20,6 @@ def test_both_loops_take_the_arguments_named_in_one_place():
     listed = "".join(re.findall(r'"([^"]*)"', re.search(r"ap_arg_names\(void\) \{(.*?)\}", src, re.S).group(1)))
     assert listed.split(",") == list(C_ARRAYS)
     numba = list(inspect.signature(_kernel.simulate_one.py_func).parameters)
-    assert numba[2:2 + len(GraphArrays._fields) + len(ClusterArrays._fields)] == [
+    assert numba[:3] == ["dev", "spos", "optime"]
+    assert numba[3:3 + len(GraphArrays._fields) + len(ClusterArrays._fields)] == [
         *GraphArrays._fields, *ClusterArrays._fields]

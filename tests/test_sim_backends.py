@@ -7,12 +7,13 @@ import pytest
 from hypothesis import given
 from test_sim_properties import SETTINGS, cases
 
+from autoplace.schedule import positions
 from autoplace.sim import BACKEND, Simulator, _kernel
 
 pytestmark = pytest.mark.skipif(BACKEND != "c", reason="the C extension is not built here")
 
 
-def numba_run(sim: Simulator, dev: np.ndarray, op_times: np.ndarray | None = None):
+def numba_run(sim: Simulator, dev: np.ndarray, op_times: np.ndarray | None = None, spos: np.ndarray | None = None):
     g, c = sim.graph, sim.cluster
     n, D, P, S = g.n_ops, c.n_devices, g.n_edges, len(c.segments)
     start, finish, lstart = np.empty(n), np.empty(n), np.empty(n)
@@ -20,8 +21,10 @@ def numba_run(sim: Simulator, dev: np.ndarray, op_times: np.ndarray | None = Non
     lt, lb, st = np.zeros((D, D)), np.zeros((D, D), np.int64), np.zeros(S)
     xf = [np.empty(P, np.int64) for _ in range(3)] + [np.empty(P), np.empty(P), np.empty(P)]
     op_times = sim.op_times if op_times is None else op_times
-    step, nx, done = _kernel.simulate_one(dev, op_times, *sim._graph_args, *sim._cluster_args, len(c.launcher_names),
-                                          start, finish, lstart, busy, host, peak, lt, lb, st, *xf)
+    spos = np.full(n, -1, np.int64) if spos is None else spos
+    step, nx, done = _kernel.simulate_one(dev, spos, op_times, *sim._graph_args, *sim._cluster_args,
+                                          len(c.launcher_names), start, finish, lstart, busy, host, peak, lt, lb, st,
+                                          *xf)
     assert done == n
     return step, start, finish, lstart, busy, host, peak, lt, lb, st, nx, [a[:nx] for a in xf]
 
@@ -29,28 +32,44 @@ def numba_run(sim: Simulator, dev: np.ndarray, op_times: np.ndarray | None = Non
 @SETTINGS
 @given(cases(concurrency=True))
 def test_c_matches_numba(case):
+    """Bit for bit, with each device's ops in ready order and under a random schedule."""
     graph, cluster, dev = case
     sim = Simulator(graph, cluster)
-    r = sim.run(dev, trace=True)
-    step, start, finish, lstart, busy, host, peak, lt, lb, st, nx, xf = numba_run(sim, dev)
-    assert r.step_time == step
-    assert np.array_equal(r.timeline.start, start) and np.array_equal(r.timeline.finish, finish)
-    assert np.array_equal(r.timeline.launch_start, lstart) and np.array_equal(r.host_time, host)
-    assert np.array_equal(r.busy_time, busy) and np.array_equal(r.peak_memory, peak)
-    assert np.array_equal(r.link_time, lt) and np.array_equal(r.link_bytes, lb) and r.n_transfers == nx
-    assert np.array_equal(r.segment_time, st)
-    tl = r.timeline
-    for mine, ref in zip((tl.transfer_tensor, tl.transfer_src, tl.transfer_dst, tl.transfer_start,
-                          tl.transfer_end, tl.transfer_arrival), xf):
-        assert np.array_equal(mine, ref)
+    for prio in (None, random_schedule(graph, np.random.default_rng(graph.n_ops))):
+        r = sim.run(dev, trace=True, schedule=prio)
+        spos = None if prio is None else positions(graph, dev, prio, cluster.n_devices)
+        step, start, finish, lstart, busy, host, peak, lt, lb, st, nx, xf = numba_run(sim, dev, spos=spos)
+        assert r.step_time == step
+        assert np.array_equal(r.timeline.start, start) and np.array_equal(r.timeline.finish, finish)
+        assert np.array_equal(r.timeline.launch_start, lstart) and np.array_equal(r.host_time, host)
+        assert np.array_equal(r.busy_time, busy) and np.array_equal(r.peak_memory, peak)
+        assert np.array_equal(r.link_time, lt) and np.array_equal(r.link_bytes, lb) and r.n_transfers == nx
+        assert np.array_equal(r.segment_time, st)
+        tl = r.timeline
+        for mine, ref in zip((tl.transfer_tensor, tl.transfer_src, tl.transfer_dst, tl.transfer_start,
+                              tl.transfer_end, tl.transfer_arrival), xf):
+            assert np.array_equal(mine, ref)
 
 
-def _agree(sim: Simulator, dev: np.ndarray) -> None:
-    """The simulator (C) and the numba kernel on the same op times (with the row's exchange charges)."""
-    r = sim.run(dev, trace=True)
+def random_schedule(graph, rng) -> np.ndarray:
+    """Priorities that keep every op after its inputs (so the schedule cannot deadlock) and otherwise shuffle
+    each device's order: an op's depth in the graph times 4, plus 0..3 at random."""
+    depth = np.zeros(graph.n_ops, np.int64)
+    for i in graph.topological_order:
+        preds = graph.predecessors(i)
+        if len(preds):
+            depth[i] = depth[preds].max() + 1
+    return depth * 4 + rng.integers(0, 4, graph.n_ops)
+
+
+def _agree(sim: Simulator, dev: np.ndarray, prio: np.ndarray | None = None) -> None:
+    """The simulator (C) and the numba kernel on the same op times (with the row's exchange charges), under
+    schedule ``prio`` if given."""
+    r = sim.run(dev, trace=True, schedule=prio)
     times = sim.op_times.copy()
     times[np.arange(len(dev)), dev] += sim.exchange_charges(dev)
-    step, start, finish, lstart, busy, host, peak, lt, lb, st, nx, xf = numba_run(sim, dev, times)
+    spos = None if prio is None else positions(sim.graph, dev, prio, sim.cluster.n_devices)
+    step, start, finish, lstart, busy, host, peak, lt, lb, st, nx, xf = numba_run(sim, dev, times, spos)
     assert r.step_time == step and r.n_transfers == nx
     assert np.array_equal(r.timeline.start, start) and np.array_equal(r.timeline.finish, finish)
     assert np.array_equal(r.timeline.launch_start, lstart) and np.array_equal(r.host_time, host)
@@ -94,4 +113,6 @@ def test_c_matches_numba_past_the_sorted_queues(cluster_name, width):
         for _ in range(3):
             _agree(sim, rng.integers(0, D, n))
         _agree(sim, np.minimum(np.arange(n) * D // n, D - 1))
+        _agree(sim, rng.integers(0, D, n), random_schedule(graph, rng))   # under a schedule
+        _agree(sim, np.zeros(n, dtype=np.int64), random_schedule(graph, rng))
 

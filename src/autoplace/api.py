@@ -9,6 +9,7 @@ and runs (:mod:`autoplace.runtime`); nothing below imports it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import sys
@@ -170,7 +171,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
         where its ops are the same."""
         other = capture(inputs, targets, graph.name)
         if {op.name for op in other.ops} == set(chosen.assignment):
-            return other, Placement(dict(chosen.assignment), other.name, cl.name, chosen.method, dict(chosen.meta))
+            return other, dataclasses.replace(chosen, graph=other.name, cluster=cl.name)
         if placement is not None:
             raise AutoplaceError(f"a batch of other shapes captures another graph of {graph.name!r} than the "
                                  "placement given covers: compile with a method to place it")

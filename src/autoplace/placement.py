@@ -21,7 +21,9 @@ class Placement:
     """An assignment of every op of graph ``graph`` to a device of cluster ``cluster``.
 
     ``meta`` carries what the placer reports (search time, seed, bound ...) and survives a file round
-    trip; the simulated result is added by writers, not stored here.
+    trip; the simulated result is added by writers, not stored here. ``schedule`` (optional) gives every op
+    a priority: each device runs its ops strictly in (priority, topological rank) order
+    (:mod:`autoplace.schedule`); without one a device runs its ops as they become ready.
     """
 
     assignment: Mapping[str, str]
@@ -29,17 +31,43 @@ class Placement:
     cluster: str
     method: str = "manual"
     meta: Mapping[str, Any] = field(default_factory=dict)
+    schedule: Mapping[str, int] | None = None
 
     @classmethod
     def from_array(cls, graph: Graph, cluster: Cluster, devices: np.ndarray | list[int], method: str,
-                   **meta: Any) -> Placement:
-        """Build from a device index per op (the form placers and the simulator work in)."""
+                   priorities: np.ndarray | None = None, **meta: Any) -> Placement:
+        """Build from a device index per op (the form placers and the simulator work in), and optionally a
+        priority per op (its schedule)."""
         devices = np.asarray(devices)
         if devices.shape != (graph.n_ops,):
             raise PlacementError(f"placement array has shape {devices.shape}, expected ({graph.n_ops},)")
         names = cluster.device_names
         assignment = {op.name: names[int(d)] for op, d in zip(graph.ops, devices)}
-        return cls(assignment, graph.name, cluster.name, method, meta)
+        schedule = None
+        if priorities is not None:
+            priorities = np.asarray(priorities)
+            if priorities.shape != (graph.n_ops,):
+                raise PlacementError(f"schedule array has shape {priorities.shape}, expected ({graph.n_ops},)")
+            schedule = {op.name: int(p) for op, p in zip(graph.ops, priorities)}
+        return cls(assignment, graph.name, cluster.name, method, meta, schedule)
+
+    def priorities(self, graph: Graph) -> np.ndarray | None:
+        """The schedule's priority per op (None: no schedule); raises :class:`PlacementError` naming the first
+        op at fault."""
+        if self.schedule is None:
+            return None
+        extra = [name for name in self.schedule if name not in graph]
+        if extra:
+            raise PlacementError(f"schedule names op {extra[0]!r} which is not in graph {graph.name!r}")
+        out = np.empty(graph.n_ops, np.int64)
+        for i, op in enumerate(graph.ops):
+            p = self.schedule.get(op.name)
+            if p is None:
+                raise PlacementError(f"schedule has no priority for op {op.name!r}")
+            if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not -2**62 < p < 2**62:
+                raise PlacementError(f"schedule gives op {op.name!r} priority {p!r}: expected an integer")
+            out[i] = p
+        return out
 
     def to_array(self, graph: Graph, cluster: Cluster) -> np.ndarray:
         """Device index per op; raises :class:`PlacementError` naming the first op or device at fault."""

@@ -232,7 +232,12 @@ def placement_from_dict(obj: Any, where: str = "placement") -> Placement:
     for op, dev in assignment.items():
         if not isinstance(dev, str):
             raise FormatError(f"{where}: assignment[{op!r}] must be a device name, got {dev!r}")
-    return Placement(dict(assignment), f.str("graph"), f.str("cluster"), f.str("method", "manual"), f.extra())
+    schedule = f.dict("schedule", None)
+    for op, prio in (schedule or {}).items():
+        if isinstance(prio, bool) or not isinstance(prio, int) or not -2**62 < prio < 2**62:
+            raise FormatError(f"{where}: schedule[{op!r}] must be an integer priority, got {prio!r}")
+    return Placement(dict(assignment), f.str("graph"), f.str("cluster"), f.str("method", "manual"), f.extra(),
+                     None if schedule is None else dict(schedule))
 
 
 def placement_to_dict(placement: Placement, result: Any = None) -> dict[str, Any]:
@@ -242,6 +247,8 @@ def placement_to_dict(placement: Placement, result: Any = None) -> dict[str, Any
     if result is not None:
         out["result"] = result.to_dict()
     out["assignment"] = dict(placement.assignment)
+    if placement.schedule is not None:
+        out["schedule"] = {k: int(v) for k, v in placement.schedule.items()}
     return out
 
 

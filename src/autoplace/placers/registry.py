@@ -6,6 +6,7 @@ registry without an import cycle.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,4 +98,4 @@ def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.
         meta["time_limit_s"] = float(time_limit)
     if isinstance(seed, int):
         meta["seed"] = seed
-    return Placement(placement.assignment, placement.graph, placement.cluster, placement.method, meta)
+    return dataclasses.replace(placement, meta=meta)

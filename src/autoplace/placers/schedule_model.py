@@ -8,6 +8,7 @@ estimates a placement's step (:func:`_replay`)."""
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 
 import numpy as np
@@ -464,8 +465,7 @@ def _fitting(graph: Graph, cluster: Cluster, method: str, build) -> Placement:
         placement = build((cap * scale).astype(np.int64))
         r = sim.run(placement)
         if r.ok:
-            return Placement(placement.assignment, placement.graph, placement.cluster, placement.method,
-                             {**placement.meta, "memory_tries": attempt})
+            return dataclasses.replace(placement, meta={**placement.meta, "memory_tries": attempt})
         over = r.peak_memory / np.maximum(cap, 1.0)
         scale = np.where(over > 1, scale / np.maximum(over, 1.0) * 0.98, scale)
     worst = int(np.argmax(r.peak_memory / cap))

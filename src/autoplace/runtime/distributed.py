@@ -239,7 +239,7 @@ class DistributedPool(WorkerPool):
         if cmd == "setup":
             _plan, _transfers, seed, capacity, keep, values, ranks = msg[1:8]
             return ("setup", [int(x) for x in self._assignment], self.cluster.n_devices, int(seed), float(capacity),
-                    sorted(int(x) for x in keep), dict(values), list(ranks))
+                    sorted(int(x) for x in keep), dict(values), list(ranks), self._priority)
         if cmd == "fetch":
             return ("fetch", [[r.op, r.k] for r in msg[1]])
         if cmd == "call":
@@ -249,6 +249,8 @@ class DistributedPool(WorkerPool):
 
     def prepare(self, graph, placement, *, seed: int = 0, values=None) -> None:
         self._assignment = placement.to_array(graph, self.cluster)
+        prio = placement.priorities(graph)
+        self._priority = None if prio is None else [int(x) for x in prio]
         super().prepare(graph, placement, seed=seed, values=values)
 
     def _exchange_buffers(self, transfers: list[tuple], total: int, used: list[int]) -> tuple:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from autoplace.errors import AutoplaceError
+from autoplace.errors import AutoplaceError, PlacementError
 from autoplace.graph import Graph, parse_input
 
 __all__ = ["ExecutionError", "Program", "DevicePlan", "plan_device", "run_reference", "torch_device"]
@@ -367,17 +367,23 @@ class DevicePlan:
     ``ops``: its ops in program order; ``deps[i]``: the local ops op ``i`` waits for (data and
     write-after-read); ``recv``: the tensors it receives (ref -> source device; each tensor once per
     destination device, Send/Recv — the senders' side follows from the receivers'); ``recv_users``:
-    the local ops reading each received tensor."""
+    the local ops reading each received tensor; ``order``: under a schedule, the order it runs its ops in
+    (None: as they become ready); ``priority``: the schedule's priority of every op of the program."""
 
     device: int
     ops: list[int]
     deps: dict[int, list[int]]
     recv: dict[TRef, int]
     recv_users: dict[TRef, list[int]]
+    order: list[int] | None = None
+    priority: np.ndarray | None = None
 
 
-def plan_device(program: Program, assignment: np.ndarray, device: int) -> DevicePlan:
-    """Cut ``program`` for ``device`` under ``assignment`` (op index -> device index)."""
+def plan_device(program: Program, assignment: np.ndarray, device: int,
+                priority: np.ndarray | None = None) -> DevicePlan:
+    """Cut ``program`` for ``device`` under ``assignment`` (op index -> device index) and, if given, the
+    schedule ``priority`` (per op: the device runs its ops in (priority, topological rank) order; an order
+    that runs an op before one it must follow here is a :class:`PlacementError`)."""
     g = program.graph
     ops = [i for i in range(g.n_ops) if assignment[i] == device]
     local = set(ops)
@@ -417,12 +423,24 @@ def plan_device(program: Program, assignment: np.ndarray, device: int) -> Device
         for r in c.tensor_refs:
             readers.setdefault(root_of(r), []).append(i)
         deps[i] = sorted(set(mine) - {i})
-    return DevicePlan(device, ops, deps, recv, recv_users)
+    order = None
+    if priority is not None:
+        rank = g.rank
+        order = sorted(ops, key=lambda i: (int(priority[i]), int(rank[i])))
+        place = {i: k for k, i in enumerate(order)}
+        for i in order:
+            late = [j for j in deps[i] if place[j] > place[i]]
+            if late:
+                raise PlacementError(f"the schedule runs op {g.ops[i].name!r} before op {g.ops[late[0]].name!r} on "
+                                     f"its device, but it must follow it (it reads its result or overwrites what it "
+                                     f"reads)")
+    return DevicePlan(device, ops, deps, recv, recv_users, order, priority)
 
 
-def plan_all(program: Program, assignment: np.ndarray, n_devices: int) -> list[DevicePlan]:
-    """Plans for every device."""
-    return [plan_device(program, assignment, d) for d in range(n_devices)]
+def plan_all(program: Program, assignment: np.ndarray, n_devices: int,
+             priority: np.ndarray | None = None) -> list[DevicePlan]:
+    """Plans for every device (under schedule ``priority`` if given)."""
+    return [plan_device(program, assignment, d, priority) for d in range(n_devices)]
 
 
 def get_value(env: dict, r: TRef) -> Any:

@@ -10,7 +10,8 @@ differs:
   in pinned host memory (an asynchronous device-to-host copy, posted to gloo once it lands) and copies
   what a CPU rank sends it in asynchronously from pinned memory.
 - **Order.** The tensors one rank sends another go in one fixed order, the order of their producing ops
-  in the program (a topological order), and the receiver takes them in that order: a message never waits
+  in the program (a topological order; under a schedule, between CPU ranks, the order the sender's schedule
+  produces them), and the receiver takes them in that order: a message never waits
   for one that depends on it, so no order of execution can deadlock. Between two GPUs both directions
   share one NCCL stream, so both ranks post sends and receives in one merged order.
 - **Asynchrony.** Sends are posted and left to complete while the rank computes (the sender packs a copy,
@@ -92,7 +93,10 @@ class RankRuntime(_DeviceRuntime):
         self.taking_part = sorted(ranks)  # the ranks running this placement (a step starts at their barrier)
         self.specs = {tid: (tuple(shape), getattr(torch, dtype)) for tid, (_r, _s, _d, _o, shape, dtype)
                       in enumerate(transfers)}
-        order = sorted(range(len(transfers)), key=lambda t: (transfers[t][0].op, transfers[t][0].k or 0,
+        # under a schedule a gloo pair's messages go in the order their sender produces them (its schedule's)
+        prio, rank = self.plan.priority, self.program.graph.rank
+        first = ((lambda op: (0, op)) if prio is None else (lambda op: (int(prio[op]), int(rank[op]))))
+        order = sorted(range(len(transfers)), key=lambda t: (*first(transfers[t][0].op), transfers[t][0].k or 0,
                                                              transfers[t][1], transfers[t][2]))
         # per peer: what goes out (gloo), what comes in (gloo), both in one order (NCCL)
         self.out_seq: dict[int, list[int]] = {}
@@ -111,6 +115,8 @@ class RankRuntime(_DeviceRuntime):
                 self.pair_seq.setdefault(peer, []).append(tid)
             else:
                 (self.out_seq if src == me else self.in_seq).setdefault(peer, []).append(tid)
+        for seq in self.pair_seq.values():  # both directions of an NCCL pair: program order, always
+            seq.sort(key=lambda t: (transfers[t][0].op, transfers[t][0].k or 0, transfers[t][1], transfers[t][2]))
         self.recv_ref = {tid: ref for tid, ref in self.recv_tid}
 
     # -------------------------------------------------------------- messages
@@ -581,10 +587,11 @@ def _handle(ch: StoreChannel, rt: RankRuntime, msg, rank: int) -> int | None:
             from autoplace.runtime.program import plan_all
             from autoplace.runtime.workers import _layout
 
-            assignment, n_devices, seed, capacity, keep, values, ranks = msg[1:]
+            assignment, n_devices, seed, capacity, keep, values, ranks, priority = msg[1:]
             import numpy as np
 
-            plans = plan_all(rt.program, np.asarray(assignment, dtype=np.int64), n_devices)
+            plans = plan_all(rt.program, np.asarray(assignment, dtype=np.int64), n_devices,
+                             None if priority is None else np.asarray(priority, dtype=np.int64))
             transfers, _ = _layout(rt.program, plans)
             resident = rt.setup(plans[rt.device_index], transfers, seed, capacity, set(keep), values, ranks)
             rt.finish_setup()

@@ -174,7 +174,7 @@ class _DeviceRuntime:
         recv_users = self.recv_users
         n_deps = dict(self.n_deps)
         refs = dict(self.refcount)
-        ready = deque(self.initial)
+        ready = deque(self.initial) if plan.order is None else _InTurn(plan.order, self.initial)
         peak = self.live_bytes
         busy = 0.0
         times: dict[int, float] | None = {} if profile else None
@@ -389,6 +389,28 @@ class _DeviceRuntime:
                 v = v[r.k]
             out.append(v.detach().to("cpu").clone() if v is not None else None)
         return out
+
+
+class _InTurn:
+    """The ready ops of a device that runs a schedule: only the op whose turn it is comes out (the
+    ``deque`` calls the step loop makes)."""
+
+    __slots__ = ("order", "k", "ready")
+
+    def __init__(self, order: list[int], initial: list[int]):
+        self.order, self.k, self.ready = order, 0, set(initial)
+
+    def append(self, i: int) -> None:
+        self.ready.add(i)
+
+    def __bool__(self) -> bool:
+        return self.k < len(self.order) and self.order[self.k] in self.ready
+
+    def popleft(self) -> int:
+        i = self.order[self.k]
+        self.k += 1
+        self.ready.discard(i)
+        return i
 
 
 def _worker_main(conn, name: str, device: str, cores: list[int] | None) -> None:

@@ -38,6 +38,7 @@ from autoplace.runtime.program import (
     torch_device,
 )
 from autoplace.runtime.worker import _worker_main
+from autoplace.schedule import runnable_priorities
 
 __all__ = ["MeasuredResult", "WorkerPool"]
 
@@ -303,10 +304,11 @@ class WorkerPool:
         values back. Raises ``_WorkerFailed`` (a failing run) as :meth:`step` does."""
         cluster = self.cluster
         assignment = placement.to_array(graph, cluster)
+        priority = runnable_priorities(graph, assignment, placement)
         program = self.load(graph)
         index = {op.name: i for i, op in enumerate(graph.ops)}
         by_index = {index[n]: v for n, v in (values or {}).items()}
-        plans = plan_all(program, assignment, cluster.n_devices)
+        plans = plan_all(program, assignment, cluster.n_devices, priority)
         transfers, total = _layout(program, plans)
         keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
         used = [k for k, plan in enumerate(plans) if plan.ops]  # idle devices take no part

@@ -7,6 +7,9 @@ The whitepaper's simulated execution with Send/Recv (§3.2.1-3.2.2), as a discre
     simulate_batch(graph, cluster, placements)        -> BatchResult   # many placements, one call
     Simulator(graph, cluster)                          # reuses the op-time matrix across calls
 
+A placement with a schedule (:mod:`autoplace.schedule`) runs each device's ops in its order; arrays of
+device indices take their schedules as priorities beside them (``schedule=``, ``schedules=``).
+
 A placement whose peak memory exceeds a device's capacity is a *failing placement*: reported in
 ``SimResult.oom_devices``, never raised.
 """
@@ -30,13 +33,15 @@ from autoplace.errors import PlacementError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.result import StepResult
+from autoplace.schedule import deadlock, positions
 from autoplace.sim import _cbackend, _kernel
 from autoplace.sim._args import ClusterArrays, GraphArrays
 
 __all__ = ["Simulator", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch", "host_busy_share",
-           "BACKEND"]
+           "BACKEND", "NO_SCHEDULE"]
 
 BACKEND = _cbackend.BACKEND  # "c" (the built extension) or "numba" (the reference kernel)
+NO_SCHEDULE = np.iinfo(np.int64).min  # a row of schedules that starts with it has none
 
 
 @dataclass(frozen=True)
@@ -222,36 +227,59 @@ class Simulator:
         charge += np.bincount(consumers, weights=c.recv_overhead[keys % D], minlength=g.n_ops)
         return charge
 
-    def _execute(self, devs: np.ndarray) -> tuple[BatchResult, Timeline]:
-        """Run the event loop on every row of ``devs`` (C if built, else numba); the timeline is the last row's.
+    def _schedules(self, devs: np.ndarray, prios) -> np.ndarray | None:
+        """``prios`` as a ``[B, n]`` int64 array shaped like ``devs`` (None stays None)."""
+        if prios is None:
+            return None
+        arr = _int_array(prios)
+        if arr.size != devs.size:
+            raise PlacementError(f"schedules have shape {arr.shape}, expected {devs.shape}")
+        return arr.reshape(devs.shape)
+
+    def _positions(self, devs: np.ndarray, prios: np.ndarray | None) -> np.ndarray:
+        """``[B, n]``: each op's place in its device's schedule; a row of -1 where a row has none."""
+        spos = np.full(devs.shape, -1, np.int64)
+        if prios is not None:
+            for b in range(len(devs)):
+                if devs.shape[1] and prios[b, 0] != NO_SCHEDULE:
+                    spos[b] = positions(self.graph, devs[b], prios[b], self.cluster.n_devices)
+        return spos
+
+    def _execute(self, devs: np.ndarray, prios: np.ndarray | None = None) -> tuple[BatchResult, Timeline]:
+        """Run the event loop on every row of ``devs`` (C if built, else numba) under its schedule (``prios``,
+        priorities per op; None: none); the timeline is the last row's.
 
         Where devices pay for their transfers (``send_cost_s_per_byte``, ``send_overhead_s``,
         ``recv_overhead_s``), each row runs with op times that include its exchange charges; where ops
         carry loaded costs and devices share a host, a second pass blends in contention."""
+        prios = self._schedules(devs, prios)
+        spos = self._positions(devs, prios)
         if not (self._charges or self._loaded_times is not None) or not len(devs):
-            return self._execute_rows(devs, self.op_times)
+            return self._execute_rows(devs, spos, self.op_times, prios)
         base = self.op_times
         rows = []
-        for dev in devs:
+        for b, dev in enumerate(devs):
             ops = np.arange(len(dev))
             extra = self.exchange_charges(dev) if self._charges else 0.0
             times = base.copy()
             times[ops, dev] += extra
-            row = self._execute_rows(dev[None, :], times)
+            row_prio = None if prios is None else prios[b:b + 1]
+            row = self._execute_rows(dev[None, :], spos[b:b + 1], times, row_prio)
             if self._loaded_times is not None:
                 # contention: an op whose host-mates were busy a share u of its run (in this first pass)
                 # runs at (1 - u) * alone + u * loaded; one more pass with those times
                 tl = row[1]
                 u = host_busy_share(tl.start, tl.finish, dev, self._shares_host)
                 times[ops, dev] = (1 - u) * base[ops, dev] + u * self._loaded_times[ops, dev] + extra
-                row = self._execute_rows(dev[None, :], times)
+                row = self._execute_rows(dev[None, :], spos[b:b + 1], times, row_prio)
             rows.append(row)
         cat = lambda f: np.concatenate([getattr(r[0], f) for r in rows])  # noqa: E731
         return BatchResult(cat("step_time"), cat("busy_time"), cat("peak_memory"),
                            self.cluster.memory_bytes.copy(), cat("link_time"), cat("link_bytes"),
                            cat("n_transfers"), cat("segment_time"), cat("host_time")), rows[-1][1]
 
-    def _execute_rows(self, devs: np.ndarray, op_times: np.ndarray) -> tuple[BatchResult, Timeline]:
+    def _execute_rows(self, devs: np.ndarray, spos: np.ndarray, op_times: np.ndarray,
+                      prios: np.ndarray | None) -> tuple[BatchResult, Timeline]:
         B, n = devs.shape
         D, P, S = self.cluster.n_devices, self.graph.n_edges, len(self.cluster.segments)
         H = len(self.cluster.launcher_names)
@@ -264,15 +292,20 @@ class Simulator:
         xf_a, xf_b, xf_c = np.empty(P), np.empty(P), np.empty(P)
         if _cbackend.BACKEND == "c":
             _cbackend.simulate(B, n, self.graph.n_tensors, P, D, S, H, (
-                devs, op_times, *self._graph_args, *self._cluster_args, start, finish, lstart, step, busy, host,
+                devs, spos, op_times, *self._graph_args, *self._cluster_args, start, finish, lstart, step, busy, host,
                 peak, link_time, link_bytes, seg_time, nx, xf_t, xf_s, xf_d, xf_a, xf_b, xf_c, done))
         else:
             for b in range(B):
                 step[b], nx[b], done[b] = _kernel.simulate_one(
-                    devs[b], op_times, *self._graph_args, *self._cluster_args, H, start, finish, lstart, busy[b],
-                    host[b], peak[b], link_time[b], link_bytes[b], seg_time[b], xf_t, xf_s, xf_d, xf_a, xf_b, xf_c)
-        if (done != n).any():   # every op runs in any placement of a DAG: a stall is a simulator bug
+                    devs[b], spos[b], op_times, *self._graph_args, *self._cluster_args, H, start, finish, lstart,
+                    busy[b], host[b], peak[b], link_time[b], link_bytes[b], seg_time[b], xf_t, xf_s, xf_d, xf_a, xf_b,
+                    xf_c)
+        if (done != n).any():   # every op runs in any placement of a DAG: a stall is a schedule's or a bug
             b = int(np.flatnonzero(done != n)[0])
+            if spos[b, 0] >= 0:
+                why = deadlock(self.graph, devs[b], prios[b])
+                if why:
+                    raise PlacementError(why + (f" (placement {b})" if B > 1 else ""))
             raise RuntimeError(f"the simulator stopped after {int(done[b])} of {n} ops of placement {b}")
         k = int(nx[-1]) if B else 0
         timeline = Timeline(start, finish, devs[-1] if B else devs, xf_t[:k], xf_s[:k], xf_d[:k], xf_a[:k], xf_b[:k],
@@ -280,23 +313,35 @@ class Simulator:
         return BatchResult(step, busy, peak, self.cluster.memory_bytes.copy(), link_time, link_bytes, nx,
                            seg_time, host), timeline
 
-    def run(self, placement: Placement | np.ndarray | Sequence[int], *, trace: bool = False) -> SimResult:
-        """Simulate one placement; ``trace=True`` keeps the full :class:`Timeline`."""
+    def run(self, placement: Placement | np.ndarray | Sequence[int], *, trace: bool = False,
+            schedule: np.ndarray | Sequence[int] | None = None) -> SimResult:
+        """Simulate one placement; ``trace=True`` keeps the full :class:`Timeline`. A :class:`Placement`
+        brings its own schedule; for an array of device indices, ``schedule`` gives a priority per op."""
         dev = self.as_array(placement)
-        batch, timeline = self._execute(dev[None, :])
+        if isinstance(placement, Placement):
+            if schedule is not None:
+                raise ValueError("a Placement brings its own schedule: pass schedule= with device indices only")
+            schedule = placement.priorities(self.graph)
+        batch, timeline = self._execute(dev[None, :], None if schedule is None else np.asarray(schedule)[None, :])
         return SimResult(float(batch.step_time[0]), tuple(self.cluster.device_names), batch.busy_time[0],
                          batch.peak_memory[0], batch.memory_capacity, batch.link_time[0], batch.link_bytes[0],
                          int(batch.n_transfers[0]), timeline if trace else None,
                          tuple(seg.name for seg in self.cluster.segments), batch.segment_time[0], batch.host_time[0])
 
-    def run_batch(self, placements: np.ndarray | Sequence[Placement]) -> BatchResult:
-        """Simulate ``B`` placements (``[B, n_ops]`` device indices, or Placement objects) in one call."""
+    def run_batch(self, placements: np.ndarray | Sequence[Placement],
+                  schedules: np.ndarray | None = None) -> BatchResult:
+        """Simulate ``B`` placements (``[B, n_ops]`` device indices, or Placement objects with their own
+        schedules) in one call; ``schedules``: ``[B, n_ops]`` priorities beside device indices (a row whose
+        first entry is :data:`NO_SCHEDULE` has none)."""
         if len(placements) and isinstance(placements[0], Placement):
             devs = np.stack([p.to_array(self.graph, self.cluster) for p in placements])
+            given = [p.priorities(self.graph) for p in placements]
+            if any(g is not None for g in given):
+                schedules = np.stack([np.full(self.graph.n_ops, NO_SCHEDULE) if g is None else g for g in given])
         else:
             devs = _int_array(placements)
             self._check_array(devs)
-        return self._execute(devs)[0]
+        return self._execute(devs, schedules)[0]
 
     # ------------------------------------------------------------------ bounds
     def critical_path(self) -> float:

@@ -56,7 +56,7 @@ class ClusterArrays(NamedTuple):
 
 
 #: ``ap_simulate``'s array arguments, in order (after the sizes ``B, n, T, P, D, S, H``)
-C_ARRAYS = ("devs", "optime", *GraphArrays._fields, *ClusterArrays._fields,
+C_ARRAYS = ("devs", "spos", "optime", *GraphArrays._fields, *ClusterArrays._fields,
             "start", "finish", "lstart", "step_time", "busy_time", "host_time", "peak", "link_time", "link_bytes",
             "seg_time", "n_transfers", "xf_tensor", "xf_src", "xf_dst", "xf_start", "xf_end", "xf_land",
             "n_finished")

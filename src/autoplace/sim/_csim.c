@@ -180,7 +180,7 @@ typedef struct {
 /* An op's state in a run: inputs still awaited, its device, whether any of its outputs leaves the device
  * (an asynchronous op's FINISH has nothing to deliver otherwise). One record: one cache line touched. */
 typedef struct {
-    i32 cnt, dev, remote, pad;
+    i32 cnt, dev, remote, held; /* held: released, waiting for its turn in its device's schedule */
 } OpState;
 
 typedef struct {
@@ -189,6 +189,7 @@ typedef struct {
     i64 mem, peak;
     i64 stamp, stamp2, xid;  /* the last tensor sent to it (at FINISH, at LAUNCHED), and that transfer */
     i64 launcher;            /* -1: synchronous */
+    i64 turn;                /* under a schedule: the place in its order of the op whose turn it is */
     double busy, host;       /* seconds busy; seconds its launcher spent on it (added to the outputs at the end) */
 } Dev;
 
@@ -205,6 +206,8 @@ typedef struct {
     Launcher *lau;
     OpState *op;
     i64 *fq, *dirty, *isdirty, *gseen;
+    const i64 *spos; /* this row's schedule: each op's place in its device's order (all -1: none) */
+    i64 *sop;        /* the schedule's orders: device d's in sop[fbase:fbase + its ops] */
     i64 *lq; /* a launcher's FIFO keys: (release number << QSHIFT) | op */
     i32 *lqd; /* beside each: the op's device */
     double *lend, *psum;
@@ -227,7 +230,7 @@ static int work_alloc(Work *w, const Problem *p) {
     i64 cap = 3 * n + 6 * P + 2 * D + 2 * H + 8, NQ = 2 * D + D * D;
     size_t sz = sizeof(Ent) * (size_t)(cap + 1) + sizeof(Buf) * (size_t)(T + P) + sizeof(OpState) * (size_t)n +
                 sizeof(Dev) * (size_t)D + sizeof(Launcher) * (size_t)(H + 1) +
-                sizeof(i64) * (size_t)(n + n + 2 * (D + H) + (G * D + 1) + P * 7 + NQ * 4 + (S + 1)) +
+                sizeof(i64) * (size_t)(n + n + n + 2 * (D + H) + (G * D + 1) + P * 7 + NQ * 4 + (S + 1)) +
                 sizeof(double) * (size_t)(n + n + P * 4 + (S + 1)) + sizeof(i32) * (size_t)(P + n);
     char *b = malloc(sz);
     if (!b) return -1;
@@ -244,6 +247,7 @@ static int work_alloc(Work *w, const Problem *p) {
     i64 *ip = (i64 *)(w->lau + H + 1);
     w->fq = ip; ip += n;
     w->lq = ip; ip += n;
+    w->sop = ip; ip += n;
     w->dirty = ip; ip += D + H;
     w->isdirty = ip; ip += D + H;
     w->gseen = ip; ip += G * D + 1;
@@ -282,8 +286,9 @@ static inline void mark(Work *w, Run *r, i64 k) {
     }
 }
 
-/* Op c's last input has resolved: its launcher's FIFO (asynchronous device) or its device's. */
-static inline void release(const Problem *p, Work *w, Run *r, i64 c) {
+/* Op c joins its launcher's FIFO (asynchronous device) or its device's; mark: dispatch that queue after
+ * this event (not needed when it is being dispatched). */
+static inline void admit(const Problem *p, Work *w, Run *r, i64 c, int mk) {
     i64 dc = w->op[c].dev;
     /* what the op reads when it starts and finishes */
     PREFETCH(&p->optime[c * p->D]);
@@ -299,11 +304,37 @@ static inline void release(const Problem *p, Work *w, Run *r, i64 c) {
         Launcher *L = w->lau + h;
         w->lqd[L->lbase + L->ltail] = (i32)dc;
         w->lq[L->lbase + L->ltail++] = (seq << QSHIFT) | c;
-        mark(w, r, p->D + h);
+        if (mk) mark(w, r, p->D + h);
     } else {
         Dev *v = w->dev + dc;
         w->fq[v->fbase + v->ftail++] = c;
-        mark(w, r, dc);
+        if (mk) mark(w, r, dc);
+    }
+}
+
+/* Op c's last input has resolved. Under a schedule it is held until its device's turn comes to it; else it
+ * joins its queue. */
+static inline void release(const Problem *p, Work *w, Run *r, i64 c) {
+    i64 sp = w->spos[c];
+    if (sp >= 0 && sp != w->dev[w->op[c].dev].turn) {
+        w->op[c].held = 1;
+        return;
+    }
+    admit(p, w, r, c, 1);
+}
+
+/* Device d has taken the op whose turn it was (started it, or its launcher launched it): the turn passes to
+ * the next op of its schedule, which joins the queue being dispatched if it was held. */
+static inline void next_turn(const Problem *p, Work *w, Run *r, i64 d) {
+    Dev *v = w->dev + d;
+    i64 k = ++v->turn;
+    i64 end = d + 1 < p->D ? w->dev[d + 1].fbase : p->n;
+    if (v->fbase + k < end) {
+        i64 c = w->sop[v->fbase + k];
+        if (w->op[c].held) {
+            w->op[c].held = 0;
+            admit(p, w, r, c, 0);
+        }
     }
 }
 
@@ -425,6 +456,7 @@ static void start_ops(const Problem *p, Work *w, Run *r, Out *o, i64 d) {
     int asyn = v->launcher >= 0;
     while (v->nfree > 0 && v->fhead < v->ftail) {
         i64 i = w->fq[v->fbase + v->fhead++];
+        if (!asyn && w->spos[i] >= 0) next_turn(p, w, r, d);
         double s = t, ot = p->optime[i * D + d], m = p->launch_cost[d], dt;
         if (ot < m) m = ot;
         if (asyn) {
@@ -515,7 +547,8 @@ static void launched(const Problem *p, Work *w, Run *r, Out *o, i64 i, i64 d) {
     }
 }
 
-static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_transfers, i64 *n_finished) {
+static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos, Out *o, i64 *n_transfers,
+                      i64 *n_finished) {
     const i64 n = p->n, D = p->D, T = p->T, P = p->P, S = p->S, H = p->H, G = p->G, NQ = 2 * D + D * D;
     Run run = {{w->ev, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0.0};
     Run *r = &run;
@@ -539,6 +572,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
         w->op[i].cnt = p->in_ptr[i + 1] - p->in_ptr[i];
         w->op[i].dev = (i32)d;
         w->op[i].remote = 1;
+        w->op[i].held = 0;
     }
     for (i64 d = 0, base = 0; d < D; d++) {
         i64 c = w->dev[d].fbase;
@@ -546,6 +580,9 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
         w->dev[d].peak = w->dev[d].mem;
         base += c;
     }
+    w->spos = spos;
+    if (n > 0 && spos[0] >= 0)
+        for (i64 i = 0; i < n; i++) w->sop[w->dev[dev[i]].fbase + spos[i]] = i;
     for (i64 h = 0, base = 0; h < H; h++) {
         i64 c = w->lau[h].lbase;
         w->lau[h].lbase = base;
@@ -761,6 +798,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
                             break;
                         }
                         L->lhead += 1;
+                        if (w->spos[c] >= 0) next_turn(p, w, r, dc);
                         double ln;
                         if (p->op_group[c] >= 0 && p->group_launch[p->op_group[c] * D + dc] > 0) {
                             i64 g = p->op_group[c];
@@ -835,7 +873,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, Out *o, i64 *n_
  * build whose list differs (or that has none), so a stale build is never called with the wrong arguments. */
 const char *ap_arg_names(void) {
     return
-           "devs,optime,order,tensor_src,tensor_bytes,tensor_alloc,tensor_out,op_tensor_ptr,"
+           "devs,spos,optime,order,tensor_src,tensor_bytes,tensor_alloc,tensor_out,op_tensor_ptr,"
            "tensor_pair_ptr,pair_op,pair_tensor,in_ptr,in_pair,out_alloc_total,unconsumed_alloc,"
            "param_bytes,alias_pair,op_pair_ptr,op_group,group_launch,bandwidth,latency,overhead,"
            "route_ptr,route_seg,seg_bw,send_cap,recv_cap,concurrency,launcher,launch_cost,qdepth,"
@@ -843,12 +881,13 @@ const char *ap_arg_names(void) {
            "n_transfers,xf_tensor,xf_src,xf_dst,xf_start,xf_end,xf_land,n_finished";
 }
 
-/* Simulate B placements (rows of devs[B, n]). Per-placement outputs have a leading B axis;
+/* Simulate B placements (rows of devs[B, n]), each under its schedule (rows of spos[B, n]; a row of -1: none). Per-placement outputs have a leading B axis;
  * start/finish/lstart/xf_* are scratch shared by all rows (the last row's timeline is left in them).
  * The graph's index arrays (op_tensor_ptr, tensor_pair_ptr, pair_op, in_ptr, in_pair, alias_pair,
  * op_pair_ptr, op_group) are int32. Returns 0, -1 if memory could not be allocated, -2 if the graph has
  * 2^31 - 1 ops, or tensors and pairs, or more. */
-int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, i64 H, const i64 *devs, const double *optime,
+int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, i64 H, const i64 *devs, const i64 *spos,
+                const double *optime,
                 const i64 *order, const i64 *tensor_src, const i64 *tensor_bytes, const i64 *tensor_alloc,
                 const i64 *tensor_out, const i32 *op_tensor_ptr, const i32 *tensor_pair_ptr, const i32 *pair_op,
                 const i64 *pair_tensor, const i32 *in_ptr, const i32 *in_pair, const i64 *out_alloc_total,
@@ -875,7 +914,7 @@ int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, i64 H, const i64 *devs
         Out o = {start, finish, lstart, busy_time + b * D, host_time + b * D, link_time + b * D * D,
                  seg_time + b * S, peak + b * D, link_bytes + b * D * D, xf_tensor, xf_src, xf_dst,
                  xf_start, xf_end, xf_land};
-        step_time[b] = run_one(&p, &w, devs + b * n, &o, n_transfers + b, n_finished + b);
+        step_time[b] = run_one(&p, &w, devs + b * n, spos + b * n, &o, n_transfers + b, n_finished + b);
     }
     free(w.block);
     return 0;

@@ -135,8 +135,19 @@ def _mark(dirty, isdirty, ist, k):
 
 
 @njit(cache=True)
-def _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty):
-    """Op ``c``'s last input has resolved: its launcher's FIFO (asynchronous device) or its device's."""
+def _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, spos, turn, held):
+    """Op ``c``'s last input has resolved. Under a schedule it is held until its device's turn comes to it;
+    else it joins its queue (:func:`_admit`)."""
+    if spos[c] >= 0 and spos[c] != turn[dev[c]]:
+        held[c] = 1
+        return
+    _admit(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, True)
+
+
+@njit(cache=True)
+def _admit(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, mark):
+    """Op ``c`` joins its launcher's FIFO (asynchronous device) or its device's; ``mark``: dispatch that
+    queue after this event (not needed when it is being dispatched)."""
     dc = dev[c]
     h = launcher[dc]
     oseq[c] = ist[SEQ]
@@ -144,11 +155,26 @@ def _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, di
     if h >= 0:
         lq[lbase[h] + ltail[h]] = c
         ltail[h] += 1
-        _mark(dirty, isdirty, ist, fbase.shape[0] - 1 + h)  # D + h: fbase has D + 1 entries
+        if mark:
+            _mark(dirty, isdirty, ist, fbase.shape[0] - 1 + h)  # D + h: fbase has D + 1 entries
     else:
         fq[fbase[dc] + ftail[dc]] = c
         ftail[dc] += 1
-        _mark(dirty, isdirty, ist, dc)
+        if mark:
+            _mark(dirty, isdirty, ist, dc)
+
+
+@njit(cache=True)
+def _next_turn(d, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, sop, turn, held):
+    """Device ``d`` has taken the op whose turn it was (started it, or its launcher launched it): the turn
+    passes to the next op of its schedule, which joins the queue being dispatched if it was held."""
+    turn[d] += 1
+    k = fbase[d] + turn[d]
+    if k < fbase[d + 1]:
+        c = sop[k]
+        if held[c] == 1:
+            held[c] = 0
+            _admit(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, False)
 
 
 @njit(cache=True, inline="always")
@@ -160,14 +186,15 @@ def _buffer_bytes(b, T, tensor_alloc, tensor_bytes, xf_tensor):
 
 
 @njit(cache=True)
-def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, tensor_out, op_tensor_ptr,
+def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_alloc, tensor_out, op_tensor_ptr,
                  tensor_pair_ptr, pair_op, pair_tensor, in_ptr, in_pair, out_alloc_total, unconsumed_alloc,
                  param_bytes, alias_pair, op_pair_ptr, op_group, group_launch,
                  bandwidth, latency, overhead, route_ptr, route_seg, seg_bw, send_cap, recv_cap, concurrency,
                  launcher, launch_cost, qdepth, n_launchers,
                  start, finish, lstart, busy_time, host_time, peak, link_time, link_bytes, seg_time,
                  xf_tensor, xf_src, xf_dst, xf_start, xf_end, xf_land):
-    """Simulate one placement ``dev`` (op -> device index). Fills the output arrays in place.
+    """Simulate one placement ``dev`` (op -> device index) under its schedule ``spos`` (each op's place in its
+    device's order; all -1: none). Fills the output arrays in place.
 
     Returns ``(step_time, n_transfers, ops finished)`` (the last is ``n`` unless the loop stalled). ``peak``,
     ``busy_time``, ``host_time``, ``link_time``, ``link_bytes`` and ``seg_time`` must be zeroed by the caller;
@@ -203,6 +230,14 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
     lhead = np.zeros(H, np.int64)
     ltail = np.zeros(H, np.int64)
     oseq = np.zeros(n, np.int64)
+    # a schedule: each device takes its ops in the order sop[fbase[d]:fbase[d + 1]]; turn[d] indexes the op
+    # whose turn it is, held[i] marks a released op waiting for its turn
+    sop = np.empty(n, np.int64)
+    turn = np.zeros(D, np.int64)
+    held = np.zeros(n, np.int64)
+    if n > 0 and spos[0] >= 0:
+        for i in range(n):
+            sop[fbase[dev[i]] + spos[i]] = i
     # dirty devices (k < D) and launchers (D + h), dispatched after each event; _release finds the
     # launchers' offset as fbase.shape[0] - 1 == D
     dirty = np.empty(D + H, np.int64)
@@ -260,7 +295,8 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
     for j in range(n):  # sources, in topological order
         i = order[j]
         if cnt[i] == 0:
-            _release(i, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty)
+            _release(i, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, spos, turn,
+                     held)
 
     makespan = 0.0
     t = 0.0
@@ -307,7 +343,7 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
                                 cnt[c] -= 1
                                 if cnt[c] == 0:
                                     _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist,
-                                             dirty, isdirty)
+                                             dirty, isdirty, spos, turn, held)
                             continue
                         if stamp[dc] != tt:
                             stamp[dc] = tt
@@ -409,7 +445,7 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
                             cnt[c] -= 1
                             if cnt[c] == 0:
                                 _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty,
-                                         isdirty)
+                                         isdirty, spos, turn, held)
                         elif stamp2[dc] != tt:
                             stamp2[dc] = tt
                             if not ctrl:
@@ -437,7 +473,7 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
                 if latency[xf_src[ident], xf_dst[ident]] == 0.0:
                     _land(ident, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src, xf_dst,
                           tensor_pair_ptr, pair_op, dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq,
-                          ist, dirty, isdirty)
+                          ist, dirty, isdirty, spos, turn, held)
             elif kind == SEGEND:
                 if ident == ist[GEN]:
                     while True:  # every shared transfer due by now, lowest id first
@@ -457,11 +493,11 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
                         if latency[xf_src[x], xf_dst[x]] == 0.0:
                             _land(x, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src, xf_dst,
                                   tensor_pair_ptr, pair_op, dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail,
-                                  oseq, ist, dirty, isdirty)
+                                  oseq, ist, dirty, isdirty, spos, turn, held)
             elif kind == XLAND:
                 _land(ident, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src, xf_dst,
                       tensor_pair_ptr, pair_op, dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq,
-                      ist, dirty, isdirty)
+                      ist, dirty, isdirty, spos, turn, held)
             elif kind == XQUEUE:
                 x = ident
                 if xsub[x] == 1:
@@ -486,6 +522,9 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
                 while nfree[d] > 0 and fhead[d] < ftail[d]:
                     i = fq[fbase[d] + fhead[d]]
                     fhead[d] += 1
+                    if not asyn and spos[i] >= 0:
+                        _next_turn(d, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty,
+                                   sop, turn, held)
                     s = t
                     ot = optime[i, d]
                     m = launch_cost[d]
@@ -531,6 +570,9 @@ def simulate_one(dev, optime, order, tensor_src, tensor_bytes, tensor_alloc, ten
                             lwait[h] = dc
                             break
                         lhead[h] += 1
+                        if spos[c] >= 0:
+                            _next_turn(dc, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty,
+                                       isdirty, sop, turn, held)
                         if op_group[c] >= 0 and group_launch[op_group[c] * D + dc] > 0:
                             g = op_group[c]
                             ln = 0.0
@@ -648,7 +690,7 @@ def _end(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_star
 
 @njit(cache=True)
 def _land(x, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src, xf_dst, tensor_pair_ptr, pair_op,
-          dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty):
+          dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, spos, turn, held):
     """Transfer ``x`` lands: the source may free its buffer; its readers on the destination may be released."""
     bq = xbuf[x]
     if bq >= 0:
@@ -662,7 +704,8 @@ def _land(x, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src
         if dev[c] == dc:
             cnt[c] -= 1
             if cnt[c] == 0:
-                _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty)
+                _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, spos, turn,
+                         held)
 
 
 @njit(cache=True)
