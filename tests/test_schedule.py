@@ -152,6 +152,7 @@ def test_bad_schedules_are_one_line_errors():
         placement_from_dict(bad)
 
 
+@pytest.mark.slow
 def test_the_runtime_runs_each_device_in_its_schedules_order_and_trains_as_eager():
     """A micro-batched step placed on two CPU workers under a schedule that reorders each device's ops (any
     order that keeps ops after their inputs): every worker runs its ops in exactly that order, and training

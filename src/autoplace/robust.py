@@ -126,10 +126,11 @@ class RobustSimulator:
             else:   # a baseline of no time (or failing) sets no scale
                 self.baseline = None
 
-    def steps(self, devs: np.ndarray) -> np.ndarray:
-        """``[S, B]``: each placement's step in each scenario."""
+    def steps(self, devs: np.ndarray, schedules: np.ndarray | None = None) -> np.ndarray:
+        """``[S, B]``: each placement's step in each scenario (under ``schedules``, priorities per op, if
+        given)."""
         devs = np.ascontiguousarray(np.atleast_2d(devs), dtype=np.int64)
-        return np.stack([sim.run_batch(devs).step_time for sim in self.sims])
+        return np.stack([sim.run_batch(devs, schedules).step_time for sim in self.sims])
 
     def robust_steps(self, steps: np.ndarray) -> np.ndarray:
         """``[B]``: the robust step of placements whose per-scenario ``steps`` (``[S, B]``) are given."""

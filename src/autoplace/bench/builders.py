@@ -20,20 +20,23 @@ __all__ = ["placer_jobs", "build_placer_table", "schedulers_jobs", "build_schedu
            "enumerate_jobs", "build_enumerate", "all_placers", "classic_placers", "SCHEDULERS"]
 
 SCHEDULERS = ("tf-greedy", "heft", "m-topo", "m-etf", "m-sct")
+#: placers the papers' tables leave out: ``pipeline`` needs a micro-batched step, and the papers' graphs are
+#: captured whole (on them it is a contiguous split, which ``dp-split`` already is)
+NOT_BENCHED = ("pipeline",)
 
 
 def all_placers() -> tuple[str, ...]:
-    """Every registered placer, ``auto`` first."""
+    """Every registered placer (but :data:`NOT_BENCHED`), ``auto`` first."""
     from autoplace.placers import available_placers
 
-    return ("auto", *(n for n in available_placers() if n != "auto"))
+    return ("auto", *(n for n in available_placers() if n not in ("auto", *NOT_BENCHED)))
 
 
 def classic_placers() -> tuple[str, ...]:
-    """Every registered placer but the learned ones, ``auto`` first."""
+    """Every registered placer but the learned ones (and :data:`NOT_BENCHED`), ``auto`` first."""
     from autoplace.placers import available_placers
 
-    return ("auto", *(n for n in available_placers(include_learned=False) if n != "auto"))
+    return ("auto", *(n for n in available_placers(include_learned=False) if n not in ("auto", *NOT_BENCHED)))
 
 
 def _table(spec: TableSpec, run: Run, learned: bool = False, paired: bool = True) -> Table:

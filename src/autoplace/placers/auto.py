@@ -25,6 +25,12 @@ judged by its worst case over the cost model's uncertainty.
    ``cp-sat``), what every candidate scored (``candidates``: method, simulated step, robust step, whether
    it fits, its search time or why it has no placement) and its steps per scenario (``robust``).
 
+6. On a micro-batched step (captured with ``micro_batches=M``), run the ``pipeline`` placer
+   (:mod:`autoplace.placers.pipeline`: contiguous stages with a GPipe or 1F1B schedule) and return its
+   placement, schedule included, where its robust step beats step 5's and it fits (meta ``from``:
+   ``pipeline``, and ``pipeline``: its schedule, micro-batches and stages). ``M`` itself is the
+   capture's: ``compile(..., micro_batches=M)``, ``autoplace capture --micro-batches M``.
+
 So ``auto`` returns one GPU when nothing is robustly faster: where ``single-gpu`` fits, ``auto``'s robust
 step is at most its nominal step (a near-tie chosen for fewer cuts can only be ``single-gpu`` itself or
 below it), i.e. ``auto`` is at least as fast as ``single-gpu`` in every scenario.
@@ -146,6 +152,10 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement
     dev, moves = return_strays(graph, cluster, best.to_array(graph, cluster), robust.run_batch,
                                max_evaluations=cleanup)
     steps = robust.steps(dev[None, :])[:, 0]
+    prio, pipe = _pipelined(graph, cluster, robust, steps, seed)
+    if pipe is not None:
+        dev, steps, came_from, origin = pipe.to_array(graph, cluster), robust.steps(
+            pipe.to_array(graph, cluster)[None, :], prio[None, :])[:, 0], "pipeline", []
     refined = stages[0][1]
     meta = {"from": came_from, "improved_by": origin,
             "candidates": [{**c.to_dict(), **({"robust_step_s": fast_ranks[placed.index(c)][1]}
@@ -158,5 +168,29 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement
                        "robust_step_s": float(robust.robust_steps(steps[:, None])[0]),
                        "baseline": "single-gpu" if robust.baseline is not None else None,
                        "stray_evaluations": moves}}
-    out = Placement.from_array(graph, cluster, dev, "auto", **meta)
+    if pipe is not None:
+        meta["pipeline"] = {k: pipe.meta[k] for k in ("pipeline_schedule", "micro_batches", "stages")}
+    out = Placement.from_array(graph, cluster, dev, "auto", prio if pipe is not None else None, **meta)
     return check_fits(graph, cluster, out)
+
+
+def _pipelined(graph: Graph, cluster: Cluster, robust, steps: np.ndarray, seed) -> tuple:
+    """On a micro-batched step (``meta["micro_batch"]``), the ``pipeline`` placer's placement and its
+    priorities where its robust step beats ``steps``' (the placement found so far, per scenario) and it
+    fits; else ``(None, None)``."""
+    from autoplace.schedule import micro_batches
+
+    if micro_batches(graph) < 2 or cluster.n_devices < 2:
+        return None, None
+    report_progress("auto: pipeline", None)
+    try:
+        pipe = place(graph, cluster, "pipeline", seed=seed)
+    except InfeasibleError:
+        return None, None
+    prio = pipe.priorities(graph)
+    devs = pipe.to_array(graph, cluster)[None, :]
+    batch = robust.sims[0].run_batch(devs, prio[None, :])
+    mine = robust.robust_steps(robust.steps(devs, prio[None, :]))[0]
+    if batch.oom[0] or mine >= robust.robust_steps(steps[:, None])[0]:
+        return None, None
+    return prio, pipe

@@ -176,21 +176,26 @@ def split_problem(graph: Graph, cluster: Cluster, group: np.ndarray, order: np.n
                         unit)
 
 
-def solve_split(prob: SplitProblem, cluster: Cluster, capacity: np.ndarray, objective: str = "step"
-                ) -> tuple[float, np.ndarray]:
+def solve_split(prob: SplitProblem, cluster: Cluster, capacity: np.ndarray, objective: str = "step", *,
+                bound: float = np.inf, saved_scale: np.ndarray | None = None) -> tuple[float, np.ndarray]:
     """The optimal split of ``prob`` under ``objective`` (``"step"`` or ``"stage"``) with each device's
     memory ``capacity`` (bytes, by cluster device index): ``(value, device index per unit)``; value ``inf``
-    when no contiguous split fits."""
+    when no contiguous split fits. ``bound``: no stage may cost more (its work and incoming cut);
+    ``saved_scale[k]``: the share of its saved activations the ``k``-th ordered device holds at once (a
+    pipeline's micro-batches in flight over all of them; default 1)."""
     U, K = prob.work.shape
     devs = prob.devices
     Wc = np.vstack([np.zeros(K), np.cumsum(prob.work, axis=0)])            # [U+1, K]
-    Pc = np.concatenate([[0.0], np.cumsum(prob.params + prob.saved)])
+    Pc = np.concatenate([[0.0], np.cumsum(prob.params)])
+    Sc = np.concatenate([[0.0], np.cumsum(prob.saved)])
+    scale = np.ones(K) if saved_scale is None else np.asarray(saved_scale, dtype=np.float64)
     # fits[k][q, p]: units [q, p) fit device k (largest output: range maximum, via a cumulative max per row)
     q_idx, p_idx = np.meshgrid(np.arange(U + 1), np.arange(U + 1), indexing="ij")
     big = np.full((U + 1, U + 1), -np.inf)
     for q in range(U):
         big[q, q + 1:] = np.maximum.accumulate(prob.largest[q:])
-    mem = Pc[p_idx] - Pc[q_idx] + np.where(np.isfinite(big), big, 0.0)
+    mem0 = Pc[p_idx] - Pc[q_idx] + np.where(np.isfinite(big), big, 0.0)
+    saved = Sc[p_idx] - Sc[q_idx]
     valid = p_idx > q_idx
     cap = np.asarray(capacity, dtype=np.float64)[devs]
     lone_ovh = cluster.overhead + cluster.latency
@@ -199,10 +204,10 @@ def solve_split(prob: SplitProblem, cluster: Cluster, capacity: np.ndarray, obje
     best = np.full((U + 1, K), INF)
     choice = np.full((U + 1, K, 2), -1, dtype=np.int64)                   # (q, previous device)
     for k in range(K):
-        fits = valid & (mem <= cap[k])
+        fits = valid & (mem0 + scale[k] * saved <= cap[k])
         stage = np.where(fits, Wc[p_idx, k] - Wc[q_idx, k], INF)           # [q, p]
         # the first stage: units [0, p) on k
-        best[1:, k] = stage[0, 1:]
+        best[1:, k] = np.where(stage[0, 1:] <= bound, stage[0, 1:], INF)
         choice[1:, k, 0], choice[1:, k, 1] = 0, -1
         for kp in range(k):
             d, e = int(devs[kp]), int(devs[k])
@@ -214,6 +219,8 @@ def solve_split(prob: SplitProblem, cluster: Cluster, capacity: np.ndarray, obje
                 cand = prev[:, None] + stage
             else:
                 cand = np.maximum(best[:, kp][:, None], cut[:, None] + stage)
+            if bound < INF:
+                cand = np.where(cut[:, None] + stage <= bound, cand, INF)
             cand[0, :] = INF                                                  # a later stage starts past 0
             q_best = np.argmin(cand, axis=0)
             val = cand[q_best, np.arange(U + 1)]
