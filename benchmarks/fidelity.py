@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/fidelity.py [--steps 10] [--rounds 4] [--plot docs/results/fidelity.png] \\
         [--json out.json]
     .venv/bin/python benchmarks/fidelity.py --from-json docs/results/fidelity.json     # re-summarise a saved run
+    .venv/bin/python benchmarks/fidelity.py --models rnnlm-2,gnmt-2 --micro-batches 4   # with pipelines too
 
 Recipe: measure the machine (``cluster detect``), profile each model's ops on one worker
 (``profile``), then for every placement — single-device, every heuristic placer, random group
@@ -100,6 +101,27 @@ def slowest_search(sim, groups, gdev: np.ndarray, rng, evaluations: int = 2000, 
     return gdev
 
 
+def pipelines_for(graph, cluster) -> list:
+    """On a micro-batched step: the ``pipeline`` placer's placement, the even split under GPipe and under
+    1F1B, and each of their splits without its schedule (each device's ops in ready order); each once."""
+    import dataclasses
+
+    from autoplace.placers import place
+    from autoplace.placers.pipeline import even_split
+
+    out, seen = [], set()
+    for p in (place(graph, cluster, "pipeline"), even_split(graph, cluster, "gpipe"),
+              even_split(graph, cluster, "1f1b")):
+        kind = p.meta["pipeline_schedule"]
+        for q in (dataclasses.replace(p, method=f"{p.method} {kind}"),
+                  dataclasses.replace(p, method=f"{p.method} split, ready order", schedule=None)):
+            key = (tuple(q.assignment.values()), tuple((q.schedule or {}).values()))
+            if key not in seen:       # the pipeline placer may find the even split itself
+                seen.add(key)
+                out.append(q)
+    return out
+
+
 def placements_for(graph, cluster, rng, n_random: int = 10, n_cuts: int = 6, n_search: int = 4,
                    stripes=(1, 2, 4)):
     """The placements measured: every single device, every heuristic placer that applies, random
@@ -161,6 +183,10 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-rounds", type=int, default=10,
                     help="alone/loaded profiling runs alternate this many times (op costs: medians over all)")
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--micro-batches", type=int, default=1,
+                    help="capture each model's step with this many micro-batches, and measure pipelines too: "
+                         "the pipeline placer's, and the even split under GPipe and 1F1B, each also without "
+                         "its schedule")
     ap.add_argument("--save", metavar="DIR", default=None,
                     help="write the measured cluster, each profiled graph and its placements here "
                          "(re-simulate them later without measuring again)")
@@ -194,13 +220,17 @@ def main(argv=None) -> int:
         save_cluster(cluster, save_dir / "cluster.json")
     with WorkerPool(cluster) as pool:
         for model in args.models.split(","):
-            graph = build_graph(model, **MODELS[model])
+            params = MODELS[model] if args.micro_batches == 1 else {**MODELS[model],
+                                                                     "micro_batches": args.micro_batches}
+            graph = build_graph(model, **params)
             t0 = time.perf_counter()
             profiled = profile_graph(graph, cluster, steps=5, rounds=args.profile_rounds, pool=pool)
             print(f"{model}: {graph.n_ops} ops, profiled in {time.perf_counter() - t0:.1f} s "
                   f"(single-device step {profiled.meta['profiled']['cpu']['step_s'] * 1e3:.1f} ms)")
             sim = Simulator(profiled, cluster)
             placements = placements_for(profiled, cluster, rng)
+            if args.micro_batches > 1:
+                placements += pipelines_for(profiled, cluster)
             if args.save:
                 save_graph(profiled, save_dir / f"{model}.graph.json")
                 for j, p in enumerate(placements):

@@ -90,3 +90,28 @@ def test_capture_takes_micro_batches_from_the_command_line(tmp_path, capsys):
     assert main(["capture", f"{tmp_path / 'fac.py'}:make", "--micro-batches", "3", "-o", str(tmp_path / "x.json")]) == 2
     assert "micro_batches=3 does not divide the batch of 8" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.slow
+def test_compile_chooses_the_micro_batch_count_and_trains_as_eager_accumulation():
+    """``micro_batches="auto"``: each count of AUTO_MICRO_BATCHES dividing the batch is captured and placed,
+    the fastest simulated kept; the step then equals eager accumulation over that count."""
+    from autoplace.api import AUTO_MICRO_BATCHES
+
+    model = _net()
+    ref = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(4)
+    data = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(2)]
+    opt = OPTIMIZERS["sgd"](model.parameters())
+    with autoplace.compile(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1], method="metis",
+                           micro_batches="auto", cache=False, progress=False) as step:
+        assert step.micro_batches in AUTO_MICRO_BATCHES
+        assert step.setup_seconds["capture"] > 0 and step.setup_seconds["place"] > 0
+        losses = [float(step(x, y)) for x, y in data]
+        state = step.state_dict()
+    expected = _accumulated(ref, OPTIMIZERS["sgd"](ref.parameters()), data, step.micro_batches)
+    assert losses == pytest.approx(expected, abs=1e-5)
+    assert max(float((state[k] - v).abs().max()) for k, v in ref.state_dict().items()) < 1e-5
+    with pytest.raises(AutoplaceError, match="micro_batches='auto' chooses the placement too"):
+        autoplace.compile(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1],
+                          placement="p.json", micro_batches="auto")

@@ -25,7 +25,7 @@ from autoplace.runtime.distributed import RUNTIMES, make_pool
 from autoplace.runtime.placed import PlacedStep, hyper_inputs, initial_values
 from autoplace.runtime.workers import DEFAULT_TIMEOUT_S
 
-__all__ = ["compile"]
+__all__ = ["compile", "AUTO_MICRO_BATCHES"]
 
 
 def _cluster_of(cluster: str | Cluster) -> Cluster:
@@ -97,7 +97,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
             granularity: str = "op", name: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
             cache: bool | str | os.PathLike = True, progress: bool | None = None,
             keep_whole: tuple[str, ...] | list[str] = (), runtime: str = "auto",
-            micro_batches: int = 1) -> PlacedStep:
+            micro_batches: int | str = 1) -> PlacedStep:
     """Capture, place and set up one training step of ``model`` (see the module docstring).
 
     ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs`` (and ``targets``):
@@ -119,7 +119,11 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     (:func:`~autoplace.grouping.with_granularity`): ``step.device_map()`` is then an Accelerate device map;
     ``keep_whole`` names module classes kept on one device whole (Accelerate's ``no_split_module_classes``).
     ``micro_batches=M``: each step is gradient accumulation over ``M`` equal micro-batches of the batch and
-    one update (:func:`~autoplace.capture.capture_training_step`), so eager accumulation is what it equals.
+    one update (:func:`~autoplace.capture.capture_training_step`), so eager accumulation is what it equals;
+    on a micro-batched step ``auto`` also weighs pipelines (GPipe, 1F1B: the ``pipeline`` placer).
+    ``micro_batches="auto"`` captures and places the step with each of :data:`AUTO_MICRO_BATCHES` that
+    divides the batch and keeps the one whose placement simulates fastest (fitting first);
+    ``step.micro_batches`` says which.
     ``runtime``: what runs the placed step — ``"shm"`` (worker processes on this machine, tensors through
     shared memory), ``"distributed"`` (``torch.distributed`` ranks: NCCL between GPUs, gloo otherwise;
     the ranks of a cluster that spans hosts are started with ``autoplace ranks``) or ``"auto"``
@@ -153,12 +157,17 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
         warnings.warn(hint.removeprefix("note: ") + "; compile(cluster='cluster.json') takes the measured file",
                       stacklevel=2)
 
-    def capture(inputs, targets, title):
+    if micro_batches == "auto" and placement is not None:
+        raise AutoplaceError("micro_batches='auto' chooses the placement too: give a method, not a placement")
+    micro = micro_batches if micro_batches != "auto" else AUTO_MICRO_BATCHES[0]
+
+    def capture(inputs, targets, title, m=None):
+        m = micro if m is None else m
         trace = lambda: capture_training_step(model, inputs, loss_fn, optimizer, targets=targets,  # noqa: E731
-                                              name=title, micro_batches=micro_batches)
+                                              name=title, micro_batches=m)
         key = capture_key(model, inputs, loss_fn, optimizer, targets) if cache is not False else None
         graph = trace() if key is None else cached_graph(f"compile-{title or type(model).__name__}",
-                                                         {**key, "name": title, "micro_batches": micro_batches},
+                                                         {**key, "name": title, "micro_batches": m},
                                                          trace, folder)
         return with_granularity(graph, granularity, keep_whole)
 
@@ -182,17 +191,21 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     pool.launch()                                   # the workers boot while the step is captured and placed
     with _shown(sys.stderr.isatty() if progress is None else progress) as stage:
         try:
-            t = time.perf_counter()
-            stage(f"capturing {name or type(model).__name__}")
-            graph = capture(example_inputs, targets, name)
-            seconds["capture"] = time.perf_counter() - t
-            t = time.perf_counter()
-            stage(f"placing {graph.n_ops} ops with {method}" if placement is None else "checking the placement")
-            if placement is None:
-                chosen, hit = search(graph)
+            if micro_batches == "auto":
+                micro, graph, chosen, hit = _choose_micro_batches(capture, search, example_inputs, targets, name,
+                                                                  cl, stage, seconds)
             else:
-                chosen, hit = _placement_of(placement, graph, cl), False
-            seconds["place"] = time.perf_counter() - t
+                t = time.perf_counter()
+                stage(f"capturing {name or type(model).__name__}")
+                graph = capture(example_inputs, targets, name)
+                seconds["capture"] = time.perf_counter() - t
+                t = time.perf_counter()
+                stage(f"placing {graph.n_ops} ops with {method}" if placement is None else "checking the placement")
+                if placement is None:
+                    chosen, hit = search(graph)
+                else:
+                    chosen, hit = _placement_of(placement, graph, cl), False
+                seconds["place"] = time.perf_counter() - t
             values = initial_values(graph, model, optimizer)
             stage(f"setting up {cl.n_devices} workers")
             t = time.perf_counter()
@@ -205,5 +218,39 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
         except BaseException:
             pool.close()
             raise
-    step.setup_seconds, step.placement_cached = seconds, hit
+    step.setup_seconds, step.placement_cached, step.micro_batches = seconds, hit, micro
     return step
+
+
+#: the micro-batch counts ``compile(micro_batches="auto")`` tries (those that divide the batch)
+AUTO_MICRO_BATCHES = (1, 2, 4, 8)
+
+
+def _choose_micro_batches(capture, search, inputs, targets, name, cluster, stage, seconds) -> tuple:
+    """``(M, graph, placement, cache hit)`` of the count of :data:`AUTO_MICRO_BATCHES` whose placement
+    simulates fastest (one that fits first); counts that do not divide the batch are skipped."""
+    import time
+
+    from autoplace.capture import CaptureError
+    from autoplace.sim import Simulator
+
+    best = None
+    seconds["capture"] = seconds["place"] = 0.0
+    for m in AUTO_MICRO_BATCHES:
+        t = time.perf_counter()
+        stage(f"capturing {name or 'the model'} with {m} micro-batch{'es' if m > 1 else ''}")
+        try:
+            graph = capture(inputs, targets, name, m)
+        except CaptureError:
+            if m == 1:
+                raise
+            continue                                    # m does not divide the batch
+        seconds["capture"] += time.perf_counter() - t
+        t = time.perf_counter()
+        stage(f"placing {graph.n_ops} ops ({m} micro-batches)")
+        chosen, hit = search(graph)
+        r = Simulator(graph, cluster).run(chosen)
+        seconds["place"] += time.perf_counter() - t
+        if best is None or (not r.ok, r.step_time) < best[0]:
+            best = ((not r.ok, r.step_time), m, graph, chosen, hit)
+    return best[1:]

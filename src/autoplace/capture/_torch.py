@@ -520,7 +520,8 @@ def _check_inputs(model, args: tuple, kwargs: dict, targets: tuple) -> None:
 
 
 def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimizer, *,
-                          targets: Any = None, name: str | None = None, micro_batches: int = 1) -> Graph:
+                          targets: Any = None, name: str | None = None, micro_batches: int = 1,
+                          batch_dim: int = 0) -> Graph:
     """Capture one training step of ``model`` as an autoplace Graph (nothing is computed).
 
     ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs``: one batch —
@@ -535,7 +536,8 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     a parameter or buffer in place join its group (:func:`_group_hidden_writes`).
 
     ``micro_batches=M`` captures gradient accumulation: every input and target tensor is cut along its
-    first dimension into ``M`` equal micro-batches, each runs forward and backward (its ops carry
+    first dimension (``batch_dim``: another, e.g. 1 for a ``[steps, batch]`` sequence) into ``M`` equal
+    micro-batches, each runs forward and backward (its ops carry
     ``meta["micro_batch"]``), the gradients of ``loss / M`` are summed, and one update follows; the step's
     loss is the micro-batches' mean. With a mean-reduced loss that is the full batch's loss and gradient
     up to float reassociation; a BatchNorm normalises each micro-batch by its own statistics and updates
@@ -552,7 +554,7 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     (inputs, kwargs), targets = split_inputs(example_inputs), _as_tuple(targets)
     _check_inputs(model, inputs, kwargs, targets)
     if micro_batches > 1:
-        _check_micro_batches(inputs, kwargs, targets, micro_batches)
+        _check_micro_batches(inputs, kwargs, targets, micro_batches, batch_dim)
     opt_cls, groups = _optimizer_groups(model, optimizer)
     modes = [_implementation(g) for g in optimizer.param_groups]
     all_params = dict(model.named_parameters())
@@ -602,7 +604,7 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
             losses, grads = [], None
             for m in range(micro_batches):
                 with fxt.annotate({"micro_batch": m}):
-                    cut = _micro_batch((inputs, kwargs, targets), m, micro_batches)
+                    cut = _micro_batch((inputs, kwargs, targets), m, micro_batches, batch_dim)
                     loss_m, grads_m = pass_(live, frozen, buffers, *cut, 1.0 / micro_batches)
                     losses.append(loss_m.detach())
                     grads = list(grads_m) if grads is None else [
@@ -638,27 +640,31 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     return _with_modules(_with_tied(graph, model), model)
 
 
-def _check_micro_batches(inputs, kwargs, targets, m: int) -> None:
-    """Every input and target tensor has one first dimension, which ``m`` divides (one clear error else)."""
+def _check_micro_batches(inputs, kwargs, targets, m: int, dim: int = 0) -> None:
+    """Every input and target tensor has one size along dimension ``dim``, which ``m`` divides (one clear
+    error else)."""
     import torch
     from torch.utils._pytree import tree_flatten
 
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
+        raise CaptureError(f"batch_dim must be a non-negative integer, got {dim!r}")
     leaves = [t for t in tree_flatten((inputs, kwargs, targets))[0] if isinstance(t, torch.Tensor)]
-    sizes = {int(t.shape[0]) if t.dim() else None for t in leaves}
+    sizes = {int(t.shape[dim]) if t.dim() > dim else None for t in leaves}
+    which = "first dimension" if dim == 0 else f"dimension {dim}"
     if len(sizes) != 1 or None in sizes:
-        raise CaptureError(f"micro_batches={m}: every input and target must be a tensor batched along its first "
-                           f"dimension, of one size (got first dimensions {sorted(map(str, sizes))})")
+        raise CaptureError(f"micro_batches={m}: every input and target must be a tensor batched along its {which}, "
+                           f"of one size (got sizes {sorted(map(str, sizes))})")
     (n,) = sizes
     if n % m:
         raise CaptureError(f"micro_batches={m} does not divide the batch of {n}")
 
 
-def _micro_batch(batch, m: int, count: int):
-    """Micro-batch ``m`` of ``count`` of a batch: each tensor's ``m``-th equal slice along its first dimension."""
+def _micro_batch(batch, m: int, count: int, dim: int = 0):
+    """Micro-batch ``m`` of ``count`` of a batch: each tensor's ``m``-th equal slice along dimension ``dim``."""
     import torch
     from torch.utils._pytree import tree_map
 
-    return tree_map(lambda t: t.chunk(count)[m] if isinstance(t, torch.Tensor) else t, batch)
+    return tree_map(lambda t: t.chunk(count, dim)[m] if isinstance(t, torch.Tensor) else t, batch)
 
 
 def _with_modules(graph: Graph, model) -> Graph:

@@ -50,7 +50,7 @@ from autoplace.placers.dp_split import (
 from autoplace.placers.registry import register_placer
 from autoplace.schedule import SCHEDULES, deadlock, micro_batches, pipeline_priorities
 
-__all__ = ["pipeline", "in_flight", "BOUND_STEPS", "MEMORY_TRIES"]
+__all__ = ["pipeline", "even_split", "in_flight", "BOUND_STEPS", "MEMORY_TRIES"]
 
 BOUND_STEPS = (1.0, 1.05, 1.1, 1.2, 1.35, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, np.inf)  #: bounds, x the least bottleneck
 MEMORY_TRIES = 3  #: solves per (order, schedule, bound), each with less room where the last ran out
@@ -114,6 +114,62 @@ def _stage_costs(prob, cluster: Cluster, unit_dev: np.ndarray) -> list[float]:
     return out
 
 
+class _Units:
+    """A graph's pipeline units (``group[i]``: op ``i``'s, joined across micro-batches by module), the
+    devices stages go on, in order, and how a device per group becomes a device per op."""
+
+    def __init__(self, graph: Graph, cluster: Cluster):
+        self.times = op_time_matrix(graph, cluster)
+        ok = np.isfinite(self.times)
+        base = runnable_grouping(graph, UNIT_RULES, ok).group
+        group = _by_module(graph, base)
+        runs = np.ones((int(group.max()) + 1, cluster.n_devices), dtype=bool)
+        np.logical_and.at(runs, group, ok)
+        if not runs.any(axis=1).all():  # a module whose ops no one device runs all of stays in its groups
+            _, group = np.unique(np.where(runs.any(axis=1)[group], group, group.max() + 1 + base),
+                                 return_inverse=True)
+        self.group = group
+        self.G = G = int(group.max()) + 1
+        devices = ordered_devices(cluster)
+        gpus = set(cluster.devices_of_kind("gpu"))
+        if len(gpus) >= 2:                      # stages on the GPUs where there are several
+            devices = [d for d in devices if d in gpus]
+        self.devices = devices
+        self.g_ok = np.ones((G, cluster.n_devices), dtype=bool)
+        np.logical_and.at(self.g_ok, group, ok)
+        g_time = np.zeros((G, cluster.n_devices))
+        np.add.at(g_time, group, np.where(ok, self.times, 0.0))
+        self.g_fallback = np.argmin(np.where(self.g_ok, g_time, np.inf), axis=1)
+
+    def expand(self, prob, order: np.ndarray, unit_dev: np.ndarray) -> np.ndarray:
+        """Device per op from a device per (coarsened) unit of ``prob`` in ``order``."""
+        g_dev = unit_dev[prob.unit_of_group][np.argsort(order)]
+        return np.where(self.g_ok[np.arange(self.G), g_dev], g_dev, self.g_fallback)[self.group]
+
+
+def _stages_meta(cluster: Cluster, stages: list[int], unit_dev: np.ndarray, dev: np.ndarray) -> list[dict]:
+    return [{"device": cluster.devices[d].name, "units": int((unit_dev == d).sum()), "ops": int((dev == d).sum())}
+            for d in stages]
+
+
+def even_split(graph: Graph, cluster: Cluster, kind: str = "gpipe") -> Placement:
+    """The pipeline a person would write first: the units in order cut into one contiguous stage per device
+    of about equal parameter bytes (each stage's share starts where the running total passes ``s/S`` of
+    the whole), run with schedule ``kind``. No memory check: the simulator says whether it fits."""
+    units = _Units(graph, cluster)
+    _, order = unit_orders(graph, units.group)[0]
+    prob = split_problem(graph, cluster, units.group, order, units.devices, units.times)
+    S = len(units.devices)
+    cum = np.cumsum(prob.params) - prob.params / 2
+    stage = np.minimum((cum / max(cum[-1], 1.0) * S).astype(np.int64), S - 1)
+    unit_dev = np.asarray(units.devices)[stage]
+    dev = units.expand(prob, order, unit_dev)
+    stages = list(dict.fromkeys(int(d) for d in unit_dev))
+    prio = pipeline_priorities(graph, dev, stages, kind)
+    return Placement.from_array(graph, cluster, dev, "even-split", prio, pipeline_schedule=kind,
+                                micro_batches=micro_batches(graph), stages=_stages_meta(cluster, stages, unit_dev, dev))
+
+
 @register_placer("pipeline", description="contiguous stages as a pipeline of micro-batches (GPipe or 1F1B "
                  "schedule): exact dynamic program per bottleneck bound, memory for the micro-batches in flight",
                  paper="Huang et al. 2019 (GPipe); Narayanan et al. 2019/2021 (PipeDream, 1F1B)",
@@ -124,37 +180,17 @@ def pipeline(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Place
 
     M = micro_batches(graph)
     sim = Simulator(graph, cluster)
-    times = op_time_matrix(graph, cluster)
-    ok = np.isfinite(times)
-    base = runnable_grouping(graph, UNIT_RULES, ok).group
-    group = _by_module(graph, base)
-    runs = np.ones((int(group.max()) + 1, cluster.n_devices), dtype=bool)
-    np.logical_and.at(runs, group, ok)
-    if not runs.any(axis=1).all():      # a module whose ops no one device runs all of stays in its groups
-        _, group = np.unique(np.where(runs.any(axis=1)[group], group, group.max() + 1 + base), return_inverse=True)
-    G = int(group.max()) + 1
-    devices = ordered_devices(cluster)
-    gpus = cluster.devices_of_kind("gpu")
-    if len(gpus) >= 2:                      # stages on the GPUs where there are several
-        devices = [d for d in devices if d in set(gpus)]
+    units = _Units(graph, cluster)
+    times, devices, expand = units.times, units.devices, units.expand
     K = len(devices)
-    g_ok = np.ones((G, cluster.n_devices), dtype=bool)
-    np.logical_and.at(g_ok, group, ok)
-    g_time = np.zeros((G, cluster.n_devices))
-    np.add.at(g_time, group, np.where(ok, times, 0.0))
-    g_fallback = np.argmin(np.where(g_ok, g_time, np.inf), axis=1)
     mem = cluster.memory_bytes.astype(np.float64)
-
-    def expand(prob, order, unit_dev) -> np.ndarray:
-        g_dev = unit_dev[prob.unit_of_group][np.argsort(order)]
-        return np.where(g_ok[np.arange(G), g_dev], g_dev, g_fallback)[group]
 
     candidates: list[dict] = []
     best = None
     seen: set[tuple] = set()
     factor = None
-    for order_name, order in unit_orders(graph, group):
-        prob = split_problem(graph, cluster, group, order, devices, times)
+    for order_name, order in unit_orders(graph, units.group):
+        prob = split_problem(graph, cluster, units.group, order, devices, times)
         if factor is None:
             whole = np.full(prob.n_units, devices[0])
             factor = _memory_factor(prob, sim.run(expand(prob, order, whole)), whole, 1.0)
@@ -196,8 +232,6 @@ def pipeline(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Place
         raise InfeasibleError(f"pipeline: no contiguous split of {graph.name!r} fits the memory of cluster "
                               f"{cluster.name!r} with a GPipe or 1F1B schedule")
     _, dev, prio, kind, estimate, stages, prob, unit_dev = best
-    return Placement.from_array(
-        graph, cluster, dev, "pipeline", prio, pipeline_schedule=kind, micro_batches=M, model_step_s=estimate,
-        stages=[{"device": cluster.devices[d].name, "units": int((unit_dev == d).sum()), "ops": int((dev == d).sum())}
-                for d in stages],
-        candidates=candidates)
+    return Placement.from_array(graph, cluster, dev, "pipeline", prio, pipeline_schedule=kind, micro_batches=M,
+                                model_step_s=estimate, stages=_stages_meta(cluster, stages, unit_dev, dev),
+                                candidates=candidates)

@@ -11,8 +11,13 @@ from autoplace.zoo.registry import register_model
 __all__: list[str] = []
 
 
-def _captured(name: str, params: dict[str, Any], make) -> Graph:
-    """Capture ``make(**params) -> (model, inputs, loss_fn, optimizer, targets)`` through the cache."""
+def _captured(name: str, params: dict[str, Any], make, batch_dim: int = 0) -> Graph:
+    """Capture ``make(**params) -> (model, inputs, loss_fn, optimizer, targets)`` through the cache; a
+    ``micro_batches`` parameter above 1 captures gradient accumulation over that many slices of the batch
+    (its dimension ``batch_dim``)."""
+    params = dict(params)
+    micro = params.pop("micro_batches", 1)
+    key = params if micro == 1 else {**params, "micro_batches": micro}   # M = 1 keeps its cached graphs
 
     def build() -> Graph:
         import torch
@@ -22,9 +27,10 @@ def _captured(name: str, params: dict[str, Any], make) -> Graph:
         torch.manual_seed(0)
         with torch.device("meta"):  # parameters of the full-size model are never allocated
             model, inputs, loss_fn, optimizer, targets = make(**params)
-        return capture_training_step(model, inputs, loss_fn, optimizer, targets=targets, name=name)
+        return capture_training_step(model, inputs, loss_fn, optimizer, targets=targets, name=name,
+                                     micro_batches=micro, batch_dim=batch_dim)
 
-    return cached_graph(name, params, build)
+    return cached_graph(name, key, build)
 
 
 def _rnnlm(vocab: int, hidden: int, layers: int, steps: int, batch: int):
@@ -40,9 +46,9 @@ def _rnnlm(vocab: int, hidden: int, layers: int, steps: int, batch: int):
 def _register_rnnlm(name: str, paper: str, **defaults: Any) -> None:
     @register_model(name, description=f"RNN language model, {defaults['layers']} LSTM layers of "
                     f"{defaults['hidden']}, {defaults['steps']} unrolled steps, batch {defaults['batch']}",
-                    paper=paper, **defaults)
+                    paper=paper, **defaults, micro_batches=1)
     def factory(**params: Any) -> Graph:
-        return _captured(name, params, _rnnlm)
+        return _captured(name, params, _rnnlm, batch_dim=1)
 
 
 _register_rnnlm("rnnlm-2", "Mirhoseini et al. 2017 §4.1", vocab=10000, hidden=2048, layers=2, steps=40, batch=64)
@@ -67,9 +73,9 @@ def _register_seq2seq(name: str, paper: str, gnmt: bool, **defaults: Any) -> Non
     kind = "GNMT (bidirectional first layer, residuals)" if gnmt else "attentional NMT"
     @register_model(name, description=f"{kind}, {defaults['layers']} LSTM layers of {defaults['hidden']}, "
                     f"lengths {defaults['src_len']}/{defaults['tgt_len']}, batch {defaults['batch']}",
-                    paper=paper, **defaults)
+                    paper=paper, **defaults, micro_batches=1)
     def factory(**params: Any) -> Graph:
-        return _captured(name, params, lambda **p: _seq2seq(**p, gnmt=gnmt))
+        return _captured(name, params, lambda **p: _seq2seq(**p, gnmt=gnmt), batch_dim=1)
 
 
 _S2S = dict(vocab=32000, hidden=1024, layers=2, src_len=40, tgt_len=40, batch=64)
@@ -159,6 +165,27 @@ for _layers in (2, 4, 8):
                    "(d_model 512, 8 heads, segment 128 + memory 128)", paper="GDP §4 (Dai et al. 2019)",
                    vocab=32000, d_model=512, heads=8, d_inner=2048, layers=_layers, seg_len=128, mem_len=128,
                    batch=32)(lambda _n=f"transformer-xl-{_layers}", **p: _captured(_n, p, _transformer_xl))
+
+
+def _gpt(vocab: int, d_model: int, heads: int, layers: int, seq_len: int, batch: int):
+    import torch
+
+    from autoplace.zoo.torch_models import GPT
+
+    model = GPT(vocab, d_model, heads, layers, seq_len)
+    tokens = torch.zeros(batch, seq_len, dtype=torch.int64)
+
+    def loss(logits, targets):
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    return model, tokens, loss, torch.optim.Adam(model.parameters(), lr=3e-4), tokens
+
+
+register_model("gpt-24", description="GPT-style language model, 24 blocks of d_model 1024 (16 heads), sequence "
+               "512, batch 16, Adam (fits no single P100 or K80); micro_batches=M captures M-way gradient "
+               "accumulation", paper="autoplace's pipeline benchmark (Radford et al. 2019's layout)",
+               vocab=32000, d_model=1024, heads=16, layers=24, seq_len=512, batch=16, micro_batches=1)(
+    lambda **p: _captured("gpt-24", p, _gpt))
 
 
 def _wavenet(stacks: int, layers_per_stack: int, residual: int, skip: int, classes: int, length: int, batch: int):

@@ -15,7 +15,7 @@ from torch import nn
 from autoplace.capture import tag
 
 __all__ = ["LSTMCell", "RNNLM", "Seq2Seq", "sequence_loss", "InceptionV3", "AlexNet", "VGG16", "SoftmaxRegression",
-           "TransformerXL", "WaveNet", "AmoebaNet"]
+           "TransformerXL", "GPT", "WaveNet", "AmoebaNet"]
 
 
 class LSTMCell(nn.Module):
@@ -444,6 +444,45 @@ class TransformerXL(nn.Module):
                 x = layer(x, mems[k], pos)
         with tag(role="softmax", layer=len(self.layers) - 1):
             return self.softmax(x)
+
+
+class GPTBlock(nn.Module):
+    """A pre-norm decoder block: causal self-attention and a 4x MLP, each around a residual."""
+
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """A GPT-style decoder-only language model (Radford et al. 2019's layout): token and learned position
+    embeddings, ``layers`` pre-norm blocks, a final norm and an untied output layer over ``vocab``.
+    Input: ``tokens [batch, seq_len]``."""
+
+    def __init__(self, vocab: int, d_model: int, heads: int, layers: int, seq_len: int):
+        super().__init__()
+        self.embedding, self.position = nn.Embedding(vocab, d_model), nn.Embedding(seq_len, d_model)
+        self.blocks = nn.ModuleList(GPTBlock(d_model, heads) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, vocab, bias=False)
+
+    def forward(self, tokens):
+        with tag(role="embedding", layer=0):
+            x = self.embedding(tokens) + self.position(torch.arange(tokens.shape[1], device=tokens.device))
+        for k, block in enumerate(self.blocks):
+            with tag(role="transformer", layer=k):
+                x = block(x)
+        with tag(role="softmax", layer=len(self.blocks) - 1):
+            return self.head(self.ln(x))
 
 
 # ---------------------------------------------------------------------- WaveNet (van den Oord et al. 2016)
