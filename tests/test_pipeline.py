@@ -87,3 +87,17 @@ def test_placed_pipeline_training_equals_eager_gradient_accumulation():
     assert losses == pytest.approx(expected, abs=1e-5)
     assert max(float((state[k] - v).abs().max()) for k, v in ref.state_dict().items()) < 1e-5
     assert np.isfinite(losses).all()
+
+
+def test_the_even_split_gives_each_gpu_a_like_share_of_the_parameters():
+    """``even_split``: one contiguous stage per GPU of about equal parameter bytes (8 equal layers on 4 GPUs:
+    2 each), run under the schedule asked for."""
+    from autoplace.placers.pipeline import even_split
+
+    g, c = deep_mlp(), get_cluster("k80x4")
+    for kind in SCHEDULES:
+        p = even_split(g, c, kind)
+        assert p.meta["pipeline_schedule"] == kind and deadlock(g, p.to_array(g, c), p.priorities(g)) is None
+        dev = p.to_array(g, c)
+        params = np.bincount(dev, weights=g.param_bytes, minlength=c.n_devices)[c.devices_of_kind("gpu")]
+        assert params.max() <= 1.1 * params.min()

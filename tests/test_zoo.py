@@ -164,3 +164,19 @@ def test_amoebanet_cells():
     assert steps == set(range(5))
     depthwise = [op for op in g.ops if op.type == "aten.convolution" and op.phase == "forward"]
     assert depthwise and all(op.flops > 0 for op in depthwise)
+
+
+def test_micro_batched_zoo_models_cut_their_batch_dimension():
+    """``micro_batches`` captures gradient accumulation: the recurrent models' batch is their second
+    dimension; the GPT's its first; M = 1 is the graph the model always had."""
+    from autoplace.errors import AutoplaceError
+    from autoplace.schedule import micro_batches
+
+    small = dict(vocab=50, hidden=16, layers=2, steps=3, batch=4)
+    one, two = build_graph("rnnlm-2", **small), build_graph("rnnlm-2", **small, micro_batches=2)
+    assert micro_batches(one) == 1 and micro_batches(two) == 2 and two.n_ops > one.n_ops
+    gpt = build_graph("gpt-24", vocab=50, d_model=16, heads=2, layers=2, seq_len=4, batch=4, micro_batches=4)
+    assert micro_batches(gpt) == 4
+    assert {op.meta.get("layer") for op in gpt.ops if op.meta.get("role") == "transformer"} == {0, 1}
+    with pytest.raises(AutoplaceError, match="micro_batches=3 does not divide the batch of 4"):
+        build_graph("rnnlm-2", **small, micro_batches=3)

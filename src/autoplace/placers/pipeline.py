@@ -64,10 +64,10 @@ def in_flight(kind: str, n_devices: int, n_micro: int) -> np.ndarray:
 
 
 def _by_module(graph: Graph, group: np.ndarray) -> np.ndarray:
-    """``group`` with the groups that share a module (an op's ``scope``) joined, and an op of no module that
-    reads another op joined with the last op (in topological order) it reads — a residual's gradient sum
-    goes with its layer's, a loss's detached copy with the loss — so no stage holds a scattering of every
-    other stage's ops; numbered 0.. in op order."""
+    """``group`` with the groups that share a module (an op's ``scope``) joined, and an op of no module (in a
+    group of no module) that reads another op joined with the last op (in topological order) it reads — a
+    residual's gradient sum goes with its layer's, a loss's detached copy with the loss — so no stage holds
+    a scattering of every other stage's ops; numbered 0.. in op order."""
     parent = list(range(int(group.max()) + 1))
 
     def find(a: int) -> int:
@@ -83,11 +83,12 @@ def _by_module(graph: Graph, group: np.ndarray) -> np.ndarray:
 
     first: dict[str, int] = {}
     gl = group.tolist()
+    placed = {g for op, g in zip(graph.ops, gl) if op.scope}   # groups a module already holds
     for i in graph.topological_order.tolist():
         op = graph.ops[i]
         if op.scope:
             join(gl[i], first.setdefault(op.scope, gl[i]))
-        else:
+        elif gl[i] not in placed:
             preds = graph.predecessors(i)
             if len(preds):
                 join(gl[i], gl[int(preds[np.argmax(graph.rank[preds])])])
