@@ -4,9 +4,9 @@ For each model and cluster, simulated (each placement scored by the simulator as
 
 * ``single-gpu`` — the step whole on one GPU (it does not fit: the reason for all this);
 * ``auto, M=1`` — ``auto`` on the step captured whole (no micro-batches, so nothing to pipeline);
-* ``auto, M chosen`` — ``auto`` on the step captured with each ``M`` of ``--counts`` micro-batches (that
-  divides the batch); the fastest that fits (``auto`` weighs its ``pipeline`` candidate, GPipe or 1F1B,
-  against its others);
+* ``auto, M chosen`` — ``auto`` on the step captured with M = 1 and each M of :data:`COUNTS` micro-batches;
+  the fastest that fits (``auto`` weighs its ``pipeline`` candidate, GPipe or 1F1B, against its others;
+  the JSON keeps every M's row), as ``compile(micro_batches="auto")`` chooses;
 * ``even GPipe, M=4`` — :func:`autoplace.placers.pipeline.even_split`: one contiguous stage per GPU of
   about equal parameter bytes, a GPipe schedule over 4 micro-batches;
 * ``Accelerate sequential`` — ``accelerate.utils.infer_auto_device_map`` of the model (filling GPU 0, then
@@ -97,7 +97,8 @@ def setting(name: str, cluster_name: str, budget: float) -> list[dict]:
     t = time.perf_counter()
     rows.append(row("auto, M=1", whole, cluster, place(whole, cluster, "auto", seed=0, budget=budget),
                     micro_batches=1, search_s=round(time.perf_counter() - t, 1)))
-    best = None
+    best = rows[-1] if rows[-1]["fits"] else None
+    tried = []
     for m in COUNTS[name]:
         g = build_graph(name, micro_batches=m)
         t = time.perf_counter()
@@ -105,12 +106,14 @@ def setting(name: str, cluster_name: str, budget: float) -> list[dict]:
         r = row(f"auto, M={m}", g, cluster, p, micro_batches=m, search_s=round(time.perf_counter() - t, 1),
                 came_from=p.meta["from"])
         print(f"  {name} on {cluster_name}: auto M={m}: {r['step_s']:.3f} s ({p.meta['from']})", file=sys.stderr)
+        tried.append(r)
         if r["fits"] and (best is None or r["step_s"] < best["step_s"]):
             best = r
         if m == 4:
             rows.append(row("even GPipe, M=4", g, cluster, even_split(g, cluster, "gpipe"), micro_batches=4))
     rows.append({**best, "placement": f"auto, M chosen ({best['micro_batches']})"} if best else
                 {"placement": "auto, M chosen", "error": "no M fits"})
+    rows += [{**r, "placement": f"(auto, M={r['micro_batches']})", "detail": True} for r in tried]
     single = one_thread(cluster)
     p = from_device_map(whole, cluster, accelerate_map(name, cluster), method="accelerate-sequential")
     rows.append(row("Accelerate sequential", whole, cluster, p, sim_cluster=single))
@@ -132,6 +135,8 @@ def main() -> None:
             print("| placement | step (s) | fits | peak GiB per GPU |")
             print("|---|---:|---|---|")
             for r in rows:
+                if r.get("detail"):
+                    continue
                 if "error" in r:
                     print(f"| {r['placement']} | — | no | {r['error'][:80]} |")
                 else:

@@ -101,3 +101,20 @@ def test_the_even_split_gives_each_gpu_a_like_share_of_the_parameters():
         dev = p.to_array(g, c)
         params = np.bincount(dev, weights=g.param_bytes, minlength=c.n_devices)[c.devices_of_kind("gpu")]
         assert params.max() <= 1.1 * params.min()
+
+
+def test_a_schedule_is_kept_by_what_scores_a_placement_and_refused_by_what_would_break_it():
+    """Uncertainty ranges simulate the schedule (the nominal step is the simulator's); local search, which
+    moves ops off their stages, refuses a scheduled placement with a one-line error."""
+    from autoplace.errors import PlacementError
+    from autoplace.placers.auto import uncertainty
+    from autoplace.placers.local_search import refine
+    from autoplace.placers.pipeline import even_split
+
+    g, c = deep_mlp(layers=4, width=256, batch=64), get_cluster("k80x4")
+    p = even_split(g, c, "gpipe")
+    (sr,) = uncertainty(g, c, [p])
+    assert sr.nominal == pytest.approx(Simulator(g, c).run(p).step_time)
+    assert sr.low <= sr.nominal <= sr.high
+    with pytest.raises(PlacementError, match="a scheduled placement cannot be refined"):
+        refine(g, c, p, budget=0.1)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from test_sim_properties import SETTINGS, cases
 
-from autoplace.schedule import positions
+from autoplace.schedule import NO_SCHEDULE, positions
 from autoplace.sim import BACKEND, Simulator, _kernel
 
 pytestmark = pytest.mark.skipif(BACKEND != "c", reason="the C extension is not built here")
@@ -35,7 +35,9 @@ def test_c_matches_numba(case):
     """Bit for bit, with each device's ops in ready order and under a random schedule."""
     graph, cluster, dev = case
     sim = Simulator(graph, cluster)
-    for prio in (None, random_schedule(graph, np.random.default_rng(graph.n_ops))):
+    partial = random_schedule(graph, np.random.default_rng(graph.n_ops + 1))
+    partial[dev == dev[0]] = NO_SCHEDULE          # a device left in ready order beside ordered ones
+    for prio in (None, random_schedule(graph, np.random.default_rng(graph.n_ops)), partial):
         r = sim.run(dev, trace=True, schedule=prio)
         spos = None if prio is None else positions(graph, dev, prio, cluster.n_devices)
         step, start, finish, lstart, busy, host, peak, lt, lb, st, nx, xf = numba_run(sim, dev, spos=spos)

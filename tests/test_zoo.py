@@ -166,6 +166,7 @@ def test_amoebanet_cells():
     assert depthwise and all(op.flops > 0 for op in depthwise)
 
 
+@pytest.mark.slow
 def test_micro_batched_zoo_models_cut_their_batch_dimension():
     """``micro_batches`` captures gradient accumulation: the recurrent models' batch is their second
     dimension; the GPT's its first; M = 1 is the graph the model always had."""

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from autoplace.cluster import Cluster
-from autoplace.errors import AutoplaceError
+from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.runtime.distributed import RUNTIMES, make_pool
@@ -176,9 +176,17 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
         return cached_placement(graph, cl, method, seed, budget, run, folder) if cache is not False else (run(), False)
 
     def recompile(inputs, targets) -> tuple[Graph, Placement]:
-        """Another batch shape (called by the step): its step captured, on the same devices op for op
-        where its ops are the same."""
-        other = capture(inputs, targets, graph.name)
+        """Another batch shape (called by the step): its step captured (over the most micro-batches up to the
+        step's that divide it), on the same devices op for op where its ops are the same."""
+        from autoplace.capture import CaptureError
+
+        for m in [d for d in range(micro, 0, -1) if micro % d == 0]:
+            try:
+                other = capture(inputs, targets, graph.name, m)
+                break
+            except CaptureError:
+                if m == 1:
+                    raise
         if {op.name for op in other.ops} == set(chosen.assignment):
             return other, dataclasses.replace(chosen, graph=other.name, cluster=cl.name)
         if placement is not None:
@@ -228,13 +236,14 @@ AUTO_MICRO_BATCHES = (1, 2, 4, 8)
 
 def _choose_micro_batches(capture, search, inputs, targets, name, cluster, stage, seconds) -> tuple:
     """``(M, graph, placement, cache hit)`` of the count of :data:`AUTO_MICRO_BATCHES` whose placement
-    simulates fastest (one that fits first); counts that do not divide the batch are skipped."""
+    simulates fastest (one that fits first); counts that do not divide the batch, or for which the method
+    finds no placement that fits, are skipped (the first such failure is raised when every count fails)."""
     import time
 
     from autoplace.capture import CaptureError
     from autoplace.sim import Simulator
 
-    best = None
+    best, failed = None, None
     seconds["capture"] = seconds["place"] = 0.0
     for m in AUTO_MICRO_BATCHES:
         t = time.perf_counter()
@@ -248,9 +257,15 @@ def _choose_micro_batches(capture, search, inputs, targets, name, cluster, stage
         seconds["capture"] += time.perf_counter() - t
         t = time.perf_counter()
         stage(f"placing {graph.n_ops} ops ({m} micro-batches)")
-        chosen, hit = search(graph)
+        try:
+            chosen, hit = search(graph)
+        except InfeasibleError as e:                    # no placement fits: more micro-batches may
+            failed = failed or e
+            continue
         r = Simulator(graph, cluster).run(chosen)
         seconds["place"] += time.perf_counter() - t
         if best is None or (not r.ok, r.step_time) < best[0]:
             best = ((not r.ok, r.step_time), m, graph, chosen, hit)
+    if best is None:
+        raise failed
     return best[1:]

@@ -21,9 +21,9 @@ class Placement:
     """An assignment of every op of graph ``graph`` to a device of cluster ``cluster``.
 
     ``meta`` carries what the placer reports (search time, seed, bound ...) and survives a file round
-    trip; the simulated result is added by writers, not stored here. ``schedule`` (optional) gives every op
-    a priority: each device runs its ops strictly in (priority, topological rank) order
-    (:mod:`autoplace.schedule`); without one a device runs its ops as they become ready.
+    trip; the simulated result is added by writers, not stored here. ``schedule`` (optional) gives the ops of
+    the devices it orders a priority: each such device runs its ops strictly in (priority, topological rank)
+    order (:mod:`autoplace.schedule`); the others run their ops as they become ready.
     """
 
     assignment: Mapping[str, str]
@@ -45,25 +45,29 @@ class Placement:
         assignment = {op.name: names[int(d)] for op, d in zip(graph.ops, devices)}
         schedule = None
         if priorities is not None:
+            from autoplace.schedule import NO_SCHEDULE
+
             priorities = np.asarray(priorities)
             if priorities.shape != (graph.n_ops,):
                 raise PlacementError(f"schedule array has shape {priorities.shape}, expected ({graph.n_ops},)")
-            schedule = {op.name: int(p) for op, p in zip(graph.ops, priorities)}
+            schedule = {op.name: int(p) for op, p in zip(graph.ops, priorities) if p != NO_SCHEDULE}
         return cls(assignment, graph.name, cluster.name, method, meta, schedule)
 
     def priorities(self, graph: Graph) -> np.ndarray | None:
-        """The schedule's priority per op (None: no schedule); raises :class:`PlacementError` naming the first
-        op at fault."""
+        """The schedule's priority per op (None: no schedule; :data:`~autoplace.schedule.NO_SCHEDULE` for an
+        op it does not order); raises :class:`PlacementError` naming the first op at fault."""
+        from autoplace.schedule import NO_SCHEDULE
+
         if self.schedule is None:
             return None
         extra = [name for name in self.schedule if name not in graph]
         if extra:
             raise PlacementError(f"schedule names op {extra[0]!r} which is not in graph {graph.name!r}")
-        out = np.empty(graph.n_ops, np.int64)
+        out = np.full(graph.n_ops, NO_SCHEDULE, np.int64)
         for i, op in enumerate(graph.ops):
             p = self.schedule.get(op.name)
             if p is None:
-                raise PlacementError(f"schedule has no priority for op {op.name!r}")
+                continue
             if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not -2**62 < p < 2**62:
                 raise PlacementError(f"schedule gives op {op.name!r} priority {p!r}: expected an integer")
             out[i] = p

@@ -136,11 +136,11 @@ class RobustSimulator:
         """``[B]``: the robust step of placements whose per-scenario ``steps`` (``[S, B]``) are given."""
         return (steps * self.scale[:, None]).max(axis=0)
 
-    def run_batch(self, devs: np.ndarray) -> BatchResult:
+    def run_batch(self, devs: np.ndarray, schedules: np.ndarray | None = None) -> BatchResult:
         """The nominal :class:`BatchResult` with each step replaced by its robust step (what a search
         minimises to be robust: :func:`autoplace.placers.local_search.refine` takes this as ``run_batch``)."""
         devs = np.ascontiguousarray(np.atleast_2d(devs), dtype=np.int64)
-        batches = [sim.run_batch(devs) for sim in self.sims]
+        batches = [sim.run_batch(devs, schedules) for sim in self.sims]
         steps = np.stack([b.step_time for b in batches])
         return dataclasses.replace(batches[0], step_time=self.robust_steps(steps))
 
@@ -167,9 +167,10 @@ class StepRange:
                 "gain_inside_range": self.gain_inside_range}
 
 
-def step_ranges(robust: RobustSimulator, devs: np.ndarray) -> list[StepRange]:
-    """:class:`StepRange` of each placement (rows of ``devs``), simulated in one batch per scenario."""
-    steps = robust.steps(devs)
+def step_ranges(robust: RobustSimulator, devs: np.ndarray, schedules: np.ndarray | None = None) -> list[StepRange]:
+    """:class:`StepRange` of each placement (rows of ``devs``, under ``schedules`` if given), simulated in one
+    batch per scenario."""
+    steps = robust.steps(devs, schedules)
     rob = robust.robust_steps(steps)
     one = None if robust.baseline is None else float(robust.steps(robust.baseline[None, :])[0, 0])
     return [StepRange(float(steps[0, b]), float(steps[:, b].min()), float(steps[:, b].max()), float(rob[b]), one)

@@ -1,14 +1,17 @@
 """Schedules: the order in which each device runs its ops.
 
 Without a schedule a device runs its ops in the order they become ready (first in, first out). A
-*schedule* gives every op a priority; each device then runs its ops strictly in the order of
-``(priority, topological rank)``: an op that is ready waits until every op before it on its device has
+*schedule* gives the ops of the devices it orders a priority (every op of such a device; the other devices'
+ops have :data:`NO_SCHEDULE` and stay in ready order); each ordered device then runs its ops strictly in
+the order of ``(priority, topological rank)``: an op that is ready waits until every op before it on its device has
 started (a GPU's launcher launches in that order). That is how pipeline runtimes run a schedule
 (``torch.distributed.pipelining``, DeepSpeed, Megatron: each stage runs a list of actions) and what lets a
 placement say GPipe or 1F1B.
 
 A schedule can deadlock (a device's next op waits for an op that its own device or another runs later):
-:func:`deadlock` finds out. The pipeline schedules built here never do for a split into contiguous stages.
+:func:`deadlock` finds out, and :func:`linearize` gives an order in which all ops can run (the runtime
+orders messages by it). The pipeline schedules built here never deadlock for a split into contiguous
+stages.
 
 Pipeline schedules over ``S`` stages and ``M`` micro-batches (the graph captured with ``micro_batches=M``:
 ops carry ``meta["micro_batch"]``), as each stage's list of actions, ``F m`` (micro-batch ``m``'s forward)
@@ -30,51 +33,92 @@ import numpy as np
 from autoplace.errors import PlacementError
 from autoplace.graph import Graph
 
-__all__ = ["SCHEDULES", "positions", "deadlock", "runnable_priorities", "stage_actions", "pipeline_priorities",
-           "micro_batches"]
+__all__ = ["SCHEDULES", "NO_SCHEDULE", "positions", "linearize", "deadlock", "runnable_priorities", "stage_actions",
+           "pipeline_priorities", "micro_batches"]
 
 SCHEDULES = ("gpipe", "1f1b")
+NO_SCHEDULE = np.iinfo(np.int64).min  #: the priority of an op on a device the schedule leaves in ready order
 
 
-def positions(graph: Graph, dev: np.ndarray, priority: np.ndarray, n_devices: int) -> np.ndarray:
+def _check_devices(graph: Graph, dev: np.ndarray, priority: np.ndarray, names) -> np.ndarray:
+    """Which ops the schedule orders (a device's ops all or none: a :class:`PlacementError` naming one left
+    out otherwise)."""
+    sched = priority != NO_SCHEDULE
+    mixed = np.flatnonzero(np.bincount(dev, weights=sched, minlength=len(names)) % np.maximum(
+        np.bincount(dev, minlength=len(names)), 1) != 0)
+    if len(mixed):
+        d = int(mixed[0])
+        left = int(np.flatnonzero((dev == d) & ~sched)[0])
+        raise PlacementError(f"the schedule orders some of device {names[d]}'s ops but not all: op "
+                             f"{graph.ops[left].name!r} has no priority")
+    return sched
+
+
+def positions(graph: Graph, dev: np.ndarray, priority: np.ndarray, n_devices: int,
+              names: Sequence[str] | None = None) -> np.ndarray:
     """Each op's place in its device's order (0 first): the device's ops sorted by (priority, topological
-    rank)."""
+    rank); -1 on the devices the schedule leaves in ready order (their ops' priority :data:`NO_SCHEDULE`)."""
+    sched = _check_devices(graph, dev, priority, names or [str(d) for d in range(n_devices)])
     order = np.lexsort((graph.rank, priority, dev))
     first = np.concatenate([[0], np.cumsum(np.bincount(dev, minlength=n_devices))[:-1]])
     out = np.empty(len(dev), np.int64)
     out[order] = np.arange(len(dev)) - first[dev[order]]
+    out[~sched] = -1
     return out
+
+
+def _runs_after(graph: Graph, dev: np.ndarray, priority: np.ndarray) -> tuple:
+    """The "runs after" edges of a schedule: data edges and, on each ordered device, each op after the one
+    before it; ``(src, dst, sequence pairs)``."""
+    order = np.lexsort((graph.rank, priority, dev))
+    ordered = priority != NO_SCHEDULE
+    same = (dev[order[1:]] == dev[order[:-1]]) & ordered[order[1:]]
+    seq_src, seq_dst = order[:-1][same], order[1:][same]
+    src = np.concatenate([graph.tensor_src[graph.pair_tensor], seq_src])
+    dst = np.concatenate([graph.pair_op, seq_dst])
+    keep = src != dst
+    return src[keep], dst[keep], (seq_src, seq_dst)
+
+
+def linearize(graph: Graph, dev: np.ndarray, priority: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One order in which every op can run under the schedule (its inputs and the op before it on its
+    device first; ties to the lower topological rank): ``(place of each op in it, in-degrees left)`` — an
+    op left with in-degree above 0 never runs (the schedule deadlocks) and has place -1."""
+    import heapq
+
+    n = graph.n_ops
+    src, dst, _ = _runs_after(graph, dev, priority)
+    indeg = np.bincount(dst, minlength=n)
+    by = np.argsort(src, kind="stable")
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]).tolist()
+    nxt = dst[by].tolist()
+    rank = graph.rank.tolist()
+    left = indeg.tolist()
+    heap = [(rank[i], i) for i in np.flatnonzero(indeg == 0).tolist()]
+    heapq.heapify(heap)
+    place = np.full(n, -1, np.int64)
+    k = 0
+    while heap:
+        _, u = heapq.heappop(heap)
+        place[u] = k
+        k += 1
+        for v in nxt[ptr[u]:ptr[u + 1]]:
+            left[v] -= 1
+            if left[v] == 0:
+                heapq.heappush(heap, (rank[v], v))
+    return place, np.asarray(left)
 
 
 def deadlock(graph: Graph, dev: np.ndarray, priority: np.ndarray) -> str | None:
     """Why the schedule cannot run, or None when it can: every op's inputs and the op before it on its device
     must be able to run before it (the graph with those "runs after" edges added has no cycle)."""
     n = graph.n_ops
-    order = np.lexsort((graph.rank, priority, dev))
-    same = dev[order[1:]] == dev[order[:-1]]
-    seq_src, seq_dst = order[:-1][same], order[1:][same]
-    data_src = graph.tensor_src[graph.pair_tensor]
-    src = np.concatenate([data_src, seq_src])
-    dst = np.concatenate([graph.pair_op, seq_dst])
-    keep = src != dst
-    src, dst = src[keep], dst[keep]
-    indeg = np.bincount(dst, minlength=n)
-    by = np.argsort(src, kind="stable")
-    ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))])
-    nxt = dst[by]
-    stack = list(np.flatnonzero(indeg == 0))
-    done = 0
-    while stack:
-        u = stack.pop()
-        done += 1
-        for v in nxt[ptr[u]:ptr[u + 1]]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                stack.append(v)
-    if done == n:
+    place, left = linearize(graph, dev, priority)
+    if (place >= 0).all():
         return None
+    src, dst, (seq_src, seq_dst) = _runs_after(graph, dev, priority)
     # walk back from a stuck op through stuck predecessors until an op repeats: that loop is a cycle
-    stuck = indeg > 0
+    stuck = left > 0
     back = np.argsort(dst, kind="stable")
     bptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n))])
     prev = src[back]
@@ -99,6 +143,7 @@ def runnable_priorities(graph: Graph, dev: np.ndarray, placement) -> np.ndarray 
     device indices ``dev`` (a :class:`PlacementError` saying why otherwise)."""
     prio = placement.priorities(graph)
     if prio is not None:
+        positions(graph, dev, prio, int(dev.max()) + 1 if len(dev) else 0)   # a device's ops: all or none
         why = deadlock(graph, dev, prio)
         if why:
             raise PlacementError(why)
@@ -131,14 +176,14 @@ def pipeline_priorities(graph: Graph, dev: np.ndarray, stages: Sequence[int], ki
     An op of micro-batch ``m`` (``meta["micro_batch"]``) in the forward phase belongs to action ``F m`` of
     its device's stage, one in the backward phase to ``B m``; any other op (parameters, gradient sums, the
     update, the mean loss) to the latest action among its inputs' (none: before every action). Its priority
-    is that action's place in its stage's list. Ops on devices that are no stage run in ready order among
-    themselves (priority 0)."""
+    is that action's place in its stage's list. Devices that are no stage are left in ready order
+    (:data:`NO_SCHEDULE`)."""
     n_micro = micro_batches(graph)
     stage_of = {int(d): s for s, d in enumerate(stages)}
     index: dict[int, dict[tuple[str, int], int]] = {
         d: {a: k for k, a in enumerate(stage_actions(kind, s, len(stages), n_micro))} for d, s in stage_of.items()}
     action: list[tuple[str, int] | None] = [None] * graph.n_ops
-    prio = np.zeros(graph.n_ops, np.int64)
+    prio = np.full(graph.n_ops, NO_SCHEDULE, np.int64)
     for i in graph.topological_order:
         op = graph.ops[i]
         d = int(dev[i])

@@ -226,14 +226,17 @@ def _uncertainty(setting: Setting, placement) -> dict:
     import numpy as np
 
     from autoplace.robust import step_ranges
+    from autoplace.schedule import NO_SCHEDULE
 
     robust = _robust(setting)
     graph, cluster = setting.problem()
     devs = placement.to_array(graph, cluster)
-    sr = step_ranges(robust, devs[None, :])[0]
+    prio = placement.priorities(graph)
+    sr = step_ranges(robust, devs[None, :], None if prio is None else prio[None, :])[0]
     out = {"step_range_s": [sr.low, sr.high], "robust_step_s": sr.robust}
     if robust.baseline is not None:
-        steps = robust.steps(np.stack([robust.baseline, devs]))
+        steps = robust.steps(np.stack([robust.baseline, devs]), None if prio is None else np.stack(
+            [np.full(len(devs), NO_SCHEDULE), prio]))
         out["one_gpu_s"] = sr.one_gpu
         out["worst_case_speedup"] = float((steps[:, 0] / steps[:, 1]).min())
         out["gain_inside_range"] = bool(sr.gain_inside_range)

@@ -90,9 +90,13 @@ def uncertainty(graph: Graph, cluster: Cluster, placements: list[Placement], one
     """Each placement's :class:`~autoplace.robust.StepRange` (against one GPU: ``one_gpu``, by default the
     ``single-gpu`` placer's, where it fits)."""
     from autoplace.robust import step_ranges
+    from autoplace.schedule import NO_SCHEDULE
 
     robust = robust_simulator(graph, cluster, one_gpu)
-    return step_ranges(robust, np.stack([p.to_array(graph, cluster) for p in placements]))
+    prios = [p.priorities(graph) for p in placements]
+    schedules = None if all(p is None for p in prios) else np.stack(
+        [np.full(graph.n_ops, NO_SCHEDULE) if p is None else p for p in prios])
+    return step_ranges(robust, np.stack([p.to_array(graph, cluster) for p in placements]), schedules)
 
 
 def pick_robust(graph: Graph, cluster: Cluster, placements: list[Placement], robust) -> tuple[int, list]:

@@ -50,7 +50,7 @@ import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.cost import feasible_devices
-from autoplace.errors import InfeasibleError
+from autoplace.errors import InfeasibleError, PlacementError
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping, coarsen, runnable_grouping
 from autoplace.placement import Placement
@@ -154,6 +154,9 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
     scored by ``env`` (default: the simulator; a :class:`~autoplace.env.MeasuredEnv` scores by real runs)
     or by ``simulator`` (anything with ``run_batch``: a :class:`~autoplace.robust.RobustSimulator` scores
     by the worst case over the cost model's uncertainty, its scenarios counted in the budget)."""
+    if placement.schedule is not None:
+        raise PlacementError(f"refine moves ops between devices, and {placement.method!r}'s schedule is its "
+                             "stages' order: a scheduled placement cannot be refined")
     budget = work.nominal_budget(budget, "local-search")
     if env is None:
         sim = Simulator(graph, cluster) if simulator is None else simulator

@@ -451,14 +451,18 @@ def _exchange_overheads(pool: WorkerPool, cluster: Cluster, progress, rounds: in
 
 class LinkFit:
     """``latency + bytes / bandwidth`` fitted to measured one-way transfer times: the bandwidth by least
-    squares over the larger half of the sizes, the latency from the smallest size."""
+    squares over the larger half of the sizes (where that slope is lost in the noise, the largest size's
+    average rate), the latency from the smallest size."""
 
     def __init__(self, sizes: np.ndarray, times: np.ndarray):
         # the slope from the large sizes (where bytes dominate), the latency from the smallest one
         big = sizes >= np.sort(sizes)[len(sizes) // 2]
         A = np.stack([np.ones(big.sum()), sizes[big].astype(float)], axis=1)
         (_, inv_bw), *_ = np.linalg.lstsq(A, times[big], rcond=None)
-        self.bandwidth = float(1.0 / inv_bw) if inv_bw > 0 else float(sizes.max() / times.max())
+        # a slope that moves the largest message by under 1 % is noise (a busy machine): the largest
+        # message's average rate then stands in (a lower bound of the link's bandwidth)
+        measurable = inv_bw * sizes.max() > 0.01 * times.max()
+        self.bandwidth = float(1.0 / inv_bw) if measurable else float(sizes.max() / times.max())
         k = int(np.argmin(sizes))
         self.latency_s = float(max(times[k] - sizes[k] / self.bandwidth, 0.0))
         self.sizes, self.times = sizes, times

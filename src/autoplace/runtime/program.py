@@ -26,6 +26,7 @@ import numpy as np
 
 from autoplace.errors import AutoplaceError, PlacementError
 from autoplace.graph import Graph, parse_input
+from autoplace.schedule import NO_SCHEDULE, linearize
 
 __all__ = ["ExecutionError", "Program", "DevicePlan", "plan_device", "run_reference", "torch_device"]
 
@@ -368,7 +369,8 @@ class DevicePlan:
     write-after-read); ``recv``: the tensors it receives (ref -> source device; each tensor once per
     destination device, Send/Recv — the senders' side follows from the receivers'); ``recv_users``:
     the local ops reading each received tensor; ``order``: under a schedule, the order it runs its ops in
-    (None: as they become ready); ``priority``: the schedule's priority of every op of the program."""
+    (None: as they become ready); ``sequence``: under a schedule, each op's place in one order in which
+    every op of the program can run (:func:`autoplace.schedule.linearize`: what orders the messages)."""
 
     device: int
     ops: list[int]
@@ -376,11 +378,11 @@ class DevicePlan:
     recv: dict[TRef, int]
     recv_users: dict[TRef, list[int]]
     order: list[int] | None = None
-    priority: np.ndarray | None = None
+    sequence: np.ndarray | None = None
 
 
 def plan_device(program: Program, assignment: np.ndarray, device: int,
-                priority: np.ndarray | None = None) -> DevicePlan:
+                priority: np.ndarray | None = None, sequence: np.ndarray | None = None) -> DevicePlan:
     """Cut ``program`` for ``device`` under ``assignment`` (op index -> device index) and, if given, the
     schedule ``priority`` (per op: the device runs its ops in (priority, topological rank) order; an order
     that runs an op before one it must follow here is a :class:`PlacementError`)."""
@@ -424,7 +426,7 @@ def plan_device(program: Program, assignment: np.ndarray, device: int,
             readers.setdefault(root_of(r), []).append(i)
         deps[i] = sorted(set(mine) - {i})
     order = None
-    if priority is not None:
+    if priority is not None and ops and priority[ops[0]] != NO_SCHEDULE:
         rank = g.rank
         order = sorted(ops, key=lambda i: (int(priority[i]), int(rank[i])))
         place = {i: k for k, i in enumerate(order)}
@@ -434,13 +436,14 @@ def plan_device(program: Program, assignment: np.ndarray, device: int,
                 raise PlacementError(f"the schedule runs op {g.ops[i].name!r} before op {g.ops[late[0]].name!r} on "
                                      f"its device, but it must follow it (it reads its result or overwrites what it "
                                      f"reads)")
-    return DevicePlan(device, ops, deps, recv, recv_users, order, priority)
+    return DevicePlan(device, ops, deps, recv, recv_users, order, sequence)
 
 
 def plan_all(program: Program, assignment: np.ndarray, n_devices: int,
              priority: np.ndarray | None = None) -> list[DevicePlan]:
     """Plans for every device (under schedule ``priority`` if given)."""
-    return [plan_device(program, assignment, d, priority) for d in range(n_devices)]
+    sequence = None if priority is None else linearize(program.graph, assignment, priority)[0]
+    return [plan_device(program, assignment, d, priority, sequence) for d in range(n_devices)]
 
 
 def get_value(env: dict, r: TRef) -> Any:

@@ -10,8 +10,8 @@ differs:
   in pinned host memory (an asynchronous device-to-host copy, posted to gloo once it lands) and copies
   what a CPU rank sends it in asynchronously from pinned memory.
 - **Order.** The tensors one rank sends another go in one fixed order, the order of their producing ops
-  in the program (a topological order; under a schedule, between CPU ranks, the order the sender's schedule
-  produces them), and the receiver takes them in that order: a message never waits
+  in the program (a topological order; under a schedule, in one run of the whole schedule:
+  :func:`autoplace.schedule.linearize`), and the receiver takes them in that order: a message never waits
   for one that depends on it, so no order of execution can deadlock. Between two GPUs both directions
   share one NCCL stream, so both ranks post sends and receives in one merged order.
 - **Asynchrony.** Sends are posted and left to complete while the rank computes (the sender packs a copy,
@@ -48,6 +48,16 @@ from autoplace.runtime.worker import _DeviceRuntime, _die_with_parent, _serve_me
 BARRIER_TAG = 2**30 + 1  #: the tag of a step's barrier messages (a transfer's tag is its index)
 HEADER = 64  #: bytes before a message's data: 8 int64 (the permutation of a permuted tensor, else -1)
 NCCL, GLOO = "nccl", "gloo"
+
+
+def message_order(transfers: list[tuple], sequence=None) -> list[int]:
+    """The order in which every pair of ranks exchanges its messages (transfer ids; ``transfers`` as
+    ``_layout`` lists them): by producing op in the program, or under a schedule in one run of the whole
+    schedule (``sequence``: :func:`autoplace.schedule.linearize`'s places) — a message is then never behind
+    one whose producer needs it, whichever rank waits and whichever way it goes."""
+    first = (lambda op: op) if sequence is None else (lambda op: int(sequence[op]))  # noqa: E731
+    return sorted(range(len(transfers)), key=lambda t: (first(transfers[t][0].op), transfers[t][0].k or 0,
+                                                        transfers[t][1], transfers[t][2]))
 
 
 def backend_of(device: str) -> str:
@@ -93,11 +103,7 @@ class RankRuntime(_DeviceRuntime):
         self.taking_part = sorted(ranks)  # the ranks running this placement (a step starts at their barrier)
         self.specs = {tid: (tuple(shape), getattr(torch, dtype)) for tid, (_r, _s, _d, _o, shape, dtype)
                       in enumerate(transfers)}
-        # under a schedule a gloo pair's messages go in the order their sender produces them (its schedule's)
-        prio, rank = self.plan.priority, self.program.graph.rank
-        first = ((lambda op: (0, op)) if prio is None else (lambda op: (int(prio[op]), int(rank[op]))))
-        order = sorted(range(len(transfers)), key=lambda t: (*first(transfers[t][0].op), transfers[t][0].k or 0,
-                                                             transfers[t][1], transfers[t][2]))
+        order = message_order(transfers, self.plan.sequence)
         # per peer: what goes out (gloo), what comes in (gloo), both in one order (NCCL)
         self.out_seq: dict[int, list[int]] = {}
         self.in_seq: dict[int, list[int]] = {}
@@ -115,8 +121,6 @@ class RankRuntime(_DeviceRuntime):
                 self.pair_seq.setdefault(peer, []).append(tid)
             else:
                 (self.out_seq if src == me else self.in_seq).setdefault(peer, []).append(tid)
-        for seq in self.pair_seq.values():  # both directions of an NCCL pair: program order, always
-            seq.sort(key=lambda t: (transfers[t][0].op, transfers[t][0].k or 0, transfers[t][1], transfers[t][2]))
         self.recv_ref = {tid: ref for tid, ref in self.recv_tid}
 
     # -------------------------------------------------------------- messages

@@ -33,7 +33,7 @@ from autoplace.errors import PlacementError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.result import StepResult
-from autoplace.schedule import deadlock, positions
+from autoplace.schedule import NO_SCHEDULE, deadlock, positions
 from autoplace.sim import _cbackend, _kernel
 from autoplace.sim._args import ClusterArrays, GraphArrays
 
@@ -41,7 +41,6 @@ __all__ = ["Simulator", "SimResult", "BatchResult", "Timeline", "simulate", "sim
            "BACKEND", "NO_SCHEDULE"]
 
 BACKEND = _cbackend.BACKEND  # "c" (the built extension) or "numba" (the reference kernel)
-NO_SCHEDULE = np.iinfo(np.int64).min  # a row of schedules that starts with it has none
 
 
 @dataclass(frozen=True)
@@ -237,12 +236,14 @@ class Simulator:
         return arr.reshape(devs.shape)
 
     def _positions(self, devs: np.ndarray, prios: np.ndarray | None) -> np.ndarray:
-        """``[B, n]``: each op's place in its device's schedule; a row of -1 where a row has none."""
+        """``[B, n]``: each op's place in its device's schedule; -1 on a device a row's schedule leaves in
+        ready order."""
         spos = np.full(devs.shape, -1, np.int64)
         if prios is not None:
             for b in range(len(devs)):
-                if devs.shape[1] and prios[b, 0] != NO_SCHEDULE:
-                    spos[b] = positions(self.graph, devs[b], prios[b], self.cluster.n_devices)
+                if (prios[b] != NO_SCHEDULE).any():
+                    spos[b] = positions(self.graph, devs[b], prios[b], self.cluster.n_devices,
+                                        self.cluster.device_names)
         return spos
 
     def _execute(self, devs: np.ndarray, prios: np.ndarray | None = None) -> tuple[BatchResult, Timeline]:
@@ -302,7 +303,7 @@ class Simulator:
                     xf_c)
         if (done != n).any():   # every op runs in any placement of a DAG: a stall is a schedule's or a bug
             b = int(np.flatnonzero(done != n)[0])
-            if spos[b, 0] >= 0:
+            if (spos[b] >= 0).any():
                 why = deadlock(self.graph, devs[b], prios[b])
                 if why:
                     raise PlacementError(why + (f" (placement {b})" if B > 1 else ""))
@@ -331,8 +332,8 @@ class Simulator:
     def run_batch(self, placements: np.ndarray | Sequence[Placement],
                   schedules: np.ndarray | None = None) -> BatchResult:
         """Simulate ``B`` placements (``[B, n_ops]`` device indices, or Placement objects with their own
-        schedules) in one call; ``schedules``: ``[B, n_ops]`` priorities beside device indices (a row whose
-        first entry is :data:`NO_SCHEDULE` has none)."""
+        schedules) in one call; ``schedules``: ``[B, n_ops]`` priorities beside device indices
+        (:data:`NO_SCHEDULE` on the devices a row leaves in ready order)."""
         if len(placements) and isinstance(placements[0], Placement):
             devs = np.stack([p.to_array(self.graph, self.cluster) for p in placements])
             given = [p.priorities(self.graph) for p in placements]

@@ -206,7 +206,7 @@ typedef struct {
     Launcher *lau;
     OpState *op;
     i64 *fq, *dirty, *isdirty, *gseen;
-    const i64 *spos; /* this row's schedule: each op's place in its device's order (all -1: none) */
+    const i64 *spos; /* this row's schedule: each op's place in its device's order (-1: ready order) */
     i64 *sop;        /* the schedule's orders: device d's in sop[fbase:fbase + its ops] */
     i64 *lq; /* a launcher's FIFO keys: (release number << QSHIFT) | op */
     i32 *lqd; /* beside each: the op's device */
@@ -581,8 +581,8 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
         base += c;
     }
     w->spos = spos;
-    if (n > 0 && spos[0] >= 0)
-        for (i64 i = 0; i < n; i++) w->sop[w->dev[dev[i]].fbase + spos[i]] = i;
+    for (i64 i = 0; i < n; i++)
+        if (spos[i] >= 0) w->sop[w->dev[dev[i]].fbase + spos[i]] = i;
     for (i64 h = 0, base = 0; h < H; h++) {
         i64 c = w->lau[h].lbase;
         w->lau[h].lbase = base;
@@ -881,7 +881,8 @@ const char *ap_arg_names(void) {
            "n_transfers,xf_tensor,xf_src,xf_dst,xf_start,xf_end,xf_land,n_finished";
 }
 
-/* Simulate B placements (rows of devs[B, n]), each under its schedule (rows of spos[B, n]; a row of -1: none). Per-placement outputs have a leading B axis;
+/* Simulate B placements (rows of devs[B, n]), each under its schedule (rows of spos[B, n]: each op's place in
+ * its device's order, -1 on a device left in ready order). Per-placement outputs have a leading B axis;
  * start/finish/lstart/xf_* are scratch shared by all rows (the last row's timeline is left in them).
  * The graph's index arrays (op_tensor_ptr, tensor_pair_ptr, pair_op, in_ptr, in_pair, alias_pair,
  * op_pair_ptr, op_group) are int32. Returns 0, -1 if memory could not be allocated, -2 if the graph has

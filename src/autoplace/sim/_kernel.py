@@ -194,7 +194,7 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                  start, finish, lstart, busy_time, host_time, peak, link_time, link_bytes, seg_time,
                  xf_tensor, xf_src, xf_dst, xf_start, xf_end, xf_land):
     """Simulate one placement ``dev`` (op -> device index) under its schedule ``spos`` (each op's place in its
-    device's order; all -1: none). Fills the output arrays in place.
+    device's order; -1 on a device the schedule leaves in ready order). Fills the output arrays in place.
 
     Returns ``(step_time, n_transfers, ops finished)`` (the last is ``n`` unless the loop stalled). ``peak``,
     ``busy_time``, ``host_time``, ``link_time``, ``link_bytes`` and ``seg_time`` must be zeroed by the caller;
@@ -235,8 +235,8 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
     sop = np.empty(n, np.int64)
     turn = np.zeros(D, np.int64)
     held = np.zeros(n, np.int64)
-    if n > 0 and spos[0] >= 0:
-        for i in range(n):
+    for i in range(n):
+        if spos[i] >= 0:
             sop[fbase[dev[i]] + spos[i]] = i
     # dirty devices (k < D) and launchers (D + h), dispatched after each event; _release finds the
     # launchers' offset as fbase.shape[0] - 1 == D
