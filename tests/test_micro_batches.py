@@ -35,6 +35,17 @@ def _accumulated(model, opt, data, m: int) -> list[float]:
     return losses
 
 
+def accumulation_case(m: int, seed: int, steps: int = 2):
+    """A fresh ``_net``, 2 batches of 8 and what eager accumulation over ``m`` micro-batches with SGD and
+    momentum makes of a copy: ``(model, its optimizer, data, expected losses, the trained copy)``."""
+    model = _net()
+    ref = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    data = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(steps)]
+    expected = _accumulated(ref, OPTIMIZERS["sgd"](ref.parameters()), data, m)
+    return model, OPTIMIZERS["sgd"](model.parameters()), data, expected, ref
+
+
 OPTIMIZERS = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),   # the gradients' scale matters
               "adam": lambda ps: torch.optim.Adam(ps, lr=1e-2)}
 

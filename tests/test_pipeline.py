@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 
@@ -62,16 +60,12 @@ def test_auto_is_at_least_as_fast_as_the_pipeline():
 def test_placed_pipeline_training_equals_eager_gradient_accumulation():
     """The pipeline placer's placement of a micro-batched step on this machine's two CPU workers, run by the
     runtime under its schedule: the losses and weights of eager gradient accumulation."""
-    from test_micro_batches import _accumulated, _net
+    from test_micro_batches import accumulation_case
 
     import autoplace
 
-    model, m = _net(), 4
-    ref = copy.deepcopy(model)
-    gen = torch.Generator().manual_seed(5)
-    data = [(torch.randn(8, 6, generator=gen), torch.randint(0, 3, (8,), generator=gen)) for _ in range(2)]
-    expected = _accumulated(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9), data, m)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    m = 4
+    model, opt, data, expected, ref = accumulation_case(m, seed=5)
     cluster = get_cluster("localhost")
     graph = capture_training_step(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1],
                                   micro_batches=m)

@@ -158,10 +158,9 @@ def test_the_runtime_runs_each_device_in_its_schedules_order_and_trains_as_eager
     """A micro-batched step placed on two CPU workers under a schedule that reorders each device's ops (any
     order that keeps ops after their inputs): every worker runs its ops in exactly that order, and training
     equals eager gradient accumulation."""
-    torch = pytest.importorskip("torch")
-    import copy
+    pytest.importorskip("torch")
 
-    from test_micro_batches import _accumulated, _net
+    from test_micro_batches import accumulation_case
     from test_sim_backends import random_schedule
     from torch import nn
 
@@ -172,12 +171,8 @@ def test_the_runtime_runs_each_device_in_its_schedules_order_and_trains_as_eager
     from autoplace.runtime import WorkerPool
     from autoplace.runtime.program import Program, plan_all
 
-    model, m = _net(), 2
-    ref = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(3)
-    data = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(2)]
-    expected = _accumulated(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9), data, m)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    m = 2
+    model, opt, data, expected, ref = accumulation_case(m, seed=3)
     graph = capture_training_step(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1],
                                   micro_batches=m)
     cluster = get_cluster("localhost")

@@ -35,7 +35,7 @@ import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.cost import op_time_matrix
-from autoplace.errors import InfeasibleError
+from autoplace.errors import InfeasibleError, PlacementError
 from autoplace.graph import Graph
 from autoplace.grouping import runnable_grouping
 from autoplace.placement import Placement
@@ -167,6 +167,9 @@ def even_split(graph: Graph, cluster: Cluster, kind: str = "gpipe") -> Placement
     dev = units.expand(prob, order, unit_dev)
     stages = list(dict.fromkeys(int(d) for d in unit_dev))
     prio = pipeline_priorities(graph, dev, stages, kind)
+    why = deadlock(graph, dev, prio)
+    if why:
+        raise PlacementError(f"even_split of {graph.name!r}: {why}")
     return Placement.from_array(graph, cluster, dev, "even-split", prio, pipeline_schedule=kind,
                                 micro_batches=micro_batches(graph), stages=_stages_meta(cluster, stages, unit_dev, dev))
 
