@@ -50,7 +50,7 @@ class Placement:
             priorities = np.asarray(priorities)
             if priorities.shape != (graph.n_ops,):
                 raise PlacementError(f"schedule array has shape {priorities.shape}, expected ({graph.n_ops},)")
-            schedule = {op.name: int(p) for op, p in zip(graph.ops, priorities) if p != NO_SCHEDULE}
+            schedule = {op.name: int(p) for op, p in zip(graph.ops, priorities) if p != NO_SCHEDULE} or None
         return cls(assignment, graph.name, cluster.name, method, meta, schedule)
 
     def priorities(self, graph: Graph) -> np.ndarray | None:

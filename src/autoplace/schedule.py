@@ -80,14 +80,18 @@ def _runs_after(graph: Graph, dev: np.ndarray, priority: np.ndarray) -> tuple:
     return src[keep], dst[keep], (seq_src, seq_dst)
 
 
-def linearize(graph: Graph, dev: np.ndarray, priority: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One order in which every op can run under the schedule (its inputs and the op before it on its
-    device first; ties to the lower topological rank): ``(place of each op in it, in-degrees left)`` — an
-    op left with in-degree above 0 never runs (the schedule deadlocks) and has place -1."""
+def linearize(graph: Graph, dev: np.ndarray, priority: np.ndarray,
+              extra: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One order in which every op can run under the schedule (its inputs, the op before it on its device
+    and the ``extra`` edges' sources first; ties to the lower topological rank): ``(place of each op in it,
+    in-degrees left)`` — an op left with in-degree above 0 never runs (the schedule deadlocks) and has
+    place -1."""
     import heapq
 
     n = graph.n_ops
     src, dst, _ = _runs_after(graph, dev, priority)
+    if extra is not None:
+        src, dst = np.concatenate([src, extra[0]]), np.concatenate([dst, extra[1]])
     indeg = np.bincount(dst, minlength=n)
     by = np.argsort(src, kind="stable")
     ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]).tolist()
@@ -138,12 +142,14 @@ def deadlock(graph: Graph, dev: np.ndarray, priority: np.ndarray) -> str | None:
             f"it in the devices' orders ({loop}; {int(stuck.sum())} ops never run)")
 
 
-def runnable_priorities(graph: Graph, dev: np.ndarray, placement) -> np.ndarray | None:
+def runnable_priorities(graph: Graph, dev: np.ndarray, placement, names: Sequence[str] | None = None
+                        ) -> np.ndarray | None:
     """``placement``'s schedule as priorities per op (None: it has none), checked not to deadlock under
     device indices ``dev`` (a :class:`PlacementError` saying why otherwise)."""
     prio = placement.priorities(graph)
     if prio is not None:
-        positions(graph, dev, prio, int(dev.max()) + 1 if len(dev) else 0)   # a device's ops: all or none
+        n_devices = len(names) if names is not None else int(dev.max()) + 1 if len(dev) else 0
+        positions(graph, dev, prio, n_devices, names)   # a device's ops: all or none
         why = deadlock(graph, dev, prio)
         if why:
             raise PlacementError(why)

@@ -235,7 +235,10 @@ def cmd_place(args: argparse.Namespace) -> int:
                                        lambda: place(graph, cluster, args.method, seed=args.seed, budget=args.budget,
                                                      time_limit=args.time_limit))
         refined = None
-        if args.refine:
+        if args.refine and placement.schedule is not None:
+            print(f"note: {placement.method}'s placement carries a schedule (its stages' order), which moving ops "
+                  "would break: it is not refined", file=sys.stderr)
+        elif args.refine:
             from autoplace.placers.auto import robust_simulator
             from autoplace.placers.local_search import refine
 

@@ -441,9 +441,21 @@ def plan_device(program: Program, assignment: np.ndarray, device: int,
 
 def plan_all(program: Program, assignment: np.ndarray, n_devices: int,
              priority: np.ndarray | None = None) -> list[DevicePlan]:
-    """Plans for every device (under schedule ``priority`` if given)."""
-    sequence = None if priority is None else linearize(program.graph, assignment, priority)[0]
-    return [plan_device(program, assignment, d, priority, sequence) for d in range(n_devices)]
+    """Plans for every device (under schedule ``priority`` if given: their ``sequence`` then also keeps each
+    in-place write after the earlier local readers it must follow, on devices left in ready order too)."""
+    plans = [plan_device(program, assignment, d, priority) for d in range(n_devices)]
+    if priority is None:
+        return plans
+    pairs = [(j, i) for p in plans for i, deps in p.deps.items() for j in deps]
+    extra = (np.array([a for a, _ in pairs], np.int64), np.array([b for _, b in pairs], np.int64))
+    sequence, _ = linearize(program.graph, assignment, priority, extra)
+    if (sequence < 0).any():
+        op = program.graph.ops[int(np.flatnonzero(sequence < 0)[0])].name
+        raise PlacementError(f"the schedule cannot run with the program's in-place writes: op {op!r} and "
+                             f"{int((sequence < 0).sum()) - 1} others would wait for each other")
+    for p in plans:
+        p.sequence = sequence
+    return plans
 
 
 def get_value(env: dict, r: TRef) -> Any:

@@ -304,7 +304,7 @@ class WorkerPool:
         values back. Raises ``_WorkerFailed`` (a failing run) as :meth:`step` does."""
         cluster = self.cluster
         assignment = placement.to_array(graph, cluster)
-        priority = runnable_priorities(graph, assignment, placement)
+        priority = runnable_priorities(graph, assignment, placement, cluster.device_names)
         program = self.load(graph)
         index = {op.name: i for i, op in enumerate(graph.ops)}
         by_index = {index[n]: v for n, v in (values or {}).items()}
