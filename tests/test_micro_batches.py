@@ -112,7 +112,8 @@ def test_compile_chooses_the_micro_batch_count_and_trains_as_eager_accumulation(
     model = _net()
     ref = copy.deepcopy(model)
     g = torch.Generator().manual_seed(4)
-    data = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(2)]
+    # batches of 16: every count's micro-batch has 2 rows or more, which BatchNorm needs
+    data = [(torch.randn(16, 6, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(2)]
     opt = OPTIMIZERS["sgd"](model.parameters())
     from autoplace.cluster import get_cluster
     from autoplace.placers import place
@@ -139,3 +140,4 @@ def test_compile_chooses_the_micro_batch_count_and_trains_as_eager_accumulation(
     with pytest.raises(AutoplaceError, match="micro_batches='auto' chooses the placement too"):
         autoplace.compile(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1],
                           placement="p.json", micro_batches="auto")
+

@@ -25,6 +25,7 @@ def deep_mlp(layers=8, width=2048, batch=512, micro_batches=4):
                                  name="deep-mlp")
 
 
+@pytest.mark.slow
 def test_a_pipelined_split_runs_its_stages_at_once_and_beats_running_them_in_turn():
     """On k80x4, 8 equal layers over 4 micro-batches: the pipeline placer's stages (one per GPU, in order)
     carry a schedule that cannot deadlock and keep every GPU busy, so its step is well below both the best
@@ -83,6 +84,7 @@ def test_placed_pipeline_training_equals_eager_gradient_accumulation():
     assert np.isfinite(losses).all()
 
 
+@pytest.mark.slow
 def test_the_even_split_gives_each_gpu_a_like_share_of_the_parameters():
     """``even_split``: one contiguous stage per GPU of about equal parameter bytes (8 equal layers on 4 GPUs:
     2 each), run under the schedule asked for."""
@@ -97,6 +99,7 @@ def test_the_even_split_gives_each_gpu_a_like_share_of_the_parameters():
         assert params.max() <= 1.1 * params.min()
 
 
+@pytest.mark.slow
 def test_a_schedule_is_kept_by_what_scores_a_placement_and_refused_by_what_would_break_it():
     """Uncertainty ranges simulate the schedule (the nominal step is the simulator's); local search, which
     moves ops off their stages, refuses a scheduled placement with a one-line error."""

@@ -238,6 +238,7 @@ def _exchange_runs(graph, cluster, placement) -> bool:
     return len(done) == graph.n_ops
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cluster_name", ["k80x2", "k80x4"])
 def test_gpu_ranks_exchange_a_pipelines_messages_without_waiting_on_each_other(cluster_name):
     """Every pipeline schedule, on 2 and 4 GPU ranks: the pairs' message orders let every op run (messages in

@@ -597,6 +597,14 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
     def step(params, frozen, buffers, state, hyper, inputs, kwargs, targets):
         import torch.fx.traceback as fxt
 
+        # every tag this capture sets, unset for the step as a whole: a trace that failed part-way (a
+        # micro-batch too small for a BatchNorm) can leave torch's tracing context holding its last ones
+        with fxt.annotate({"phase": None, "micro_batch": None}):
+            return _step(params, frozen, buffers, state, hyper, inputs, kwargs, targets)
+
+    def _step(params, frozen, buffers, state, hyper, inputs, kwargs, targets):
+        import torch.fx.traceback as fxt
+
         live = {n: p.requires_grad_() for n, p in params.items()}
         if micro_batches == 1:
             loss, grads = pass_(live, frozen, buffers, inputs, kwargs, targets, 1)

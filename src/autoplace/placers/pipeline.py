@@ -233,8 +233,10 @@ def pipeline(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Place
                         break
                     f = _memory_factor(prob, r, unit_dev, f)
     if best is None:
+        stuck = sum(1 for c in candidates if c.get("deadlocks"))
         raise InfeasibleError(f"pipeline: no contiguous split of {graph.name!r} fits the memory of cluster "
-                              f"{cluster.name!r} with a GPipe or 1F1B schedule")
+                              f"{cluster.name!r} with a GPipe or 1F1B schedule ({len(candidates)} splits tried: "
+                              f"{len(candidates) - stuck} out of memory, {stuck} deadlocking)")
     _, dev, prio, kind, estimate, stages, prob, unit_dev = best
     return Placement.from_array(graph, cluster, dev, "pipeline", prio, pipeline_schedule=kind, micro_batches=M,
                                 model_step_s=estimate, stages=_stages_meta(cluster, stages, unit_dev, dev),
