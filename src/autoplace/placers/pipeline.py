@@ -219,12 +219,13 @@ def pipeline(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Place
                     dev = expand(prob, order, unit_dev)
                     stages = list(dict.fromkeys(int(d) for d in unit_dev))
                     prio = pipeline_priorities(graph, dev, stages, kind)
-                    if deadlock(graph, dev, prio):     # ops that skip stages can make a schedule cyclic
+                    try:        # the simulator names a schedule that deadlocks (ops that skip stages)
+                        r = sim.run(dev, schedule=prio)
+                    except PlacementError:
                         candidates.append({"order": order_name, "schedule": kind, "bound": float(step),
                                            "model_step_s": estimate, "step_s": None, "fits": False,
                                            "deadlocks": True})
                         break
-                    r = sim.run(dev, schedule=prio)
                     candidates.append({"order": order_name, "schedule": kind, "bound": float(step),
                                        "model_step_s": estimate, "step_s": r.step_time, "fits": r.ok})
                     if r.ok:
