@@ -141,3 +141,36 @@ def test_compile_chooses_the_micro_batch_count_and_trains_as_eager_accumulation(
         autoplace.compile(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1],
                           placement="p.json", micro_batches="auto")
 
+
+
+@pytest.mark.slow
+def test_auto_micro_batches_ranks_every_count_cheaply_and_searches_the_best_once(monkeypatch, capsys):
+    """With ``method="auto"`` each count is ranked by the fast placers (and the pipeline placer), auto's
+    search runs on the best count only, and what each count simulated is recorded and logged."""
+    import autoplace.placers
+
+    model = _net()
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(16, 6, generator=g), torch.randint(0, 3, (16,), generator=g)
+    searched = []
+    real = autoplace.placers.place
+
+    def counting(graph, cluster, method, **kw):
+        searched.append((method, graph.n_ops))
+        return real(graph, cluster, method, **kw)
+
+    monkeypatch.setattr(autoplace.placers, "place", counting)
+    with autoplace.compile(model, x, nn.functional.cross_entropy, OPTIMIZERS["sgd"](model.parameters()),
+                           targets=y, micro_batches="auto", cache=False, budget=1, verify=False) as step:
+        records = step.micro_batch_choice
+        assert [r["micro_batches"] for r in records] == [1, 2, 4, 8]
+        ranked = [r for r in records if "skipped" not in r]
+        assert all(r["simulated_s"] > 0 and r["ranked_by"] for r in ranked)
+        chosen = [r for r in records if r["chosen"]]
+        assert len(chosen) == 1 and chosen[0]["micro_batches"] == step.micro_batches
+        assert chosen[0] == min(ranked, key=lambda r: (not r["fits"], r["simulated_s"]))
+        assert [s for s in searched if s[0] == "auto"] == [("auto", chosen[0]["ops"])]   # one search: the best
+        assert "micro-batches: " in step.report() and "* " in step.report()
+        assert float(step(x, y)) > 0
+    err = capsys.readouterr().err
+    assert "ranking 2 micro-batches" in err and "[autoplace +" in err      # plain lines: stderr is no terminal

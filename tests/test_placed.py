@@ -136,7 +136,8 @@ def test_a_batch_that_cannot_be_captured_and_a_placement_of_another_graph_are_cl
     x, y = torch.randn(3, 4), torch.randn(3, 2)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)            # on a terminal: what it is doing
     with autoplace.compile(model, x, nn.functional.mse_loss, opt, targets=y, method="single-cpu",
-                           cache=False) as step:
+                           cache=False, runtime="shm") as step:              # on a worker, as asked
+        assert step.runtime == "shm"
         err = capsys.readouterr().err
         assert "capturing Linear" in err and "placing" in err and "setting up 2 workers" in err
         with pytest.raises(AutoplaceError, match="cannot trace"):
@@ -455,7 +456,7 @@ class Mixed(nn.Module):
     lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
     lambda ps: torch.optim.NAdam(ps, lr=1e-2),
     lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
-    lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=True),              # one fused-kernel op per parameter
+    lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=True),              # traced ops, run as foreach does
     lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, fused=True),
 ], ids=["adamw", "nadam", "sgd-nesterov", "adam-foreach", "adamw-fused"])
 def test_optimizers_frozen_unused_and_unsaved_state_train_as_eager(make_opt):

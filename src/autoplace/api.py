@@ -22,6 +22,7 @@ from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.runtime.distributed import RUNTIMES, make_pool
+from autoplace.runtime.eager import EagerRunner
 from autoplace.runtime.placed import PlacedStep, hyper_inputs, initial_values
 from autoplace.runtime.workers import DEFAULT_TIMEOUT_S
 
@@ -46,15 +47,21 @@ def _placement_of(placement: str | os.PathLike | Placement, graph: Graph, cluste
 
 @contextlib.contextmanager
 def _shown(enabled: bool) -> Iterator[Callable[[str], None]]:
-    """A transient line on standard error saying what compile is doing (the search's own reports
-    included); yields the function that sets the stage. Nothing when not ``enabled``."""
+    """What compile is doing, on standard error (the search's own reports included): a transient line on
+    a terminal, plain log lines (:class:`~autoplace.progress.PlainLines`) elsewhere; yields the function
+    that sets the stage. Nothing when not ``enabled``."""
+    from autoplace.progress import PlainLines, progress_to
+
     if not enabled:
         yield lambda text: None
         return
+    if not sys.stderr.isatty():
+        lines = PlainLines()
+        with progress_to(lines):
+            yield lines.stage
+        return
     from rich.console import Console
     from rich.progress import Progress
-
-    from autoplace.progress import progress_to
 
     with Progress(transient=True, console=Console(stderr=True)) as bar:
         task = bar.add_task("compile", total=None)
@@ -97,7 +104,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
             granularity: str = "op", name: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
             cache: bool | str | os.PathLike = True, progress: bool | None = None,
             keep_whole: tuple[str, ...] | list[str] = (), runtime: str = "auto",
-            micro_batches: int | str = 1) -> PlacedStep:
+            micro_batches: int | str = 1, verify: bool | None = None) -> PlacedStep:
     """Capture, place and set up one training step of ``model`` (see the module docstring).
 
     ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs`` (and ``targets``):
@@ -121,15 +128,24 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     ``micro_batches=M``: each step is gradient accumulation over ``M`` equal micro-batches of the batch and
     one update (:func:`~autoplace.capture.capture_training_step`), so eager accumulation is what it equals;
     on a micro-batched step ``auto`` also weighs pipelines (GPipe, 1F1B: the ``pipeline`` placer).
-    ``micro_batches="auto"`` captures and places the step with each of :data:`AUTO_MICRO_BATCHES` that
-    divides the batch and keeps the one whose placement simulates fastest (fitting first);
-    ``step.micro_batches`` says which.
+    ``micro_batches="auto"`` captures the step with each of :data:`AUTO_MICRO_BATCHES` that divides the
+    batch, ranks the counts by their fast placements' simulated steps (fitting first) and searches with
+    ``method`` on the best only (:func:`_choose_micro_batches`); ``step.micro_batches`` says which,
+    ``step.micro_batch_choice`` (and ``step.report()``) what each count simulated.
     ``runtime``: what runs the placed step — ``"shm"`` (worker processes on this machine, tensors through
     shared memory), ``"distributed"`` (``torch.distributed`` ranks: NCCL between GPUs, gloo otherwise;
     the ranks of a cluster that spans hosts are started with ``autoplace ranks``) or ``"auto"``
-    (:func:`~autoplace.runtime.runtime_for`).
+    (:func:`~autoplace.runtime.runtime_for`). A placement on one device of this machine runs in this
+    process as plain PyTorch (``step.runtime == "eager"``: :class:`~autoplace.runtime.eager.EagerRunner`),
+    at eager's speed and bit for bit as eager trains.
+    ``verify``: measure a placement over several devices against the whole step on one device, on the
+    batch given, before keeping it (:mod:`autoplace.runtime.verdict`): it is kept only where it is measured
+    faster, else the step runs on one device; ``step.verdict`` and ``step.report()`` say which and why, and
+    the verdict is cached with the placement. Default: for ``method="auto"`` (a placement a user named, or a
+    placer named, is run as given).
     ``step.setup_seconds`` says where the set-up time went (capture, place, workers). ``progress``: show
-    what it is doing on standard error (default: when that is a terminal)."""
+    what it is doing on standard error — a line that updates itself on a terminal, plain log lines
+    elsewhere (default: on; ``False``: nothing)."""
     import time
 
     from autoplace.capture import capture_training_step
@@ -160,6 +176,8 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     if micro_batches == "auto" and placement is not None:
         raise AutoplaceError("micro_batches='auto' chooses the placement too: give a method, not a placement")
     micro = micro_batches if micro_batches != "auto" else AUTO_MICRO_BATCHES[0]
+    if verify is None:
+        verify = placement is None and method == "auto"
 
     def capture(inputs, targets, title, m=None):
         m = micro if m is None else m
@@ -194,14 +212,14 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
                                  "placement given covers: compile with a method to place it")
         return other, search(other)[0]
 
-    seconds = {}
+    seconds, records = {}, []
     pool = make_pool(cl, runtime=runtime, timeout=timeout)
     pool.launch()                                   # the workers boot while the step is captured and placed
-    with _shown(sys.stderr.isatty() if progress is None else progress) as stage:
+    with _shown(True if progress is None else progress) as stage:
         try:
             if micro_batches == "auto":
-                micro, graph, chosen, hit = _choose_micro_batches(capture, search, example_inputs, targets, name,
-                                                                  cl, stage, seconds)
+                micro, graph, chosen, hit, records = _choose_micro_batches(
+                    capture, search, example_inputs, targets, name, cl, method, seed, stage, seconds)
             else:
                 t = time.perf_counter()
                 stage(f"capturing {name or type(model).__name__}")
@@ -215,57 +233,179 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
                     chosen, hit = _placement_of(placement, graph, cl), False
                 seconds["place"] = time.perf_counter() - t
             values = initial_values(graph, model, optimizer)
-            stage(f"setting up {cl.n_devices} workers")
+            common = dict(keys=tuple(split_inputs(example_inputs)[1]),
+                          state_keys=[k for k in model.state_dict() if k in graph or k in graph.meta.get("tied", {})],
+                          optimizer=optimizer, hyper_inputs=hyper_inputs(graph, model, optimizer))
+
+            def fresh() -> dict:                    # the model's and optimizer's state (a placed run shares
+                return initial_values(graph, model, optimizer)   # the tensors it was set up with)
+
+            def eager_step(device: int, placed: Placement) -> PlacedStep:
+                runner = EagerRunner(model, loss_fn, optimizer, cl.devices[device].name, micro_batches=micro)
+                return PlacedStep(graph, cl, placed, fresh(), eager=runner, **common)
+
             t = time.perf_counter()
-            step = PlacedStep(graph, cl, chosen, values, timeout=timeout, keys=tuple(split_inputs(example_inputs)[1]),
-                              state_keys=[k for k in model.state_dict()
-                                          if k in graph or k in graph.meta.get("tied", {})],
-                              optimizer=optimizer, hyper_inputs=hyper_inputs(graph, model, optimizer),
-                              recompile=recompile, pool=pool)
+            one = _one_device(chosen, cl)
+            if one is not None and runtime == "auto" and _local(cl):
+                stage(f"setting up {cl.devices[one].name} in this process")
+                pool.close(now=True)
+                step = eager_step(one, chosen)
+            else:
+                stage(f"setting up {cl.n_devices} workers")
+                step = PlacedStep(graph, cl, chosen, values, timeout=timeout, recompile=recompile, pool=pool, **common)
+                if verify and one is None and _local(cl):
+                    step = _verified(step, eager_step, fresh, cl, method, example_inputs, targets, optimizer,
+                                     (graph, cl, method, seed, budget, folder) if cache is not False else None, stage)
             seconds["workers"] = time.perf_counter() - t
         except BaseException:
             pool.close()
             raise
     step.setup_seconds, step.placement_cached, step.micro_batches = seconds, hit, micro
+    step.micro_batch_choice = records
     return step
+
+
+def _one_device(placement: Placement, cluster: Cluster) -> int | None:
+    """The index of the one device every op of ``placement`` is on, or None."""
+    used = {d for d, n in placement.counts().items() if n}
+    return cluster.device_names.index(used.pop()) if len(used) == 1 else None
+
+
+def _local(cluster: Cluster) -> bool:
+    """Whether every device of ``cluster`` is on this host (one host, no rendezvous to reach others)."""
+    from autoplace.runtime.rank import hosts_of
+
+    return len(hosts_of(cluster)) == 1 and not cluster.meta.get("rendezvous")
+
+
+def _on_one(graph: Graph, cluster: Cluster, device: int) -> Placement:
+    return Placement.from_array(graph, cluster, [device] * graph.n_ops, f"one device ({cluster.devices[device].name})")
+
+
+def _baseline_device(cluster: Cluster) -> int:
+    """The device a user runs the whole step on without autoplace: the first GPU, else the first CPU."""
+    kinds = [d.name.lower().rsplit("/", 1)[-1] for d in cluster.devices]
+    return next((k for k, n in enumerate(kinds) if n.startswith(("cuda", "gpu"))), 0)
+
+
+def _verified(step: PlacedStep, eager_step, fresh, cluster: Cluster, method: str, inputs, targets, optimizer,
+              cache_args,
+              stage) -> PlacedStep:
+    """``step`` (a placement over several devices) if it is measured faster than the whole step on one
+    device, else the one-device step (:mod:`autoplace.runtime.verdict`); the verdict is set on the step
+    returned and cached with the placement (``cache_args``: the cache's key and folder, or None);
+    ``fresh()``: the state to start from again after the measured steps."""
+    import torch
+
+    from autoplace.capture._torch import _as_tuple, split_inputs
+    from autoplace.runtime.cache import cached_verdict, store_verdict
+    from autoplace.runtime.verdict import Verdict, race, this_machine
+    from autoplace.sim import Simulator
+
+    graph = step.graph
+    device = _baseline_device(cluster)
+    machine = this_machine()
+    verdict = cached_verdict(*cache_args, machine=machine) if cache_args else None
+    if verdict is None or verdict.device != cluster.devices[device].name:
+        one = _on_one(graph, cluster, device)
+        sim = Simulator(graph, cluster)
+        simulated, simulated_one = sim.run(step.placement).step_time, sim.run(one).step_time
+        probe = eager_step(device, one)
+        args, tgt = split_inputs(inputs), _as_tuple(targets)
+        cuda = [d for d in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+        called = getattr(optimizer, "_opt_called", None)
+        with torch.random.fork_rng(devices=cuda):       # the measured steps leave the user's RNG as it was
+            times = race({"placed": lambda: step(inputs, targets),
+                          "one device": lambda: probe._eager.step(args, tgt, optimizer.param_groups)},
+                         progress=stage)
+        probe.close()
+        if called is None:                              # nor tell a scheduler that the optimizer stepped
+            vars(optimizer).pop("_opt_called", None)
+        else:
+            optimizer._opt_called = called
+        verdict = Verdict.decide(method, cluster.devices[device].name, times, simulated, simulated_one, machine)
+        if cache_args:
+            store_verdict(verdict, *cache_args)
+    if verdict.kept == "placement":
+        step.reset(fresh())
+        step.verdict = verdict
+        return step
+    step.close()
+    out = eager_step(device, _on_one(graph, cluster, device))
+    out.verdict = verdict
+    return out
 
 
 #: the micro-batch counts ``compile(micro_batches="auto")`` tries (those that divide the batch)
 AUTO_MICRO_BATCHES = (1, 2, 4, 8)
 
 
-def _choose_micro_batches(capture, search, inputs, targets, name, cluster, stage, seconds) -> tuple:
-    """``(M, graph, placement, cache hit)`` of the count of :data:`AUTO_MICRO_BATCHES` whose placement
-    simulates fastest (one that fits first); counts that do not divide the batch, or for which the method
-    finds no placement that fits, are skipped (the first such failure is raised when every count fails)."""
+def _choose_micro_batches(capture, search, inputs, targets, name, cluster, method, seed, stage, seconds) -> tuple:
+    """``(M, graph, placement, cache hit, per-count records)`` for the count of :data:`AUTO_MICRO_BATCHES`
+    whose step simulates fastest (one that fits first). Each count is captured once and ranked cheaply —
+    by the fast placers (and, over several micro-batches, the ``pipeline`` placer) where ``method`` is
+    ``auto``, else by ``method`` itself — and ``method``'s full search runs on the best count only. Counts
+    that do not divide the batch, or for which nothing fits, are skipped (the first failure is raised when
+    every count fails). Each record says what the count's ranking found and how long it took."""
     import time
 
     from autoplace.capture import CaptureError
+    from autoplace.placers import place
+    from autoplace.placers.fast import best_fast
     from autoplace.sim import Simulator
 
-    best, failed = None, None
+    records: list[dict] = []
+    ranked, failed = [], None
     seconds["capture"] = seconds["place"] = 0.0
     for m in AUTO_MICRO_BATCHES:
         t = time.perf_counter()
         stage(f"capturing {name or 'the model'} with {m} micro-batch{'es' if m > 1 else ''}")
         try:
             graph = capture(inputs, targets, name, m)
-        except CaptureError:
+        except CaptureError as e:
             if m == 1:
                 raise
+            records.append({"micro_batches": m, "skipped": str(e).split(": ")[-1][:120]})
             continue                                    # m does not divide the batch
-        seconds["capture"] += time.perf_counter() - t
+        captured = time.perf_counter() - t
+        seconds["capture"] += captured
         t = time.perf_counter()
-        stage(f"placing {graph.n_ops} ops ({m} micro-batches)")
+        stage(f"ranking {m} micro-batch{'es' if m > 1 else ''} ({graph.n_ops} ops)")
         try:
-            chosen, hit = search(graph)
+            if method == "auto":
+                placement, cands = best_fast(graph, cluster, seed=seed)
+                how = placement.method
+                if m > 1 and cluster.n_devices > 1:
+                    try:
+                        pipe = place(graph, cluster, "pipeline", seed=seed)
+                        cands = [placement, pipe]
+                    except InfeasibleError:
+                        cands = [placement]
+                else:
+                    cands = [placement]
+            else:
+                cands, how = [search(graph)[0]], method
         except InfeasibleError as e:                    # no placement fits: more micro-batches may
             failed = failed or e
+            records.append({"micro_batches": m, "ops": graph.n_ops, "capture_s": round(captured, 3),
+                            "skipped": str(e)[:120]})
             continue
-        r = Simulator(graph, cluster).run(chosen)
-        seconds["place"] += time.perf_counter() - t
-        if best is None or (not r.ok, r.step_time) < best[0]:
-            best = ((not r.ok, r.step_time), m, graph, chosen, hit)
-    if best is None:
+        sim = Simulator(graph, cluster)
+        results = [(sim.run(p), p) for p in cands]
+        r, best = min(results, key=lambda rp: (not rp[0].ok, rp[0].step_time))
+        rank_s = time.perf_counter() - t
+        seconds["place"] += rank_s
+        records.append({"micro_batches": m, "ops": graph.n_ops, "ranked_by": best.method if method == "auto" else how,
+                        "simulated_s": r.step_time, "fits": r.ok, "capture_s": round(captured, 3),
+                        "rank_s": round(rank_s, 3)})
+        ranked.append(((not r.ok, r.step_time), m, graph))
+    if not ranked:
         raise failed
-    return best[1:]
+    _, m, graph = min(ranked, key=lambda x: x[0])
+    t = time.perf_counter()
+    stage(f"placing {graph.n_ops} ops ({m} micro-batches) with {method}")
+    chosen, hit = search(graph)
+    seconds["place"] += time.perf_counter() - t
+    for rec in records:
+        rec["chosen"] = rec["micro_batches"] == m
+    return m, graph, chosen, hit, records

@@ -195,6 +195,10 @@ def _optimizer_groups(model, optimizer) -> tuple[type, list[tuple[list[str], dic
 #: optimizers whose per-parameter update becomes one op running PyTorch's fused kernel on that parameter
 #: (where the user asked for foreach or fused): the class name -> the aten kernel
 _FUSED_KERNELS = {"Adam": "aten._fused_adam_.default", "AdamW": "aten._fused_adamw_.default"}
+#: and the foreach implementation's: torch.optim's own ``_multi_tensor_adam`` on that parameter
+#: (:func:`autoplace.runtime.program.foreach_adam`), which rounds as eager foreach does (the fused kernel
+#: does not)
+_FOREACH_KERNELS = {"Adam": "autoplace.foreach_adam", "AdamW": "autoplace.foreach_adamw"}
 
 
 def _update_params(ops: list[Op], params: Iterable[str]) -> dict[str, str]:
@@ -205,7 +209,7 @@ def _update_params(ops: list[Op], params: Iterable[str]) -> dict[str, str]:
     state_of = {op.name: op.name.rsplit(".", 1)[0] for op in ops if op.type == "optimizer_state"}
     out: dict[str, str] = {}
     for op in ops:
-        if op.phase != "update" or not op.type.startswith("aten."):
+        if op.phase != "update" or not op.type.startswith(("aten.", "autoplace.")):
             continue
         for ref in (*op.inputs, *op.control_inputs):
             name = ref.split(":")[0]
@@ -219,13 +223,14 @@ def _update_params(ops: list[Op], params: Iterable[str]) -> dict[str, str]:
 def _fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]], modes: list[str], opt_name: str,
                   scalars: dict[str, dict] | None = None) -> list[Op]:
     """Each parameter's traced update (Adam: a step counter's ``add_``, then seven elementwise ops) as its
-    step ``add_`` and **one op** running PyTorch's fused kernel on that parameter alone
-    (``aten._fused_adam_`` over one-tensor lists: what the multi-tensor kernels do to it), for the param
-    groups whose updates PyTorch runs as multi-tensor kernels (``foreach`` or ``fused``) — still placeable
-    with its parameter. The op's FLOPs and bytes touched are the sum of the ops it replaces (a foreach
-    implementation runs each of them as a kernel); its launches are set by :func:`_launch_groups`. Other
-    optimizers, hyper-parameters the kernel does not take, and the for-loop or default implementations
-    keep their traced ops."""
+    step ``add_`` and **one op** running PyTorch's own multi-tensor update on that parameter alone, for the
+    param groups whose updates PyTorch runs as multi-tensor kernels — still placeable with its parameter.
+    ``fused``: ``aten._fused_adam_`` over one-tensor lists; ``foreach``: torch.optim's
+    ``_multi_tensor_adam`` (``autoplace.foreach_adam``). Both are elementwise, so each computes for the
+    parameter what the user's implementation computes, bit for bit. The op's FLOPs and bytes touched are
+    the sum of the ops it replaces (a foreach implementation runs each of them as a kernel); its launches
+    are set by :func:`_launch_groups`. Other optimizers, hyper-parameters the kernel does not take, and the
+    for-loop or default implementations keep their traced ops."""
     if opt_name not in _FUSED_KERNELS:
         return ops
     fuse: dict[str, dict[str, Any]] = {}
@@ -236,7 +241,8 @@ def _fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]],
                 hyper.get("capturable") or hyper.get("differentiable"):
             continue
         # Adam with decoupled weight decay is AdamW (torch.optim.AdamW sets it)
-        kernel = _FUSED_KERNELS["AdamW" if hyper.get("decoupled_weight_decay") else opt_name]
+        kernel = (_FUSED_KERNELS if mode == "fused" else _FOREACH_KERNELS)[
+            "AdamW" if hyper.get("decoupled_weight_decay") else opt_name]
         kw = {"lr": lr, "beta1": float(betas[0]), "beta2": float(betas[1]),
               "weight_decay": float(hyper.get("weight_decay", 0.0)), "eps": float(hyper.get("eps", 1e-8)),
               "amsgrad": bool(hyper.get("amsgrad", False)), "maximize": bool(hyper.get("maximize", False))}

@@ -22,7 +22,7 @@ from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 
-__all__ = ["cache_key", "cached_placement", "default_folder"]
+__all__ = ["cache_key", "cached_placement", "default_folder", "cached_verdict", "store_verdict"]
 
 #: bump when what a key means changes
 CACHE_VERSION = 1
@@ -51,26 +51,72 @@ def cached_placement(graph: Graph, cluster: Cluster, method: str, seed: int, bud
                      ) -> tuple[Placement, bool]:
     """The placement cached for this key in ``folder`` (default :func:`default_folder`), or ``search()``'s,
     stored there; and whether it came from the cache. A folder that cannot be written only costs speed."""
-    from autoplace.formats import placement_from_dict, placement_to_dict, read_json, write_json
-    from autoplace.formats.state import _digest
-    from autoplace.zoo._cache import file_stem
+    from autoplace.formats import placement_from_dict, placement_to_dict, write_json
 
     key = cache_key(graph, cluster, method, seed, budget)
-    root = Path(folder) if folder is not None else default_folder()
-    path = root / f"{file_stem(graph.name[:40])}-{_digest(key)[:20]}.json"
+    path = _path(graph, key, folder)
     if path.is_file():
         try:
-            obj = read_json(path)
-            if isinstance(obj, dict) and obj.get("cache_key") == key:
-                placement = placement_from_dict({k: v for k, v in obj.items() if k != "cache_key"}, str(path))
+            obj = _entry(path, key)
+            if obj is not None:
+                placement = placement_from_dict({k: v for k, v in obj.items() if k not in _EXTRA}, str(path))
                 placement.to_array(graph, cluster)
                 return placement, True
         except AutoplaceError:
             pass                                    # damaged or foreign: search again
     placement = search()
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, {**placement_to_dict(placement), "cache_key": key}, indent=None)
     except (OSError, AutoplaceError):
         pass
     return placement, False
+
+
+_EXTRA = ("cache_key", "verdict")     # what a cache entry holds beside the placement's own fields
+
+
+def _path(graph: Graph, key: dict, folder) -> Path:
+    from autoplace.formats.state import _digest
+    from autoplace.zoo._cache import file_stem
+
+    root = Path(folder) if folder is not None else default_folder()
+    return root / f"{file_stem(graph.name[:40])}-{_digest(key)[:20]}.json"
+
+
+def _entry(path: Path, key: dict) -> dict | None:
+    from autoplace.formats import read_json
+
+    obj = read_json(path)
+    return obj if isinstance(obj, dict) and obj.get("cache_key") == key else None
+
+
+def cached_verdict(graph: Graph, cluster: Cluster, method: str, seed: int, budget: float | None,
+                   folder: str | os.PathLike | None = None, *, machine: str):
+    """The measured :class:`~autoplace.runtime.verdict.Verdict` kept with the cached placement of this key,
+    where it was measured on ``machine``; else None."""
+    from autoplace.runtime.verdict import Verdict
+
+    key = cache_key(graph, cluster, method, seed, budget)
+    try:
+        obj = _entry(_path(graph, key, folder), key)
+    except (OSError, AutoplaceError):
+        return None
+    v = Verdict.from_dict(obj.get("verdict")) if obj is not None else None
+    return v if v is not None and v.machine == machine else None
+
+
+def store_verdict(verdict, graph: Graph, cluster: Cluster, method: str, seed: int, budget: float | None,
+                  folder: str | os.PathLike | None = None) -> None:
+    """Keep ``verdict`` with the cached placement of this key (where there is one; a folder that cannot be
+    written only costs a measurement next time)."""
+    from autoplace.formats import write_json
+
+    key = cache_key(graph, cluster, method, seed, budget)
+    path = _path(graph, key, folder)
+    try:
+        obj = _entry(path, key)
+        if obj is not None:
+            write_json(path, {**obj, "verdict": verdict.to_dict()}, indent=None)
+    except (OSError, AutoplaceError):
+        pass

@@ -199,9 +199,9 @@ class DistributedPool(WorkerPool):
             return
         super().start()
 
-    def close(self) -> None:
+    def close(self, now: bool = False) -> None:
         if not self.remote:
-            super().close()
+            super().close(now)
             return
         self._beating.clear()
         for c in self._conns:

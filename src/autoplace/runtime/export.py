@@ -21,7 +21,7 @@ from typing import Any
 from autoplace.cluster import Cluster
 from autoplace.graph import Graph
 from autoplace.placement import Placement
-from autoplace.runtime.program import DEVICE, ExecutionError, Program, SRef, TRef, torch_device
+from autoplace.runtime.program import DEVICE, ExecutionError, Program, SRef, TRef, _view_or_reshape, torch_device
 
 __all__ = ["export_python", "device_map", "from_device_map", "input_device", "is_device_map"]
 
@@ -88,13 +88,19 @@ def export_python(graph: Graph, placement: Placement, cluster: Cluster) -> str:
             spec = op.outputs[0]
             inputs.append((op.name, op.type, tuple(spec.shape), spec.dtype, tdev[d]))
             continue
-        node = fg.create_node("call_function", c.fn, tuple(build(a, d) for a in c.args),
+        # a view that may meet other strides than the trace's runs as reshape (a view where it can be)
+        fn = torch.ops.aten.reshape.default if c.fn is _view_or_reshape else c.fn
+        node = fg.create_node("call_function", fn, tuple(build(a, d) for a in c.args),
                               {k: build(v, d) for k, v in c.kwargs.items()}, name=_ident(op.name))
         value[i] = node
     outs = [tensor(r, int(dev[r.op])) for r in program.outputs]
     updated = [tensor(r, int(dev[r.op])) for r in program.final_versions.values()]
     fg.output((tuple(outs), tuple(updated)))
-    body = fg.python_code(root_module="self").src
+    code = fg.python_code(root_module="self")
+    body = code.src
+    # functions of autoplace's own the program calls (torch.optim's foreach Adam on one parameter)
+    own = sorted(f"from {obj.__module__} import {obj.__name__} as {name}" for name, obj in code.globals.items()
+                 if getattr(obj, "__module__", "").startswith("autoplace."))
     body = body.replace("def forward(self, ", "def step(", 1).replace("def forward(self)", "def step()", 1)
     counts = ", ".join(f"{d}: {n}" for d, n in sorted(placement.counts().items()))
     lines = [
@@ -106,6 +112,7 @@ def export_python(graph: Graph, placement: Placement, cluster: Cluster) -> str:
         '"""',
         "import torch",
         "from torch import device",
+        *own,
         "",
         'inf, nan = float("inf"), float("nan")',
         "",

@@ -20,7 +20,9 @@ from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
+from autoplace.runtime.eager import EagerRunner
 from autoplace.runtime.program import ExecutionError
+from autoplace.runtime.verdict import Verdict
 from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool, _WorkerFailed
 
 __all__ = ["PlacedStep"]
@@ -68,7 +70,7 @@ class PlacedStep:
                  timeout: float = DEFAULT_TIMEOUT_S, keys: tuple[str, ...] = (), state_keys: list[str] | None = None,
                  optimizer=None, hyper_inputs: dict[str, tuple[int, str]] | None = None,
                  recompile: Callable[[Any, Any], tuple[Graph, Placement]] | None = None,
-                 pool: WorkerPool | None = None):
+                 pool: WorkerPool | None = None, eager: EagerRunner | None = None):
         self.graph, self.cluster, self.placement = graph, cluster, placement
         #: where compile's set-up time went (seconds: capture, place, workers), and whether the placement
         #: came from the cache (set by :func:`autoplace.compile`)
@@ -98,12 +100,32 @@ class PlacedStep:
         self.steps = 0
         self._fresh = True                          # the workers hold the state it was set up with
         self._closed = False
+        #: how compile chose between the searched placement and one device, measured (None: not measured)
+        self.verdict: Verdict | None = None
+        #: with ``micro_batches="auto"``: per count tried, what its ranking simulated (set by compile)
+        self.micro_batch_choice: list[dict] = []
+        self.micro_batches = 1
+        self._eager = eager
+        if eager is not None:                       # one device, in this process: nothing to set up
+            self._pool = None
+            return
         self._pool = pool if pool is not None else WorkerPool(cluster, timeout=timeout)
         try:
             self._pool.prepare(graph, placement, values=values)
         except _WorkerFailed as e:
             self._pool.close()
             raise ExecutionError(f"the placed step of {graph.name!r} cannot be set up on {cluster.name}: {e}") from None
+
+    @property
+    def runtime(self) -> str:
+        """What runs the step: ``"eager"`` (one device, plain PyTorch in this process:
+        :class:`~autoplace.runtime.eager.EagerRunner`), ``"shm"`` (worker processes, tensors through shared
+        memory) or ``"distributed"`` (``torch.distributed`` ranks)."""
+        if self._eager is not None:
+            return "eager"
+        from autoplace.runtime.distributed import DistributedPool
+
+        return "distributed" if isinstance(self._pool, DistributedPool) else "shm"
 
     @property
     def devices(self) -> dict[str, str]:
@@ -139,6 +161,8 @@ class PlacedStep:
         """Run one training step on the batch ``inputs`` (and ``targets``, as ``loss_fn(outputs, *targets)``
         takes them); returns the loss (a CPU tensor) the step computed before its update."""
         self._check_open()
+        if self._eager is not None:
+            return self._eager_call(inputs, targets)
         changed = self._hyper_changed() if self._optimizer is not None else None
         if changed:
             raise AutoplaceError(f"{changed}: it is a constant of the captured step (the inputs it reads at every "
@@ -178,6 +202,23 @@ class PlacedStep:
             self._optimizer._opt_called = True
         return loss
 
+    def _eager_call(self, inputs: Any, targets: Any):
+        from autoplace.capture._torch import _as_tuple, split_inputs
+
+        n = len(_flat(inputs, targets, self._keys))
+        if n != len(self.inputs):
+            raise AutoplaceError(f"the step of {self.graph.name!r} takes {len(self.inputs)} tensors (inputs, then "
+                                 f"targets), got {n}")
+        groups = self._optimizer.param_groups
+        if len(groups) != len(self._eager.optimizer.param_groups):
+            raise AutoplaceError(f"the optimizer has {len(groups)} param groups, "
+                                 f"{len(self._eager.optimizer.param_groups)} when compiled")
+        loss = self._eager.step(split_inputs(inputs), _as_tuple(targets), groups)
+        self.steps += 1
+        self._fresh = False
+        self._optimizer._opt_called = True
+        return loss
+
     def _scheduled_now(self) -> dict[str, Any]:
         """The scheduled inputs' values now, from the optimizer's param groups."""
         import torch
@@ -211,6 +252,21 @@ class PlacedStep:
         self._active = shapes
         self._fresh = False
 
+    def reset(self, values: dict[str, Any]) -> None:
+        """Set up again from ``values`` (placeholder name -> tensor: the model's and optimizer's state, as
+        :func:`initial_values` gives it), no steps run: what compile does after measuring the step
+        (:mod:`autoplace.runtime.verdict`). The worker runtimes share the tensors they are set up with."""
+        self._check_open()
+        if self._eager is not None:
+            raise AutoplaceError("reset: a step running in this process is not reset (compile it again)")
+        graph, placement = self._variants[self._active]
+        try:
+            self._pool.prepare(graph, placement, values=values)
+        except _WorkerFailed as e:
+            self.close()
+            raise ExecutionError(f"the placed step of {graph.name!r} cannot be set up again: {e}") from None
+        self._initial, self.steps, self._fresh = values, 0, True
+
     @property
     def variants(self) -> int:
         """How many batch shapes the step has been captured and placed for."""
@@ -227,6 +283,8 @@ class PlacedStep:
         self._check_open()
         if self._fresh:                             # nothing ran yet: the state it was set up with
             return {n: self._initial[n].clone() for n in names}
+        if self._eager is not None:
+            return self._eager.values(names)
         try:
             return self._pool.fetch(names)
         except _WorkerFailed as e:
@@ -284,7 +342,10 @@ class PlacedStep:
     def close(self) -> None:
         """Stop the worker processes (the state on them is gone: read it first)."""
         self._closed = True
-        self._pool.close()
+        if self._eager is not None:
+            self._eager.close()
+        if self._pool is not None:
+            self._pool.close()
 
     def __enter__(self) -> PlacedStep:
         return self
@@ -294,8 +355,24 @@ class PlacedStep:
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{d}: {n}" for d, n in sorted(self.placement.counts().items()))
+        where = "in this process" if self.runtime == "eager" else "on workers"
         return (f"PlacedStep({self.graph.name!r}, {self.placement.method} on {self.cluster.name}: {counts} ops, "
-                f"{self.steps} steps run)")
+                f"runtime {self.runtime} ({where}), {self.steps} steps run)")
+
+    def report(self) -> str:
+        """What runs, where, and why: the runtime, the ops per device, the simulated step, and — where
+        compile measured the searched placement against one device — both measured figures and the
+        choice (:class:`Verdict`)."""
+        lines = [repr(self)]
+        for rec in self.micro_batch_choice:
+            m = rec["micro_batches"]
+            what = (f"skipped ({rec['skipped']})" if "skipped" in rec else
+                    f"{rec['ops']} ops, {rec['ranked_by']} simulates {rec['simulated_s'] * 1e3:.2f} ms"
+                    f"{'' if rec['fits'] else ' (out of memory)'}, ranked in {rec['rank_s']:.1f} s")
+            lines.append(f"{'*' if rec.get('chosen') else ' '} {m} micro-batch{'es' if m > 1 else ''}: {what}")
+        if self.verdict is not None:
+            lines.extend(self.verdict.lines())
+        return "\n".join(lines)
 
 
 def initial_values(graph: Graph, model, optimizer) -> dict[str, Any]:

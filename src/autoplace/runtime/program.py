@@ -346,9 +346,58 @@ class Program:
         return a
 
 
+def _view_or_reshape(t, size):
+    """``aten.view``, or a copy of the same shape where ``t``'s strides at run time admit no view. The
+    trace records a view where the fake tensors' strides allowed one, but a kernel may lay its output out
+    otherwise at run time (CPU flash attention's output follows its inputs' layout); values are the same."""
+    import torch
+
+    try:
+        return torch.ops.aten.view.default(t, size)
+    except RuntimeError:
+        return torch.ops.aten.reshape.default(t, size)
+
+
+def foreach_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
+                 weight_decay, eps, amsgrad, maximize, decoupled_weight_decay=False) -> None:
+    """torch.optim's foreach Adam (``torch.optim.adam._multi_tensor_adam``) on the parameters given, in place:
+    the update a captured foreach optimizer runs (``autoplace.foreach_adam`` / ``foreach_adamw`` in a
+    graph). Its arguments are ``aten._fused_adam_``'s; the step counters have been advanced by the graph's
+    own ``add_`` ops, so the function advances copies of them one behind."""
+    from torch.optim.adam import _multi_tensor_adam
+
+    _multi_tensor_adam(list(params), list(grads), list(exp_avgs), list(exp_avg_sqs), list(max_exp_avg_sqs),
+                       [s - 1 for s in state_steps], None, None, amsgrad=amsgrad,
+                       has_complex=any(p.is_complex() for p in params), beta1=beta1, beta2=beta2, lr=lr,
+                       weight_decay=weight_decay, eps=eps, maximize=maximize, capturable=False,
+                       differentiable=False, decoupled_weight_decay=decoupled_weight_decay)
+
+
+def _foreach_adamw(*args, **kwargs) -> None:
+    foreach_adam(*args, **kwargs, decoupled_weight_decay=True)
+
+
+def _with_schema(fn: Callable, schema_of: str) -> Callable:
+    """``fn`` with the schema of aten op ``schema_of``: which arguments it writes (the executor orders
+    those writes after their readers)."""
+    import torch
+
+    fn._schema = getattr(torch.ops.aten, schema_of).default._schema
+    return fn
+
+
+_AUTOPLACE_TARGETS = {"autoplace.foreach_adam": (foreach_adam, "_fused_adam_"),
+                      "autoplace.foreach_adamw": (_foreach_adamw, "_fused_adamw_")}
+
+
 def _resolve_target(target: str, where: str) -> Callable:
     if target in _SCALAR_FUNCS:
         return _SCALAR_FUNCS[target]
+    if target == "aten.view.default":
+        return _view_or_reshape
+    if target in _AUTOPLACE_TARGETS:
+        fn, schema = _AUTOPLACE_TARGETS[target]
+        return _with_schema(fn, schema)
     parts = target.split(".")
     if parts[0] == "aten" and len(parts) == 3:
         import torch

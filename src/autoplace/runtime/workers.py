@@ -182,14 +182,15 @@ class WorkerPool:
         dev = self.cluster.devices[k]
         return _worker_main, (conn, dev.name, self.devices[k], _cores_of(dev, k))
 
-    def close(self) -> None:
-        """Stop every worker: ask, then terminate, then kill; always reaps the processes."""
+    def close(self, now: bool = False) -> None:
+        """Stop every worker: ask, then terminate, then kill; always reaps the processes. ``now``: terminate
+        at once (workers that hold nothing worth an orderly exit: never set up, or still booting)."""
         for c in self._conns:
             try:
                 c.send(("exit",))
             except (OSError, ValueError):
                 pass
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + (0.0 if now else 2.0)
         for p in self._procs:
             p.join(max(0.0, deadline - time.monotonic()))
             if p.is_alive():

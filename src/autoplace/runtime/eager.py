@@ -1,0 +1,110 @@
+"""The runtime of a placement on one device: the step runs in the caller's process as plain PyTorch.
+
+A placement that puts every op on one device needs no workers, no transfers and no per-op interpreter:
+the best program for it is the user's own — the module's forward, autograd's backward and the optimizer's
+own ``step`` (its foreach or fused kernels where the user asked for them). :class:`EagerRunner` runs
+exactly that on a private copy of the module and optimizer, so a one-device placed step trains
+bit for bit as eager PyTorch does, at eager's speed; the captured graph still describes it (what the
+simulator judged), and its state is read back by the graph's names (``"fc.weight"``,
+``"fc.weight.exp_avg"``), as the worker runtimes' is.
+
+With ``micro_batches=M`` a step is eager gradient accumulation: the batch cut into ``M`` equal slices along
+``batch_dim``, ``(loss_m / M).backward()`` for each, one optimizer step; the returned loss is the slices'
+mean, as the captured step computes it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from autoplace.runtime.program import ExecutionError, torch_device
+
+__all__ = ["EagerRunner"]
+
+
+def _to(x: Any, device):
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda t: t.to(device, non_blocking=True) if hasattr(t, "to") and hasattr(t, "shape") else t, x)
+
+
+class EagerRunner:
+    """A private copy of ``model`` and ``optimizer`` on ``device`` (a cluster device name: ``cpu:0``,
+    ``cuda:1``), stepped as eager PyTorch (see the module docstring)."""
+
+    def __init__(self, model, loss_fn, optimizer, device: str, *, micro_batches: int = 1, batch_dim: int = 0):
+        import torch
+
+        self.device = torch.device(torch_device(device))
+        if self.device.type == "cuda" and (not torch.cuda.is_available()
+                                           or (self.device.index or 0) >= torch.cuda.device_count()):
+            raise ExecutionError(f"device {device!r} cannot run here: this machine has "
+                                 f"{torch.cuda.device_count() if torch.cuda.is_available() else 'no'} CUDA devices")
+        # one deepcopy of both, so the copied optimizer's param groups hold the copied module's parameters
+        self.model, self.optimizer = copy.deepcopy((model, optimizer))
+        self.model.to(self.device)                  # in place: the optimizer's parameters move with it
+        # its state to where torch.optim keeps it for these parameters (a step count stays on the CPU unless
+        # the optimizer is fused or capturable)
+        self.optimizer.load_state_dict(self.optimizer.state_dict())
+        self.model.train()
+        self.loss_fn, self.micro_batches, self.batch_dim = loss_fn, micro_batches, batch_dim
+        self._params = dict(self.model.named_parameters())
+        self._buffers = dict(self.model.named_buffers())
+
+    def step(self, inputs: Any, targets: tuple, groups: list[dict]) -> Any:
+        """One training step on ``inputs`` (``(args, kwargs)``) and ``targets`` (a tuple); ``groups`` are the
+        user's optimizer's param groups now (their numbers — a scheduler's learning rate — are copied in
+        first). Returns the loss, a detached CPU tensor."""
+        import torch
+
+        for mine, theirs in zip(self.optimizer.param_groups, groups):
+            for k, v in theirs.items():
+                if k != "params" and isinstance(v, (int, float, bool, tuple)) and mine.get(k) != v:
+                    mine[k] = v
+        args, kwargs = _to(inputs, self.device)
+        targets = _to(targets, self.device)
+        self.optimizer.zero_grad(set_to_none=True)
+        m = self.micro_batches
+        if m == 1:
+            loss = self.loss_fn(self.model(*args, **kwargs), *targets)
+            loss.backward()
+        else:
+            from autoplace.capture._torch import _micro_batch
+
+            losses = []
+            for j in range(m):
+                a, kw, t = _micro_batch((args, kwargs, targets), j, m, self.batch_dim)
+                loss_j = self.loss_fn(self.model(*a, **kw), *t)
+                (loss_j * (1.0 / m)).backward()
+                losses.append(loss_j.detach())
+            loss = torch.stack(losses).mean()
+        self.optimizer.step()
+        return loss.detach().cpu()
+
+    def values(self, names: list[str]) -> dict[str, Any]:
+        """CPU copies of the named parameters, buffers and optimizer state (``"<parameter>.<key>"``)."""
+        import torch
+
+        out = {}
+        for n in names:
+            if n in self._params:
+                v = self._params[n]
+            elif n in self._buffers:
+                v = self._buffers[n]
+            else:
+                param, _, key = n.rpartition(".")
+                state = self.optimizer.state.get(self._params.get(param), {}) if param in self._params else {}
+                if key not in state:
+                    raise ExecutionError(f"no parameter, buffer or optimizer state named {n!r} in the step")
+                v = state[key]
+                if not isinstance(v, torch.Tensor):
+                    v = torch.tensor(v)
+            out[n] = v.detach().to("cpu", copy=True)
+        return out
+
+    def close(self) -> None:
+        """Drop the copies (their memory goes back to the device)."""
+        self.model = self.optimizer = None
+        self._params, self._buffers = {}, {}
+

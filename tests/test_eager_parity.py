@@ -1,0 +1,204 @@
+"""What a user compares compile with: eager PyTorch. A placement on one device runs in this process as plain
+PyTorch (bit for bit, no workers); over several devices the optimizers' foreach and fused settings train
+as eager's to 1e-6; compile keeps a placement over several devices only where it is measured faster than
+one device, and says so (the measurement itself is replaced here: no test depends on wall-clock speed)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import autoplace  # noqa: E402
+from autoplace.capture import capture_training_step  # noqa: E402
+from autoplace.cluster import get_cluster  # noqa: E402
+from autoplace.placement import Placement  # noqa: E402
+from autoplace.runtime.placed import PlacedStep, hyper_inputs, initial_values  # noqa: E402
+from autoplace.runtime.workers import WorkerPool  # noqa: E402
+
+
+class Net(nn.Module):
+    """Two layers, a LayerNorm between, a parameter of the root module's own (added to the input)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shift = nn.Parameter(torch.zeros(6))
+        self.a, self.norm, self.b = nn.Linear(6, 16), nn.LayerNorm(16), nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.norm(self.a(x + self.shift))))
+
+
+#: every optimizer setting the acceptance names: Adam's three implementations, AdamW's, SGD with
+#: momentum and with Nesterov momentum, each also as foreach
+OPTIMIZERS = {
+    "adam": lambda ps: torch.optim.Adam(ps, lr=1e-2),
+    "adam-forloop": lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=False),
+    "adam-foreach": lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=True),
+    "adam-fused": lambda ps: torch.optim.Adam(ps, lr=1e-2, fused=True),
+    "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+    "adamw-foreach": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, foreach=True),
+    "adamw-fused": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, fused=True),
+    "sgd-momentum": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
+    "sgd-momentum-foreach": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, foreach=True),
+    "sgd-nesterov": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3),
+}
+STEPS = 5
+
+
+def _data():
+    g = torch.Generator().manual_seed(7)
+    return [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(STEPS)]
+
+
+def _eager(model, opt, data):
+    losses = []
+    for x, y in data:
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _case(name):
+    torch.manual_seed(0)
+    model = Net()
+    ref = copy.deepcopy(model)
+    ref_opt = OPTIMIZERS[name](ref.parameters())
+    return model, OPTIMIZERS[name](model.parameters()), _data(), _eager(ref, ref_opt, _data()), ref, ref_opt
+
+
+def _diff(a: dict, b: dict) -> float:
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_a_placement_on_one_device_trains_in_this_process_bit_for_bit_as_eager(name):
+    model, opt, data, expected, ref, ref_opt = _case(name)
+    with autoplace.compile(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1],
+                           method="single-cpu", cache=False) as step:
+        assert step.runtime == "eager" and step._pool is None              # no worker processes at all
+        assert "runtime eager" in repr(step)
+        losses = [float(step(x, y)) for x, y in data]
+        assert losses == expected                                          # exactly
+        assert _diff(step.state_dict(), ref.state_dict()) == 0.0
+        params = dict(ref.named_parameters())
+        for p, keys in step.optimizer_state().items():
+            for k, v in keys.items():
+                assert torch.equal(v, ref_opt.state[params[p]][k].cpu()), (p, k)
+        assert _diff(model.state_dict(), Net().state_dict()) > 0             # the user's module untouched
+        step.load_into(model, opt)
+    assert _diff(model.state_dict(), ref.state_dict()) == 0.0
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with WorkerPool(get_cluster("localhost")) as p:
+        yield p
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_over_two_devices_every_optimizer_setting_trains_as_eager_to_1e_6(pool, name):
+    """The placed step's update runs torch's own arithmetic: foreach as the traced ops (equal to
+    ``torch._foreach_*`` bit for bit), fused as ``_fused_adam(w)_`` per parameter."""
+    model, opt, data, expected, ref, _ = _case(name)
+    graph = capture_training_step(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1])
+    cluster = get_cluster("localhost")
+    second = {"b.weight", "b.bias", "norm.weight", "norm.bias"}
+    dev = [1 if op.colocation_group in second else 0 for op in graph.ops]   # layer b and the norm on cpu:1
+    placement = Placement.from_array(graph, cluster, dev, "manual")
+    step = PlacedStep(graph, cluster, placement, initial_values(graph, model, opt), optimizer=opt,
+                      hyper_inputs=hyper_inputs(graph, model, opt), pool=pool)
+    assert step.runtime == "shm" and {step.devices["a.weight"], step.devices["b.weight"]} == {"cpu:0", "cpu:1"}
+    losses = [float(step(x, y)) for x, y in data]
+    assert np.max(np.abs(np.subtract(losses, expected))) <= 1e-6
+    assert _diff(step.state_dict(), ref.state_dict()) <= 1e-6
+
+
+# ---------------------------------------------------------------------- measure before committing
+def _race(placed: float, one: float):
+    def race(contenders, **kw):
+        for f in contenders.values():     # each contender really steps (their state is then reset)
+            f()
+        return {"placed": [placed] * 3, "one device": [one] * 3}
+    return race
+
+
+def _lm():
+    from test_placed import TinyLM, batches, lm_loss
+
+    torch.manual_seed(0)
+    model = TinyLM()
+    data = batches(3)
+    return model, data, lm_loss
+
+
+@pytest.mark.parametrize("faster", ["placement", "one device"])
+def test_compile_keeps_a_split_only_where_it_is_measured_faster(monkeypatch, tmp_path, faster):
+    from test_placed import eager
+
+    import autoplace.runtime.verdict as verdict_mod
+
+    model, data, loss_fn = _lm()
+    ref = copy.deepcopy(model)
+    expected = eager(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9), loss_fn, data)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    monkeypatch.setattr(verdict_mod, "race", _race(0.010, 0.020) if faster == "placement" else _race(0.020, 0.019))
+    rng = torch.random.get_rng_state()
+    with autoplace.compile(model, data[0][0], loss_fn, opt, targets=data[0][1], method="metis", verify=True,
+                           cache=tmp_path) as step:
+        assert torch.equal(torch.random.get_rng_state(), rng)            # measuring drew nothing of the user's
+        assert not getattr(opt, "_opt_called", False)
+        v = step.verdict
+        assert v is not None and v.kept == faster and v.method == "metis" and v.device == "cpu:0"
+        assert v.simulated > 0 and v.simulated_one_device > 0
+        report = step.report()
+        assert "measured: placement 10.00 ms" in report or "measured: placement 20.00 ms" in report
+        assert "simulated: placement" in report
+        if faster == "placement":
+            assert step.runtime == "shm" and set(step.devices.values()) == {"cpu:0", "cpu:1"}
+            assert "kept the metis placement: 2.00x one device" in report
+        else:
+            assert step.runtime == "eager" and set(step.devices.values()) == {"cpu:0"}
+            assert "runs on cpu:0: the metis placement did not beat it by 5%" in report
+        assert step.steps == 0
+        losses = [float(step(x, y)) for x, y in data]                    # from the model's own start
+    assert losses == pytest.approx(expected, abs=1e-5)
+
+    # compiling again: the verdict comes from the cache with the placement, nothing is measured
+    def no_race(*a, **k):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(verdict_mod, "race", no_race)
+    with autoplace.compile(model, data[0][0], loss_fn, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                           targets=data[0][1], method="metis", verify=True, cache=tmp_path) as again:
+        assert again.placement_cached and again.verdict == step.verdict
+        assert again.runtime == ("shm" if faster == "placement" else "eager")
+
+
+def test_a_damaged_cached_verdict_is_measured_again():
+    from autoplace.runtime.verdict import Verdict
+
+    good = Verdict("placement", "auto", "cpu:0", [0.01], [0.02], 0.01, 0.02, "m").to_dict()
+    assert Verdict.from_dict(good) == Verdict(**good)
+    for bad in (None, [], {**good, "kept": "both"}, {**good, "placed": []}, {**good, "placed": ["x"]},
+                {**good, "simulated": -1.0}, {k: v for k, v in good.items() if k != "machine"}, {**good, "x": 1}):
+        assert Verdict.from_dict(bad) is None
+
+
+@pytest.mark.parametrize("name, kernel", [("adam-foreach", "autoplace.foreach_adam"),
+                                          ("adamw-foreach", "autoplace.foreach_adamw"), ("adam", None),
+                                          ("adam-fused", "aten._fused_adam_"), ("adamw-fused", "aten._fused_adamw_")])
+def test_each_optimizer_implementation_runs_its_own_kernel(name, kernel):
+    """foreach runs torch.optim's foreach update, fused the fused kernel (which rounds otherwise), the
+    for-loop its traced ops: each parameter's update is what the user's implementation computes."""
+    model, opt, data, *_ = _case(name)
+    graph = capture_training_step(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1])
+    kernels = {op.type for op in graph.ops if op.phase == "update" and "adam" in op.type}
+    assert kernels == ({kernel} if kernel else set())
