@@ -103,7 +103,11 @@ def pool():
         yield p
 
 
-@pytest.mark.parametrize("name", list(OPTIMIZERS))
+#: the settings whose update runs another kernel in the default suite; the rest in the slow one
+DISTINCT = ("adam", "adam-foreach", "adam-fused", "adamw-foreach", "adamw-fused", "sgd-nesterov")
+
+
+@pytest.mark.parametrize("name", [n if n in DISTINCT else pytest.param(n, marks=pytest.mark.slow) for n in OPTIMIZERS])
 def test_over_two_devices_every_optimizer_setting_trains_as_eager_to_1e_6(pool, name):
     """The placed step's update runs torch's own arithmetic: foreach as the traced ops (equal to
     ``torch._foreach_*`` bit for bit), fused as ``_fused_adam(w)_`` per parameter."""
@@ -139,6 +143,7 @@ def _lm():
     return model, data, lm_loss
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("faster", ["placement", "one device"])
 def test_compile_keeps_a_split_only_where_it_is_measured_faster(monkeypatch, tmp_path, faster):
     from test_placed import eager

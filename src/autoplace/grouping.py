@@ -181,15 +181,19 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
         if op.colocation_group is not None:
             uf.union(by_group.setdefault(op.colocation_group, i), i)
     owner: dict[str, int] = {}                               # module path -> an op of its group
+    root_own: list[int] = []                                 # the root module's own parameters and buffers
     for i, op in enumerate(graph.ops):
         if op.type in ("parameter", "buffer"):
             module = op.name.rpartition(".")[0]
+            if not module:                                   # owning the root would make the model one unit
+                root_own.append(i)
+                continue
             uf.union(owner.setdefault(module, i), i)
     for alias, name in dict(graph.meta.get("tied", {})).items():
-        if name in index:
-            module = alias.rpartition(".")[0]
+        module = alias.rpartition(".")[0]
+        if name in index and module:
             uf.union(owner.setdefault(module, index[name]), index[name])
-    if not owner:
+    if not owner and not root_own:
         return graph
     def nearest_owner(path: str | None) -> int | None:
         """An op of the group of the deepest module owning parameters at or above ``path``."""
@@ -201,7 +205,12 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
             uf.union(above, i)
     state = ("parameter", "buffer", "optimizer_state", "hyperparameter")
     stray = []
+    # a root tensor's gradient and update stay with it (its gradient's producer may carry the scope of the
+    # module whose backward ran before it)
+    root_names = {graph.ops[i].name for i in root_own}
     for i, op in enumerate(graph.ops):                       # an op: with the nearest module owning parameters
+        if op.colocation_group in root_names:
+            continue
         j = nearest_owner(op.scope) if op.type not in state else None
         if j is not None:
             uf.union(j, i)
@@ -235,11 +244,31 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
             uf.union(under[0], i)
         if under and path not in owner:
             owner[path] = under[0]
+    # a tensor of the root module's own (a class token, rotary tables) goes with its first user
+    first_user: dict[int, int] = {}
+    for i in graph.topological_order:
+        for r in graph.ops[i].inputs:
+            j = index.get(r.split(":")[0])
+            if j is not None and graph.ops[i].type not in state:
+                first_user.setdefault(j, i)
+    for i in root_own:
+        if i in first_user:
+            uf.union(i, first_user[i])
     roots = [uf.find(i) for i in range(graph.n_ops)]
     size = np.bincount(roots, minlength=graph.n_ops)
     names: dict[int, str] = {}
     for module, i in owner.items():
         names.setdefault(uf.find(i), f"module:{module}" if module else "module:(root)")
+    for i in root_own:
+        names.setdefault(uf.find(i), f"module:(root).{graph.ops[i].name}")
+    units = {uf.find(i) for i in owner.values()} | {uf.find(i) for i in root_own}
+    if len(units) == 1 and len(owner) + len(root_own) > 1:
+        import warnings
+
+        top = min(owner, key=lambda m: (m.count("."), m)) if owner else graph.ops[root_own[0]].name
+        warnings.warn(f"granularity='module': graph {graph.name!r} is one unit (module {top!r} owns parameters "
+                      "and holds, reads or ties every other one): every placement puts the whole model on one "
+                      "device; granularity='op' can split it", stacklevel=2)
     if io:
         names.setdefault(uf.find(io[0]), "module:(inputs and loss)")
     ops = [replace(op, colocation_group=names.get(r, op.colocation_group) if size[r] > 1 else op.colocation_group)

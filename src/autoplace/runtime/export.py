@@ -158,7 +158,10 @@ def device_map(graph: Graph, placement: Placement, cluster: Cluster) -> dict[str
 
     A module with parameters of its own must be on one device with everything under it (as
     ``--granularity module`` places); the map names the largest subtrees that share a device (``""`` for
-    the whole model), each parameter — tied ones under every name — covered by exactly one key.
+    the whole model), each parameter — tied ones under every name — covered by exactly one key; a
+    parameter or buffer of the root module's own (a class token) is a key of its own name. Where devices of
+    the placement are one torch device (``cpu:0`` and ``cpu:1`` are both ``cpu``), the map merges them:
+    a warning says so.
     Devices are torch's: ``cpu`` here means *run on the CPU*, while Accelerate reads ``"cpu"`` as *keep
     the weights in CPU memory and run on the main device* whenever a GPU is in the map: pass
     ``main_device="cpu"`` to ``dispatch_model`` to run those modules on the CPU as placed."""
@@ -167,15 +170,24 @@ def device_map(graph: Graph, placement: Placement, cluster: Cluster) -> dict[str
     holders = [(op.name, i) for i, op in enumerate(graph.ops) if op.type in ("parameter", "buffer")]
     holders += [(alias, index[name]) for alias, name in dict(graph.meta.get("tied", {})).items() if name in index]
     module_dev: dict[str, str] = {}
+    merged: dict[str, set[str]] = {}
     for name, i in holders:
         module, _, _ = name.rpartition(".")
+        module = module or name                   # the root's own tensor: a key of its own
         d = torch_device(cluster.devices[dev[i]].name)
+        merged.setdefault(d, set()).add(cluster.devices[dev[i]].name)
         if module_dev.setdefault(module, d) != d:
             raise ExecutionError(f"module {module or '(root)'!r} has parameters on {module_dev[module]} and {d}: "
                                  "a device_map cannot express this placement (place with --granularity module "
                                  "to keep every module whole; the placed program itself exports without it)")
     if not module_dev:
         raise ExecutionError(f"graph {graph.name!r} has no parameters: nothing to map")
+    for d, names in merged.items():
+        if len(names) > 1:
+            import warnings
+
+            warnings.warn(f"device map of {graph.name!r}: {', '.join(sorted(names))} are all torch device {d!r}, "
+                          "so the map runs them as one device (the placement itself runs them apart)", stacklevel=2)
 
     def devices_under(prefix: str) -> set[str]:
         return {d for m, d in module_dev.items() if m == prefix or m.startswith(prefix + ".") or not prefix}
@@ -259,6 +271,14 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
     unknown = sorted(k for k in keys if k not in known)
     if unknown:                                  # as Accelerate's check_device_map would: a typo maps nothing
         raise ExecutionError(f"{where}: {unknown[0]!r} is not a module of {graph.name!r}")
+    names = cluster.device_names
+    for alias, name in dict(graph.meta.get("tied", {})).items():   # tied weights: one tensor, one device
+        mine, theirs = alias.rpartition(".")[0], name.rpartition(".")[0]
+        a, b = covered(mine), covered(theirs)
+        if a is not None and b is not None and a != b:
+            raise ExecutionError(f"{where}: {alias!r} is tied to {name!r} (one tensor), but the map puts module "
+                                 f"{mine!r} on {names[a]} and {theirs!r} on {names[b]}: map {mine!r} to "
+                                 f"{names[b]} (or {theirs!r} to {names[a]})")
     grouped = with_granularity(graph, "module")
     dev = np.full(graph.n_ops, -1, dtype=np.int64)
     groups = grouped.colocation_groups()

@@ -1,0 +1,151 @@
+"""compile against eager PyTorch on this machine, for three user models (benchmarks/user_models.py).
+
+    .venv/bin/python benchmarks/eager_parity.py [--models llama,vit,cnn] [--rounds 5] [--steps 5]
+        [--json docs/results/eager/parity.json]
+    .venv/bin/python benchmarks/eager_parity.py --micro vit [--json docs/results/eager/micro.json]
+
+Per model, in one process and interleaved round by round (each round: a warm call, then ``--steps``
+timed calls of each contender; the table gives the median round and the rounds' range, in ms per step):
+
+- ``eager``: the model's own forward, backward and optimizer step (what the user runs without autoplace);
+- ``compile``: ``autoplace.compile`` with its defaults (``auto`` on ``localhost``, measured before it
+  commits: the runtime it chose and why are printed);
+- ``one device``: ``compile(method="single-cpu")``: the placement on one device, run in this process;
+- ``split``: ``auto``'s placement forced onto the workers (``verify=False``): what the default would run
+  without its measurement, per ``step()`` call, beside ``autoplace measure``'s step for the same placement
+  (the workers' own step, without feeding the batch and reading the loss).
+
+``--micro MODEL`` times ``compile(micro_batches="auto")`` against ``compile(micro_batches=1)`` (no cache,
+both with ``auto``), the progress lines written to a log file, and prints what each count simulated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from _common import print_table
+from user_models import MODELS, make
+
+import autoplace
+from autoplace.runtime.verdict import race
+
+
+def _eager(name: str):
+    model, x, loss_fn, opt, y, _ = make(name)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
+def parity(name: str, rounds: int, steps: int) -> dict:
+    model, x, loss_fn, opt, y, _ = make(name)
+    t = time.perf_counter()
+    default = autoplace.compile(copy.deepcopy(model), x, loss_fn, opt, targets=y, cache=False, progress=False)
+    compile_s = time.perf_counter() - t
+    one = autoplace.compile(model, x, loss_fn, opt, targets=y, method="single-cpu", cache=False, progress=False)
+    verdict = default.verdict.to_dict() if default.verdict else None
+    forced = None
+    if default.verdict is not None or default.runtime != "eager":
+        # the searched placement, run on the workers whatever it measures
+        forced = autoplace.compile(model, x, loss_fn, opt, targets=y, cache=False, progress=False, verify=False)
+    contenders = {"eager": _eager(name), "compile": lambda: default(x, y), "one device": lambda: one(x, y)}
+    if forced is not None and forced.runtime != "eager":
+        contenders["split"] = lambda: forced(x, y)
+    times = race(contenders, rounds=rounds, steps=steps)
+    row = {"model": name, "ops": default.graph.n_ops, "compile_s": compile_s, "runtime": default.runtime,
+           "report": default.report(), "verdict": verdict,
+           "ms": {k: [v * 1e3 for v in vs] for k, vs in times.items()}}
+    if "split" in contenders:
+        from autoplace.runtime import measure
+
+        r = measure(forced.graph, forced.cluster, forced.placement, steps=steps + 1)
+        row["split_measure_ms"] = r.step_time * 1e3
+        row["split_devices"] = dict(sorted(forced.placement.counts().items()))
+        forced.close()
+    default.close()
+    one.close()
+    return row
+
+
+def micro(name: str) -> dict:
+    model, x, loss_fn, opt, y, _ = make(name)
+    out = {"model": name}
+    for m in (1, "auto"):
+        log = io.StringIO()
+        err, sys.stderr = sys.stderr, log
+        try:
+            t = time.perf_counter()
+            step = autoplace.compile(copy.deepcopy(model), x, loss_fn, opt, targets=y, cache=False,
+                                     micro_batches=m, verify=False)
+            out[f"compile_s[{m}]"] = time.perf_counter() - t
+        finally:
+            sys.stderr = err
+        out[f"log[{m}]"] = log.getvalue().splitlines()
+        out[f"ops[{m}]"] = step.graph.n_ops
+        if m == "auto":
+            out["chosen"] = step.micro_batches
+            out["counts"] = step.micro_batch_choice
+            out["setup_seconds"] = step.setup_seconds
+        step.close()
+    out["ratio"] = out["compile_s[auto]"] / out["compile_s[1]"]
+    return out
+
+
+def _fmt(ms: list[float]) -> str:
+    return f"{statistics.median(ms):.1f} ({min(ms):.1f}-{max(ms):.1f})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--micro", metavar="MODEL", help="time micro_batches='auto' on MODEL instead")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    args = ap.parse_args(argv)
+    torch.manual_seed(0)
+    if args.micro:
+        res = micro(args.micro)
+        for line in res["log[auto]"]:
+            print("  log:", line)
+        print(f"{args.micro}: compile micro_batches=1 {res['compile_s[1]']:.1f} s ({res['ops[1]']} ops), "
+              f"micro_batches='auto' {res['compile_s[auto]']:.1f} s ({res['ratio']:.2f}x), chose M={res['chosen']}")
+        results = res
+    else:
+        results = []
+        for name in args.models.split(","):
+            row = parity(name, args.rounds, args.steps)
+            results.append(row)
+            print(row["report"])
+        rows = []
+        for r in results:
+            ms = r["ms"]
+            eager = statistics.median(ms["eager"])
+            rows.append([r["model"], str(r["ops"]), r["runtime"], _fmt(ms["eager"]), _fmt(ms["compile"]),
+                         f"{statistics.median(ms['compile']) / eager:.2f}", _fmt(ms["one device"]),
+                         f"{statistics.median(ms['one device']) / eager:.2f}",
+                         _fmt(ms["split"]) if "split" in ms else "-",
+                         f"{r['split_measure_ms']:.1f}" if "split_measure_ms" in r else "-"])
+        print_table(["model", "ops", "compile runs", "eager ms", "compile ms", "/eager", "one device ms", "/eager",
+                     "split step() ms", "split measure ms"], rows)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
