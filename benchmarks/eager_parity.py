@@ -1,6 +1,6 @@
 """compile against eager PyTorch on this machine, for three user models (benchmarks/user_models.py).
 
-    .venv/bin/python benchmarks/eager_parity.py [--models llama,vit,cnn] [--rounds 5] [--steps 5]
+    .venv/bin/python benchmarks/eager_parity.py [--models llama,vit,cnn] [--rounds 15] [--steps 5]
         [--json docs/results/eager/parity.json]
     .venv/bin/python benchmarks/eager_parity.py --micro vit [--json docs/results/eager/micro.json]
 
@@ -53,7 +53,8 @@ def _eager(name: str):
 def parity(name: str, rounds: int, steps: int) -> dict:
     model, x, loss_fn, opt, y, _ = make(name)
     t = time.perf_counter()
-    default = autoplace.compile(copy.deepcopy(model), x, loss_fn, opt, targets=y, cache=False, progress=False)
+    m, o = copy.deepcopy((model, opt))
+    default = autoplace.compile(m, x, loss_fn, o, targets=y, cache=False, progress=False)
     compile_s = time.perf_counter() - t
     one = autoplace.compile(model, x, loss_fn, opt, targets=y, method="single-cpu", cache=False, progress=False)
     verdict = default.verdict.to_dict() if default.verdict else None
@@ -88,8 +89,8 @@ def micro(name: str) -> dict:
         err, sys.stderr = sys.stderr, log
         try:
             t = time.perf_counter()
-            step = autoplace.compile(copy.deepcopy(model), x, loss_fn, opt, targets=y, cache=False,
-                                     micro_batches=m, verify=False)
+            mm, oo = copy.deepcopy((model, opt))
+            step = autoplace.compile(mm, x, loss_fn, oo, targets=y, cache=False, micro_batches=m, verify=False)
             out[f"compile_s[{m}]"] = time.perf_counter() - t
         finally:
             sys.stderr = err
@@ -111,7 +112,7 @@ def _fmt(ms: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--micro", metavar="MODEL", help="time micro_batches='auto' on MODEL instead")
     ap.add_argument("--json", type=Path, help="write the results here")

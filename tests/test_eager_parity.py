@@ -207,3 +207,54 @@ def test_each_optimizer_implementation_runs_its_own_kernel(name, kernel):
     graph = capture_training_step(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1])
     kernels = {op.type for op in graph.ops if op.phase == "update" and "adam" in op.type}
     assert kernels == ({kernel} if kernel else set())
+
+
+# ---------------------------------------------------------------------- calibrating by itself
+@pytest.mark.slow
+def test_compile_calibrates_a_machine_it_has_not_measured_once_and_caches_it(tmp_path, monkeypatch):
+    """On an estimated cluster of this machine, compile measures the devices and the captured ops before
+    placing (what ``cluster detect`` and ``profile`` do), and a second compile reads both from the cache."""
+    import autoplace.runtime.profile as profile
+
+    monkeypatch.setenv("AUTOPLACE_CALIBRATE", "1")
+    model, opt, data, expected, *_ = _case("adam")
+    x, y = data[0]
+    with autoplace.compile(model, x, nn.functional.cross_entropy, opt, targets=y, cache=tmp_path, budget=1,
+                           verify=False, progress=False) as step:
+        assert "profiled" in step.graph.meta and step.setup_seconds["calibrate"] > 0
+        assert not step.cluster.estimated                                # measured devices, not /proc's
+        assert all(op.cost.get("cpu", 0) > 0 for op in step.graph.ops if op.type.startswith("aten."))
+        losses = [float(step(a, b)) for a, b in data]
+    assert losses == pytest.approx(expected, abs=1e-6)
+    assert (tmp_path / "machines").is_dir()
+
+    def measured_again(*a, **k):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(profile, "detect_cluster", measured_again)
+    monkeypatch.setattr(profile, "profile_graph", measured_again)
+    model, opt, *_ = _case("adam")
+    with autoplace.compile(model, x, nn.functional.cross_entropy, opt, targets=y, cache=tmp_path, budget=1,
+                           verify=False, progress=False) as again:
+        assert again.placement_cached and again.graph.meta["profiled"] == step.graph.meta["profiled"]
+
+
+def test_a_profiled_graph_of_another_step_is_one_clear_error():
+    from autoplace.errors import AutoplaceError
+    from autoplace.graph import Graph
+    from autoplace.runtime.profile import with_costs_of
+
+    model, opt, data, *_ = _case("adam")
+    graph = capture_training_step(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1])
+    with pytest.raises(AutoplaceError, match="carries no measured costs"):
+        with_costs_of(graph, graph)
+    other = Graph([op for op in graph.ops], name="other", meta={**graph.meta, "profiled": {"cpu": {}}})
+    assert with_costs_of(graph, other).meta["profiled"] == {"cpu": {}}
+    model2 = nn.Sequential(nn.Linear(6, 3))
+    g2 = capture_training_step(model2, data[0][0], nn.functional.cross_entropy,
+                               torch.optim.Adam(model2.parameters()), targets=data[0][1])
+    with pytest.raises(AutoplaceError, match="is not this step's: it has no op"):
+        with_costs_of(graph, Graph(g2.ops, name="g2", meta={**g2.meta, "profiled": {"cpu": {}}}))
+    with pytest.raises(AutoplaceError, match="is not this step's"):
+        autoplace.compile(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1],
+                          profiled=Graph(g2.ops, name="g2", meta={**g2.meta, "profiled": {"cpu": {}}}))

@@ -104,7 +104,8 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
             granularity: str = "op", name: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
             cache: bool | str | os.PathLike = True, progress: bool | None = None,
             keep_whole: tuple[str, ...] | list[str] = (), runtime: str = "auto",
-            micro_batches: int | str = 1, verify: bool | None = None) -> PlacedStep:
+            micro_batches: int | str = 1, verify: bool | None = None, calibrate: bool | None = None,
+            profiled: Graph | str | os.PathLike | None = None) -> PlacedStep:
     """Capture, place and set up one training step of ``model`` (see the module docstring).
 
     ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs`` (and ``targets``):
@@ -143,6 +144,14 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     faster, else the step runs on one device; ``step.verdict`` and ``step.report()`` say which and why, and
     the verdict is cached with the placement. Default: for ``method="auto"`` (a placement a user named, or a
     placer named, is run as given).
+    ``calibrate``: before placing, measure this machine's devices and links and the captured ops' costs on
+    them (what ``autoplace cluster detect`` and ``autoplace profile`` do:
+    :func:`~autoplace.runtime.profile.calibrate`), each kept in the cache, so a machine is measured once
+    and a model profiled once. Default: for ``method="auto"`` on a cluster whose figures are estimates and
+    whose devices are all on this machine, unless the environment sets ``AUTOPLACE_CALIBRATE=0``.
+    ``profiled``: the measured op costs of this step from a graph ``autoplace profile`` wrote (a file or a
+    :class:`~autoplace.graph.Graph`), instead; ``cluster`` then takes the measured cluster
+    (``autoplace cluster detect``'s file, or a :class:`~autoplace.cluster.Cluster`).
     ``step.setup_seconds`` says where the set-up time went (capture, place, workers). ``progress``: show
     what it is doing on standard error — a line that updates itself on a terminal, plain log lines
     elsewhere (default: on; ``False``: nothing)."""
@@ -168,7 +177,10 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
                              "(materialise the model first)")
     cl = _cluster_of(cluster)
     folder = None if cache is True else cache
-    hint = cl.calibration_hint() if placement is None else None
+    if calibrate is None:
+        calibrate = (placement is None and profiled is None and method == "auto" and bool(cl.estimated)
+                     and _runnable_here(cl) and os.environ.get("AUTOPLACE_CALIBRATE", "1") != "0")
+    hint = cl.calibration_hint() if placement is None and profiled is None and not calibrate else None
     if hint:                                        # once per place in the caller's code (warnings' default)
         warnings.warn(hint.removeprefix("note: ") + "; compile(cluster='cluster.json') takes the measured file",
                       stacklevel=2)
@@ -225,6 +237,10 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
                 stage(f"capturing {name or type(model).__name__}")
                 graph = capture(example_inputs, targets, name)
                 seconds["capture"] = time.perf_counter() - t
+                if profiled is not None or calibrate:
+                    t = time.perf_counter()
+                    graph, cl = _measured(graph, cl, profiled, pool, folder, stage)
+                    seconds["calibrate"] = time.perf_counter() - t
                 t = time.perf_counter()
                 stage(f"placing {graph.n_ops} ops with {method}" if placement is None else "checking the placement")
                 if placement is None:
@@ -263,6 +279,35 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     step.setup_seconds, step.placement_cached, step.micro_batches = seconds, hit, micro
     step.micro_batch_choice = records
     return step
+
+
+def _runnable_here(cluster: Cluster) -> bool:
+    """Whether every device of ``cluster`` is one this process can run on (its CPU, its CUDA devices)."""
+    import torch
+
+    from autoplace.runtime.program import ExecutionError, torch_device
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    try:
+        devices = [torch_device(d.name) for d in cluster.devices]
+    except ExecutionError:
+        return False
+    return _local(cluster) and all(d == "cpu" or int(d.split(":")[1]) < gpus for d in devices)
+
+
+def _measured(graph: Graph, cluster: Cluster, profiled, pool, folder, stage) -> tuple[Graph, Cluster]:
+    """``graph`` with measured op costs — ``profiled``'s, else measured now (:func:`calibrate`) with the
+    cluster measured too — and the cluster to place on."""
+    from autoplace.runtime.profile import calibrate, with_costs_of
+    from autoplace.runtime.verdict import this_machine
+
+    if profiled is not None:
+        from autoplace.formats import load_graph
+
+        return with_costs_of(graph, profiled if isinstance(profiled, Graph) else load_graph(profiled)), cluster
+    stage(f"calibrating: measuring {cluster.name} and {graph.n_ops} ops (once per machine and model)")
+    return calibrate(graph, cluster, pool=pool, folder=folder, machine=this_machine(),
+                     progress=lambda what: stage(f"calibrating: {what}"))
 
 
 def _one_device(placement: Placement, cluster: Cluster) -> int | None:

@@ -89,6 +89,8 @@ class PlacedStep:
         for k, key in self._hyper_inputs.values():
             self._inputs_hyper.setdefault(k, set()).add("lr" if key == "lr" else "betas")
         self._hyper = _hyper(optimizer, self._inputs_hyper) if optimizer is not None else None
+        #: the scheduled inputs' values the workers hold (set up from ``values``)
+        self._sent: dict[str, float] = {k: float(values[k]) for k in self._hyper_inputs if k in values}
         self.inputs = [op for op in graph.ops if op.type == "input"]
         self.parameters = [op.name for op in graph.ops if op.type == "parameter"]
         self.buffers = [op.name for op in graph.ops if op.type == "buffer"]
@@ -185,7 +187,10 @@ class PlacedStep:
                 raise AutoplaceError(f"{op.name}: got dtype {str(t.dtype).removeprefix('torch.')}, shape "
                                      f"{tuple(t.shape)}; the step was captured with {spec.dtype} {tuple(spec.shape)}")
             batch[op.name] = t.detach().cpu()
-        batch.update(self._scheduled_now())         # the learning rates (and betas) as a scheduler left them
+        # the learning rates (and betas) as a scheduler left them: those that changed since the workers got them
+        # (one scalar per parameter and key: sending them all every step costs more than a small model's step)
+        now = self._scheduled_now()
+        batch.update({k: v for k, v in now.items() if self._sent.get(k) != float(v)})
         try:
             self._pool.assign(batch)
             self._pool.step()
@@ -196,6 +201,7 @@ class PlacedStep:
         except KeyboardInterrupt:                   # the workers' replies are out of step now: start afresh
             self.close()
             raise
+        self._sent.update({k: float(v) for k, v in now.items()})
         self.steps += 1
         self._fresh = False
         if self._optimizer is not None:             # it stepped: what torch.optim's step tells a scheduler
@@ -251,6 +257,7 @@ class PlacedStep:
         self.inputs = [op for op in graph.ops if op.type == "input"]
         self._active = shapes
         self._fresh = False
+        self._sent = {k: float(v) for k, v in values.items() if k in self._hyper_inputs}
 
     def reset(self, values: dict[str, Any]) -> None:
         """Set up again from ``values`` (placeholder name -> tensor: the model's and optimizer's state, as
@@ -266,6 +273,7 @@ class PlacedStep:
             self.close()
             raise ExecutionError(f"the placed step of {graph.name!r} cannot be set up again: {e}") from None
         self._initial, self.steps, self._fresh = values, 0, True
+        self._sent = {k: float(v) for k, v in values.items() if k in self._hyper_inputs}
 
     @property
     def variants(self) -> int:

@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -577,3 +578,67 @@ def _message_link(pool: WorkerPool, s: int, t: int, sizes: Sequence[int], repeat
     one_way = np.maximum(rtt[1:] - rtt[0] / 2, 1e-9)
     fit = LinkFit(np.array(sizes), one_way)
     return Link(a.name, b.name, fit.bandwidth, fit.latency_s)
+
+
+# ---------------------------------------------------------------------- calibrating by itself
+#: how hard compile's own calibration measures (fewer repeats and rounds than the CLI's defaults: it runs
+#: before the first step, and compile measures the placement against one device anyway)
+CALIBRATE_REPEATS, CALIBRATE_STEPS, CALIBRATE_ROUNDS = 5, 3, 2
+
+
+def detected_cluster(base: Cluster, *, folder=None, machine: str, progress: Callable[[str], None] | None = None
+                     ) -> Cluster:
+    """``base`` measured on this machine (:func:`detect_cluster`), kept in the cache folder per machine and
+    base cluster, so a machine is measured once."""
+    from autoplace.formats import cluster_from_dict, cluster_to_dict, read_json, write_json
+    from autoplace.formats.state import _digest, cluster_hash
+    from autoplace.zoo._cache import cache_dir
+
+    key = {"machine": machine, "base": cluster_hash(base), "repeats": CALIBRATE_REPEATS}
+    path = (Path(folder) if folder is not None else cache_dir()) / "machines" / f"{_digest(key)[:20]}.json"
+    if path.is_file():
+        try:
+            obj = read_json(path)
+            if isinstance(obj, dict) and obj.get("cache_key") == key:
+                return cluster_from_dict({k: v for k, v in obj.items() if k != "cache_key"}, str(path))
+        except AutoplaceError:
+            pass                                        # damaged or foreign: measure again
+    cluster = detect_cluster(base, repeats=CALIBRATE_REPEATS, progress=progress)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, {**cluster_to_dict(cluster), "cache_key": key})
+    except (OSError, AutoplaceError):
+        pass
+    return cluster
+
+
+def calibrate(graph: Graph, cluster: Cluster, *, pool: WorkerPool | None = None, folder=None, machine: str,
+              progress: Callable[[str], None] | None = None) -> tuple[Graph, Cluster]:
+    """``(graph with measured op costs, cluster with measured devices and links)`` on this machine: what
+    ``autoplace cluster detect`` and ``autoplace profile`` measure, each kept in the cache folder (the
+    cluster per machine, the profiled graph per machine and graph), so a model is profiled once."""
+    from autoplace.formats import graph_to_dict
+    from autoplace.formats.state import _digest
+    from autoplace.zoo._cache import cached_graph
+
+    measured = detected_cluster(cluster, folder=folder, machine=machine, progress=progress)
+    key = {"graph": _digest(graph_to_dict(graph)), "machine": machine, "steps": CALIBRATE_STEPS,
+           "rounds": CALIBRATE_ROUNDS}
+    profiled = cached_graph(f"profiled-{graph.name}", key, lambda: profile_graph(
+        graph, measured, steps=CALIBRATE_STEPS, rounds=CALIBRATE_ROUNDS, pool=pool, progress=progress), folder)
+    return profiled, measured
+
+
+def with_costs_of(graph: Graph, profiled: Graph) -> Graph:
+    """``graph`` with the measured op costs of ``profiled`` (the same captured step profiled, by
+    ``autoplace profile`` or :func:`calibrate`): one clear error where its ops are not the graph's."""
+    costs = {op.name: op.cost for op in profiled.ops}
+    missing = [op.name for op in graph.ops if op.name not in costs]
+    if missing or len(costs) != graph.n_ops:
+        extra = sorted(set(costs) - {op.name for op in graph.ops})
+        why = f"it has no op {missing[0]!r}" if missing else f"it has op {extra[0]!r} the step lacks"
+        raise AutoplaceError(f"profiled graph {profiled.name!r} is not this step's: {why}")
+    if "profiled" not in profiled.meta:
+        raise AutoplaceError(f"graph {profiled.name!r} carries no measured costs (profile it: autoplace profile)")
+    ops = [replace(op, cost={**op.cost, **costs[op.name]}) for op in graph.ops]
+    return Graph(ops, name=graph.name, meta={**graph.meta, "profiled": profiled.meta["profiled"]})
