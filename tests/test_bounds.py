@@ -213,3 +213,22 @@ def test_a_transfer_the_device_types_force_lengthens_the_critical_path():
     b = lower_bounds(g, c)
     assert b.critical_path == pytest.approx(3.75)
     assert Simulator(g, c).run(np.array([0, 1])).step_time == pytest.approx(3.75)
+
+
+def test_no_gap_where_the_launches_the_bounds_leave_out_exceed_them():
+    """A step of tiny ops is all launch overhead, which the bounds leave out: a gap to them would be
+    thousands of percent and say nothing, so it is not given (and the reason is); where the work
+    dominates, it is."""
+    def cluster(overhead):
+        devs = [Device(f"g{i}", "gpu", 10**9, 1e12, 1e11, overhead) for i in range(2)]
+        return Cluster("two-gpus", devs, default_link=LinkSpec(1e9, 1e-5))
+
+    tiny = Graph([Op(f"n{i}", "op", (f"n{i - 1}",) if i else (), output_bytes=(4,), flops=10.0) for i in range(50)],
+                 name="tiny")
+    b = lower_bounds(tiny, cluster(1e-5))
+    assert b.launches == pytest.approx(50 * 1e-5 / 2, rel=1e-6) and b.launches > b.best
+    assert "leave out launch overhead" in b.meaningless and np.isnan(b.gap(1e-3))
+    big = Graph([Op(f"n{i}", "op", (f"n{i - 1}",) if i else (), output_bytes=(4,), flops=1e10) for i in range(50)],
+                name="big")
+    b = lower_bounds(big, cluster(1e-5))
+    assert b.meaningless is None and b.gap(2 * b.best) == pytest.approx(1.0)

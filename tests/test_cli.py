@@ -518,3 +518,18 @@ def test_place_and_compare_help_list_the_methods(capsys):
             main([verb, "--help"])
         out = " ".join(capsys.readouterr().out.split()).replace("- ", "-")  # argparse wraps at hyphens
         assert "local-search" in out and "htf-mpr" in out and "m-sct" in out and "pipeline" in out, verb
+
+
+def test_a_placement_for_another_cluster_is_named_wherever_it_is_read(tmp_path, capsys):
+    from autoplace import build_graph, get_cluster, place, simulate
+
+    graph = build_graph("toy-mlp", layers=2)
+    placement = place(graph, get_cluster("p100x2"), "metis")
+    with pytest.warns(UserWarning, match="placement made for cluster 'p100x2', simulated on 'p100x4'"):
+        simulate(graph, get_cluster("p100x4"), placement)
+    out = tmp_path / "p.json"
+    assert main(["place", "toy-mlp", "-P", "layers=2", "-c", "p100x2", "-m", "metis", "-o", str(out)]) == 0
+    capsys.readouterr()
+    rc, _, err = run(capsys, "report", "toy-mlp", "-P", "layers=2", "-c", "p100x4", "-p", str(out),
+                     "-o", str(tmp_path / "r.html"))
+    assert rc == 0 and "note: placement made for cluster 'p100x2', scored on 'p100x4'" in err

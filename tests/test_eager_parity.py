@@ -81,6 +81,7 @@ def _diff(a: dict, b: dict) -> float:
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_a_placement_on_one_device_trains_in_this_process_bit_for_bit_as_eager(name):
     model, opt, data, expected, ref, ref_opt = _case(name)
+    start = copy.deepcopy(model.state_dict())
     with autoplace.compile(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1],
                            method="single-cpu", cache=False) as step:
         assert step.runtime == "eager" and step._pool is None              # no worker processes at all
@@ -92,7 +93,8 @@ def test_a_placement_on_one_device_trains_in_this_process_bit_for_bit_as_eager(n
         for p, keys in step.optimizer_state().items():
             for k, v in keys.items():
                 assert torch.equal(v, ref_opt.state[params[p]][k].cpu()), (p, k)
-        assert _diff(model.state_dict(), Net().state_dict()) > 0             # the user's module untouched
+        assert _diff(model.state_dict(), start) == 0.0                     # the user's module untouched ...
+        assert _diff(step.state_dict(), start) > 0                         # ... while the step's trained
         step.load_into(model, opt)
     assert _diff(model.state_dict(), ref.state_dict()) == 0.0
 
@@ -258,3 +260,64 @@ def test_a_profiled_graph_of_another_step_is_one_clear_error():
     with pytest.raises(AutoplaceError, match="is not this step's"):
         autoplace.compile(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1],
                           profiled=Graph(g2.ops, name="g2", meta={**g2.meta, "profiled": {"cpu": {}}}))
+
+
+class WithUnused(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.unused = nn.Linear(6, 3), nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def test_in_this_process_a_parameter_without_gradient_keeps_its_initial_state():
+    """torch.optim makes no state for a parameter that never had a gradient; the captured step holds
+    it all the same, so reading it back gives the state it started with."""
+    torch.manual_seed(0)
+    model = WithUnused()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = _data()[0]
+    with autoplace.compile(model, x, nn.functional.cross_entropy, opt, targets=y, method="single-cpu",
+                           cache=False) as step:
+        step(x, y)
+        state = step.optimizer_state()
+        assert float(state["unused.weight"]["step"]) == 0.0 and float(state["fc.weight"]["step"]) == 1.0
+        step.load_into(model, opt)
+    assert float(opt.state[model.fc.weight]["step"]) == 1.0
+
+
+def test_in_this_process_a_batch_the_micro_batches_do_not_divide_takes_the_most_that_do():
+    """As the captured step of another batch shape: the most micro-batches up to the compiled count that
+    divide the batch (a last batch of 6 rows under 4 micro-batches runs as 2)."""
+    from test_micro_batches import OPTIMIZERS as MB, _accumulated, _net
+
+    model = _net()
+    ref = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(5)
+    data = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)),
+            (torch.randn(6, 6, generator=g), torch.randint(0, 3, (6,), generator=g))]
+    ref_opt = MB["sgd"](ref.parameters())
+    expected = _accumulated(ref, ref_opt, data[:1], 4) + _accumulated(ref, ref_opt, data[1:], 2)
+    with autoplace.compile(model, data[0][0], nn.functional.cross_entropy, MB["sgd"](model.parameters()),
+                           targets=data[0][1], method="single-cpu", micro_batches=4, cache=False) as step:
+        assert step.runtime == "eager"
+        losses = [float(step(x, y)) for x, y in data]
+        assert _diff(step.state_dict(), ref.state_dict()) < 1e-6
+    assert losses == pytest.approx(expected, abs=1e-6)
+
+
+def test_compile_refuses_what_it_cannot_honour_and_calibrates_only_with_a_cache(monkeypatch):
+    import autoplace.runtime.profile as profile
+    from autoplace.errors import AutoplaceError
+
+    monkeypatch.setenv("AUTOPLACE_CALIBRATE", "1")
+    monkeypatch.setattr(profile, "calibrate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("calibrated")))
+    model, opt, data, *_ = _case("adam")
+    x, y = data[0]
+    with pytest.raises(AutoplaceError, match="give a fixed micro_batches with it"):
+        autoplace.compile(model, x, nn.functional.cross_entropy, opt, targets=y, micro_batches="auto",
+                          profiled="p.json")
+    with autoplace.compile(model, x, nn.functional.cross_entropy, opt, targets=y, cache=False, budget=1,
+                           progress=False) as step:                       # no cache: no calibration
+        assert "profiled" not in step.graph.meta

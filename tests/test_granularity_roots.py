@@ -100,3 +100,16 @@ def test_a_map_splitting_tied_weights_names_the_tie_and_the_module_to_move():
     with pytest.raises(AutoplaceError, match=r"'head.weight' is tied to 'tok.weight' \(one tensor\), but the map "
                                              r"puts module 'head' on gpu:1 and 'tok' on gpu:0: map 'head' to gpu:0"):
         from_device_map(g, cluster, {"tok": 0, "mid": 0, "head": 1})
+
+
+def test_a_device_map_with_the_roots_own_tensors_reads_back_as_placed():
+    g = with_granularity(_token_graph(), "module")
+    cluster = get_cluster("p100x2")
+    g0, g1 = cluster.index("gpu:0"), cluster.index("gpu:1")
+    dev = [g1 if op.colocation_group in ("module:b", "module:(root).cls") else g0 for op in g.ops]
+    placed = Placement.from_array(g, cluster, dev, "manual")
+    dmap = device_map(g, placed, cluster)
+    assert dmap["cls"] == dmap["pos"] == dmap["scale"] == dmap["b"] == "cuda:1" and dmap["a"] == "cuda:0"
+    back = from_device_map(g, cluster, dmap)
+    for name in ("cls", "pos", "scale", "cls.lr", "a.weight", "b.weight"):
+        assert back.assignment[name] == placed.assignment[name], name

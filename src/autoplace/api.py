@@ -148,7 +148,9 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     them (what ``autoplace cluster detect`` and ``autoplace profile`` do:
     :func:`~autoplace.runtime.profile.calibrate`), each kept in the cache, so a machine is measured once
     and a model profiled once. Default: for ``method="auto"`` on a cluster whose figures are estimates and
-    whose devices are all on this machine, unless the environment sets ``AUTOPLACE_CALIBRATE=0``.
+    whose devices are all on this machine, with the cache on (``cache=False`` would measure at every
+    compile), unless the environment sets ``AUTOPLACE_CALIBRATE=0``. With
+    ``micro_batches="auto"`` the cluster is measured, not the ops (each count is a graph of its own).
     ``profiled``: the measured op costs of this step from a graph ``autoplace profile`` wrote (a file or a
     :class:`~autoplace.graph.Graph`), instead; ``cluster`` then takes the measured cluster
     (``autoplace cluster detect``'s file, or a :class:`~autoplace.cluster.Cluster`).
@@ -179,7 +181,8 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     folder = None if cache is True else cache
     if calibrate is None:
         calibrate = (placement is None and profiled is None and method == "auto" and bool(cl.estimated)
-                     and _runnable_here(cl) and os.environ.get("AUTOPLACE_CALIBRATE", "1") != "0")
+                     and cache is not False and _runnable_here(cl)
+                     and os.environ.get("AUTOPLACE_CALIBRATE", "1") != "0")
     hint = cl.calibration_hint() if placement is None and profiled is None and not calibrate else None
     if hint:                                        # once per place in the caller's code (warnings' default)
         warnings.warn(hint.removeprefix("note: ") + "; compile(cluster='cluster.json') takes the measured file",
@@ -187,6 +190,8 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
 
     if micro_batches == "auto" and placement is not None:
         raise AutoplaceError("micro_batches='auto' chooses the placement too: give a method, not a placement")
+    if micro_batches == "auto" and profiled is not None:
+        raise AutoplaceError("profiled= holds one step's costs: give a fixed micro_batches with it, not 'auto'")
     micro = micro_batches if micro_batches != "auto" else AUTO_MICRO_BATCHES[0]
     if verify is None:
         verify = placement is None and method == "auto"
@@ -230,6 +235,12 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     with _shown(True if progress is None else progress) as stage:
         try:
             if micro_batches == "auto":
+                if calibrate:                       # the counts are ranked on this machine's measured devices
+                    from autoplace.runtime.profile import detected_cluster
+                    from autoplace.runtime.verdict import this_machine
+
+                    stage(f"calibrating: measuring {cl.name} (once per machine)")
+                    cl = detected_cluster(cl, folder=folder, machine=this_machine())
                 micro, graph, chosen, hit, records = _choose_micro_batches(
                     capture, search, example_inputs, targets, name, cl, method, seed, stage, seconds)
             else:
@@ -262,6 +273,12 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
 
             t = time.perf_counter()
             one = _one_device(chosen, cl)
+            verify = verify and one is None and _local(cl)
+            cache_args = (graph, cl, method, seed, budget, folder) if cache is not False else None
+            known = _known_verdict(cache_args, cl, runtime) if verify else None
+            if known is not None and known.kept == "one device":     # measured before: no workers needed
+                one = _baseline_device(cl)
+                chosen, verify = _on_one(graph, cl, one), False
             if one is not None and runtime == "auto" and _local(cl):
                 stage(f"setting up {cl.devices[one].name} in this process")
                 pool.close(now=True)
@@ -269,9 +286,10 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
             else:
                 stage(f"setting up {cl.n_devices} workers")
                 step = PlacedStep(graph, cl, chosen, values, timeout=timeout, recompile=recompile, pool=pool, **common)
-                if verify and one is None and _local(cl):
+                if verify:
                     step = _verified(step, eager_step, fresh, cl, method, example_inputs, targets, optimizer,
-                                     (graph, cl, method, seed, budget, folder) if cache is not False else None, stage)
+                                     cache_args, runtime, known, stage)
+            step.verdict = step.verdict or known
             seconds["workers"] = time.perf_counter() - t
         except BaseException:
             pool.close()
@@ -333,46 +351,80 @@ def _baseline_device(cluster: Cluster) -> int:
     return next((k for k, n in enumerate(kinds) if n.startswith(("cuda", "gpu"))), 0)
 
 
+def _machine(cluster: Cluster, runtime: str) -> str:
+    """What a measured verdict holds for: this machine and the runtime the placement runs on."""
+    from autoplace.runtime.distributed import runtime_for
+    from autoplace.runtime.verdict import this_machine
+
+    return f"{this_machine()}, runtime {runtime_for(cluster, runtime)}"
+
+
+def _known_verdict(cache_args, cluster: Cluster, runtime: str):
+    """The verdict cached with the placement, measured on this machine and runtime against the device
+    one-device steps run on here; else None."""
+    from autoplace.runtime.cache import cached_verdict
+
+    if not cache_args:
+        return None
+    v = cached_verdict(*cache_args, machine=_machine(cluster, runtime))
+    return v if v is not None and v.device == cluster.devices[_baseline_device(cluster)].name else None
+
+
 def _verified(step: PlacedStep, eager_step, fresh, cluster: Cluster, method: str, inputs, targets, optimizer,
-              cache_args,
-              stage) -> PlacedStep:
+              cache_args, runtime: str, verdict, stage) -> PlacedStep:
     """``step`` (a placement over several devices) if it is measured faster than the whole step on one
-    device, else the one-device step (:mod:`autoplace.runtime.verdict`); the verdict is set on the step
-    returned and cached with the placement (``cache_args``: the cache's key and folder, or None);
-    ``fresh()``: the state to start from again after the measured steps."""
+    device, else the one-device step (:mod:`autoplace.runtime.verdict`); the verdict (``verdict``: the
+    cached one, else measured now) is set on the step returned and cached with the placement
+    (``cache_args``: the cache's key and folder, or None); ``fresh()``: the state to start from again
+    after the measured steps. Where the whole step does not fit on one device (simulated), nothing is
+    measured: the placement is kept."""
     import torch
 
     from autoplace.capture._torch import _as_tuple, split_inputs
-    from autoplace.runtime.cache import cached_verdict, store_verdict
-    from autoplace.runtime.verdict import Verdict, race, this_machine
+    from autoplace.runtime.cache import store_verdict
+    from autoplace.runtime.verdict import Verdict, race
     from autoplace.sim import Simulator
 
     graph = step.graph
     device = _baseline_device(cluster)
-    machine = this_machine()
-    verdict = cached_verdict(*cache_args, machine=machine) if cache_args else None
-    if verdict is None or verdict.device != cluster.devices[device].name:
+    if verdict is None:
         one = _on_one(graph, cluster, device)
         sim = Simulator(graph, cluster)
-        simulated, simulated_one = sim.run(step.placement).step_time, sim.run(one).step_time
+        ran_one = sim.run(one)
+        if not ran_one.ok:                              # one device is no option: nothing to race
+            stage(f"keeping the placement: the whole step does not fit on {cluster.devices[device].name}")
+            return step
+        simulated, simulated_one = sim.run(step.placement).step_time, ran_one.step_time
         probe = eager_step(device, one)
         args, tgt = split_inputs(inputs), _as_tuple(targets)
         cuda = [d for d in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
         called = getattr(optimizer, "_opt_called", None)
-        with torch.random.fork_rng(devices=cuda):       # the measured steps leave the user's RNG as it was
-            times = race({"placed": lambda: step(inputs, targets),
-                          "one device": lambda: probe._eager.step(args, tgt, optimizer.param_groups)},
-                         progress=stage)
-        probe.close()
-        if called is None:                              # nor tell a scheduler that the optimizer stepped
-            vars(optimizer).pop("_opt_called", None)
-        else:
-            optimizer._opt_called = called
-        verdict = Verdict.decide(method, cluster.devices[device].name, times, simulated, simulated_one, machine)
+        try:
+            with torch.random.fork_rng(devices=cuda):   # the measured steps leave the user's RNG as it was
+                times = race({"placed": lambda: step(inputs, targets),
+                              "one device": lambda: probe._eager.step(args, tgt, optimizer.param_groups)},
+                             progress=stage)
+        except AutoplaceError as e:                     # the placed step failed (and closed itself)
+            warnings.warn(f"the {method} placement failed when measured against one device, so the step runs on "
+                          f"{cluster.devices[device].name}: {e}", stacklevel=3)
+            return eager_step(device, one)
+        except RuntimeError as e:                       # one device failed (out of memory, say): keep the split
+            stage(f"keeping the placement: the whole step failed on {cluster.devices[device].name} ({e})"[:200])
+            step.reset(fresh())
+            return step
+        finally:
+            probe.close()
+            if called is None:                          # nor tell a scheduler that the optimizer stepped
+                vars(optimizer).pop("_opt_called", None)
+            else:
+                optimizer._opt_called = called
+        verdict = Verdict.decide(method, cluster.devices[device].name, times, simulated, simulated_one,
+                                 _machine(cluster, runtime))
         if cache_args:
             store_verdict(verdict, *cache_args)
+        if verdict.kept == "placement":
+            step.reset(fresh())                         # the measured steps trained it: start again
     if verdict.kept == "placement":
-        step.reset(fresh())
         step.verdict = verdict
         return step
     step.close()
@@ -400,7 +452,7 @@ def _choose_micro_batches(capture, search, inputs, targets, name, cluster, metho
     from autoplace.sim import Simulator
 
     records: list[dict] = []
-    ranked, failed = [], None
+    ranked, failed, searched = [], None, {}
     seconds["capture"] = seconds["place"] = 0.0
     for m in AUTO_MICRO_BATCHES:
         t = time.perf_counter()
@@ -429,7 +481,8 @@ def _choose_micro_batches(capture, search, inputs, targets, name, cluster, metho
                 else:
                     cands = [placement]
             else:
-                cands, how = [search(graph)[0]], method
+                searched[m] = search(graph)             # the method itself: its placement is the result
+                cands, how = [searched[m][0]], method
         except InfeasibleError as e:                    # no placement fits: more micro-batches may
             failed = failed or e
             records.append({"micro_batches": m, "ops": graph.n_ops, "capture_s": round(captured, 3),
@@ -447,10 +500,13 @@ def _choose_micro_batches(capture, search, inputs, targets, name, cluster, metho
     if not ranked:
         raise failed
     _, m, graph = min(ranked, key=lambda x: x[0])
-    t = time.perf_counter()
-    stage(f"placing {graph.n_ops} ops ({m} micro-batches) with {method}")
-    chosen, hit = search(graph)
-    seconds["place"] += time.perf_counter() - t
+    if m in searched:
+        chosen, hit = searched[m]
+    else:
+        t = time.perf_counter()
+        stage(f"placing {graph.n_ops} ops ({m} micro-batches) with {method}")
+        chosen, hit = search(graph)
+        seconds["place"] += time.perf_counter() - t
     for rec in records:
         rec["chosen"] = rec["micro_batches"] == m
     return m, graph, chosen, hit, records

@@ -22,6 +22,12 @@ devices (:meth:`autoplace.cluster.Cluster.transfer_time`), a delay every bound b
   honours the co-location groups and fits in memory; :mod:`autoplace.placers.cpsat`);
 * ``best`` — the largest of these.
 
+They leave out launch overhead (a launcher's share of an op, :func:`autoplace.cost.launch_times`).
+``launches`` is the least of it any placement pays: every op outside a launch group launched at its
+cheapest, spread evenly over every device's launcher. Where that alone exceeds ``best`` (a small model,
+dominated by launches), a gap to ``best`` would say nothing about the placement: :meth:`Bounds.gap` is
+then nan, and :attr:`Bounds.meaningless` says why.
+
 They bound the *simulated* step. A measured step is not bounded by them: a gap is reported only
 against simulated steps.
 """
@@ -44,14 +50,25 @@ class Bounds:
     critical_path: float
     load: float
     cp_sat: float | None = None  #: CP-SAT's proven bound, when it solved the op-level model
+    launches: float = 0.0  #: the least launch overhead any placement pays, which the bounds leave out
 
     @property
     def best(self) -> float:
         return max(self.critical_path, self.load, self.cp_sat or 0.0)
 
+    @property
+    def meaningless(self) -> str | None:
+        """Why a gap to :attr:`best` says nothing here (launch overhead the bounds leave out exceeds it),
+        or None."""
+        if self.launches > self.best:
+            return (f"the bounds leave out launch overhead, at least {self.launches * 1e3:.3g} ms here, more "
+                    f"than the best bound ({self.best * 1e3:.3g} ms)")
+        return None
+
     def gap(self, step_time: float) -> float:
-        """How far ``step_time`` is above the best bound, as a fraction (0 = provably optimal)."""
-        return step_time / self.best - 1.0 if self.best > 0 else float("nan")
+        """How far ``step_time`` is above the best bound, as a fraction (0 = provably optimal); nan where
+        the bound is :attr:`meaningless`."""
+        return step_time / self.best - 1.0 if self.best > 0 and self.meaningless is None else float("nan")
 
 
 def unavoidable_delays(graph: Graph, cluster: Cluster) -> np.ndarray:
@@ -126,6 +143,12 @@ def load_bound(graph: Graph, cluster: Cluster, least: np.ndarray) -> float:
 def lower_bounds(graph: Graph, cluster: Cluster, op_times: np.ndarray | None = None) -> Bounds:
     """The critical-path and load bounds of ``graph`` on ``cluster`` (``op_times``: the simulator's alone
     times, default the cost model; loaded costs are folded in by :func:`least_op_times`)."""
+    from autoplace.cost import launch_times, op_time_matrix
+
     least = least_op_times(graph, cluster, op_times)
+    alone = op_time_matrix(graph, cluster) if op_times is None else op_times
+    ok = feasible_devices(graph, cluster)
+    launch = np.where(ok, launch_times(graph, cluster, alone), np.inf).min(axis=1)
+    launch = launch[(graph.op_group < 0) & np.isfinite(launch)]
     return Bounds(critical_path=critical_path(graph, least.min(axis=1), unavoidable_delays(graph, cluster)),
-                  load=load_bound(graph, cluster, least))
+                  load=load_bound(graph, cluster, least), launches=float(launch.sum()) / cluster.n_devices)

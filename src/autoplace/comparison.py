@@ -181,7 +181,7 @@ def _compare(graph, cluster, methods, seed, budget, progress, scorer: BaseEnv, b
                                   None if result.ok else failure_reason(result), time.perf_counter() - t0))
         if placement.meta.get("bound_s") is not None:
             # a placer's bound on every placement (CP-SAT's op-level model)
-            bounds = Bounds(bounds.critical_path, bounds.load, float(placement.meta["bound_s"]))
+            bounds = dataclasses.replace(bounds, cp_sat=float(placement.meta["bound_s"]))
     return Comparison(list(rows), bounds, scorer.name)
 
 

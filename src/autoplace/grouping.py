@@ -265,10 +265,10 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
     if len(units) == 1 and len(owner) + len(root_own) > 1:
         import warnings
 
-        top = min(owner, key=lambda m: (m.count("."), m)) if owner else graph.ops[root_own[0]].name
-        warnings.warn(f"granularity='module': graph {graph.name!r} is one unit (module {top!r} owns parameters "
-                      "and holds, reads or ties every other one): every placement puts the whole model on one "
-                      "device; granularity='op' can split it", stacklevel=2)
+        why = (f"module {min(owner, key=lambda m: (m.count('.'), m))!r} owns parameters and holds, reads or ties "
+               "every other one" if owner else "the root module's own tensors are read by every op")
+        warnings.warn(f"granularity='module': graph {graph.name!r} is one unit ({why}): every placement puts the "
+                      "whole model on one device; granularity='op' can split it", stacklevel=2)
     if io:
         names.setdefault(uf.find(io[0]), "module:(inputs and loss)")
     ops = [replace(op, colocation_group=names.get(r, op.colocation_group) if size[r] > 1 else op.colocation_group)

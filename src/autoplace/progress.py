@@ -59,7 +59,7 @@ class PlainLines:
     def stage(self, text: str) -> None:
         """A new stage of the work: written at once."""
         self._stage = text
-        self._last = time.monotonic()
+        self._last = -float("inf")                  # the stage's first report is written too
         self._write(text)
 
     def __call__(self, message: str, fraction: float | None = None) -> None:

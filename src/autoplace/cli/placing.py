@@ -451,8 +451,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"graph": graph.name, "cluster": cluster.name, "ops": graph.n_ops, "env": result.env,
                      "bounds": {"critical_path_s": bounds.critical_path, "load_s": bounds.load,
-                                "cp_sat_s": bounds.cp_sat, "best_s": bounds.best,
-                                "of": "the simulated step"},
+                                "cp_sat_s": bounds.cp_sat, "best_s": bounds.best, "launches_s": bounds.launches,
+                                "no_gap": bounds.meaningless, "of": "the simulated step"},
                      "rows": [
             {"method": r.method, **_result_dict(r.result, result.env, r.error),
              "speedup_vs_single_gpu": _finite_or_none(speedup(gpu_time, r.step_time)),
@@ -488,8 +488,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
              f"lower bounds on the simulated step: critical path {fmt_time(bounds.critical_path)}, load "
               f"{fmt_time(bounds.load)}"
               + (f", CP-SAT {fmt_time(bounds.cp_sat)}" if bounds.cp_sat else "")
-              + ("; gap = step time / best bound - 1" if result.env == "simulated"
-                 else "; measured steps are not bounded by them, so no gap is shown"))
+              + ("; measured steps are not bounded by them, so no gap is shown" if result.env != "simulated"
+                 else f"; no gap is shown: {bounds.meaningless}" if bounds.meaningless
+                 else "; gap = step time / best bound - 1"))
     if args.markdown:
         print(markdown_table(header, table_rows))
         print(f"\n{footer}")

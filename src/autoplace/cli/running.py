@@ -179,6 +179,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     placement = load_placement(args.placement)
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster or placement.cluster)
+    _note_other_cluster(placement, cluster)
     source = export_python(graph, placement, cluster)
     dmap = device_map(graph, placement, cluster) if args.device_map else None
     batch_on = input_device(graph, placement, cluster) if dmap is not None else None
@@ -209,6 +210,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     graph = resolve_graph(args.graph, _parse_params(args.param))
     placement = load_placement(args.placement)
     cluster = resolve_cluster(args.cluster or placement.cluster)
+    _note_other_cluster(placement, cluster)
     curve = None
     if args.curve:
         from autoplace.search.curve import Curve

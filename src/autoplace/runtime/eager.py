@@ -24,9 +24,11 @@ __all__ = ["EagerRunner"]
 
 
 def _to(x: Any, device):
+    """Every tensor of ``x`` on ``device`` (asynchronously only onto a GPU: a copy to the CPU is read at once)."""
     from torch.utils._pytree import tree_map
 
-    return tree_map(lambda t: t.to(device, non_blocking=True) if hasattr(t, "to") and hasattr(t, "shape") else t, x)
+    fast = device.type == "cuda"
+    return tree_map(lambda t: t.to(device, non_blocking=fast) if hasattr(t, "to") and hasattr(t, "shape") else t, x)
 
 
 class EagerRunner:
@@ -42,7 +44,12 @@ class EagerRunner:
             raise ExecutionError(f"device {device!r} cannot run here: this machine has "
                                  f"{torch.cuda.device_count() if torch.cuda.is_available() else 'no'} CUDA devices")
         # one deepcopy of both, so the copied optimizer's param groups hold the copied module's parameters
-        self.model, self.optimizer = copy.deepcopy((model, optimizer))
+        try:
+            self.model, self.optimizer = copy.deepcopy((model, optimizer))
+        except Exception as e:  # noqa: BLE001 - a module holding a lock, a file, a process handle ...
+            raise ExecutionError(f"the model and optimizer cannot be copied to run the step in this process "
+                                 f"({type(e).__name__}: {' '.join(str(e).split())[:120]}): compile with "
+                                 "runtime='shm' to run it on a worker process") from None
         self.model.to(self.device)                  # in place: the optimizer's parameters move with it
         # its state to where torch.optim keeps it for these parameters (a step count stays on the CPU unless
         # the optimizer is fused or capturable)
@@ -65,7 +72,7 @@ class EagerRunner:
         args, kwargs = _to(inputs, self.device)
         targets = _to(targets, self.device)
         self.optimizer.zero_grad(set_to_none=True)
-        m = self.micro_batches
+        m = self._count(args, kwargs, targets)
         if m == 1:
             loss = self.loss_fn(self.model(*args, **kwargs), *targets)
             loss.backward()
@@ -82,8 +89,24 @@ class EagerRunner:
         self.optimizer.step()
         return loss.detach().cpu()
 
-    def values(self, names: list[str]) -> dict[str, Any]:
-        """CPU copies of the named parameters, buffers and optimizer state (``"<parameter>.<key>"``)."""
+    def _count(self, args, kwargs, targets) -> int:
+        """The micro-batches this batch is cut into: the most, up to ``micro_batches``, that divide its size
+        along ``batch_dim`` (what the captured step of another batch shape does: the smaller last batch of
+        an epoch)."""
+        import torch
+        from torch.utils._pytree import tree_leaves
+
+        m = self.micro_batches
+        sizes = {t.shape[self.batch_dim] for t in tree_leaves((args, kwargs, targets))
+                 if isinstance(t, torch.Tensor) and t.dim() > self.batch_dim}
+        if m == 1 or len(sizes) != 1:
+            return m
+        size = sizes.pop()
+        return max(d for d in range(1, m + 1) if m % d == 0 and size % d == 0)
+
+    def values(self, names: list[str], initial: dict[str, Any] | None = None) -> dict[str, Any]:
+        """CPU copies of the named parameters, buffers and optimizer state (``"<parameter>.<key>"``); state
+        torch.optim has not made (a parameter that got no gradient yet) is ``initial``'s."""
         import torch
 
         out = {}
@@ -96,6 +119,9 @@ class EagerRunner:
                 param, _, key = n.rpartition(".")
                 state = self.optimizer.state.get(self._params.get(param), {}) if param in self._params else {}
                 if key not in state:
+                    if initial is not None and n in initial:
+                        out[n] = initial[n].clone()
+                        continue
                     raise ExecutionError(f"no parameter, buffer or optimizer state named {n!r} in the step")
                 v = state[key]
                 if not isinstance(v, torch.Tensor):

@@ -262,7 +262,8 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
     def covered(path: str | None) -> int | None:
         return nearest_module(path, keys)
 
-    known = set(graph.meta.get("modules", {})) | {""}
+    roots = {op.name for op in graph.ops if op.type in ("parameter", "buffer") and "." not in op.name}
+    known = set(graph.meta.get("modules", {})) | {""} | roots     # the root's own tensors are keys of their own
     for op in graph.ops:                         # the modules the graph names: its parameters' and its scopes
         path = module_path(op) or ""
         while path and path not in known:
@@ -282,9 +283,17 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
     grouped = with_granularity(graph, "module")
     dev = np.full(graph.n_ops, -1, dtype=np.int64)
     groups = grouped.colocation_groups()
+    state = ("optimizer_state", "hyperparameter")
     for i, op in enumerate(graph.ops):
-        d = covered(module_path(op)) if op.type not in ("optimizer_state", "hyperparameter") else \
-            covered(op.colocation_group.rpartition(".")[0] if op.colocation_group else None)
+        # the parameter or buffer an op is (its own name) or holds state of ("<parameter>.<key>")
+        tensor = op.name if op.type in ("parameter", "buffer") else op.name.rpartition(".")[0] \
+            if op.type in state else None
+        if tensor in roots and tensor in keys:
+            d = keys[tensor]
+        elif op.colocation_group in roots and op.colocation_group in keys:   # a root tensor's gradient, update
+            d = keys[op.colocation_group]
+        else:
+            d = covered(tensor.rpartition(".")[0] if op.type in state else module_path(op))
         if d is not None:
             dev[i] = d
     for name, members in groups.items():         # a group takes the device its mapped members agree on

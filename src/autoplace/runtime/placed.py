@@ -292,7 +292,7 @@ class PlacedStep:
         if self._fresh:                             # nothing ran yet: the state it was set up with
             return {n: self._initial[n].clone() for n in names}
         if self._eager is not None:
-            return self._eager.values(names)
+            return self._eager.values(names, self._initial)
         try:
             return self._pool.fetch(names)
         except _WorkerFailed as e:

@@ -589,11 +589,13 @@ CALIBRATE_REPEATS, CALIBRATE_STEPS, CALIBRATE_ROUNDS = 5, 3, 2
 def detected_cluster(base: Cluster, *, folder=None, machine: str, progress: Callable[[str], None] | None = None
                      ) -> Cluster:
     """``base`` measured on this machine (:func:`detect_cluster`), kept in the cache folder per machine and
-    base cluster, so a machine is measured once."""
+    base cluster, so a machine is measured once (``folder=False``: not kept)."""
     from autoplace.formats import cluster_from_dict, cluster_to_dict, read_json, write_json
     from autoplace.formats.state import _digest, cluster_hash
     from autoplace.zoo._cache import cache_dir
 
+    if folder is False:
+        return detect_cluster(base, repeats=CALIBRATE_REPEATS, progress=progress)
     key = {"machine": machine, "base": cluster_hash(base), "repeats": CALIBRATE_REPEATS}
     path = (Path(folder) if folder is not None else cache_dir()) / "machines" / f"{_digest(key)[:20]}.json"
     if path.is_file():
@@ -616,16 +618,20 @@ def calibrate(graph: Graph, cluster: Cluster, *, pool: WorkerPool | None = None,
               progress: Callable[[str], None] | None = None) -> tuple[Graph, Cluster]:
     """``(graph with measured op costs, cluster with measured devices and links)`` on this machine: what
     ``autoplace cluster detect`` and ``autoplace profile`` measure, each kept in the cache folder (the
-    cluster per machine, the profiled graph per machine and graph), so a model is profiled once."""
+    cluster per machine, the profiled graph per machine and graph), so a model is profiled once
+    (``folder=False``: neither is kept)."""
     from autoplace.formats import graph_to_dict
-    from autoplace.formats.state import _digest
+    from autoplace.formats.state import _digest, cluster_hash
     from autoplace.zoo._cache import cached_graph
 
     measured = detected_cluster(cluster, folder=folder, machine=machine, progress=progress)
-    key = {"graph": _digest(graph_to_dict(graph)), "machine": machine, "steps": CALIBRATE_STEPS,
-           "rounds": CALIBRATE_ROUNDS}
-    profiled = cached_graph(f"profiled-{graph.name}", key, lambda: profile_graph(
-        graph, measured, steps=CALIBRATE_STEPS, rounds=CALIBRATE_ROUNDS, pool=pool, progress=progress), folder)
+    key = {"graph": _digest(graph_to_dict(graph)), "machine": machine, "cluster": cluster_hash(measured),
+           "steps": CALIBRATE_STEPS, "rounds": CALIBRATE_ROUNDS}
+    def profile() -> Graph:
+        return profile_graph(graph, measured, steps=CALIBRATE_STEPS, rounds=CALIBRATE_ROUNDS, pool=pool,
+                             progress=progress)
+
+    profiled = profile() if folder is False else cached_graph(f"profiled-{graph.name}", key, profile, folder)
     return profiled, measured
 
 

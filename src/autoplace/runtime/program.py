@@ -373,7 +373,8 @@ def foreach_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_st
                        differentiable=False, decoupled_weight_decay=decoupled_weight_decay)
 
 
-def _foreach_adamw(*args, **kwargs) -> None:
+def foreach_adamw(*args, **kwargs) -> None:
+    """:func:`foreach_adam` with AdamW's decoupled weight decay."""
     foreach_adam(*args, **kwargs, decoupled_weight_decay=True)
 
 
@@ -387,7 +388,7 @@ def _with_schema(fn: Callable, schema_of: str) -> Callable:
 
 
 _AUTOPLACE_TARGETS = {"autoplace.foreach_adam": (foreach_adam, "_fused_adam_"),
-                      "autoplace.foreach_adamw": (_foreach_adamw, "_fused_adamw_")}
+                      "autoplace.foreach_adamw": (foreach_adamw, "_fused_adamw_")}
 
 
 def _resolve_target(target: str, where: str) -> Callable:

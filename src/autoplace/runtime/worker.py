@@ -423,6 +423,9 @@ def _worker_main(conn, name: str, device: str, cores: list[int] | None) -> None:
         conn.send(("error", f"{name}: cannot start: {type(e).__name__}: {e}"))
         return
     _serve_messages(conn, rt, name)
+    # told to exit (or the parent is gone): the worker holds nothing to save, and an interpreter that has
+    # imported torch takes a second or two to tear down, which close() would wait for
+    os._exit(0)
 
 
 def _serve_messages(conn, rt: _DeviceRuntime, name: str) -> None:

@@ -395,7 +395,12 @@ def _int_array(placement) -> np.ndarray:
 
 def simulate(graph: Graph, cluster: Cluster, placement: Placement | np.ndarray | Sequence[int], *,
              trace: bool = False) -> SimResult:
-    """Simulate one training step of ``graph`` on ``cluster`` under ``placement``."""
+    """Simulate one training step of ``graph`` on ``cluster`` under ``placement`` (a warning where the
+    placement was made for another cluster: its device names may mean other devices here)."""
+    if isinstance(placement, Placement) and placement.cluster != cluster.name:
+        import warnings
+
+        warnings.warn(f"placement made for cluster {placement.cluster!r}, simulated on {cluster.name!r}", stacklevel=2)
     return Simulator(graph, cluster).run(placement, trace=trace)
 
 
