@@ -291,7 +291,8 @@ def test_in_this_process_a_parameter_without_gradient_keeps_its_initial_state():
 def test_in_this_process_a_batch_the_micro_batches_do_not_divide_takes_the_most_that_do():
     """As the captured step of another batch shape: the most micro-batches up to the compiled count that
     divide the batch (a last batch of 6 rows under 4 micro-batches runs as 2)."""
-    from test_micro_batches import OPTIMIZERS as MB, _accumulated, _net
+    from test_micro_batches import OPTIMIZERS as MB
+    from test_micro_batches import _accumulated, _net
 
     model = _net()
     ref = copy.deepcopy(model)
