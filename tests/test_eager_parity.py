@@ -327,3 +327,40 @@ def test_compile_refuses_what_it_cannot_honour_and_calibrates_only_with_a_cache(
     with autoplace.compile(model, x, nn.functional.cross_entropy, opt, targets=y, cache=False,
                            progress=False) as step:                       # no cache: no calibration
         assert "profiled" not in step.graph.meta
+
+
+class Dropped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.drop, self.b = nn.Linear(6, 32), nn.Dropout(0.3), nn.Linear(32, 3)
+
+    def forward(self, x):
+        return self.b(self.drop(torch.relu(self.a(x))))
+
+
+@pytest.mark.parametrize("eager_rng", [True, False])
+def test_with_eager_rng_dropout_over_two_devices_draws_as_eager(pool, eager_rng):
+    """The random ops' draws are made in this process from its generator, in eager's order, and handed to
+    their devices: under one ``torch.manual_seed`` the placed step drops what eager drops."""
+    torch.manual_seed(0)
+    model = Dropped()
+    ref = copy.deepcopy(model)
+    data = _data()
+    torch.manual_seed(123)
+    expected = _eager(ref, torch.optim.SGD(ref.parameters(), lr=0.1), data)
+    after_eager = torch.random.get_rng_state()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    graph = capture_training_step(model, data[0][0], nn.functional.cross_entropy, opt, targets=data[0][1])
+    cluster = get_cluster("localhost")
+    dev = [1 if op.colocation_group in ("b.weight", "b.bias") else 0 for op in graph.ops]
+    step = PlacedStep(graph, cluster, Placement.from_array(graph, cluster, dev, "manual"),
+                      initial_values(graph, model, opt), optimizer=opt, hyper_inputs=hyper_inputs(graph, model, opt),
+                      pool=pool, eager_rng=eager_rng)
+    torch.manual_seed(123)
+    losses = [float(step(x, y)) for x, y in data]
+    if eager_rng:
+        assert np.max(np.abs(np.subtract(losses, expected))) <= 1e-6
+        assert _diff(step.state_dict(), ref.state_dict()) <= 1e-6
+        assert torch.equal(torch.random.get_rng_state(), after_eager)     # the generator advanced as eager's
+    else:                                                                  # the workers' own draws: other masks
+        assert np.max(np.abs(np.subtract(losses, expected))) > 1e-3

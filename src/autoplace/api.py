@@ -105,7 +105,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
             cache: bool | str | os.PathLike = True, progress: bool | None = None,
             keep_whole: tuple[str, ...] | list[str] = (), runtime: str = "auto",
             micro_batches: int | str = 1, verify: bool | None = None, calibrate: bool | None = None,
-            profiled: Graph | str | os.PathLike | None = None) -> PlacedStep:
+            profiled: Graph | str | os.PathLike | None = None, eager_rng: bool = False) -> PlacedStep:
     """Capture, place and set up one training step of ``model`` (see the module docstring).
 
     ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs`` (and ``targets``):
@@ -151,6 +151,10 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     whose devices are all on this machine, with the cache on (``cache=False`` would measure at every
     compile), unless the environment sets ``AUTOPLACE_CALIBRATE=0``. With
     ``micro_batches="auto"`` the cluster is measured, not the ops (each count is a graph of its own).
+    ``eager_rng``: over several devices, the random ops (dropout) draw from this process's generator in
+    eager's order (made here before each step and handed to their devices), so a model with dropout trains
+    as eager PyTorch does under the same ``torch.manual_seed``; by default each worker draws from its own.
+    A step on one device is eager and draws as eager does either way.
     ``profiled``: the measured op costs of this step from a graph ``autoplace profile`` wrote (a file or a
     :class:`~autoplace.graph.Graph`), instead; ``cluster`` then takes the measured cluster
     (``autoplace cluster detect``'s file, or a :class:`~autoplace.cluster.Cluster`).
@@ -285,7 +289,8 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
                 step = eager_step(one, chosen)
             else:
                 stage(f"setting up {cl.n_devices} workers")
-                step = PlacedStep(graph, cl, chosen, values, timeout=timeout, recompile=recompile, pool=pool, **common)
+                step = PlacedStep(graph, cl, chosen, values, timeout=timeout, recompile=recompile, pool=pool,
+                                  eager_rng=eager_rng, **common)
                 if verify:
                     step = _verified(step, eager_step, fresh, cl, method, example_inputs, targets, optimizer,
                                      cache_args, runtime, known, stage)

@@ -70,7 +70,7 @@ class PlacedStep:
                  timeout: float = DEFAULT_TIMEOUT_S, keys: tuple[str, ...] = (), state_keys: list[str] | None = None,
                  optimizer=None, hyper_inputs: dict[str, tuple[int, str]] | None = None,
                  recompile: Callable[[Any, Any], tuple[Graph, Placement]] | None = None,
-                 pool: WorkerPool | None = None, eager: EagerRunner | None = None):
+                 pool: WorkerPool | None = None, eager: EagerRunner | None = None, eager_rng: bool = False):
         self.graph, self.cluster, self.placement = graph, cluster, placement
         #: where compile's set-up time went (seconds: capture, place, workers), and whether the placement
         #: came from the cache (set by :func:`autoplace.compile`)
@@ -108,6 +108,8 @@ class PlacedStep:
         self.micro_batch_choice: list[dict] = []
         self.micro_batches = 1
         self._eager = eager
+        #: the random ops draw from this process's generator in eager's order (set by compile's ``eager_rng``)
+        self.eager_rng = eager_rng
         if eager is not None:                       # one device, in this process: nothing to set up
             self._pool = None
             return
@@ -193,6 +195,8 @@ class PlacedStep:
         batch.update({k: v for k, v in now.items() if self._sent.get(k) != float(v)})
         try:
             self._pool.assign(batch)
+            if self.eager_rng:
+                self._pool.draw_random()
             self._pool.step()
             loss = self._pool.fetch(["output0"])["output0"]
         except _WorkerFailed as e:

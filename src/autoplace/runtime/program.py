@@ -128,6 +128,9 @@ class Program:
             self.outputs.append(ref)
         self.final_versions = self._final_versions()
         self._int_high = self._integer_bounds()
+        #: the ops that draw from a random generator (dropout's ``bernoulli_``), in program order
+        self.random = [i for i in graph.topological_order if self.calls[i] is not None
+                       and _op_name(self.calls[i].fn) in RANDOM_OPS]
 
     # ------------------------------------------------------------------ decoding
     def _decode(self, a: Any, where: str) -> Any:
@@ -300,6 +303,35 @@ class Program:
                 else torch.zeros(shape, dtype=dtype)
         return t.to(device)
 
+    def draw(self, i: int):
+        """What random op ``i`` draws, made here from this process's generator: its call on fresh tensors of
+        its inputs' shapes (``bernoulli_`` fills the tensor it is given, ``rand_like`` reads only a shape).
+        Drawn for every random op in program order, this is the draws eager PyTorch makes in a step, in
+        its order: a placed step fed them (:meth:`replay`) draws as eager does."""
+        import torch
+
+        c = self.calls[i]
+        if c.scalar_refs:
+            raise ExecutionError(f"random op {self.graph.ops[i].name!r} reads a computed number: its draws cannot "
+                                 "be made ahead of the step")
+
+        def fresh(r: TRef):
+            spec = self.graph.ops[r.op].outputs[r.k or 0]
+            return torch.empty(tuple(spec.shape), dtype=getattr(torch, spec.dtype))
+
+        val = c.fn(*self.resolve(c.args, fresh, None, "cpu"), **self.resolve(c.kwargs, fresh, None, "cpu"))
+        return val
+
+    def replay(self, i: int, drawn, get: Callable[[TRef], Any], device: str):
+        """Random op ``i``'s result from ``drawn`` (:meth:`draw`) instead of the device's generator; an
+        in-place op writes it into the tensor it fills, as it would."""
+        c = self.calls[i]
+        if c.mutates is not None:
+            target = get(c.mutates)
+            target.copy_(drawn)
+            return target
+        return drawn.to(device)
+
     def scalar_fn(self, get: Callable[[TRef], Any], device: str) -> Callable[[str], Any]:
         """An evaluator of the program's scalar nodes for one step (cached), reading tensors with ``get``."""
         cache: dict[str, Any] = {}
@@ -344,6 +376,18 @@ class Program:
         if t is dict:
             return {k: self.resolve(v, get, scalar, device) for k, v in a.items()}
         return a
+
+
+#: aten ops that draw from a random generator (by overload packet name)
+RANDOM_OPS = frozenset({"bernoulli", "bernoulli_", "rand", "rand_like", "randn", "randn_like", "randint",
+                        "randint_like", "normal", "normal_", "uniform_", "exponential_", "geometric_",
+                        "log_normal_", "cauchy_", "random_", "randperm", "multinomial", "native_dropout"})
+
+
+def _op_name(fn) -> str:
+    """An aten overload's packet name (``bernoulli_`` for ``aten.bernoulli_.float``), else ``""``."""
+    schema = getattr(fn, "_schema", None)
+    return schema.name.split("::")[-1] if schema is not None and hasattr(fn, "overloadpacket") else ""
 
 
 def _view_or_reshape(t, size):

@@ -607,6 +607,9 @@ def _handle(ch: StoreChannel, rt: RankRuntime, msg, rank: int) -> int | None:
         elif cmd == "assign":
             rt.assign(msg[1])
             ch.send(("ok",))
+        elif cmd == "draws":
+            rt.set_draws(msg[1])
+            ch.send(("ok",))
         elif cmd == "call":
             ch.send(("ok", resolve_callable(msg[1])(rt, *msg[2:])))
         else:

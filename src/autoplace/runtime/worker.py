@@ -49,6 +49,8 @@ class _DeviceRuntime:
             torch.cuda.set_device(torch.device(device))
         self.torch = torch
         self.program: Program | None = None
+        #: random ops' draws for the next step (op index -> tensor: :meth:`Program.draw`), made by the caller
+        self.draws: dict = {}
 
     # -------------------------------------------------------------- set-up
     def load(self, graph: Graph) -> None:
@@ -209,7 +211,8 @@ class _DeviceRuntime:
                                           f"{self.live_bytes + self._out_bytes[i]} bytes over its "
                                           f"{int(self.capacity)}-byte budget")
                     try:
-                        val = prog.call(i, get, scalar, device)
+                        val = prog.call(i, get, scalar, device) if i not in self.draws else \
+                            prog.replay(i, self.draws.pop(i), get, device)
                     except MemoryError:
                         raise
                     except Exception as e:  # noqa: BLE001
@@ -371,6 +374,10 @@ class _DeviceRuntime:
             self._out_bytes[i] = 0 if op.meta.get("view") or self.program.calls[i] is None or \
                 self.program.calls[i].mutates is not None else sum(op.out_bytes)
 
+    def set_draws(self, draws: dict) -> None:
+        """What the next step's random ops draw (op index -> tensor), made by the caller in eager's order."""
+        self.draws = dict(draws)
+
     def assign(self, values: dict) -> None:
         """Give placeholders (op index -> tensor) of this device new values, as a new batch of inputs."""
         for i, v in values.items():
@@ -452,6 +459,9 @@ def _serve_messages(conn, rt: _DeviceRuntime, name: str) -> None:
                 conn.send(("values", rt.fetch(msg[1])))
             elif cmd == "assign":
                 rt.assign(msg[1])
+                conn.send(("ok",))
+            elif cmd == "draws":
+                rt.set_draws(msg[1])
                 conn.send(("ok",))
             elif cmd == "call":  # run a function in the worker (profiling, link tests)
                 conn.send(("ok", msg[1](rt, *msg[2:])))

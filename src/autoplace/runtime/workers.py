@@ -357,6 +357,20 @@ class WorkerPool:
             self._send(k, ("assign", vals))
         self._gather(which=list(by_dev))
 
+    def draw_random(self) -> None:
+        """Make the next step's random draws here, from this process's generator, in program order (eager's
+        draws: :meth:`Program.draw`), and give each device those of its random ops."""
+        prep = self._prepared
+        if prep is None:
+            raise ExecutionError("no placement is prepared on this worker pool")
+        program, assignment = prep["program"], prep["assignment"]
+        by_dev: dict[int, dict[int, Any]] = {}
+        for i in program.random:
+            by_dev.setdefault(int(assignment[i]), {})[i] = program.draw(i)
+        for k, draws in by_dev.items():
+            self._send(k, ("draws", draws))
+        self._gather(which=list(by_dev))
+
     def fetch(self, names: list[str] | None = None) -> dict[str, Any]:
         """Values of the prepared placement after its last step: by name the program's outputs
         (``output0``: the loss) and every placeholder's latest value (parameters, buffers, optimizer state);
