@@ -5,6 +5,7 @@
     python3 benchmarks/gpu_check.py base --cpus 4 -o base.json       # localhost: cpu:0..3 and cuda:0
     python3 benchmarks/gpu_check.py split GRAPH -c CLUSTER -o P.json # LSTM layers on the GPU, the rest on cpu:0
     python3 benchmarks/gpu_check.py compile -c CLUSTER --json OUT    # autoplace.compile against eager PyTorch
+    python3 benchmarks/gpu_check.py user-models -c CLUSTER --json OUT  # three user models: compile vs eager on CUDA
     python3 benchmarks/gpu_check.py summary OUTDIR                   # one table of what the steps wrote
     python3 benchmarks/gpu_check.py repeats OUTDIR                   # benchmarks/gpu_repeat.sh's runs, per method
     python3 benchmarks/gpu_check.py resimulate OUTDIR                # those runs against this checkout's simulator
@@ -293,6 +294,64 @@ def cmd_compile(args) -> int:
     return 1 if failed else 0
 
 
+def cmd_user_models(args) -> int:
+    """benchmarks/user_models.py's three models (a Llama-style LM, a ViT, a CNN) on CUDA: eager PyTorch, the
+    default ``compile`` on the cluster (measured before it commits) and ``compile(method="single-gpu")``,
+    interleaved rounds of timed steps each (``autoplace.runtime.verdict.race``), with what compile chose."""
+    import torch
+    from user_models import MODELS, make
+
+    import autoplace
+    from autoplace.runtime.verdict import race
+
+    out = []
+    dev = "cuda:0" if _cuda() else "cpu"
+    for name in args.models.split(",") if args.models else MODELS:
+        row: dict = {"model": name, "device": dev}
+        try:
+            model, x, loss_fn, opt, y, _ = make(name, _scale_for(dev))
+            m, o = copy.deepcopy((model, opt))
+            m.to(dev)
+            o.load_state_dict(o.state_dict())
+            xd, yd = x.to(dev), y.to(dev)
+
+            def eager(m=m, o=o, xd=xd, yd=yd, loss_fn=loss_fn):
+                o.zero_grad(set_to_none=True)
+                loss = loss_fn(m(xd), yd)
+                loss.backward()
+                o.step()
+                return loss.detach().cpu()
+
+            t = time.perf_counter()
+            default = autoplace.compile(model, x, loss_fn, opt, targets=y, cluster=args.cluster, progress=False)
+            row["compile_s"] = time.perf_counter() - t
+            single = "single-gpu" if dev.startswith("cuda") else "single-cpu"
+            one = autoplace.compile(model, x, loss_fn, opt, targets=y, cluster=args.cluster, method=single,
+                                    progress=False)
+            times = race({"eager": eager, "compile": lambda: default(x, y), single: lambda: one(x, y)},
+                         rounds=args.rounds, steps=args.steps)
+            if dev.startswith("cuda"):
+                torch.cuda.synchronize()
+            row.update(ms={k: [v * 1e3 for v in vs] for k, vs in times.items()}, report=default.report(),
+                       runtime=default.runtime, single_gpu_runtime=one.runtime)
+            print(default.report())
+            default.close()
+            one.close()
+        except Exception:  # noqa: BLE001 - logged whole, the next model goes on
+            row["error"] = traceback.format_exc()
+            print(row["error"], file=sys.stderr)
+        out.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "report"}))
+    if args.json:
+        save_json(args.json, out)
+    return 0
+
+
+def _scale_for(device: str) -> str:
+    """The scale of the user models: the benchmark's on a GPU, the test-sized elsewhere (a fallback run)."""
+    return "bench" if device.startswith("cuda") else "small"
+
+
 def cmd_runtimes(args) -> int:
     """One placement on both runtimes, alternating for ``--rounds`` rounds (median), each against the
     simulator with the cluster detected on that runtime."""
@@ -459,6 +518,12 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--runtimes", default="shm,distributed")
     p.add_argument("--json")
+    p = sub.add_parser("user-models")
+    p.add_argument("-c", "--cluster", required=True)
+    p.add_argument("--models", default="")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--json")
     p = sub.add_parser("runtimes")
     p.add_argument("graph")
     p.add_argument("-p", "--placement", required=True)
@@ -475,7 +540,7 @@ def main(argv=None) -> int:
     p.add_argument("outdir")
     args = ap.parse_args(argv)
     return {"env": cmd_env, "wheels": cmd_wheels, "base": cmd_base, "split": cmd_split, "compile": cmd_compile,
-            "runtimes": cmd_runtimes,
+            "runtimes": cmd_runtimes, "user-models": cmd_user_models,
             "summary": cmd_summary, "repeats": cmd_repeats, "resimulate": cmd_resimulate}[args.cmd](args)
 
 
