@@ -303,10 +303,9 @@ class Program:
                 else torch.zeros(shape, dtype=dtype)
         return t.to(device)
 
-    def draw(self, i: int, device: str = "cpu"):
-        """What random op ``i`` draws, made here from this process's generator of ``device`` (where eager
-        would run the step: its generator is the one eager draws from): its call on fresh tensors of its
-        inputs' shapes (``bernoulli_`` fills the tensor it is given, ``rand_like`` reads only a shape).
+    def draw(self, i: int):
+        """What random op ``i`` draws, made here from this process's generator: its call on fresh tensors of
+        its inputs' shapes (``bernoulli_`` fills the tensor it is given, ``rand_like`` reads only a shape).
         Drawn for every random op in program order, this is the draws eager PyTorch makes in a step, in
         its order: a placed step fed them (:meth:`replay`) draws as eager does."""
         import torch
@@ -318,10 +317,10 @@ class Program:
 
         def fresh(r: TRef):
             spec = self.graph.ops[r.op].outputs[r.k or 0]
-            return torch.empty(tuple(spec.shape), dtype=getattr(torch, spec.dtype), device=device)
+            return torch.empty(tuple(spec.shape), dtype=getattr(torch, spec.dtype))
 
-        val = c.fn(*self.resolve(c.args, fresh, None, device), **self.resolve(c.kwargs, fresh, None, device))
-        return val.cpu()
+        val = c.fn(*self.resolve(c.args, fresh, None, "cpu"), **self.resolve(c.kwargs, fresh, None, "cpu"))
+        return val
 
     def replay(self, i: int, drawn, get: Callable[[TRef], Any], device: str):
         """Random op ``i``'s result from ``drawn`` (:meth:`draw`) instead of the device's generator; an

@@ -358,17 +358,15 @@ class WorkerPool:
         self._gather(which=list(by_dev))
 
     def draw_random(self) -> None:
-        """Make the next step's random draws here, from this process's generator — the first GPU's where the
-        cluster has one (where eager would run the step), else the CPU's — in program order (eager's draws:
-        :meth:`Program.draw`), and give each device those of its random ops."""
+        """Make the next step's random draws here, from this process's generator, in program order (eager's
+        draws: :meth:`Program.draw`), and give each device those of its random ops."""
         prep = self._prepared
         if prep is None:
             raise ExecutionError("no placement is prepared on this worker pool")
         program, assignment = prep["program"], prep["assignment"]
-        device = next((d for d in self.devices if d.startswith("cuda")), "cpu")
         by_dev: dict[int, dict[int, Any]] = {}
         for i in program.random:
-            by_dev.setdefault(int(assignment[i]), {})[i] = program.draw(i, device)
+            by_dev.setdefault(int(assignment[i]), {})[i] = program.draw(i)
         for k, draws in by_dev.items():
             self._send(k, ("draws", draws))
         self._gather(which=list(by_dev))
