@@ -364,3 +364,47 @@ def test_with_eager_rng_dropout_over_two_devices_draws_as_eager(pool, eager_rng)
         assert torch.equal(torch.random.get_rng_state(), after_eager)     # the generator advanced as eager's
     else:                                                                  # the workers' own draws: other masks
         assert np.max(np.abs(np.subtract(losses, expected))) > 1e-3
+
+
+def test_eager_rng_refuses_a_random_op_that_reads_the_steps_values(pool):
+    from autoplace.errors import AutoplaceError
+
+    class Sampled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(6, 3)
+
+        def forward(self, x):
+            h = self.a(x)
+            return h * torch.bernoulli(torch.sigmoid(h))             # draws with probabilities of the step
+
+    torch.manual_seed(0)
+    model = Sampled()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = _data()[0]
+    graph = capture_training_step(model, x, nn.functional.cross_entropy, opt, targets=y)
+    cluster = get_cluster("localhost")
+    with pytest.raises(AutoplaceError, match=r"eager_rng: random op '.*' \(aten.bernoulli.default\) draws from "
+                                             r"values computed in the step"):
+        PlacedStep(graph, cluster, Placement.from_array(graph, cluster, [0] * graph.n_ops, "one"),
+                   initial_values(graph, model, opt), optimizer=opt, pool=pool, eager_rng=True)
+
+
+def test_in_this_process_micro_batches_too_small_to_run_fall_back_as_the_captured_step_does():
+    """BatchNorm cannot train on one row: a batch of 4 under 4 micro-batches runs as 2, as the captured
+    step of that batch shape does (its capture of 4 fails and it takes the next count)."""
+    from test_micro_batches import OPTIMIZERS as MB
+    from test_micro_batches import _accumulated, _net
+
+    model = _net()
+    ref = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(6)
+    data = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)),
+            (torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g))]
+    ref_opt = MB["sgd"](ref.parameters())
+    expected = _accumulated(ref, ref_opt, data[:1], 4) + _accumulated(ref, ref_opt, data[1:], 2)
+    with autoplace.compile(model, data[0][0], nn.functional.cross_entropy, MB["sgd"](model.parameters()),
+                           targets=data[0][1], method="single-cpu", micro_batches=4, cache=False) as step:
+        losses = [float(step(x, y)) for x, y in data]
+        assert _diff(step.state_dict(), ref.state_dict()) < 1e-6
+    assert losses == pytest.approx(expected, abs=1e-6)

@@ -1,6 +1,7 @@
-"""The README's tour quotes what its commands print (``bash benchmarks/tour.sh`` runs them all): the figures
-that do not depend on the machine — op counts, the captured step's summary — are checked here against
-what the code gives now, so a change to capture or the zoo cannot leave them stale."""
+"""The README's tour quotes what its commands print (``bash benchmarks/tour.sh`` runs them all and prints
+every figure). The op counts and the captured step's summary are checked here against what the code gives
+now, so a change to capture or the zoo cannot leave them stale; the simulated steps, which take minutes to
+recompute, are tour.sh's to refresh."""
 
 from __future__ import annotations
 

@@ -151,10 +151,11 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     whose devices are all on this machine, with the cache on (``cache=False`` would measure at every
     compile), unless the environment sets ``AUTOPLACE_CALIBRATE=0``. With
     ``micro_batches="auto"`` the cluster is measured, not the ops (each count is a graph of its own).
-    ``eager_rng``: over several devices, the random ops (dropout) draw from this process's generator in
+    ``eager_rng``: over several devices, the random ops (dropout) draw from this process's CPU generator in
     eager's order (made here before each step and handed to their devices), so a model with dropout trains
-    as eager PyTorch does under the same ``torch.manual_seed``; by default each worker draws from its own.
-    A step on one device is eager and draws as eager does either way.
+    as eager PyTorch on the CPU does under the same ``torch.manual_seed`` (random ops whose draws read
+    values of the step are an error); by default each worker draws from its own. A step on one device is
+    eager and draws as eager does either way.
     ``profiled``: the measured op costs of this step from a graph ``autoplace profile`` wrote (a file or a
     :class:`~autoplace.graph.Graph`), instead; ``cluster`` then takes the measured cluster
     (``autoplace cluster detect``'s file, or a :class:`~autoplace.cluster.Cluster`).
@@ -404,18 +405,33 @@ def _verified(step: PlacedStep, eager_step, fresh, cluster: Cluster, method: str
         args, tgt = split_inputs(inputs), _as_tuple(targets)
         cuda = [d for d in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
         called = getattr(optimizer, "_opt_called", None)
+        failed: dict[str, Exception] = {}
+
+        def guarded(name: str, fn):
+            def run():
+                try:
+                    return fn()
+                except Exception as e:
+                    failed[name] = e
+                    raise
+            return run
+
         try:
             with torch.random.fork_rng(devices=cuda):   # the measured steps leave the user's RNG as it was
-                times = race({"placed": lambda: step(inputs, targets),
-                              "one device": lambda: probe._eager.step(args, tgt, optimizer.param_groups)},
+                times = race({"placed": guarded("placed", lambda: step(inputs, targets)),
+                              "one device": guarded("one device", lambda: probe._eager.step(
+                                  args, tgt, optimizer.param_groups))},
                              progress=stage)
-        except AutoplaceError as e:                     # the placed step failed (and closed itself)
-            warnings.warn(f"the {method} placement failed when measured against one device, so the step runs on "
-                          f"{cluster.devices[device].name}: {e}", stacklevel=3)
-            return eager_step(device, one)
-        except RuntimeError as e:                       # one device failed (out of memory, say): keep the split
+        except Exception as e:                          # noqa: BLE001 - which contender failed decides
+            if "placed" in failed:                      # the placement does not run: one device, said so
+                step.close()
+                warnings.warn(f"the {method} placement failed when measured against one device, so the step "
+                              f"runs on {cluster.devices[device].name}: {e}", stacklevel=3)
+                return eager_step(device, one)
+            if "one device" not in failed:
+                raise
             stage(f"keeping the placement: the whole step failed on {cluster.devices[device].name} ({e})"[:200])
-            step.reset(fresh())
+            step.reset(fresh())                         # one device failed (out of memory, say): keep the split
             return step
         finally:
             probe.close()

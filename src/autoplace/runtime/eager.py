@@ -31,6 +31,14 @@ def _to(x: Any, device):
     return tree_map(lambda t: t.to(device, non_blocking=fast) if hasattr(t, "to") and hasattr(t, "shape") else t, x)
 
 
+def _leaves(x: Any) -> list:
+    """The tensors of a nested batch, in order."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [t for t in tree_leaves(x) if isinstance(t, torch.Tensor)]
+
+
 class EagerRunner:
     """A private copy of ``model`` and ``optimizer`` on ``device`` (a cluster device name: ``cpu:0``,
     ``cuda:1``), stepped as eager PyTorch (see the module docstring)."""
@@ -58,51 +66,88 @@ class EagerRunner:
         self.loss_fn, self.micro_batches, self.batch_dim = loss_fn, micro_batches, batch_dim
         self._params = dict(self.model.named_parameters())
         self._buffers = dict(self.model.named_buffers())
+        self._runs: dict[tuple, int] = {}           # batch shapes -> the micro-batch count that ran
 
     def step(self, inputs: Any, targets: tuple, groups: list[dict]) -> Any:
         """One training step on ``inputs`` (``(args, kwargs)``) and ``targets`` (a tuple); ``groups`` are the
         user's optimizer's param groups now (their numbers — a scheduler's learning rate — are copied in
         first). Returns the loss, a detached CPU tensor."""
-        import torch
-
         for mine, theirs in zip(self.optimizer.param_groups, groups):
             for k, v in theirs.items():
                 if k != "params" and isinstance(v, (int, float, bool, tuple)) and mine.get(k) != v:
                     mine[k] = v
         args, kwargs = _to(inputs, self.device)
         targets = _to(targets, self.device)
-        self.optimizer.zero_grad(set_to_none=True)
-        m = self._count(args, kwargs, targets)
-        if m == 1:
-            loss = self.loss_fn(self.model(*args, **kwargs), *targets)
-            loss.backward()
-        else:
-            from autoplace.capture._torch import _micro_batch
-
-            losses = []
-            for j in range(m):
-                a, kw, t = _micro_batch((args, kwargs, targets), j, m, self.batch_dim)
-                loss_j = self.loss_fn(self.model(*a, **kw), *t)
-                (loss_j * (1.0 / m)).backward()
-                losses.append(loss_j.detach())
-            loss = torch.stack(losses).mean()
+        counts = self._counts(args, kwargs, targets)
+        shape = tuple(tuple(t.shape) for t in _leaves((args, kwargs, targets)))
+        if shape in self._runs:                     # the count this batch shape ran with before
+            counts = [self._runs[shape]]
+        for m in counts:
+            self.optimizer.zero_grad(set_to_none=True)
+            done = [0]
+            saved = self._state() if m != counts[-1] else None
+            try:
+                loss = self._accumulate(args, kwargs, targets, m, done)
+                break
+            except (ValueError, RuntimeError):
+                # a micro-batch too small to run (a BatchNorm of one row): fewer, as the captured step of
+                # this batch shape falls back — where the first one failed, with the buffers and generator
+                # as they were (a BatchNorm counts the batch before it checks its size)
+                if done[0] or saved is None:
+                    raise
+                self._restore(saved)
+        self._runs[shape] = m
         self.optimizer.step()
         return loss.detach().cpu()
 
-    def _count(self, args, kwargs, targets) -> int:
-        """The micro-batches this batch is cut into: the most, up to ``micro_batches``, that divide its size
-        along ``batch_dim`` (what the captured step of another batch shape does: the smaller last batch of
-        an epoch)."""
+    def _state(self) -> tuple:
+        """The buffers and the generators a failed attempt may have changed."""
         import torch
-        from torch.utils._pytree import tree_leaves
 
+        cuda = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        return {n: b.clone() for n, b in self._buffers.items()}, torch.random.get_rng_state(), cuda
+
+    def _restore(self, saved: tuple) -> None:
+        import torch
+
+        buffers, cpu, cuda = saved
+        with torch.no_grad():
+            for n, b in self._buffers.items():
+                b.copy_(buffers[n])
+        torch.random.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state(cuda, self.device)
+
+    def _accumulate(self, args, kwargs, targets, m: int, done: list[int]):
+        """Forward and backward of ``m`` micro-batches (gradients of ``loss_j / m`` summed); their mean loss.
+        ``done[0]`` counts the micro-batches that ran."""
+        import torch
+
+        if m == 1:
+            loss = self.loss_fn(self.model(*args, **kwargs), *targets)
+            loss.backward()
+            return loss
+        from autoplace.capture._torch import _micro_batch
+
+        losses = []
+        for j in range(m):
+            a, kw, t = _micro_batch((args, kwargs, targets), j, m, self.batch_dim)
+            loss_j = self.loss_fn(self.model(*a, **kw), *t)
+            (loss_j * (1.0 / m)).backward()
+            losses.append(loss_j.detach())
+            done[0] += 1
+        return torch.stack(losses).mean()
+
+    def _counts(self, args, kwargs, targets) -> list[int]:
+        """The micro-batch counts this batch may be cut into, most first: those up to ``micro_batches`` that
+        divide it and its size along ``batch_dim`` (what the captured step of another batch shape tries: the
+        smaller last batch of an epoch)."""
         m = self.micro_batches
-        sizes = {t.shape[self.batch_dim] for t in tree_leaves((args, kwargs, targets))
-                 if isinstance(t, torch.Tensor) and t.dim() > self.batch_dim}
+        sizes = {t.shape[self.batch_dim] for t in _leaves((args, kwargs, targets)) if t.dim() > self.batch_dim}
         if m == 1 or len(sizes) != 1:
-            return m
+            return [m]
         size = sizes.pop()
-        return max(d for d in range(1, m + 1) if m % d == 0 and size % d == 0)
+        return [d for d in range(m, 0, -1) if m % d == 0 and size % d == 0]
 
     def values(self, names: list[str], initial: dict[str, Any] | None = None) -> dict[str, Any]:
         """CPU copies of the named parameters, buffers and optimizer state (``"<parameter>.<key>"``); state

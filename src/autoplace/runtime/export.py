@@ -280,7 +280,9 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
             raise ExecutionError(f"{where}: {alias!r} is tied to {name!r} (one tensor), but the map puts module "
                                  f"{mine!r} on {names[a]} and {theirs!r} on {names[b]}: map {mine!r} to "
                                  f"{names[b]} (or {theirs!r} to {names[a]})")
-    grouped = with_granularity(graph, "module")
+    # the module units (a graph grouped so already keeps its own: grouping it again would lose the units of
+    # the root module's own tensors)
+    grouped = graph if graph.meta.get("granularity") == "module" else with_granularity(graph, "module")
     dev = np.full(graph.n_ops, -1, dtype=np.int64)
     groups = grouped.colocation_groups()
     state = ("optimizer_state", "hyperparameter")

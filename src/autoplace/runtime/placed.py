@@ -114,6 +114,13 @@ class PlacedStep:
             self._pool = None
             return
         self._pool = pool if pool is not None else WorkerPool(cluster, timeout=timeout)
+        if eager_rng:
+            try:
+                self._pool.program_of(graph).check_drawn_ahead()
+            except ExecutionError:
+                if pool is None:
+                    self._pool.close()
+                raise
         try:
             self._pool.prepare(graph, placement, values=values)
         except _WorkerFailed as e:

@@ -303,6 +303,16 @@ class Program:
                 else torch.zeros(shape, dtype=dtype)
         return t.to(device)
 
+    def check_drawn_ahead(self) -> None:
+        """One clear error naming the first random op whose draws cannot be made ahead of the step (they
+        depend on a tensor's values: ``multinomial``, ``bernoulli(probs)``, ``normal(mean_tensor)``)."""
+        for i in self.random:
+            c = self.calls[i]
+            if _overload(c.fn) not in DRAWN_AHEAD or c.scalar_refs:
+                raise ExecutionError(f"eager_rng: random op {self.graph.ops[i].name!r} (aten.{_overload(c.fn)}) "
+                                     "draws from values computed in the step, so its draws cannot be made ahead "
+                                     "of it: compile without eager_rng")
+
     def draw(self, i: int):
         """What random op ``i`` draws, made here from this process's generator: its call on fresh tensors of
         its inputs' shapes (``bernoulli_`` fills the tensor it is given, ``rand_like`` reads only a shape).
@@ -311,9 +321,6 @@ class Program:
         import torch
 
         c = self.calls[i]
-        if c.scalar_refs:
-            raise ExecutionError(f"random op {self.graph.ops[i].name!r} reads a computed number: its draws cannot "
-                                 "be made ahead of the step")
 
         def fresh(r: TRef):
             spec = self.graph.ops[r.op].outputs[r.k or 0]
@@ -381,13 +388,27 @@ class Program:
 #: aten ops that draw from a random generator (by overload packet name)
 RANDOM_OPS = frozenset({"bernoulli", "bernoulli_", "rand", "rand_like", "randn", "randn_like", "randint",
                         "randint_like", "normal", "normal_", "uniform_", "exponential_", "geometric_",
-                        "log_normal_", "cauchy_", "random_", "randperm", "multinomial", "native_dropout"})
+                        "log_normal_", "cauchy_", "random_", "randperm", "multinomial", "native_dropout", "poisson",
+                        "binomial", "_standard_gamma", "_sample_dirichlet", "rrelu_with_noise"})
+#: the random overloads whose draws depend on no tensor's values, only on shapes and numbers: they can be
+#: made ahead of the step (:meth:`Program.draw`); dropout's ``bernoulli_(p)`` on an empty tensor is one
+DRAWN_AHEAD = frozenset({"bernoulli_.float", "uniform_.default", "normal_.default", "exponential_.default",
+                         "geometric_.default", "log_normal_.default", "cauchy_.default", "random_.default",
+                         "random_.from", "random_.to", "rand.default", "rand_like.default", "randn.default",
+                         "randn_like.default", "randint.default", "randint.low", "randint_like.default",
+                         "randint_like.low_dtype", "randperm.default"})
 
 
 def _op_name(fn) -> str:
     """An aten overload's packet name (``bernoulli_`` for ``aten.bernoulli_.float``), else ``""``."""
     schema = getattr(fn, "_schema", None)
     return schema.name.split("::")[-1] if schema is not None and hasattr(fn, "overloadpacket") else ""
+
+
+def _overload(fn) -> str:
+    """``packet.overload`` of an aten overload (``bernoulli_.float``)."""
+    schema = fn._schema
+    return f"{schema.name.split('::')[-1]}.{schema.overload_name or 'default'}"
 
 
 def _view_or_reshape(t, size):
