@@ -299,6 +299,10 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
         if d is not None:
             dev[i] = d
     for name, members in groups.items():         # a group takes the device its mapped members agree on
+        tensor = name.removeprefix("module:(root).")
+        if tensor != name and tensor in keys:    # the unit of a root tensor: wholly where its key says
+            dev[members] = keys[tensor]
+            continue
         known = dev[members][dev[members] >= 0]
         fill = main if name == "module:(inputs and loss)" or not len(known) else int(np.bincount(known).argmax())
         dev[members[dev[members] < 0]] = fill
