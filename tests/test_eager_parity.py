@@ -288,9 +288,11 @@ def test_in_this_process_a_parameter_without_gradient_keeps_its_initial_state():
     assert float(opt.state[model.fc.weight]["step"]) == 1.0
 
 
-def test_in_this_process_a_batch_the_micro_batches_do_not_divide_takes_the_most_that_do():
+@pytest.mark.parametrize("rows", [6, 4], ids=["does-not-divide", "too-small-for-batchnorm"])
+def test_in_this_process_a_last_batch_takes_the_micro_batches_the_captured_step_would(rows):
     """As the captured step of another batch shape: the most micro-batches up to the compiled count that
-    divide the batch (a last batch of 6 rows under 4 micro-batches runs as 2)."""
+    divide the batch (6 rows under 4 micro-batches run as 2) and can run (BatchNorm cannot train on one
+    row: 4 rows run as 2 too; the captured step's capture of 4 fails and it takes the next count)."""
     from test_micro_batches import OPTIMIZERS as MB
     from test_micro_batches import _accumulated, _net
 
@@ -298,7 +300,7 @@ def test_in_this_process_a_batch_the_micro_batches_do_not_divide_takes_the_most_
     ref = copy.deepcopy(model)
     g = torch.Generator().manual_seed(5)
     data = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)),
-            (torch.randn(6, 6, generator=g), torch.randint(0, 3, (6,), generator=g))]
+            (torch.randn(rows, 6, generator=g), torch.randint(0, 3, (rows,), generator=g))]
     ref_opt = MB["sgd"](ref.parameters())
     expected = _accumulated(ref, ref_opt, data[:1], 4) + _accumulated(ref, ref_opt, data[1:], 2)
     with autoplace.compile(model, data[0][0], nn.functional.cross_entropy, MB["sgd"](model.parameters()),
@@ -388,23 +390,3 @@ def test_eager_rng_refuses_a_random_op_that_reads_the_steps_values(pool):
                                              r"values computed in the step"):
         PlacedStep(graph, cluster, Placement.from_array(graph, cluster, [0] * graph.n_ops, "one"),
                    initial_values(graph, model, opt), optimizer=opt, pool=pool, eager_rng=True)
-
-
-def test_in_this_process_micro_batches_too_small_to_run_fall_back_as_the_captured_step_does():
-    """BatchNorm cannot train on one row: a batch of 4 under 4 micro-batches runs as 2, as the captured
-    step of that batch shape does (its capture of 4 fails and it takes the next count)."""
-    from test_micro_batches import OPTIMIZERS as MB
-    from test_micro_batches import _accumulated, _net
-
-    model = _net()
-    ref = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(6)
-    data = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)),
-            (torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g))]
-    ref_opt = MB["sgd"](ref.parameters())
-    expected = _accumulated(ref, ref_opt, data[:1], 4) + _accumulated(ref, ref_opt, data[1:], 2)
-    with autoplace.compile(model, data[0][0], nn.functional.cross_entropy, MB["sgd"](model.parameters()),
-                           targets=data[0][1], method="single-cpu", micro_batches=4, cache=False) as step:
-        losses = [float(step(x, y)) for x, y in data]
-        assert _diff(step.state_dict(), ref.state_dict()) < 1e-6
-    assert losses == pytest.approx(expected, abs=1e-6)
