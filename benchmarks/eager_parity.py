@@ -15,6 +15,10 @@ timed calls of each contender; the table gives the median round and the rounds' 
   without its measurement, per ``step()`` call, beside ``autoplace measure``'s step for the same placement
   (the workers' own step, without feeding the batch and reading the loss).
 
+``--overhead`` compares, at one intra-op thread (what a worker has), eager PyTorch's step with
+``autoplace measure``'s step of the whole step on one worker (``single-cpu``): what the workers' op-by-op
+execution costs beyond the ops themselves (medians of 3 runs of 10 timed steps each).
+
 ``--micro MODEL`` times ``compile(micro_batches="auto")`` against ``compile(micro_batches=1)`` (no cache,
 no calibration, both with ``auto``), the progress lines written to a log (kept in the JSON), and prints
 what each count simulated.
@@ -112,6 +116,33 @@ def micro(name: str) -> dict:
     return out
 
 
+def overhead(name: str) -> dict:
+    from autoplace.capture import capture_training_step
+    from autoplace.cluster import get_cluster
+    from autoplace.placers import place
+    from autoplace.runtime import measure
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model, x, loss_fn, opt, y, _ = make(name)
+        graph = capture_training_step(model, x, loss_fn, opt, targets=y)
+        step = _eager(name)
+        cluster = get_cluster("localhost")
+        placement = place(graph, cluster, "single-cpu")
+        eager_ms, worker_ms = [], []
+        for _ in range(3):                          # alternating, a warm step first each time
+            step()
+            t = time.perf_counter()
+            for _ in range(10):
+                step()
+            eager_ms.append((time.perf_counter() - t) / 10 * 1e3)
+            worker_ms.append(measure(graph, cluster, placement, steps=11).step_time * 1e3)
+    finally:
+        torch.set_num_threads(threads)
+    return {"model": name, "ops": graph.n_ops, "eager_1_thread_ms": eager_ms, "worker_ms": worker_ms}
+
+
 def _fmt(ms: list[float]) -> str:
     return f"{statistics.median(ms):.1f} ({min(ms):.1f}-{max(ms):.1f})"
 
@@ -122,10 +153,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--micro", metavar="MODEL", help="time micro_batches='auto' on MODEL instead")
+    ap.add_argument("--overhead", action="store_true", help="the workers' per-op cost against eager, one thread")
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
-    if args.micro:
+    if args.overhead:
+        results = [overhead(n) for n in args.models.split(",")]
+        print_table(["model", "ops", "eager, 1 thread (ms)", "one worker, measure (ms)", "worker / eager"],
+                    [[r["model"], str(r["ops"]), _fmt(r["eager_1_thread_ms"]), _fmt(r["worker_ms"]),
+                      f"{statistics.median(r['worker_ms']) / statistics.median(r['eager_1_thread_ms']):.2f}"]
+                     for r in results])
+    elif args.micro:
         res = micro(args.micro)
         for line in res["log[auto]"]:
             print("  log:", line)
