@@ -533,3 +533,13 @@ def test_a_placement_for_another_cluster_is_named_wherever_it_is_read(tmp_path, 
     rc, _, err = run(capsys, "report", "toy-mlp", "-P", "layers=2", "-c", "p100x4", "-p", str(out),
                      "-o", str(tmp_path / "r.html"))
     assert rc == 0 and "note: placement made for cluster 'p100x2', scored on 'p100x4'" in err
+
+
+def test_a_search_in_a_pipe_reports_progress_as_plain_lines(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    rc, _, err = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "--budget", "1",
+                     "-o", str(tmp_path / "p.json"))
+    assert rc == 0 and "[autoplace +0." in err and "placing with auto: auto: fast placers" in err
+    rc, _, err = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "-m", "metis",
+                     "-o", str(tmp_path / "m.json"))
+    assert rc == 0 and err == ""                                       # nothing reported, nothing written

@@ -56,11 +56,13 @@ class PlainLines:
         stream.write(f"[autoplace +{time.monotonic() - self._start:.1f} s] {text}\n")
         stream.flush()
 
-    def stage(self, text: str) -> None:
-        """A new stage of the work: written at once."""
+    def stage(self, text: str, *, write: bool = True) -> None:
+        """A new stage of the work: written at once (``write=False``: only as the prefix of its reports, so
+        work that reports nothing — a fast placer, a one-line error — writes nothing)."""
         self._stage = text
         self._last = -float("inf")                  # the stage's first report is written too
-        self._write(text)
+        if write:
+            self._write(text)
 
     def __call__(self, message: str, fraction: float | None = None) -> None:
         now = time.monotonic()

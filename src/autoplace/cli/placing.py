@@ -378,11 +378,18 @@ def _spinner(title: str, quiet: bool):
 
 
 def _with_progress(title: str, quiet: bool, work):
-    """Run ``work()`` showing a progress bar on a terminal, fed by the searches' progress reports."""
+    """Run ``work()`` showing a progress bar on a terminal, fed by the searches' progress reports; where
+    standard error is a log or a pipe, plain lines (:class:`~autoplace.progress.PlainLines`: a search's
+    first report, then one every 10 s; nothing from work that reports nothing)."""
     from rich.progress import Progress
 
-    from autoplace.progress import progress_to
+    from autoplace.progress import PlainLines, progress_to
 
+    if not quiet and not sys.stderr.isatty():
+        lines = PlainLines()
+        lines.stage(title, write=False)
+        with progress_to(lines):
+            return work()
     with Progress(transient=True, disable=quiet or not sys.stderr.isatty(), console=_console(True)) as bar:
         task = bar.add_task(title, total=1.0)
 
