@@ -133,7 +133,9 @@ def test_interrupted_bench_keeps_finished_jobs_and_continues(tmp_path, monkeypat
     monkeypatch.setattr(bench, "run_job", interrupt_third)
     args = ["bench", *QUICK, "--graph", "toy-mlp", "--tables", "htf-mpr", "-o", str(tmp_path)]
     assert main(args) == 130
-    assert "run the same command to continue" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "run the same command to continue" in err
+    assert "[autoplace +" in err and "job 3 of 4:" in err                # standard error is no terminal: lines
     assert len((tmp_path / "jobs.jsonl").read_text().splitlines()) == 2
     assert not (tmp_path / "htf-mpr.md").exists()
     monkeypatch.setattr(bench, "run_job", real)

@@ -338,7 +338,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if args.against is not None:
         return _bench_against(args)
+    from autoplace.progress import PlainLines
+
     quiet = args.json or not sys.stderr.isatty()
+    # in a log or a pipe: a plain line per job, and a search's reports every 10 s
+    lines = PlainLines() if not args.json and not sys.stderr.isatty() else None
     with Progress(disable=quiet, console=_console(True)) as bar:
         task = bar.add_task("bench", total=None)
         state = {"label": "", "done": 0}
@@ -346,10 +350,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         def on_job(done: int, total: int, label: str) -> None:
             state.update(label=label, done=done)
             bar.update(task, total=max(total, 1), completed=done, description=label)
+            if lines is not None:
+                lines.stage(f"job {done + 1} of {total}: {label}" if done < total else "writing the tables")
 
         def on_search(message: str, fraction: float | None) -> None:
             bar.update(task, description=f"{state['label']}: {message}",
                        completed=state["done"] + (fraction or 0.0))
+            if lines is not None:
+                lines(message, fraction)
 
         try:
             with progress_to(on_search):
