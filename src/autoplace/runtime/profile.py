@@ -575,7 +575,9 @@ def _message_link(pool: WorkerPool, s: int, t: int, sizes: Sequence[int], repeat
     # the lower quartile over repeats: TCP's bursts (a small message after a large one, window growth) only
     # ever slow a round trip, and a training step's messages are not sent back to back like these
     rtt = np.percentile(rtt[keep], 25, axis=0)
-    one_way = np.maximum(rtt[1:] - rtt[0] / 2, 1e-9)
+    # a message of n >= 8 bytes takes at least the 8-byte answer's time one way, so at least half its round
+    # trip: the floor where a slow 8-byte probe (a TCP burst) would leave nothing of a fast large one
+    one_way = np.maximum(rtt[1:] - rtt[0] / 2, rtt[1:] / 2)
     fit = LinkFit(np.array(sizes), one_way)
     return Link(a.name, b.name, fit.bandwidth, fit.latency_s)
 
