@@ -264,7 +264,6 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
                 else:
                     chosen, hit = _placement_of(placement, graph, cl), False
                 seconds["place"] = time.perf_counter() - t
-            values = initial_values(graph, model, optimizer)
             common = dict(keys=tuple(split_inputs(example_inputs)[1]),
                           state_keys=[k for k in model.state_dict() if k in graph or k in graph.meta.get("tied", {})],
                           optimizer=optimizer, hyper_inputs=hyper_inputs(graph, model, optimizer))
@@ -290,7 +289,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
                 step = eager_step(one, chosen)
             else:
                 stage(f"setting up {cl.n_devices} workers")
-                step = PlacedStep(graph, cl, chosen, values, timeout=timeout, recompile=recompile, pool=pool,
+                step = PlacedStep(graph, cl, chosen, fresh(), timeout=timeout, recompile=recompile, pool=pool,
                                   eager_rng=eager_rng, **common)
                 if verify:
                     step = _verified(step, eager_step, fresh, cl, method, example_inputs, targets, optimizer,
@@ -353,8 +352,7 @@ def _on_one(graph: Graph, cluster: Cluster, device: int) -> Placement:
 
 def _baseline_device(cluster: Cluster) -> int:
     """The device a user runs the whole step on without autoplace: the first GPU, else the first CPU."""
-    kinds = [d.name.lower().rsplit("/", 1)[-1] for d in cluster.devices]
-    return next((k for k, n in enumerate(kinds) if n.startswith(("cuda", "gpu"))), 0)
+    return next(iter(cluster.devices_of_kind("gpu") or cluster.devices_of_kind("cpu") or [0]))
 
 
 def _machine(cluster: Cluster, runtime: str) -> str:
@@ -491,19 +489,15 @@ def _choose_micro_batches(capture, search, inputs, targets, name, cluster, metho
         stage(f"ranking {m} micro-batch{'es' if m > 1 else ''} ({graph.n_ops} ops)")
         try:
             if method == "auto":
-                placement, cands = best_fast(graph, cluster, seed=seed)
-                how = placement.method
+                cands = [best_fast(graph, cluster, seed=seed)[0]]
                 if m > 1 and cluster.n_devices > 1:
                     try:
-                        pipe = place(graph, cluster, "pipeline", seed=seed)
-                        cands = [placement, pipe]
+                        cands.append(place(graph, cluster, "pipeline", seed=seed))
                     except InfeasibleError:
-                        cands = [placement]
-                else:
-                    cands = [placement]
+                        pass
             else:
                 searched[m] = search(graph)             # the method itself: its placement is the result
-                cands, how = [searched[m][0]], method
+                cands = [searched[m][0]]
         except InfeasibleError as e:                    # no placement fits: more micro-batches may
             failed = failed or e
             records.append({"micro_batches": m, "ops": graph.n_ops, "capture_s": round(captured, 3),
@@ -514,7 +508,7 @@ def _choose_micro_batches(capture, search, inputs, targets, name, cluster, metho
         r, best = min(results, key=lambda rp: (not rp[0].ok, rp[0].step_time))
         rank_s = time.perf_counter() - t
         seconds["place"] += rank_s
-        records.append({"micro_batches": m, "ops": graph.n_ops, "ranked_by": best.method if method == "auto" else how,
+        records.append({"micro_batches": m, "ops": graph.n_ops, "ranked_by": best.method,
                         "simulated_s": r.step_time, "fits": r.ok, "capture_s": round(captured, 3),
                         "rank_s": round(rank_s, 3)})
         ranked.append(((not r.ok, r.step_time), m, graph))

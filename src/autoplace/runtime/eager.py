@@ -78,10 +78,9 @@ class EagerRunner:
                     mine[k] = v
         args, kwargs = _to(inputs, self.device)
         targets = _to(targets, self.device)
-        counts = self._counts(args, kwargs, targets)
         shape = tuple(tuple(t.shape) for t in _leaves((args, kwargs, targets)))
-        if shape in self._runs:                     # the count this batch shape ran with before
-            counts = [self._runs[shape]]
+        # the count this batch shape ran with before, else the counts it may take
+        counts = [self._runs[shape]] if shape in self._runs else self._counts(args, kwargs, targets)
         for m in counts:
             self.optimizer.zero_grad(set_to_none=True)
             done = [0]

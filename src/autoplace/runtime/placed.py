@@ -90,7 +90,7 @@ class PlacedStep:
             self._inputs_hyper.setdefault(k, set()).add("lr" if key == "lr" else "betas")
         self._hyper = _hyper(optimizer, self._inputs_hyper) if optimizer is not None else None
         #: the scheduled inputs' values the workers hold (set up from ``values``)
-        self._sent: dict[str, float] = {k: float(values[k]) for k in self._hyper_inputs if k in values}
+        self._sent = self._scheduled_in(values)
         self.inputs = [op for op in graph.ops if op.type == "input"]
         self.parameters = [op.name for op in graph.ops if op.type == "parameter"]
         self.buffers = [op.name for op in graph.ops if op.type == "buffer"]
@@ -236,6 +236,10 @@ class PlacedStep:
         self._optimizer._opt_called = True
         return loss
 
+    def _scheduled_in(self, values: dict[str, Any]) -> dict[str, float]:
+        """The scheduled inputs' values among ``values`` (what the workers hold once set up from them)."""
+        return {k: float(values[k]) for k in self._hyper_inputs if k in values}
+
     def _scheduled_now(self) -> dict[str, Any]:
         """The scheduled inputs' values now, from the optimizer's param groups."""
         import torch
@@ -268,7 +272,7 @@ class PlacedStep:
         self.inputs = [op for op in graph.ops if op.type == "input"]
         self._active = shapes
         self._fresh = False
-        self._sent = {k: float(v) for k, v in values.items() if k in self._hyper_inputs}
+        self._sent = self._scheduled_in(values)
 
     def reset(self, values: dict[str, Any]) -> None:
         """Set up again from ``values`` (placeholder name -> tensor: the model's and optimizer's state, as
@@ -284,7 +288,7 @@ class PlacedStep:
             self.close()
             raise ExecutionError(f"the placed step of {graph.name!r} cannot be set up again: {e}") from None
         self._initial, self.steps, self._fresh = values, 0, True
-        self._sent = {k: float(v) for k, v in values.items() if k in self._hyper_inputs}
+        self._sent = self._scheduled_in(values)
 
     @property
     def variants(self) -> int:

@@ -349,12 +349,15 @@ class WorkerPool:
         prep = self._prepared
         if prep is None:
             raise ExecutionError("no placement is prepared on this worker pool")
+        self._send_by_device("assign", {prep["index"][name]: v for name, v in values.items()})
+
+    def _send_by_device(self, cmd: str, values: dict[int, Any]) -> None:
+        """``(cmd, {op index: value})`` to each device holding some of the ops (those of its own), answered."""
         by_dev: dict[int, dict[int, Any]] = {}
-        for name, v in values.items():
-            i = prep["index"][name]
-            by_dev.setdefault(int(prep["assignment"][i]), {})[i] = v
+        for i, v in values.items():
+            by_dev.setdefault(int(self._prepared["assignment"][i]), {})[i] = v
         for k, vals in by_dev.items():
-            self._send(k, ("assign", vals))
+            self._send(k, (cmd, vals))
         self._gather(which=list(by_dev))
 
     def draw_random(self) -> None:
@@ -363,13 +366,8 @@ class WorkerPool:
         prep = self._prepared
         if prep is None:
             raise ExecutionError("no placement is prepared on this worker pool")
-        program, assignment = prep["program"], prep["assignment"]
-        by_dev: dict[int, dict[int, Any]] = {}
-        for i in program.random:
-            by_dev.setdefault(int(assignment[i]), {})[i] = program.draw(i)
-        for k, draws in by_dev.items():
-            self._send(k, ("draws", draws))
-        self._gather(which=list(by_dev))
+        program = prep["program"]
+        self._send_by_device("draws", {i: program.draw(i) for i in program.random})
 
     def fetch(self, names: list[str] | None = None) -> dict[str, Any]:
         """Values of the prepared placement after its last step: by name the program's outputs
