@@ -16,8 +16,10 @@ timed calls of each contender; the table gives the median round and the rounds' 
   (the workers' own step, without feeding the batch and reading the loss).
 
 ``--overhead`` compares, at one intra-op thread (what a worker has), eager PyTorch's step with
-``autoplace measure``'s step of the whole step on one worker (``single-cpu``): what the workers' op-by-op
-execution costs beyond the ops themselves (medians of 3 runs of 10 timed steps each).
+``autoplace measure``'s step of the whole step on one worker (``single-cpu``), run as compiled segments
+(the default) and op by op (``AUTOPLACE_INTERPRET=1``), and the same runtime run in this process (no
+other process, no pinning): what a worker's execution costs beyond the ops themselves (medians of 5
+alternating rounds of 10 timed steps each).
 
 ``--micro MODEL`` times ``compile(micro_batches="auto")`` against ``compile(micro_batches=1)`` (no cache,
 no calibration, both with ``auto``), the progress lines written to a log (kept in the JSON), and prints
@@ -116,11 +118,31 @@ def micro(name: str) -> dict:
     return out
 
 
-def overhead(name: str) -> dict:
+def _in_process(program, compiled: bool):
+    """A worker's runtime for the whole program on one CPU, in this process (no exchange)."""
+    import numpy as np
+
+    from autoplace.runtime.program import plan_device
+    from autoplace.runtime.worker import _DeviceRuntime
+
+    rt = _DeviceRuntime("cpu:0", "cpu", None)
+    rt.program, rt.compiled = program, compiled
+    plan = plan_device(program, np.zeros(program.graph.n_ops, dtype=np.int64), 0)
+    keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
+    rt.setup(plan, [], 0, float("inf"), keep, None, torch.empty(0, dtype=torch.uint8),
+             torch.full((1,), -1, dtype=torch.int64), torch.full((1, 9), -1, dtype=torch.int64))
+    rt.finish_setup()
+    return rt
+
+
+def overhead(name: str, rounds: int = 5) -> dict:
+    import os
+
     from autoplace.capture import capture_training_step
     from autoplace.cluster import get_cluster
     from autoplace.placers import place
     from autoplace.runtime import measure
+    from autoplace.runtime.program import Program
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -130,17 +152,34 @@ def overhead(name: str) -> dict:
         step = _eager(name)
         cluster = get_cluster("localhost")
         placement = place(graph, cluster, "single-cpu")
-        eager_ms, worker_ms = [], []
-        for _ in range(3):                          # alternating, a warm step first each time
+        ms: dict[str, list[float]] = {"eager": [], "compiled": [], "op by op": [], "compiled, here": [],
+                                      "op by op, here": []}
+        program = Program(graph)
+        here = {"compiled, here": _in_process(program, True), "op by op, here": _in_process(program, False)}
+        k = 0
+        for _ in range(rounds):                     # alternating, a warm step first each time
             step()
             t = time.perf_counter()
             for _ in range(10):
                 step()
-            eager_ms.append((time.perf_counter() - t) / 10 * 1e3)
-            worker_ms.append(measure(graph, cluster, placement, steps=11).step_time * 1e3)
+            ms["eager"].append((time.perf_counter() - t) / 10 * 1e3)
+            for how, rt in here.items():            # the same runtime in this process: no other process
+                rt.step(k)
+                t = time.perf_counter()
+                for _ in range(10):
+                    rt.step(k + 1)
+                    k += 1
+                ms[how].append((time.perf_counter() - t) / 10 * 1e3)
+                k += 1
+            for how in ("compiled", "op by op"):    # the workers read AUTOPLACE_INTERPRET when they start
+                os.environ["AUTOPLACE_INTERPRET"] = "1" if how == "op by op" else "0"
+                try:
+                    ms[how].append(measure(graph, cluster, placement, steps=11).step_time * 1e3)
+                finally:
+                    os.environ.pop("AUTOPLACE_INTERPRET")
     finally:
         torch.set_num_threads(threads)
-    return {"model": name, "ops": graph.n_ops, "eager_1_thread_ms": eager_ms, "worker_ms": worker_ms}
+    return {"model": name, "ops": graph.n_ops, "ms": ms}
 
 
 def _fmt(ms: list[float]) -> str:
@@ -159,10 +198,16 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     if args.overhead:
         results = [overhead(n) for n in args.models.split(",")]
-        print_table(["model", "ops", "eager, 1 thread (ms)", "one worker, measure (ms)", "worker / eager"],
-                    [[r["model"], str(r["ops"]), _fmt(r["eager_1_thread_ms"]), _fmt(r["worker_ms"]),
-                      f"{statistics.median(r['worker_ms']) / statistics.median(r['eager_1_thread_ms']):.2f}"]
-                     for r in results])
+        rows = []
+        for r in results:
+            ms = r["ms"]
+            eager = statistics.median(ms["eager"])
+            rows.append([r["model"], str(r["ops"]), _fmt(ms["eager"])]
+                        + [x for how in ("compiled", "op by op", "compiled, here", "op by op, here")
+                           for x in (_fmt(ms[how]), f"{statistics.median(ms[how]) / eager:.2f}")])
+        print_table(["model", "ops", "eager, 1 thread (ms)", "worker, compiled (ms)", "/ eager",
+                     "worker, op by op (ms)", "/ eager", "here, compiled (ms)", "/ eager", "here, op by op (ms)",
+                     "/ eager"], rows)
     elif args.micro:
         res = micro(args.micro)
         for line in res["log[auto]"]:

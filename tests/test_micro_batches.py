@@ -170,7 +170,32 @@ def test_auto_micro_batches_ranks_every_count_cheaply_and_searches_the_best_once
         assert len(chosen) == 1 and chosen[0]["micro_batches"] == step.micro_batches
         assert chosen[0] == min(ranked, key=lambda r: (not r["fits"], r["simulated_s"]))
         assert [s for s in searched if s[0] == "auto"] == [("auto", chosen[0]["ops"])]   # one search: the best
+        assert chosen[0]["search_budget_s"] == 1                                  # the budget given
         assert "micro-batches: " in step.report() and "* " in step.report()
         assert float(step(x, y)) > 0
     err = capsys.readouterr().err
     assert "ranking 2 micro-batches" in err and "[autoplace +" in err      # plain lines: stderr is no terminal
+
+
+def test_auto_micro_batches_searches_the_chosen_count_with_the_default_budget_over_the_count(monkeypatch):
+    import autoplace.placers
+    from autoplace.search.work import DEFAULT_BUDGET_S
+
+    model = _net()
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(16, 6, generator=g), torch.randint(0, 3, (16,), generator=g)
+    asked = []
+    real = autoplace.placers.place
+
+    def small(graph, cluster, method, **kw):                # the budget asked for, then a small search
+        if method == "auto":
+            asked.append(kw["budget"])
+            kw["budget"] = 0.5
+        return real(graph, cluster, method, **kw)
+
+    monkeypatch.setattr(autoplace.placers, "place", small)
+    with autoplace.compile(model, x, nn.functional.cross_entropy, OPTIMIZERS["sgd"](model.parameters()),
+                           targets=y, micro_batches="auto", cache=False, verify=False, progress=False) as step:
+        m = step.micro_batches
+        assert asked == [DEFAULT_BUDGET_S["auto"] / m]
+        assert [r["search_budget_s"] for r in step.micro_batch_choice if r["chosen"]] == asked

@@ -130,6 +130,24 @@ def test_placed_equals_unplaced(pool, rnn_graph, seed):
     _assert_same(run_reference(Program(rnn_graph), seed=5, steps=2), result.outputs)
 
 
+def _held(rt) -> list[str]:
+    return sorted(map(str, rt.env))
+
+
+def test_a_step_leaves_only_the_state_and_the_step_outputs_held(pool, rnn_graph):
+    """Compiled steps (every step after the first) release every value they read last: what a device holds
+    after a step is its placeholders and the outputs kept for a fetch."""
+    program = Program(rnn_graph)
+    placement = _random_placement(rnn_graph, pool.cluster, 0)
+    assert pool.run(rnn_graph, placement, steps=3, seed=5).ok
+    keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
+    assignment = placement.to_array(rnn_graph, pool.cluster)
+    for d in range(pool.cluster.n_devices):
+        mine = [i for i in range(rnn_graph.n_ops) if assignment[i] == d]
+        expected = sorted(str(i) for i in mine if program.calls[i] is None or i in keep)
+        assert pool.call(d, _held) == expected
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_batch_norm_placed_equals_unplaced(pool, seed):
     """native_batch_norm updates running_mean/running_var in place although its schema says it does not:

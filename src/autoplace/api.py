@@ -131,7 +131,8 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     on a micro-batched step ``auto`` also weighs pipelines (GPipe, 1F1B: the ``pipeline`` placer).
     ``micro_batches="auto"`` captures the step with each of :data:`AUTO_MICRO_BATCHES` that divides the
     batch, ranks the counts by their fast placements' simulated steps (fitting first) and searches with
-    ``method`` on the best only (:func:`_choose_micro_batches`); ``step.micro_batches`` says which,
+    ``method`` on the best only (:func:`_choose_micro_batches`; ``auto`` by default with its default budget
+    divided by the count); ``step.micro_batches`` says which,
     ``step.micro_batch_choice`` (and ``step.report()``) what each count simulated.
     ``runtime``: what runs the placed step — ``"shm"`` (worker processes on this machine, tensors through
     shared memory), ``"distributed"`` (``torch.distributed`` ranks: NCCL between GPUs, gloo otherwise;
@@ -211,9 +212,9 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
                                                          trace, folder)
         return with_granularity(graph, granularity, keep_whole)
 
-    def search(graph: Graph) -> tuple[Placement, bool]:
-        run = lambda: place(graph, cl, method, seed=seed, budget=budget)  # noqa: E731
-        return cached_placement(graph, cl, method, seed, budget, run, folder) if cache is not False else (run(), False)
+    def search(graph: Graph, work: float | None = budget) -> tuple[Placement, bool]:
+        run = lambda: place(graph, cl, method, seed=seed, budget=work)  # noqa: E731
+        return cached_placement(graph, cl, method, seed, work, run, folder) if cache is not False else (run(), False)
 
     def recompile(inputs, targets) -> tuple[Graph, Placement]:
         """Another batch shape (called by the step): its step captured (over the most micro-batches up to the
@@ -247,7 +248,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
                     stage(f"calibrating: measuring {cl.name} (once per machine)")
                     cl = detected_cluster(cl, folder=folder, machine=this_machine())
                 micro, graph, chosen, hit, records = _choose_micro_batches(
-                    capture, search, example_inputs, targets, name, cl, method, seed, stage, seconds)
+                    capture, search, example_inputs, targets, name, cl, method, seed, budget, stage, seconds)
             else:
                 t = time.perf_counter()
                 stage(f"capturing {name or type(model).__name__}")
@@ -456,13 +457,17 @@ def _verified(step: PlacedStep, eager_step, fresh, cluster: Cluster, method: str
 AUTO_MICRO_BATCHES = (1, 2, 4, 8)
 
 
-def _choose_micro_batches(capture, search, inputs, targets, name, cluster, method, seed, stage, seconds) -> tuple:
+def _choose_micro_batches(capture, search, inputs, targets, name, cluster, method, seed, budget, stage,
+                          seconds) -> tuple:
     """``(M, graph, placement, cache hit, per-count records)`` for the count of :data:`AUTO_MICRO_BATCHES`
     whose step simulates fastest (one that fits first). Each count is captured once and ranked cheaply —
     by the fast placers (and, over several micro-batches, the ``pipeline`` placer) where ``method`` is
-    ``auto``, else by ``method`` itself — and ``method``'s full search runs on the best count only. Counts
-    that do not divide the batch, or for which nothing fits, are skipped (the first failure is raised when
-    every count fails). Each record says what the count's ranking found and how long it took."""
+    ``auto``, else by ``method`` itself — and ``auto``'s search runs on the best count only: with
+    ``budget``, or by default with its default budget divided by the count (a step of M micro-batches
+    repeats its ops M times, and its ranking has already placed it: the search refines that placement, and
+    the whole choice costs about one search of the step captured whole). Counts that do not divide the
+    batch, or for which nothing fits, are skipped (the first failure is raised when every count fails).
+    Each record says what the count's ranking found and how long it took."""
     import time
 
     from autoplace.capture import CaptureError
@@ -518,10 +523,14 @@ def _choose_micro_batches(capture, search, inputs, targets, name, cluster, metho
     if m in searched:
         chosen, hit = searched[m]
     else:
+        from autoplace.search.work import nominal_budget
+
+        work = budget if budget is not None else nominal_budget(None, method) / m
         t = time.perf_counter()
-        stage(f"placing {graph.n_ops} ops ({m} micro-batches) with {method}")
-        chosen, hit = search(graph)
+        stage(f"placing {graph.n_ops} ops ({m} micro-batches) with {method} (budget {work:g} s)")
+        chosen, hit = search(graph, work)
         seconds["place"] += time.perf_counter() - t
+        next(rec for rec in records if rec["micro_batches"] == m)["search_budget_s"] = work
     for rec in records:
         rec["chosen"] = rec["micro_batches"] == m
     return m, graph, chosen, hit, records

@@ -339,6 +339,7 @@ class RankRuntime(_DeviceRuntime):
         return (0.0, t1 - t0, *rest)
 
     _spawned = True
+    _pumps = True
 
     def close(self) -> None:
         try:

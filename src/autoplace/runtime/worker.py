@@ -17,7 +17,9 @@ from autoplace.runtime.program import (
     Program,
     TRef,
 )
+from autoplace.runtime.segments import cut, generate, op_of_error
 
+_NEVER = -(1 << 62)
 SPIN_POLLS = int(os.environ.get("AUTOPLACE_SPIN_POLLS", 200))  # busy polls before sleeping between polls
 POLL_SLEEP_S = float(os.environ.get("AUTOPLACE_POLL_SLEEP_S", 20e-6))
 
@@ -76,17 +78,7 @@ class _DeviceRuntime:
         for ref, tids in sends.items():
             self.sends_of.setdefault(ref.op, []).append((ref, tids))
         self._exchange_setup(transfers, *exchange)
-        # dependency counts and successors (local deps + one per received tensor read)
-        self.n_deps = {i: len(plan.deps[i]) for i in plan.ops}
-        self.succ: dict[int, list[int]] = {i: [] for i in plan.ops}
-        for i in plan.ops:
-            for j in plan.deps[i]:
-                self.succ[j].append(i)
-        self.recv_users = {r: sorted(set(u)) for r, u in plan.recv_users.items()}
-        for r, users in self.recv_users.items():
-            for u in users:
-                self.n_deps[u] += 1
-        self.initial = [i for i in plan.ops if self.n_deps[i] == 0]
+        self.local = set(plan.ops)
         # values are dropped once their last local reader has run (readers run in any ready order)
         self.reads: dict[int, list[Any]] = {i: [] for i in plan.ops}
         self.refcount: dict[Any, int] = {}
@@ -94,12 +86,28 @@ class _DeviceRuntime:
             c = prog.calls[i]
             if c is None:
                 continue
-            for key in dict.fromkeys(r.op if r.op in self.n_deps else TRef(r.op, r.k) for r in c.tensor_refs):
+            for key in dict.fromkeys(r.op if r.op in self.local else TRef(r.op, r.k) for r in c.tensor_refs):
                 if isinstance(key, TRef) or (prog.calls[key] is not None and key not in keep):
                     self.reads[i].append(key)
                     self.refcount[key] = self.refcount.get(key, 0) + 1
         self.drop_now = {i for i in plan.ops if prog.calls[i] is not None and i not in keep
                          and i not in self.refcount}
+        # the runs of ops the device executes without waiting, and what each waits for
+        self.segments = cut(prog, plan)
+        self.keep = keep
+        self.kept_results = [i for i in plan.ops if i in keep and prog.calls[i] is not None]
+        self._compiled = None      # their code, written at the first step that runs it
+        self._counted = False      # a step has run op by op since this set-up: the segments' memory is known
+        self.seg_deps = [len(seg.after) + len(seg.recv) for seg in self.segments]
+        self.seg_succ: list[list[int]] = [[] for _ in self.segments]
+        for s, seg in enumerate(self.segments):
+            for t in seg.after:
+                self.seg_succ[t].append(s)
+        self.recv_segs: dict[TRef, list[int]] = {}
+        for s, seg in enumerate(self.segments):
+            for r in seg.recv:
+                self.recv_segs.setdefault(r, []).append(s)
+        self.seg_initial = [s for s, n in enumerate(self.seg_deps) if n == 0]
         # resident state: this device's placeholders
         self.env: dict[Any, Any] = {}
         self.live: dict[int, list] = {}
@@ -165,26 +173,47 @@ class _DeviceRuntime:
                 del self.live[key]
 
     # -------------------------------------------------------------- one step
+    #: run segments as their compiled code once a step has run op by op (False: always op by op)
+    compiled = os.environ.get("AUTOPLACE_INTERPRET", "") != "1"
+    #: whether sends may wait to be posted (``_pending``), which every op's turn then offers to post
+    _pumps = False
+
     def step(self, step_id: int, profile: bool = False) -> tuple:
         """Run one step; returns (start, end, peak bytes, busy seconds, per-op times if ``profile``,
-        exchange counters — see :attr:`MeasuredResult.exchange`)."""
+        exchange counters — see :attr:`MeasuredResult.exchange`).
+
+        The device runs its segments (:mod:`autoplace.runtime.segments`) as they become ready. The first
+        step after a set-up, and every profiled one, runs each segment op by op: each op's memory checked
+        and counted, its time taken if ``profile``. Later steps run each segment's compiled code, checked
+        against the memory the op-by-op step counted for it."""
         prog = self.program
-        plan = self.plan
         env = self.env
-        calls = prog.calls
         device = self.device
-        recv_users = self.recv_users
-        n_deps = dict(self.n_deps)
-        refs = dict(self.refcount)
-        ready = deque(self.initial) if plan.order is None else _InTurn(plan.order, self.initial)
+        segs = self.segments
+        fast = self.compiled and self._counted and not profile
+        if fast and self._compiled is None:
+            self._compiled = generate(prog, self.plan, segs, keep=self.keep, sent=set(self.sends_of),
+                                      device=device, name=self.name, pumps=self._pumps)
+        for i in self.kept_results:  # the last step's outputs, kept for a fetch until this step begins
+            env.pop(i, None)
+        if fast:  # what the step starts holding is what the op-by-op step started with
+            self.live_bytes = self._start_bytes + self.resident - self._start_resident
+        else:     # counted afresh: what the values held now take
+            self.live, self.live_bytes = {}, 0
+            for v in env.values():
+                self._hold(v)
+            self._start_bytes, self._start_resident = self.live_bytes, self.resident
+        n_deps = list(self.seg_deps)
+        ready = deque(self.seg_initial) if self.plan.order is None else \
+            _InTurn(list(range(len(segs))), self.seg_initial)
         peak = self.live_bytes
         busy = 0.0
         times: dict[int, float] | None = {} if profile else None
-        local = self.n_deps  # membership test for local ops
         pc = time.perf_counter
         # tensors sent, bytes sent, seconds sending, tensors received, seconds receiving, latency sum, count
         xc = self._counters = [0, 0, 0.0, 0, 0.0, 0.0, 0]
         idle_since = float("inf")
+        local = self.local
 
         def get(r: TRef):
             if r.op in local:
@@ -193,62 +222,50 @@ class _DeviceRuntime:
             return env[r]
 
         scalar = prog.scalar_fn(get, device)
-        cuda = device.startswith("cuda")
+        if fast:
+            rc = dict(self._compiled["rc"])
+            sends_of = self.sends_of
+
+            def send(i: int) -> None:
+                ts = pc()
+                self._send(sends_of[i], get, step_id)
+                xc[2] += pc() - ts
+        else:
+            refs = dict(self.refcount)
         t_start = self._begin_step(step_id)
-        remaining = len(plan.ops)
+        remaining = len(segs)
         spins = 0
         while remaining:
             if ready:
-                i = ready.popleft()
+                s = ready.popleft()
+                seg = segs[s]
                 spins = 0  # the next wait starts spinning afresh (and its latency counts from then)
                 idle_since = float("inf")  # an arrival seen after running ops was not waited for
-                t0 = pc()
-                send_dt = 0.0
-                c = calls[i]
-                if c is not None:
-                    if self.live_bytes + self._out_bytes[i] > self.capacity:
-                        raise MemoryError(f"{self.name} ran out of memory at op {prog.graph.ops[i].name!r}: "
-                                          f"{self.live_bytes + self._out_bytes[i]} bytes over its "
-                                          f"{int(self.capacity)}-byte budget")
+                if fast:
+                    base = self.live_bytes
+                    if base + max(seg.needs, default=0) > self.capacity:
+                        k = next(k for k, need in enumerate(seg.needs) if base + need > self.capacity)
+                        self._out_of_memory(seg.ops[k], base + seg.needs[k])
+                    t0 = pc()
                     try:
-                        val = prog.call(i, get, scalar, device) if i not in self.draws else \
-                            prog.replay(i, self.draws.pop(i), get, device)
+                        seg.fn(env, rc, scalar, send, self.draws, self)
                     except MemoryError:
                         raise
                     except Exception as e:  # noqa: BLE001
-                        raise RuntimeError(f"op {prog.graph.ops[i].name!r}: {type(e).__name__}: {e}") from None
-                    env[i] = val
-                    self._hold(val)
-                    if self.live_bytes > peak:
-                        peak = self.live_bytes
-                sends = self.sends_of.get(i)
-                if sends or self._pending:
-                    ts = pc()
-                    self._send(sends or (), get, step_id)
-                    send_dt = pc() - ts
-                    xc[2] += send_dt
-                for key in self.reads[i]:
-                    refs[key] -= 1
-                    if refs[key] == 0:
-                        v = env.pop(key)
-                        if type(key) is TRef:
-                            self.live_bytes -= v.numel() * v.element_size()
-                        else:
-                            self._release(v)
-                if i in self.drop_now:
-                    self._release(env.pop(i))
-                for s in self.succ[i]:
-                    n_deps[s] -= 1
-                    if n_deps[s] == 0:
-                        ready.append(s)
+                        op = op_of_error(self._compiled["filename"], self._compiled["line_op"])
+                        where = f"op {prog.graph.ops[op].name!r}" if op is not None else self.name
+                        raise RuntimeError(f"{where}: {type(e).__name__}: {e}") from None
+                    busy += pc() - t0
+                    peak = max(peak, base + seg.peak)
+                    self.live_bytes = base + seg.delta
+                else:
+                    peak, dt = self._run_ops(seg, env, get, scalar, refs, peak, times, step_id)
+                    busy += dt
+                for t in self.seg_succ[s]:
+                    n_deps[t] -= 1
+                    if n_deps[t] == 0:
+                        ready.append(t)
                 remaining -= 1
-                t1 = pc()
-                busy += t1 - t0
-                if times is not None:
-                    if cuda:  # pragma: no cover
-                        self.torch.cuda.synchronize()
-                        t1 = pc()
-                    times[i] = t1 - t0 - send_dt  # sends are the exchange's cost, charged apart
             else:
                 arrived = self._arrivals(step_id, idle_since)
                 if arrived:
@@ -259,10 +276,10 @@ class _DeviceRuntime:
                         self.live_bytes += v.numel() * v.element_size()
                         if self.live_bytes > peak:
                             peak = self.live_bytes
-                        for u in recv_users[ref]:
-                            n_deps[u] -= 1
-                            if n_deps[u] == 0:
-                                ready.append(u)
+                        for t in self.recv_segs.get(ref, ()):
+                            n_deps[t] -= 1
+                            if n_deps[t] == 0:
+                                ready.append(t)
                     xc[3] += len(arrived)
                     dt = pc() - tr
                     xc[4] += dt
@@ -273,7 +290,75 @@ class _DeviceRuntime:
                     spins += 1
                     self._idle(spins)
         t_end = self._end_step()
+        if not fast:
+            self._counted = True
         return t_start, t_end, float(peak), busy, times, tuple(xc)
+
+    def _run_ops(self, seg, env, get, scalar, refs, peak, times, step_id) -> tuple[float, float]:
+        """Run segment ``seg`` op by op, counting each op's memory (and recording the segment's figures
+        for its compiled runs); returns the step's peak so far and the seconds it took."""
+        prog = self.program
+        calls = prog.calls
+        device = self.device
+        pc = time.perf_counter
+        xc = self._counters
+        cuda = device.startswith("cuda")
+        base = self.live_bytes
+        needs = []
+        seg_peak = 0
+        busy = 0.0
+        for i in seg.ops:
+            t0 = pc()
+            send_dt = 0.0
+            c = calls[i]
+            if c is not None:
+                need = self.live_bytes + self._out_bytes[i]
+                needs.append(need - base)
+                if need > self.capacity:
+                    self._out_of_memory(i, need)
+                try:
+                    val = prog.call(i, get, scalar, device) if i not in self.draws else \
+                        prog.replay(i, self.draws.pop(i), get, device)
+                except MemoryError:
+                    raise
+                except Exception as e:  # noqa: BLE001
+                    raise RuntimeError(f"op {prog.graph.ops[i].name!r}: {type(e).__name__}: {e}") from None
+                env[i] = val
+                self._hold(val)
+                if self.live_bytes > peak:
+                    peak = self.live_bytes
+            else:
+                needs.append(_NEVER)  # a placeholder: held since the set-up, never checked
+            seg_peak = max(seg_peak, self.live_bytes - base)
+            sends = self.sends_of.get(i)
+            if sends or self._pending:
+                ts = pc()
+                self._send(sends or (), get, step_id)
+                send_dt = pc() - ts
+                xc[2] += send_dt
+            for key in self.reads[i]:
+                refs[key] -= 1
+                if refs[key] == 0:
+                    v = env.pop(key)
+                    if type(key) is TRef:
+                        self.live_bytes -= v.numel() * v.element_size()
+                    else:
+                        self._release(v)
+            if i in self.drop_now:
+                self._release(env.pop(i))
+            t1 = pc()
+            busy += t1 - t0
+            if times is not None:
+                if cuda:  # pragma: no cover
+                    self.torch.cuda.synchronize()
+                    t1 = pc()
+                times[i] = t1 - t0 - send_dt  # sends are the exchange's cost, charged apart
+        seg.needs, seg.peak, seg.delta = needs, seg_peak, self.live_bytes - base
+        return peak, busy
+
+    def _out_of_memory(self, i: int, need: int) -> None:
+        raise MemoryError(f"{self.name} ran out of memory at op {self.program.graph.ops[i].name!r}: "
+                          f"{need} bytes over its {int(self.capacity)}-byte budget")
 
     # -------------------------------------------------------------- the shared-memory exchange
     #: messages waiting for more than their op's turn (the distributed runtime's staged copies): the loop
@@ -391,7 +476,7 @@ class _DeviceRuntime:
     def fetch(self, refs: list[TRef]) -> list:
         out = []
         for r in refs:
-            v = self.env[r.op] if r.op in self.n_deps else None
+            v = self.env[r.op] if r.op in self.local else None
             if v is not None and r.k is not None:
                 v = v[r.k]
             out.append(v.detach().to("cpu").clone() if v is not None else None)

@@ -1,0 +1,116 @@
+"""A device's share of a step as compiled segments: the cut, and the compiled step against the op-by-op one."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from autoplace.capture import capture_training_step
+from autoplace.runtime.program import Program, plan_all, plan_device
+from autoplace.runtime.segments import cut
+from autoplace.runtime.worker import _DeviceRuntime
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 16), nn.Linear(16, 3)
+        self.drop = nn.Dropout(0.3)
+
+    def forward(self, x):
+        return self.b(self.drop(torch.relu(self.a(x))))
+
+
+@pytest.fixture(scope="module")
+def graph():
+    torch.manual_seed(0)
+    model = Net()
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    return capture_training_step(model, x, nn.functional.cross_entropy, torch.optim.Adam(model.parameters()),
+                                 targets=y, name="net")
+
+
+def _runtime(program, *, compiled: bool, capacity: float = 1e12):
+    """One device's runtime in this process, the whole program on it (no exchange)."""
+    rt = _DeviceRuntime("cpu:0", "cpu", None)
+    rt.program = program
+    rt.compiled = compiled
+    plan = plan_device(program, np.zeros(program.graph.n_ops, dtype=np.int64), 0)
+    keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
+    rt.setup(plan, [], 3, capacity, keep, None, torch.empty(0, dtype=torch.uint8),
+             torch.full((1,), -1, dtype=torch.int64), torch.full((1, 9), -1, dtype=torch.int64))
+    rt.finish_setup()
+    return rt
+
+
+def _final(rt, program):
+    return rt.fetch(list(program.final_versions.values()) + program.outputs)
+
+
+def test_segments_run_every_op_once_after_what_it_reads(graph):
+    program = Program(graph)
+    rng = np.random.default_rng(0)
+    for trial in range(6):
+        assignment = rng.integers(0, 2, graph.n_ops)
+        priority = rng.permutation(graph.n_ops) if trial % 2 else None
+        try:
+            plans = plan_all(program, assignment, 2, None if priority is None else graph.rank.astype(np.int64))
+        except Exception:  # noqa: BLE001 - an order the program's in-place writes cannot run
+            continue
+        for plan in plans:
+            segments = cut(program, plan)
+            ran = [i for seg in segments for i in seg.ops]
+            assert sorted(ran) == sorted(plan.ops)
+            if plan.order is not None:
+                assert ran == plan.order                        # a schedule's order, cut into runs
+            seg_of = {i: s for s, seg in enumerate(segments) for i in seg.ops}
+            place = {i: k for k, i in enumerate(ran)}
+            for s, seg in enumerate(segments):
+                for i in seg.ops:
+                    for j in plan.deps[i]:                      # a local input: earlier here, or a segment waited for
+                        assert place[j] < place[i]
+                        assert seg_of[j] == s or seg_of[j] in seg.after
+                for ref, users in plan.recv_users.items():      # a received input: the segment waits for it
+                    for u in users:
+                        if seg_of[u] == s:
+                            assert ref in seg.recv
+                assert all(t < s for t in seg.after)
+
+
+def test_a_compiled_step_computes_and_counts_what_the_op_by_op_step_does(graph):
+    program = Program(graph)
+    compiled, interpreted = _runtime(program, compiled=True), _runtime(program, compiled=False)
+    for step in range(4):
+        draws = {i: program.draw(i) for i in program.random}    # both runtimes draw the same dropout masks
+        for rt in (compiled, interpreted):
+            rt.set_draws({i: d.clone() for i, d in draws.items()})
+        a, b = compiled.step(step), interpreted.step(step)
+        assert a[2] == b[2] > compiled.resident, (step, a[2], b[2], compiled.live_bytes, interpreted.live_bytes)
+        assert compiled._compiled is not None if step else compiled._compiled is None
+    assert interpreted._compiled is None
+    for x, y in zip(_final(compiled, program), _final(interpreted, program), strict=True):
+        assert torch.equal(x, y)
+    assert compiled.live_bytes == interpreted.live_bytes
+    assert set(compiled.env) == set(interpreted.env)           # the compiled code released what it read last
+
+
+def test_a_compiled_step_that_fails_names_its_op(graph):
+    program = Program(graph)
+    rt = _runtime(program, compiled=True)
+    rt.step(0)
+    rt.step(1)                                                  # compiled
+    x = next(i for i in program.placeholders if graph.ops[i].type == "input"
+             and graph.ops[i].outputs[0].dtype == "float32")
+    rt.assign({x: torch.randn(8, 5)})                           # a batch of the wrong width
+    with pytest.raises(RuntimeError, match=r"^op '[^']+': RuntimeError: .*shapes cannot be multiplied"):
+        rt.step(2)
+
+
+def test_a_compiled_step_over_the_memory_it_counted_is_out_of_memory_at_its_op(graph):
+    program = Program(graph)
+    rt = _runtime(program, compiled=True)
+    peak = rt.step(0)[2]
+    rt.capacity = peak - 1                                      # what the op-by-op step counted, a byte short
+    with pytest.raises(MemoryError, match=r"cpu:0 ran out of memory at op '[^']+': \d+ bytes over its"):
+        rt.step(1)
+    assert rt._compiled is not None
