@@ -43,6 +43,7 @@ from user_models import MODELS, make
 
 import autoplace
 from autoplace.runtime.verdict import race
+from autoplace.sim import simulate
 
 
 def _eager(name: str):
@@ -108,6 +109,8 @@ def micro(name: str) -> dict:
             sys.stderr = err
         out[f"log[{m}]"] = log.getvalue().splitlines()
         out[f"ops[{m}]"] = step.graph.n_ops
+        out[f"simulated_s[{m}]"] = simulate(step.graph, step.cluster, step.placement).step_time
+        out[f"method[{m}]"] = step.placement.method
         if m == "auto":
             out["chosen"] = step.micro_batches
             out["counts"] = step.micro_batch_choice
@@ -216,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.micro}: compile micro_batches=1 {res['compile_s[1]']:.1f} s ({res['ops[1]']} ops), "
               f"micro_batches='auto' {res['compile_s[auto]']:.1f} s ({res['ratio']:.2f}x), chose M={res['chosen']}; "
               f"micro_batches={res['chosen']} {fixed:.1f} s "
-              f"(auto: {res['ratio_chosen']:.2f}x)")
+              f"(auto: {res['ratio_chosen']:.2f}x); simulated steps: "
+              + ", ".join(f"M={k[12:-1]} {v * 1e3:.1f} ms ({res['method[' + k[12:]]})"
+                          for k, v in res.items() if k.startswith("simulated_s[")))
         results = res
     else:
         results = []
