@@ -177,25 +177,33 @@ def test_auto_micro_batches_ranks_every_count_cheaply_and_searches_the_best_once
     assert "ranking 2 micro-batches" in err and "[autoplace +" in err      # plain lines: stderr is no terminal
 
 
-def test_auto_micro_batches_searches_the_chosen_count_with_the_default_budget_over_the_count(monkeypatch):
-    import autoplace.placers
+def test_auto_micro_batches_searches_the_chosen_count_with_the_default_budget_over_the_count():
+    """On two P100s a 4-layer MLP pipelines best over 2 micro-batches: the search there gets 60 s / 2."""
+    from autoplace.api import _choose_micro_batches
+    from autoplace.cluster import get_cluster
+    from autoplace.placers import place
     from autoplace.search.work import DEFAULT_BUDGET_S
 
-    model = _net()
-    g = torch.Generator().manual_seed(4)
-    x, y = torch.randn(16, 6, generator=g), torch.randint(0, 3, (16,), generator=g)
+    with torch.device("meta"):
+        model = nn.Sequential(*[nn.Sequential(nn.Linear(2048, 2048), nn.ReLU()) for _ in range(4)],
+                              nn.Linear(2048, 10))
+        x, y = torch.randn(256, 2048), torch.randint(0, 10, (256,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    cluster = get_cluster("p100x2")
     asked = []
-    real = autoplace.placers.place
 
-    def small(graph, cluster, method, **kw):                # the budget asked for, then a small search
-        if method == "auto":
-            asked.append(kw["budget"])
-            kw["budget"] = 0.5
-        return real(graph, cluster, method, **kw)
+    def capture(inputs, targets, name, m):
+        return capture_training_step(model, inputs, nn.functional.cross_entropy, opt, targets=targets,
+                                     micro_batches=m)
 
-    monkeypatch.setattr(autoplace.placers, "place", small)
-    with autoplace.compile(model, x, nn.functional.cross_entropy, OPTIMIZERS["sgd"](model.parameters()),
-                           targets=y, micro_batches="auto", cache=False, verify=False, progress=False) as step:
-        m = step.micro_batches
-        assert asked == [DEFAULT_BUDGET_S["auto"] / m]
-        assert [r["search_budget_s"] for r in step.micro_batch_choice if r["chosen"]] == asked
+    def search(graph, work=None):                               # the budget asked for; a quick placement
+        asked.append(work)
+        return place(graph, cluster, "pipeline", seed=0), False
+
+    m, _, _, _, records = _choose_micro_batches(capture, search, x, y, "mlp", cluster, "auto", 0, None,
+                                                lambda _s: None, {})
+    assert m == 2 and asked == [DEFAULT_BUDGET_S["auto"] / 2]
+    assert [r["search_budget_s"] for r in records if r["chosen"]] == asked
+    asked.clear()
+    _choose_micro_batches(capture, search, x, y, "mlp", cluster, "auto", 0, 5.0, lambda _s: None, {})
+    assert asked == [5.0]                                        # a budget given is the search's

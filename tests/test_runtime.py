@@ -130,6 +130,30 @@ def test_placed_equals_unplaced(pool, rnn_graph, seed):
     _assert_same(run_reference(Program(rnn_graph), seed=5, steps=2), result.outputs)
 
 
+class _InPlaceReLU(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.relu, self.b = torch.nn.Linear(8, 16), torch.nn.ReLU(inplace=True), torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.b(self.relu(self.a(x))).mean(1)
+
+
+def test_a_read_through_a_view_made_before_an_in_place_write_follows_the_write(pool):
+    """ReLU(inplace=True) on a 3-D Linear output: the backward reads the output through a view made from the
+    same storage as the one ReLU writes, and no edge joins the two; on one device the reader waits for
+    the write, as in program order (it ran first and read the values before ReLU)."""
+    torch.manual_seed(0)
+    model = _InPlaceReLU()
+    x, y = torch.randn(4, 5, 8), torch.randint(0, 3, (4,))
+    g = capture_training_step(model, x, torch.nn.functional.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1),
+                              targets=y, name="inplace")
+    one = Placement.from_array(g, pool.cluster, np.zeros(g.n_ops, dtype=np.int64), "one")
+    result = pool.run(g, one, steps=2, seed=5, fetch=True)
+    assert result.ok, result.error
+    _assert_same(run_reference(Program(g), seed=5, steps=2), result.outputs)
+
+
 def _held(rt) -> list[str]:
     return sorted(map(str, rt.env))
 

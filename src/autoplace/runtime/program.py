@@ -508,6 +508,7 @@ def plan_device(program: Program, assignment: np.ndarray, device: int,
     recv: dict[TRef, int] = {}
     recv_users: dict[TRef, list[int]] = {}
     readers: dict[Any, list[int]] = {}   # storage root -> local readers so far (program order)
+    writer: dict[Any, int] = {}          # storage root -> its last local in-place writer so far
     root: dict[Any, Any] = {}
 
     def root_of(r: TRef) -> Any:
@@ -529,12 +530,18 @@ def plan_device(program: Program, assignment: np.ndarray, device: int,
                 rr = TRef(r.op, r.k)
                 recv.setdefault(rr, src)
                 recv_users.setdefault(rr, []).append(i)
+        for r in c.tensor_refs:     # read through any view: after the last local write of that storage
+            w = writer.get(root_of(r))
+            if w is not None and w != i:
+                mine.append(w)
         for w in c.writes_lists:    # written in place: after every earlier local reader of that storage
             mine += [j for j in readers.get(root_of(w), []) if j != i]
+            writer[root_of(w)] = i
         if c.mutates is not None:
             rt = root_of(c.mutates)
             mine += [j for j in readers.get(rt, []) if j != i]
             root[i] = rt
+            writer[rt] = i
         elif g.ops[i].meta.get("view") and c.args and isinstance(c.args[0], TRef):
             root[i] = root_of(c.args[0])
         for r in c.tensor_refs:

@@ -24,6 +24,7 @@ forward does, instead of resolving each op's arguments through the program's int
 
 from __future__ import annotations
 
+import keyword
 import math
 import sys
 from collections import deque
@@ -195,7 +196,7 @@ def generate(program: Program, plan: DevicePlan, segments: list[Segment], *, kee
             c = calls[i]
             uses: list[TRef] = []
             if c is not None:
-                args = [lit(a, uses) for a in c.args] + [f"{k}={lit(v, uses)}" for k, v in c.kwargs.items()]
+                args = [lit(a, uses) for a in c.args] + [_keyword(k, lit(v, uses)) for k, v in c.kwargs.items()]
                 glb[f"f{i}"] = c.fn
                 calls_of[i] = f"f{i}({', '.join(args)})"
                 if i in program.random:
@@ -263,6 +264,11 @@ def generate(program: Program, plan: DevicePlan, segments: list[Segment], *, kee
     for s, seg in enumerate(segments):
         seg.fn = glb[f"s{s}"]
     return {"rc": rc0, "line_op": line_op, "filename": filename, "source": "\n".join(lines)}
+
+
+def _keyword(name: str, value: str) -> str:
+    """A keyword argument's source (``**{...}`` where the name is no Python identifier: ``from``)."""
+    return f"{name}={value}" if name.isidentifier() and not keyword.iskeyword(name) else f"**{{{name!r}: {value}}}"
 
 
 def _key_src(key: Any, glb: dict) -> str:

@@ -468,10 +468,11 @@ class _DeviceRuntime:
         for i, v in values.items():
             if i not in self.env or self.program.calls[i] is not None:
                 raise ExecutionError(f"{self.name}: op {self.program.graph.ops[i].name!r} is not an input here")
+            before = self.live_bytes
             self._release(self.env[i])
             self.env[i] = v.to(self.device)
             self._hold(self.env[i])
-        self.resident = self.live_bytes
+            self.resident += self.live_bytes - before
 
     def fetch(self, refs: list[TRef]) -> list:
         out = []
