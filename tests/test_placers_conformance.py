@@ -53,8 +53,9 @@ def small_rnnlm(tmp_path_factory):
 
 def budget_for(method: str) -> float:
     """Validity needs little search: the learned placers get a few dozen samples (their default budget is
-    a minute's search; what more buys is measured in benchmarks/, not here), the others the budget of 5."""
-    return 0.1 if get_placer(method).learned else 5.0
+    a minute's search; what more buys is measured in benchmarks/, not here), ``auto`` (a search of
+    searches) 1, the others the budget of 5."""
+    return 0.1 if get_placer(method).learned else 1.0 if method == "auto" else 5.0
 
 
 def check(graph: Graph, cluster: Cluster, method: str, seed: int = 0, budget: float | None = None):

@@ -19,6 +19,7 @@ from autoplace.zoo import (  # noqa: E402
 )
 
 SMALL_RNNLM = dict(vocab=50, hidden=16, layers=2, steps=3, batch=4)
+TINY_RNNLM = dict(vocab=10, hidden=4, layers=1, steps=2, batch=2)    # where only the cache matters
 
 
 @pytest.fixture(autouse=True)
@@ -65,15 +66,15 @@ def test_cache_hit_rebuild_and_corruption(cache, monkeypatch):
         return real(*a, **k)
 
     monkeypatch.setattr(autoplace.capture, "capture_training_step", counting)
-    g1 = build_graph("rnnlm-2", **SMALL_RNNLM)
+    g1 = build_graph("rnnlm-2", **TINY_RNNLM)
     files = list(cache.glob("rnnlm-2-*.json.gz"))
     assert len(files) == 1 and len(captures) == 1
     stored = json.loads(gzip.decompress(files[0].read_bytes()))
-    assert (stored["cache_key"]["params"] == SMALL_RNNLM
+    assert (stored["cache_key"]["params"] == TINY_RNNLM
             and stored["cache_key"]["capture_version"] == _cache.CAPTURE_VERSION)
-    g2 = build_graph("rnnlm-2", **SMALL_RNNLM)                              # served from the cache
+    g2 = build_graph("rnnlm-2", **TINY_RNNLM)                              # served from the cache
     assert len(captures) == 1 and [op.name for op in g2.ops] == [op.name for op in g1.ops]
-    build_graph("rnnlm-2", **{**SMALL_RNNLM, "steps": 2})                  # other parameters: another entry
+    build_graph("rnnlm-2", **{**TINY_RNNLM, "steps": 3})                  # other parameters: another entry
     assert len(list(cache.glob("rnnlm-2-*.json.gz"))) == 2 and len(captures) == 2
     damaged = [b"\x1f\x8bgarbage",                                          # not gzip after the magic
                b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + b"\xff" * 64,   # invalid deflate blocks
@@ -82,11 +83,11 @@ def test_cache_hit_rebuild_and_corruption(cache, monkeypatch):
                              .encode())]                                    # a foreign key inside
     for k, data in enumerate(damaged):
         files[0].write_bytes(data)
-        assert build_graph("rnnlm-2", **SMALL_RNNLM).n_ops == g1.n_ops
+        assert build_graph("rnnlm-2", **TINY_RNNLM).n_ops == g1.n_ops
         assert len(captures) == 3 + k, k                                    # rebuilt ...
         fresh = json.loads(gzip.decompress(files[0].read_bytes()))
         assert fresh["cache_key"] == stored["cache_key"]                    # ... and stored again
-    build_graph("rnnlm-2", **SMALL_RNNLM)
+    build_graph("rnnlm-2", **TINY_RNNLM)
     assert len(captures) == 2 + len(damaged)                                 # and read from then on
 
 
