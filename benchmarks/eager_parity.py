@@ -121,23 +121,6 @@ def micro(name: str) -> dict:
     return out
 
 
-def _in_process(program, compiled: bool):
-    """A worker's runtime for the whole program on one CPU, in this process (no exchange)."""
-    import numpy as np
-
-    from autoplace.runtime.program import plan_device
-    from autoplace.runtime.worker import _DeviceRuntime
-
-    rt = _DeviceRuntime("cpu:0", "cpu", None)
-    rt.program, rt.compiled = program, compiled
-    plan = plan_device(program, np.zeros(program.graph.n_ops, dtype=np.int64), 0)
-    keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
-    rt.setup(plan, [], 0, float("inf"), keep, None, torch.empty(0, dtype=torch.uint8),
-             torch.full((1,), -1, dtype=torch.int64), torch.full((1, 9), -1, dtype=torch.int64))
-    rt.finish_setup()
-    return rt
-
-
 def overhead(name: str, rounds: int = 5) -> dict:
     import os
 
@@ -146,6 +129,7 @@ def overhead(name: str, rounds: int = 5) -> dict:
     from autoplace.placers import place
     from autoplace.runtime import measure
     from autoplace.runtime.program import Program
+    from autoplace.runtime.worker import standalone
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -158,7 +142,7 @@ def overhead(name: str, rounds: int = 5) -> dict:
         ms: dict[str, list[float]] = {"eager": [], "compiled": [], "op by op": [], "compiled, here": [],
                                       "op by op, here": []}
         program = Program(graph)
-        here = {"compiled, here": _in_process(program, True), "op by op, here": _in_process(program, False)}
+        here = {"compiled, here": standalone(program), "op by op, here": standalone(program, compiled=False)}
         k = 0
         for _ in range(rounds):                     # alternating, a warm step first each time
             step()

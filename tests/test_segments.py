@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from autoplace.capture import capture_training_step
-from autoplace.runtime.program import Program, plan_all, plan_device
+from autoplace.runtime.program import Program, plan_all
 from autoplace.runtime.segments import cut
-from autoplace.runtime.worker import _DeviceRuntime
+from autoplace.runtime.worker import standalone
 
 
 class Net(nn.Module):
@@ -33,15 +33,7 @@ def graph():
 
 def _runtime(program, *, compiled: bool, capacity: float = 1e12):
     """One device's runtime in this process, the whole program on it (no exchange)."""
-    rt = _DeviceRuntime("cpu:0", "cpu", None)
-    rt.program = program
-    rt.compiled = compiled
-    plan = plan_device(program, np.zeros(program.graph.n_ops, dtype=np.int64), 0)
-    keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
-    rt.setup(plan, [], 3, capacity, keep, None, torch.empty(0, dtype=torch.uint8),
-             torch.full((1,), -1, dtype=torch.int64), torch.full((1, 9), -1, dtype=torch.int64))
-    rt.finish_setup()
-    return rt
+    return standalone(program, compiled=compiled, capacity=capacity, seed=3)
 
 
 def _final(rt, program):

@@ -41,13 +41,14 @@ class Segment:
     """A run of a device's ops (``ops``, in the order it runs them), the earlier segments (``after``) and
     received tensors (``recv``) it waits for, and — from a step run op by op — its memory figures relative
     to the bytes held when it starts: ``needs`` (per op, the bytes held before it plus its declared
-    output, what the executor checks against the device's memory), ``peak`` (the most held after any op)
-    and ``delta`` (what it leaves held)."""
+    output, what the executor checks against the device's memory) and ``need`` their most, ``peak`` (the
+    most held after any op) and ``delta`` (what it leaves held)."""
 
     ops: list[int]
     after: list[int] = field(default_factory=list)
     recv: list[TRef] = field(default_factory=list)
     needs: list[int] | None = None
+    need: int = 0
     peak: int = 0
     delta: int = 0
     fn: Any = None
@@ -112,10 +113,12 @@ def _fifo_runs(plan: DevicePlan, readers_of_recv: dict[int, list[TRef]]) -> list
     return runs
 
 
-def generate(program: Program, plan: DevicePlan, segments: list[Segment], *, keep: set[int],
-             sent: set[int], device: str, name: str, pumps: bool = False) -> dict:
+def generate(program: Program, plan: DevicePlan, segments: list[Segment], *, reads: dict[int, list[Any]],
+             keep: set[int], sent: set[int], device: str, name: str, pumps: bool = False) -> dict:
     """Write and compile every segment's function (``segment.fn``); returns the per-step reference counts
     of the values several segments read (copy it for each step) and the source line of each op.
+    ``reads[i]``: the values op ``i`` reads that the executor releases after their last reader (its
+    local results, not ``keep``, by op index; received tensors by :class:`TRef`).
 
     A segment's function is called as ``fn(env, rc, scalar, send, draws, rt)``: ``env`` holds the values
     that outlive a segment (op index or received :class:`TRef` -> value), ``rc`` the counts of readers
@@ -129,11 +132,8 @@ def generate(program: Program, plan: DevicePlan, segments: list[Segment], *, kee
     local = set(plan.ops)
     seg_of = {i: s for s, seg in enumerate(segments) for i in seg.ops}
 
-    def key_of(r: TRef) -> Any:
+    def key_of(r: TRef) -> Any:     # where ``env`` holds a tensor read
         return r.op if r.op in local else TRef(r.op, r.k)
-
-    def counted(key: Any) -> bool:  # the executor's releasable values: received ones and local results
-        return isinstance(key, TRef) or (calls[key] is not None and key not in keep)
 
     scalar_read: set[int] = set()
     for fn_args in program.scalars.values():
@@ -143,12 +143,8 @@ def generate(program: Program, plan: DevicePlan, segments: list[Segment], *, kee
     # which segments read each releasable value
     read_in: dict[Any, set[int]] = {}
     for i in plan.ops:
-        if calls[i] is None:
-            continue
-        for r in calls[i].tensor_refs:
-            key = key_of(r)
-            if counted(key):
-                read_in.setdefault(key, set()).add(seg_of[i])
+        for key in reads[i]:
+            read_in.setdefault(key, set()).add(seg_of[i])
     rc0 = {k: len(s) for k, s in read_in.items() if len(s) > 1}
 
     def in_env(i: int) -> bool:
@@ -213,10 +209,8 @@ def generate(program: Program, plan: DevicePlan, segments: list[Segment], *, kee
         last_read: dict[int, list[Any]] = {}   # position in the segment -> values it reads last here
         seen: set[Any] = set()
         for n in range(len(seg.ops) - 1, -1, -1):
-            c = calls[seg.ops[n]]
-            for r in (c.tensor_refs if c is not None else ()):
-                key = key_of(r)
-                if counted(key) and key not in seen:
+            for key in reads[seg.ops[n]]:
+                if key not in seen:
                     seen.add(key)
                     last_read.setdefault(n, []).append(key)
         has: set[str] = set()            # local variables defined so far

@@ -192,8 +192,8 @@ class _DeviceRuntime:
         segs = self.segments
         fast = self.compiled and self._counted and not profile
         if fast and self._compiled is None:
-            self._compiled = generate(prog, self.plan, segs, keep=self.keep, sent=set(self.sends_of),
-                                      device=device, name=self.name, pumps=self._pumps)
+            self._compiled = generate(prog, self.plan, segs, reads=self.reads, keep=self.keep,
+                                      sent=set(self.sends_of), device=device, name=self.name, pumps=self._pumps)
         for i in self.kept_results:  # the last step's outputs, kept for a fetch until this step begins
             env.pop(i, None)
         if fast:  # what the step starts holding is what the op-by-op step started with
@@ -243,7 +243,7 @@ class _DeviceRuntime:
                 idle_since = float("inf")  # an arrival seen after running ops was not waited for
                 if fast:
                     base = self.live_bytes
-                    if base + max(seg.needs, default=0) > self.capacity:
+                    if base + seg.need > self.capacity:
                         k = next(k for k, need in enumerate(seg.needs) if base + need > self.capacity)
                         self._out_of_memory(seg.ops[k], base + seg.needs[k])
                     t0 = pc()
@@ -353,7 +353,8 @@ class _DeviceRuntime:
                     self.torch.cuda.synchronize()
                     t1 = pc()
                 times[i] = t1 - t0 - send_dt  # sends are the exchange's cost, charged apart
-        seg.needs, seg.peak, seg.delta = needs, seg_peak, self.live_bytes - base
+        seg.needs, seg.need = needs, max(needs, default=_NEVER)
+        seg.peak, seg.delta = seg_peak, self.live_bytes - base
         return peak, busy
 
     def _out_of_memory(self, i: int, need: int) -> None:
@@ -482,6 +483,24 @@ class _DeviceRuntime:
                 v = v[r.k]
             out.append(v.detach().to("cpu").clone() if v is not None else None)
         return out
+
+
+def standalone(program: Program, *, compiled: bool = True, capacity: float = float("inf"),
+               seed: int = 0) -> _DeviceRuntime:
+    """A runtime that runs the whole of ``program`` on one CPU in this process, with no exchange: a
+    worker's execution without its process (tests, the overhead benchmark)."""
+    import torch
+
+    from autoplace.runtime.program import plan_device
+
+    rt = _DeviceRuntime("cpu:0", "cpu", None)
+    rt.program, rt.compiled = program, compiled
+    plan = plan_device(program, np.zeros(program.graph.n_ops, dtype=np.int64), 0)
+    keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
+    rt.setup(plan, [], seed, capacity, keep, None, torch.empty(0, dtype=torch.uint8),
+             torch.full((1,), -1, dtype=torch.int64), torch.full((1, 9), -1, dtype=torch.int64))
+    rt.finish_setup()
+    return rt
 
 
 class _InTurn:
