@@ -63,6 +63,27 @@ def test_presets_describe_their_topology():
         "switch0.up", "switch1.down")
 
 
+def test_multi_node_presets():
+    """FlexFlow's clusters and the 4 x 8 H100 pod: four GPUs (eight) a node, each node's CPU, devices of one node
+    on the node's links, of two nodes over both NICs at the InfiniBand rate less its encoding; the H100 pod's
+    GPUs each on their own NIC."""
+    p100 = get_cluster("flexflow-p100x16")
+    assert len(p100.devices_of_kind("gpu")) == 16 and len(p100.devices_of_kind("cpu")) == 4
+    assert {p100.device(f"gpu:{k}").meta["host"] for k in range(4)} == {"node0"}
+    assert p100.device("gpu:4").meta["host"] == "node1" and p100.device("cpu:1").meta["host"] == "node1"
+    assert p100.link("gpu:0", "gpu:3").bandwidth == 20e9 and p100.link("gpu:0", "gpu:3").segments == ()
+    net = p100.link("gpu:0", "gpu:4")
+    assert net.bandwidth == pytest.approx(100e9 / 8 * 64 / 66) and net.segments == ("node0.nic.out", "node1.nic.in")
+    k80 = get_cluster("flexflow-k80x8")
+    assert k80.link("gpu:4", "gpu:6").segments == ("node1.board0.up", "node1.board1.down")   # as k80x4, per node
+    assert k80.link("gpu:3", "gpu:4").bandwidth == pytest.approx(56e9 / 8 * 64 / 66)
+    assert len(get_cluster("flexflow-p100x2").devices_of_kind("gpu")) == 2
+    pod = get_cluster("h100x8x4")
+    assert len(pod.devices_of_kind("gpu")) == 32
+    assert pod.link("gpu:3", "gpu:11").segments == ("node0.gpu:3.nic.out", "node1.gpu:11.nic.in")
+    assert pod.link("gpu:3", "gpu:5").segments == ("node0.gpu:3.nvlink.out", "node0.gpu:5.nvlink.in")
+
+
 def test_unknown_preset():
     with pytest.raises(UnknownNameError, match="unknown cluster 'k80x3'"):
         get_cluster("k80x3")

@@ -15,13 +15,16 @@ from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph, Op
 from autoplace.placers import available_placers, get_placer, place
+from autoplace.replicas import strategy_graph
 from autoplace.sim import simulate
 from autoplace.zoo import build_graph
 
-PLACERS = available_placers()
+#: placers of one graph; the strategies (a placement of the replicated step) have their own tests below
+PLACERS = available_placers(include_strategies=False)
+STRATEGIES = [m for m in available_placers() if get_placer(m).strategy]
 #: the placers whose captured-model and small-budget runs take seconds each: in the slow suite (CI runs it),
 #: so that the default suite stays under 3 minutes
-SLOW_ON_CAPTURED = ("local-search", "cp-sat")
+SLOW_ON_CAPTURED = ("local-search", "cp-sat", "auto", "hybrid", "pipelined")
 CAPTURED = [pytest.param(m, marks=pytest.mark.slow) if m in SLOW_ON_CAPTURED else m for m in PLACERS]
 
 
@@ -60,6 +63,7 @@ def budget_for(method: str) -> float:
 
 def check(graph: Graph, cluster: Cluster, method: str, seed: int = 0, budget: float | None = None):
     p = place(graph, cluster, method, seed=seed, budget=budget_for(method) if budget is None else budget)
+    graph = strategy_graph(graph, p)                     # a strategy's placement is of its replicated step
     dev = p.to_array(graph, cluster)                     # every op, known devices (validates)
     for i, op in enumerate(graph.ops):
         if op.device_types is not None:
@@ -179,3 +183,22 @@ def test_the_searches_that_are_not_learned_stop_at_a_time_limit_too(method, key)
     graph, cluster = build_graph("layered-dag", ops=3000), get_cluster("k80x2")
     p = place(graph, cluster, method, seed=0, budget=10_000, time_limit=0.3)
     assert p.meta[key] == "time limit"
+
+
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW_ON_CAPTURED else m
+                                    for m in STRATEGIES])
+def test_strategy_on_a_captured_model(method, small_rnnlm):
+    """A strategy places every op of the replicated step it names, honours its co-location groups and device
+    types, is deterministic for a seed and simulates (through the user's graph)."""
+    cluster = get_cluster("k80x4")
+    p, dev = check(small_rnnlm, cluster, method)
+    assert p.meta["strategy"]["replicas"] >= (1 if method == "pipelined" else 2) and p.method == method
+    assert place(small_rnnlm, cluster, method, seed=0).assignment == p.assignment
+    assert simulate(small_rnnlm, cluster, p).step_time > 0
+
+
+@pytest.mark.parametrize("method", STRATEGIES)
+def test_strategy_needs_a_capture(method):
+    """A graph read from a file has no micro-batch capture to replicate: the strategy says so."""
+    with pytest.raises(InfeasibleError, match="micro_batches"):
+        place(constrained_graph(), get_cluster("k80x2"), method)

@@ -169,11 +169,14 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     from autoplace.capture._torch import resolve_model, split_inputs
     from autoplace.capture.cache import capture_key
     from autoplace.grouping import with_granularity
-    from autoplace.placers import place
+    from autoplace.placers import available_placers, get_placer, place
     from autoplace.runtime.cache import cached_placement
     from autoplace.zoo._cache import cached_graph
 
     _check_arguments(optimizer, placement, timeout, budget)
+    if isinstance(method, str) and method in available_placers() and get_placer(method).strategy:
+        raise AutoplaceError(f"method {method!r} places replicas of the step (a strategy the simulator judges: "
+                             "autoplace place/simulate/compare); compile runs a placement of the step itself")
     if runtime not in RUNTIMES:
         raise AutoplaceError(f"unknown runtime {runtime!r} (choose from {', '.join(RUNTIMES)})")
     if not isinstance(cache, (bool, str, os.PathLike)):
@@ -213,7 +216,9 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
         return with_granularity(graph, granularity, keep_whole)
 
     def search(graph: Graph, work: float | None = budget) -> tuple[Placement, bool]:
-        run = lambda: place(graph, cl, method, seed=seed, budget=work)  # noqa: E731
+        # the runtimes run placements of the step: auto weighs no replicated strategy here
+        options = {"strategies": False} if method == "auto" else {}
+        run = lambda: place(graph, cl, method, seed=seed, budget=work, **options)  # noqa: E731
         return cached_placement(graph, cl, method, seed, work, run, folder) if cache is not False else (run(), False)
 
     def recompile(inputs, targets) -> tuple[Graph, Placement]:

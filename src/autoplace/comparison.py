@@ -25,7 +25,9 @@ from autoplace.errors import InfeasibleError, UnavailableError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.placers import available_placers, place
-from autoplace.placers.auto import uncertainty
+from autoplace.placers.auto import robust_simulator, uncertainty
+from autoplace.replicas import can_replicate
+from autoplace.robust import strategy_range
 from autoplace.sim import SimResult, Simulator
 
 if TYPE_CHECKING:
@@ -129,7 +131,7 @@ def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None
             budget: float | None = None, progress=None, env: str | BaseEnv = "simulated", on_row=None,
             time_limit: float | None = None, placements: dict[str, Placement] | None = None) -> Comparison:
     """Place ``graph`` on ``cluster`` with each method (default: every registered placer but the learned
-    ones) and score each
+    ones, and but the strategies where the step has no micro-batch capture to replicate) and score each
     placement with ``env`` (the simulator by default, or ``"measured"``: real runs).
 
     ``placements``: more rows, placements made elsewhere (a device map a user runs today), scored the same
@@ -149,10 +151,15 @@ def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None
         if result.env == "simulated":
             ok = [r for r in result.rows if r.result is not None and r.result.ok]
             one = next((r.placement for r in result.rows if r.method == "single-gpu"), _UNSET)
+            plain = [r for r in ok if r.placement.meta.get("strategy") is None]
             if ok:
-                ranges = uncertainty(graph, cluster, [r.placement for r in ok],
-                                     *(() if one is _UNSET else (one,)))
-                result = dataclasses.replace(result, ranges={r.method: x for r, x in zip(ok, ranges)})
+                ranges = uncertainty(graph, cluster, [r.placement for r in plain],
+                                     *(() if one is _UNSET else (one,))) if plain else []
+                found = {r.method: x for r, x in zip(plain, ranges)}
+                if len(plain) < len(ok):     # strategies: their own step, against the same baseline
+                    robust = robust_simulator(graph, cluster, *(() if one is _UNSET else (one,)))
+                    found.update({r.method: strategy_range(robust, r.placement) for r in ok if r not in plain})
+                result = dataclasses.replace(result, ranges={r.method: found[r.method] for r in ok})
         return result
     finally:
         if scorer is not env:
@@ -162,7 +169,9 @@ def compare(graph: Graph, cluster: Cluster, methods: Iterable[str] | None = None
 def _compare(graph, cluster, methods, seed, budget, progress, scorer: BaseEnv, bounds: Bounds, on_row=None,
              time_limit=None) -> Comparison:
     rows = _Rows(on_row)
-    for method in methods or available_placers(include_learned=False):
+    # by default the strategies only where the step can be re-captured with micro-batches (they need it)
+    default = available_placers(include_learned=False, include_strategies=can_replicate(graph))
+    for method in methods or default:
         if progress is not None:
             progress(method)
         t0 = time.perf_counter()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplace.cluster import Cluster
+from autoplace.collectives import COMMUNICATION_TYPES
 from autoplace.errors import InfeasibleError, PlacementError
 from autoplace.graph import Graph
 
@@ -66,7 +67,8 @@ def op_time_matrix(graph: Graph, cluster: Cluster, *, loaded: bool = False) -> n
     roofline = np.maximum(graph.flops[:, None] / cluster.achievable_flops[None, :],
                           graph.bytes_touched[:, None] / cluster.achievable_bandwidth[None, :])
     times = roofline + cluster.op_overhead[None, :]
-    times[[i for i, op in enumerate(graph.ops) if op.type == "hyperparameter"]] = 0.0
+    # a hyperparameter is a value, a collective runs in the communication library (its steps are transfers)
+    times[[i for i, op in enumerate(graph.ops) if op.type == "hyperparameter" or op.type in COMMUNICATION_TYPES]] = 0.0
     names = [d.name for d in cluster.devices]
     kinds = [d.kind for d in cluster.devices]
     for i, op in enumerate(graph.ops):

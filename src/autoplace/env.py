@@ -22,7 +22,7 @@ from autoplace.errors import UnknownNameError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.runtime.workers import DEFAULT_TIMEOUT_S
-from autoplace.sim import BatchResult, Simulator
+from autoplace.sim import BatchResult, Simulator, simulate
 
 __all__ = ["BaseEnv", "SimulatedEnv", "MeasuredEnv", "make_env", "ENV_NAMES"]
 
@@ -64,6 +64,8 @@ class SimulatedEnv(BaseEnv):
         self.simulator = simulator if simulator is not None else Simulator(graph, cluster, op_times)
 
     def evaluate(self, placement):
+        if isinstance(placement, Placement) and placement.meta.get("strategy") is not None:
+            return simulate(self.graph, self.cluster, placement)   # the replicated step it was made for
         return self.simulator.run(placement)
 
     def evaluate_batch(self, devs: np.ndarray) -> BatchResult:

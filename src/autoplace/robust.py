@@ -167,6 +167,21 @@ class StepRange:
                 "gain_inside_range": self.gain_inside_range}
 
 
+def strategy_range(robust: RobustSimulator, placement) -> StepRange:
+    """:class:`StepRange` of a strategy's placement (``meta["strategy"]``: replicas, towers; its step rebuilt by
+    :func:`autoplace.replicas.strategy_graph` from ``robust``'s graph), each scenario rescaled by ``robust``'s
+    baseline as the graph's own placements are."""
+    from autoplace.replicas import strategy_graph
+
+    big = strategy_graph(robust.graph, placement)
+    rs = RobustSimulator(big, robust.cluster, scenarios=robust.scenarios)
+    prio = placement.priorities(big)
+    steps = rs.steps(placement.to_array(big, robust.cluster)[None, :], None if prio is None else prio[None, :])
+    one = None if robust.baseline is None else float(robust.steps(robust.baseline[None, :])[0, 0])
+    return StepRange(float(steps[0, 0]), float(steps[:, 0].min()), float(steps[:, 0].max()),
+                     float(robust.robust_steps(steps)[0]), one)
+
+
 def step_ranges(robust: RobustSimulator, devs: np.ndarray, schedules: np.ndarray | None = None) -> list[StepRange]:
     """:class:`StepRange` of each placement (rows of ``devs``, under ``schedules`` if given), simulated in one
     batch per scenario."""

@@ -576,3 +576,40 @@ def build_enumerate(spec: TableSpec, settings, run: Run, store: Store) -> Table:
                    "htf-mpr", "htf-mpr's rank", "htf-mpr evaluations", "enumeration (s)"], rows)
     t.plot = ("speedup", "the best mapping", plot)
     return t
+
+
+def build_strategies_table(spec: TableSpec, settings, run: Run, store: Store) -> Table:
+    """:func:`build_placer_table`, then per setting: ``auto``'s pick (the strategy and its replicas, or a
+    placement of the step), its best placement of the step without replicas, and whether the best hybrid
+    (replicas of a multi-device placement) beats both data parallelism and that placement by 10 % or more."""
+    t = build_placer_table(spec, settings, run, store)
+    rows, wins = [], 0
+    for s in settings:
+        auto = run.result(store, s, "auto")
+        dp = run.result(store, s, "data-parallel")
+        hy = run.result(store, s, "hybrid")
+        placed = next((x for x in auto.get("strategies") or [] if x.get("method") == "placement"), None)
+        pure = placed["step_time_s"] if placed else None
+        chosen = auto.get("from") or "–"
+        pick = auto.get("strategy")
+        if pick is not None:
+            chosen += f" ({pick['replicas']} replicas" + (f", each by {pick['per_replica']}" if pick.get(
+                "per_replica") else "") + ")"
+        beats = None
+        if hy["ok"] and dp["ok"] and pure and (hy.get("strategy") or {}).get("replicas", 0) < s.n_gpus:
+            beats = hy["step_s"] <= 0.9 * dp["step_s"] and hy["step_s"] <= 0.9 * pure
+            wins += bool(beats)
+        rows.append([s.key, chosen, _fmt(auto["step_s"]), _fmt(pure), _fmt(dp["step_s"]), _fmt(hy["step_s"]),
+                     "yes" if dp["ok"] and auto["ok"] and auto["step_s"] <= dp["step_s"] * (1 + 1e-9) else
+                     ("–" if not dp["ok"] else "no"),
+                     "–" if beats is None else ("yes" if beats else "no")])
+    t.add_section("auto's pick; its best placement without replicas; whether it is at least as fast as data "
+                  "parallelism; whether a hybrid (fewer replicas than GPUs, each placed on several) beats both data "
+                  f"parallelism and that placement by 10 % or more ({wins} setting(s))",
+                  ["setting", "auto's pick", "auto (s)", "placement (s)", "data-parallel (s)", "hybrid (s)",
+                   "auto <= data-parallel", "hybrid wins by 10 %"], rows)
+    return t
+
+
+def _fmt(x) -> str:
+    return "–" if x is None else f"{x:.4g}"

@@ -202,6 +202,13 @@ def place_job(setting: Setting, method: str, budget: float, seed: int, config: t
            "devices_used": len(set(p.assignment.values())), **out}
     if r.ok:
         out.update(_uncertainty(setting, p))
+    strategy = p.meta.get("strategy")
+    if strategy is not None:
+        out["strategy"] = {"kind": strategy["kind"], "replicas": strategy["replicas"],
+                           "per_replica": p.meta.get("per_replica")}
+    if p.meta.get("strategies") is not None:          # auto: its pick and what it weighed
+        out["from"] = p.meta.get("from")
+        out["strategies"] = _jsonable(p.meta["strategies"])
     for field, key in (("estimate_s", "estimated_step_time_s"), ("decision_estimate_s", "decision_order_estimate_s")):
         if p.meta.get(key) is not None:
             out[field] = float(p.meta[key])
@@ -230,6 +237,12 @@ def _uncertainty(setting: Setting, placement) -> dict:
 
     robust = _robust(setting)
     graph, cluster = setting.problem()
+    if placement.meta.get("strategy") is not None:        # the replicated step, against the same baseline
+        from autoplace.robust import strategy_range
+
+        sr = strategy_range(robust, placement)
+        return {"step_range_s": [sr.low, sr.high], "robust_step_s": sr.robust,
+                **({"one_gpu_s": sr.one_gpu} if sr.one_gpu is not None else {})}
     devs = placement.to_array(graph, cluster)
     prio = placement.priorities(graph)
     sr = step_ranges(robust, devs[None, :], None if prio is None else prio[None, :])[0]

@@ -31,6 +31,7 @@ from autoplace.cli.common import (
 from autoplace.cluster import CLUSTER_PRESETS, Cluster, get_cluster
 from autoplace.errors import AutoplaceError, FormatError
 from autoplace.graph import Graph
+from autoplace.replicas import strategy_graph
 from autoplace.resolve import resolve_cluster, resolve_graph
 
 
@@ -151,6 +152,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
     placement = _placement_or_map(args.placement, graph, cluster)
+    user_graph, graph = graph, strategy_graph(graph, placement)   # a strategy's placement: the step it runs
     result = simulate(graph, cluster, placement, trace=bool(args.trace or args.plot))
     if args.plot:
         from autoplace.plots import step_png
@@ -163,9 +165,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         write_json(args.trace, chrome_trace(graph, cluster, result), indent=None)
     rng = None
     if result.ok:
-        from autoplace.placers.auto import uncertainty
+        from autoplace.placers.auto import robust_simulator, uncertainty
+        from autoplace.robust import strategy_range
 
-        rng = uncertainty(graph, cluster, [placement])[0]
+        rng = (uncertainty(graph, cluster, [placement])[0] if graph is user_graph
+               else strategy_range(robust_simulator(user_graph, cluster), placement))
     if args.json:
         _print_json({"graph": graph.name, "cluster": cluster.name, "method": placement.method,
                      **result.to_dict(), "uncertainty": rng.to_dict() if rng else None})

@@ -23,6 +23,7 @@ from autoplace.cli.common import (
     _written,
 )
 from autoplace.cli.placing import _failure, _settings, _sim_table, _spinner, _with_progress
+from autoplace.replicas import strategy_graph
 from autoplace.resolve import resolve_cluster, resolve_graph
 
 
@@ -211,6 +212,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     placement = load_placement(args.placement)
     cluster = resolve_cluster(args.cluster or placement.cluster)
     _note_other_cluster(placement, cluster)
+    graph = strategy_graph(graph, placement)        # a strategy's placement: the replicated step it runs
     curve = None
     if args.curve:
         from autoplace.search.curve import Curve

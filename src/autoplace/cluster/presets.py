@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Callable
+from dataclasses import replace
 
 from autoplace.cluster.model import GB, Cluster, Device, GiB, Link, LinkSpec, Segment
 from autoplace.errors import UnknownNameError
@@ -187,6 +188,102 @@ def _h100x8() -> Cluster:
                    segments=segments)
 
 
+#: NCCL's per-step latency of its ring (simple protocol) over NVLink, PCIe and the network: 3.4, 5.7 and 9.6 us
+#: (NVIDIA/nccl src/graph/tuning.cc, ``hwLat``): what the multi-node presets take as their links' latencies
+NCCL_STEP_LATENCY = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 9.6e-6}
+
+
+def _ib(gbit: float) -> float:
+    """An InfiniBand link's data rate in bytes/s: the signalling rate less its 64b/66b encoding."""
+    return gbit / 8 * 1e9 * 64 / 66
+
+
+def _nodes(name: str, hosts: int, cpu: Device, gpus: list[Device], intra: Callable[[Device, Device], LinkSpec],
+           nic: float, nic_of: Callable[[Device], str], paper: str, segments: list[Segment]) -> Cluster:
+    """``hosts`` nodes, each a copy of ``cpu`` (named ``cpu:K``) and of ``gpus`` (``gpu:I``, numbered on across
+    nodes), ``meta["host"]`` ``nodeK``. Devices of one node are linked by ``intra`` (given the devices with
+    their node-local names: ``cpu:0``, ``gpu:0`` ..); of two nodes over the network: the source's NIC out
+    and the destination's NIC in (``nic_of(device)``, one segment each way at ``nic`` bytes/s), NCCL's
+    network step latency."""
+    devs: list[Device] = []
+    local: dict[str, Device] = {}
+    for h in range(hosts):
+        for d in [cpu, *gpus]:
+            k = f"cpu:{h}" if d.kind == "cpu" else f"gpu:{h * len(gpus) + int(d.name[4:])}"
+            devs.append(replace(d, name=k, meta={**d.meta, "host": f"node{h}"}))
+            local[k] = d
+
+    def spec(a: Device, b: Device) -> LinkSpec:
+        if a.meta["host"] == b.meta["host"]:
+            s = intra(local[a.name], local[b.name])
+            return LinkSpec(s.bandwidth, s.latency_s, s.overhead_s,
+                            tuple(f"{a.meta['host']}.{seg}" for seg in s.segments))
+        return LinkSpec(nic, NCCL_STEP_LATENCY["net"], PCIE_COPY_OVERHEAD, (f"{nic_of(a)}.out", f"{nic_of(b)}.in"))
+
+    nics = dict.fromkeys(nic_of(d) for d in devs)
+    segs = [Segment(f"node{h}.{seg.name}", seg.bandwidth) for h in range(hosts) for seg in segments]
+    segs += [Segment(f"{n}.{d}", nic) for n in nics for d in ("out", "in")]
+    return Cluster(name, devs, _links(devs, spec), meta={"paper": paper}, segments=segs)
+
+
+def _flexflow_p100(n: int) -> Cluster:
+    """FlexFlow's P100 cluster (Jia et al. 2019, sec. 8): nodes of four P100 GPUs on NVLink and two 10-core
+    Xeon E5-2600 CPUs, 256 GB, on 100 Gb/s EDR InfiniBand; ``n`` GPUs on ``n / 4`` nodes (at least one)."""
+    # "two Intel 10-core E5-2600": the E5-2640 v4 (Broadwell, 10 cores, 2.4 GHz, AVX2 2xFMA) taken, both as one
+    # device; 2 x 4 channels of DDR4-2133 = 136.5 GB/s
+    cpu = _cpu("cpu:0", "2x Intel Xeon E5-2640 v4", 20, 2.4, 32, 256 * GB, 136.5 * GB,
+               flops_efficiency=AVX2_LINPACK_EFFICIENCY, achievable_bandwidth=136.5 * GB * DDR4_STREAM_EFFICIENCY)
+    # Tesla P100 SXM2 16 GB: 10.6 TFLOPS FP32, 732 GB/s HBM2; achievable as the P100 PCIe's (the same GP100 and
+    # HBM2): 90 % of the peak FLOP/s, 443.8 GB/s
+    gpus = _gpus(min(n, 4), "Tesla P100 SXM2 16GB", 16 * GiB, 10.6e12, 732 * GB,
+                 achievable_flops=10.6e12 * 8.375 / 9.3, achievable_bandwidth=443.8 * GB)
+    # NVLink 1.0: 20 GB/s per link and direction, one link between two GPUs of a node (a P100 has four: three to
+    # its peers); host links PCIe 3.0 x16 as the P100 PCIe's
+
+    def intra(a: Device, b: Device) -> LinkSpec:
+        if a.kind == "cpu":
+            return LinkSpec(PCIE3_X16_H2D, 0.0, PCIE_COPY_OVERHEAD, (f"{b.name}.pcie.down",))
+        if b.kind == "cpu":
+            return LinkSpec(PCIE3_X16_D2H, 0.0, PCIE_COPY_OVERHEAD, (f"{a.name}.pcie.up",))
+        return LinkSpec(20 * GB, NCCL_STEP_LATENCY["nvlink"], PCIE_COPY_OVERHEAD)
+
+    segs = [Segment(f"{g.name}.pcie.{d}", bw) for g in gpus
+            for d, bw in (("up", PCIE3_X16_D2H), ("down", PCIE3_X16_H2D))]
+    return _nodes(f"flexflow-p100x{n}", max(1, n // 4), cpu, gpus, intra, _ib(100), lambda d: f"{d.meta['host']}.nic",
+                  "FlexFlow (Jia et al. 2019) sec. 8: the P100 cluster", segs)
+
+
+def _flexflow_k80(n: int) -> Cluster:
+    """FlexFlow's K80 cluster (Jia et al. 2019, sec. 8): nodes of four K80 GPUs (dies of two boards, each board
+    behind its PCIe switch, as ``k80x4``) and two 10-core Xeon E5-2680 CPUs, 256 GB, on 56 Gb/s FDR
+    InfiniBand; ``n`` GPUs on ``n / 4`` nodes (at least one)."""
+    one = _k80(min(n, 4))
+    # "two Intel 10-core E5-2680": the E5-2680 v2 (Ivy Bridge, 10 cores, 2.8 GHz, AVX without FMA = 16 FP32
+    # FLOP/cycle), both as one device; 2 x 4 channels of DDR3-1866 = 119.4 GB/s
+    cpu = _cpu("cpu:0", "2x Intel Xeon E5-2680 v2", 20, 2.8, 16, 256 * GB, 119.4 * GB,
+               flops_efficiency=AVX2_LINPACK_EFFICIENCY, achievable_bandwidth=119.4 * GB * DDR4_STREAM_EFFICIENCY)
+    gpus = [d for d in one.devices if d.kind == "gpu"]
+    return _nodes(f"flexflow-k80x{n}", max(1, n // 4), cpu, gpus, lambda a, b: one.link(a.name, b.name), _ib(56),
+                  lambda d: f"{d.meta['host']}.nic", "FlexFlow (Jia et al. 2019) sec. 8: the K80 cluster",
+                  list(one.segments))
+
+
+def _h100_pod(nodes: int) -> Cluster:
+    """``nodes`` DGX H100 (each as ``h100x8``) on NDR InfiniBand, one 400 Gb/s ConnectX-7 per GPU (a rail per
+    local GPU index, as DGX BasePOD wires them): a GPU's traffic to another node leaves through its own NIC,
+    the CPU's through the first GPU's."""
+    one = _h100x8()
+    gpus = [d for d in one.devices if d.kind == "gpu"]
+
+    def nic(d: Device) -> str:
+        first = int(d.meta["host"][4:]) * 8
+        return f"{d.meta['host']}.{d.name if d.kind == 'gpu' else f'gpu:{first}'}.nic"
+
+    return _nodes(f"h100x8x{nodes}", nodes, one.device("cpu:0"), gpus, lambda a, b: one.link(a.name, b.name),
+                  _ib(400), nic, "none: a current cluster (DGX H100 nodes, NDR InfiniBand, a NIC per GPU)",
+                  list(one.segments))
+
+
 def _meminfo_bytes() -> int:
     try:
         with open("/proc/meminfo") as f:
@@ -258,6 +355,9 @@ CLUSTER_PRESETS: dict[str, Callable[[], Cluster]] = {
     "p100x8": lambda: _p100(8),
     "gtx1050tix2": _gtx1050ti,
     "h100x8": _h100x8,
+    **{f"flexflow-p100x{n}": (lambda n=n: _flexflow_p100(n)) for n in (2, 4, 8, 16)},
+    **{f"flexflow-k80x{n}": (lambda n=n: _flexflow_k80(n)) for n in (2, 4, 8, 16)},
+    "h100x8x4": lambda: _h100_pod(4),
     "localhost": _localhost,
 }
 

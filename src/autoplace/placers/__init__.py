@@ -14,4 +14,4 @@ __all__ = ["PlacerFn", "PlacerInfo", "register_placer", "get_placer", "available
 # Built-in placer modules register themselves on import, in this order (available_placers() lists them so).
 from autoplace.placers import (  # noqa: E402,F401,I001
     auto, baselines, cpsat, dp_split, pipeline, expert, rl, gdp, hdp, htf_mpr, list_scheduling, baechi, local_search,
-    partitioning)
+    partitioning, replicated)

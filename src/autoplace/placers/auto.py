@@ -31,6 +31,13 @@ judged by its worst case over the cost model's uncertainty.
    ``pipeline``, and ``pipeline``: its schedule, micro-batches and stages). ``M`` itself is the
    capture's: ``compile(..., micro_batches=M)``, ``autoplace capture --micro-batches M``.
 
+7. Where the step can be re-captured with micro-batches (the zoo's models) and the cluster has two GPUs or
+   more, weigh the strategies over the batch dimension (:data:`STRATEGIES`: ``data-parallel``, ``towers``,
+   ``hybrid``, ``pipelined``, :mod:`autoplace.placers.replicated`) by the same robust step (each scenario
+   rescaled by the same one-GPU baseline): the best that fits is returned where it beats step 6's (meta ``from``: the
+   strategy; ``strategies``: each one's nominal and robust step). Its placement is of the replicated step
+   (``meta["strategy"]``; :func:`autoplace.replicas.strategy_graph` rebuilds it).
+
 So ``auto`` returns one GPU when nothing is robustly faster: where ``single-gpu`` fits, ``auto``'s robust
 step is at most its nominal step (a near-tie chosen for fewer cuts can only be ``single-gpu`` itself or
 below it), i.e. ``auto`` is at least as fast as ``single-gpu`` in every scenario.
@@ -54,7 +61,7 @@ from autoplace.placers.registry import place, register_placer
 from autoplace.progress import report_progress
 from autoplace.search import work
 
-__all__ = ["auto", "robust_simulator", "pick_robust", "uncertainty", "NEAR_TIE", "CLEANUP_SHARE"]
+__all__ = ["auto", "robust_simulator", "pick_robust", "uncertainty", "NEAR_TIE", "CLEANUP_SHARE", "STRATEGIES"]
 
 #: candidates whose robust scores are within this fraction of the best are near-ties: the one with the
 #: fewest cross-device edges wins (every cut is a transfer the cost model may undercount)
@@ -116,8 +123,8 @@ def pick_robust(graph: Graph, cluster: Cluster, placements: list[Placement], rob
 @register_placer("auto", description="every fast placer, the best refined by hierarchical local search "
                  "(and CP-SAT on small graphs), ranked by the worst case over the cost model's uncertainty; "
                  "the best valid placement", paper="", memory_aware=True)
-def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
-    """See the module docstring."""
+def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None, strategies: bool = True) -> Placement:
+    """See the module docstring (``strategies=False`` leaves out step 7: placements of ``graph`` only)."""
     from autoplace.placers.cpsat import MAX_TASKS, improve_with_cp_sat
     from autoplace.placers.local_search import refine, return_strays
 
@@ -175,7 +182,61 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement
     if pipe is not None:
         meta["pipeline"] = {k: pipe.meta[k] for k in ("pipeline_schedule", "micro_batches", "stages")}
     out = Placement.from_array(graph, cluster, dev, "auto", prio if pipe is not None else None, **meta)
-    return check_fits(graph, cluster, out)
+    out = check_fits(graph, cluster, out)
+    if strategies:
+        out = _strategies(graph, cluster, robust, out, float(robust.robust_steps(steps[:, None])[0]), seed)
+    return out
+
+
+#: the strategies over the batch dimension ``auto`` weighs against its placement (:mod:`.replicated`)
+STRATEGIES = ("data-parallel", "towers", "hybrid", "pipelined")
+
+
+def _row(prio):
+    return None if prio is None else prio[None, :]
+
+
+def _strategies(graph: Graph, cluster: Cluster, robust, best: Placement, best_robust: float, seed) -> Placement:
+    """Step 7: where the step can be re-captured with micro-batches and the cluster has two GPUs or more, each
+    strategy of :data:`STRATEGIES`, its robust step taken against the same one-GPU baseline (each scenario's
+    step rescaled as ``best``'s); the strategy with the lowest robust step that fits replaces ``best`` where
+    it beats it. ``meta["strategies"]`` records each (its nominal and robust step, whether it fits, or why it
+    has none)."""
+    from autoplace.placers.replicated import replica_devices
+    from autoplace.replicas import can_replicate, strategy_graph
+    from autoplace.robust import RobustSimulator
+
+    if not can_replicate(graph) or len(replica_devices(cluster)) < 2:
+        return best
+    rows, found = [], []
+    for method in STRATEGIES:
+        report_progress(f"auto: {method}", None)
+        try:
+            p = place(graph, cluster, method, seed=seed)
+        except InfeasibleError as e:
+            rows.append({"method": method, "error": str(e)})
+            continue
+        big = strategy_graph(graph, p)
+        rs = RobustSimulator(big, cluster, scenarios=robust.scenarios)
+        devs = p.to_array(big, cluster)[None, :]
+        prio = _row(p.priorities(big))
+        steps = rs.steps(devs, prio)
+        worst = float(robust.robust_steps(steps)[0])
+        fits = not bool(rs.nominal.run_batch(devs, prio).oom[0])
+        rows.append({"method": method, "step_time_s": float(steps[0, 0]), "robust_step_s": worst, "fits": fits,
+                     "replicas": p.meta["strategy"]["replicas"]})
+        if fits:
+            found.append((worst, p))
+    rows.insert(0, {"method": "placement", "from": best.meta.get("from"),
+                    "step_time_s": float(robust.nominal.run_batch(best.to_array(graph, cluster)[None, :],
+                                                                  _row(best.priorities(graph))).step_time[0]),
+                    "robust_step_s": best_robust, "fits": True, "replicas": 1})
+    meta = {**best.meta, "strategies": rows}
+    if found and min(found, key=lambda f: f[0])[0] < best_robust:
+        worst, p = min(found, key=lambda f: f[0])
+        return Placement(p.assignment, p.graph, p.cluster, "auto", {**p.meta, **meta, "from": p.method,
+                                                                     "improved_by": []}, p.schedule)
+    return Placement(best.assignment, best.graph, best.cluster, best.method, meta, best.schedule)
 
 
 def _pipelined(graph: Graph, cluster: Cluster, robust, steps: np.ndarray, seed) -> tuple:

@@ -37,6 +37,7 @@ class PlacerInfo:
     learned: bool = False
     search: Callable | None = None
     config: type | None = None          #: a learned placer's settings (a dataclass with ``from_dict``)
+    strategy: bool = False              #: its placement is of a replicated step (``meta["strategy"]``)
 
 
 _REGISTRY: dict[str, PlacerInfo] = {}
@@ -44,7 +45,7 @@ _REGISTRY: dict[str, PlacerInfo] = {}
 
 def register_placer(name: str, *, description: str, paper: str = "", memory_aware: bool = False,
                     learned: bool = False, search: Callable | None = None,
-                    config: type | None = None) -> Callable[[PlacerFn], PlacerFn]:
+                    config: type | None = None, strategy: bool = False) -> Callable[[PlacerFn], PlacerFn]:
     """Decorator adding ``fn(graph, cluster, *, seed=None, budget=None) -> Placement`` under ``name``.
 
     ``memory_aware`` placers promise that the parameters and outputs they put on a device fit its memory
@@ -52,12 +53,14 @@ def register_placer(name: str, *, description: str, paper: str = "", memory_awar
     policy for minutes; ``compare`` runs them only when asked by name. Their ``search`` function takes the
     search's own options (a budget of samples or wall-clock seconds, checkpoint and resume folders, curve
     files; :func:`autoplace.placers.rl.rl_search`) and returns a result with ``.placement``; ``config`` is
-    the dataclass of their settings (``--set KEY=VALUE``; ``config.from_dict`` checks a dict of them)."""
+    the dataclass of their settings (``--set KEY=VALUE``; ``config.from_dict`` checks a dict of them).
+    ``strategy`` placers return a placement of the replicated step (:mod:`autoplace.replicas`) whose
+    ``meta["strategy"]`` rebuilds it: :func:`autoplace.replicas.strategy_graph`."""
 
     def deco(fn: PlacerFn) -> PlacerFn:
         if name in _REGISTRY:
             raise ValueError(f"placer {name!r} is registered twice")
-        _REGISTRY[name] = PlacerInfo(name, fn, description, paper, memory_aware, learned, search, config)
+        _REGISTRY[name] = PlacerInfo(name, fn, description, paper, memory_aware, learned, search, config, strategy)
         return fn
 
     return deco
@@ -70,18 +73,21 @@ def get_placer(name: str) -> PlacerInfo:
         raise UnknownNameError(f"unknown placement method {name!r} (known: {', '.join(_REGISTRY)})") from None
 
 
-def available_placers(*, include_learned: bool = True) -> list[str]:
-    """Registered placer names, in registration order; ``include_learned=False`` leaves out the learned ones."""
-    return [n for n, info in _REGISTRY.items() if include_learned or not info.learned]
+def available_placers(*, include_learned: bool = True, include_strategies: bool = True) -> list[str]:
+    """Registered placer names, in registration order; ``include_learned=False`` leaves out the learned ones,
+    ``include_strategies=False`` the strategies (placements of a replicated step)."""
+    return [n for n, info in _REGISTRY.items()
+            if (include_learned or not info.learned) and (include_strategies or not info.strategy)]
 
 
 def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.Generator | None = None,
-          budget: float | None = None, time_limit: float | None = None) -> Placement:
+          budget: float | None = None, time_limit: float | None = None, **options) -> Placement:
     """Run placer ``method``; the returned placement's meta records ``search_time_s`` and ``seed``.
 
     ``budget`` is nominal work (seconds a reference machine would take: :mod:`autoplace.search.work`), so a
     result does not depend on the machine's load; ``time_limit`` (seconds of wall clock) stops every
-    search sooner if it comes first, with the best it has (its meta then says ``"time limit"``)."""
+    search sooner if it comes first, with the best it has (its meta then says ``"time limit"``). ``options``
+    go to the placer as keywords (``auto``'s ``strategies=False``)."""
     from autoplace.search.budget import time_limit as limit
 
     info = get_placer(method)
@@ -91,7 +97,7 @@ def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.
     check_runnable(graph, cluster)  # one message for "no device can run op X", whatever the placer
     t0 = time.perf_counter()
     with limit(time_limit):
-        placement = info.fn(graph, cluster, seed=seed, budget=budget)
+        placement = info.fn(graph, cluster, seed=seed, budget=budget, **options)
     elapsed = time.perf_counter() - t0
     meta = {**placement.meta, "search_time_s": elapsed}
     if time_limit is not None:

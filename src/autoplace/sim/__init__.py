@@ -10,6 +10,10 @@ The whitepaper's simulated execution with Send/Recv (§3.2.1-3.2.2), as a discre
 A placement with a schedule (:mod:`autoplace.schedule`) runs each device's ops in its order; arrays of
 device indices take their schedules as priorities beside them (``schedule=``, ``schedules=``).
 
+Collectives (:mod:`autoplace.collectives`) are lowered to their steps between the devices a placement gives
+their participants (one lowering per distinct set of those devices, kept); the steps run as communication
+ops of the loop.
+
 A placement whose peak memory exceeds a device's capacity is a *failing placement*: reported in
 ``SimResult.oom_devices``, never raised.
 """
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autoplace.cluster import Cluster
+from autoplace.collectives import Lowered, groups, lower
 from autoplace.cost import (
     check_device_types,
     check_runnable,
@@ -32,10 +37,12 @@ from autoplace.cost import (
 from autoplace.errors import PlacementError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
+from autoplace.replicas import strategy_graph
 from autoplace.result import StepResult
 from autoplace.schedule import NO_SCHEDULE, deadlock, positions
 from autoplace.sim import _cbackend, _kernel
 from autoplace.sim._args import ClusterArrays, GraphArrays
+from autoplace.sim._kernel import COMM
 
 __all__ = ["Simulator", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch", "host_busy_share",
            "BACKEND", "NO_SCHEDULE"]
@@ -150,18 +157,14 @@ class Simulator:
                              f"{(graph.n_ops, cluster.n_devices)}")
         check_runnable(graph, cluster, self.op_times)
         self._all_feasible = bool(np.isfinite(self.op_times).all())
-        g, c = graph, cluster
-        # one argument bundle for both loops (index arrays as int32: half the memory traffic)
-        i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
+        c = cluster
         f64 = lambda a: np.ascontiguousarray(a, dtype=np.float64)  # noqa: E731
-        self._graph_args = GraphArrays(
-            order=g.topological_order, tensor_src=g.tensor_src, tensor_bytes=g.tensor_bytes,
-            tensor_alloc=g.tensor_alloc, tensor_out=g.tensor_out, op_tensor_ptr=i32(g.op_tensor_ptr),
-            tensor_pair_ptr=i32(g.tensor_pair_ptr), pair_op=i32(g.pair_op), pair_tensor=g.pair_tensor,
-            in_ptr=i32(g.in_ptr), in_pair=i32(g.in_pair), out_alloc_total=g.out_alloc_total,
-            unconsumed_alloc=g.unconsumed_alloc, param_bytes=g.param_bytes, alias_pair=i32(g.alias_pair),
-            op_pair_ptr=i32(g.tensor_pair_ptr[g.op_tensor_ptr]), op_group=i32(g.op_group),
-            group_launch=np.ascontiguousarray(group_launch_matrix(g, c).ravel()))
+        self._graph_args = _graph_arrays(graph, cluster)
+        # collectives: their participants, and a lowering per distinct set of the devices placements give them
+        self._collectives = groups(graph)
+        self._members = (np.concatenate(list(self._collectives.values())) if self._collectives
+                         else np.zeros(0, np.int64))
+        self._lowered: dict[bytes, tuple[Lowered, GraphArrays]] = {}
         self._cluster_args = ClusterArrays(
             bandwidth=f64(c.bandwidth), latency=f64(c.latency), overhead=f64(c.overhead), route_ptr=c.route_ptr,
             route_seg=c.route_seg, seg_bw=f64(c.segment_bandwidth), send_cap=c.send_engines,
@@ -174,8 +177,8 @@ class Simulator:
                              & ~np.eye(c.n_devices, dtype=bool))
         self._loaded_times = None
         if op_times is None and self._shares_host.any() and any(
-                k.endswith("|loaded") for op in g.ops if op.cost for k in op.cost):
-            self._loaded_times = op_time_matrix(g, c, loaded=True)
+                k.endswith("|loaded") for op in graph.ops if op.cost for k in op.cost):
+            self._loaded_times = op_time_matrix(graph, c, loaded=True)
         if time_scale is not None:
             scale = np.asarray(time_scale, dtype=np.float64)[None, :]
             self.op_times = np.ascontiguousarray(self.op_times * scale)
@@ -281,8 +284,77 @@ class Simulator:
 
     def _execute_rows(self, devs: np.ndarray, spos: np.ndarray, op_times: np.ndarray,
                       prios: np.ndarray | None) -> tuple[BatchResult, Timeline]:
+        if self._collectives:
+            return self._execute_lowered(devs, spos, op_times, prios)
+        batch, timeline, done = self._loop(self.graph, self._graph_args, devs, spos, op_times)
+        self._check_done(done, self.graph.n_ops, devs, spos, prios)
+        return batch, timeline
+
+    def lowering(self, dev: np.ndarray) -> Lowered:
+        """The graph with its collectives lowered for the devices placement ``dev`` gives their participants."""
+        return self._lowering(np.asarray(dev, np.int64))[0]
+
+    def _lowering(self, dev: np.ndarray) -> tuple[Lowered, GraphArrays]:
+        key = dev[self._members].tobytes()
+        if key not in self._lowered:
+            low = lower(self.graph, self.cluster, dev, self._collectives)
+            self._lowered[key] = (low, _graph_arrays(low.graph, self.cluster))
+        return self._lowered[key]
+
+    def _execute_lowered(self, devs: np.ndarray, spos: np.ndarray, op_times: np.ndarray,
+                         prios: np.ndarray | None) -> tuple[BatchResult, Timeline]:
+        """Run each row on its lowering (rows whose participants sit on the same devices share one); the
+        results per device are the rows', the timeline (the last row's) is mapped back to the graph's ops and
+        tensors (a participant's start is its first step's)."""
         B, n = devs.shape
-        D, P, S = self.cluster.n_devices, self.graph.n_edges, len(self.cluster.segments)
+        keys = [devs[b, self._members].tobytes() for b in range(B)]
+        order = list(dict.fromkeys(keys[:-1]))
+        order = [k for k in order if k != keys[-1]] + keys[-1:]
+        parts: list[tuple[list[int], BatchResult]] = []
+        timeline = None
+        for key in order:
+            rows = [b for b in range(B) if keys[b] == key]
+            low, args = self._lowering(devs[rows[0]])
+            m = low.graph.n_ops
+            edevs = np.ascontiguousarray(devs[rows][:, low.origin])
+            espos = np.ascontiguousarray(_comm_positions(spos[rows], devs[rows], low.comm[:n], m))
+            times = np.zeros((m, self.cluster.n_devices))
+            times[:n] = op_times
+            batch, tl, done = self._loop(low.graph, args, edevs, espos, times)
+            self._check_done(done, m, devs[rows], spos[rows], None if prios is None else prios[rows])
+            parts.append((rows, batch))
+            start = tl.start[:n].copy()
+            np.minimum.at(start, low.origin[n:], tl.start[n:])
+            lstart = tl.launch_start[:n].copy()
+            np.minimum.at(lstart, low.origin[n:], tl.launch_start[n:])
+            timeline = Timeline(start, tl.finish[:n].copy(), devs[rows[-1]], low.tensor_origin[tl.transfer_tensor],
+                                tl.transfer_src, tl.transfer_dst, tl.transfer_start, tl.transfer_end,
+                                tl.transfer_arrival, lstart)
+        fields = {}
+        for f in ("step_time", "busy_time", "peak_memory", "link_time", "link_bytes", "n_transfers", "segment_time",
+                  "host_time"):
+            first = getattr(parts[0][1], f)
+            arr = np.empty((B, *first.shape[1:]), first.dtype)
+            for rows, batch in parts:
+                arr[rows] = getattr(batch, f)
+            fields[f] = arr
+        return BatchResult(memory_capacity=self.cluster.memory_bytes.copy(), **fields), timeline
+
+    def _check_done(self, done: np.ndarray, n: int, devs: np.ndarray, spos: np.ndarray,
+                    prios: np.ndarray | None) -> None:
+        if (done != n).any():   # every op runs in any placement of a DAG: a stall is a schedule's or a bug
+            b = int(np.flatnonzero(done != n)[0])
+            if (spos[b] >= 0).any():
+                why = deadlock(self.graph, devs[b], prios[b])
+                if why:
+                    raise PlacementError(why + (f" (placement {b})" if len(devs) > 1 else ""))
+            raise RuntimeError(f"the simulator stopped after {int(done[b])} of {n} ops of placement {b}")
+
+    def _loop(self, graph: Graph, graph_args: GraphArrays, devs: np.ndarray, spos: np.ndarray,
+              op_times: np.ndarray) -> tuple[BatchResult, Timeline, np.ndarray]:
+        """The event loop (C if built, else numba) on every row of ``devs``; also each row's ops finished."""
+        B, n = devs.shape
+        D, P, S = self.cluster.n_devices, graph.n_edges, len(self.cluster.segments)
         H = len(self.cluster.launcher_names)
         start, finish, lstart = np.empty(n), np.empty(n), np.empty(n)
         step, nx, done = np.zeros(B), np.zeros(B, np.int64), np.zeros(B, np.int64)
@@ -292,27 +364,20 @@ class Simulator:
         xf_t, xf_s, xf_d = np.empty(P, np.int64), np.empty(P, np.int64), np.empty(P, np.int64)
         xf_a, xf_b, xf_c = np.empty(P), np.empty(P), np.empty(P)
         if _cbackend.BACKEND == "c":
-            _cbackend.simulate(B, n, self.graph.n_tensors, P, D, S, H, (
-                devs, spos, op_times, *self._graph_args, *self._cluster_args, start, finish, lstart, step, busy, host,
+            _cbackend.simulate(B, n, graph.n_tensors, P, D, S, H, (
+                devs, spos, op_times, *graph_args, *self._cluster_args, start, finish, lstart, step, busy, host,
                 peak, link_time, link_bytes, seg_time, nx, xf_t, xf_s, xf_d, xf_a, xf_b, xf_c, done))
         else:
             for b in range(B):
                 step[b], nx[b], done[b] = _kernel.simulate_one(
-                    devs[b], spos[b], op_times, *self._graph_args, *self._cluster_args, H, start, finish, lstart,
+                    devs[b], spos[b], op_times, *graph_args, *self._cluster_args, H, start, finish, lstart,
                     busy[b], host[b], peak[b], link_time[b], link_bytes[b], seg_time[b], xf_t, xf_s, xf_d, xf_a, xf_b,
                     xf_c)
-        if (done != n).any():   # every op runs in any placement of a DAG: a stall is a schedule's or a bug
-            b = int(np.flatnonzero(done != n)[0])
-            if (spos[b] >= 0).any():
-                why = deadlock(self.graph, devs[b], prios[b])
-                if why:
-                    raise PlacementError(why + (f" (placement {b})" if B > 1 else ""))
-            raise RuntimeError(f"the simulator stopped after {int(done[b])} of {n} ops of placement {b}")
         k = int(nx[-1]) if B else 0
         timeline = Timeline(start, finish, devs[-1] if B else devs, xf_t[:k], xf_s[:k], xf_d[:k], xf_a[:k], xf_b[:k],
                             xf_c[:k], lstart)
         return BatchResult(step, busy, peak, self.cluster.memory_bytes.copy(), link_time, link_bytes, nx,
-                           seg_time, host), timeline
+                           seg_time, host), timeline, done
 
     def run(self, placement: Placement | np.ndarray | Sequence[int], *, trace: bool = False,
             schedule: np.ndarray | Sequence[int] | None = None) -> SimResult:
@@ -348,6 +413,38 @@ class Simulator:
     def critical_path(self) -> float:
         """Longest path with every op on its fastest feasible device and free transfers."""
         return self.graph.longest_path(fastest_op_times(self.graph, self.cluster, self.op_times))
+
+
+def _graph_arrays(g: Graph, c: Cluster) -> GraphArrays:
+    """The graph's argument bundle for both loops (index arrays as int32: half the memory traffic)."""
+    i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
+    return GraphArrays(
+        order=g.topological_order, tensor_src=g.tensor_src, tensor_bytes=g.tensor_bytes,
+        tensor_alloc=g.tensor_alloc, tensor_out=g.tensor_out, op_tensor_ptr=i32(g.op_tensor_ptr),
+        tensor_pair_ptr=i32(g.tensor_pair_ptr), pair_op=i32(g.pair_op), pair_tensor=g.pair_tensor,
+        in_ptr=i32(g.in_ptr), in_pair=i32(g.in_pair), out_alloc_total=g.out_alloc_total,
+        unconsumed_alloc=g.unconsumed_alloc, param_bytes=g.param_bytes, alias_pair=i32(g.alias_pair),
+        op_pair_ptr=i32(g.tensor_pair_ptr[g.op_tensor_ptr]), op_group=i32(g.op_group),
+        group_launch=np.ascontiguousarray(group_launch_matrix(g, c).ravel()))
+
+
+def _comm_positions(spos: np.ndarray, devs: np.ndarray, participant: np.ndarray, m: int) -> np.ndarray:
+    """``[B, m]`` loop schedules of a lowering: the communication ops :data:`COMM`; every other op keeps its
+    place in its device's order among the ops that are no participant (renumbered from 0)."""
+    B, n = spos.shape
+    out = np.full((B, m), COMM, np.int64)
+    out[:, :n] = spos
+    for b in range(B):
+        row = out[b, :n]
+        row[participant] = COMM
+        sel = np.flatnonzero((spos[b] >= 0) & ~participant)
+        if len(sel) < int((spos[b] >= 0).sum()):
+            order = sel[np.lexsort((spos[b, sel], devs[b, sel]))]
+            d = devs[b, order]
+            first = np.r_[0, np.flatnonzero(d[1:] != d[:-1]) + 1]
+            rank = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+            row[order] = rank
+    return out
 
 
 def _busy_curve(start: np.ndarray, finish: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -396,11 +493,16 @@ def _int_array(placement) -> np.ndarray:
 def simulate(graph: Graph, cluster: Cluster, placement: Placement | np.ndarray | Sequence[int], *,
              trace: bool = False) -> SimResult:
     """Simulate one training step of ``graph`` on ``cluster`` under ``placement`` (a warning where the
-    placement was made for another cluster: its device names may mean other devices here)."""
-    if isinstance(placement, Placement) and placement.cluster != cluster.name:
-        import warnings
+    placement was made for another cluster: its device names may mean other devices here). A strategy's
+    placement (``meta["strategy"]``: replicas, towers) runs the step it was made for
+    (:func:`autoplace.replicas.strategy_graph`)."""
+    if isinstance(placement, Placement):
+        if placement.cluster != cluster.name:
+            import warnings
 
-        warnings.warn(f"placement made for cluster {placement.cluster!r}, simulated on {cluster.name!r}", stacklevel=2)
+            warnings.warn(f"placement made for cluster {placement.cluster!r}, simulated on {cluster.name!r}",
+                          stacklevel=2)
+        graph = strategy_graph(graph, placement)
     return Simulator(graph, cluster).run(placement, trace=trace)
 
 

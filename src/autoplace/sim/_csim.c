@@ -151,6 +151,9 @@ static inline void ev_pop(Events *e) {
 
 enum { L_FREE = 0, L_BUSY = 1, L_SYNC = 2, L_DEPTH = 3 };
 
+/* spos of a communication op (a collective's step, run by the communication library: never queued) */
+#define COMM (-2)
+
 static inline i64 key_of(i64 kind, i64 id) { return (kind << KSHIFT) + id; }
 static inline double dmax(double a, double b) { return a > b ? a : b; }
 
@@ -205,7 +208,8 @@ typedef struct {
     Dev *dev;
     Launcher *lau;
     OpState *op;
-    i64 *fq, *dirty, *isdirty, *gseen;
+    i64 *fq, *dirty, *isdirty, *gseen; /* fq: the devices' FIFOs, then the communication queue at nq */
+    i64 nq;          /* ops that are no communication op */
     const i64 *spos; /* this row's schedule: each op's place in its device's order (-1: ready order) */
     i64 *sop;        /* the schedule's orders: device d's in sop[fbase:fbase + its ops] */
     i64 *lq; /* a launcher's FIFO keys: (release number << QSHIFT) | op */
@@ -223,6 +227,7 @@ typedef struct {
     Events ev;
     i64 seq, nx, ndirty, nact, gen, reshare, finished;
     double t;
+    i64 chead, ctail; /* the communication queue: w->fq[nq + chead : nq + ctail] */
 } Run;
 
 static int work_alloc(Work *w, const Problem *p) {
@@ -230,7 +235,7 @@ static int work_alloc(Work *w, const Problem *p) {
     i64 cap = 3 * n + 6 * P + 2 * D + 2 * H + 8, NQ = 2 * D + D * D;
     size_t sz = sizeof(Ent) * (size_t)(cap + 1) + sizeof(Buf) * (size_t)(T + P) + sizeof(OpState) * (size_t)n +
                 sizeof(Dev) * (size_t)D + sizeof(Launcher) * (size_t)(H + 1) +
-                sizeof(i64) * (size_t)(n + n + n + 2 * (D + H) + (G * D + 1) + P * 7 + NQ * 4 + (S + 1)) +
+                sizeof(i64) * (size_t)(n + n + n + 2 * (D + H + 1) + (G * D + 1) + P * 7 + NQ * 4 + (S + 1)) +
                 sizeof(double) * (size_t)(n + n + P * 4 + (S + 1)) + sizeof(i32) * (size_t)(P + n);
     char *b = malloc(sz);
     if (!b) return -1;
@@ -248,8 +253,8 @@ static int work_alloc(Work *w, const Problem *p) {
     w->fq = ip; ip += n;
     w->lq = ip; ip += n;
     w->sop = ip; ip += n;
-    w->dirty = ip; ip += D + H;
-    w->isdirty = ip; ip += D + H;
+    w->dirty = ip; ip += D + H + 1;
+    w->isdirty = ip; ip += D + H + 1;
     w->gseen = ip; ip += G * D + 1;
     w->xbuf = ip; ip += P;
     w->xq = ip; ip += P;
@@ -312,10 +317,15 @@ static inline void admit(const Problem *p, Work *w, Run *r, i64 c, int mk) {
     }
 }
 
-/* Op c's last input has resolved. Under a schedule it is held until its device's turn comes to it; else it
- * joins its queue. */
+/* Op c's last input has resolved. A communication op joins the communication queue (dispatch entry D + H).
+ * Under a schedule an op is held until its device's turn comes to it; else it joins its queue. */
 static inline void release(const Problem *p, Work *w, Run *r, i64 c) {
     i64 sp = w->spos[c];
+    if (sp == COMM) {
+        w->fq[w->nq + r->ctail++] = c;
+        mark(w, r, p->D + p->H);
+        return;
+    }
     if (sp >= 0 && sp != w->dev[w->op[c].dev].turn) {
         w->op[c].held = 1;
         return;
@@ -328,7 +338,7 @@ static inline void release(const Problem *p, Work *w, Run *r, i64 c) {
 static inline void next_turn(const Problem *p, Work *w, Run *r, i64 d) {
     Dev *v = w->dev + d;
     i64 k = ++v->turn;
-    i64 end = d + 1 < p->D ? w->dev[d + 1].fbase : p->n;
+    i64 end = d + 1 < p->D ? w->dev[d + 1].fbase : w->nq;
     if (v->fbase + k < end) {
         i64 c = w->sop[v->fbase + k];
         if (w->op[c].held) {
@@ -515,6 +525,10 @@ static void launched(const Problem *p, Work *w, Run *r, Out *o, i64 i, i64 d) {
             OpState *oc = w->op + c;
             i64 dc = oc->dev;
             if (dc == d) {
+                if (w->spos[c] == COMM) { /* a communication op is delivered at FINISH */
+                    remote = 1;
+                    continue;
+                }
                 w->pair_buf[pr] = (i32)buf;
                 w->buf[buf].ref += 1;
                 if (--oc->cnt == 0) release(p, w, r, c);
@@ -550,7 +564,7 @@ static void launched(const Problem *p, Work *w, Run *r, Out *o, i64 i, i64 d) {
 static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos, Out *o, i64 *n_transfers,
                       i64 *n_finished) {
     const i64 n = p->n, D = p->D, T = p->T, P = p->P, S = p->S, H = p->H, G = p->G, NQ = 2 * D + D * D;
-    Run run = {{w->ev, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0.0};
+    Run run = {{w->ev, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0};
     Run *r = &run;
     for (i64 d = 0; d < D; d++) {
         Dev *v = w->dev + d;
@@ -564,10 +578,14 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
         memset(L, 0, sizeof(Launcher));
         L->shead = L->stail = -1;
     }
+    w->nq = 0;
     for (i64 i = 0; i < n; i++) {
         i64 d = dev[i];
-        w->dev[d].fbase += 1; /* counts for now */
-        if (p->launcher[d] >= 0) w->lau[p->launcher[d]].lbase += 1;
+        if (spos[i] != COMM) {
+            w->dev[d].fbase += 1; /* counts for now */
+            if (p->launcher[d] >= 0) w->lau[p->launcher[d]].lbase += 1;
+            w->nq += 1;
+        }
         w->dev[d].mem += p->param_bytes[i];
         w->op[i].cnt = p->in_ptr[i + 1] - p->in_ptr[i];
         w->op[i].dev = (i32)d;
@@ -588,7 +606,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
         w->lau[h].lbase = base;
         base += c;
     }
-    memset(w->isdirty, 0, sizeof(i64) * (D + H));
+    memset(w->isdirty, 0, sizeof(i64) * (D + H + 1));
     memset(w->gseen, 0, sizeof(i64) * (G * D + 1));
     memset(w->nseg, 0, sizeof(i64) * (S + 1));
     for (i64 tt = 0; tt < T; tt++) {
@@ -624,7 +642,9 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
                 i64 i = ident, d = w->op[i].dev;
                 Dev *vd = w->dev + d;
                 i64 h = vd->launcher;
-                vd->nfree += 1;
+                int comm = w->spos[i] == COMM;
+                if (comm) h = -1; /* it took no slot; it delivers as a synchronous op does */
+                else vd->nfree += 1;
                 r->finished += 1;
                 if (t > makespan) makespan = t;
                 if (h >= 0) {
@@ -649,7 +669,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
                         OpState *oc = w->op + c;
                         i64 dc = oc->dev;
                         if (dc == d) {
-                            if (h < 0) {
+                            if (h < 0 || w->spos[c] == COMM) { /* a communication op waits for the kernel */
                                 w->pair_buf[pr] = (i32)buf;
                                 w->buf[buf].ref += 1;
                                 if (--oc->cnt == 0) release(p, w, r, c);
@@ -682,7 +702,9 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
                                 if (vc->mem > vc->peak) vc->peak = vc->mem;
                                 w->xq[x] = p->send_cap[d] > 0 ? d : (p->recv_cap[dc] > 0 ? D + dc : 2 * D + l);
                                 double ov = p->overhead[l], at = t; /* when it joins its copy queue */
-                                if (h >= 0) {
+                                if (comm) {
+                                    /* the library moves it inside its kernel: nothing to submit */
+                                } else if (h >= 0) {
                                     vd->host += ov;
                                     if (vc->launcher >= 0) {
                                         cum_p += ov;
@@ -781,6 +803,18 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
             w->isdirty[k] = 0;
             if (k < D) {
                 start_ops(p, w, r, o, k);
+            } else if (k == D + H) {
+                /* communication ops: no slot, no launch, no time; their outputs are allocated now */
+                while (r->chead < r->ctail) {
+                    i64 c = w->fq[w->nq + r->chead++];
+                    Dev *vc = w->dev + w->op[c].dev;
+                    o->start[c] = t;
+                    o->finish[c] = t;
+                    o->lstart[c] = t;
+                    vc->mem += p->out_alloc_total[c];
+                    if (vc->mem > vc->peak) vc->peak = vc->mem;
+                    push(r, t, FINISH, c);
+                }
             } else {
                 i64 h = k - D;
                 Launcher *L = w->lau + h;

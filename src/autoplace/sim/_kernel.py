@@ -38,6 +38,13 @@ its link's bandwidth and its shares, recomputed whenever a transfer starts or en
 ``latency`` after its last byte. A control tensor crossing devices takes no resource: it lands one
 latency after its producer finishes.
 
+Communication ops (``spos == COMM``: the steps of a collective, :mod:`autoplace.collectives`) are run by a
+communication library on its own stream or thread (NCCL, gloo), beside the device's ops: released when their
+inputs resolve — a local input from an asynchronous device when its kernel *finishes* (the library's stream
+waits for it), not at its launch — they take no slot, no launch and no time, and deliver as a synchronous op
+does; their transfers pay no submit overhead (the library copies inside its kernel) and join their copy queue
+at once. They are dispatched from one FIFO (dispatch entry ``D + H``), kept in ``fq`` after the devices' ops.
+
 Memory: parameters are resident all step; an op's outputs are allocated when it (its kernel) starts; a
 received copy when its transfer is issued. Outputs live in buffers: an op's own, or, for a view
 (``alias_pair``), the buffer of the input it aliases. A control tensor is a buffer of its own (of no
@@ -63,8 +70,11 @@ XQUEUE = 5
 LFREE = 6
 
 # integer run state, one array: release counter, transfers issued, dirty entries, active shared
-# transfers, event heap size, SEGEND generation, whether shares need recomputing
-SEQ, NX, NDIRTY, NACT, ESIZE, GEN, RESHARE = 0, 1, 2, 3, 4, 5, 6
+# transfers, event heap size, SEGEND generation, whether shares need recomputing, released communication ops
+SEQ, NX, NDIRTY, NACT, ESIZE, GEN, RESHARE, NCOMM = 0, 1, 2, 3, 4, 5, 6, 7
+
+#: ``spos`` of a communication op (a collective's step, run by the communication library: never queued)
+COMM = -2
 
 # launcher states
 FREE, BUSY, SYNC, DEPTH = 0, 1, 2, 3
@@ -136,8 +146,15 @@ def _mark(dirty, isdirty, ist, k):
 
 @njit(cache=True)
 def _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, spos, turn, held):
-    """Op ``c``'s last input has resolved. Under a schedule it is held until its device's turn comes to it;
-    else it joins its queue (:func:`_admit`)."""
+    """Op ``c``'s last input has resolved. A communication op joins the communication queue (after the
+    devices' FIFOs in ``fq``; dispatch entry ``D + H``). Under a schedule an op is held until its device's
+    turn comes to it; else it joins its queue (:func:`_admit`)."""
+    if spos[c] == COMM:
+        D = fbase.shape[0] - 1
+        fq[fbase[D] + ist[NCOMM]] = c
+        ist[NCOMM] += 1
+        _mark(dirty, isdirty, ist, D + lbase.shape[0] - 1)
+        return
     if spos[c] >= 0 and spos[c] != turn[dev[c]]:
         held[c] = 1
         return
@@ -194,7 +211,8 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                  start, finish, lstart, busy_time, host_time, peak, link_time, link_bytes, seg_time,
                  xf_tensor, xf_src, xf_dst, xf_start, xf_end, xf_land):
     """Simulate one placement ``dev`` (op -> device index) under its schedule ``spos`` (each op's place in its
-    device's order; -1 on a device the schedule leaves in ready order). Fills the output arrays in place.
+    device's order; -1 on a device the schedule leaves in ready order; :data:`COMM` for a communication
+    op). Fills the output arrays in place.
 
     Returns ``(step_time, n_transfers, ops finished)`` (the last is ``n`` unless the loop stalled). ``peak``,
     ``busy_time``, ``host_time``, ``link_time``, ``link_bytes`` and ``seg_time`` must be zeroed by the caller;
@@ -216,6 +234,8 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
     fbase = np.zeros(D + 1, np.int64)
     lbase = np.zeros(H + 1, np.int64)
     for i in range(n):
+        if spos[i] == COMM:
+            continue
         fbase[dev[i] + 1] += 1
         if launcher[dev[i]] >= 0:
             lbase[launcher[dev[i]] + 1] += 1
@@ -238,10 +258,11 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
     for i in range(n):
         if spos[i] >= 0:
             sop[fbase[dev[i]] + spos[i]] = i
-    # dirty devices (k < D) and launchers (D + h), dispatched after each event; _release finds the
-    # launchers' offset as fbase.shape[0] - 1 == D
-    dirty = np.empty(D + H, np.int64)
-    isdirty = np.zeros(D + H, np.int64)
+    # dirty devices (k < D), launchers (D + h) and the communication queue (D + H), dispatched after each
+    # event; _release finds the launchers' offset as fbase.shape[0] - 1 == D
+    dirty = np.empty(D + H + 1, np.int64)
+    isdirty = np.zeros(D + H + 1, np.int64)
+    chead = 0  # the communication queue: fq[fbase[D] + chead:fbase[D] + ist[NCOMM]]
 
     cap = 3 * n + 6 * P + 2 * D + 2 * H + 8
     et = np.empty(cap, np.float64)
@@ -315,7 +336,11 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                 i = ident
                 d = dev[i]
                 h = launcher[d]
-                nfree[d] += 1
+                comm = spos[i] == COMM
+                if comm:     # it took no slot; it delivers as a synchronous op does
+                    h = -1
+                else:
+                    nfree[d] += 1
                 finished += 1
                 if t > makespan:
                     makespan = t
@@ -337,7 +362,7 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                         c = pair_op[p]
                         dc = dev[c]
                         if dc == d:
-                            if h < 0:
+                            if h < 0 or spos[c] == COMM:  # a communication op waits for the kernel
                                 pair_buf[p] = buf
                                 ref[buf] += 1
                                 cnt[c] -= 1
@@ -377,7 +402,9 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                                     xq[x] = 2 * D + l
                                 ov = overhead[d, dc]
                                 at = t  # when it joins its copy queue
-                                if h >= 0:
+                                if comm:
+                                    pass    # the library moves it inside its kernel: nothing to submit
+                                elif h >= 0:
                                     host_time[d] += ov
                                     if launcher[dc] >= 0:
                                         cum_p += ov
@@ -440,12 +467,13 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                         c = pair_op[p]
                         dc = dev[c]
                         if dc == d:
-                            pair_buf[p] = buf
-                            ref[buf] += 1
-                            cnt[c] -= 1
-                            if cnt[c] == 0:
-                                _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty,
-                                         isdirty, spos, turn, held)
+                            if spos[c] != COMM:    # a communication op is delivered at FINISH
+                                pair_buf[p] = buf
+                                ref[buf] += 1
+                                cnt[c] -= 1
+                                if cnt[c] == 0:
+                                    _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty,
+                                             isdirty, spos, turn, held)
                         elif stamp2[dc] != tt:
                             stamp2[dc] = tt
                             if not ctrl:
@@ -555,6 +583,19 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                     if mem[d] > peak[d]:
                         peak[d] = mem[d]
                     _push(et, ek, ist, s + dt, FINISH, i)
+            elif k == D + H:
+                # communication ops: no slot, no launch, no time; their outputs are allocated now
+                while chead < ist[NCOMM]:
+                    c = fq[fbase[D] + chead]
+                    chead += 1
+                    dc = dev[c]
+                    start[c] = t
+                    finish[c] = t
+                    lstart[c] = t
+                    mem[dc] += out_alloc_total[c]
+                    if mem[dc] > peak[dc]:
+                        peak[dc] = mem[dc]
+                    _push(et, ek, ist, t, FINISH, c)
             else:
                 h = k - D
                 while lstate[h] == FREE:

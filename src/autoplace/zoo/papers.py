@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
+from autoplace.replicas import set_micro_batched
 from autoplace.zoo._cache import cached_graph
 from autoplace.zoo.registry import register_model
 
@@ -30,7 +32,17 @@ def _captured(name: str, params: dict[str, Any], make, batch_dim: int = 0) -> Gr
         return capture_training_step(model, inputs, loss_fn, optimizer, targets=targets, name=name,
                                      micro_batches=micro, batch_dim=batch_dim)
 
-    return cached_graph(name, key, build)
+    graph = cached_graph(name, key, build)
+
+    def again(m: int) -> Graph:
+        from autoplace.capture import CaptureError
+
+        try:
+            return _captured(name, {**params, "micro_batches": m}, make, batch_dim)
+        except CaptureError as e:          # m does not divide the batch: no such strategy
+            raise InfeasibleError(f"{name}: {e}") from None
+
+    return set_micro_batched(graph, again)
 
 
 def _rnnlm(vocab: int, hidden: int, layers: int, steps: int, batch: int):
@@ -103,6 +115,40 @@ def _inception(batch: int, image: int, classes: int):
                 paper="Mirhoseini et al. 2017 §4.1; GDP §4", batch=32, image=299, classes=1000)
 def inception_v3(**params: Any) -> Graph:
     return _captured("inception-v3", params, _inception)
+
+
+@register_model("resnet-101", description="ResNet-101 (bottleneck blocks 3-4-23-3), SGD with momentum",
+                paper="FlexFlow (Jia et al. 2019) Table 1", batch=64, image=224, classes=1000)
+def resnet_101(**params: Any) -> Graph:
+    def make(batch: int, image: int, classes: int):
+        import torch
+
+        from autoplace.zoo.torch_models import ResNet
+
+        model = ResNet(classes)
+        x, y = torch.zeros(batch, 3, image, image), torch.zeros(batch, dtype=torch.int64)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        return model, x, torch.nn.functional.cross_entropy, opt, y
+
+    return _captured("resnet-101", params, make)
+
+
+def _rnntc(vocab: int, hidden: int, layers: int, steps: int, classes: int, batch: int):
+    import torch
+
+    from autoplace.zoo.torch_models import RNNTextClassifier
+
+    model = RNNTextClassifier(vocab, hidden, layers, steps, classes)
+    tokens = torch.zeros(steps, batch, dtype=torch.int64)
+    labels = torch.zeros(batch, dtype=torch.int64)
+    return model, tokens, torch.nn.functional.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-3), labels
+
+
+@register_model("rnntc", description="RNN text classifier: 4 LSTM layers of 1024 over 40 words, a softmax over 2 "
+                "classes", paper="FlexFlow (Jia et al. 2019) Table 1", vocab=20000, hidden=1024, layers=4, steps=40,
+                classes=2, batch=64)
+def rnntc(**params: Any) -> Graph:
+    return _captured("rnntc", params, _rnntc, batch_dim=1)
 
 
 def _image_classifier(cls_name: str, batch: int, image: int, classes: int, lr: float):

@@ -14,8 +14,8 @@ from torch import nn
 
 from autoplace.capture import tag
 
-__all__ = ["LSTMCell", "RNNLM", "Seq2Seq", "sequence_loss", "InceptionV3", "AlexNet", "VGG16", "SoftmaxRegression",
-           "TransformerXL", "GPT", "WaveNet", "AmoebaNet"]
+__all__ = ["LSTMCell", "RNNLM", "RNNTextClassifier", "Seq2Seq", "sequence_loss", "InceptionV3", "ResNet",
+           "AlexNet", "VGG16", "SoftmaxRegression", "TransformerXL", "GPT", "WaveNet", "AmoebaNet"]
 
 
 class LSTMCell(nn.Module):
@@ -67,6 +67,33 @@ class RNNLM(nn.Module):
             with tag(step=t, layer=len(self.layers) - 1, role="softmax"):
                 logits.append(self.softmax(x))
         return logits
+
+
+class RNNTextClassifier(nn.Module):
+    """Recurrent text classifier (FlexFlow's RNNTC: Jia et al. 2019, Table 1): ``layers`` LSTM layers of
+    ``hidden`` units over ``steps`` words, a softmax over ``classes`` on the last step's state. Input
+    ``tokens`` is ``[steps, batch]``."""
+
+    def __init__(self, vocab: int, hidden: int, layers: int, steps: int, classes: int):
+        super().__init__()
+        self.steps = steps
+        self.embedding = nn.Embedding(vocab, hidden)
+        self.layers = nn.ModuleList(LSTMCell(hidden, hidden) for _ in range(layers))
+        self.softmax = nn.Linear(hidden, classes)
+
+    def forward(self, tokens):
+        batch = tokens.shape[1]
+        h = [tokens.new_zeros(batch, cell.hidden, dtype=torch.float32) for cell in self.layers]
+        c = [x.clone() for x in h]
+        for t in range(self.steps):
+            with tag(step=t, layer=0, role="embedding"):
+                x = self.embedding(tokens[t])
+            for k, cell in enumerate(self.layers):
+                with tag(step=t, layer=k, role="lstm"):
+                    h[k], c[k] = cell(x, h[k], c[k])
+                x = h[k]
+        with tag(step=self.steps - 1, layer=len(self.layers) - 1, role="softmax"):
+            return self.softmax(x)
 
 
 def sequence_loss(logits, targets):
@@ -300,6 +327,52 @@ class InceptionV3(nn.Module):
         with tag(block="stem", role="stem"):
             x = self.stem(x)
         x = self.blocks(x)
+        with tag(block="logits", role="softmax"):
+            return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class _Bottleneck(nn.Module):
+    """ResNet's bottleneck block: 1x1, 3x3 (stride), 1x1 convolutions with BatchNorm, a projection where the
+    shape changes, the sum through ReLU."""
+
+    def __init__(self, cin: int, width: int, stride: int):
+        super().__init__()
+        cout = 4 * width
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.down = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+                     if stride != 1 or cin != cout else None)
+
+    def forward(self, x):
+        skip = x if self.down is None else self.down(x)
+        return F.relu(self.body(x) + skip)
+
+
+class ResNet(nn.Module):
+    """ResNet (He et al. 2016) of bottleneck blocks: ResNet-101 is ``blocks=(3, 4, 23, 3)`` (FlexFlow's
+    ResNet-101, Jia et al. 2019, Table 1)."""
+
+    def __init__(self, classes: int = 1000, blocks: tuple[int, ...] = (3, 4, 23, 3)):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, padding=1))
+        stages, cin = [], 64
+        for k, n in enumerate(blocks):
+            width = 64 * 2 ** k
+            for j in range(n):
+                stages.append(_Bottleneck(cin, width, 2 if j == 0 and k > 0 else 1))
+                cin = 4 * width
+        self.blocks = nn.ModuleList(stages)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        with tag(block="stem", role="stem"):
+            x = self.stem(x)
+        for k, block in enumerate(self.blocks):
+            with tag(block=k, layer=k, role="conv"):
+                x = block(x)
         with tag(block="logits", role="softmax"):
             return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 

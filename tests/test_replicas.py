@@ -1,0 +1,138 @@
+"""Replicas: one replica's step cut from a micro-batched capture, DDP's buckets and all-reduce, towers, and the
+strategy placers (``data-parallel``, ``towers``, ``hybrid``) on a tiny captured model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autoplace.cluster import get_cluster
+from autoplace.errors import InfeasibleError
+from autoplace.placers import place
+from autoplace.replicas import (
+    expand,
+    gradients,
+    micro_batched,
+    replica_graph,
+    set_micro_batched,
+    strategy_graph,
+    towers_graph,
+)
+from autoplace.schedule import micro_batches
+from autoplace.sim import Simulator, simulate
+
+torch = pytest.importorskip("torch")
+
+
+def _capture(m: int, optimizer: str = "adam"):
+    from autoplace.capture import capture_training_step
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.BatchNorm1d(256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 10))
+    opt = (torch.optim.Adam(model.parameters(), lr=1e-3) if optimizer == "adam"
+           else torch.optim.SGD(model.parameters(), lr=0.1))
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    return capture_training_step(model, x, torch.nn.functional.cross_entropy, opt, targets=y, micro_batches=m,
+                                 name="mlp")
+
+
+class _Captures(dict):
+    """The tiny model's step per micro-batch count, captured on first use."""
+
+    def __missing__(self, m: int):
+        self[m] = set_micro_batched(_capture(m), lambda k: self[k])
+        return self[m]
+
+
+@pytest.fixture(scope="module")
+def captures():
+    return _Captures()
+
+
+def test_one_replica_keeps_its_micro_batches_and_sums_only_theirs(captures):
+    g4 = captures[4]
+    one = replica_graph(g4, 2)
+    assert micro_batches(one) == 2
+    assert {op.meta.get("micro_batch") for op in one.ops} == {None, 0, 1}
+    # the update reads the sum over micro-batches 0 and 1 (an add tagged 1), never a later one
+    for _, ref in gradients(one):
+        src = one.op(ref.partition(":")[0])
+        assert src.meta.get("micro_batch") in (0, 1)
+    # inputs hold half the batch
+    for op in one.ops:
+        if op.type == "input":
+            assert op.out_bytes[0] == g4.op(op.name).out_bytes[0] // 2
+    # with one micro-batch per replica, the update reads micro-batch 0's gradients themselves
+    single = replica_graph(g4, 4)
+    assert all(single.op(ref.partition(":")[0]).meta.get("micro_batch") == 0 for _, ref in gradients(single))
+    with pytest.raises(InfeasibleError, match="3 replicas do not divide"):
+        replica_graph(g4, 3)
+
+
+def test_ddp_buckets_fill_in_ready_order_and_all_reduce_once_each(captures):
+    one = replica_graph(captures[2], 2)
+    grads = gradients(one)
+    sizes = [one.op(ref.partition(":")[0]).out_bytes[int(ref.partition(":")[2] or 0)] for _, ref in grads]
+    # a first bucket of 4 KiB, then 64 KiB ones: the 256x10 weight's gradient (10 KiB) closes the first
+    ex = expand(one, np.zeros(one.n_ops, np.int64), [[1], [2]], first_bucket_bytes=4096, bucket_bytes=65536)
+    flat = [ref for _, refs in ex.buckets for ref in refs]
+    assert flat == [ref for _, ref in grads]            # every gradient once, in ready order
+    totals = [sum(sizes[flat.index(r)] for r in refs) for _, refs in ex.buckets]
+    assert totals[0] >= 4096 and all(t >= 65536 for t in totals[1:-1])
+    assert sum(totals) == sum(sizes)
+    g = ex.graph
+    assert sum(op.type == "all_reduce" for op in g.ops) == 2 * len(ex.buckets)
+    assert g.n_ops == 2 * one.n_ops + 2 * len(ex.buckets) + 2 * len(ex.buckets)
+    # replica r's update reads bucket b's all-reduce on its own device
+    for op in g.ops:
+        if op.phase == "update" and any(ref.startswith("bucket") for ref in op.inputs):
+            r = op.meta["replica"]
+            assert all(ref.endswith(f"/{r}") for ref in op.inputs if ref.startswith("bucket"))
+
+
+def test_all_reduce_overlaps_backward(captures):
+    """Two replicas on two GPUs: the step is one replica's half-batch step plus what of the last bucket's
+    all-reduce backward does not hide, far less than computing the whole batch on one GPU plus the sync."""
+    cluster = get_cluster("p100x2")
+    one = replica_graph(captures[2], 2)
+    alone = Simulator(one, cluster).run(np.ones(one.n_ops, np.int64)).step_time
+    ex = expand(one, np.zeros(one.n_ops, np.int64), [[1], [2]])
+    r = Simulator(ex.graph, cluster).run(ex.devices, trace=True)
+    assert r.ok and r.n_transfers > 0
+    assert alone < r.step_time < alone + 2 * (r.link_time.max() + 1e-4)
+
+
+def test_towers_share_parameters_on_the_cpu(captures):
+    t = towers_graph(captures[2], 2)
+    params = [op for op in t.ops if op.type == "parameter"]
+    assert len(params) == sum(op.type == "parameter" for op in captures[1].ops)   # one copy
+    assert sum(op.type == "buffer" for op in t.ops) == 2 * sum(op.type == "buffer" for op in captures[1].ops)
+    assert sum(op.name.startswith("gradsum") for op in t.ops) == len(gradients(replica_graph(captures[2], 2)))
+
+
+@pytest.mark.parametrize("method", ["data-parallel", "towers", "hybrid", "pipelined"])
+def test_strategy_placers_rebuild_their_step(captures, method):
+    """Each strategy's placement simulates on the step :func:`strategy_graph` rebuilds from the user's graph
+    (a fresh rebuild equal to the one the placer made)."""
+    cluster = get_cluster("p100x4")
+    g = captures[1]
+    p = place(g, cluster, method, seed=0)
+    assert p.meta["strategy"]["replicas"] >= (1 if method == "pipelined" else 2)
+    big = strategy_graph(g, p)
+    assert big.n_ops > g.n_ops
+    r = simulate(g, cluster, p)
+    assert r.ok and r.step_time > 0
+    # rebuilt from scratch (no remembered graph): the same ops
+    fresh = set_micro_batched(_capture(1), lambda m: captures[m])
+    assert strategy_graph(fresh, p).names == big.names
+
+
+def test_data_parallel_needs_a_capture():
+    from autoplace.zoo import build_graph
+
+    g = build_graph("layered-dag", ops=30, width=3)
+    with pytest.raises(InfeasibleError, match="micro_batches=4"):
+        place(g, get_cluster("p100x4"), "data-parallel")
+    with pytest.raises(InfeasibleError):
+        micro_batched(g, 2)
