@@ -543,3 +543,30 @@ def test_a_search_in_a_pipe_reports_progress_as_plain_lines(tmp_path, capsys, mo
     rc, _, err = run(capsys, "place", "toy-mlp", "-P", "layers=2", "-c", "k80x2", "-m", "metis",
                      "-o", str(tmp_path / "m.json"))
     assert rc == 0 and err == ""                                       # nothing reported, nothing written
+
+
+@pytest.mark.slow
+def test_a_strategy_goes_through_place_simulate_and_report(tmp_path, capsys, monkeypatch):
+    """A data-parallel placement of a zoo model: place writes it with its strategy, simulate and report rebuild
+    the replicated step from the model (its capture with micro-batches), the same step time; a graph file has
+    no capture to rebuild it from: one line, exit 2."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv("AUTOPLACE_CACHE_DIR", str(tmp_path / "cache"))
+    small = ["-P", "vocab=50", "-P", "hidden=16", "-P", "layers=2", "-P", "steps=3", "-P", "batch=4"]
+    p = str(tmp_path / "dp.json")
+    rc, out, err = run(capsys, "place", "rnnlm-2", *small, "-c", "k80x4", "-m", "data-parallel", "-o", p, "--json")
+    assert rc == 0, err
+    placed = json.loads(out)
+    saved = json.loads(open(p).read())
+    assert saved["strategy"]["replicas"] == 4 and saved["graph"].endswith("x4")
+    rc, out, err = run(capsys, "simulate", "rnnlm-2", *small, "-c", "k80x4", "-p", p, "--json")
+    assert rc == 0, err
+    assert json.loads(out)["step_time_s"] == pytest.approx(placed["step_time_s"])
+    html = str(tmp_path / "r.html")
+    rc, _, err = run(capsys, "report", "rnnlm-2", *small, "-p", p, "-o", html)
+    assert rc == 0, err
+    assert "bucket0/0" in open(html).read()
+    g = str(tmp_path / "g.json")
+    assert run(capsys, "zoo", "export", "rnnlm-2", *small, "-o", g)[0] == 0
+    rc, _, err = run(capsys, "simulate", g, "-c", "k80x4", "-p", p)
+    assert rc == 2 and "micro_batches=4" in err and "Traceback" not in err

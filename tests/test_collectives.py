@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_sim_backends import random_schedule
 from test_sim_properties import SETTINGS, cases
 
 from autoplace.cluster import Cluster, Device, Link, LinkSpec, Segment
 from autoplace.collectives import collective, groups, lower, ring_time
-from autoplace.errors import GraphError
+from autoplace.errors import GraphError, PlacementError
 from autoplace.graph import Graph, Op
 from autoplace.sim import BACKEND, Simulator, _cbackend
 
@@ -166,6 +167,56 @@ def test_a_collective_in_place_takes_its_chunks_in_flight(loop):
     assert r.peak_memory.tolist() == [B + 2 * B // n] * n
 
 
+def test_a_communication_op_takes_no_slot(loop):
+    """GPU 0's one slot runs a 5 ms kernel launched right after its gradient; the all-reduce of that gradient
+    goes on beside it (the library's own stream), so the step is the longer of the two, not their sum."""
+    B = 8_000_000
+    ops = [Op("g0", "grad", output_bytes=(B,), cost={"gpu": 1e-3}), Op("g1", "grad", output_bytes=(B,),
+                                                                          cost={"gpu": 1e-3}),
+           Op("busy", "k", inputs=("g0",), cost={"gpu": 5e-3})]
+    ops += collective("all_reduce", "c", ["g0", "g1"], B)
+    r = Simulator(Graph(ops), gpus(2)).run(np.array([0, 1, 0, 0, 1]))
+    assert r.step_time == pytest.approx(1e-3 + 5e-3, rel=1e-12)
+    ring = 1e-3 + ring_time(B, 2, W, A)
+    assert ring < r.step_time
+
+
+def test_a_communication_reader_holds_its_buffer_from_the_launch(loop):
+    """A GPU of two slots: producer P (1 GB) is read by a reduce-scatter and by c2, a kernel of no time that
+    ends before P does; P's buffer stays held for the collective until P's kernel ends, whatever the op order
+    (the collective's reference is taken at P's launch, as a transfer's is)."""
+    GB = 10**9
+    cl = Cluster("one", [Device("gpu:0", "gpu", 100 * GB, 1e12, 1e11, 1e-3, 2)], default_link=LinkSpec(1e10, 0, 0))
+    peaks = set()
+    for first in ("c2", "P"):
+        ops = {"c2": Op("c2", "k", inputs=("P",), output_bytes=(0,), cost={"gpu": 0.5e-3}),
+               "P": Op("P", "k", output_bytes=(GB,), cost={"gpu": 5e-3}),
+               "Q": Op("Q", "k", inputs=("rs/0",), output_bytes=(3 * GB,), cost={"gpu": 5e-3})}
+        order = [first, "P" if first == "c2" else "c2", "Q"]
+        g = Graph([ops[k] for k in order] + collective("reduce_scatter", "rs", ["P"], GB))
+        peaks.add(int(Simulator(g, cl).run(np.zeros(g.n_ops, np.int64)).peak_memory[0]))
+    assert peaks == {4 * GB}
+
+
+def test_a_schedule_that_deadlocks_the_ranks_is_a_clear_error():
+    """GPU 1 is told to run u0's copy of the reduced tensor before its own gradient: the ring's steps then
+    wait for each other across the ranks; the simulator says so (the graph alone has no such cycle)."""
+    from autoplace.schedule import NO_SCHEDULE
+
+    g = collective_step("all_reduce", 2, 8_000_000)
+    dev = np.array([0, 1, 0, 1, 1, 1])                   # u0 on GPU 1
+    prio = np.full(g.n_ops, NO_SCHEDULE)
+    on1 = np.flatnonzero(dev == 1)
+    prio[on1] = [10, 2, 1, 3]                            # g1, c/1, u0, u1: u0 first
+    with pytest.raises(PlacementError, match="deadlocks once the collectives"):
+        Simulator(g, gpus(2)).run(dev, schedule=prio)
+
+
+def test_an_empty_batch_of_placements():
+    g = collective_step("all_reduce", 2, 800)
+    assert len(Simulator(g, gpus(2)).run_batch(np.zeros((0, g.n_ops), np.int64))) == 0
+
+
 def test_malformed_collectives_are_refused():
     ops = [Op(f"g{r}", "grad", output_bytes=(8,)) for r in range(2)]
     bad = collective("all_reduce", "c", ["g0", "g1"], 8)
@@ -223,5 +274,33 @@ def test_c_matches_numba_with_collectives(case):
         tl = r.timeline
         out[backend] = (r.step_time, r.busy_time, r.peak_memory, r.link_time, r.link_bytes, r.segment_time,
                         r.host_time, tl.start, tl.finish, tl.launch_start, tl.transfer_tensor, tl.transfer_end)
+    for a, b in zip(out["c"], out["numba"]):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.skipif(BACKEND != "c", reason="the C extension is not built here")
+@SETTINGS
+@given(cases_with_collectives())
+def test_c_matches_numba_with_collectives_under_a_schedule(case):
+    """As above, every device under a random schedule that keeps ops after their inputs (a run whose ranks
+    stall is an error in both loops alike), the transfers compared one by one."""
+    graph, cluster, dev = case
+    sim = Simulator(graph, cluster)
+    prio = random_schedule(graph, np.random.default_rng(graph.n_ops))
+    out = {}
+    for backend in ("c", "numba"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_cbackend, "BACKEND", backend)
+            try:
+                r = sim.run(dev, trace=True, schedule=prio)
+            except PlacementError as e:
+                out[backend] = str(e)
+                continue
+        tl = r.timeline
+        out[backend] = (r.step_time, r.n_transfers, r.peak_memory, r.link_time, r.host_time, tl.start, tl.finish,
+                        tl.transfer_tensor, tl.transfer_src, tl.transfer_dst, tl.transfer_start, tl.transfer_end)
+    if isinstance(out["c"], str) or isinstance(out["numba"], str):
+        assert out["c"] == out["numba"]
+        return
     for a, b in zip(out["c"], out["numba"]):
         assert np.array_equal(a, b)

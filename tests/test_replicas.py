@@ -83,12 +83,17 @@ def test_ddp_buckets_fill_in_ready_order_and_all_reduce_once_each(captures):
     assert sum(totals) == sum(sizes)
     g = ex.graph
     assert sum(op.type == "all_reduce" for op in g.ops) == 2 * len(ex.buckets)
-    assert g.n_ops == 2 * one.n_ops + 2 * len(ex.buckets) + 2 * len(ex.buckets)
-    # replica r's update reads bucket b's all-reduce on its own device
+    # per replica: its ops, a copy per bucket, the bucket's all-reduce, a view per gradient
+    assert g.n_ops == 2 * (one.n_ops + 2 * len(ex.buckets) + len(flat))
+    # replica r's update reads its gradients as views of its reduced buckets
+    reads = [ref for op in g.ops if op.phase == "update" for ref in op.inputs if ".".join(ref.split(".")[:1])
+             and "/bucket" in ref]
+    assert len(reads) >= 2 * len(flat)
     for op in g.ops:
-        if op.phase == "update" and any(ref.startswith("bucket") for ref in op.inputs):
-            r = op.meta["replica"]
-            assert all(ref.endswith(f"/{r}") for ref in op.inputs if ref.startswith("bucket"))
+        for ref in op.inputs:
+            if "/bucket" in ref and op.phase == "update":
+                assert ref.startswith(f"r{op.meta['replica']}/bucket")
+                assert g.op(ref).type == "bucket_view" and g.op(ref).inputs[0].endswith(f"/{op.meta['replica']}")
 
 
 def test_all_reduce_overlaps_backward(captures):
@@ -111,7 +116,19 @@ def test_towers_share_parameters_on_the_cpu(captures):
     assert sum(op.name.startswith("gradsum") for op in t.ops) == len(gradients(replica_graph(captures[2], 2)))
 
 
-@pytest.mark.parametrize("method", ["data-parallel", "towers", "hybrid", "pipelined"])
+def test_asynchronous_towers_update_each_with_their_own_gradients(captures):
+    """No sum: each tower's copy of the update reads its own gradients and the one shared state."""
+    t = towers_graph(captures[2], 2, asynchronous=True)
+    sync = towers_graph(captures[2], 2)
+    assert not any(op.name.startswith("gradsum") for op in t.ops)
+    updates = [op for op in sync.ops if op.phase == "update" and op.type not in ("optimizer_state", "hyperparameter")]
+    assert sum(op.phase == "update" and op.name.startswith("t") and "/" in op.name for op in t.ops) == 2 * len(updates)
+    for op in t.ops:
+        if op.phase == "update" and op.name.startswith("t1/"):
+            assert not any(ref.startswith("t0/") for ref in op.inputs)
+
+
+@pytest.mark.parametrize("method", ["data-parallel", "towers", "towers-async", "hybrid", "pipelined"])
 def test_strategy_placers_rebuild_their_step(captures, method):
     """Each strategy's placement simulates on the step :func:`strategy_graph` rebuilds from the user's graph
     (a fresh rebuild equal to the one the placer made)."""
@@ -136,3 +153,55 @@ def test_data_parallel_needs_a_capture():
         place(g, get_cluster("p100x4"), "data-parallel")
     with pytest.raises(InfeasibleError):
         micro_batched(g, 2)
+
+
+def test_buckets_fill_in_backward_order_with_micro_batches_summed(captures):
+    """With two micro-batches per replica the update reads sums, all computed after the last backward op;
+    the gradients still come in the order backward finishes them (the last layer's first), the order of one
+    micro-batch per replica: each named by the co-location group of the update that reads it."""
+    def params(one):
+        first_reader = {}
+        for op in one.ops:
+            if op.phase == "update":
+                for ref in op.inputs:
+                    first_reader.setdefault(ref, op.colocation_group)
+        return [first_reader[ref] for _, ref in gradients(one)]
+
+    summed, single = replica_graph(captures[4], 2), replica_graph(captures[2], 2)
+    assert all(summed.op(ref.partition(":")[0]).meta.get("micro_batch") == 1 for _, ref in gradients(summed))
+    assert params(summed) == params(single)
+    assert params(single)[0] != params(single)[-1] and params(single)[0].startswith("3.")   # the last layer first
+
+
+def test_an_update_on_another_device_receives_its_gradient_not_the_bucket(captures):
+    """Replicas of two slots, the gradients all in one bucket on slot 0 and one update on slot 1: what crosses
+    to slot 1 is that update's gradient (a view of the reduced bucket), not the whole bucket."""
+    one = replica_graph(captures[2], 2)
+    grads = {ref for _, ref in gradients(one)}
+    last = max(i for i, op in enumerate(one.ops) if op.phase == "update" and any(ref in grads for ref in op.inputs))
+    slots = np.zeros(one.n_ops, np.int64)
+    slots[last] = 1
+    ex = expand(one, slots, [[1, 2], [3, 4]], first_bucket_bytes=10**9)
+    assert len(ex.buckets) == 1
+    r = Simulator(ex.graph, get_cluster("p100x4")).run(ex.devices)
+    size = lambda ref: one.op(ref.partition(":")[0]).out_bytes[int(ref.partition(":")[2] or 0)]  # noqa: E731
+    inputs = sum(size(ref) for ref in dict.fromkeys(one.ops[last].inputs))   # its gradient and its state
+    total = sum(size(ref) for ref in grads)
+    assert sum(size(ref) for ref in one.ops[last].inputs if ref in grads) < total
+    assert r.link_bytes[1, 2] == inputs and r.link_bytes[3, 4] == inputs
+
+
+def test_groups_follow_the_cluster_order_on_every_node():
+    """On FlexFlow's 16-P100 cluster, two replicas of eight GPUs: each group is its nodes' CPU and GPUs in
+    cluster order, slot for slot the same kinds of device on the same positions of a node."""
+    from autoplace.placers.replicated import _groups
+
+    cluster = get_cluster("flexflow-p100x16")
+    groups = _groups(cluster, 2)
+    names = [[cluster.device_names[d] for d in g] for g in groups]
+    assert names[0] == ["cpu:0", "gpu:0", "gpu:1", "gpu:2", "gpu:3", "cpu:1", "gpu:4", "gpu:5", "gpu:6", "gpu:7"]
+    assert names[1] == ["cpu:2", "gpu:8", "gpu:9", "gpu:10", "gpu:11", "cpu:3", "gpu:12", "gpu:13", "gpu:14",
+                        "gpu:15"]
+    keep = set(groups[0])
+    sub = cluster.without([n for i, n in enumerate(cluster.device_names) if i not in keep])
+    assert sub.device_names == names[0]

@@ -130,7 +130,7 @@ def test_inception_blocks_and_branches():
 
 def test_flexflow_models():
     """ResNet-101's 33 bottleneck blocks and the RNN text classifier's LSTM layers, one softmax at the end."""
-    res = build_graph("resnet-101", batch=1, image=32, classes=10)
+    res = build_graph("resnet-101", batch=2, image=32, classes=10)
     blocks = {op.meta.get("block") for op in res.ops if isinstance(op.meta.get("block"), int)}
     assert blocks == set(range(33))
     assert sum(op.type == "aten.convolution" for op in res.ops) == 104          # 3 per block, 4 projections, stem

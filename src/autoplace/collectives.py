@@ -53,12 +53,16 @@ from autoplace.cluster import Cluster
 from autoplace.errors import GraphError
 from autoplace.graph import Graph, Op, parse_input
 
-__all__ = ["COLLECTIVES", "STEP", "ALGORITHMS", "COMMUNICATION_TYPES", "collective", "groups", "Lowered", "lower",
-           "steps", "estimate", "choose"]
+__all__ = ["COLLECTIVES", "STEP", "BUCKET_VIEW", "ALGORITHMS", "COMMUNICATION_TYPES", "collective", "groups",
+           "Lowered", "lower", "steps", "estimate", "choose", "ring_time"]
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 STEP = "collective_step"  #: the type of a lowered step
-COMMUNICATION_TYPES = frozenset((*COLLECTIVES, STEP))  #: ops the communication library runs (no device time)
+#: a gradient's view into a reduced bucket (DDP's gradients are views of its flat buffers: no kernel)
+BUCKET_VIEW = "bucket_view"
+#: ops the communication library runs or its buffers provide: no device time, no launch (the simulator's
+#: communication ops)
+COMMUNICATION_TYPES = frozenset((*COLLECTIVES, STEP, BUCKET_VIEW))
 ALGORITHMS = ("ring", "chain", "hierarchical")
 #: a broadcast's chunk: NCCL's default buffer (NCCL_BUFFSIZE, 4 MiB) over its NCCL_STEPS (8) slots
 BROADCAST_CHUNK = 512 * 1024
@@ -277,8 +281,8 @@ def lower(graph: Graph, cluster: Cluster, dev: np.ndarray, found: dict[str, np.n
                 step = f"{op.name}/step{s}"
                 ins = (prev,) if s == 0 or recv_from[s - 1, r] < 0 else (
                     prev, f"{graph.ops[int(members[recv_from[s - 1, r]])].name}/step{s - 1}:1")
-                ops.append(Op(step, STEP, inputs=ins, output_bytes=(0, int(st.nbytes[s]) if st.send[s, r] >= 0
-                                                                    else 0),
+                ops.append(Op(step, STEP, inputs=ins, control_inputs=op.control_inputs if s == 0 else (),
+                              output_bytes=(0, int(st.nbytes[s]) if st.send[s, r] >= 0 else 0),
                               phase=op.phase, meta={"view": True, "collective": name}))
                 origin.append(i)
                 prev = f"{step}:0"

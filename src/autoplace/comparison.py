@@ -170,13 +170,16 @@ def _compare(graph, cluster, methods, seed, budget, progress, scorer: BaseEnv, b
              time_limit=None) -> Comparison:
     rows = _Rows(on_row)
     # by default the strategies only where the step can be re-captured with micro-batches (they need it)
-    default = available_placers(include_learned=False, include_strategies=can_replicate(graph))
+    # and the simulator scores
+    simulated = scorer.name == "simulated"   # a measured run executes placements of the step itself
+    default = available_placers(include_learned=False, include_strategies=simulated and can_replicate(graph))
     for method in methods or default:
         if progress is not None:
             progress(method)
         t0 = time.perf_counter()
         try:
-            placement = place(graph, cluster, method, seed=seed, budget=budget, time_limit=time_limit)
+            placement = place(graph, cluster, method, seed=seed, budget=budget, time_limit=time_limit,
+                              **({} if simulated or method != "auto" else {"strategies": False}))
         except InfeasibleError as e:
             elapsed = time.perf_counter() - t0
             rows.append(ComparisonRow(method, None, None, elapsed, str(e), elapsed))

@@ -16,11 +16,13 @@ the same update.
   (``dist._DEFAULT_FIRST_BUCKET_BYTES``) and the others of 25 MiB (``bucket_cap_mb=25``); a bucket is copied
   into a flat buffer (a memory-bound copy on its device; the buffers are resident, as DDP allocates them once)
   as soon as its last gradient is ready and all-reduced (:mod:`autoplace.collectives`) while backward goes
-  on; each replica's update reads the reduced bucket. DDP's division by ``R`` happens in that copy.
+  on; each replica's update reads the reduced bucket. The captured gradients already carry the capture's
+  ``1 / M`` (each micro-batch's loss is scaled so), so the all-reduce sums them; DDP divides by ``R`` instead,
+  the same gradient.
 
-:func:`micro_batched` gives the ``M``-micro-batch capture of a step where one is known (the zoo's models and
-``compile``'s captures register theirs with :func:`set_micro_batched`; a step that is itself micro-batched
-serves every ``R`` dividing its ``M``).
+:func:`micro_batched` gives the ``M``-micro-batch capture of a step where one is known (the zoo's models
+register theirs with :func:`set_micro_batched`; a step that is itself micro-batched serves every ``R``
+dividing its ``M``; a graph read from a file has none).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from autoplace.collectives import collective
+from autoplace.collectives import BUCKET_VIEW, collective
 from autoplace.errors import GraphError, InfeasibleError, PlacementError
 from autoplace.graph import Graph, Op, parse_input
 from autoplace.schedule import NO_SCHEDULE, micro_batches
@@ -96,7 +98,16 @@ def gradients(graph: Graph) -> list[tuple[int, str]]:
             src = graph.ops[p]
             if src.phase != "update" and src.type not in STATE_TYPES:
                 seen.setdefault((p, k), ref)
-    return sorted(((p, ref) for (p, _), ref in seen.items()), key=lambda pr: (graph.rank[pr[0]], pr[1]))
+    return sorted(((p, ref) for (p, _), ref in seen.items()), key=lambda pr: (_ready(graph, pr[0]), pr[1]))
+
+
+def _ready(graph: Graph, p: int) -> int:
+    """When op ``p``'s gradient is ready in backward's order: its own topological rank, or for a gradient sum
+    over micro-batches (an op of no phase tagged with a micro-batch) the latest of what it adds."""
+    op = graph.ops[p]
+    if op.phase is not None or _tag(op) is None or not op.inputs:
+        return int(graph.rank[p])
+    return max(_ready(graph, graph.index(parse_input(ref, graph._index)[0])) for ref in op.inputs)
 
 
 def _accumulated(graph: Graph, ref: str, k: int) -> str:
@@ -224,6 +235,7 @@ def expand(replica: Graph, slots: np.ndarray, groups: Sequence[Sequence[int]], *
     of_tensor = {tensor(ref): b for b, (_, refs) in enumerate(buckets) for ref in refs}
     in_bucket = {ref: of_tensor[tensor(ref)] for op in replica.ops if op.phase == "update" for ref in op.inputs
                  if tensor(ref) in of_tensor}
+    view = {tensor(ref): j for _, refs in buckets for j, ref in enumerate(refs)}   # a gradient's place in its bucket
     ops: list[Op] = []
     dev: list[int] = []
     prio: list[int] = []
@@ -234,10 +246,8 @@ def expand(replica: Graph, slots: np.ndarray, groups: Sequence[Sequence[int]], *
             if "launch_group" in meta:     # replicas run separate kernels (separate processes)
                 meta["launch_group"] = f"r{r}/{meta['launch_group']}"
             update = op.phase == "update"
-            inputs = tuple(f"bucket{in_bucket[ref]}/{r}" if update and ref in in_bucket else pre(r, ref)
-                           for ref in op.inputs)
-            if update and any(ref in in_bucket for ref in op.inputs):
-                meta.setdefault("bytes_touched", float(replica.bytes_touched[i]))
+            inputs = tuple(f"r{r}/bucket{in_bucket[ref]}.{view[tensor(ref)]}" if update and ref in in_bucket
+                           else pre(r, ref) for ref in op.inputs)
             ops.append(_with(op, name=pre(r, op.name), inputs=inputs,
                              control_inputs=tuple(pre(r, c) for c in op.control_inputs),
                              colocation_group=None if op.colocation_group is None else pre(r, op.colocation_group),
@@ -259,18 +269,30 @@ def expand(replica: Graph, slots: np.ndarray, groups: Sequence[Sequence[int]], *
             ops.append(_with(op, meta={**op.meta, "replica": r}))
             dev.append(groups[r][s])
             # the simulator leaves collectives out of a schedule; a priority keeps their devices' all-or-none
-            prio.append(prio[r * (replica.n_ops + len(buckets)) + replica.n_ops + b])
+            last = prio[r * (replica.n_ops + len(buckets)) + replica.n_ops + b]
+            prio.append(last)
+            # each gradient a view of the reduced bucket, where its readers are (DDP's gradient_as_bucket_view)
+            for j, ref in enumerate(refs):
+                grad = int(replica.ops[tensor(ref)[0]].out_bytes[tensor(ref)[1]])
+                ops.append(Op(f"r{r}/bucket{b}.{j}", BUCKET_VIEW, inputs=(f"bucket{b}/{r}",), output_bytes=(grad,),
+                              phase="backward", meta={"view": True, "replica": r, "bucket": b}))
+                dev.append(groups[r][s])
+                prio.append(last)
     graph = Graph(ops, name=f"{replica.name}x{R}", meta={**replica.meta, "replicas": R})
     prios = None if priorities is None else np.array(prio, np.int64)
     return Expanded(graph, np.array(dev, np.int64), prios, buckets)
 
 
-def towers_graph(graph: Graph, towers: int) -> Graph:
+def towers_graph(graph: Graph, towers: int, *, asynchronous: bool = False) -> Graph:
     """Synchronous towers (Mirhoseini et al. 2017 sec. 4.4; the TensorFlow whitepaper's synchronous data
     parallelism) of ``graph`` (captured with ``M`` micro-batches, ``towers`` dividing ``M``): ``towers``
     copies of one replica's forward and backward (ops ``t{r}/...``, ``meta["replica"] = r``, each with its own
     buffers and inputs), one copy of the parameters, optimizer state, hyperparameters and update, and per
-    gradient one sum over the towers (``gradsum{k}``) that the update reads."""
+    gradient one sum over the towers (``gradsum{k}``) that the update reads.
+
+    ``asynchronous``: the paper's asynchronous towers — no sum: each tower applies its own gradients to the
+    shared parameters with its own copy of the update (``t{r}/...``), waiting for no other tower. Different
+    math (every update reads a tower's gradients alone); a step of it is each tower's one update."""
     replica = replica_graph(graph, towers)
     shared = {op.name for op in replica.ops if op.type in SHARED_TYPES or op.phase == "update"}
     grads = gradients(replica)
@@ -290,6 +312,23 @@ def towers_graph(graph: Graph, towers: int) -> Graph:
             ops.append(_with(op, name=f"t{r}/{op.name}", inputs=tuple(ren(r, ref) for ref in op.inputs),
                              control_inputs=tuple(ren(r, c) for c in op.control_inputs),
                              colocation_group=None if group is None else f"t{r}/{group}", meta=meta))
+    if asynchronous:
+        state = [op for op in replica.ops if op.phase == "update" and op.type in SHARED_TYPES]
+        ops += state                                          # the optimizer's state and hyperparameters, once
+        kept = {op.name for op in ops if op.name in shared}   # the shared state every tower's update reads
+        mine = lambda r, ref: ref if parse_input(ref, index)[0] in kept else f"t{r}/{ref}"  # noqa: E731
+        for r in range(towers):
+            for op in replica.ops:
+                if op.phase == "update" and op.type not in SHARED_TYPES:
+                    meta = {**op.meta, "replica": r}
+                    if "launch_group" in meta:
+                        meta["launch_group"] = f"t{r}/{meta['launch_group']}"
+                    ops.append(_with(op, name=f"t{r}/{op.name}", meta=meta,
+                                     inputs=tuple(mine(r, ref) for ref in op.inputs),
+                                     control_inputs=tuple(mine(r, c) for c in op.control_inputs),
+                                     colocation_group=None if op.colocation_group is None
+                                     else f"t{r}/{op.colocation_group}"))
+        return Graph(ops, name=f"{graph.name}.async-towers{towers}", meta={**graph.meta, "replicas": towers})
     for k, (p, ref) in enumerate(grads):
         nbytes = int(replica.ops[p].out_bytes[key(ref)[1]])
         ops.append(Op(f"gradsum{k}", "aten.add", inputs=tuple(ren(r, ref) for r in range(towers)),
@@ -328,8 +367,8 @@ def strategy_graph(graph: Graph, placement) -> Graph:
         return built[key]
     try:
         kind, R, M = strategy["kind"], int(strategy["replicas"]), int(strategy["micro_batches"])
-        if kind == "towers":
-            out = towers_graph(micro_batched(graph, M), R)
+        if kind in ("towers", "towers-async"):
+            out = towers_graph(micro_batched(graph, M), R, asynchronous=kind == "towers-async")
         elif kind == "replicas":
             replica = replica_graph(micro_batched(graph, M), R)
             slots = np.array([strategy["slots"][op.name] for op in replica.ops], np.int64)
@@ -342,5 +381,7 @@ def strategy_graph(graph: Graph, placement) -> Graph:
     except (KeyError, TypeError, ValueError) as e:
         raise PlacementError(f"placement {placement.method!r} has a malformed strategy ({type(e).__name__}: {e})"
                              ) from None
+    except InfeasibleError as e:        # a graph file: no capture to rebuild the replicated step from
+        raise PlacementError(f"placement {placement.method!r} runs replicas of the step: {e}") from None
     built[key] = out
     return out

@@ -228,6 +228,11 @@ def cmd_place(args: argparse.Namespace) -> int:
     cluster = resolve_cluster(args.cluster)
     from autoplace.search.budget import time_limit
 
+    if info.strategy and args.env != "simulated":
+        raise AutoplaceError(f"{args.method} places replicas of the step, which the simulator judges: --env "
+                             "measured runs placements of the step itself")
+    # measured runs execute placements of the step: auto weighs no replicated strategy then
+    options = {"strategies": False} if args.method == "auto" and args.env != "simulated" else {}
     with make_env(args.env, graph, cluster, **_env_kwargs(args)) as env:
         t0 = time.perf_counter()
         if info.learned:
@@ -237,9 +242,12 @@ def cmd_place(args: argparse.Namespace) -> int:
         else:
             placement = _with_progress(f"placing with {args.method}", args.json or args.output == "-",
                                        lambda: place(graph, cluster, args.method, seed=args.seed, budget=args.budget,
-                                                     time_limit=args.time_limit))
+                                                     time_limit=args.time_limit, **options))
         refined = None
-        if args.refine and placement.schedule is not None:
+        if args.refine and placement.meta.get("strategy") is not None:
+            print(f"note: {placement.method}'s placement is of the replicated step (its strategy): it is not refined",
+                  file=sys.stderr)
+        elif args.refine and placement.schedule is not None:
             print(f"note: {placement.method}'s placement carries a schedule (its stages' order), which moving ops "
                   "would break: it is not refined", file=sys.stderr)
         elif args.refine:

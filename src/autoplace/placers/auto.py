@@ -213,7 +213,7 @@ def _strategies(graph: Graph, cluster: Cluster, robust, best: Placement, best_ro
         report_progress(f"auto: {method}", None)
         try:
             p = place(graph, cluster, method, seed=seed)
-        except InfeasibleError as e:
+        except AutoplaceError as e:          # no such strategy here (a step it cannot split, no capture ...)
             rows.append({"method": method, "error": str(e)})
             continue
         big = strategy_graph(graph, p)
@@ -234,8 +234,11 @@ def _strategies(graph: Graph, cluster: Cluster, robust, best: Placement, best_ro
     meta = {**best.meta, "strategies": rows}
     if found and min(found, key=lambda f: f[0])[0] < best_robust:
         worst, p = min(found, key=lambda f: f[0])
-        return Placement(p.assignment, p.graph, p.cluster, "auto", {**p.meta, **meta, "from": p.method,
-                                                                     "improved_by": []}, p.schedule)
+        # what describes the placement it replaces (its refine, stages, scenarios) goes; the candidates stay
+        kept = {k: best.meta[k] for k in ("candidates",) if k in best.meta}
+        return Placement(p.assignment, p.graph, p.cluster, "auto",
+                         {**p.meta, **kept, "strategies": rows, "from": p.method, "improved_by": [],
+                          "robust_step_s": worst}, p.schedule)
     return Placement(best.assignment, best.graph, best.cluster, best.method, meta, best.schedule)
 
 

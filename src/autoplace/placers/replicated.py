@@ -10,6 +10,9 @@ they came from, each replica's devices and one replica's placement on them.
   synchronous data parallelism: a tower per GPU computes forward and backward on its slice of the batch; the
   parameters, their gradient sums and the update stay on the CPU (every step sends the parameters to each
   tower and the gradients back). No collective: the step captured with one micro-batch per tower, placed.
+  ``towers-async``: the paper's asynchronous towers, each applying its own gradients to the CPU's parameters
+  with its own update (its step: each tower's one update); different math, so a throughput figure only —
+  ``auto`` never weighs it.
 * ``hybrid`` — ``R`` replicas for every ``R`` dividing the GPU count (``R = 1`` excepted: that is a plain
   placement), each replica on ``D / R`` neighbouring GPUs and the CPU(s) of their hosts, placed as one
   replica's step on those devices by the fast placers (:data:`autoplace.placers.fast.FAST_PLACERS`; the
@@ -42,8 +45,9 @@ def replica_devices(cluster: Cluster) -> list[int]:
 
 
 def _groups(cluster: Cluster, replicas: int) -> list[list[int]]:
-    """``replicas`` groups of neighbouring GPUs (``D / R`` each), the CPUs first: those on the hosts of the
-    group's GPUs (``meta["host"]``) where every group has as many, else every CPU in every group."""
+    """``replicas`` groups of neighbouring GPUs (``D / R`` each) and CPUs: those on the hosts of the group's GPUs
+    (``meta["host"]``) where every group has as many, else every CPU in every group; each group in cluster
+    order, as a placement on group 0's devices (``cluster.without`` the others) numbers its slots."""
     gpus = replica_devices(cluster)
     if replicas < 1 or len(gpus) % replicas:
         raise InfeasibleError(f"{replicas} replicas do not divide the {len(gpus)} devices of {cluster.name!r}")
@@ -54,7 +58,7 @@ def _groups(cluster: Cluster, replicas: int) -> list[list[int]]:
     local = [[d for d in others if host(d) in {host(g) for g in block}] for block in blocks]
     if len({len(c) for c in local}) != 1 or not local[0]:
         local = [others] * replicas
-    return [c + block for c, block in zip(local, blocks)]
+    return [sorted(c + block) for c, block in zip(local, blocks)]
 
 
 def strategy_placement(graph: Graph, cluster: Cluster, replica: Graph, slots: np.ndarray, groups: list[list[int]],
@@ -97,20 +101,32 @@ def _times(graph: Graph, cluster: Cluster) -> np.ndarray:
                  strategy=True)
 def towers(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """See the module docstring."""
+    return _towers(graph, cluster, "towers")
+
+
+@register_placer("towers-async", description="asynchronous towers: each tower updates the CPU's parameters with "
+                 "its own gradients (different math: a throughput figure; auto never picks it)",
+                 paper="Mirhoseini et al. 2017 sec. 4.4", strategy=True)
+def towers_async(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
+    """See the module docstring."""
+    return _towers(graph, cluster, "towers-async")
+
+
+def _towers(graph: Graph, cluster: Cluster, kind: str) -> Placement:
     gpus = cluster.devices_of_kind("gpu")
     cpus = cluster.devices_of_kind("cpu")
     if not gpus or not cpus:
         raise InfeasibleError(f"towers need GPUs and a CPU; cluster {cluster.name!r} has "
                               f"{len(gpus)} GPU(s) and {len(cpus)} CPU(s)")
     R = len(gpus)
-    step = towers_graph(micro_batched(graph, R), R)
+    step = towers_graph(micro_batched(graph, R), R, asynchronous=kind == "towers-async")
     # the data reading ops stay on the CPU, as the paper's towers share them
-    dev = np.array([gpus[op.meta["replica"]] if "replica" in op.meta and op.type != "input" else cpus[0]
-                    for op in step.ops], np.int64)
-    strategy = {"kind": "towers", "replicas": R, "micro_batches": R,
+    dev = np.array([gpus[op.meta["replica"]] if "replica" in op.meta and op.type != "input" and op.phase != "update"
+                    else cpus[0] for op in step.ops], np.int64)
+    strategy = {"kind": kind, "replicas": R, "micro_batches": R,
                 "groups": [[cluster.device_names[cpus[0]], cluster.device_names[g]] for g in gpus]}
     remember(graph, strategy, step)
-    return Placement.from_array(step, cluster, dev, "towers", strategy=strategy)
+    return Placement.from_array(step, cluster, dev, kind, strategy=strategy)
 
 
 #: the most micro-batches a strategy captures the step with (a capture's size grows with it)

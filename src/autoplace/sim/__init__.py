@@ -284,7 +284,7 @@ class Simulator:
 
     def _execute_rows(self, devs: np.ndarray, spos: np.ndarray, op_times: np.ndarray,
                       prios: np.ndarray | None) -> tuple[BatchResult, Timeline]:
-        if self._collectives:
+        if self._collectives and len(devs):
             return self._execute_lowered(devs, spos, op_times, prios)
         batch, timeline, done = self._loop(self.graph, self._graph_args, devs, spos, op_times)
         self._check_done(done, self.graph.n_ops, devs, spos, prios)
@@ -321,6 +321,11 @@ class Simulator:
             times = np.zeros((m, self.cluster.n_devices))
             times[:n] = op_times
             batch, tl, done = self._loop(low.graph, args, edevs, espos, times)
+            if (done != m).any() and (spos[rows] >= 0).any():
+                # the steps' ranks wait for each other: an order the graph alone allows can stall them
+                raise PlacementError(f"the schedule deadlocks once the collectives' steps run between their ranks "
+                                     f"({', '.join(sorted(self._collectives))[:200]}): order each device's "
+                                     "collectives as every rank reaches them")
             self._check_done(done, m, devs[rows], spos[rows], None if prios is None else prios[rows])
             parts.append((rows, batch))
             start = tl.start[:n].copy()

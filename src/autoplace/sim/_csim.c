@@ -525,12 +525,12 @@ static void launched(const Problem *p, Work *w, Run *r, Out *o, i64 i, i64 d) {
             OpState *oc = w->op + c;
             i64 dc = oc->dev;
             if (dc == d) {
-                if (w->spos[c] == COMM) { /* a communication op is delivered at FINISH */
+                w->pair_buf[pr] = (i32)buf;
+                w->buf[buf].ref += 1;
+                if (w->spos[c] == COMM) { /* a communication op is released at FINISH (its buffer held) */
                     remote = 1;
                     continue;
                 }
-                w->pair_buf[pr] = (i32)buf;
-                w->buf[buf].ref += 1;
                 if (--oc->cnt == 0) release(p, w, r, c);
             } else {
                 remote = 1;
@@ -670,8 +670,10 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
                         i64 dc = oc->dev;
                         if (dc == d) {
                             if (h < 0 || w->spos[c] == COMM) { /* a communication op waits for the kernel */
-                                w->pair_buf[pr] = (i32)buf;
-                                w->buf[buf].ref += 1;
+                                if (h < 0) { /* (an asynchronous source reserved it at LAUNCHED) */
+                                    w->pair_buf[pr] = (i32)buf;
+                                    w->buf[buf].ref += 1;
+                                }
                                 if (--oc->cnt == 0) release(p, w, r, c);
                             }
                             continue;

@@ -363,8 +363,9 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                         dc = dev[c]
                         if dc == d:
                             if h < 0 or spos[c] == COMM:  # a communication op waits for the kernel
-                                pair_buf[p] = buf
-                                ref[buf] += 1
+                                if h < 0:                 # (an asynchronous source reserved it at LAUNCHED)
+                                    pair_buf[p] = buf
+                                    ref[buf] += 1
                                 cnt[c] -= 1
                                 if cnt[c] == 0:
                                     _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist,
@@ -467,9 +468,9 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                         c = pair_op[p]
                         dc = dev[c]
                         if dc == d:
-                            if spos[c] != COMM:    # a communication op is delivered at FINISH
-                                pair_buf[p] = buf
-                                ref[buf] += 1
+                            pair_buf[p] = buf
+                            ref[buf] += 1
+                            if spos[c] != COMM:    # a communication op is released at FINISH (its buffer held)
                                 cnt[c] -= 1
                                 if cnt[c] == 0:
                                     _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty,

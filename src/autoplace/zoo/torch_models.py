@@ -40,23 +40,20 @@ class LSTMCell(nn.Module):
         return h, c
 
 
-class RNNLM(nn.Module):
-    """Recurrent neural network language model (Zaremba et al. 2014; Jozefowicz et al. 2016), as in
-    Mirhoseini et al. 2017 §4.1: ``layers`` LSTM layers of ``hidden`` units unrolled for ``steps`` steps,
-    a softmax prediction at every step. Input ``tokens`` is ``[steps, batch]``."""
+class _UnrolledLSTM(nn.Module):
+    """An embedding and ``layers`` LSTM layers of ``hidden`` units unrolled over ``steps`` steps:
+    :meth:`states` yields each step's top state, every op tagged with its step, layer and role."""
 
     def __init__(self, vocab: int, hidden: int, layers: int, steps: int):
         super().__init__()
         self.steps = steps
         self.embedding = nn.Embedding(vocab, hidden)
         self.layers = nn.ModuleList(LSTMCell(hidden, hidden) for _ in range(layers))
-        self.softmax = nn.Linear(hidden, vocab)
 
-    def forward(self, tokens):
+    def states(self, tokens):
         batch = tokens.shape[1]
         h = [tokens.new_zeros(batch, cell.hidden, dtype=torch.float32) for cell in self.layers]
         c = [x.clone() for x in h]
-        logits = []
         for t in range(self.steps):
             with tag(step=t, layer=0, role="embedding"):
                 x = self.embedding(tokens[t])
@@ -64,34 +61,38 @@ class RNNLM(nn.Module):
                 with tag(step=t, layer=k, role="lstm"):
                     h[k], c[k] = cell(x, h[k], c[k])
                 x = h[k]
+            yield t, x
+
+
+class RNNLM(_UnrolledLSTM):
+    """Recurrent neural network language model (Zaremba et al. 2014; Jozefowicz et al. 2016), as in
+    Mirhoseini et al. 2017 §4.1: ``layers`` LSTM layers of ``hidden`` units unrolled for ``steps`` steps,
+    a softmax prediction at every step. Input ``tokens`` is ``[steps, batch]``."""
+
+    def __init__(self, vocab: int, hidden: int, layers: int, steps: int):
+        super().__init__(vocab, hidden, layers, steps)
+        self.softmax = nn.Linear(hidden, vocab)
+
+    def forward(self, tokens):
+        logits = []
+        for t, x in self.states(tokens):
             with tag(step=t, layer=len(self.layers) - 1, role="softmax"):
                 logits.append(self.softmax(x))
         return logits
 
 
-class RNNTextClassifier(nn.Module):
+class RNNTextClassifier(_UnrolledLSTM):
     """Recurrent text classifier (FlexFlow's RNNTC: Jia et al. 2019, Table 1): ``layers`` LSTM layers of
     ``hidden`` units over ``steps`` words, a softmax over ``classes`` on the last step's state. Input
     ``tokens`` is ``[steps, batch]``."""
 
     def __init__(self, vocab: int, hidden: int, layers: int, steps: int, classes: int):
-        super().__init__()
-        self.steps = steps
-        self.embedding = nn.Embedding(vocab, hidden)
-        self.layers = nn.ModuleList(LSTMCell(hidden, hidden) for _ in range(layers))
+        super().__init__(vocab, hidden, layers, steps)
         self.softmax = nn.Linear(hidden, classes)
 
     def forward(self, tokens):
-        batch = tokens.shape[1]
-        h = [tokens.new_zeros(batch, cell.hidden, dtype=torch.float32) for cell in self.layers]
-        c = [x.clone() for x in h]
-        for t in range(self.steps):
-            with tag(step=t, layer=0, role="embedding"):
-                x = self.embedding(tokens[t])
-            for k, cell in enumerate(self.layers):
-                with tag(step=t, layer=k, role="lstm"):
-                    h[k], c[k] = cell(x, h[k], c[k])
-                x = h[k]
+        for _, x in self.states(tokens):
+            pass
         with tag(step=self.steps - 1, layer=len(self.layers) - 1, role="softmax"):
             return self.softmax(x)
 
