@@ -128,12 +128,17 @@ def test_inception_blocks_and_branches():
     assert any(op.type == "optimizer_state" and op.name.endswith("square_avg") for op in g.ops)  # RMSProp
 
 
-def test_flexflow_models():
-    """ResNet-101's 33 bottleneck blocks and the RNN text classifier's LSTM layers, one softmax at the end."""
+@pytest.mark.slow
+def test_resnet_101():
+    """ResNet-101's 33 bottleneck blocks: three convolutions each, four projections and the stem's."""
     res = build_graph("resnet-101", batch=2, image=32, classes=10)
     blocks = {op.meta.get("block") for op in res.ops if isinstance(op.meta.get("block"), int)}
     assert blocks == set(range(33))
-    assert sum(op.type == "aten.convolution" for op in res.ops) == 104          # 3 per block, 4 projections, stem
+    assert sum(op.type == "aten.convolution" for op in res.ops) == 104
+
+
+def test_rnn_text_classifier():
+    """The RNN text classifier's LSTM layers over every step, one softmax at the last."""
     tc = build_graph("rnntc", vocab=50, hidden=16, layers=4, steps=3, classes=2, batch=4)
     assert {op.meta.get("layer") for op in tc.ops if op.meta.get("role") == "lstm"} == {0, 1, 2, 3}
     assert {op.meta.get("step") for op in tc.ops if op.meta.get("role") == "softmax"} == {2}

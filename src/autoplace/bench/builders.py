@@ -589,7 +589,7 @@ def build_strategies_table(spec: TableSpec, settings, run: Run, store: Store) ->
         dp = run.result(store, s, "data-parallel")
         hy = run.result(store, s, "hybrid")
         placed = next((x for x in auto.get("strategies") or [] if x.get("method") == "placement"), None)
-        pure = placed["step_time_s"] if placed else None
+        pure = placed.get("step_time_s") if placed else None
         chosen = auto.get("from") or "–"
         pick = auto.get("strategy")
         if pick is not None:

@@ -37,14 +37,14 @@ REQUIRED = {"place": ("step_s", "ok", "oom", "error", "search_s", "wall_s"),
 #: fields that are whole counts (>= 0)
 COUNTS = {"samples", "updates", "mappings", "nodes", "devices", "devices_used", "ops", "initial", "screened",
           "failed", "better_than_default", "htf_mpr_rank", "htf_mpr_ties", "htf_mpr_evaluations", "samples_to_best",
-          "fine_tune_updates", "scratch_updates", "groups", "failed_runs"}
-BOOLS = {"ok", "coarsened", "gain_inside_range"}
-TEXTS = {"error", "stop_reason", "prior", "family"}
+          "fine_tune_updates", "scratch_updates", "groups", "failed_runs", "replicas", "micro_batches"}
+BOOLS = {"ok", "coarsened", "gain_inside_range", "fits"}
+TEXTS = {"error", "stop_reason", "prior", "family", "from", "kind", "per_replica", "method"}
 MAX_DEPTH = 6
 #: step times (a table divides by them): ``None`` (failed) or > 0
 STEPS = {"steps_s", "one_gpu_s", "zero_shot_s", "fine_tune_s", "scratch_s", "step_range_s"}
 #: a field present means others are there too, inside it or beside it (what the tables read with it)
-INSIDE = {"search": ("samples", "updates", "stop_reason", "improvements")}
+INSIDE = {"search": ("samples", "updates", "stop_reason", "improvements"), "strategy": ("kind", "replicas")}
 BESIDE = {"worst_case_speedup": ("one_gpu_s",)}
 #: the fields of each object under these keys (by model)
 EACH = {"models": ("mean", "std", "failed_runs")}
@@ -97,6 +97,12 @@ def _check(obj: Any, path: str, depth: int) -> None:
             ok = isinstance(v, list) and all(_number(x) for x in v)
         elif k == "worst_case_speedup":
             ok = _number(v, positive=True)
+        elif k == "strategies":                               # auto's strategy rows: objects with a method
+            ok = isinstance(v, list) and all(isinstance(x, dict) and isinstance(x.get("method"), str) for x in v)
+            if ok:
+                for j, x in enumerate(v):
+                    _check(x, f"{name}[{j}]", depth + 1)
+                continue
         elif k == "improvements":
             ok = isinstance(v, list) and all(isinstance(x, list) and len(x) == 2 and _number(x[0])
                                              and (x[1] is None or _number(x[1])) for x in v)
