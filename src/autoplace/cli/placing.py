@@ -31,7 +31,7 @@ from autoplace.cli.common import (
 from autoplace.cluster import CLUSTER_PRESETS, Cluster, get_cluster
 from autoplace.errors import AutoplaceError, FormatError
 from autoplace.graph import Graph
-from autoplace.replicas import strategy_graph
+from autoplace.replicas import can_replicate, strategy_graph
 from autoplace.resolve import resolve_cluster, resolve_graph
 
 
@@ -420,11 +420,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from autoplace.units import fmt_bytes, fmt_ratio, fmt_time
 
     _check_output(args.plot, "plot")
-    methods = args.methods or ["auto", *(m for m in available_placers(include_learned=False) if m != "auto")]
-    for m in methods:
+    for m in args.methods or ():
         get_placer(m)
     graph = _granular(resolve_graph(args.graph, _parse_params(args.param)), args.granularity, args.keep_whole)
     cluster = resolve_cluster(args.cluster)
+    # by default every placer but the learned ones; the strategies where the simulator scores a step it can
+    # re-capture with micro-batches (a graph file has no capture to replicate)
+    strategies = getattr(args, "env", "simulated") == "simulated" and can_replicate(graph)
+    methods = args.methods or ["auto", *(m for m in available_placers(include_learned=False,
+                                                                      include_strategies=strategies) if m != "auto")]
     _note_estimates(cluster)
     with Progress(transient=True, disable=args.json or args.markdown or not sys.stderr.isatty(),
                   console=_console(True)) as bar:
