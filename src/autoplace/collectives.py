@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -289,10 +289,7 @@ def lower(graph: Graph, cluster: Cluster, dev: np.ndarray, found: dict[str, np.n
             if S:
                 ins = (prev,) if recv_from[S - 1, r] < 0 else (
                     prev, f"{graph.ops[int(members[recv_from[S - 1, r]])].name}/step{S - 1}:1")
-                ops[i] = Op(op.name, op.type, inputs=ins, control_inputs=op.control_inputs, outputs=op.outputs,
-                            output_bytes=op.output_bytes, flops=op.flops, param_bytes=op.param_bytes, cost=op.cost,
-                            device_types=op.device_types, colocation_group=op.colocation_group, scope=op.scope,
-                            phase=op.phase, meta=op.meta)
+                ops[i] = replace(op, inputs=ins)
     lowered = Graph(ops, name=graph.name, meta=graph.meta)
     origin_arr = np.array(origin, np.int64)
     comm = np.array([op.type in COMMUNICATION_TYPES for op in lowered.ops], bool)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -158,18 +159,9 @@ def replica_graph(graph: Graph, replicas: int) -> Graph:
             changes["outputs"] = None
         if any(c not in kept for c in op.control_inputs):
             changes["control_inputs"] = tuple(c for c in op.control_inputs if c in kept)
-        ops.append(_with(op, **changes) if changes else op)
+        ops.append(replace(op, **changes) if changes else op)
     return Graph(ops, name=f"{graph.name}.replica{replicas}", meta={**graph.meta, "replicas": replicas,
                                                                      "micro_batches_per_replica": k})
-
-
-def _with(op: Op, **changes) -> Op:
-    fields = dict(name=op.name, type=op.type, inputs=op.inputs, control_inputs=op.control_inputs, outputs=op.outputs,
-                  output_bytes=op.output_bytes, flops=op.flops, param_bytes=op.param_bytes, cost=op.cost,
-                  device_types=op.device_types, colocation_group=op.colocation_group, scope=op.scope,
-                  phase=op.phase, meta=op.meta)
-    fields.update(changes)
-    return Op(**fields)
 
 
 class Expanded:
@@ -248,7 +240,7 @@ def expand(replica: Graph, slots: np.ndarray, groups: Sequence[Sequence[int]], *
             update = op.phase == "update"
             inputs = tuple(f"r{r}/bucket{in_bucket[ref]}.{view[tensor(ref)]}" if update and ref in in_bucket
                            else pre(r, ref) for ref in op.inputs)
-            ops.append(_with(op, name=pre(r, op.name), inputs=inputs,
+            ops.append(replace(op, name=pre(r, op.name), inputs=inputs,
                              control_inputs=tuple(pre(r, c) for c in op.control_inputs),
                              colocation_group=None if op.colocation_group is None else pre(r, op.colocation_group),
                              meta=meta))
@@ -266,7 +258,7 @@ def expand(replica: Graph, slots: np.ndarray, groups: Sequence[Sequence[int]], *
         nbytes = int(ops[replica.n_ops + b].output_bytes[0])
         for r, op in enumerate(collective("all_reduce", f"bucket{b}", [f"r{rr}/bucket{b}" for rr in range(R)],
                                           nbytes, phase="backward")):
-            ops.append(_with(op, meta={**op.meta, "replica": r}))
+            ops.append(replace(op, meta={**op.meta, "replica": r}))
             dev.append(groups[r][s])
             # the simulator leaves collectives out of a schedule; a priority keeps their devices' all-or-none
             last = prio[r * (replica.n_ops + len(buckets)) + replica.n_ops + b]
@@ -309,7 +301,7 @@ def towers_graph(graph: Graph, towers: int, *, asynchronous: bool = False) -> Gr
             if "launch_group" in meta:
                 meta["launch_group"] = f"t{r}/{meta['launch_group']}"
             group = op.colocation_group
-            ops.append(_with(op, name=f"t{r}/{op.name}", inputs=tuple(ren(r, ref) for ref in op.inputs),
+            ops.append(replace(op, name=f"t{r}/{op.name}", inputs=tuple(ren(r, ref) for ref in op.inputs),
                              control_inputs=tuple(ren(r, c) for c in op.control_inputs),
                              colocation_group=None if group is None else f"t{r}/{group}", meta=meta))
     if asynchronous:
@@ -323,7 +315,7 @@ def towers_graph(graph: Graph, towers: int, *, asynchronous: bool = False) -> Gr
                     meta = {**op.meta, "replica": r}
                     if "launch_group" in meta:
                         meta["launch_group"] = f"t{r}/{meta['launch_group']}"
-                    ops.append(_with(op, name=f"t{r}/{op.name}", meta=meta,
+                    ops.append(replace(op, name=f"t{r}/{op.name}", meta=meta,
                                      inputs=tuple(mine(r, ref) for ref in op.inputs),
                                      control_inputs=tuple(mine(r, c) for c in op.control_inputs),
                                      colocation_group=None if op.colocation_group is None
@@ -339,7 +331,7 @@ def towers_graph(graph: Graph, towers: int, *, asynchronous: bool = False) -> Gr
             meta = dict(op.meta)
             if any(key(ref) in of_tensor for ref in op.inputs):
                 meta.setdefault("bytes_touched", float(replica.bytes_touched[i]))
-            ops.append(_with(op, inputs=tuple(f"gradsum{of_tensor[key(ref)]}" if key(ref) in of_tensor else ref
+            ops.append(replace(op, inputs=tuple(f"gradsum{of_tensor[key(ref)]}" if key(ref) in of_tensor else ref
                                               for ref in op.inputs), meta=meta))
     return Graph(ops, name=f"{graph.name}.towers{towers}", meta={**graph.meta, "replicas": towers})
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplace.cluster import Cluster
+from autoplace.cost import op_time_matrix
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
@@ -85,15 +86,10 @@ def data_parallel(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> 
     micro = micro_batched(graph, R)
     replica = replica_graph(micro, R)
     sub = cluster.without([n for i, n in enumerate(cluster.device_names) if i != groups[0][0]])
-    if not np.isfinite(_times(replica, sub)).all():
+    if not np.isfinite(op_time_matrix(replica, sub)).all():
         raise InfeasibleError(f"an op of {graph.name!r} cannot run on {cluster.device_names[groups[0][0]]}")
     return strategy_placement(graph, cluster, replica, np.zeros(replica.n_ops, np.int64), groups, "data-parallel", R)
 
-
-def _times(graph: Graph, cluster: Cluster) -> np.ndarray:
-    from autoplace.cost import op_time_matrix
-
-    return op_time_matrix(graph, cluster)
 
 
 @register_placer("towers", description="synchronous towers: a replica of forward and backward per GPU, the "

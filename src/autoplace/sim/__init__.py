@@ -308,8 +308,7 @@ class Simulator:
         tensors (a participant's start is its first step's)."""
         B, n = devs.shape
         keys = [devs[b, self._members].tobytes() for b in range(B)]
-        order = list(dict.fromkeys(keys[:-1]))
-        order = [k for k in order if k != keys[-1]] + keys[-1:]
+        order = [k for k in dict.fromkeys(keys) if k != keys[-1]] + keys[-1:]   # the last row's last: its timeline
         parts: list[tuple[list[int], BatchResult]] = []
         timeline = None
         for key in order:
