@@ -118,3 +118,22 @@ def test_a_compiled_step_over_the_memory_it_counted_is_out_of_memory_at_its_op(g
     with pytest.raises(MemoryError, match=r"cpu:0 ran out of memory at op '[^']+': \d+ bytes over its"):
         rt.step(1)
     assert rt._compiled is not None
+
+
+def test_a_new_batch_changes_the_resident_bytes_by_its_size_whatever_address_it_gets(graph):
+    """A compiled step does not keep the live map up to date, so a new batch may be allocated where a value
+    the map still lists used to be; the resident bytes still change by the two batches' sizes."""
+    program = Program(graph)
+    rt = _runtime(program, compiled=True)
+    x = next(i for i in program.placeholders if graph.ops[i].type == "input"
+             and graph.ops[i].outputs[0].dtype == "float32")
+    for step in range(2):
+        rt.set_draws({i: program.draw(i) for i in program.random})
+        rt.step(step)
+    resident = rt.resident
+    batch = torch.randn(8, 6)
+    rt.live[batch.untyped_storage().data_ptr()] = [96, 1]      # a stale entry at the new batch's address
+    rt.assign({x: batch})
+    assert rt.resident == resident
+    rt.assign({x: torch.randn(16, 6)})                          # twice the rows: 192 bytes more
+    assert rt.resident == resident + 192

@@ -161,6 +161,15 @@ class _DeviceRuntime:
             else:
                 e[1] += 1
 
+    def _storage_bytes(self, v) -> int:
+        """The bytes of the distinct storages ``v`` holds (outside the shared-memory block)."""
+        storages = {}
+        for t in self._tensors(v):
+            st = t.untyped_storage()
+            if st.data_ptr() != self.shm_ptr:
+                storages[st.data_ptr()] = st.nbytes()
+        return sum(storages.values())
+
     def _release(self, v) -> None:
         for t in self._tensors(v):
             key = t.untyped_storage().data_ptr()
@@ -469,11 +478,13 @@ class _DeviceRuntime:
         for i, v in values.items():
             if i not in self.env or self.program.calls[i] is not None:
                 raise ExecutionError(f"{self.name}: op {self.program.graph.ops[i].name!r} is not an input here")
-            before = self.live_bytes
+            # the resident bytes change by the two values' sizes: the live map is only kept up to date by
+            # op-by-op steps, so a compiled step's freed storage may share an address with the new value
+            before = self._storage_bytes(self.env[i])
             self._release(self.env[i])
             self.env[i] = v.to(self.device)
             self._hold(self.env[i])
-            self.resident += self.live_bytes - before
+            self.resident += self._storage_bytes(self.env[i]) - before
 
     def fetch(self, refs: list[TRef]) -> list:
         out = []
