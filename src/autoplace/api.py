@@ -21,6 +21,7 @@ from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
+from autoplace.replicas import set_micro_batched, strategy_graph
 from autoplace.runtime.distributed import RUNTIMES, make_pool
 from autoplace.runtime.eager import EagerRunner
 from autoplace.runtime.placed import PlacedStep, hyper_inputs, initial_values
@@ -41,7 +42,7 @@ def _placement_of(placement: str | os.PathLike | Placement, graph: Graph, cluste
     from autoplace.formats import load_placement
 
     p = placement if isinstance(placement, Placement) else load_placement(placement)
-    p.to_array(graph, cluster)                 # one clear error for a placement of another graph or cluster
+    p.to_array(strategy_graph(graph, p), cluster)   # one clear error for a placement of another graph or cluster
     return p
 
 
@@ -174,9 +175,10 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     from autoplace.zoo._cache import cached_graph
 
     _check_arguments(optimizer, placement, timeout, budget)
-    if isinstance(method, str) and method in available_placers() and get_placer(method).strategy:
-        raise AutoplaceError(f"method {method!r} places replicas of the step (a strategy the simulator judges: "
-                             "autoplace place/simulate/compare); compile runs a placement of the step itself")
+    if isinstance(method, str) and method in available_placers() and get_placer(method).strategy and \
+            method not in RUNNABLE_STRATEGIES:
+        raise AutoplaceError(f"method {method!r} is a strategy the simulator judges alone (autoplace place/simulate/"
+                             f"compare); compile runs placements and {', '.join(RUNNABLE_STRATEGIES)}")
     if runtime not in RUNTIMES:
         raise AutoplaceError(f"unknown runtime {runtime!r} (choose from {', '.join(RUNTIMES)})")
     if not isinstance(cache, (bool, str, os.PathLike)):
@@ -213,11 +215,14 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
         graph = trace() if key is None else cached_graph(f"compile-{title or type(model).__name__}",
                                                          {**key, "name": title, "micro_batches": m},
                                                          trace, folder)
-        return with_granularity(graph, granularity, keep_whole)
+        # the strategies over the batch dimension re-capture the step with more micro-batches
+        return set_micro_batched(with_granularity(graph, granularity, keep_whole),
+                                 lambda more: capture(inputs, targets, title, more))
 
     def search(graph: Graph, work: float | None = budget) -> tuple[Placement, bool]:
-        # the runtimes run placements of the step: auto weighs no replicated strategy here
-        options = {"strategies": False} if method == "auto" else {}
+        # replicas synchronise over torch.distributed: the shared-memory runtime runs placements and pipelines
+        options = {"strategies": RUNNABLE_STRATEGIES if runtime != "shm" else ("pipelined",)} \
+            if method == "auto" else {}
         run = lambda: place(graph, cl, method, seed=seed, budget=work, **options)  # noqa: E731
         return cached_placement(graph, cl, method, seed, work, run, folder) if cache is not False else (run(), False)
 
@@ -270,6 +275,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
                 else:
                     chosen, hit = _placement_of(placement, graph, cl), False
                 seconds["place"] = time.perf_counter() - t
+            pool = _pool_for(chosen, pool, cl, runtime, timeout)
             common = dict(keys=tuple(split_inputs(example_inputs)[1]),
                           state_keys=[k for k in model.state_dict() if k in graph or k in graph.meta.get("tied", {})],
                           optimizer=optimizer, hyper_inputs=hyper_inputs(graph, model, optimizer))
@@ -308,6 +314,27 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     step.setup_seconds, step.placement_cached, step.micro_batches = seconds, hit, micro
     step.micro_batch_choice = records
     return step
+
+
+#: the strategies compile runs (:mod:`autoplace.placers.replicated`): towers are judged by the simulator only
+RUNNABLE_STRATEGIES = ("data-parallel", "hybrid", "pipelined")
+
+
+def _pool_for(placement: Placement, pool, cluster: Cluster, runtime: str, timeout: float):
+    """The worker pool that runs ``placement``: ``pool``, or where the placement runs replicas (gradients
+    all-reduced over torch.distributed) and ``pool`` shares memory instead, the distributed runtime's."""
+    from autoplace.runtime.distributed import DistributedPool
+
+    strategy = placement.meta.get("strategy") or {}
+    if int(strategy.get("replicas", 1)) < 2 or isinstance(pool, DistributedPool):
+        return pool
+    if runtime == "shm":
+        raise AutoplaceError(f"placement {placement.method!r} runs {strategy['replicas']} replicas, whose gradients "
+                             "are all-reduced over torch.distributed: use runtime='distributed' or 'auto'")
+    pool.close(now=True)
+    pool = DistributedPool(cluster, timeout=timeout)
+    pool.launch()
+    return pool
 
 
 def _runnable_here(cluster: Cluster) -> bool:
@@ -393,7 +420,7 @@ def _verified(step: PlacedStep, eager_step, fresh, cluster: Cluster, method: str
     from autoplace.capture._torch import _as_tuple, split_inputs
     from autoplace.runtime.cache import store_verdict
     from autoplace.runtime.verdict import Verdict, race
-    from autoplace.sim import Simulator
+    from autoplace.sim import Simulator, simulate
 
     graph = step.graph
     device = _baseline_device(cluster)
@@ -404,7 +431,7 @@ def _verified(step: PlacedStep, eager_step, fresh, cluster: Cluster, method: str
         if not ran_one.ok:                              # one device is no option: nothing to race
             stage(f"keeping the placement: the whole step does not fit on {cluster.devices[device].name}")
             return step
-        simulated, simulated_one = sim.run(step.placement).step_time, ran_one.step_time
+        simulated, simulated_one = simulate(step.run_graph, cluster, step.placement).step_time, ran_one.step_time
         probe = eager_step(device, one)
         args, tgt = split_inputs(inputs), _as_tuple(targets)
         cuda = [d for d in range(torch.cuda.device_count())] if torch.cuda.is_available() else []

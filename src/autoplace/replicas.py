@@ -28,6 +28,7 @@ dividing its ``M``; a graph read from a file has none).
 from __future__ import annotations
 
 import json
+import math
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -36,7 +37,7 @@ import numpy as np
 
 from autoplace.collectives import BUCKET_VIEW, collective
 from autoplace.errors import GraphError, InfeasibleError, PlacementError
-from autoplace.graph import Graph, Op, parse_input
+from autoplace.graph import Graph, Op, TensorSpec, parse_input
 from autoplace.schedule import NO_SCHEDULE, micro_batches
 
 __all__ = ["STATE_TYPES", "SHARED_TYPES", "FIRST_BUCKET_BYTES", "BUCKET_BYTES", "set_micro_batched",
@@ -146,6 +147,13 @@ def replica_graph(graph: Graph, replicas: int) -> Graph:
     keep = [i for i, op in enumerate(graph.ops) if (_tag(op) is None or _tag(op) < k)]
     kept = {graph.ops[i].name for i in keep}
     grads = {ref: _accumulated(graph, ref, k) for _, ref in gradients(graph)}
+
+    def own(ref: str) -> str | None:
+        """A reference in one replica's step: a gradient's sum over its micro-batches; None for another's."""
+        if ref in grads:
+            return grads[ref]
+        return ref if parse_input(ref, graph._index)[0] in kept else None
+
     ops = []
     for i in keep:
         op = graph.ops[i]
@@ -155,13 +163,55 @@ def replica_graph(graph: Graph, replicas: int) -> Graph:
         elif any(parse_input(r, graph._index)[0] not in kept for r in op.inputs):
             changes["inputs"] = tuple(r for r in op.inputs if parse_input(r, graph._index)[0] in kept)
         if op.type == "input":
-            changes["output_bytes"] = tuple(b // replicas for b in op.out_bytes)
-            changes["outputs"] = None
+            changes.update(_sharded(op, replicas, int(graph.meta.get("batch_dim", 0))))
+        if "call" in op.meta:
+            changes["meta"] = {**op.meta, "call": _renamed(op.meta["call"], own, _same)}
         if any(c not in kept for c in op.control_inputs):
             changes["control_inputs"] = tuple(c for c in op.control_inputs if c in kept)
         ops.append(replace(op, **changes) if changes else op)
-    return Graph(ops, name=f"{graph.name}.replica{replicas}", meta={**graph.meta, "replicas": replicas,
-                                                                     "micro_batches_per_replica": k})
+    meta = {**graph.meta, "replicas": replicas, "micro_batches_per_replica": k}
+    program = graph.meta.get("program")
+    if isinstance(program, dict):   # its outputs: the replica's loss, its gradient sums
+        meta["program"] = {**program, "outputs": _renamed(program.get("outputs", []), own, _same)}
+    return Graph(ops, name=f"{graph.name}.replica{replicas}", meta=meta)
+
+
+def _same(name: str) -> str:
+    return name
+
+
+def _sharded(op: Op, replicas: int, dim: int) -> dict:
+    """The fields of input op ``op`` holding ``1 / replicas`` of its batch (along ``dim`` where its shapes are
+    known and divide, else its bytes alone)."""
+    specs = op.outputs or ()
+    if specs and all(len(t.shape) > dim and t.shape[dim] % replicas == 0 for t in specs):
+        cut = lambda t: replace(t, shape=(*t.shape[:dim], t.shape[dim] // replicas, *t.shape[dim + 1:]))  # noqa: E731
+        return {"outputs": tuple(cut(t) for t in specs), "output_bytes": None}
+    return {"output_bytes": tuple(b // replicas for b in op.out_bytes), "outputs": None}
+
+
+_DROPPED = object()
+
+
+def _renamed(a, ref: Callable[[str], str], scalar: Callable[[str], str]):
+    """An aten call's argument template (``meta["call"]``, a program's scalar node) with its tensor references
+    and scalar nodes renamed."""
+    if isinstance(a, list):   # a reference renamed to None is left out (a tensor list's dropped micro-batch)
+        return [y for y in (_renamed(x, ref, scalar) for x in a) if y is not _DROPPED]
+    if isinstance(a, dict):
+        if "ref" in a and isinstance(a["ref"], str):
+            new = ref(a["ref"])
+            return _DROPPED if new is None else {**a, "ref": new}
+        if "scalar" in a and isinstance(a["scalar"], str):
+            return {**a, "scalar": scalar(a["scalar"])}
+        return {k: _renamed(v, ref, scalar) for k, v in a.items()}
+    return a
+
+
+def _flat_spec(graph: Graph, tensors: list[tuple[int, int | None]]) -> tuple[TensorSpec]:
+    """The spec of a bucket: the tensors flattened one after another (their first one's dtype)."""
+    specs = [graph.ops[p].outputs[k or 0] for p, k in tensors]
+    return (TensorSpec((sum(math.prod(t.shape) for t in specs),), specs[0].dtype),)
 
 
 class Expanded:
@@ -222,6 +272,7 @@ def expand(replica: Graph, slots: np.ndarray, groups: Sequence[Sequence[int]], *
     if len(width) != 1 or (len(slots) and slots.max() >= min(width)):
         raise ValueError("every group needs a device for each slot the replica's placement uses")
     buckets = _buckets(replica, slots, first_bucket_bytes, bucket_bytes)
+    program = replica.meta.get("program") if isinstance(replica.meta.get("program"), dict) else None
     index = replica._index
     tensor = lambda ref: (index[parse_input(ref, index)[0]], parse_input(ref, index)[1])  # noqa: E731
     of_tensor = {tensor(ref): b for b, (_, refs) in enumerate(buckets) for ref in refs}
@@ -240,6 +291,10 @@ def expand(replica: Graph, slots: np.ndarray, groups: Sequence[Sequence[int]], *
             update = op.phase == "update"
             inputs = tuple(f"r{r}/bucket{in_bucket[ref]}.{view[tensor(ref)]}" if update and ref in in_bucket
                            else pre(r, ref) for ref in op.inputs)
+            if "call" in meta:      # its aten call reads the replica's tensors (a gradient: its bucket's view)
+                grad = (lambda ref, r=r: f"r{r}/bucket{of_tensor[tensor(ref)]}.{view[tensor(ref)]}"
+                        if tensor(ref) in of_tensor else pre(r, ref)) if update else (lambda ref, r=r: pre(r, ref))
+                meta["call"] = _renamed(meta["call"], grad, lambda name, r=r: pre(r, name))
             ops.append(replace(op, name=pre(r, op.name), inputs=inputs,
                              control_inputs=tuple(pre(r, c) for c in op.control_inputs),
                              colocation_group=None if op.colocation_group is None else pre(r, op.colocation_group),
@@ -248,9 +303,12 @@ def expand(replica: Graph, slots: np.ndarray, groups: Sequence[Sequence[int]], *
             prio.append(NO_SCHEDULE if priorities is None else int(priorities[i]))
         for b, (s, refs) in enumerate(buckets):
             nbytes = sum(int(replica.ops[tensor(ref)[0]].out_bytes[tensor(ref)[1]]) for ref in refs)
+            bmeta = {"view": True, "replica": r, "bucket": b, "bytes_touched": 2.0 * nbytes}
+            if program:
+                bmeta["call"] = {"target": "autoplace.bucket", "args": [[{"ref": pre(r, ref)} for ref in refs]]}
             ops.append(Op(f"r{r}/bucket{b}", "ddp_bucket", inputs=tuple(pre(r, ref) for ref in refs),
-                          output_bytes=(nbytes,), param_bytes=nbytes, phase="backward",
-                          meta={"view": True, "replica": r, "bucket": b, "bytes_touched": 2.0 * nbytes}))
+                          outputs=_flat_spec(replica, [tensor(ref) for ref in refs]) if program else None,
+                          output_bytes=(nbytes,), param_bytes=nbytes, phase="backward", meta=bmeta))
             dev.append(groups[r][s])
             prio.append(NO_SCHEDULE if priorities is None else
                         max(int(priorities[tensor(ref)[0]]) for ref in refs))
@@ -258,19 +316,38 @@ def expand(replica: Graph, slots: np.ndarray, groups: Sequence[Sequence[int]], *
         nbytes = int(ops[replica.n_ops + b].output_bytes[0])
         for r, op in enumerate(collective("all_reduce", f"bucket{b}", [f"r{rr}/bucket{b}" for rr in range(R)],
                                           nbytes, phase="backward")):
-            ops.append(replace(op, meta={**op.meta, "replica": r}))
+            cmeta = {**op.meta, "replica": r}
+            if program:
+                cmeta["call"] = {"target": "autoplace.all_reduce", "args": [{"ref": op.inputs[0]}, f"bucket{b}"]}
+                op = replace(op, outputs=_flat_spec(replica, [tensor(ref) for ref in refs]))
+            ops.append(replace(op, meta=cmeta))
             dev.append(groups[r][s])
             # the simulator leaves collectives out of a schedule; a priority keeps their devices' all-or-none
             last = prio[r * (replica.n_ops + len(buckets)) + replica.n_ops + b]
             prio.append(last)
             # each gradient a view of the reduced bucket, where its readers are (DDP's gradient_as_bucket_view)
+            offset = 0
             for j, ref in enumerate(refs):
-                grad = int(replica.ops[tensor(ref)[0]].out_bytes[tensor(ref)[1]])
+                p, k = tensor(ref)
+                grad = int(replica.ops[p].out_bytes[k])
+                vmeta = {"view": True, "replica": r, "bucket": b}
+                if program:       # elements from ``offset`` of the reduced bucket, as the gradient's shape
+                    spec = replica.ops[p].outputs[k or 0]
+                    vmeta["call"] = {"target": "autoplace.bucket_view",
+                                     "args": [{"ref": f"bucket{b}/{r}"}, offset, list(spec.shape), spec.dtype]}
+                    offset += math.prod(spec.shape)
                 ops.append(Op(f"r{r}/bucket{b}.{j}", BUCKET_VIEW, inputs=(f"bucket{b}/{r}",), output_bytes=(grad,),
-                              phase="backward", meta={"view": True, "replica": r, "bucket": b}))
+                              outputs=(spec,) if program else None, phase="backward", meta=vmeta))
                 dev.append(groups[r][s])
                 prio.append(last)
-    graph = Graph(ops, name=f"{replica.name}x{R}", meta={**replica.meta, "replicas": R})
+    meta = {**replica.meta, "replicas": R}
+    if program:             # every replica's outputs (the loss first) and scalar nodes, in replica order
+        meta["program"] = {
+            "outputs": [_renamed(o, lambda ref, r=r: pre(r, ref), None) for r in range(R)
+                        for o in program.get("outputs", [])],
+            "scalars": {pre(r, name): _renamed(spec, lambda ref, r=r: pre(r, ref), lambda n, r=r: pre(r, n))
+                        for r in range(R) for name, spec in program.get("scalars", {}).items()}}
+    graph = Graph(ops, name=f"{replica.name}x{R}", meta=meta)
     prios = None if priorities is None else np.array(prio, np.int64)
     return Expanded(graph, np.array(dev, np.int64), prios, buckets)
 

@@ -650,7 +650,8 @@ def capture_training_step(model, example_inputs: Any, loss_fn: Callable, optimiz
                       hyper={n: {k: float(t) for k, t in h.items()} for n, h in hyper.items()})
     fused = _fuse_updates(list(graph.ops), groups, modes, opt_cls.__name__, graph.meta["program"]["scalars"])
     graph = Graph(_launch_groups(fused, groups, modes), name=graph.name,
-                  meta={**graph.meta, "optimizer": {"class": opt_cls.__name__, "implementation": sorted(set(modes))}})
+                  meta={**graph.meta, "optimizer": {"class": opt_cls.__name__, "implementation": sorted(set(modes))},
+                        **({"batch_dim": batch_dim} if micro_batches > 1 else {})})
     return _with_modules(_with_tied(graph, model), model)
 
 

@@ -181,6 +181,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster or placement.cluster)
     _note_other_cluster(placement, cluster)
+    graph = strategy_graph(graph, placement)        # a strategy's placement: the replicated step it runs
     source = export_python(graph, placement, cluster)
     dmap = device_map(graph, placement, cluster) if args.device_map else None
     batch_on = input_device(graph, placement, cluster) if dmap is not None else None

@@ -123,8 +123,13 @@ def pick_robust(graph: Graph, cluster: Cluster, placements: list[Placement], rob
 @register_placer("auto", description="every fast placer, the best refined by hierarchical local search "
                  "(and CP-SAT on small graphs), ranked by the worst case over the cost model's uncertainty; "
                  "the best valid placement", paper="", memory_aware=True)
-def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None, strategies: bool = True) -> Placement:
-    """See the module docstring (``strategies=False`` leaves out step 7: placements of ``graph`` only)."""
+def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
+         strategies: bool | tuple[str, ...] = True) -> Placement:
+    """See the module docstring (``strategies=False`` leaves out step 7: placements of ``graph`` only; a tuple
+    of names of :data:`STRATEGIES` weighs those alone)."""
+    if not isinstance(strategies, bool) and not set(strategies) <= set(STRATEGIES):
+        raise AutoplaceError(f"auto: unknown strategies {sorted(set(strategies) - set(STRATEGIES))} "
+                             f"(known: {', '.join(STRATEGIES)})")
     from autoplace.placers.cpsat import MAX_TASKS, improve_with_cp_sat
     from autoplace.placers.local_search import refine, return_strays
 
@@ -184,7 +189,8 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None, strategies: 
     out = Placement.from_array(graph, cluster, dev, "auto", prio if pipe is not None else None, **meta)
     out = check_fits(graph, cluster, out)
     if strategies:
-        out = _strategies(graph, cluster, robust, out, float(robust.robust_steps(steps[:, None])[0]), seed)
+        out = _strategies(graph, cluster, robust, out, float(robust.robust_steps(steps[:, None])[0]), seed,
+                          STRATEGIES if strategies is True else tuple(strategies))
     return out
 
 
@@ -196,7 +202,8 @@ def _row(prio):
     return None if prio is None else prio[None, :]
 
 
-def _strategies(graph: Graph, cluster: Cluster, robust, best: Placement, best_robust: float, seed) -> Placement:
+def _strategies(graph: Graph, cluster: Cluster, robust, best: Placement, best_robust: float, seed,
+                names: tuple[str, ...] = STRATEGIES) -> Placement:
     """Step 7: where the step can be re-captured with micro-batches and the cluster has two GPUs or more, each
     strategy of :data:`STRATEGIES`, its robust step taken against the same one-GPU baseline (each scenario's
     step rescaled as ``best``'s); the strategy with the lowest robust step that fits replaces ``best`` where
@@ -209,7 +216,7 @@ def _strategies(graph: Graph, cluster: Cluster, robust, best: Placement, best_ro
     if not can_replicate(graph) or len(replica_devices(cluster)) < 2:
         return best
     rows, found = [], []
-    for method in STRATEGIES:
+    for method in names:
         report_progress(f"auto: {method}", None)
         try:
             p = place(graph, cluster, method, seed=seed)

@@ -36,6 +36,7 @@ from autoplace.runtime.rank import (
     _rank_main,
     host_of,
     hosts_of,
+    participants,
     rank_order,
     rendezvous_of,
 )
@@ -237,7 +238,7 @@ class DistributedPool(WorkerPool):
         if cmd == "load":
             return ("load", json.dumps(graph_to_dict(msg[1])))
         if cmd == "setup":
-            _plan, _transfers, seed, capacity, keep, values, ranks = msg[1:8]
+            _plan, _transfers, seed, capacity, keep, values, ranks = msg[1:8]   # the rank finds the collectives
             return ("setup", [int(x) for x in self._assignment], self.cluster.n_devices, int(seed), float(capacity),
                     sorted(int(x) for x in keep), dict(values), list(ranks), self._priority)
         if cmd == "fetch":
@@ -248,13 +249,14 @@ class DistributedPool(WorkerPool):
         return tuple(msg)
 
     def prepare(self, graph, placement, *, seed: int = 0, values=None) -> None:
-        self._assignment = placement.to_array(graph, self.cluster)
+        self._graph, self._assignment = graph, placement.to_array(graph, self.cluster)
         prio = placement.priorities(graph)
         self._priority = None if prio is None else [int(x) for x in prio]
         super().prepare(graph, placement, seed=seed, values=values)
 
     def _exchange_buffers(self, transfers: list[tuple], total: int, used: list[int]) -> tuple:
-        return ([self.order.index(k) for k in used],)  # messages, not shared memory: the ranks taking part
+        # messages, not shared memory: the ranks taking part, and the devices of each collective
+        return [self.order.index(k) for k in used], participants(self._graph, self._assignment)
 
     def _gather(self, *, timeout: float | None = None, which: list[int] | None = None) -> list:
         try:

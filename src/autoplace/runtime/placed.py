@@ -62,6 +62,53 @@ def _hyper(optimizer, inputs: dict[int, set[str]] | None = None) -> list[dict]:
             for i, g in enumerate(optimizer.param_groups)]
 
 
+class _Replicas:
+    """The step a placement runs (``run``: :func:`~autoplace.replicas.strategy_graph`) and how the names of the
+    user's step map onto it: the same names for a placement of the step (or of its micro-batch capture, a
+    pipeline); for ``R`` replicas (ops ``r{r}/...``) every placeholder ``R`` times — each replica its own copy
+    of the state, its ``1 / R`` of the batch along the capture's batch dimension — the state read from replica
+    0 (the replicas' parameters and optimizer state are equal after every step; BatchNorm statistics are
+    replica 0's, as DDP's ``broadcast_buffers`` makes them) and the loss the replicas' mean."""
+
+    def __init__(self, graph: Graph, placement: Placement):
+        from autoplace.replicas import strategy_graph
+
+        self.run = strategy_graph(graph, placement)
+        replicated = self.run is not graph and self.run.n_ops and self.run.ops[0].name.startswith("r0/")
+        self.R = int(self.run.meta.get("replicas", 1)) if replicated else 1
+        self.dim = int(self.run.meta.get("batch_dim", 0))
+        program = self.run.meta.get("program")
+        self.per = len(program.get("outputs", [])) // self.R if isinstance(program, dict) else 1
+
+    def names(self, name: str) -> list[str]:
+        return [name] if self.R == 1 else [f"r{r}/{name}" for r in range(self.R)]
+
+    def values(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Placeholder values for the run step: each replica a copy of its own."""
+        if self.R == 1:
+            return values
+        return {f"r{r}/{n}": v if r == 0 else v.clone() for n, v in values.items() for r in range(self.R)
+                if f"r{r}/{n}" in self.run}
+
+    def batch(self, values: dict[str, Any], inputs: set[str]) -> dict[str, Any]:
+        """New values: each batch tensor (``inputs``) cut into the replicas' shares, the rest given to all."""
+        if self.R == 1:
+            return values
+        out = {}
+        for n, v in values.items():
+            parts = v.chunk(self.R, self.dim) if n in inputs else [v] * self.R
+            out.update({f"r{r}/{n}": parts[r].contiguous() for r in range(self.R)})
+        return out
+
+    def fetch(self, pool, names: list[str]) -> dict[str, Any]:
+        """``names`` of the user's step (``output0``: the loss) read from the run step."""
+        if self.R == 1:
+            return pool.fetch(names)
+        run = {n: [f"output{r * self.per}" for r in range(self.R)] if n == "output0" else [f"r0/{n}"] for n in names}
+        got = pool.fetch(sorted({m for ms in run.values() for m in ms}))
+        return {n: sum(got[m] for m in ms) / len(ms) if len(ms) > 1 else got[ms[0]] for n, ms in run.items()}
+
+
 class PlacedStep:
     """One training step of a captured model, placed and set up on worker processes (see the module
     docstring). Call it with a batch; use as a context manager, or :meth:`close` it."""
@@ -114,18 +161,38 @@ class PlacedStep:
             self._pool = None
             return
         self._pool = pool if pool is not None else WorkerPool(cluster, timeout=timeout)
+        self._names = _Replicas(graph, placement)
         if eager_rng:
             try:
-                self._pool.program_of(graph).check_drawn_ahead()
+                self._pool.program_of(self._names.run).check_drawn_ahead()
             except ExecutionError:
                 if pool is None:
                     self._pool.close()
                 raise
         try:
-            self._pool.prepare(graph, placement, values=values)
+            self._prepare(graph, placement, values)
         except _WorkerFailed as e:
             self._pool.close()
             raise ExecutionError(f"the placed step of {graph.name!r} cannot be set up on {cluster.name}: {e}") from None
+
+    def _prepare(self, graph: Graph, placement: Placement, values: dict[str, Any]) -> None:
+        names = _Replicas(graph, placement)
+        if names.R > 1 and getattr(self._pool, "runtime", "shm") != "distributed":
+            raise ExecutionError(f"placement {placement.method!r} runs {names.R} replicas, whose gradients are "
+                                 "all-reduced over torch.distributed: it runs on the distributed runtime only "
+                                 "(runtime='distributed')")
+        self._pool.prepare(names.run, placement, values=names.values(values))
+        self._names = names
+
+    @property
+    def run_graph(self) -> Graph:
+        """The step the workers run: the captured one, or for a strategy its replicated step."""
+        return self.graph if self._eager is not None else self._names.run
+
+    @property
+    def replicas(self) -> int:
+        """How many data-parallel replicas run the step (1: a placement of the step itself)."""
+        return 1 if self._eager is not None else self._names.R
 
     @property
     def runtime(self) -> str:
@@ -140,8 +207,10 @@ class PlacedStep:
 
     @property
     def devices(self) -> dict[str, str]:
-        """Where each parameter and buffer lives: name -> device name."""
-        return {n: self.placement.assignment[n] for n in (*self.parameters, *self.buffers)}
+        """Where each parameter and buffer lives: name -> device name (replica 0's, for replicas)."""
+        names = self._names if self._eager is None else None
+        return {n: self.placement.assignment[n if names is None else names.names(n)[0]]
+                for n in (*self.parameters, *self.buffers)}
 
     def _hyper_changed(self) -> str | None:
         """What says which captured hyper-parameter has another value now, or None (keys added later, as a
@@ -201,11 +270,11 @@ class PlacedStep:
         now = self._scheduled_now()
         batch.update({k: v for k, v in now.items() if self._sent.get(k) != float(v)})
         try:
-            self._pool.assign(batch)
+            self._pool.assign(self._names.batch(batch, {op.name for op in self.inputs}))
             if self.eager_rng:
                 self._pool.draw_random()
             self._pool.step()
-            loss = self._pool.fetch(["output0"])["output0"]
+            loss = self._names.fetch(self._pool, ["output0"])["output0"]
         except _WorkerFailed as e:
             self.close()
             raise ExecutionError(f"the placed step of {self.graph.name!r} failed: {e}") from None
@@ -264,7 +333,7 @@ class PlacedStep:
         values = {**self._values([*self.parameters, *self.buffers, *self.optimizer_state_names]),
                   **self._scheduled_now()}
         try:
-            self._pool.prepare(graph, placement, values=values)
+            self._prepare(graph, placement, values)
         except _WorkerFailed as e:
             self.close()
             raise ExecutionError(f"the step of {graph.name!r} for inputs of shapes "
@@ -283,7 +352,7 @@ class PlacedStep:
             raise AutoplaceError("reset: a step running in this process is not reset (compile it again)")
         graph, placement = self._variants[self._active]
         try:
-            self._pool.prepare(graph, placement, values=values)
+            self._prepare(graph, placement, values)
         except _WorkerFailed as e:
             self.close()
             raise ExecutionError(f"the placed step of {graph.name!r} cannot be set up again: {e}") from None
@@ -309,7 +378,7 @@ class PlacedStep:
         if self._eager is not None:
             return self._eager.values(names, self._initial)
         try:
-            return self._pool.fetch(names)
+            return self._names.fetch(self._pool, names)
         except _WorkerFailed as e:
             self.close()
             raise ExecutionError(f"cannot read the state of {self.graph.name!r}: {e}") from None

@@ -456,6 +456,49 @@ _AUTOPLACE_TARGETS = {"autoplace.foreach_adam": (foreach_adam, "_fused_adam_"),
                       "autoplace.foreach_adamw": (foreach_adamw, "_fused_adamw_")}
 
 
+# ---------------------------------------------------------------------- DDP's gradient synchronisation
+#: each collective this process takes part in (its name in the graph -> its ``torch.distributed`` process
+#: group), set by the distributed runtime when it sets a placement up (:mod:`autoplace.runtime.rank`)
+COLLECTIVE_GROUPS: dict[str, Any] = {}
+_IN_FLIGHT: dict[int, Any] = {}     # id of a bucket being all-reduced -> its work, until a view waits for it
+
+
+def bucket(grads: list):
+    """DDP's bucket: the gradients flattened into one buffer, in the bucket's order (a ``ddp_bucket`` op)."""
+    import torch
+
+    return torch.cat([g.reshape(-1) for g in grads])
+
+
+def all_reduce(t, name: str):
+    """Sum ``t`` over the participants of collective ``name``, in place and asynchronously (DDP posts a bucket's
+    all-reduce as soon as it is full and goes on with backward); the first view of the result waits for it."""
+    group = COLLECTIVE_GROUPS.get(name)
+    if group is None:
+        raise ExecutionError(f"collective {name!r}: replicas synchronise their gradients over torch.distributed, "
+                             "so only the distributed runtime runs them (runtime='distributed')")
+    import torch.distributed as dist
+
+    _IN_FLIGHT[id(t)] = dist.all_reduce(t, group=group, async_op=True)
+    return t
+
+
+def bucket_view(t, offset: int, shape: list[int], dtype: str):
+    """One gradient of a reduced bucket: ``prod(shape)`` elements from ``offset``, as ``shape`` (DDP's
+    ``gradient_as_bucket_view``); waits for the bucket's all-reduce first."""
+    import torch
+
+    work = _IN_FLIGHT.pop(id(t), None)
+    if work is not None:
+        work.wait()
+    out = t[offset:offset + math.prod(shape)].view(shape)
+    return out if str(out.dtype).removeprefix("torch.") == dtype else out.to(getattr(torch, dtype))
+
+
+_SYNC_TARGETS = {"autoplace.bucket": bucket, "autoplace.all_reduce": all_reduce,
+                 "autoplace.bucket_view": bucket_view}
+
+
 def _resolve_target(target: str, where: str) -> Callable:
     if target in _SCALAR_FUNCS:
         return _SCALAR_FUNCS[target]
@@ -464,6 +507,8 @@ def _resolve_target(target: str, where: str) -> Callable:
     if target in _AUTOPLACE_TARGETS:
         fn, schema = _AUTOPLACE_TARGETS[target]
         return _with_schema(fn, schema)
+    if target in _SYNC_TARGETS:
+        return _SYNC_TARGETS[target]
     parts = target.split(".")
     if parts[0] == "aten" and len(parts) == 3:
         import torch
@@ -547,6 +592,8 @@ def plan_device(program: Program, assignment: np.ndarray, device: int,
         for r in c.tensor_refs:
             readers.setdefault(root_of(r), []).append(i)
         deps[i] = sorted(set(mine) - {i})
+    if priority is None or not ops or priority[ops[0]] == NO_SCHEDULE:
+        _synchronised(program, assignment, device, ops, deps)
     order = None
     if priority is not None and ops and priority[ops[0]] != NO_SCHEDULE:
         rank = g.rank
@@ -559,6 +606,29 @@ def plan_device(program: Program, assignment: np.ndarray, device: int,
                                      f"its device, but it must follow it (it reads its result or overwrites what it "
                                      f"reads)")
     return DevicePlan(device, ops, deps, recv, recv_users, order, sequence)
+
+
+def _synchronised(program: Program, assignment: np.ndarray, device: int, ops: list[int],
+                  deps: dict[int, list[int]]) -> None:
+    """On a device running its ops as they become ready, order its collectives as every participant does:
+    each after the one before it in the program (a process group takes its collectives in one order on every
+    rank), and the views of a reduced bucket after the device's last collective and after every op of the
+    step before the update that another device reads — as DDP waits for its buckets once backward is done, so
+    a rank waits for a bucket only when it has posted all its own and sent what other ranks need for theirs."""
+    calls = program.calls
+    posts = [i for i in ops if calls[i] is not None and calls[i].fn is all_reduce]
+    if not posts:
+        return
+    for a, b in zip(posts, posts[1:]):
+        deps[b] = sorted({*deps[b], a})
+    local = set(ops)
+    phase = [op.phase for op in program.graph.ops]
+    read_elsewhere = sorted({r.op for j, c in enumerate(calls) if c is not None and int(assignment[j]) != device
+                             for r in c.tensor_refs if r.op in local and phase[r.op] != "update"
+                             and calls[r.op] is not None and calls[r.op].fn is not bucket_view})
+    for i in ops:
+        if calls[i] is not None and calls[i].fn is bucket_view:
+            deps[i] = sorted({*deps[i], posts[-1], *read_elsewhere})
 
 
 def plan_all(program: Program, assignment: np.ndarray, n_devices: int,

@@ -42,7 +42,7 @@ import time
 from collections import deque
 from typing import Any
 
-from autoplace.runtime.program import TRef
+from autoplace.runtime.program import COLLECTIVE_GROUPS, TRef
 from autoplace.runtime.worker import _DeviceRuntime, _die_with_parent, _serve_messages
 
 BARRIER_TAG = 2**30 + 1  #: the tag of a step's barrier messages (a transfer's tag is its index)
@@ -86,6 +86,7 @@ class RankRuntime(_DeviceRuntime):
         # for the whole group would wait for CPU ranks that never join it)
         dist.init_process_group(backend_of(device), store=store, rank=rank, world_size=self.world,
                                 timeout=datetime.timedelta(seconds=timeout))
+        self._groups: dict[tuple[int, ...], Any] = {}   # process groups of collectives, by their ranks
         self._wake = threading.Event()
         self._inbox: deque = deque()
         self._waiters: dict[int, tuple[threading.Thread, queue.Queue]] = {}
@@ -97,10 +98,11 @@ class RankRuntime(_DeviceRuntime):
         return NCCL if both else GLOO
 
     # -------------------------------------------------------------- set-up
-    def _exchange_setup(self, transfers, ranks: list[int]) -> None:
+    def _exchange_setup(self, transfers, ranks: list[int], participants: dict[str, list[int]] | None = None) -> None:
         torch = self.torch
         me = self.plan.device
         self.taking_part = sorted(ranks)  # the ranks running this placement (a step starts at their barrier)
+        self._collective_setup(participants or {})
         self.specs = {tid: (tuple(shape), getattr(torch, dtype)) for tid, (_r, _s, _d, _o, shape, dtype)
                       in enumerate(transfers)}
         order = message_order(transfers, self.plan.sequence)
@@ -122,6 +124,18 @@ class RankRuntime(_DeviceRuntime):
             else:
                 (self.out_seq if src == me else self.in_seq).setdefault(peer, []).append(tid)
         self.recv_ref = {tid: ref for tid, ref in self.recv_tid}
+
+    def _collective_setup(self, participants: dict[str, list[int]]) -> None:
+        """A process group per set of ranks that runs collectives together (``participants``: each collective's
+        devices), made once and kept for later set-ups; :data:`~autoplace.runtime.program.COLLECTIVE_GROUPS`
+        then names this rank's. Members alone make a group (``use_local_synchronization``), every rank in one
+        order (sorted rank sets), so no two ranks wait for each other in two groups' making."""
+        sets = {name: tuple(sorted(self.rank_of[d] for d in devs)) for name, devs in participants.items()}
+        for ranks in sorted(set(sets.values())):
+            if self.rank in ranks and ranks not in self._groups:
+                self._groups[ranks] = self.dist.new_group(list(ranks), use_local_synchronization=True)
+        COLLECTIVE_GROUPS.clear()
+        COLLECTIVE_GROUPS.update({name: self._groups[r] for name, r in sets.items() if self.rank in r})
 
     # -------------------------------------------------------------- messages
     def _pack(self, v, *, pinned: bool = False):
@@ -346,6 +360,23 @@ class RankRuntime(_DeviceRuntime):
             self.dist.destroy_process_group()
         except Exception:  # noqa: BLE001, S110 - already broken
             pass
+
+
+def participants(graph, assignment) -> dict[str, list[int]]:
+    """Each collective of ``graph`` and its participants' devices under ``assignment`` (by participant rank);
+    an :class:`~autoplace.runtime.program.ExecutionError` where two share a device (a process group's ranks
+    are distinct)."""
+    from autoplace.collectives import groups
+    from autoplace.runtime.program import ExecutionError
+
+    out = {}
+    for name, ops in groups(graph).items():
+        devs = [int(assignment[i]) for i in ops]
+        if len(set(devs)) < len(devs):
+            raise ExecutionError(f"collective {name!r} has two participants on one device: the distributed "
+                                 "runtime runs a collective among distinct devices (one rank each)")
+        out[name] = devs
+    return out
 
 
 # ---------------------------------------------------------------------- started by the driver (one host)
@@ -598,7 +629,8 @@ def _handle(ch: StoreChannel, rt: RankRuntime, msg, rank: int) -> int | None:
             plans = plan_all(rt.program, np.asarray(assignment, dtype=np.int64), n_devices,
                              None if priority is None else np.asarray(priority, dtype=np.int64))
             transfers, _ = _layout(rt.program, plans)
-            resident = rt.setup(plans[rt.device_index], transfers, seed, capacity, set(keep), values, ranks)
+            resident = rt.setup(plans[rt.device_index], transfers, seed, capacity, set(keep), values, ranks,
+                                participants(rt.program.graph, np.asarray(assignment, dtype=np.int64)))
             rt.finish_setup()
             ch.send(("ok", resident))
         elif cmd == "step":
