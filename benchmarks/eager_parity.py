@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/eager_parity.py [--models llama,vit,cnn] [--rounds 15] [--steps 5]
         [--json docs/results/eager/parity.json]
     .venv/bin/python benchmarks/eager_parity.py --micro vit [--json docs/results/eager/micro.json]
+    .venv/bin/python benchmarks/eager_parity.py --replicas [--json docs/results/eager/replicas.json]
 
 Per model, in one process and interleaved round by round (each round: a warm call, then ``--steps``
 timed calls of each contender; the table gives the median round and the rounds' range, in ms per step):
@@ -20,6 +21,11 @@ timed calls of each contender; the table gives the median round and the rounds' 
 (the default) and op by op (``AUTOPLACE_INTERPRET=1``), and the same runtime run in this process (no
 other process, no pinning): what a worker's execution costs beyond the ops themselves (medians of 5
 alternating rounds of 10 timed steps each).
+
+``--replicas`` races eager PyTorch against ``compile(method="data-parallel")`` on ``localhost``: a replica per
+CPU worker on the ``torch.distributed`` runtime (gloo), each on its share of the batch, gradients all-reduced
+in DDP's buckets, per ``step()`` call; beside the simulated steps of those replicas and of one device on the
+same (estimated) cluster.
 
 ``--micro MODEL`` times ``compile(micro_batches="auto")`` against ``compile(micro_batches=1)`` (no cache,
 no calibration, both with ``auto``), the progress lines written to a log (kept in the JSON), and prints
@@ -80,12 +86,36 @@ def parity(name: str, rounds: int, steps: int) -> dict:
     if "split" in contenders:
         from autoplace.runtime import measure
 
-        r = measure(forced.graph, forced.cluster, forced.placement, steps=steps + 1)
+        r = measure(forced.run_graph, forced.cluster, forced.placement, steps=steps + 1)
         row["split_measure_ms"] = r.step_time * 1e3
         row["split_devices"] = dict(sorted(forced.placement.counts().items()))
         forced.close()
     default.close()
     one.close()
+    return row
+
+
+def replicas(name: str, rounds: int, steps: int) -> dict:
+    from autoplace.cluster import get_cluster
+    from autoplace.placers import place
+
+    model, x, loss_fn, opt, y, _ = make(name)
+    here = get_cluster("localhost")
+    cpus = here.devices_of_kind("cpu")
+    cluster = here.without([d.name for i, d in enumerate(here.devices) if i not in cpus])   # a replica per CPU
+    t = time.perf_counter()
+    dp = autoplace.compile(model, x, loss_fn, opt, targets=y, cluster=cluster, method="data-parallel", cache=False,
+                           progress=False)
+    compile_s = time.perf_counter() - t
+    times = race({"eager": _eager(name), "data-parallel": lambda: dp(x, y)}, rounds=rounds, steps=steps)
+    one = place(dp.graph, cluster, "single-cpu")
+    row = {"model": name, "ops": dp.graph.n_ops, "replicas": dp.replicas, "runtime": dp.runtime,
+           "replicated_ops": dp.run_graph.n_ops, "compile_s": compile_s,
+           "buckets": dp.placement.meta["strategy"]["buckets"],
+           "simulated_ms": {"data-parallel": simulate(dp.run_graph, dp.cluster, dp.placement).step_time * 1e3,
+                            "one device": simulate(dp.graph, cluster, one).step_time * 1e3},
+           "ms": {k: [v * 1e3 for v in vs] for k, vs in times.items()}}
+    dp.close()
     return row
 
 
@@ -180,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--micro", metavar="MODEL", help="time micro_batches='auto' on MODEL instead")
     ap.add_argument("--overhead", action="store_true", help="the workers' per-op cost against eager, one thread")
+    ap.add_argument("--replicas", action="store_true", help="eager against data-parallel replicas on the CPUs")
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
@@ -195,6 +226,18 @@ def main(argv: list[str] | None = None) -> int:
         print_table(["model", "ops", "eager, 1 thread (ms)", "worker, compiled (ms)", "/ eager",
                      "worker, op by op (ms)", "/ eager", "here, compiled (ms)", "/ eager", "here, op by op (ms)",
                      "/ eager"], rows)
+    elif args.replicas:
+        results = [replicas(n, args.rounds, args.steps) for n in args.models.split(",")]
+        rows = []
+        for r in results:
+            ms, sim = r["ms"], r["simulated_ms"]
+            eager = statistics.median(ms["eager"])
+            rows.append([r["model"], f"{r['ops']} / {r['replicated_ops']}", str(r["buckets"]), _fmt(ms["eager"]),
+                         _fmt(ms["data-parallel"]), f"{statistics.median(ms['data-parallel']) / eager:.2f}",
+                         f"{sim['one device']:.1f}", f"{sim['data-parallel']:.1f}",
+                         f"{sim['data-parallel'] / sim['one device']:.2f}"])
+        print_table(["model", "ops (step / replicated)", "buckets", "eager ms", "data-parallel ms", "/eager",
+                     "simulated one device ms", "simulated data-parallel ms", "/one device"], rows)
     elif args.micro:
         res = micro(args.micro)
         for line in res["log[auto]"]:

@@ -5,7 +5,7 @@
 #
 # Each step runs under its own `timeout`, its output (tracebacks too) appended to $OUT/log.txt; a failing
 # step is logged and the script goes on (later steps fall back to what exists). All steps together stay
-# within GPU_CHECK_BUDGET_S seconds (a step gets what is left). What comes back in $OUT (9 files):
+# within GPU_CHECK_BUDGET_S seconds (a step gets what is left). What comes back in $OUT (10 files):
 #   log.txt                 everything, with a summary table at the end
 #   cluster.json            `cluster detect` of cpu:0..N-1 + cuda:0 (measured speeds, links, per-transfer costs)
 #   lm.profiled.json.gz     the model with its ops' measured costs per device type (re-simulate it anywhere)
@@ -18,6 +18,8 @@
 #                           on CUDA
 #   user_models.json        benchmarks/user_models.py's LM, ViT and CNN on the GPU: eager, default compile and
 #                           compile(method="single-gpu"), interleaved rounds, with compile's report
+#   replicas.json           the CNN as data-parallel replicas on this machine's CPUs (torch.distributed, gloo)
+#                           against eager: measured per step() call, and simulated
 #
 # Settings (environment): OUT (default /tmp/gpu-check-out); PYTHON (default python3); GPU_CHECK_CPUS: CPU
 # workers in the cluster (default 4); GPU_CHECK_BUDGET_S (default 420); GPU_CHECK_WHEELS: carried wheels
@@ -145,6 +147,10 @@ step compile-check 150 "$PY" benchmarks/gpu_check.py compile -c "$CL" --steps 5 
 # ---- e. three user models (a Llama-style LM, a ViT, a CNN) on the GPU: eager against compile
 step user-models 150 "$PY" benchmarks/gpu_check.py user-models -c "$CL" --rounds 5 --steps 5 \
     --json "$OUT/user_models.json"
+
+# ---- f. data-parallel replicas on the CPU workers (gloo all-reduce) against eager, measured and simulated
+step replicas 120 "$PY" benchmarks/eager_parity.py --replicas --models cnn --rounds 3 --steps 3 \
+    --json "$OUT/replicas.json"
 
 # ---- c (the longest): every method's placement run for real
 step compare-measured 240 --stdout "$OUT/compare_measured.json" \

@@ -547,8 +547,8 @@ def test_a_search_in_a_pipe_reports_progress_as_plain_lines(tmp_path, capsys, mo
 
 @pytest.mark.slow
 def test_a_strategy_goes_through_place_simulate_and_report(tmp_path, capsys, monkeypatch):
-    """A data-parallel placement of a zoo model: place writes it with its strategy, simulate and report rebuild
-    the replicated step from the model (its capture with micro-batches), the same step time; a graph file has
+    """A data-parallel placement of a zoo model: place writes it with its strategy, simulate, report and export
+    rebuild the replicated step from the model (its capture with micro-batches), the same step time; a graph file has
     no capture to rebuild it from: one line, exit 2."""
     pytest.importorskip("torch")
     monkeypatch.setenv("AUTOPLACE_CACHE_DIR", str(tmp_path / "cache"))
@@ -566,6 +566,13 @@ def test_a_strategy_goes_through_place_simulate_and_report(tmp_path, capsys, mon
     rc, _, err = run(capsys, "report", "rnnlm-2", *small, "-p", p, "-o", html)
     assert rc == 0, err
     assert "bucket0/0" in open(html).read()
+    py = str(tmp_path / "step.py")         # export: the replicas as one program, no device map of one copy
+    rc, _, err = run(capsys, "export", "rnnlm-2", *small, "-p", p, "-o", py)
+    assert rc == 0, err
+    assert "4 data-parallel replicas" in open(py).read()
+    rc, _, err = run(capsys, "export", "rnnlm-2", *small, "-p", p, "-o", str(tmp_path / "x.py"),
+                     "--device-map", str(tmp_path / "dm.json"))
+    assert rc == 2 and "a device_map places one copy" in err and not (tmp_path / "x.py").exists()
     g = str(tmp_path / "g.json")
     assert run(capsys, "zoo", "export", "rnnlm-2", *small, "-o", g)[0] == 0
     rc, _, err = run(capsys, "simulate", g, "-c", "k80x4", "-p", p)

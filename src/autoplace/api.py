@@ -130,6 +130,10 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     ``micro_batches=M``: each step is gradient accumulation over ``M`` equal micro-batches of the batch and
     one update (:func:`~autoplace.capture.capture_training_step`), so eager accumulation is what it equals;
     on a micro-batched step ``auto`` also weighs pipelines (GPipe, 1F1B: the ``pipeline`` placer).
+    ``auto`` weighs the strategies over the batch dimension of :data:`RUNNABLE_STRATEGIES` too (a ``method``
+    may name one): a placement of ``R`` replicas (``step.replicas``) runs on the distributed runtime, each
+    replica on its ``1 / R`` of every batch, gradients all-reduced as DDP does, so it trains as eager
+    accumulation over ``R`` micro-batches (each replica's BatchNorm statistics its own; replica 0's are read).
     ``micro_batches="auto"`` captures the step with each of :data:`AUTO_MICRO_BATCHES` that divides the
     batch, ranks the counts by their fast placements' simulated steps (fitting first) and searches with
     ``method`` on the best only (:func:`_choose_micro_batches`; ``auto`` by default with its default budget
@@ -266,7 +270,11 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
                 seconds["capture"] = time.perf_counter() - t
                 if profiled is not None or calibrate:
                     t = time.perf_counter()
+                    estimated = cl
                     graph, cl = _measured(graph, cl, profiled, pool, folder, stage)
+                    if profiled is None:    # the strategies' re-captures measured as the step was
+                        set_micro_batched(graph, lambda m: _measured(capture(example_inputs, targets, name, m),
+                                                                     estimated, None, pool, folder, stage)[0])
                     seconds["calibrate"] = time.perf_counter() - t
                 t = time.perf_counter()
                 stage(f"placing {graph.n_ops} ops with {method}" if placement is None else "checking the placement")
@@ -291,7 +299,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
             one = _one_device(chosen, cl)
             verify = verify and one is None and _local(cl)
             cache_args = (graph, cl, method, seed, budget, folder) if cache is not False else None
-            known = _known_verdict(cache_args, cl, runtime) if verify else None
+            known = _known_verdict(cache_args, cl, runtime, chosen) if verify else None
             if known is not None and known.kept == "one device":     # measured before: no workers needed
                 one = _baseline_device(cl)
                 chosen, verify = _on_one(graph, cl, one), False
@@ -388,22 +396,24 @@ def _baseline_device(cluster: Cluster) -> int:
     return next(iter(cluster.devices_of_kind("gpu") or cluster.devices_of_kind("cpu") or [0]))
 
 
-def _machine(cluster: Cluster, runtime: str) -> str:
-    """What a measured verdict holds for: this machine and the runtime the placement runs on."""
+def _machine(cluster: Cluster, runtime: str, placement: Placement) -> str:
+    """What a measured verdict holds for: this machine and the runtime the placement runs on (replicas run on
+    the distributed runtime)."""
     from autoplace.runtime.distributed import runtime_for
     from autoplace.runtime.verdict import this_machine
 
-    return f"{this_machine()}, runtime {runtime_for(cluster, runtime)}"
+    replicas = int((placement.meta.get("strategy") or {}).get("replicas", 1))
+    return f"{this_machine()}, runtime {'distributed' if replicas > 1 else runtime_for(cluster, runtime)}"
 
 
-def _known_verdict(cache_args, cluster: Cluster, runtime: str):
+def _known_verdict(cache_args, cluster: Cluster, runtime: str, placement: Placement):
     """The verdict cached with the placement, measured on this machine and runtime against the device
     one-device steps run on here; else None."""
     from autoplace.runtime.cache import cached_verdict
 
     if not cache_args:
         return None
-    v = cached_verdict(*cache_args, machine=_machine(cluster, runtime))
+    v = cached_verdict(*cache_args, machine=_machine(cluster, runtime, placement))
     return v if v is not None and v.device == cluster.devices[_baseline_device(cluster)].name else None
 
 
@@ -471,7 +481,7 @@ def _verified(step: PlacedStep, eager_step, fresh, cluster: Cluster, method: str
             else:
                 optimizer._opt_called = called
         verdict = Verdict.decide(method, cluster.devices[device].name, times, simulated, simulated_one,
-                                 _machine(cluster, runtime))
+                                 _machine(cluster, runtime, step.placement))
         if cache_args:
             store_verdict(verdict, *cache_args)
         if verdict.kept == "placement":

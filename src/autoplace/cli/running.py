@@ -63,6 +63,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     graph = resolve_graph(args.graph, _parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
     placement = _placement_or_map(args.placement, graph, cluster)
+    graph = strategy_graph(graph, placement)        # a strategy's placement: the replicated step it runs
     placement.to_array(graph, cluster)  # validate before starting workers (the pool decodes the graph first)
     _note_other_cluster(placement, cluster)
     predicted = simulate(graph, cluster, placement)

@@ -27,6 +27,7 @@ import threading
 import time
 
 from autoplace.cluster import Cluster
+from autoplace.collectives import COLLECTIVES
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.runtime.program import ExecutionError
@@ -338,6 +339,9 @@ class DistributedPool(WorkerPool):
 def measure(graph: Graph, cluster: Cluster, placement: Placement, *, steps: int = DEFAULT_STEPS, seed: int = 0,
             timeout: float = DEFAULT_TIMEOUT_S, fetch: bool = False, runtime: str = "auto") -> MeasuredResult:
     """Run ``placement`` for real on the cluster's devices (a fresh pool on ``runtime``, closed afterwards:
-    :func:`make_pool`)."""
+    :func:`make_pool`; ``"auto"`` is the distributed runtime for a step of replicas, whose collectives run
+    over torch.distributed)."""
+    if runtime == "auto" and any(op.type in COLLECTIVES for op in graph.ops):
+        runtime = "distributed"
     with make_pool(cluster, runtime=runtime, timeout=timeout) as pool:
         return pool.run(graph, placement, steps=steps, seed=seed, fetch=fetch)

@@ -124,9 +124,9 @@ def export_python(graph: Graph, placement: Placement, cluster: Cluster) -> str:
     strategy = placement.meta.get("strategy") or {}
     R = int(strategy.get("replicas", 1))
     replicas = [] if R < 2 else [
-        f"{R} data-parallel replicas (ops 'r<k>/...'), each on its 1/{R} of the batch and on devices "
-        f"{', '.join('+'.join(g) for g in strategy.get('groups', []))}; each all-reduce of a gradient bucket is",
-        "written as the sum of the replicas' buckets (torch.distributed.all_reduce where the replicas are processes).",
+        f"{R} data-parallel replicas (ops 'r<k>/...'), each on its 1/{R} of the batch, on devices",
+        f"{', '.join('+'.join(g) for g in strategy.get('groups', []))}. Each all-reduce of a gradient bucket is",
+        "written as the sum of the replicas' buckets (torch.distributed.all_reduce where replicas are processes).",
         ""]
     lines = [
         f'"""Placed training step of {graph.name!r}: {placement.method} on {cluster.name} ({counts} ops).',

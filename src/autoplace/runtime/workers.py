@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from autoplace.cluster import Cluster
+from autoplace.collectives import COLLECTIVES
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.result import StepResult
@@ -123,6 +124,9 @@ class WorkerPool:
     """One worker process per device of ``cluster`` (started lazily, restarted after a failure).
 
     Use as a context manager, or call :meth:`close`; pools left open are closed at exit."""
+
+    #: what exchanges the tensors: shared memory (``"distributed"``: the torch.distributed runtime's pool)
+    runtime = "shm"
 
     def __init__(self, cluster: Cluster, *, timeout: float = DEFAULT_TIMEOUT_S):
         self.cluster = cluster
@@ -304,6 +308,10 @@ class WorkerPool:
         from ``seed``. Then :meth:`step` runs steps, :meth:`assign` feeds new inputs, :meth:`fetch` reads
         values back. Raises ``_WorkerFailed`` (a failing run) as :meth:`step` does."""
         cluster = self.cluster
+        if self.runtime != "distributed" and any(op.type in COLLECTIVES for op in graph.ops):
+            raise ExecutionError(f"graph {graph.name!r} synchronises replicas with collectives, which run over "
+                                 "torch.distributed: run it on the distributed runtime (runtime='distributed', "
+                                 "--runtime distributed)")
         assignment = placement.to_array(graph, cluster)
         priority = runnable_priorities(graph, assignment, placement, cluster.device_names)
         program = self.load(graph)
