@@ -205,3 +205,19 @@ def test_groups_follow_the_cluster_order_on_every_node():
     keep = set(groups[0])
     sub = cluster.without([n for i, n in enumerate(cluster.device_names) if i not in keep])
     assert sub.device_names == names[0]
+
+
+def test_distinct_groups_share_no_device_so_every_collective_has_one_rank_per_device(captures):
+    """On four K80 dies and one CPU every group takes the CPU; ``distinct`` (the distributed runtime's one rank
+    per device) leaves it out, and ``hybrid`` then places no bucket's participants on one device."""
+    from autoplace.placers.replicated import _groups
+    from autoplace.runtime.rank import participants
+
+    cluster = get_cluster("k80x4")
+    assert all(0 in g for g in _groups(cluster, 2))                    # the host's one CPU in both
+    groups = _groups(cluster, 2, distinct=True)
+    assert [len(g) for g in groups] == [2, 2] and not set(groups[0]) & set(groups[1])
+    p = place(captures[1], cluster, "hybrid", seed=0, distinct=True)
+    big = strategy_graph(captures[1], p)
+    for devs in participants(big, p.to_array(big, cluster)).values():
+        assert len(set(devs)) == len(devs)

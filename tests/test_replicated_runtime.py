@@ -125,7 +125,27 @@ def _trains_as_accumulation(kind: str, ranks: int, method: str, cluster_size: in
     for name, p in ref.named_parameters():
         assert torch.allclose(state[name], p.detach(), atol=TOL, rtol=0), name
         assert torch.allclose(dict(model.named_parameters())[name], p.detach(), atol=TOL, rtol=0), name
+    for name, b in _first_share_buffers(kind, ranks, cluster_size).items():   # replica 0's, as DDP's
+        assert torch.allclose(state[name].double(), b.double(), atol=TOL, rtol=0), name
     return step
+
+
+def _first_share_buffers(kind: str, ranks: int, cluster_size: int | None) -> dict:
+    """The buffers (BatchNorm's statistics) replica 0 ends with: the model's forward on the first of ``ranks``
+    shares of every batch, with the parameters eager accumulation has at that step."""
+    model, make_opt, loss_fn, data = _case(kind, 2 * (cluster_size or ranks))
+    if not list(model.buffers()):
+        return {}
+    ref = copy.deepcopy(model)
+    shadow = copy.deepcopy(model)
+    opt = make_opt(ref.parameters())
+    for x, y in data:
+        with torch.no_grad():
+            for p, q in zip(shadow.parameters(), ref.parameters()):
+                p.copy_(q)
+            shadow(x.chunk(ranks)[0])
+        _accumulated(ref, opt, loss_fn, [(x, y)], ranks)
+    return dict(shadow.named_buffers())
 
 
 @pytest.mark.slow
@@ -137,9 +157,21 @@ def test_data_parallel_replicas_train_as_eager_gradient_accumulation(kind, ranks
     assert step.placement.meta["strategy"]["replicas"] == ranks
 
 
+def _captured_cnn():
+    """The CNN's step as ``hybrid_placement`` captures it (its micro-batch captures registered)."""
+    from autoplace.capture import capture_training_step
+    from autoplace.replicas import set_micro_batched
+
+    model, make_opt, loss_fn, data = _case("cnn", 8)
+    opt = make_opt(model.parameters())
+    cap = lambda m: capture_training_step(model, data[0][0], loss_fn, opt, targets=data[0][1],  # noqa: E731
+                                          micro_batches=m, name="CNN")
+    return set_micro_batched(cap(1), cap)
+
+
 def hybrid_placement(kind: str, ranks: int = 4):
-    """Two replicas, each over ``ranks // 2`` CPUs: one replica's ops cut at the middle of its topological
-    order (the first half on its first device, a co-location group with its first op)."""
+    """Two replicas, each over ``ranks // 2`` CPUs: one replica's ops cut at the middle of its modules (the
+    first half on its first device, a co-location group with its first op)."""
     import numpy as np
 
     from autoplace.capture import capture_training_step
@@ -150,7 +182,17 @@ def hybrid_placement(kind: str, ranks: int = 4):
     g2 = capture_training_step(model, data[0][0], loss_fn, make_opt(model.parameters()), targets=data[0][1],
                                micro_batches=2, name=type(model).__name__)
     replica = replica_graph(g2, 2)
-    slots = (replica.rank > np.median(replica.rank)).astype(np.int64)
+    # the first half of the modules (in forward order) on slot 0 with their backward and update, so that both
+    # devices of a replica hold gradients and each sends the other what it needs in forward and backward
+    top = lambda scope: ".".join(scope.split(".")[:2])  # noqa: E731 - a module: "body.3", "head"
+    first: dict[str, int] = {}
+    for i in np.argsort(replica.rank, kind="stable"):
+        op = replica.ops[i]
+        if op.scope is not None and op.phase == "forward":
+            first.setdefault(top(op.scope), len(first))
+    slots = np.array([int(first.get(top(op.scope), 0) >= len(first) // 2) if op.scope is not None
+                      else int(replica.rank[i] > np.median(replica.rank)) for i, op in enumerate(replica.ops)],
+                     np.int64)
     first: dict[str, int] = {}          # a co-location group goes where its first op does
     for i, op in enumerate(replica.ops):
         if op.colocation_group is not None:
@@ -246,3 +288,82 @@ def test_strategies_compile_cannot_run_are_clear_errors():
                                              "torch.distributed: use runtime='distributed' or 'auto'"):
         autoplace.compile(model, data[0][0], loss_fn, opt, targets=data[0][1], cluster=cpus(2),
                           method="data-parallel", runtime="shm", cache=False, progress=False)
+
+
+def test_a_device_posts_its_all_reduces_in_order_and_waits_for_them_after_what_others_need():
+    """The runtime's plan (no processes): on each device the all-reduces follow one another in the program's
+    order, and every view of a reduced bucket waits for the device's last all-reduce and for each op before
+    the update that another device reads."""
+    import numpy as np
+
+    from autoplace.runtime.program import Program, all_reduce, bucket_view, plan_all
+
+    placement = hybrid_placement("cnn")
+    from autoplace.replicas import strategy_graph
+
+    run = strategy_graph(_captured_cnn(), placement)
+    program = Program(run)
+    assignment = placement.to_array(run, cpus(4))
+    plans = plan_all(program, assignment, 4)
+    calls = program.calls
+    checked = 0
+    for plan in plans:
+        posts = [i for i in plan.ops if calls[i] is not None and calls[i].fn is all_reduce]
+        views = [i for i in plan.ops if calls[i] is not None and calls[i].fn is bucket_view]
+        if not posts:
+            assert not views
+            continue
+        for a, b in zip(posts, posts[1:]):
+            assert a in plan.deps[b]
+        sent = {r.op for j, c in enumerate(calls) if c is not None and assignment[j] != plan.device
+                for r in c.tensor_refs if assignment[r.op] == plan.device and run.ops[r.op].phase != "update"
+                and calls[r.op] is not None and calls[r.op].fn is not bucket_view}
+        for v in views:
+            assert posts[-1] in plan.deps[v] and sent <= set(plan.deps[v])
+        checked += bool(sent) and bool(views)
+    assert checked >= 2 and np.unique(assignment).size == 4     # both replicas: a device that posts and sends
+
+
+@pytest.mark.slow
+def test_a_last_batch_the_replicas_cannot_share_trains_as_a_placement_of_its_step():
+    """Data-parallel on two ranks, then a batch of 5 (an epoch's last): it runs as a placement of its own step,
+    and the replicas take the next full batch again, training as eager throughout."""
+    model, make_opt, loss_fn, data = _case("lstm", 4)
+    g = torch.Generator().manual_seed(7)
+    data = [data[0], (torch.randn(5, 4, 6, generator=g), torch.randint(0, 3, (5,), generator=g)), data[1]]
+    ref = copy.deepcopy(model)
+    ropt = make_opt(ref.parameters())
+    expected = [_accumulated(ref, ropt, loss_fn, [(x, y)], 2 if len(x) % 2 == 0 else 1)[0] for x, y in data]
+    opt = make_opt(model.parameters())
+    with autoplace.compile(model, data[0][0], loss_fn, opt, targets=data[0][1], cluster=cpus(2),
+                           method="data-parallel", cache=False, progress=False) as step:
+        got = []
+        for x, y in data:
+            got.append(float(step(x, y)))
+            assert step.replicas == (2 if len(x) % 2 == 0 else 1)
+        state = step.state_dict()
+    assert got == pytest.approx(expected, abs=TOL)
+    assert all(torch.allclose(state[n], p.detach(), atol=TOL, rtol=0) for n, p in ref.named_parameters())
+
+
+def test_a_cached_strategy_is_found_again_with_its_verdict(tmp_path):
+    """compile's placement cache checks a cached strategy against its replicated step, so a second compile
+    finds it (and the verdict measured for it) instead of searching again."""
+    from autoplace.placers import place
+    from autoplace.runtime.cache import cached_placement, cached_verdict, store_verdict
+    from autoplace.runtime.verdict import Verdict
+
+    graph, cluster = _captured_cnn(), cpus(2)
+    searches = []
+
+    def search():
+        searches.append(1)
+        return place(graph, cluster, "data-parallel")
+
+    first, hit = cached_placement(graph, cluster, "data-parallel", 0, None, search, tmp_path)
+    assert not hit and first.meta["strategy"]["replicas"] == 2
+    verdict = Verdict("placement", "data-parallel", "cpu:0", [0.1], [0.2], 0.1, 0.2, "here")
+    store_verdict(verdict, graph, cluster, "data-parallel", 0, None, tmp_path)
+    again, hit = cached_placement(graph, cluster, "data-parallel", 0, None, search, tmp_path)
+    assert hit and searches == [1] and again.assignment == first.assignment
+    assert cached_verdict(graph, cluster, "data-parallel", 0, None, tmp_path, machine="here") is not None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -223,12 +224,15 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
         return set_micro_batched(with_granularity(graph, granularity, keep_whole),
                                  lambda more: capture(inputs, targets, title, more))
 
+    # replicas synchronise over torch.distributed, one rank per device: the shared-memory runtime runs placements
+    # and pipelines, and no two replicas share a device
+    options = {"strategies": RUNNABLE_STRATEGIES if runtime != "shm" else ("pipelined",), "distinct": True} \
+        if method == "auto" else {"distinct": True} if method == "hybrid" else {}
+    keyed = method if not options else f"{method} {json.dumps(options, sort_keys=True)}"   # the cache's key
+
     def search(graph: Graph, work: float | None = budget) -> tuple[Placement, bool]:
-        # replicas synchronise over torch.distributed: the shared-memory runtime runs placements and pipelines
-        options = {"strategies": RUNNABLE_STRATEGIES if runtime != "shm" else ("pipelined",)} \
-            if method == "auto" else {}
         run = lambda: place(graph, cl, method, seed=seed, budget=work, **options)  # noqa: E731
-        return cached_placement(graph, cl, method, seed, work, run, folder) if cache is not False else (run(), False)
+        return cached_placement(graph, cl, keyed, seed, work, run, folder) if cache is not False else (run(), False)
 
     def recompile(inputs, targets) -> tuple[Graph, Placement]:
         """Another batch shape (called by the step): its step captured (over the most micro-batches up to the
@@ -242,12 +246,19 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
             except CaptureError:
                 if m == 1:
                     raise
-        if {op.name for op in other.ops} == set(chosen.assignment):
-            return other, dataclasses.replace(chosen, graph=other.name, cluster=cl.name)
+        same = _same_devices(other, chosen, cl)
+        if same is not None:
+            return other, same
         if placement is not None:
             raise AutoplaceError(f"a batch of other shapes captures another graph of {graph.name!r} than the "
                                  "placement given covers: compile with a method to place it")
-        return other, search(other)[0]
+        try:
+            return other, search(other)[0]
+        except AutoplaceError:
+            if not (isinstance(method, str) and method in RUNNABLE_STRATEGIES):
+                raise
+            # a strategy the batch does not split into (a smaller last batch): a placement of its step
+            return other, place(other, cl, "auto", seed=seed, budget=budget, strategies=False)
 
     seconds, records = {}, []
     pool = make_pool(cl, runtime=runtime, timeout=timeout)
@@ -298,7 +309,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
             t = time.perf_counter()
             one = _one_device(chosen, cl)
             verify = verify and one is None and _local(cl)
-            cache_args = (graph, cl, method, seed, budget, folder) if cache is not False else None
+            cache_args = (graph, cl, keyed, seed, budget, folder) if cache is not False else None
             known = _known_verdict(cache_args, cl, runtime, chosen) if verify else None
             if known is not None and known.kept == "one device":     # measured before: no workers needed
                 one = _baseline_device(cl)
@@ -326,6 +337,20 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
 
 #: the strategies compile runs (:mod:`autoplace.placers.replicated`): towers are judged by the simulator only
 RUNNABLE_STRATEGIES = ("data-parallel", "hybrid", "pipelined")
+
+
+def _same_devices(graph: Graph, chosen: Placement, cluster: Cluster) -> Placement | None:
+    """``chosen`` for ``graph`` (the step of another batch shape) where it runs the same ops — for a strategy,
+    where the replicated step rebuilt from ``graph`` has the same ops — else None."""
+    if chosen.meta.get("strategy") is None:
+        if {op.name for op in graph.ops} == set(chosen.assignment):
+            return dataclasses.replace(chosen, graph=graph.name, cluster=cluster.name)
+        return None
+    try:
+        run = strategy_graph(graph, chosen)
+    except AutoplaceError:          # the batch does not split into the replicas' micro-batches
+        return None
+    return chosen if {op.name for op in run.ops} == set(chosen.assignment) else None
 
 
 def _pool_for(placement: Placement, pool, cluster: Cluster, runtime: str, timeout: float):

@@ -124,9 +124,10 @@ def pick_robust(graph: Graph, cluster: Cluster, placements: list[Placement], rob
                  "(and CP-SAT on small graphs), ranked by the worst case over the cost model's uncertainty; "
                  "the best valid placement", paper="", memory_aware=True)
 def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
-         strategies: bool | tuple[str, ...] = True) -> Placement:
+         strategies: bool | tuple[str, ...] = True, distinct: bool = False) -> Placement:
     """See the module docstring (``strategies=False`` leaves out step 7: placements of ``graph`` only; a tuple
-    of names of :data:`STRATEGIES` weighs those alone)."""
+    of names of :data:`STRATEGIES` weighs those alone; ``distinct``: replicas on devices of their own, as the
+    distributed runtime runs them — ``hybrid``'s option)."""
     if not isinstance(strategies, bool) and not set(strategies) <= set(STRATEGIES):
         raise AutoplaceError(f"auto: unknown strategies {sorted(set(strategies) - set(STRATEGIES))} "
                              f"(known: {', '.join(STRATEGIES)})")
@@ -190,7 +191,7 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
     out = check_fits(graph, cluster, out)
     if strategies:
         out = _strategies(graph, cluster, robust, out, float(robust.robust_steps(steps[:, None])[0]), seed,
-                          STRATEGIES if strategies is True else tuple(strategies))
+                          STRATEGIES if strategies is True else tuple(strategies), distinct)
     return out
 
 
@@ -203,7 +204,7 @@ def _row(prio):
 
 
 def _strategies(graph: Graph, cluster: Cluster, robust, best: Placement, best_robust: float, seed,
-                names: tuple[str, ...] = STRATEGIES) -> Placement:
+                names: tuple[str, ...] = STRATEGIES, distinct: bool = False) -> Placement:
     """Step 7: where the step can be re-captured with micro-batches and the cluster has two GPUs or more, each
     strategy of :data:`STRATEGIES`, its robust step taken against the same one-GPU baseline (each scenario's
     step rescaled as ``best``'s); the strategy with the lowest robust step that fits replaces ``best`` where
@@ -219,7 +220,8 @@ def _strategies(graph: Graph, cluster: Cluster, robust, best: Placement, best_ro
     for method in names:
         report_progress(f"auto: {method}", None)
         try:
-            p = place(graph, cluster, method, seed=seed)
+            p = place(graph, cluster, method, seed=seed, **({"distinct": True} if distinct and method == "hybrid"
+                                                              else {}))
         except AutoplaceError as e:          # no such strategy here (a step it cannot split, no capture ...)
             rows.append({"method": method, "error": str(e)})
             continue

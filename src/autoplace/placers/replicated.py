@@ -45,10 +45,11 @@ def replica_devices(cluster: Cluster) -> list[int]:
     return cluster.devices_of_kind("gpu") or list(range(cluster.n_devices))
 
 
-def _groups(cluster: Cluster, replicas: int) -> list[list[int]]:
+def _groups(cluster: Cluster, replicas: int, distinct: bool = False) -> list[list[int]]:
     """``replicas`` groups of neighbouring GPUs (``D / R`` each) and CPUs: those on the hosts of the group's GPUs
-    (``meta["host"]``) where every group has as many, else every CPU in every group; each group in cluster
-    order, as a placement on group 0's devices (``cluster.without`` the others) numbers its slots."""
+    (``meta["host"]``) where every group has as many, else every CPU in every group (``distinct``: none, so
+    that no two groups share a device); each group in cluster order, as a placement on group 0's devices
+    (``cluster.without`` the others) numbers its slots."""
     gpus = replica_devices(cluster)
     if replicas < 1 or len(gpus) % replicas:
         raise InfeasibleError(f"{replicas} replicas do not divide the {len(gpus)} devices of {cluster.name!r}")
@@ -57,8 +58,9 @@ def _groups(cluster: Cluster, replicas: int) -> list[list[int]]:
     host = lambda d: cluster.devices[d].meta.get("host")  # noqa: E731
     blocks = [gpus[r * per:(r + 1) * per] for r in range(replicas)]
     local = [[d for d in others if host(d) in {host(g) for g in block}] for block in blocks]
-    if len({len(c) for c in local}) != 1 or not local[0]:
-        local = [others] * replicas
+    if len({len(c) for c in local}) != 1 or not local[0] or \
+            (distinct and len({d for c in local for d in c}) < sum(map(len, local))):
+        local = [[] for _ in blocks] if distinct else [others] * replicas
     return [sorted(c + block) for c, block in zip(local, blocks)]
 
 
@@ -138,7 +140,8 @@ def _pipeline_micro(replicas: int, gpus_per_replica: int) -> int:
     return k if gpus_per_replica >= 2 and k >= 2 else 0
 
 
-def _candidates(graph: Graph, cluster: Cluster, R: int, seed, with_fast: bool = True) -> tuple[list, list]:
+def _candidates(graph: Graph, cluster: Cluster, R: int, seed, with_fast: bool = True,
+                distinct: bool = False) -> tuple[list, list]:
     """One replica's placements for ``R`` replicas: the :data:`TOP_PER_REPLICAS` fastest of the fast placers'
     (one micro-batch per replica) and the ``pipeline`` placer's over the replica's GPUs (its micro-batches by
     :func:`_pipeline_micro`), each as ``(method, micro-batches, replica graph, slots, priorities, groups)``;
@@ -147,7 +150,7 @@ def _candidates(graph: Graph, cluster: Cluster, R: int, seed, with_fast: bool = 
     from autoplace.placers.registry import place
 
     out, tried = [], []
-    groups = _groups(cluster, R)
+    groups = _groups(cluster, R, distinct)
     keep = set(groups[0])
     sub = cluster.without([n for i, n in enumerate(cluster.device_names) if i not in keep])
     gpus = len(groups[0]) - sum(cluster.devices[d].kind != "gpu" for d in groups[0])
@@ -201,13 +204,14 @@ def _fastest(graph: Graph, cluster: Cluster, candidates: list, method: str, trie
 @register_placer("hybrid", description="R replicas for every R dividing the GPU count, one replica placed on "
                  "its D/R GPUs and the CPU by the fast placers or as a pipeline; the fastest combination",
                  paper="FlexFlow (Jia et al. 2019); PipeDream, Megatron-LM", strategy=True)
-def hybrid(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
-    """See the module docstring."""
+def hybrid(graph: Graph, cluster: Cluster, *, seed=None, budget=None, distinct: bool = False) -> Placement:
+    """See the module docstring (``distinct``: no two replicas share a device — the CPU of a host holding
+    several replicas takes none of them — as the distributed runtime's one rank per device needs)."""
     cands, tried = [], []
     D = len(replica_devices(cluster))
     for R in [r for r in range(2, D + 1) if D % r == 0]:
         try:
-            found, why = _candidates(graph, cluster, R, seed)
+            found, why = _candidates(graph, cluster, R, seed, distinct=distinct)
         except InfeasibleError as e:
             tried.append({"replicas": R, "error": str(e)})
             continue

@@ -21,6 +21,7 @@ from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
+from autoplace.replicas import strategy_graph
 
 __all__ = ["cache_key", "cached_placement", "default_folder", "cached_verdict", "store_verdict"]
 
@@ -60,7 +61,7 @@ def cached_placement(graph: Graph, cluster: Cluster, method: str, seed: int, bud
             obj = _entry(path, key)
             if obj is not None:
                 placement = placement_from_dict({k: v for k, v in obj.items() if k not in _EXTRA}, str(path))
-                placement.to_array(graph, cluster)
+                placement.to_array(strategy_graph(graph, placement), cluster)   # a strategy: its replicated step
                 return placement, True
         except AutoplaceError:
             pass                                    # damaged or foreign: search again
