@@ -182,7 +182,8 @@ class _DeviceRuntime:
                 del self.live[key]
 
     # -------------------------------------------------------------- one step
-    #: run segments as their compiled code once a step has run op by op (False: always op by op)
+    #: run segments as their compiled code once a step has run op by op (False: always op by op; read when the
+    #: worker starts, :func:`in_environment`)
     compiled = os.environ.get("AUTOPLACE_INTERPRET", "") != "1"
     #: whether sends may wait to be posted (``_pending``), which every op's turn then offers to post
     _pumps = False
@@ -534,6 +535,19 @@ class _InTurn:
         self.k += 1
         self.ready.discard(i)
         return i
+
+
+def in_environment(env: dict[str, str], target, *args) -> None:
+    """Run ``target(*args)`` with ``env`` as the process's environment, the settings read from it re-read: a
+    worker forked from the pools' server (:func:`autoplace.runtime.workers.process_context`, which imported
+    torch once) starts with the server's environment, not the driver's as it is now."""
+    global POLL_SLEEP_S
+
+    os.environ.clear()
+    os.environ.update(env)
+    POLL_SLEEP_S = float(os.environ.get("AUTOPLACE_POLL_SLEEP_S", 20e-6))
+    _DeviceRuntime.compiled = os.environ.get("AUTOPLACE_INTERPRET", "") != "1"
+    target(*args)
 
 
 def _worker_main(conn, name: str, device: str, cores: list[int] | None) -> None:
