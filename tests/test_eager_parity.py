@@ -390,3 +390,15 @@ def test_eager_rng_refuses_a_random_op_that_reads_the_steps_values(pool):
                                              r"values computed in the step"):
         PlacedStep(graph, cluster, Placement.from_array(graph, cluster, [0] * graph.n_ops, "one"),
                    initial_values(graph, model, opt), optimizer=opt, pool=pool, eager_rng=True)
+
+
+def test_one_slow_round_does_not_decide_a_verdict():
+    """Each contender's fastest round decides: a burst of other work in one round of one device (measured on
+    this machine: 642 ms among rounds of 43 and 57) does not make a slower placement look faster."""
+    from autoplace.runtime.verdict import Verdict
+
+    times = {"placed": [0.0490, 0.0504, 0.0594], "one device": [0.0428, 0.0567, 0.6419]}
+    v = Verdict.decide("auto", "cpu:0", times, 0.035, 0.063, "m")
+    assert v.kept == "one device" and v.speedup == pytest.approx(0.0428 / 0.0490)
+    assert Verdict.decide("auto", "cpu:0", {"placed": [0.030, 0.5], "one device": [0.040, 0.041]}, 0.0, 0.0,
+                          "m").kept == "placement"

@@ -5,22 +5,23 @@ PyTorch on one device. So before a placement over several devices is kept, :func
 real batch — the placed step on its runtime and the whole step on one device as eager PyTorch
 (:class:`~autoplace.runtime.eager.EagerRunner`) — in interleaved rounds of a few warm steps each (so a
 machine that slows down or speeds up mid-way weighs on both alike), and :class:`Verdict` keeps the
-placement only where its median round is at least :data:`MARGIN` faster; otherwise the step runs on one
-device. A step here is what the caller's ``step(inputs, targets)`` costs, feeding the batch and reading the
+placement only where its fastest round is at least :data:`MARGIN` faster than one device's fastest;
+otherwise the step runs on one device. The fastest round, as ``timeit`` advises: what else runs on the
+machine only adds time, so one slow round (a burst of other work) cannot decide, as it could a median of
+three. A step here is what the caller's ``step(inputs, targets)`` costs, feeding the batch and reading the
 loss included.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Verdict", "race", "MARGIN", "ROUNDS", "STEPS"]
 
-#: the placement is kept where its median measured step is below ``(1 - MARGIN)`` times one device's: a
+#: the placement is kept where its fastest measured round is below ``(1 - MARGIN)`` times one device's: a
 #: smaller gain is within the rounds' spread on a shared 2-core machine (docs/benchmarks.md)
 MARGIN = 0.05
 ROUNDS = 3        #: interleaved rounds
@@ -62,17 +63,17 @@ class Verdict:
     def decide(cls, method: str, device: str, times: dict[str, list[float]], simulated: float,
                simulated_one: float, machine: str) -> Verdict:
         placed, one = times["placed"], times["one device"]
-        kept = "placement" if statistics.median(placed) < (1 - MARGIN) * statistics.median(one) else "one device"
+        kept = "placement" if min(placed) < (1 - MARGIN) * min(one) else "one device"
         return cls(kept, method, device, placed, one, simulated, simulated_one, machine)
 
     @property
     def speedup(self) -> float:
-        """The measured gain of the placement over one device (median rounds)."""
-        return statistics.median(self.one_device) / statistics.median(self.placed)
+        """The measured gain of the placement over one device (fastest rounds)."""
+        return min(self.one_device) / min(self.placed)
 
     def lines(self) -> list[str]:
         def ms(xs: list[float]) -> str:
-            return f"{statistics.median(xs) * 1e3:.2f} ms (rounds {min(xs) * 1e3:.2f}-{max(xs) * 1e3:.2f})"
+            return f"{min(xs) * 1e3:.2f} ms (its fastest of {len(xs)} rounds; slowest {max(xs) * 1e3:.2f})"
 
         kept = (f"kept the {self.method} placement: {self.speedup:.2f}x one device, measured"
                 if self.kept == "placement" else
