@@ -686,3 +686,35 @@ def test_a_multi_tensor_update_waits_for_every_reader_of_what_it_writes():
     readers = {g.index(op.name) for op in g.ops if op.name != "2.weight.update" and op.name not in views
                and any(i.split(":")[0] in {"2.weight", *views} for i in op.inputs)}
     assert readers and readers <= set(plan.deps[update])
+
+
+def _worker_settings(rt):
+    from autoplace.runtime import worker
+
+    return os.environ.get("AUTOPLACE_SPIN_POLLS"), worker.SPIN_POLLS, worker.DRIVER_PID, worker.__file__
+
+
+def test_workers_take_the_drivers_environment_and_code_at_launch_and_watch_the_driver(monkeypatch):
+    """Workers fork from a server that imported torch once, yet each takes the driver's environment as it is
+    when its pool starts, imports autoplace from where the driver does, and watches the driver (not the
+    server, its parent)."""
+    from autoplace.runtime import worker
+    from autoplace.runtime.workers import WorkerPool
+
+    cluster = get_cluster("localhost")
+    with WorkerPool(cluster) as pool:
+        pool.start()
+        before = pool.call(0, _worker_settings)
+    monkeypatch.setenv("AUTOPLACE_SPIN_POLLS", "7")
+    with WorkerPool(cluster) as pool:
+        pool.start()
+        after = pool.call(0, _worker_settings)
+    assert before[0] is None and after[:3] == ("7", 7, os.getpid()) and after[3] == worker.__file__
+    monkeypatch.setattr(worker, "DRIVER_PID", os.getpid())
+    assert not worker.driver_gone()
+    dead = os.fork()
+    if dead == 0:           # pragma: no cover - the child ends at once
+        os._exit(0)
+    os.waitpid(dead, 0)
+    monkeypatch.setattr(worker, "DRIVER_PID", dead)
+    assert worker.driver_gone()

@@ -6,7 +6,8 @@ messages (NCCL between GPUs, gloo where a CPU takes part; the ranks' side is :mo
 ranks started one of two ways:
 
 - **On this machine** (a cluster whose devices name at most one host and no rendezvous): the driver hosts
-  a rendezvous store on the loopback interface and spawns a rank per device; the ranks die with it, and
+  a rendezvous store on the loopback interface and starts a rank per device as the workers start; the ranks
+  end with it, and
   control messages go over pipes.
 - **On many machines** (a cluster whose ``meta["rendezvous"]`` is ``"ADDRESS:PORT"``): ``torchrun`` has
   started a rank per device on every host (``autoplace ranks``); rank 0 hosts the rendezvous store, and the

@@ -23,7 +23,7 @@ differs:
 - **Time.** A step starts at a barrier; its start and end are read on the rank's own clock and reported
   as the step's duration from that barrier (ranks on different hosts share no clock).
 
-Ranks are started two ways: by the driver on this machine (spawned processes that die with it: a rendezvous
+Ranks are started two ways: by the driver on this machine (processes that end with it: a rendezvous
 store the driver hosts, control messages over pipes), or by ``torchrun`` on every host of a cluster that
 names hosts (:func:`serve`; ``autoplace ranks``), where rank 0 hosts the rendezvous the driver connects to
 and control messages are keys of that store, encoded as state files (no pickle: a message cannot run code).
@@ -43,7 +43,7 @@ from collections import deque
 from typing import Any
 
 from autoplace.runtime.program import COLLECTIVE_GROUPS, TRef
-from autoplace.runtime.worker import _DeviceRuntime, _die_with_parent, _serve_messages
+from autoplace.runtime.worker import _DeviceRuntime, _die_with_parent, _serve_messages, driver_gone
 
 BARRIER_TAG = 2**30 + 1  #: the tag of a step's barrier messages (a transfer's tag is its index)
 HEADER = 64  #: bytes before a message's data: 8 int64 (the permutation of a permuted tensor, else -1)
@@ -328,7 +328,7 @@ class RankRuntime(_DeviceRuntime):
         core and the interpreter."""
         self._wake.wait(1e-4 if (self._staged or self._nccl_recvs) else 2e-3)
         self._wake.clear()
-        if spins % 500 == 0 and os.getppid() == 1 and self._spawned:  # the driver is gone
+        if spins % 500 == 0 and self._spawned and driver_gone():
             os._exit(1)
 
     def _end_step(self) -> float:
@@ -382,7 +382,7 @@ def participants(graph, assignment) -> dict[str, list[int]]:
 # ---------------------------------------------------------------------- started by the driver (one host)
 def _rank_main(conn, name: str, device: str, cores: list[int] | None, rank: int, devices: list[str],
                address: tuple[str, int, str], timeout: float) -> None:
-    """A rank the driver spawned: joins the driver's rendezvous store, then serves its pipe."""
+    """A rank the driver started: joins the driver's rendezvous store, then serves its pipe."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

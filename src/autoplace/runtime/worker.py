@@ -22,6 +22,29 @@ from autoplace.runtime.segments import cut, generate, op_of_error
 _NEVER = -(1 << 62)
 SPIN_POLLS = int(os.environ.get("AUTOPLACE_SPIN_POLLS", 200))  # busy polls before sleeping between polls
 POLL_SLEEP_S = float(os.environ.get("AUTOPLACE_POLL_SLEEP_S", 20e-6))
+#: the process that started this worker (set by :func:`in_environment`): a worker waiting on a peer ends
+#: when it is gone
+DRIVER_PID: int | None = None
+
+
+def driver_gone() -> bool:
+    """Whether the driver that started this process has ended (a zombie counts as ended; a worker started
+    some other way: whether its parent has)."""
+    if DRIVER_PID is None:
+        return os.getppid() == 1
+    try:
+        with open(f"/proc/{DRIVER_PID}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except OSError:  # pragma: no cover - no /proc
+        try:
+            os.kill(DRIVER_PID, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
 
 
 def _die_with_parent() -> None:
@@ -429,7 +452,7 @@ class _DeviceRuntime:
         longer short (a spinning core slows its neighbour: shared caches, SMT siblings on the host)."""
         if spins > SPIN_POLLS:
             time.sleep(POLL_SLEEP_S)
-            if spins % 1000 == 0 and os.getppid() == 1:  # parent gone
+            if spins % 1000 == 0 and driver_gone():
                 os._exit(1)
 
     def _copy_in(self, tid: int, v) -> None:
@@ -537,15 +560,18 @@ class _InTurn:
         return i
 
 
-def in_environment(env: dict[str, str], target, *args) -> None:
-    """Run ``target(*args)`` with ``env`` as the process's environment, the settings read from it re-read: a
-    worker forked from the pools' server (:func:`autoplace.runtime.workers.process_context`, which imported
-    torch once) starts with the server's environment, not the driver's as it is now."""
-    global POLL_SLEEP_S
+def in_environment(env: dict[str, str], driver: int, target, *args) -> None:
+    """Run ``target(*args)`` with ``env`` as the process's environment and its settings read from it, started
+    by process ``driver``: a worker forked from the pools' server (:func:`autoplace.runtime.workers.
+    process_context`, which imported torch once) starts with the server's environment, not the driver's as it
+    is now, and its parent is the server, not the driver."""
+    global POLL_SLEEP_S, SPIN_POLLS, DRIVER_PID
 
     os.environ.clear()
     os.environ.update(env)
+    SPIN_POLLS = int(os.environ.get("AUTOPLACE_SPIN_POLLS", 200))
     POLL_SLEEP_S = float(os.environ.get("AUTOPLACE_POLL_SLEEP_S", 20e-6))
+    DRIVER_PID = driver
     _DeviceRuntime.compiled = os.environ.get("AUTOPLACE_INTERPRET", "") != "1"
     target(*args)
 

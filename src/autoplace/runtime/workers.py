@@ -1,6 +1,6 @@
 """Device workers: one process per device, exchanging tensors through shared memory (Send/Recv).
 
-Each cluster device becomes a worker process (``spawn``), pinned to its own core(s) with its own intra-op
+Each cluster device becomes a worker process (:func:`process_context`), pinned to its own core(s) with its own intra-op
 threads (``cpu:i``) or driving ``cuda:i``. For a placement, the parent cuts the program per device
 (:func:`~autoplace.runtime.program.plan_all`), lays every cross-device tensor out in one shared-memory
 buffer (one slot per tensor and destination: each tensor is sent once per destination device), and each
@@ -11,7 +11,8 @@ flag; the receiver polls the flags of the tensors it still waits for and reads t
 Failures never hang or crash the caller: a worker's Python error, an out-of-memory (the device's memory
 budget, counted over the tensors it holds, or CUDA's own), a dead worker or a timeout ends the run with a
 failing :class:`MeasuredResult`, and the pool is torn down (processes terminated, then killed) and
-restarted on the next run. Workers die with their parent (``PR_SET_PDEATHSIG``).
+restarted on the next run. Workers end with the driver (a worker waiting on a peer checks that the driver
+is alive; one waiting for the driver's next message reads the end of its pipe).
 """
 
 from __future__ import annotations
@@ -86,15 +87,24 @@ def _close_all() -> None:  # pragma: no cover - interpreter exit
         p.close()
 
 
+_SERVER_OWNER: list[int] = []    # the process whose fork server the pools use (a forked copy cannot use it)
+
+
 def process_context():
     """How workers and ranks start: forked from a server process that imported torch once (multiprocessing's
-    ``forkserver``, torch and the workers' modules preloaded), so a pool is ready in milliseconds instead of
-    each process importing torch (about 1.7 s and 1.6 s of CPU each here); the server never touches CUDA, so
-    a worker may. Each worker takes the driver's environment as it is at launch (:func:`in_environment`)."""
+    ``forkserver``, torch preloaded), so a pool is ready in a fraction of a second instead of each process
+    importing torch (about 1.7 s, and 1.6 s of CPU, each here); the server never touches CUDA, so a worker may.
+    Each worker imports autoplace from the driver's ``sys.path``, takes the driver's environment as it is at
+    launch and watches the driver, not its parent (:func:`in_environment`). Its standard output and error are
+    the driver's when the server started. A process forked from the driver after that (which cannot reach
+    the driver's server) spawns its workers, each importing torch."""
     import torch.multiprocessing as tmp
 
+    if _SERVER_OWNER and _SERVER_OWNER[0] != os.getpid():
+        return tmp.get_context("spawn")
+    _SERVER_OWNER[:] = [os.getpid()]
     ctx = tmp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "autoplace.runtime.worker", "autoplace.runtime.rank"])
+    ctx.set_forkserver_preload(["torch"])
     return ctx
 
 
@@ -181,12 +191,12 @@ class WorkerPool:
                 if d.startswith("cuda") and int(d.split(":")[1]) >= n:
                     raise ExecutionError(f"device {d!r} is not on this machine ({n} CUDA devices)")
         ctx = process_context()
-        env = dict(os.environ)
+        env, driver = dict(os.environ), os.getpid()
         with _main_not_imported():
             for k, (dev, tdev) in enumerate(zip(self.cluster.devices, self.devices)):
                 parent, child = ctx.Pipe()
                 target, args = self._process(k, child)
-                p = ctx.Process(target=in_environment, args=(env, target, *args), daemon=True,
+                p = ctx.Process(target=in_environment, args=(env, driver, target, *args), daemon=True,
                                 name=f"autoplace-{dev.name}")
                 p.start()
                 child.close()
