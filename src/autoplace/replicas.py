@@ -276,25 +276,26 @@ def expand(replica: Graph, slots: np.ndarray, groups: Sequence[Sequence[int]], *
     index = replica._index
     tensor = lambda ref: (index[parse_input(ref, index)[0]], parse_input(ref, index)[1])  # noqa: E731
     of_tensor = {tensor(ref): b for b, (_, refs) in enumerate(buckets) for ref in refs}
-    in_bucket = {ref: of_tensor[tensor(ref)] for op in replica.ops if op.phase == "update" for ref in op.inputs
-                 if tensor(ref) in of_tensor}
     view = {tensor(ref): j for _, refs in buckets for j, ref in enumerate(refs)}   # a gradient's place in its bucket
     ops: list[Op] = []
     dev: list[int] = []
     prio: list[int] = []
     pre = lambda r, ref: f"r{r}/{ref}"  # noqa: E731
+
+    def read(r: int, ref: str, update: bool) -> str:
+        """What replica ``r``'s op reads for ``ref``: an update's gradient is its bucket's view."""
+        t = tensor(ref) if update else None
+        return f"r{r}/bucket{of_tensor[t]}.{view[t]}" if t in of_tensor else pre(r, ref)
     for r in range(R):
         for i, op in enumerate(replica.ops):
             meta = {**op.meta, "replica": r}
             if "launch_group" in meta:     # replicas run separate kernels (separate processes)
                 meta["launch_group"] = f"r{r}/{meta['launch_group']}"
             update = op.phase == "update"
-            inputs = tuple(f"r{r}/bucket{in_bucket[ref]}.{view[tensor(ref)]}" if update and ref in in_bucket
-                           else pre(r, ref) for ref in op.inputs)
-            if "call" in meta:      # its aten call reads the replica's tensors (a gradient: its bucket's view)
-                grad = (lambda ref, r=r: f"r{r}/bucket{of_tensor[tensor(ref)]}.{view[tensor(ref)]}"
-                        if tensor(ref) in of_tensor else pre(r, ref)) if update else (lambda ref, r=r: pre(r, ref))
-                meta["call"] = _renamed(meta["call"], grad, lambda name, r=r: pre(r, name))
+            inputs = tuple(read(r, ref, update) for ref in op.inputs)
+            if "call" in meta:      # its aten call reads the same tensors
+                meta["call"] = _renamed(meta["call"], lambda ref, r=r, u=update: read(r, ref, u),
+                                        lambda name, r=r: pre(r, name))
             ops.append(replace(op, name=pre(r, op.name), inputs=inputs,
                              control_inputs=tuple(pre(r, c) for c in op.control_inputs),
                              colocation_group=None if op.colocation_group is None else pre(r, op.colocation_group),
