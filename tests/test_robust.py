@@ -14,7 +14,14 @@ from autoplace.placement import Placement
 from autoplace.placers import place
 from autoplace.placers.auto import NEAR_TIE, pick_robust
 from autoplace.placers.local_search import return_strays
-from autoplace.robust import SCENARIOS, RobustSimulator, Scenario, cross_edges, scenario_cluster
+from autoplace.robust import (
+    SCENARIOS,
+    RobustSimulator,
+    Scenario,
+    cross_edges,
+    regret_scale,
+    scenario_cluster,
+)
 
 
 def test_a_scenario_scales_the_uncertain_figures():
@@ -87,31 +94,62 @@ def test_near_ties_go_to_the_fewest_cross_device_edges():
     assert r[0][1] < r[1][1] <= r[0][1] * (1 + NEAR_TIE) and k == 1
 
 
-def test_auto_is_never_slower_than_one_gpu_in_any_scenario():
-    """On the fork with links slow enough that the split's gain rests on the nominal bandwidth, auto
-    returns one GPU; where the split wins in every scenario, auto splits."""
+def test_auto_gives_up_nominal_speed_only_for_as_much_in_some_scenario():
+    """The fork on links of three speeds. At 600 B/s the split is 8 % faster nominally but 61 % slower than one
+    GPU on slow links: one GPU. At 1 kB/s it is 23 % faster nominally and as fast on slow links (a choice by
+    the worst case alone called that a tie and took one GPU's fewer cuts): the split. At 1 MB/s it wins
+    everywhere. Each by the regrets of the two, worked out from their steps per scenario."""
     g = fork()
-    for bandwidth, splits in ((1e3, False), (1e6, True)):
+    for bandwidth, splits in ((600.0, False), (1e3, True), (1e6, True)):
         cl = two_gpus(bandwidth)
         p = place(g, cl, "auto", seed=0, budget=0.01)
         devs = p.to_array(g, cl)
         one = place(g, cl, "single-gpu").to_array(g, cl)
-        rs = RobustSimulator(g, cl, baseline=one)
-        steps = rs.steps(np.stack([one, devs]))
-        assert (steps[:, 1] <= steps[:, 0] * (1 + 1e-12)).all()
+        split = np.array([0, 1, 0, 1])                       # a beside j, b beside s: one transfer each way
+        steps = RobustSimulator(g, cl).steps(np.stack([one, split]))
+        best = steps.min(axis=1)
+        regret = (steps / best[:, None]).max(axis=0)
+        assert (regret[1] < regret[0]) == splits
         assert (len(set(devs.tolist())) > 1) == splits
+        assert p.meta["robust"]["regret"] == pytest.approx(regret[1 if splits else 0])
         assert p.meta["robust"]["baseline"] == "single-gpu" and len(p.meta["robust"]["step_s"]) == len(SCENARIOS)
 
 
+def test_regret_scale_by_hand():
+    """Two candidates over three scenarios: the best per scenario (1, 2, 5), so A (1, 3, 5) has regret 1.5
+    (its second scenario) and B (2, 2, 6) has 2 (its first)."""
+    steps = np.array([[1.0, 2.0], [3.0, 2.0], [5.0, 6.0]])
+    scale = regret_scale(steps)
+    assert scale.tolist() == pytest.approx([1.0, 0.5, 0.2])
+    rs = RobustSimulator(fork(), two_gpus())
+    judge = rs.against(steps)
+    assert judge.robust_steps(steps).tolist() == pytest.approx([1.5, 2.0])     # best nominal (1) times the regret
+    assert rs.scale.tolist() == [1.0] * len(SCENARIOS)                            # the original is untouched
+    with pytest.raises(ValueError, match="finite"):
+        regret_scale(np.array([[1.0], [0.0]]))
+
+
 @pytest.mark.parametrize("graph_name, cluster_name", [("toy-mlp", "k80x2"), ("mnist-softmax", "p100x2")])
-def test_auto_on_zoo_graphs_is_robustly_no_slower_than_one_gpu(graph_name, cluster_name):
+def test_auto_on_zoo_graphs_loses_to_one_gpu_no_more_than_one_gpu_loses_to_the_best(graph_name, cluster_name):
     from autoplace.zoo import build_graph
 
     g, cl = build_graph(graph_name), get_cluster(cluster_name)
-    p = place(g, cl, "auto", seed=0, budget=0.01)
+    _check_against_one_gpu(g, cl, place(g, cl, "auto", seed=0, budget=0.01))
+
+
+def _check_against_one_gpu(g, cl, p):
+    """In no scenario is ``auto`` slower than one GPU by more than its own regret, and that is at most one
+    GPU's (against the best step per scenario ``auto`` weighed), near-ties aside."""
     one = place(g, cl, "single-gpu").to_array(g, cl)
     steps = RobustSimulator(g, cl).steps(np.stack([one, p.to_array(g, cl)]))
-    assert (steps[0] / steps[1]).min() >= 1 - 1e-12
+    reference = np.array(p.meta["robust"]["reference_s"])
+    if not (reference > 0).all():           # a step of no time: no regret to scale by
+        assert (steps[:, 1] <= steps[:, 0] * (1 + 1e-9) + 1e-15).all()
+        return
+    mine, ones = (steps[:, 1] / reference).max(), (steps[:, 0] / reference).max()
+    assert mine == pytest.approx(p.meta["robust"]["regret"])
+    assert mine <= ones * (1 + NEAR_TIE) + 1e-12
+    assert (steps[:, 1] <= steps[:, 0] * mine * (1 + 1e-9) + 1e-15).all()
 
 
 def test_stray_ops_return_to_their_neighbours_device():
@@ -153,14 +191,10 @@ def gpu_cases(draw):
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gpu_cases())
-def test_auto_is_never_slower_than_one_gpu_in_any_scenario_on_random_graphs(case):
-    """With CP-SAT among its stages (at most 60 ops) and near-ties going to fewer cuts, auto's step is at
-    most one GPU's in every scenario."""
+def test_auto_loses_to_one_gpu_no_more_than_one_gpu_loses_to_the_best_on_random_graphs(case):
+    """With CP-SAT among its stages (at most 60 ops): the regret rule against one GPU, a candidate."""
     g, cl = case
-    p = place(g, cl, "auto", seed=0, budget=0.05)
-    one = place(g, cl, "single-gpu").to_array(g, cl)
-    steps = RobustSimulator(g, cl).steps(np.stack([one, p.to_array(g, cl)]))
-    assert (steps[:, 1] <= steps[:, 0] * (1 + 1e-9) + 1e-15).all()
+    _check_against_one_gpu(g, cl, place(g, cl, "auto", seed=0, budget=0.05))
 
 
 def test_a_baseline_of_no_time_sets_no_scale():

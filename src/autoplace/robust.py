@@ -25,12 +25,19 @@ scenario). A placement's **range** is its least and largest step over the scenar
 step** its worst case measured against a baseline ``B`` (one GPU): ``max_s step_s(P) * step_0(B) /
 step_s(B)`` — each scenario's step rescaled so that the baseline takes its nominal time in all of them.
 ``P`` is at least as fast as ``B`` in every scenario exactly when its robust step is at most ``B``'s
-nominal step, so ranking by it never prefers a placement whose gain over one GPU rests on a constant
-inside its range. Without a baseline the robust step is the plain worst case.
+nominal step. Without a baseline the robust step is the plain worst case.
+
+A choice among candidates is made by **regret** (Savage's minimax regret): a candidate's regret is the
+largest, over the scenarios, of its step over the best candidate's step in that scenario
+(:func:`regret_scale`, :meth:`RobustSimulator.against`). The candidate of least regret gives up nominal
+speed only where every faster one loses at least as much in some scenario — never a large nominal loss
+for a small worst-case gain, which ranking by the worst case alone does (it trades any nominal step for
+the slightest gain in its worst scenario).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,7 +48,8 @@ from autoplace.cluster import Cluster, LinkSpec, Segment
 from autoplace.graph import Graph
 from autoplace.sim import BatchResult, Simulator
 
-__all__ = ["Scenario", "SCENARIOS", "scenario_cluster", "RobustSimulator", "StepRange", "step_ranges", "cross_edges"]
+__all__ = ["Scenario", "SCENARIOS", "scenario_cluster", "RobustSimulator", "StepRange", "step_ranges", "cross_edges",
+           "regret_scale"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,16 @@ def scenario_cluster(cluster: Cluster, s: Scenario) -> Cluster:
     return Cluster(cluster.name, devices, links, default, cluster.meta, segments)
 
 
+def regret_scale(steps: np.ndarray) -> np.ndarray:
+    """``[S]``: per scenario, the best nominal step over the best step in that scenario, of the candidates
+    whose steps (``[S, B]``, those that fit) are given. A placement's steps times it, worst taken, are the
+    best nominal step times its regret (the module docstring)."""
+    best = np.asarray(steps, dtype=np.float64).min(axis=1)
+    if not (best > 0).all() or not np.isfinite(best).all():
+        raise ValueError("a regret needs candidates whose steps are finite and above zero in every scenario")
+    return best[0] / best
+
+
 def cross_edges(graph: Graph, devs: np.ndarray) -> np.ndarray:
     """Per placement (rows of ``devs``), how many (tensor, consumer) pairs cross devices."""
     devs = np.atleast_2d(devs)
@@ -125,6 +143,19 @@ class RobustSimulator:
                 self.scale = steps[0] / steps
             else:   # a baseline of no time (or failing) sets no scale
                 self.baseline = None
+
+    def against(self, steps: np.ndarray) -> RobustSimulator:
+        """This simulator judging by regret against the candidates whose per-scenario ``steps`` (``[S, B]``)
+        are given: its robust step is then the best nominal step times the regret (:func:`regret_scale`)."""
+        judge = copy.copy(self)
+        judge.baseline, judge.scale = None, regret_scale(steps)
+        return judge
+
+    def simulate(self, devs: np.ndarray, schedules: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``([S, B], [B])``: each placement's step in each scenario, and whether it runs out of memory."""
+        devs = np.ascontiguousarray(np.atleast_2d(devs), dtype=np.int64)
+        batches = [sim.run_batch(devs, schedules) for sim in self.sims]
+        return np.stack([b.step_time for b in batches]), batches[0].oom
 
     def steps(self, devs: np.ndarray, schedules: np.ndarray | None = None) -> np.ndarray:
         """``[S, B]``: each placement's step in each scenario (under ``schedules``, priorities per op, if

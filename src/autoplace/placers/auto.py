@@ -1,46 +1,49 @@
 """``auto``: what a user runs first — every fast placer, the best of them refined, the best valid result,
-judged by its worst case over the cost model's uncertainty.
+chosen by its regret over the cost model's uncertainty.
 
 1. Run the fast placers (:data:`FAST_PLACERS`: single device, the expert, the partitioners, ``dp-split``
    and the list schedulers), each scored by the simulator. A placer that finds no placement (no GPU,
    infeasible memory, Scotch not installed) is recorded with its reason.
-2. Score every placement by its **robust step** (:mod:`autoplace.robust`): simulated in each corner
-   scenario of the uncertain constants (per-op launch and overhead, achievable rates, bandwidth, per-copy
-   overhead, host contention), each scenario rescaled to the ``single-gpu`` placement, the worst taken —
-   a placement beats one GPU there only if it does in every scenario. Candidates within
-   :data:`NEAR_TIE` of the best go to the one with the fewest cross-device edges.
-3. Refine the best of them with the hierarchical local search
-   (:func:`autoplace.placers.local_search.refine`) under the robust step (a failing placement scores its
+2. Simulate every placement in each corner scenario of the uncertain constants (:mod:`autoplace.robust`:
+   per-op launch and overhead, achievable rates, bandwidth, per-copy overhead, host contention) and choose
+   by **regret**: a candidate's step in each scenario over the best candidate's step there, the worst
+   taken (:func:`autoplace.robust.regret_scale`). Every choice below is made against all the candidates
+   weighed so far (:class:`Field`): the least regret that fits, candidates within :data:`NEAR_TIE` of it
+   going to the one with the fewest cross-device edges.
+3. Refine the chosen one with the hierarchical local search
+   (:func:`autoplace.placers.local_search.refine`) under the same regret (a failing placement scores its
    step penalised by its memory overflow, :func:`autoplace.placers.fast.score`).
 4. On a graph small enough for CP-SAT's op-level model (at most
    :data:`autoplace.placers.cpsat.MAX_TASKS` ops), also solve it exactly (nominal figures), hinted with
    the refined placement (:func:`autoplace.placers.cpsat.improve_with_cp_sat`); the refine and CP-SAT
    split the budget there.
-5. Take the best of the start, the stages and ``single-gpu`` (where it fits) by step 2's rule, then
-   return stray ops to their
-   neighbours' device wherever that costs nothing in the worst case
+5. Take the least regret of the start, the stages and every other fast placement that fits, then return
+   stray ops to their neighbours' device wherever that costs nothing in regret
    (:func:`autoplace.placers.local_search.return_strays`). Where the result does not fit, raise
    :class:`InfeasibleError` naming the devices it runs out of memory on. Its meta says where it came
    from (``from``: the fast placer it started as, and the stage that improved it: ``refined``,
-   ``cp-sat``), what every candidate scored (``candidates``: method, simulated step, robust step, whether
-   it fits, its search time or why it has no placement) and its steps per scenario (``robust``).
+   ``cp-sat``), what every candidate scored (``candidates``: method, simulated step, worst case against
+   one GPU ``robust_step_s``, ``regret``, whether it fits, its search time or why it has no placement)
+   and its steps per scenario (``robust``, with the best step per scenario, ``reference_s``).
 
 6. On a micro-batched step (captured with ``micro_batches=M``), run the ``pipeline`` placer
    (:mod:`autoplace.placers.pipeline`: contiguous stages with a GPipe or 1F1B schedule) and return its
-   placement, schedule included, where its robust step beats step 5's and it fits (meta ``from``:
-   ``pipeline``, and ``pipeline``: its schedule, micro-batches and stages). ``M`` itself is the
-   capture's: ``compile(..., micro_batches=M)``, ``autoplace capture --micro-batches M``.
+   placement, schedule included, where it fits and its regret is lower (meta ``from``: ``pipeline``, and
+   ``pipeline``: its schedule, micro-batches and stages). ``M`` itself is the capture's:
+   ``compile(..., micro_batches=M)``, ``autoplace capture --micro-batches M``.
 
 7. Where the step can be re-captured with micro-batches (the zoo's models) and the cluster has two GPUs or
    more, weigh the strategies over the batch dimension (:data:`STRATEGIES`: ``data-parallel``, ``towers``,
-   ``hybrid``, ``pipelined``, :mod:`autoplace.placers.replicated`) by the same robust step (each scenario
-   rescaled by the same one-GPU baseline): the best that fits is returned where it beats step 6's (meta ``from``: the
-   strategy; ``strategies``: each one's nominal and robust step). Its placement is of the replicated step
+   ``hybrid``, ``pipelined``, :mod:`autoplace.placers.replicated`) by the same regret: the least that fits
+   is returned where it is lower than step 6's (meta ``from``: the strategy; ``strategies``: each one's
+   nominal step, worst case against one GPU and regret). Its placement is of the replicated step
    (``meta["strategy"]``; :func:`autoplace.replicas.strategy_graph` rebuilds it).
 
-So ``auto`` returns one GPU when nothing is robustly faster: where ``single-gpu`` fits, ``auto``'s robust
-step is at most its nominal step (a near-tie chosen for fewer cuts can only be ``single-gpu`` itself or
-below it), i.e. ``auto`` is at least as fast as ``single-gpu`` in every scenario.
+So ``auto`` is slower nominally than a candidate it weighed only where that candidate is slower than the
+best by at least as much in some scenario: with ``r`` its regret, ``auto``'s nominal step is at most ``r``
+times the fastest candidate's, and its step in every scenario at most ``r`` times the best there; every
+candidate it weighed has a regret of at least ``r / (1 + NEAR_TIE)``. Where one GPU fits it is a candidate,
+so ``auto`` is never slower than one GPU by more than one GPU's own regret.
 
 ``budget`` (default 60): 90 % for the refine (evaluations counted as in local search, each evaluation
 simulating every scenario), shared with CP-SAT's deterministic time on small graphs, and 10 % for the
@@ -49,6 +52,8 @@ a seed: every budget counts work, not the wall clock.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -61,9 +66,10 @@ from autoplace.placers.registry import place, register_placer
 from autoplace.progress import report_progress
 from autoplace.search import work
 
-__all__ = ["auto", "robust_simulator", "pick_robust", "uncertainty", "NEAR_TIE", "CLEANUP_SHARE", "STRATEGIES"]
+__all__ = ["auto", "robust_simulator", "pick_robust", "uncertainty", "Field", "NEAR_TIE", "CLEANUP_SHARE",
+           "STRATEGIES"]
 
-#: candidates whose robust scores are within this fraction of the best are near-ties: the one with the
+#: candidates whose regrets are within this fraction of the least are near-ties: the one with the
 #: fewest cross-device edges wins (every cut is a transfer the cost model may undercount)
 NEAR_TIE = 0.01
 #: the share of ``budget`` the stray cleanup may spend (evaluations counted as in local search)
@@ -121,7 +127,7 @@ def pick_robust(graph: Graph, cluster: Cluster, placements: list[Placement], rob
 
 
 @register_placer("auto", description="every fast placer, the best refined by hierarchical local search "
-                 "(and CP-SAT on small graphs), ranked by the worst case over the cost model's uncertainty; "
+                 "(and CP-SAT on small graphs), chosen by regret over the cost model's uncertainty; "
                  "the best valid placement", paper="", memory_aware=True)
 def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
          strategies: bool | tuple[str, ...] = True, distinct: bool = False) -> Placement:
@@ -142,80 +148,153 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
         _best(cands)  # raises, naming each placer's reason
     one = next((c for c in cands if c.method == "single-gpu"), None)
     robust = robust_simulator(graph, cluster, one.placement if one is not None and one.ok else None)
-    k, fast_ranks = pick_robust(graph, cluster, [c.placement for c in placed], robust)
+    field = Field(robust)
+    fast_steps, fast_oom = robust.simulate(np.stack([c.placement.to_array(graph, cluster) for c in placed]))
+    field.add(fast_steps, fast_oom)
+    k, _ = pick_robust(graph, cluster, [c.placement for c in placed], field.judge())
     start = placed[k].placement
     small = graph.n_ops <= MAX_TASKS
     search = budget * (1 - CLEANUP_SHARE)
     stages = [("refined", refine(graph, cluster, start, seed=seed, budget=search / 2 if small else search,
-                                 method=start.method, simulator=robust))]
+                                 method=start.method, simulator=field.judge()))]
     if small:
         report_progress("auto: CP-SAT", None)
         try:
             stages.append(("cp-sat", improve_with_cp_sat(graph, cluster, stages[0][1], seed=seed, budget=search / 2)))
         except InfeasibleError:
             pass
-    # one GPU competes again at the end: a near-tie chosen for fewer cuts can then never be slower than it
-    ones = [one.placement] if robust.baseline is not None else []
-    pool = [start, *(p for _, p in stages), *ones]
-    k, pool_ranks = pick_robust(graph, cluster, pool, robust)
-    best = pool[k]
-    # the stages that improved on everything before them, up to the one kept
-    origin = [name for i, (name, _) in enumerate(stages[:k], 1) if pool_ranks[i] < min(pool_ranks[:i])]
-    came_from = start.method
-    if ones and k == len(pool) - 1:
-        came_from, origin = "single-gpu", []
+    # every other fast placer that fits competes again (one GPU among them)
+    others = [c for i, c in enumerate(placed) if i != k and not fast_oom[i]]
+    pool = [start, *(p for _, p in stages), *(c.placement for c in others)]
+    pool_devs = np.stack([p.to_array(graph, cluster) for p in pool])
+    pool_steps, pool_oom = robust.simulate(pool_devs)
+    field.add(pool_steps, pool_oom)
+    judge = field.judge()
+    k, pool_ranks = pick_robust(graph, cluster, pool, judge)
+    # where each of the pool came from: the stages say which of them improved on everything before them
+    origins = [(start.method, [])]
+    for i, (name, _) in enumerate(stages, 1):
+        better = pool_ranks[i] < min(pool_ranks[:i])
+        origins.append((start.method, [*origins[-1][1], *([name] if better else [])]))
+    origins += [(c.method, []) for c in others]
+    weighed = [Weighed(pool_devs[i], None, pool_steps[:, i], *origins[i]) for i in range(len(pool))
+               if not pool_oom[i]]
     report_progress("auto: returning stray ops", None)
     cleanup = work.evaluations(budget * CLEANUP_SHARE, graph.n_ops, len(robust.sims))
-    dev, moves = return_strays(graph, cluster, best.to_array(graph, cluster), robust.run_batch,
-                               max_evaluations=cleanup)
-    steps = robust.steps(dev[None, :])[:, 0]
-    prio, pipe = _pipelined(graph, cluster, robust, steps, seed)
-    if pipe is not None:
-        dev, steps, came_from, origin = pipe.to_array(graph, cluster), robust.steps(
-            pipe.to_array(graph, cluster)[None, :], prio[None, :])[:, 0], "pipeline", []
+    dev, moves = return_strays(graph, cluster, pool_devs[k], judge.run_batch, max_evaluations=cleanup)
+    steps, oom = robust.simulate(dev[None, :])
+    field.add(steps, oom)
+    strays = Weighed(dev, None, steps[:, 0], *origins[k])
+    weighed += [strays] if not oom[0] else []
+    pipe = _pipelined(graph, cluster, field, seed)
+    weighed += [pipe] if pipe is not None else []
+    found = _strategies(graph, cluster, field, seed, STRATEGIES if strategies is True else tuple(strategies),
+                        distinct) if strategies else None
+    # the choice, against everything weighed: the least regret of the placements (fewest cuts among near-ties)
+    pick = weighed[_least(field, weighed, graph)] if weighed else strays
     refined = stages[0][1]
-    meta = {"from": came_from, "improved_by": origin,
-            "candidates": [{**c.to_dict(), **({"robust_step_s": fast_ranks[placed.index(c)][1]}
+    # regrets against everything weighed; worst cases against one GPU (what tables report)
+    fast_regret, fast_robust = field.regret(fast_steps), robust.robust_steps(fast_steps)
+    pool_regret, pool_robust = field.regret(pool_steps), robust.robust_steps(pool_steps)
+    meta = {"from": pick.came_from, "improved_by": pick.improved_by,
+            "candidates": [{**c.to_dict(), **({"robust_step_s": float(fast_robust[placed.index(c)]),
+                                               "regret": float(fast_regret[placed.index(c)])}
                                               if c in placed else {})} for c in cands],
             "refine": {k: refined.meta[k] for k in ("evaluations", "stop_reason", "converged", "levels")},
-            "stages": [{"stage": name, "robust_step_s": r[1], "fits": not r[0]}
-                       for name, r in zip(["start", *(n for n, _ in stages), *(["single-gpu"] if ones else [])],
-                                          pool_ranks)],
-            "robust": {"scenarios": [s.name for s in robust.scenarios], "step_s": steps.tolist(),
-                       "robust_step_s": float(robust.robust_steps(steps[:, None])[0]),
+            "stages": [{"stage": name, "robust_step_s": float(pool_robust[i]), "regret": float(pool_regret[i]),
+                        "fits": not pool_oom[i]}
+                       for i, name in enumerate(["start", *(n for n, _ in stages)])],
+            "robust": {"scenarios": [s.name for s in robust.scenarios], "step_s": pick.steps.tolist(),
+                       "robust_step_s": float(robust.robust_steps(pick.steps[:, None])[0]),
                        "baseline": "single-gpu" if robust.baseline is not None else None,
+                       "regret": float(field.regret(pick.steps[:, None])[0]),
+                       "reference_s": field.steps.min(axis=1).tolist() if field.steps.shape[1] else None,
                        "stray_evaluations": moves}}
-    if pipe is not None:
-        meta["pipeline"] = {k: pipe.meta[k] for k in ("pipeline_schedule", "micro_batches", "stages")}
-    out = Placement.from_array(graph, cluster, dev, "auto", prio if pipe is not None else None, **meta)
-    out = check_fits(graph, cluster, out)
-    if strategies:
-        out = _strategies(graph, cluster, robust, out, float(robust.robust_steps(steps[:, None])[0]), seed,
-                          STRATEGIES if strategies is True else tuple(strategies), distinct)
-    return out
+    if pick.came_from == "pipeline":
+        meta["pipeline"] = pipe.pipeline
+    out = check_fits(graph, cluster, Placement.from_array(graph, cluster, pick.dev, "auto", pick.prio, **meta))
+    if found is None:
+        return out
+    return _chosen_strategy(field, out, pick.steps, *found)
 
 
 #: the strategies over the batch dimension ``auto`` weighs against its placement (:mod:`.replicated`)
 STRATEGIES = ("data-parallel", "towers", "hybrid", "pipelined")
 
 
+@dataclass
+class Weighed:
+    """A placement of the graph ``auto`` weighed: its devices, priorities (``None``: ready order), steps per
+    scenario, the fast placer it came from and the stages that improved it."""
+
+    dev: np.ndarray
+    prio: np.ndarray | None
+    steps: np.ndarray
+    came_from: str
+    improved_by: list
+    pipeline: dict | None = None
+
+
+class Field:
+    """Every candidate ``auto`` has weighed, by its steps per scenario (those that fit): the reference of
+    the regret its choices are made by (:func:`autoplace.robust.regret_scale`). ``robust`` simulates the
+    scenarios and keeps the worst case against one GPU that ``auto`` reports."""
+
+    def __init__(self, robust):
+        self.robust = robust
+        self.steps = np.empty((len(robust.sims), 0))
+
+    def add(self, steps: np.ndarray, oom: np.ndarray) -> np.ndarray:
+        """Take in placements' ``steps`` (``[S, B]``; those out of memory, ``oom``, set no reference);
+        returns ``steps``."""
+        self.steps = np.hstack([self.steps, steps[:, ~np.asarray(oom, dtype=bool)]])
+        return steps
+
+    def judge(self):
+        """``robust`` judging by regret against the field (as it was while nothing fits, or where the best
+        step of some scenario is no time at all)."""
+        best = self.steps.min(axis=1) if self.steps.shape[1] else None
+        return self.robust if best is None or not (best > 0).all() else self.robust.against(self.steps)
+
+    def regret(self, steps: np.ndarray) -> np.ndarray:
+        """``[B]``: the regret of placements whose per-scenario ``steps`` (``[S, B]``) are given (where the
+        best of a scenario takes no time: 1 for no time, infinite for any)."""
+        if not self.steps.shape[1]:
+            return np.full(steps.shape[1], np.nan)
+        best = self.steps.min(axis=1)[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(best > 0, steps / best, np.where(steps > 0, np.inf, 1.0))
+        return ratio.max(axis=0)
+
+
+def _least(field: Field, weighed: list[Weighed], graph: Graph) -> int:
+    """Index of the least regret of ``weighed`` (all fit), near-ties (:data:`NEAR_TIE`) going to the fewest
+    cross-device edges."""
+    from autoplace.robust import cross_edges
+
+    r = field.regret(np.stack([w.steps for w in weighed], axis=1))
+    near = [i for i in range(len(r)) if r[i] <= r.min() * (1 + NEAR_TIE)]
+    cuts = cross_edges(graph, np.stack([w.dev for w in weighed]))
+    return min(near, key=lambda i: (cuts[i], r[i], i))
+
+
 def _row(prio):
     return None if prio is None else prio[None, :]
 
 
-def _strategies(graph: Graph, cluster: Cluster, robust, best: Placement, best_robust: float, seed,
-                names: tuple[str, ...] = STRATEGIES, distinct: bool = False) -> Placement:
+def _strategies(graph: Graph, cluster: Cluster, field: Field, seed, names: tuple[str, ...] = STRATEGIES,
+                distinct: bool = False) -> tuple[list, list] | None:
     """Step 7: where the step can be re-captured with micro-batches and the cluster has two GPUs or more, each
-    strategy of :data:`STRATEGIES`, its robust step taken against the same one-GPU baseline (each scenario's
-    step rescaled as ``best``'s); the strategy with the lowest robust step that fits replaces ``best`` where
-    it beats it. ``meta["strategies"]`` records each (its nominal and robust step, whether it fits, or why it
-    has none)."""
+    strategy of ``names`` placed and simulated in every scenario, taken into ``field``: ``(rows, found)``,
+    each one's row for ``meta["strategies"]`` (its nominal step, its worst case against one GPU, whether it
+    fits, or why it has none) and those that fit with their steps; ``None`` where none applies."""
     from autoplace.placers.replicated import replica_devices
     from autoplace.replicas import can_replicate, strategy_graph
     from autoplace.robust import RobustSimulator
 
     if not can_replicate(graph) or len(replica_devices(cluster)) < 2:
-        return best
+        return None
+    robust = field.robust
     rows, found = [], []
     for method in names:
         report_progress(f"auto: {method}", None)
@@ -227,47 +306,52 @@ def _strategies(graph: Graph, cluster: Cluster, robust, best: Placement, best_ro
             continue
         big = strategy_graph(graph, p)
         rs = RobustSimulator(big, cluster, scenarios=robust.scenarios)
-        devs = p.to_array(big, cluster)[None, :]
-        prio = _row(p.priorities(big))
-        steps = rs.steps(devs, prio)
-        worst = float(robust.robust_steps(steps)[0])
-        fits = not bool(rs.nominal.run_batch(devs, prio).oom[0])
-        rows.append({"method": method, "step_time_s": float(steps[0, 0]), "robust_step_s": worst, "fits": fits,
+        steps, oom = rs.simulate(p.to_array(big, cluster)[None, :], _row(p.priorities(big)))
+        field.add(steps, oom)
+        rows.append({"method": method, "step_time_s": float(steps[0, 0]),
+                     "robust_step_s": float(robust.robust_steps(steps)[0]), "fits": not bool(oom[0]),
                      "replicas": p.meta["strategy"]["replicas"]})
-        if fits:
-            found.append((worst, p))
-    rows.insert(0, {"method": "placement", "from": best.meta.get("from"),
-                    "step_time_s": float(robust.nominal.run_batch(best.to_array(graph, cluster)[None, :],
-                                                                  _row(best.priorities(graph))).step_time[0]),
-                    "robust_step_s": best_robust, "fits": True, "replicas": 1})
-    meta = {**best.meta, "strategies": rows}
-    if found and min(found, key=lambda f: f[0])[0] < best_robust:
-        worst, p = min(found, key=lambda f: f[0])
+        if not oom[0]:
+            found.append((steps[:, 0], rows[-1], p))
+    return rows, found
+
+
+def _chosen_strategy(field: Field, best: Placement, best_steps: np.ndarray, rows: list, found: list) -> Placement:
+    """``best`` (the placement chosen, its steps per scenario ``best_steps``) or the strategy of least regret
+    of ``found`` where its regret is lower; ``meta["strategies"]`` records every strategy with its regret."""
+    robust = field.robust
+    rows.insert(0, {"method": "placement", "from": best.meta.get("from"), "step_time_s": float(best_steps[0]),
+                    "robust_step_s": float(robust.robust_steps(best_steps[:, None])[0]), "fits": True,
+                    "replicas": 1, "regret": float(field.regret(best_steps[:, None])[0])})
+    for steps, row, _ in found:
+        row["regret"] = float(field.regret(steps[:, None])[0])
+    if found and min(row["regret"] for _, row, _ in found) < rows[0]["regret"]:
+        _, row, p = min(found, key=lambda f: f[1]["regret"])
         # what describes the placement it replaces (its refine, stages, scenarios) goes; the candidates stay
         kept = {k: best.meta[k] for k in ("candidates",) if k in best.meta}
         return Placement(p.assignment, p.graph, p.cluster, "auto",
                          {**p.meta, **kept, "strategies": rows, "from": p.method, "improved_by": [],
-                          "robust_step_s": worst}, p.schedule)
-    return Placement(best.assignment, best.graph, best.cluster, best.method, meta, best.schedule)
+                          "robust_step_s": row["robust_step_s"], "regret": row["regret"]}, p.schedule)
+    return Placement(best.assignment, best.graph, best.cluster, best.method, {**best.meta, "strategies": rows},
+                     best.schedule)
 
 
-def _pipelined(graph: Graph, cluster: Cluster, robust, steps: np.ndarray, seed) -> tuple:
-    """On a micro-batched step (``meta["micro_batch"]``), the ``pipeline`` placer's placement and its
-    priorities where its robust step beats ``steps``' (the placement found so far, per scenario) and it
-    fits; else ``(None, None)``."""
+def _pipelined(graph: Graph, cluster: Cluster, field: Field, seed) -> Weighed | None:
+    """On a micro-batched step (``meta["micro_batch"]``), the ``pipeline`` placer's placement with its
+    priorities, taken into ``field``, where it fits; else ``None``."""
     from autoplace.schedule import micro_batches
 
     if micro_batches(graph) < 2 or cluster.n_devices < 2:
-        return None, None
+        return None
     report_progress("auto: pipeline", None)
     try:
         pipe = place(graph, cluster, "pipeline", seed=seed)
     except InfeasibleError:
-        return None, None
-    prio = pipe.priorities(graph)
-    devs = pipe.to_array(graph, cluster)[None, :]
-    batch = robust.sims[0].run_batch(devs, prio[None, :])
-    mine = robust.robust_steps(robust.steps(devs, prio[None, :]))[0]
-    if batch.oom[0] or mine >= robust.robust_steps(steps[:, None])[0]:
-        return None, None
-    return prio, pipe
+        return None
+    prio, dev = pipe.priorities(graph), pipe.to_array(graph, cluster)
+    steps, oom = field.robust.simulate(dev[None, :], prio[None, :])
+    field.add(steps, oom)
+    if oom[0]:
+        return None
+    return Weighed(dev, prio, steps[:, 0], "pipeline", [],
+                   {k: pipe.meta[k] for k in ("pipeline_schedule", "micro_batches", "stages")})
