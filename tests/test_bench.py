@@ -712,3 +712,50 @@ def test_seeded_tables_from_made_up_steps_one_seed_or_a_failing_one(tmp_path, se
         assert every["htf-mpr"][2] == "OOM (gpu:0)" and paired[0][4] == "–"
         robust = next(x for x in t.sections if x.title.startswith("Under the cost model"))
         assert "htf-mpr (" not in robust.rows[0][3]
+
+
+def test_strategies_table_says_where_auto_picks_a_winning_hybrid_and_why_it_trails_data_parallelism(tmp_path):
+    """Made-up steps on two four-GPU settings. On the first, auto picks a hybrid (2 replicas) 20 % faster than
+    data parallelism and than the best pure placement (the pipeline's, below auto's own placement): a winning
+    hybrid, picked. On the second, auto keeps its placement, nominally behind data parallelism: the row says
+    so with the two regrets, and a hybrid of 4 replicas (as many as GPUs) is no hybrid."""
+    from autoplace.bench import QUICK, make_run
+    from autoplace.bench.builders import build_strategies_table
+
+    run = make_run(budgets=QUICK)
+    spec = TABLES["flexflow"]
+    s1, s2 = Setting("inception-v3", "flexflow-p100x4"), Setting("alexnet", "flexflow-p100x4")
+    store = Store(tmp_path)
+    base = {"ok": True, "oom": [], "error": None, "search_s": 0.1, "wall_s": 0.1}
+    for s, steps, pick in (
+            (s1, {"single-gpu": 4.0, "expert": 3.0, "data-parallel": 1.0, "towers": 1.5, "hybrid": 0.8,
+                  "pipelined": 1.0, "auto": 0.8}, "hybrid"),
+            (s2, {"single-gpu": 4.0, "expert": 3.0, "data-parallel": 1.0, "towers": 1.5, "hybrid": 1.1,
+                  "pipelined": 2.0, "auto": 1.02}, None)):
+        store.add(Job.of("bounds", setting=s), {"critical_path_s": 0.5, "load_s": 0.25, "ops": 10})
+        for m in spec.methods:
+            r = {**base, "step_s": steps[m]}
+            replicas = {"data-parallel": 4, "towers": 4, "hybrid": 2 if pick else 4, "pipelined": 1}.get(m)
+            if replicas:
+                r["strategy"] = {"kind": "replicas", "replicas": replicas, "per_replica": None}
+            if m == "auto":
+                rows = [{"method": "placement", "from": "m-topo", "step_time_s": 1.02 if not pick else 1.1,
+                         "robust_step_s": 1.2, "fits": True, "replicas": 1, "regret": 1.05},
+                        {"method": "data-parallel", "step_time_s": 1.0, "robust_step_s": 1.5, "fits": True,
+                         "replicas": 4, "regret": 1.25},
+                        {"method": "hybrid", "step_time_s": steps["hybrid"], "robust_step_s": 1.0, "fits": True,
+                         "replicas": replicas or 2, "regret": 1.0 if pick else 1.3}]
+                r.update({"from": pick or "m-topo", "strategies": rows})
+                if pick:
+                    r["strategy"] = {"kind": "replicas", "replicas": 2, "per_replica": "m-topo"}
+            store.add(run.place(s, m), r)
+    t = build_strategies_table(spec, (s1, s2), run, store)
+    sec = t.sections[-1]
+    assert "(1 setting(s)); whether auto's pick is such a hybrid (1 setting(s))" in sec.title
+    rows = {r[0]: dict(zip(sec.columns, r)) for r in sec.rows}
+    one, two = rows[s1.key], rows[s2.key]
+    assert one["auto's pick"] == "hybrid (2 replicas, each by m-topo)" and one["pure placement (s)"] == "1"
+    assert one["auto <= data-parallel"] == "yes"
+    assert one["hybrid wins by 10 %"] == "yes" and one["auto picks a winning hybrid"] == "yes"
+    assert two["auto <= data-parallel"] == "no (regret 1.050 against 1.250)"
+    assert two["hybrid wins by 10 %"] == "–" and two["auto picks a winning hybrid"] == "no"

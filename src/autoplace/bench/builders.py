@@ -580,34 +580,56 @@ def build_enumerate(spec: TableSpec, settings, run: Run, store: Store) -> Table:
 
 def build_strategies_table(spec: TableSpec, settings, run: Run, store: Store) -> Table:
     """:func:`build_placer_table`, then per setting: ``auto``'s pick (the strategy and its replicas, or a
-    placement of the step), its best placement of the step without replicas, and whether the best hybrid
-    (replicas of a multi-device placement) beats both data parallelism and that placement by 10 % or more."""
+    placement of the step), the best pure placement (no replicas: ``auto``'s own placement of the step, the
+    expert, one GPU, the pipeline), whether ``auto`` is at least as fast as data parallelism (where it is not,
+    the two regrets that made the choice), whether the best hybrid (replicas of a multi-device placement)
+    beats both data parallelism and the best pure placement by 10 % or more, and whether ``auto``'s pick is
+    such a hybrid."""
     t = build_placer_table(spec, settings, run, store)
-    rows, wins = [], 0
+    rows, wins, picked = [], 0, 0
     for s in settings:
         auto = run.result(store, s, "auto")
         dp = run.result(store, s, "data-parallel")
         hy = run.result(store, s, "hybrid")
-        placed = next((x for x in auto.get("strategies") or [] if x.get("method") == "placement"), None)
-        pure = placed.get("step_time_s") if placed else None
+        weighed = {x.get("method"): x for x in auto.get("strategies") or []}
+        placed = weighed.get("placement")
+        pures = [x for x in (placed.get("step_time_s") if placed else None,
+                             *(run.result(store, s, m)["step_s"] for m in ("expert", "single-gpu", "pipelined")))
+                 if x is not None]
+        pure = min(pures) if pures else None
         chosen = auto.get("from") or "–"
         pick = auto.get("strategy")
         if pick is not None:
             chosen += f" ({pick['replicas']} replicas" + (f", each by {pick['per_replica']}" if pick.get(
                 "per_replica") else "") + ")"
-        beats = None
-        if hy["ok"] and dp["ok"] and pure and (hy.get("strategy") or {}).get("replicas", 0) < s.n_gpus:
-            beats = hy["step_s"] <= 0.9 * dp["step_s"] and hy["step_s"] <= 0.9 * pure
-            wins += bool(beats)
-        rows.append([s.key, chosen, _fmt(auto["step_s"]), _fmt(pure), _fmt(dp["step_s"]), _fmt(hy["step_s"]),
-                     "yes" if dp["ok"] and auto["ok"] and auto["step_s"] <= dp["step_s"] * (1 + 1e-9) else
-                     ("–" if not dp["ok"] else "no"),
-                     "–" if beats is None else ("yes" if beats else "no")])
-    t.add_section("auto's pick; its best placement without replicas; whether it is at least as fast as data "
-                  "parallelism; whether a hybrid (fewer replicas than GPUs, each placed on several) beats both data "
-                  f"parallelism and that placement by 10 % or more ({wins} setting(s))",
-                  ["setting", "auto's pick", "auto (s)", "placement (s)", "data-parallel (s)", "hybrid (s)",
-                   "auto <= data-parallel", "hybrid wins by 10 %"], rows)
+
+        def wins_by_10(r) -> bool | None:
+            if not (r["ok"] and dp["ok"] and pure) or not 1 < (r.get("strategy") or {}).get("replicas", 0) < s.n_gpus:
+                return None
+            return r["step_s"] <= 0.9 * dp["step_s"] and r["step_s"] <= 0.9 * pure
+
+        beats = wins_by_10(hy)
+        wins += bool(beats)
+        mine = wins_by_10(auto) if auto.get("from") == "hybrid" else False
+        picked += bool(mine)
+        if not dp["ok"] or not auto["ok"]:
+            versus = "–"
+        elif auto["step_s"] <= dp["step_s"] * (1 + 1e-9):
+            versus = "yes"
+        else:
+            regrets = [weighed.get(k, {}).get("regret") for k in (auto.get("from"), "data-parallel")]
+            if auto.get("strategy") is None:
+                regrets[0] = placed.get("regret") if placed else None
+            versus = "no" + (f" (regret {regrets[0]:.3f} against {regrets[1]:.3f})" if None not in regrets else "")
+        rows.append([s.key, chosen, _fmt(auto["step_s"]), _fmt(pure), _fmt(dp["step_s"]), _fmt(hy["step_s"]), versus,
+                     "–" if beats is None else ("yes" if beats else "no"), "yes" if mine else "no"])
+    t.add_section("auto's pick; the best pure placement (auto's placement of the step, the expert, one GPU, the "
+                  "pipeline); whether auto is at least as fast as data parallelism (where not, the regrets it chose "
+                  "by); whether the best hybrid (fewer replicas than GPUs, each placed on several) beats both data "
+                  f"parallelism and that placement by 10 % or more ({wins} setting(s)); whether auto's pick is such "
+                  f"a hybrid ({picked} setting(s))",
+                  ["setting", "auto's pick", "auto (s)", "pure placement (s)", "data-parallel (s)", "hybrid (s)",
+                   "auto <= data-parallel", "hybrid wins by 10 %", "auto picks a winning hybrid"], rows)
     return t
 
 
