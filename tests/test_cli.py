@@ -59,10 +59,17 @@ def test_compare_table_json_markdown(capsys):
     rc, out, _ = run(capsys, "compare", GRAPH, "-c", CLUSTER)
     assert rc == 0 and "single-cpu" in out and "single-gpu" in out
     rc, out, _ = run(capsys, "compare", GRAPH, "-c", CLUSTER, "--json")
-    table = json.loads(out)["rows"]
+    doc = json.loads(out)
+    table = doc["rows"]
     assert table[0]["method"] == "auto" and "from " in table[0]["note"]   # what a user runs first, first
     assert table[0]["step_time_s"] <= min(r["step_time_s"] for r in table if r["ok"])
     rows = {r["method"]: r for r in table}
+    # the fastest row: the row auto took its placement from is marked, and every row has its regret
+    assert "chosen by regret: the fastest row" in table[0]["note"] and doc["auto_choice"]["faster"] is None
+    picked = doc["auto_choice"]["picked"]
+    assert picked is None or "auto's pick" in rows[picked]["note"]
+    assert all(r["regret"] >= 1 for r in table if r["ok"]) and table[0]["regret"] == min(r["regret"] for r in table
+                                                                                        if r["ok"])
     from autoplace.formats import load_cluster, load_graph
     from autoplace.placers import place
     from autoplace.sim import simulate

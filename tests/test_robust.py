@@ -277,3 +277,23 @@ def test_a_near_tie_chosen_for_fewer_cuts_is_never_slower_than_one_gpu(monkeypat
     monkeypatch.setattr(cpsat, "improve_with_cp_sat", lambda graph, cluster, start, **kw: pl["X"])
     p = place(g, cl, "auto", seed=0, budget=0.01)
     assert p.meta["from"] == "single-gpu" and p.to_array(g, cl).tolist() == arrays["one"]
+
+
+def test_compare_says_why_auto_trails_a_nominally_faster_row():
+    """The fork at 600 B/s: METIS's split is 8 % faster nominally than auto's one GPU but 61 % slower than the
+    best on slow links; compare marks single-gpu as auto's pick and says so, with both regrets. At 1 MB/s auto
+    is the fastest row."""
+    from autoplace.comparison import auto_choice, compare
+
+    g = fork()
+    result = compare(g, two_gpus(600.0), ["auto", "metis", "single-gpu"], budget=0.01)
+    why = auto_choice(result)
+    assert why.picked == "single-gpu" and why.faster == "metis" and why.scenario == "slow links"
+    steps = {m: np.array(result.ranges[m].steps) for m in ("metis", "single-gpu")}
+    best = np.minimum(steps["metis"], steps["single-gpu"])
+    assert why.regrets["metis"] == pytest.approx((steps["metis"] / best).max())
+    assert why.regrets["auto"] == pytest.approx((steps["single-gpu"] / best).max())
+    assert why.regrets["auto"] < why.regrets["metis"]
+    assert why.note.startswith("metis is 8.2 % faster nominally but 60.6 % slower than the best in 'slow links'")
+    fast = auto_choice(compare(g, two_gpus(1e6), ["auto", "single-gpu"], budget=0.01))
+    assert fast.faster is None and fast.note.startswith("the fastest row")

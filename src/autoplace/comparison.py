@@ -33,7 +33,7 @@ from autoplace.sim import SimResult, Simulator
 if TYPE_CHECKING:
     from autoplace.runtime import MeasuredResult
 
-__all__ = ["ComparisonRow", "Comparison", "compare", "speedup", "row_note"]
+__all__ = ["ComparisonRow", "Comparison", "compare", "speedup", "row_note", "AutoChoice", "auto_choice"]
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,56 @@ class Comparison:
 
     def __iter__(self):
         return iter(self.rows)
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    """Why ``auto``'s row is what it is, beside the other rows: the row it took its placement from
+    (``picked``: the row of the method it came from, where that row has the same step), each row's regret
+    against the best step per scenario over the rows and ``auto``'s own candidates (``regrets``), and where a
+    row is nominally faster than ``auto``, the fastest such (``faster``) and the scenario its regret comes
+    from (``scenario``). ``note`` says it in a line."""
+
+    picked: str | None
+    regrets: dict
+    faster: str | None = None
+    scenario: str | None = None
+    note: str = ""
+
+
+def auto_choice(comparison: Comparison) -> AutoChoice | None:
+    """:class:`AutoChoice` of a simulated comparison with an ``auto`` row that runs; ``None`` otherwise."""
+    from autoplace.robust import SCENARIOS
+
+    rows = {r.method: r for r in comparison.rows}
+    auto = rows.get("auto")
+    mine = comparison.ranges.get("auto")
+    if auto is None or mine is None or not mine.steps or comparison.env != "simulated":
+        return None
+    ranged = {m: x for m, x in comparison.ranges.items() if len(x.steps) == len(mine.steps)}
+    best = np.min([x.steps for x in ranged.values()], axis=0)
+    reference = (auto.placement.meta.get("robust") or {}).get("reference_s")
+    if reference is not None and len(reference) == len(best):
+        best = np.minimum(best, reference)
+    if not (best > 0).all():
+        return None
+    regrets = {m: float((np.array(x.steps) / best).max()) for m, x in ranged.items()}
+    came_from = auto.placement.meta.get("from")
+    picked = came_from if came_from in rows and came_from != "auto" and came_from in ranged and np.isclose(
+        ranged[came_from].nominal, mine.nominal, rtol=1e-9) else None
+    faster = [m for m, x in ranged.items() if x.nominal < mine.nominal * (1 - 1e-9)]
+    if not faster:
+        return AutoChoice(picked, regrets, note=f"the fastest row; regret {regrets['auto']:.3f}")
+    f = min(faster, key=lambda m: ranged[m].nominal)
+    k = int(np.argmax(np.array(ranged[f].steps) / best))
+    name = SCENARIOS[k].name if len(SCENARIOS) == len(best) else str(k)
+    gain = mine.nominal / ranged[f].nominal - 1
+    loss = ranged[f].steps[k] / best[k] - 1
+    note = (f"{f} is {100 * gain:.1f} % faster nominally but {100 * loss:.1f} % slower than the best in "
+            f"'{name}': regret {regrets[f]:.3f} against auto's {regrets['auto']:.3f}")
+    if regrets[f] < regrets["auto"]:
+        note += f" ({f} has the lower regret: auto did not weigh its placement)"
+    return AutoChoice(picked, regrets, f, name, note)
 
 
 _UNSET = object()

@@ -186,6 +186,8 @@ class StepRange:
     high: float
     robust: float
     one_gpu: float | None = None
+    #: the step in each scenario, in the order of the simulator's scenarios
+    steps: tuple[float, ...] = ()
 
     @property
     def gain_inside_range(self) -> bool:
@@ -210,7 +212,7 @@ def strategy_range(robust: RobustSimulator, placement) -> StepRange:
     steps = rs.steps(placement.to_array(big, robust.cluster)[None, :], None if prio is None else prio[None, :])
     one = None if robust.baseline is None else float(robust.steps(robust.baseline[None, :])[0, 0])
     return StepRange(float(steps[0, 0]), float(steps[:, 0].min()), float(steps[:, 0].max()),
-                     float(robust.robust_steps(steps)[0]), one)
+                     float(robust.robust_steps(steps)[0]), one, tuple(steps[:, 0].tolist()))
 
 
 def step_ranges(robust: RobustSimulator, devs: np.ndarray, schedules: np.ndarray | None = None) -> list[StepRange]:
@@ -219,5 +221,6 @@ def step_ranges(robust: RobustSimulator, devs: np.ndarray, schedules: np.ndarray
     steps = robust.steps(devs, schedules)
     rob = robust.robust_steps(steps)
     one = None if robust.baseline is None else float(robust.steps(robust.baseline[None, :])[0, 0])
-    return [StepRange(float(steps[0, b]), float(steps[:, b].min()), float(steps[:, b].max()), float(rob[b]), one)
+    return [StepRange(float(steps[0, b]), float(steps[:, b].min()), float(steps[:, b].max()), float(rob[b]), one,
+                      tuple(steps[:, b].tolist()))
             for b in range(steps.shape[1])]

@@ -415,7 +415,7 @@ def _with_progress(title: str, quiet: bool, work):
 def cmd_compare(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from autoplace.comparison import compare, row_note, speedup
+    from autoplace.comparison import auto_choice, compare, row_note, speedup
     from autoplace.placers import available_placers, get_placer
     from autoplace.units import fmt_bytes, fmt_ratio, fmt_time
 
@@ -465,6 +465,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 env.close()
     rows, bounds = result.rows, result.bounds
     gpu_time, expert_time = result.step_time("single-gpu"), result.step_time("expert")
+    why = auto_choice(result)
+
+    def note_of(r) -> str:
+        note = _range_note(result.ranges.get(r.method), row_note(r))
+        extra = ("auto's pick" if why is not None and r.method == why.picked else
+                 f"chosen by regret: {why.note}" if why is not None and r.method == "auto" else "")
+        return "; ".join(x for x in (note, extra) if x)
+
     names = cluster.device_names
     if args.plot:
         from autoplace.plots import comparison_png
@@ -483,8 +491,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
              "gap_to_bound": _finite_or_none(result.gap(r)),
              "uncertainty": result.ranges[r.method].to_dict() if r.method in result.ranges else None,
              "search_time_s": r.search_time_s, "wall_time_s": _finite_or_none(r.wall_time_s),
-             "details": _jsonable(r.details), "note": _range_note(result.ranges.get(r.method), row_note(r))}
-            for r in rows]})
+             "details": _jsonable(r.details), "note": note_of(r),
+             **({"regret": why.regrets.get(r.method)} if why is not None else {})}
+            for r in rows],
+                     "auto_choice": None if why is None else {"picked": why.picked, "faster": why.faster,
+                                                              "scenario": why.scenario, "note": why.note}})
         return _compare_exit(rows)
     header = ["method", "step time", "range", "vs single-gpu", "vs expert", "gap to bound",
               *[f"peak {n}" for n in names], "status", "search"]
@@ -497,7 +508,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             continue
         status = _failure(r.result) if not r.result.ok else "ok"
         rng = result.ranges.get(r.method)
-        note = _range_note(rng, row_note(r))
+        note = note_of(r)
         gap = result.gap(r)
         table_rows.append([r.method, fmt_time(r.result.step_time) if r.result.ok else "failing",
                            f"{fmt_time(rng.low)} - {fmt_time(rng.high)}" if rng else "-",
