@@ -6,8 +6,9 @@ For each setting (a zoo model on a cluster preset), simulated:
 * ``placement`` — ``auto``'s placement of the step itself (its steps 1–6: the fast placers, the refine);
 * ``data-parallel``, ``towers``, ``hybrid``, ``pipelined`` — the strategies (docs/algorithms.md, Replicas and
   strategies), each with its step, its robust step (the worst case over the cost model's scenarios, each
-  rescaled by the same one-GPU baseline) and, for ``hybrid``, its replicas and the placer of one replica;
-* ``auto`` — what it returns: the lowest robust step that fits.
+  rescaled by the same one-GPU baseline), its regret (the worst, over the scenarios, of its step over the best
+  candidate's there: what ``auto`` chooses by) and, for ``hybrid``, its replicas and the placer of one replica;
+* ``auto`` — what it returns: the least regret that fits.
 
 ``--budget`` (default 10) is ``auto``'s. Every figure comes from one ``auto`` call per setting (its meta
 records each strategy's row).
@@ -52,20 +53,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     out = []
-    table = TableOut(["setting", "row", "step (ms)", "robust (ms)", "fits", "replicas", "note"], "llrrrrl")
+    table = TableOut(["setting", "row", "step (ms)", "robust (ms)", "regret", "fits", "replicas", "note"], "llrrrrrl")
     for setting in args.settings:
         res = run(setting, args.budget, args.seed)
         out.append(res)
         ms = lambda x: "–" if x is None else f"{x * 1e3:.1f}"  # noqa: E731
-        table.row(setting, "single-gpu", ms(res["single_gpu_s"]), "", "", "1", "")
+        table.row(setting, "single-gpu", ms(res["single_gpu_s"]), "", "", "", "1", "")
         for row in res["rows"]:
             note = row.get("error", "")[:60] if "error" in row else (f"from {row['from']}" if row.get("from") else "")
             table.row(setting, row["method"], ms(row.get("step_time_s")), ms(row.get("robust_step_s")),
+                      "" if row.get("regret") is None else f"{row['regret']:.3f}",
                       "" if "fits" not in row else ("yes" if row["fits"] else "no"), str(row.get("replicas", "")),
                       note)
         pick = res["from"] + (f", {res['replicas']} replicas" if res["replicas"] > 1 else "") + (
             f" of {res['per_replica']}" if res["per_replica"] else "")
-        table.row(setting, "**auto**", ms(res["auto_s"]), "", "yes", str(res["replicas"]),
+        table.row(setting, "**auto**", ms(res["auto_s"]), "", "", "yes", str(res["replicas"]),
                   f"{pick}; {res['wall_s']:.0f} s")
     if args.json:
         save_json(args.json, out)
