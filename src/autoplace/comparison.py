@@ -129,8 +129,9 @@ class AutoChoice:
     """Why ``auto``'s row is what it is, beside the other rows: the row it took its placement from
     (``picked``: the row of the method it came from, where that row has the same step), each row's regret
     against the best step per scenario over the rows and ``auto``'s own candidates (``regrets``), and where a
-    row is nominally faster than ``auto``, the fastest such (``faster``) and the scenario its regret comes
-    from (``scenario``). ``note`` says it in a line."""
+    row is nominally faster than ``auto`` (by :data:`SAME_STEP` or more), the fastest such (``faster``), the
+    scenario its regret comes from (``scenario``) and ``note``, a line saying why ``auto`` is not it (empty
+    where no row is faster)."""
 
     picked: str | None
     regrets: dict
@@ -141,6 +142,7 @@ class AutoChoice:
 
 def auto_choice(comparison: Comparison) -> AutoChoice | None:
     """:class:`AutoChoice` of a simulated comparison with an ``auto`` row that runs; ``None`` otherwise."""
+    from autoplace.placers.auto import NEAR_TIE
     from autoplace.robust import SCENARIOS
 
     rows = {r.method: r for r in comparison.rows}
@@ -159,19 +161,31 @@ def auto_choice(comparison: Comparison) -> AutoChoice | None:
     came_from = auto.placement.meta.get("from")
     picked = came_from if came_from in rows and came_from != "auto" and came_from in ranged and np.isclose(
         ranged[came_from].nominal, mine.nominal, rtol=1e-9) else None
-    faster = [m for m, x in ranged.items() if x.nominal < mine.nominal * (1 - 1e-9)]
+    faster = [m for m, x in ranged.items() if x.nominal < mine.nominal * (1 - SAME_STEP)]
     if not faster:
-        return AutoChoice(picked, regrets, note=f"the fastest row; regret {regrets['auto']:.3f}")
+        return AutoChoice(picked, regrets)
     f = min(faster, key=lambda m: ranged[m].nominal)
     k = int(np.argmax(np.array(ranged[f].steps) / best))
     name = SCENARIOS[k].name if len(SCENARIOS) == len(best) else str(k)
     gain = mine.nominal / ranged[f].nominal - 1
     loss = ranged[f].steps[k] / best[k] - 1
-    note = (f"{f} is {100 * gain:.1f} % faster nominally but {100 * loss:.1f} % slower than the best in "
-            f"'{name}': regret {regrets[f]:.3f} against auto's {regrets['auto']:.3f}")
-    if regrets[f] < regrets["auto"]:
-        note += f" ({f} has the lower regret: auto did not weigh its placement)"
+    weighed = {c.get("method") for c in (*auto.placement.meta.get("candidates", ()),
+                                         *auto.placement.meta.get("strategies", ()))}
+    note = f"{f} is {100 * gain:.1f} % faster nominally " + (
+        f"but {100 * loss:.1f} % slower than the best in '{name}'" if loss >= SAME_STEP else
+        "and as fast as the best in every scenario")
+    if f in weighed and regrets[f] * (1 + NEAR_TIE) >= regrets["auto"]:
+        note += (f": regret {regrets[f]:.3f} against auto's {regrets['auto']:.3f}, a near-tie (within "
+                 f"{100 * NEAR_TIE:g} %), where auto takes the fewer cross-device edges")
+    else:
+        note += f": regret {regrets[f]:.3f} against auto's {regrets['auto']:.3f}"
+        if regrets[f] < regrets["auto"]:
+            note += " (a placement auto did not weigh)"
     return AutoChoice(picked, regrets, f, name, note)
+
+
+#: nominal steps closer than this (relative) are the same step: no row is "faster" for less
+SAME_STEP = 5e-4
 
 
 _UNSET = object()

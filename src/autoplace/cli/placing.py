@@ -470,7 +470,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     def note_of(r) -> str:
         note = _range_note(result.ranges.get(r.method), row_note(r))
         extra = ("auto's pick" if why is not None and r.method == why.picked else
-                 f"chosen by regret: {why.note}" if why is not None and r.method == "auto" else "")
+                 f"chosen by regret: {why.note}" if why is not None and r.method == "auto" and why.note else "")
         return "; ".join(x for x in (note, extra) if x)
 
     names = cluster.device_names
