@@ -221,3 +221,20 @@ def test_distinct_groups_share_no_device_so_every_collective_has_one_rank_per_de
     big = strategy_graph(captures[1], p)
     for devs in participants(big, p.to_array(big, cluster)).values():
         assert len(set(devs)) == len(devs)
+
+
+def test_compare_shows_no_gap_to_the_bounds_for_a_strategy(captures):
+    """The lower bounds are of the step itself; replicas each run a share of the batch, so a strategy's row
+    has no gap (it could fall below the bound), a placement's has its own."""
+    from autoplace.comparison import compare
+
+    from dataclasses import replace
+
+    from autoplace.bounds import Bounds
+
+    result = compare(captures[1], get_cluster("p100x4"), ["single-gpu", "data-parallel"])
+    # bounds that mean something (this tiny step's are below its launch costs, so no row would have a gap)
+    result = replace(result, bounds=Bounds(critical_path=1e-4, load=5e-5, cp_sat=None, launches=0.0))
+    rows = {r.method: r for r in result.rows}
+    assert np.isnan(result.gap(rows["data-parallel"]))
+    assert result.gap(rows["single-gpu"]) == pytest.approx(rows["single-gpu"].step_time / 1e-4 - 1)

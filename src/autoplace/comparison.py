@@ -114,8 +114,11 @@ class Comparison:
     ranges: dict = field(default_factory=dict)
 
     def gap(self, row: ComparisonRow) -> float:
-        """``row``'s step over the best bound, minus 1; nan for measured rows and failing ones."""
-        return self.bounds.gap(row.step_time) if self.env == "simulated" else float("nan")
+        """``row``'s step over the best bound, minus 1; nan for measured rows, failing ones and strategies (the
+        bounds are of the step itself; a strategy's replicas each run a share of the batch)."""
+        if self.env != "simulated" or (row.placement is not None and row.placement.meta.get("strategy") is not None):
+            return float("nan")
+        return self.bounds.gap(row.step_time)
 
     def step_time(self, method: str) -> float:
         return next((r.step_time for r in self.rows if r.method == method), float("nan"))

@@ -524,7 +524,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
               + (f", CP-SAT {fmt_time(bounds.cp_sat)}" if bounds.cp_sat else "")
               + ("; measured steps are not bounded by them, so no gap is shown" if result.env != "simulated"
                  else f"; no gap is shown: {bounds.meaningless}" if bounds.meaningless
-                 else "; gap = step time / best bound - 1"))
+                 else "; gap = step time / best bound - 1"
+                 + ("" if not any(r.placement is not None and r.placement.meta.get("strategy") for r in rows)
+                    else " (none for a strategy: the bounds are of the step unreplicated)")))
     if args.markdown:
         print(markdown_table(header, table_rows))
         print(f"\n{footer}")
