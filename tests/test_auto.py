@@ -75,7 +75,13 @@ def test_auto_prefers_a_placement_that_fits():
                 default_link=LinkSpec(1e9, 1e-6))
     cands = {x.method: x for x in run_fast_placers(g, c)}
     assert cands["single-gpu"].placement is not None and not cands["single-gpu"].ok
-    assert simulate(g, c, place(g, c, "auto", budget=1)).ok
+    p = place(g, c, "auto", budget=1)
+    assert simulate(g, c, p).ok
+    # the one GPU that runs out of memory is the fastest nominally, yet sets no reference and has no regret
+    one = cands["single-gpu"].step_time
+    assert one < min(x.step_time for x in cands.values() if x.ok)
+    assert p.meta["robust"]["reference_s"][0] > one and "single-gpu" not in p.meta["weighed"]
+    assert "regret" not in next(x for x in p.meta["candidates"] if x["method"] == "single-gpu")
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -226,11 +226,10 @@ def test_distinct_groups_share_no_device_so_every_collective_has_one_rank_per_de
 def test_compare_shows_no_gap_to_the_bounds_for_a_strategy(captures):
     """The lower bounds are of the step itself; replicas each run a share of the batch, so a strategy's row
     has no gap (it could fall below the bound), a placement's has its own."""
-    from autoplace.comparison import compare
-
     from dataclasses import replace
 
     from autoplace.bounds import Bounds
+    from autoplace.comparison import compare
 
     result = compare(captures[1], get_cluster("p100x4"), ["single-gpu", "data-parallel"])
     # bounds that mean something (this tiny step's are below its launch costs, so no row would have a gap)
@@ -238,3 +237,37 @@ def test_compare_shows_no_gap_to_the_bounds_for_a_strategy(captures):
     rows = {r.method: r for r in result.rows}
     assert np.isnan(result.gap(rows["data-parallel"]))
     assert result.gap(rows["single-gpu"]) == pytest.approx(rows["single-gpu"].step_time / 1e-4 - 1)
+
+
+def _wide(m: int):
+    from autoplace.capture import capture_training_step
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 10))
+    x, y = torch.randn(4096, 512), torch.randint(0, 10, (4096,))
+    return capture_training_step(model, x, torch.nn.functional.cross_entropy,
+                                 torch.optim.SGD(model.parameters(), lr=0.1), targets=y, micro_batches=m, name="wide")
+
+
+def test_auto_returns_the_strategy_of_least_regret():
+    """A wide MLP on a batch of 4,096 on four K80 dies: compute-bound, its 4 MB of gradients cheap to
+    all-reduce. auto's placement of the step has a regret above 2, data parallelism 1: auto returns it, and
+    its row says why (each strategy's regret, the least returned, the placement's kept for the record)."""
+    wide = {}
+
+    def captured(m):
+        if m not in wide:
+            wide[m] = set_micro_batched(_wide(m), captured)
+        return wide[m]
+
+    g, cluster = captured(1), get_cluster("k80x4")
+    p = place(g, cluster, "auto", seed=0, budget=0.05)
+    rows = {r["method"]: r for r in p.meta["strategies"]}
+    fitting = {m: r["regret"] for m, r in rows.items() if r.get("fits")}
+    assert p.meta["from"] == "data-parallel" and p.meta["strategy"]["replicas"] == 4
+    assert p.meta["regret"] == min(fitting.values()) == rows["data-parallel"]["regret"] == pytest.approx(1.0)
+    assert rows["placement"]["regret"] > 2 and "data-parallel" in p.meta["weighed"]
+    assert simulate(g, cluster, p).step_time == pytest.approx(rows["data-parallel"]["step_time_s"])
+    # left to its placements, auto returns the one its strategies' row recorded
+    alone = place(g, cluster, "auto", seed=0, budget=0.05, strategies=False)
+    assert simulate(g, cluster, alone).step_time == pytest.approx(rows["placement"]["step_time_s"])

@@ -240,12 +240,10 @@ def test_simulate_and_compare_show_each_step_with_its_range(tmp_path, capsys):
     assert m["gain_inside_range"] == (rows["metis"]["step_time_s"] < one["one_gpu_s"] < m["robust_step_s"])
 
 
-def test_a_near_tie_chosen_for_fewer_cuts_is_never_slower_than_one_gpu(monkeypatch):
-    """The final choice can pick a near-tie with fewer cross-device edges: one GPU takes part in it, so
-    the pick is one GPU rather than a placement whose robust step is above one GPU's. Robust steps
-    faked: A 1.000 (7 cuts), Q 1.009 (3), one GPU 1.0105 (0); the first pick takes Q (A's near-tie with
-    fewer cuts); the refine returns Q and CP-SAT X, 1.015 with 1 cut — a near-tie of Q with fewer cuts,
-    yet slower than one GPU."""
+def test_a_near_tie_goes_to_the_fewest_cuts_and_no_further(monkeypatch):
+    """The final choice takes the fewest cross-device edges among the placements within NEAR_TIE of the least
+    regret, and none beyond it. Steps faked, the same in every scenario, so each regret is the step over A's:
+    A 1.000 (7 cuts), Q 1.009 (3), one GPU 1.0105 (0), the refine's Q and CP-SAT's X 1.015 (1 cut): Q."""
     import dataclasses
 
     import autoplace.placers.auto as auto_mod
@@ -257,17 +255,22 @@ def test_a_near_tie_chosen_for_fewer_cuts_is_never_slower_than_one_gpu(monkeypat
     cl = two_gpus(1e6)
     arrays = {"one": [0] * 8, "A": [0, 1, 0, 1, 0, 1, 0, 1], "Q": [0, 1, 0, 1, 1, 1, 1, 1],
               "X": [0, 0, 0, 0, 1, 1, 1, 1]}
-    robust = {"one": 1.0105, "A": 1.000, "Q": 1.009, "X": 1.015}
+    step = {"one": 1.0105, "A": 1.000, "Q": 1.009, "X": 1.015}
     cuts = {k: int(cross_edges(g, np.array(v))[0]) for k, v in arrays.items()}
     assert cuts == {"one": 0, "A": 7, "Q": 3, "X": 1}
     pl = {k: Placement.from_array(g, cl, np.array(v), "single-gpu" if k == "one" else k) for k, v in arrays.items()}
-    by_bytes = {np.array(v, dtype=np.int64).tobytes(): robust[k] for k, v in arrays.items()}
+    by_bytes = {np.array(v, dtype=np.int64).tobytes(): step[k] for k, v in arrays.items()}
 
-    def fake_run_batch(self, devs):
+    def fake_simulate(self, devs, schedules=None):
         devs = np.ascontiguousarray(np.atleast_2d(devs), dtype=np.int64)
-        batch = self.nominal.run_batch(devs)
-        return dataclasses.replace(batch, step_time=np.array([by_bytes.get(d.tobytes(), 9.9) for d in devs]))
+        steps = np.array([by_bytes.get(d.tobytes(), 9.9) for d in devs])
+        return np.tile(steps, (len(self.sims), 1)), self.nominal.run_batch(devs).oom
 
+    def fake_run_batch(self, devs, schedules=None):
+        steps, _ = fake_simulate(self, devs)
+        return dataclasses.replace(self.nominal.run_batch(np.atleast_2d(devs)), step_time=self.robust_steps(steps))
+
+    monkeypatch.setattr(RobustSimulator, "simulate", fake_simulate)
     monkeypatch.setattr(RobustSimulator, "run_batch", fake_run_batch)
     cands = [Candidate(k if k != "one" else "single-gpu", pl[k], 1.0, True, 1.0, 0.0) for k in ("one", "A", "Q")]
     monkeypatch.setattr(auto_mod, "run_fast_placers", lambda graph, cluster, **kw: cands)
@@ -276,7 +279,24 @@ def test_a_near_tie_chosen_for_fewer_cuts_is_never_slower_than_one_gpu(monkeypat
     monkeypatch.setattr(ls, "refine", lambda graph, cluster, start, **kw: refined)
     monkeypatch.setattr(cpsat, "improve_with_cp_sat", lambda graph, cluster, start, **kw: pl["X"])
     p = place(g, cl, "auto", seed=0, budget=0.01)
-    assert p.meta["from"] == "single-gpu" and p.to_array(g, cl).tolist() == arrays["one"]
+    assert p.to_array(g, cl).tolist() == arrays["Q"] and p.meta["from"] == "Q"
+    assert p.meta["robust"]["regret"] == pytest.approx(1.009)
+    assert {x["stage"]: round(x["regret"], 4) for x in p.meta["stages"]} == {"start": 1.009, "refined": 1.009,
+                                                                             "cp-sat": 1.015}
+    # a pipeline weighed after the cleanup, 2 % faster than A everywhere: the final choice, against everything
+    # weighed, takes it (A's regret is now 1.02, Q's 1.029)
+    piped = np.array([0, 0, 1, 1, 0, 0, 1, 1])
+
+    def fake_pipeline(graph, cluster, field, seed):
+        steps = np.full((len(field.robust.sims), 1), 0.98)
+        field.add(steps, np.array([False]))
+        return auto_mod.Weighed(piped, None, steps[:, 0], "pipeline", [],
+                                {"pipeline_schedule": "gpipe", "micro_batches": 2, "stages": []})
+
+    monkeypatch.setattr(auto_mod, "_pipelined", fake_pipeline)
+    p = place(g, cl, "auto", seed=0, budget=0.01)
+    assert p.to_array(g, cl).tolist() == piped.tolist() and p.meta["from"] == "pipeline"
+    assert p.meta["robust"]["regret"] == pytest.approx(1.0) and "pipeline" in p.meta["weighed"]
 
 
 def test_compare_says_why_auto_trails_a_nominally_faster_row():
@@ -294,8 +314,8 @@ def test_compare_says_why_auto_trails_a_nominally_faster_row():
     assert why.regrets["metis"] == pytest.approx((steps["metis"] / best).max())
     assert why.regrets["auto"] == pytest.approx((steps["single-gpu"] / best).max())
     assert why.regrets["auto"] < why.regrets["metis"]
-    assert why.note.startswith("metis is 8.2 % faster nominally but 60.6 % slower than the best in 'slow links': "
-                               f"regret {why.regrets['metis']:.3f} against auto's {why.regrets['auto']:.3f}")
+    assert why.note == ("metis is 8.2 % faster nominally but 60.6 % slower than the best in 'slow links': "
+                        f"regret {why.regrets['metis']:.3f} against auto's {why.regrets['auto']:.3f}")
     fast = auto_choice(compare(g, two_gpus(1e6), ["auto", "single-gpu"], budget=0.01))
     assert fast.faster is None and fast.note == ""
     # a split 0.4 % faster everywhere: within the near-tie, auto keeps one GPU's fewer cuts, and says so
@@ -303,4 +323,9 @@ def test_compare_says_why_auto_trails_a_nominally_faster_row():
     tie = auto_choice(compare(g, two_gpus(), ["auto", "heft", "single-gpu"], budget=0.01))
     assert tie.picked == "single-gpu" and tie.faster == "heft"
     assert tie.note == ("heft is 0.4 % faster nominally and as fast as the best in every scenario: regret 1.000 "
-                        "against auto's 1.004, a near-tie (within 1 %), where auto takes the fewer cross-device edges")
+                        "against auto's 1.004; against the candidates auto weighed, 1.000 and 1.004: a near-tie "
+                        "(within 1 %), where auto takes the fewer cross-device edges")
+    # a row auto did not weigh, with the lower regret, is named as such
+    unweighed = compare(g, two_gpus(), ["auto"], budget=0.01, placements={"split": Placement.from_array(
+        g, two_gpus(), np.array([0, 0, 1, 0]), "split")})
+    assert auto_choice(unweighed).note.endswith("(a placement auto did not weigh)")

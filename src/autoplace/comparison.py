@@ -172,18 +172,19 @@ def auto_choice(comparison: Comparison) -> AutoChoice | None:
     name = SCENARIOS[k].name if len(SCENARIOS) == len(best) else str(k)
     gain = mine.nominal / ranged[f].nominal - 1
     loss = ranged[f].steps[k] / best[k] - 1
-    weighed = {c.get("method") for c in (*auto.placement.meta.get("candidates", ()),
-                                         *auto.placement.meta.get("strategies", ()))}
+    meta = auto.placement.meta
+    weighed = set(meta.get("weighed", ()))
     note = f"{f} is {100 * gain:.1f} % faster nominally " + (
         f"but {100 * loss:.1f} % slower than the best in '{name}'" if loss >= SAME_STEP else
         "and as fast as the best in every scenario")
-    if f in weighed and regrets[f] * (1 + NEAR_TIE) >= regrets["auto"]:
-        note += (f": regret {regrets[f]:.3f} against auto's {regrets['auto']:.3f}, a near-tie (within "
+    note += f": regret {regrets[f]:.3f} against auto's {regrets['auto']:.3f}"
+    own = None if reference is None else (np.array(ranged[f].steps) / np.asarray(reference)).max()
+    mine_own = (meta.get("robust") or {}).get("regret")
+    if f in weighed and own is not None and mine_own is not None and own < mine_own:
+        note += (f"; against the candidates auto weighed, {own:.3f} and {mine_own:.3f}: a near-tie (within "
                  f"{100 * NEAR_TIE:g} %), where auto takes the fewer cross-device edges")
-    else:
-        note += f": regret {regrets[f]:.3f} against auto's {regrets['auto']:.3f}"
-        if regrets[f] < regrets["auto"]:
-            note += " (a placement auto did not weigh)"
+    elif f not in weighed and regrets[f] < regrets["auto"]:
+        note += " (a placement auto did not weigh)"
     return AutoChoice(picked, regrets, f, name, note)
 
 

@@ -22,7 +22,8 @@ chosen by its regret over the cost model's uncertainty.
    (:func:`autoplace.placers.local_search.return_strays`). Where the result does not fit, raise
    :class:`InfeasibleError` naming the devices it runs out of memory on. Its meta says where it came
    from (``from``: the fast placer it started as, and the stage that improved it: ``refined``,
-   ``cp-sat``), what every candidate scored (``candidates``: method, simulated step, worst case against
+   ``cp-sat``), what its regret is taken against (``weighed``: the methods and stages that fit), what every
+   candidate scored (``candidates``: method, simulated step, worst case against
    one GPU ``robust_step_s``, ``regret``, whether it fits, its search time or why it has no placement)
    and its steps per scenario (``robust``, with the best step per scenario, ``reference_s``).
 
@@ -186,6 +187,8 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
     field.add(steps, oom)
     strays = Weighed(dev, None, steps[:, 0], *origins[k])
     weighed += [strays] if not oom[0] else []
+    if not weighed:              # nothing fits: say so (no strategy is weighed against nothing)
+        check_fits(graph, cluster, Placement.from_array(graph, cluster, dev, "auto"))
     pipe = _pipelined(graph, cluster, field, seed)
     weighed += [pipe] if pipe is not None else []
     found = _strategies(graph, cluster, field, seed, STRATEGIES if strategies is True else tuple(strategies),
@@ -196,10 +199,16 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
     # regrets against everything weighed; worst cases against one GPU (what tables report)
     fast_regret, fast_robust = field.regret(fast_steps), robust.robust_steps(fast_steps)
     pool_regret, pool_robust = field.regret(pool_steps), robust.robust_steps(pool_steps)
+    fits = {id(c) for i, c in enumerate(placed) if not fast_oom[i]}
     meta = {"from": pick.came_from, "improved_by": pick.improved_by,
             "candidates": [{**c.to_dict(), **({"robust_step_s": float(fast_robust[placed.index(c)]),
                                                "regret": float(fast_regret[placed.index(c)])}
-                                              if c in placed else {})} for c in cands],
+                                              if id(c) in fits else {})} for c in cands],
+            # what the regret was taken against: the methods and stages that fit
+            "weighed": [*(c.method for c in placed if id(c) in fits),
+                        *(name for i, (name, _) in enumerate(stages, 1) if not pool_oom[i]),
+                        *(["pipeline"] if pipe is not None else []),
+                        *(row["method"] for row in (found[0] if found else ()) if row.get("fits"))],
             "refine": {k: refined.meta[k] for k in ("evaluations", "stop_reason", "converged", "levels")},
             "stages": [{"stage": name, "robust_step_s": float(pool_robust[i]), "regret": float(pool_regret[i]),
                         "fits": not pool_oom[i]}
@@ -328,7 +337,7 @@ def _chosen_strategy(field: Field, best: Placement, best_steps: np.ndarray, rows
     if found and min(row["regret"] for _, row, _ in found) < rows[0]["regret"]:
         _, row, p = min(found, key=lambda f: f[1]["regret"])
         # what describes the placement it replaces (its refine, stages, scenarios) goes; the candidates stay
-        kept = {k: best.meta[k] for k in ("candidates",) if k in best.meta}
+        kept = {k: best.meta[k] for k in ("candidates", "weighed") if k in best.meta}
         return Placement(p.assignment, p.graph, p.cluster, "auto",
                          {**p.meta, **kept, "strategies": rows, "from": p.method, "improved_by": [],
                           "robust_step_s": row["robust_step_s"], "regret": row["regret"]}, p.schedule)
