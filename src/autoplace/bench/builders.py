@@ -601,7 +601,7 @@ def build_strategies_table(spec: TableSpec, settings, run: Run, store: Store) ->
         pure = min(pures) if pures else None
         chosen = auto.get("from") or "–"
         pick = auto.get("strategy")
-        if pick is not None:
+        if pick is not None and pick["replicas"] > 1:
             chosen += f" ({pick['replicas']} replicas" + (f", each by {pick['per_replica']}" if pick.get(
                 "per_replica") else "") + ")"
 
