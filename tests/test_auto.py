@@ -37,6 +37,13 @@ def test_auto_returns_the_best_candidate_and_says_where_it_came_from():
     assert m["robust"]["step_s"][0] == pytest.approx(simulate(g, c, p).step_time)
     reference = np.array(m["robust"]["reference_s"])
     assert mine == pytest.approx(max(np.array(m["robust"]["step_s"]) / reference))
+    # the reference is the least step per scenario over what it weighed, each listed with its steps
+    weighed = dict(zip(m["weighed"], np.array(m["weighed_steps_s"])))
+    assert np.array_equal(np.array(m["weighed_steps_s"]).min(axis=0), reference)
+    assert "cleaned" in weighed and set(regret) - {"start"} <= set(weighed)     # the start is its fast placer
+    for name, r in regret.items():
+        if name != "start":
+            assert r == pytest.approx(max(weighed[name] / reference))
     # a candidate's regret is its own steps per scenario over the reference, by hand
     robust = robust_simulator(g, c)
     one = place(g, c, "single-gpu")

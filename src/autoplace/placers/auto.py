@@ -204,11 +204,12 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
             "candidates": [{**c.to_dict(), **({"robust_step_s": float(fast_robust[placed.index(c)]),
                                                "regret": float(fast_regret[placed.index(c)])}
                                               if id(c) in fits else {})} for c in cands],
-            # what the regret was taken against: the methods and stages that fit
-            "weighed": [*(c.method for c in placed if id(c) in fits),
-                        *(name for i, (name, _) in enumerate(stages, 1) if not pool_oom[i]),
-                        *(["pipeline"] if pipe is not None else []),
-                        *(row["method"] for row in (found[0] if found else ()) if row.get("fits"))],
+            # what the regret was taken against: the methods and stages that fit, each with its steps per scenario
+            **_weighed([*((c.method, fast_steps[:, i]) for i, c in enumerate(placed) if id(c) in fits),
+                        *((name, pool_steps[:, i]) for i, (name, _) in enumerate(stages, 1) if not pool_oom[i]),
+                        *([("cleaned", strays.steps)] if any(w is strays for w in weighed) else []),
+                        *([("pipeline", pipe.steps)] if pipe is not None else []),
+                        *((row["method"], steps) for steps, row, _ in (found[1] if found else ()))]),
             "refine": {k: refined.meta[k] for k in ("evaluations", "stop_reason", "converged", "levels")},
             "stages": [{"stage": name, "robust_step_s": float(pool_robust[i]), "regret": float(pool_regret[i]),
                         "fits": not pool_oom[i]}
@@ -225,6 +226,13 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
     if found is None:
         return out
     return _chosen_strategy(field, out, pick.steps, *found)
+
+
+def _weighed(entries: list) -> dict:
+    """Meta ``weighed`` (the names of what the regret was taken against) and ``weighed_steps_s`` (each one's
+    steps per scenario, in the same order: what a rule other than regret can be replayed on)."""
+    return {"weighed": [name for name, _ in entries],
+            "weighed_steps_s": [[float(x) for x in steps] for _, steps in entries]}
 
 
 #: the strategies over the batch dimension ``auto`` weighs against its placement (:mod:`.replicated`)
@@ -337,7 +345,7 @@ def _chosen_strategy(field: Field, best: Placement, best_steps: np.ndarray, rows
     if found and min(row["regret"] for _, row, _ in found) < rows[0]["regret"]:
         _, row, p = min(found, key=lambda f: f[1]["regret"])
         # what describes the placement it replaces (its refine, stages, scenarios) goes; the candidates stay
-        kept = {k: best.meta[k] for k in ("candidates", "weighed") if k in best.meta}
+        kept = {k: best.meta[k] for k in ("candidates", "weighed", "weighed_steps_s") if k in best.meta}
         return Placement(p.assignment, p.graph, p.cluster, "auto",
                          {**p.meta, **kept, "strategies": rows, "from": p.method, "improved_by": [],
                           "robust_step_s": row["robust_step_s"], "regret": row["regret"]}, p.schedule)
