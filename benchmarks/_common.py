@@ -8,6 +8,7 @@ own folder is on ``sys.path`` when it runs).
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Iterable
 
@@ -15,7 +16,7 @@ from autoplace.bench.render import markdown_table
 from autoplace.formats._json import atomic_write_text
 from autoplace.stats import geomean
 
-__all__ = ["print_table", "TableOut", "save_json", "geo", "note"]
+__all__ = ["print_table", "TableOut", "save_json", "geo", "note", "settings_args"]
 
 
 def print_table(columns: list[str], rows: Iterable[list], align: str = "") -> None:
@@ -49,3 +50,14 @@ def geo(xs) -> float:
 def note(message: str) -> None:
     """Progress for the person running the script, on stderr (stdout holds the tables)."""
     print(message, file=sys.stderr, flush=True)
+
+
+def settings_args(doc: str, argv: list[str] | None, budget: float) -> argparse.Namespace:
+    """The arguments of a script that runs ``auto`` on zoo settings: ``MODEL@CLUSTER`` ..., ``--budget``
+    (default ``budget``), ``--seed``, ``--json`` (a file to write)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("settings", nargs="+", help="MODEL@CLUSTER")
+    ap.add_argument("--budget", type=float, default=budget)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json")
+    return ap.parse_args(argv)

@@ -24,11 +24,10 @@ every candidate's steps per scenario.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
-from _common import TableOut, save_json
+from _common import TableOut, save_json, settings_args
 
 from autoplace.cluster import get_cluster
 from autoplace.placers import place
@@ -73,12 +72,7 @@ def run(setting: str, budget: float, seed: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("settings", nargs="+", help="MODEL@CLUSTER")
-    ap.add_argument("--budget", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json")
-    args = ap.parse_args(argv)
+    args = settings_args(__doc__, argv, 1.0)
     out = []
     table = TableOut(["setting", "rule", "pick", "nominal (ms)", "nominal loss", "worst (ms)", "worst loss",
                       "speed for nothing"], "lllrrrrl")

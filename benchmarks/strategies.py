@@ -19,11 +19,10 @@ records each strategy's row).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
-from _common import TableOut, save_json
+from _common import TableOut, save_json, settings_args
 
 from autoplace.cluster import get_cluster
 from autoplace.placers import place
@@ -46,12 +45,7 @@ def run(setting: str, budget: float, seed: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("settings", nargs="+", help="MODEL@CLUSTER")
-    ap.add_argument("--budget", type=float, default=10.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json")
-    args = ap.parse_args(argv)
+    args = settings_args(__doc__, argv, 10.0)
     out = []
     table = TableOut(["setting", "row", "step (ms)", "robust (ms)", "regret", "fits", "replicas", "note"], "llrrrrrl")
     for setting in args.settings:
