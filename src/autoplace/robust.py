@@ -151,29 +151,29 @@ class RobustSimulator:
         judge.baseline, judge.scale = None, regret_scale(steps)
         return judge
 
-    def simulate(self, devs: np.ndarray, schedules: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``([S, B], [B])``: each placement's step in each scenario, and whether it runs out of memory."""
+    def simulate(self, devs: np.ndarray, schedules: np.ndarray | None = None) -> tuple[np.ndarray, BatchResult]:
+        """``([S, B], nominal)``: each placement's step in each scenario (under ``schedules``, priorities per op,
+        if given), and the nominal scenario's :class:`BatchResult` (memory, out of memory)."""
         devs = np.ascontiguousarray(np.atleast_2d(devs), dtype=np.int64)
         batches = [sim.run_batch(devs, schedules) for sim in self.sims]
-        return np.stack([b.step_time for b in batches]), batches[0].oom
+        return np.stack([b.step_time for b in batches]), batches[0]
 
     def steps(self, devs: np.ndarray, schedules: np.ndarray | None = None) -> np.ndarray:
-        """``[S, B]``: each placement's step in each scenario (under ``schedules``, priorities per op, if
-        given)."""
-        devs = np.ascontiguousarray(np.atleast_2d(devs), dtype=np.int64)
-        return np.stack([sim.run_batch(devs, schedules).step_time for sim in self.sims])
+        """``[S, B]``: each placement's step in each scenario (under ``schedules`` if given)."""
+        return self.simulate(devs, schedules)[0]
 
     def robust_steps(self, steps: np.ndarray) -> np.ndarray:
         """``[B]``: the robust step of placements whose per-scenario ``steps`` (``[S, B]``) are given."""
         return (steps * self.scale[:, None]).max(axis=0)
 
+    def judged(self, steps: np.ndarray, nominal: BatchResult) -> BatchResult:
+        """``nominal`` with each step replaced by the robust step of its per-scenario ``steps``."""
+        return dataclasses.replace(nominal, step_time=self.robust_steps(steps))
+
     def run_batch(self, devs: np.ndarray, schedules: np.ndarray | None = None) -> BatchResult:
         """The nominal :class:`BatchResult` with each step replaced by its robust step (what a search
         minimises to be robust: :func:`autoplace.placers.local_search.refine` takes this as ``run_batch``)."""
-        devs = np.ascontiguousarray(np.atleast_2d(devs), dtype=np.int64)
-        batches = [sim.run_batch(devs, schedules) for sim in self.sims]
-        steps = np.stack([b.step_time for b in batches])
-        return dataclasses.replace(batches[0], step_time=self.robust_steps(steps))
+        return self.judged(*self.simulate(devs, schedules))
 
 
 @dataclass(frozen=True)

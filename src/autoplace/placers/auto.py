@@ -113,14 +113,16 @@ def uncertainty(graph: Graph, cluster: Cluster, placements: list[Placement], one
     return step_ranges(robust, np.stack([p.to_array(graph, cluster) for p in placements]), schedules)
 
 
-def pick_robust(graph: Graph, cluster: Cluster, placements: list[Placement], robust) -> tuple[int, list]:
+def pick_robust(graph: Graph, cluster: Cluster, placements: list[Placement], robust, simulated=None
+                ) -> tuple[int, list]:
     """Index of the best of ``placements`` by ``robust`` (a :class:`~autoplace.robust.RobustSimulator`):
     the lowest ``(out of memory, robust score)``, near-ties (:data:`NEAR_TIE`) going to the fewest
-    cross-device edges; and each placement's rank."""
+    cross-device edges; and each placement's rank. ``simulated``: what ``robust.simulate`` gave for them,
+    where already run."""
     from autoplace.robust import cross_edges
 
     devs = np.stack([p.to_array(graph, cluster) for p in placements])
-    r = ranks(robust.run_batch(devs))
+    r = ranks(robust.judged(*simulated) if simulated is not None else robust.run_batch(devs))
     best = min(r)
     near = [i for i, x in enumerate(r) if x[0] == best[0] and x[1] <= best[1] * (1 + NEAR_TIE)]
     cuts = cross_edges(graph, devs)
@@ -150,9 +152,10 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
     one = next((c for c in cands if c.method == "single-gpu"), None)
     robust = robust_simulator(graph, cluster, one.placement if one is not None and one.ok else None)
     field = Field(robust)
-    fast_steps, fast_oom = robust.simulate(np.stack([c.placement.to_array(graph, cluster) for c in placed]))
+    fast_steps, fast_nominal = robust.simulate(np.stack([c.placement.to_array(graph, cluster) for c in placed]))
+    fast_oom = fast_nominal.oom
     field.add(fast_steps, fast_oom)
-    k, _ = pick_robust(graph, cluster, [c.placement for c in placed], field.judge())
+    k, _ = pick_robust(graph, cluster, [c.placement for c in placed], field.judge(), (fast_steps, fast_nominal))
     start = placed[k].placement
     small = graph.n_ops <= MAX_TASKS
     search = budget * (1 - CLEANUP_SHARE)
@@ -168,10 +171,11 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
     others = [c for i, c in enumerate(placed) if i != k and not fast_oom[i]]
     pool = [start, *(p for _, p in stages), *(c.placement for c in others)]
     pool_devs = np.stack([p.to_array(graph, cluster) for p in pool])
-    pool_steps, pool_oom = robust.simulate(pool_devs)
+    pool_steps, pool_nominal = robust.simulate(pool_devs)
+    pool_oom = pool_nominal.oom
     field.add(pool_steps, pool_oom)
     judge = field.judge()
-    k, pool_ranks = pick_robust(graph, cluster, pool, judge)
+    k, pool_ranks = pick_robust(graph, cluster, pool, judge, (pool_steps, pool_nominal))
     # where each of the pool came from: the stages say which of them improved on everything before them
     origins = [(start.method, [])]
     for i, (name, _) in enumerate(stages, 1):
@@ -183,7 +187,8 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
     report_progress("auto: returning stray ops", None)
     cleanup = work.evaluations(budget * CLEANUP_SHARE, graph.n_ops, len(robust.sims))
     dev, moves = return_strays(graph, cluster, pool_devs[k], judge.run_batch, max_evaluations=cleanup)
-    steps, oom = robust.simulate(dev[None, :])
+    steps, nominal = robust.simulate(dev[None, :])
+    oom = nominal.oom
     field.add(steps, oom)
     strays = Weighed(dev, None, steps[:, 0], *origins[k])
     weighed += [strays] if not oom[0] else []
@@ -323,7 +328,8 @@ def _strategies(graph: Graph, cluster: Cluster, field: Field, seed, names: tuple
             continue
         big = strategy_graph(graph, p)
         rs = RobustSimulator(big, cluster, scenarios=robust.scenarios)
-        steps, oom = rs.simulate(p.to_array(big, cluster)[None, :], _row(p.priorities(big)))
+        steps, nominal = rs.simulate(p.to_array(big, cluster)[None, :], _row(p.priorities(big)))
+        oom = nominal.oom
         field.add(steps, oom)
         rows.append({"method": method, "step_time_s": float(steps[0, 0]),
                      "robust_step_s": float(robust.robust_steps(steps)[0]), "fits": not bool(oom[0]),
@@ -366,7 +372,8 @@ def _pipelined(graph: Graph, cluster: Cluster, field: Field, seed) -> Weighed | 
     except InfeasibleError:
         return None
     prio, dev = pipe.priorities(graph), pipe.to_array(graph, cluster)
-    steps, oom = field.robust.simulate(dev[None, :], prio[None, :])
+    steps, nominal = field.robust.simulate(dev[None, :], prio[None, :])
+    oom = nominal.oom
     field.add(steps, oom)
     if oom[0]:
         return None
