@@ -219,7 +219,7 @@ typedef struct {
     i64 *xbuf, *xq, *xsub, *xseq, *snext, *qnext, *act;
     double *xrem, *xrate, *xtl, *xendp;
     i64 *qcap, *quse, *qh, *qt, *nseg;
-    double *sbusy;
+    double *sbusy, *share; /* share[g]: seg_bw[g] / nseg[g], updated as nseg[g] changes */
     void *block;
 } Work;
 
@@ -228,6 +228,11 @@ typedef struct {
     i64 seq, nx, ndirty, nact, gen, reshare, finished;
     double t;
     i64 chead, ctail; /* the communication queue: w->fq[nq + chead : nq + ctail] */
+    /* The live SEGEND event (generation gen, due at seg_t) while seg_live: kept beside the queue rather than
+     * in it, so that a generation a later reshare replaces is never queued and popped for nothing (popping
+     * such a stale event changes nothing: the numba kernel pops them, with the same result). */
+    int seg_live;
+    double seg_t;
 } Run;
 
 static int work_alloc(Work *w, const Problem *p) {
@@ -236,7 +241,7 @@ static int work_alloc(Work *w, const Problem *p) {
     size_t sz = sizeof(Ent) * (size_t)(cap + 1) + sizeof(Buf) * (size_t)(T + P) + sizeof(OpState) * (size_t)n +
                 sizeof(Dev) * (size_t)D + sizeof(Launcher) * (size_t)(H + 1) +
                 sizeof(i64) * (size_t)(n + n + n + 2 * (D + H + 1) + (G * D + 1) + P * 7 + NQ * 4 + (S + 1)) +
-                sizeof(double) * (size_t)(n + n + P * 4 + (S + 1)) + sizeof(i32) * (size_t)(P + n);
+                sizeof(double) * (size_t)(n + n + P * 4 + 2 * (S + 1)) + sizeof(i32) * (size_t)(P + n);
     char *b = malloc(sz);
     if (!b) return -1;
     w->block = b;
@@ -276,6 +281,7 @@ static int work_alloc(Work *w, const Problem *p) {
     w->xtl = dp; dp += P;
     w->xendp = dp; dp += P;
     w->sbusy = dp; dp += S + 1;
+    w->share = dp; dp += S + 1;
     w->pair_buf = (i32 *)dp;
     w->lqd = w->pair_buf + P;
     return 0;
@@ -370,6 +376,7 @@ static void serve(const Problem *p, Work *w, Run *r, Out *o, i64 q) {
                 i64 g = p->route_seg[k];
                 if (w->nseg[g] == 0) w->sbusy[g] = r->t;
                 w->nseg[g] += 1;
+                w->share[g] = p->seg_bw[g] / (double)w->nseg[g];
             }
             w->xrem[x] = (double)b;
             w->xrate[x] = 0.0;
@@ -404,6 +411,7 @@ static void end_transfer(const Problem *p, Work *w, Run *r, Out *o, i64 x) {
         i64 g = p->route_seg[k];
         w->nseg[g] -= 1;
         if (w->nseg[g] == 0) o->seg_time[g] += t - w->sbusy[g];
+        else w->share[g] = p->seg_bw[g] / (double)w->nseg[g];
         r->reshare = 1;
     }
     if (p->latency[l] != 0.0) push(r, o->xf_land[x], XLAND, x);
@@ -437,7 +445,7 @@ static void reshare(const Problem *p, Work *w, Run *r, Out *o) {
         double rate = p->bandwidth[l];
         for (i64 j = p->route_ptr[l]; j < p->route_ptr[l + 1]; j++) {
             i64 g = p->route_seg[j];
-            double share = p->seg_bw[g] / (double)w->nseg[g];
+            double share = w->share[g];
             if (share < rate) rate = share;
         }
         if (rate != w->xrate[x]) {
@@ -453,7 +461,8 @@ static void reshare(const Problem *p, Work *w, Run *r, Out *o) {
     }
     if (r->nact > 0) {
         r->gen += 1;
-        push(r, best, SEGEND, r->gen);
+        r->seg_live = 1;
+        r->seg_t = best;
     }
 }
 
@@ -504,8 +513,10 @@ static void start_ops(const Problem *p, Work *w, Run *r, Out *o, i64 d) {
 }
 
 /* Op i's launch has ended (asynchronous device): its readers on the same device are released, the kernel
- * joins its device's FIFO, the launcher pays the peer copies' submits or waits for a synchronisation. */
-static void launched(const Problem *p, Work *w, Run *r, Out *o, i64 i, i64 d) {
+ * joins its device's FIFO, the launcher pays the peer copies' submits or waits for a synchronisation.
+ * Returns when the launcher is free again if it pays submits (its LFREE event, for the caller to queue or
+ * run), else -1. */
+static double launched(const Problem *p, Work *w, Run *r, Out *o, i64 i, i64 d) {
     const i64 D = p->D, P = p->P;
     double t = r->t;
     Dev *vd = w->dev + d;
@@ -554,17 +565,18 @@ static void launched(const Problem *p, Work *w, Run *r, Out *o, i64 i, i64 d) {
         L->state = L_SYNC;
         L->wait = i;
     } else if (ps > 0.0) {
-        push(r, t + ps, LFREE, h);
+        return t + ps;
     } else {
         L->state = L_FREE;
         mark(w, r, D + h);
     }
+    return -1.0;
 }
 
 static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos, Out *o, i64 *n_transfers,
                       i64 *n_finished) {
     const i64 n = p->n, D = p->D, T = p->T, P = p->P, S = p->S, H = p->H, G = p->G, NQ = 2 * D + D * D;
-    Run run = {{w->ev, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0};
+    Run run = {{w->ev, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0.0};
     Run *r = &run;
     for (i64 d = 0; d < D; d++) {
         Dev *v = w->dev + d;
@@ -631,11 +643,20 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
     int first = 1;
     for (;;) {
         if (!first) {
-            if (r->ev.size == 0) break;
-            const Ent *top = ev_top(&r->ev);
-            double t = top->t;
-            i64 key = top->k;
-            ev_pop(&r->ev);
+            double t;
+            i64 key;
+            const Ent *top = r->ev.size ? ev_top(&r->ev) : NULL;
+            if (r->seg_live && (!top || ent_less(r->seg_t, key_of(SEGEND, r->gen), top->t, top->k))) {
+                t = r->seg_t;
+                key = key_of(SEGEND, r->gen);
+                r->seg_live = 0;
+            } else if (top) {
+                t = top->t;
+                key = top->k;
+                ev_pop(&r->ev);
+            } else {
+                break;
+            }
             r->t = t;
             i64 kind = key >> KSHIFT, ident = key & KMASK;
             if (kind == FINISH) {
@@ -761,7 +782,9 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
                 vd->mem -= freed;
                 start_ops(p, w, r, o, d); /* as its dispatch after this event would: nothing else here touches d */
             } else if (kind == LAUNCHED) {
-                launched(p, w, r, o, ident, w->op[ident].dev);
+                i64 d = w->op[ident].dev;
+                double lf = launched(p, w, r, o, ident, d);
+                if (lf >= 0.0) push(r, lf, LFREE, w->dev[d].launcher);
             } else if (kind == XEND) {
                 end_transfer(p, w, r, o, ident);
                 if (p->latency[o->xf_src[ident] * D + o->xf_dst[ident]] == 0.0) land(p, w, r, o, ident);
@@ -858,16 +881,30 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
                         double te = t + ln;
                         i64 key = key_of(LAUNCHED, c);
                         const Ent *top = r->ev.size ? ev_top(&r->ev) : NULL;
-                        if (r->ndirty == 0 && !r->reshare && (!top || top->t > te || (top->t == te && top->k > key))) {
+                        if (r->ndirty == 0 && !r->reshare && (!top || ent_less(te, key, top->t, top->k)) &&
+                            (!r->seg_live || ent_less(te, key, r->seg_t, key_of(SEGEND, r->gen)))) {
                             /* nothing else is due at this time or before the launch ends (no other device or
                              * launcher to dispatch, no event earlier): the LAUNCHED event would be the next one
                              * popped, so run it here; it can only mark this launcher, which this loop goes on
                              * dispatching */
                             r->t = t = te;
-                            launched(p, w, r, o, c, dc);
+                            double lf = launched(p, w, r, o, c, dc);
                             if (r->ndirty == 1 && w->dirty[0] == k) {
                                 r->ndirty = 0;
                                 w->isdirty[k] = 0;
+                            }
+                            if (lf >= 0.0) {
+                                /* the same for the end of the submits: when the LFREE event would be the
+                                 * next one popped, free the launcher here and go on dispatching it */
+                                i64 lk = key_of(LFREE, h);
+                                top = r->ev.size ? ev_top(&r->ev) : NULL;
+                                if (r->ndirty == 0 && (!top || ent_less(lf, lk, top->t, top->k)) &&
+                                    (!r->seg_live || ent_less(lf, lk, r->seg_t, key_of(SEGEND, r->gen)))) {
+                                    r->t = t = lf;
+                                    L->state = L_FREE;
+                                } else {
+                                    push(r, lf, LFREE, h);
+                                }
                             }
                         } else {
                             push(r, te, LAUNCHED, c);
