@@ -12,9 +12,9 @@ from test_bounds import cases
 from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster
 from autoplace.graph import Graph, Op
 from autoplace.placement import Placement
-from autoplace.placers import place
+from autoplace.placers import fast, place
 from autoplace.placers.auto import CLEANUP_SHARE, NEAR_TIE, robust_simulator
-from autoplace.placers.fast import FAST_PLACERS, run_fast_placers
+from autoplace.placers.fast import FAST_PLACERS, LIST_SCHEDULERS, run_fast_placers
 from autoplace.placers.local_search import refine
 from autoplace.robust import SCENARIOS
 from autoplace.search.work import OPS_PER_SECOND
@@ -89,6 +89,20 @@ def test_auto_prefers_a_placement_that_fits():
     assert one < min(x.step_time for x in cands.values() if x.ok)
     assert p.meta["robust"]["reference_s"][0] > one and "single-gpu" not in p.meta["weighed"]
     assert "regret" not in next(x for x in p.meta["candidates"] if x["method"] == "single-gpu")
+
+
+def test_list_schedulers_are_left_out_of_graphs_too_large_for_them(monkeypatch):
+    """Over LIST_MAX_OP_DEVICES op-device pairs the list schedulers are candidates without a placement that
+    say why; the partitioners still place; at the limit itself every placer runs."""
+    g, c = build_graph("layered-dag", ops=200, width=10), get_cluster("k80x2")
+    monkeypatch.setattr(fast, "LIST_MAX_OP_DEVICES", g.n_ops * c.n_devices - 1)
+    cands = {x.method: x for x in run_fast_placers(g, c)}
+    assert list(cands) == list(FAST_PLACERS)
+    for m in LIST_SCHEDULERS:
+        assert cands[m].placement is None and cands[m].error.startswith("left out: 200 ops on 3 devices")
+    assert all(cands[m].placement is not None for m in ("metis", "expert", "single-gpu", "dp-split"))
+    monkeypatch.setattr(fast, "LIST_MAX_OP_DEVICES", g.n_ops * c.n_devices)
+    assert all(x.placement is not None for x in run_fast_placers(g, c) if x.method in LIST_SCHEDULERS)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

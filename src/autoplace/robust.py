@@ -175,6 +175,33 @@ class RobustSimulator:
         minimises to be robust: :func:`autoplace.placers.local_search.refine` takes this as ``run_batch``)."""
         return self.judged(*self.simulate(devs, schedules))
 
+    def incremental(self, placement: np.ndarray) -> RobustIncremental:
+        """:meth:`run_batch` for placements near ``placement``, each scenario re-simulated from the first
+        event the moves change (:class:`~autoplace.sim.Incremental`): the same results."""
+        return RobustIncremental(self, placement)
+
+
+class RobustIncremental:
+    """:meth:`RobustSimulator.run_batch` of placements near one placement, through one
+    :class:`~autoplace.sim.Incremental` per scenario."""
+
+    def __init__(self, robust: RobustSimulator, placement: np.ndarray):
+        self.robust = robust
+        self.incs = [sim.incremental(placement) for sim in robust.sims]
+
+    def reset(self, placement: np.ndarray) -> None:
+        for inc in self.incs:
+            inc.reset(placement)
+
+    def run_batch(self, devs: np.ndarray) -> BatchResult:
+        devs = np.ascontiguousarray(np.atleast_2d(devs), dtype=np.int64)
+        batches = [inc.run_batch(devs) for inc in self.incs]
+        return self.robust.judged(np.stack([b.step_time for b in batches]), batches[0])
+
+    def close(self) -> None:
+        for inc in self.incs:
+            inc.close()
+
 
 @dataclass(frozen=True)
 class StepRange:

@@ -54,25 +54,27 @@ def balanced_split(weights: list[float], parts: int) -> list[int]:
         return []
     parts = max(1, min(parts, n))
     prefix = np.concatenate([[0.0], np.cumsum(np.asarray(weights, dtype=float))])
-    inf = (float("inf"), float("inf"))
-    # best[k][j]: (heaviest run, sum of squares) cutting the first j items into k non-empty runs
-    best = [[inf] * (n + 1) for _ in range(parts + 1)]
-    cut = [[0] * (n + 1) for _ in range(parts + 1)]
-    best[0][0] = (0.0, 0.0)
+    # top[k, j], squares[k, j]: (heaviest run, sum of squares) cutting the first j items into k non-empty runs,
+    # the least in that order; cut[k, j]: where its last run starts (the first such cut among equals)
+    top = np.full((parts + 1, n + 1), np.inf)
+    squares = np.full((parts + 1, n + 1), np.inf)
+    cut = np.zeros((parts + 1, n + 1), dtype=np.int64)
+    top[0, 0] = squares[0, 0] = 0.0
     for k in range(1, parts + 1):
         for j in range(k, n + 1):
-            for i in range(k - 1, j):
-                prev = best[k - 1][i]
-                if prev == inf:
-                    continue
-                w = prefix[j] - prefix[i]
-                cand = (max(prev[0], w), prev[1] + w * w)
-                if cand < best[k][j]:
-                    best[k][j], cut[k][j] = cand, i
-    k = min(range(1, parts + 1), key=lambda k: (best[k][n], k))
+            i = np.arange(k - 1, j)
+            w = prefix[j] - prefix[i]
+            heaviest = np.maximum(top[k - 1, i], w)
+            least = heaviest.min()
+            if least == np.inf:
+                continue
+            sq = np.where(heaviest == least, squares[k - 1, i] + w * w, np.inf)
+            at = int(np.argmin(sq))
+            top[k, j], squares[k, j], cut[k, j] = least, sq[at], k - 1 + at
+    k = min(range(1, parts + 1), key=lambda k: (top[k, n], squares[k, n], k))
     out, j = [0] * n, n
     while k > 0:
-        i = cut[k][j]
+        i = int(cut[k, j])
         out[i:j] = [k - 1] * (j - i)
         j, k = i, k - 1
     return out
@@ -120,14 +122,14 @@ def expert(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
             k = top if role in ("attention", "softmax") else (0 if role == "embedding" else layer)
             dev[i] = gpus[int(k) % G]
     elif rule in ("blocks", "layers"):
-        order: list[object] = []
-        for i in graph.topological_order:  # units in network order (first forward appearance)
-            u = unit.get(int(i))
-            if u is not None and u not in order and graph.ops[int(i)].phase in (None, "forward"):
-                order.append(u)
+        order: dict[object, None] = {}   # units in network order (first forward appearance), then the rest
+        for i in graph.topological_order.tolist():
+            u = unit.get(i)
+            if u is not None and u not in order and graph.ops[i].phase in (None, "forward"):
+                order[u] = None
         for u in unit.values():
-            if u not in order:
-                order.append(u)
+            order.setdefault(u)
+        order = list(order)
         if rule == "blocks":  # equal numbers of convolution layers (Mirhoseini: "roughly the same number of layers")
             w = {u: 0.0 for u in order}
             for i, u in unit.items():

@@ -18,7 +18,8 @@ from autoplace.placement import Placement
 from autoplace.placers.registry import place
 from autoplace.sim import BatchResult
 
-__all__ = ["FAST_PLACERS", "Candidate", "run_fast_placers", "best_fast", "check_fits", "score", "ranks"]
+__all__ = ["FAST_PLACERS", "LIST_SCHEDULERS", "LIST_MAX_OP_DEVICES", "Candidate", "run_fast_placers", "best_fast",
+           "check_fits", "score", "ranks"]
 
 
 def score(batch: BatchResult) -> np.ndarray:
@@ -33,9 +34,17 @@ def ranks(batch: BatchResult) -> list[tuple[bool, float]]:
     return list(zip(batch.oom.tolist(), score(batch).tolist()))
 
 
-#: the placers ``auto`` and ``local-search`` start from: each takes seconds at most on a 50k-op graph
+#: the placers ``auto`` and ``local-search`` start from
 FAST_PLACERS = ("single-gpu", "single-cpu", "expert", "metis", "mincut", "scotch", "dp-split", "tf-greedy", "heft",
                 "m-topo", "m-etf", "m-sct")
+
+#: the list schedulers among them: each builds a schedule op by op, trying every device (in Python, tens of
+#: microseconds per op and device; m-ETF and m-SCT 100 s and 70 s for 200k ops on 8 GPUs here)
+LIST_SCHEDULERS = ("tf-greedy", "heft", "m-topo", "m-etf", "m-sct")
+
+#: :func:`run_fast_placers` leaves the list schedulers out where ops x devices exceeds this (125k ops on 8
+#: devices: no graph of the papers' tables comes near); the partitioners, linear or near it, place any size
+LIST_MAX_OP_DEVICES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -67,9 +76,15 @@ def run_fast_placers(graph: Graph, cluster: Cluster, *, seed=None, methods=FAST_
 
     sim = Simulator(graph, cluster)
     out = []
+    too_large = graph.n_ops * cluster.n_devices > LIST_MAX_OP_DEVICES
     for method in methods:
         if time_left() == 0.0 and any(c.placement is not None for c in out):
             break
+        if too_large and method in LIST_SCHEDULERS:
+            out.append(Candidate(method, None, float("inf"), False, float("inf"), 0.0,
+                                 f"left out: {graph.n_ops:,} ops on {cluster.n_devices} devices is over "
+                                 f"{LIST_MAX_OP_DEVICES:,} op-device pairs for a list scheduler"))
+            continue
         if progress is not None:
             progress(method)
         t0 = time.perf_counter()

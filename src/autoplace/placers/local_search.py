@@ -22,7 +22,10 @@ has converged when a pass over its cut improves nothing.
 **A pass.** The groups of the level are visited in a seeded order; for the current group the search
 simulates, in one batch, the placement with all of its ops moved to every other device that can run them
 all, and swapped with one group of each other device (the group's device is where most of its ops are),
-and takes the best if it improves the score. The score is the simulated step time, multiplied by
+and takes the best if it improves the score. Under the simulator the batch is simulated incrementally
+(:class:`~autoplace.sim.Incremental`): the current placement's run is recorded once, and each candidate
+runs on from the last snapshot before the first event its moved ops change, with the same results as a
+run from the start. The score is the simulated step time, multiplied by
 ``1 + 10 * overflow`` where a device's peak exceeds its memory (``overflow`` = the largest relative
 excess), so a search can climb out of OOM; a fitting placement always ranks before a failing one
 (:func:`ranks`), so a move never trades a fitting placement for a faster one that runs out of memory. The
@@ -158,9 +161,11 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
         raise PlacementError(f"refine moves ops between devices, and {placement.method!r}'s schedule is its "
                              "stages' order: a scheduled placement cannot be refined")
     budget = work.nominal_budget(budget, "local-search")
+    near = None     # placements near the current one: simulated from the first event a move changes
     if env is None:
         sim = Simulator(graph, cluster) if simulator is None else simulator
         run_batch = sim.run_batch
+        near = getattr(sim, "incremental", None)
         max_evaluations = work.evaluations(budget, graph.n_ops, len(getattr(sim, "sims", (0,))))
         wall, wall_reason = 10.0 * budget + 30.0, "wall-clock cap"
     else:
@@ -180,6 +185,8 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
     report: list[dict] = []
     stop_reason = None
     passes = visited = 0
+    moves = None    # the incremental simulation near the current placement, recorded when first needed
+    moved = False   # the current placement has changed since it was recorded
     for li, grouping in enumerate(levels):
         level = _Level(grouping, ok_ops, src, dst)
         info = {"groups": level.n_groups, "passes": 0, "converged": False, "evaluations": 0}
@@ -206,7 +213,12 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
                 if stop_reason is not None:
                     break
                 batch = np.stack(cands)
-                r = ranks(run_batch(batch))
+                if near is not None and moves is None:
+                    moves = near(dev)
+                elif moves is not None and moved:
+                    moves.reset(dev)
+                moved = False
+                r = ranks((run_batch if moves is None else moves.run_batch)(batch))
                 evaluations += len(cands)
                 if max_evaluations is not None and visited % 16 == 0:
                     report_progress(f"local search, level {len(report)} of {len(levels)}: step "
@@ -217,11 +229,14 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
                 if r[k][0] < best[0] or (r[k][0] == best[0] and r[k][1] < best[1] * (1 - 1e-9)):
                     best, dev, improved = r[k], batch[k], True
                     homes = level.homes(dev)
+                    moved = True
             if stop_reason is None and not improved:
                 info["converged"] = True
                 break
         if stop_reason is not None:
             break
+    if moves is not None:
+        moves.close()
     if stop_reason is None:
         stop_reason = "converged"
     meta = {**placement.meta, "refined_from": placement.method, "start_score_s": start_score,

@@ -44,8 +44,8 @@ from autoplace.sim import _cbackend, _kernel
 from autoplace.sim._args import ClusterArrays, GraphArrays
 from autoplace.sim._kernel import COMM
 
-__all__ = ["Simulator", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch", "host_busy_share",
-           "BACKEND", "NO_SCHEDULE"]
+__all__ = ["Simulator", "Incremental", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch",
+           "host_busy_share", "BACKEND", "NO_SCHEDULE"]
 
 BACKEND = _cbackend.BACKEND  # "c" (the built extension) or "numba" (the reference kernel)
 
@@ -413,10 +413,137 @@ class Simulator:
             self._check_array(devs)
         return self._execute(devs, schedules)[0]
 
+    def incremental(self, placement: Placement | np.ndarray | Sequence[int], *,
+                    snapshots: int = 32) -> Incremental:
+        """:class:`Incremental`: placements near ``placement`` simulated from the first event their moves change."""
+        return Incremental(self, placement, snapshots=snapshots)
+
+    @property
+    def incremental_exact(self) -> bool:
+        """Can :class:`Incremental` re-simulate from a snapshot here (the C loop built; no collectives, no
+        exchange charges or host contention, whose op times depend on the whole placement)? Elsewhere it
+        runs every placement from the start, with the same results."""
+        return (_cbackend.BACKEND == "c" and not self._collectives and not self._charges
+                and self._loaded_times is None)
+
     # ------------------------------------------------------------------ bounds
     def critical_path(self) -> float:
         """Longest path with every op on its fastest feasible device and free transfers."""
         return self.graph.longest_path(fastest_op_times(self.graph, self.cluster, self.op_times))
+
+
+class Incremental:
+    """Placements near one recorded placement, each simulated from the first event its moves can change
+    (FlexFlow's delta simulation, exact): ``Incremental(sim, placement).run_batch(placements)`` gives what
+    ``sim.run_batch(placements)`` gives, bit for bit.
+
+    The recorded run keeps up to ``snapshots`` snapshots of its state between events (evenly spread) and,
+    per op, the first event that reads its device (a delivery from one of its producers). A placement that
+    moves a set of ops restores the latest snapshot before the first of those events, moves the ops (their
+    parameters, resident from the start, shift each device's memory so far by a constant) and runs the loop
+    on: the events before are the recorded run's. A move late in the step re-simulates little of it; one of
+    an op that reads nothing (a parameter, an input) runs from the start. Memory: per snapshot about 4 bytes
+    per op and per tensor, plus the transfers in flight.
+
+    Where :attr:`Simulator.incremental_exact` is false (the numba loop; collectives, exchange charges or host
+    contention), every placement runs from the start. No schedules: placements are arrays of device
+    indices. ``result`` is the recorded placement's :class:`BatchResult`."""
+
+    def __init__(self, sim: Simulator, placement: Placement | np.ndarray | Sequence[int], *, snapshots: int = 32):
+        if isinstance(placement, Placement) and placement.schedule is not None:
+            raise PlacementError("incremental simulation runs placements without a schedule")
+        self.sim = sim
+        self.placement = np.ascontiguousarray(sim.as_array(placement), dtype=np.int64)
+        self._handle = None
+        if not sim.incremental_exact:
+            self.result = sim.run_batch(self.placement[None, :])
+            return
+        g, c = sim.graph, sim.cluster
+        n, D, P, S = g.n_ops, c.n_devices, g.n_edges, len(c.segments)
+        H = len(c.launcher_names)
+        out = _outputs(1, n, D, P, S)
+        self._handle = _cbackend.record(int(snapshots), n, g.n_tensors, P, D, S, H, (
+            self.placement[None, :], np.full((1, n), -1, np.int64), sim.op_times, *sim._graph_args,
+            *sim._cluster_args, *out.timeline_arrays, *out.row_arrays))
+        sim._check_done(out.done, n, self.placement[None, :], np.full((1, n), -1, np.int64), None)
+        self.result = out.batch(c)
+
+    def reset(self, placement: Placement | np.ndarray | Sequence[int]) -> None:
+        """Record ``placement`` instead (the memory of the last recording reused)."""
+        if self._handle is None:
+            self.__init__(self.sim, placement)
+            return
+        sim = self.sim
+        self.placement = np.ascontiguousarray(sim.as_array(placement), dtype=np.int64)
+        out = _outputs(1, sim.graph.n_ops, sim.cluster.n_devices, 0, len(sim.cluster.segments), timeline=False)
+        _cbackend.rerecord(self._handle, self.placement, out.loop_rows)
+        sim._check_done(out.done, sim.graph.n_ops, self.placement[None, :], np.full((1, sim.graph.n_ops), -1), None)
+        self.result = out.batch(sim.cluster)
+
+    def run_batch(self, placements: np.ndarray | Sequence[int]) -> BatchResult:
+        """Simulate ``[B, n_ops]`` device indices: exactly ``Simulator.run_batch``'s result."""
+        devs = _int_array(placements)
+        if devs.ndim == 1:
+            devs = devs[None, :]
+        if self._handle is None:
+            return self.sim.run_batch(devs)
+        sim = self.sim
+        sim._check_array(devs)
+        B, n = devs.shape
+        D, S = sim.cluster.n_devices, len(sim.cluster.segments)
+        out = _outputs(B, n, D, 0, S, timeline=False)
+        _cbackend.run_recorded(self._handle, devs, out.loop_rows)
+        sim._check_done(out.done, n, devs, np.full(devs.shape, -1, np.int64), None)
+        return out.batch(sim.cluster)
+
+    def close(self) -> None:
+        """Free the recorded run (also done when the object is collected)."""
+        if self._handle is not None:
+            _cbackend.free_recorded(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self) -> Incremental:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _outputs:
+    """The loops' output arrays for ``B`` rows (zeroed where the loops add to them)."""
+
+    def __init__(self, B: int, n: int, D: int, P: int, S: int, *, timeline: bool = True):
+        self.step, self.nx, self.done = np.zeros(B), np.zeros(B, np.int64), np.zeros(B, np.int64)
+        self.busy, self.host, self.peak = np.zeros((B, D)), np.zeros((B, D)), np.zeros((B, D), np.int64)
+        self.link_time, self.link_bytes = np.zeros((B, D, D)), np.zeros((B, D, D), np.int64)
+        self.seg_time = np.zeros((B, S))
+        if timeline:
+            self.start, self.finish, self.lstart = np.empty(n), np.empty(n), np.empty(n)
+            self.xf = (np.empty(P, np.int64), np.empty(P, np.int64), np.empty(P, np.int64), np.empty(P),
+                       np.empty(P), np.empty(P))
+
+    @property
+    def timeline_arrays(self) -> tuple:
+        return self.start, self.finish, self.lstart
+
+    @property
+    def loop_rows(self) -> tuple:
+        """The per-row outputs in the incremental loop's order."""
+        return (self.step, self.busy, self.host, self.peak, self.link_time, self.link_bytes, self.seg_time, self.nx,
+                self.done)
+
+    @property
+    def row_arrays(self) -> tuple:
+        """The arrays after ``lstart`` in the C loop's argument order."""
+        return (self.step, self.busy, self.host, self.peak, self.link_time, self.link_bytes, self.seg_time,
+                self.nx, *self.xf, self.done)
+
+    def batch(self, cluster: Cluster) -> BatchResult:
+        return BatchResult(self.step, self.busy, self.peak, cluster.memory_bytes.copy(), self.link_time,
+                           self.link_bytes, self.nx, self.seg_time, self.host)
 
 
 def _graph_arrays(g: Graph, c: Cluster) -> GraphArrays:

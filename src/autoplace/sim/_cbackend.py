@@ -12,7 +12,7 @@ from pathlib import Path
 
 from autoplace.sim._args import C_ARRAYS
 
-__all__ = ["load", "BACKEND"]
+__all__ = ["load", "BACKEND", "simulate", "record", "rerecord", "run_recorded", "free_recorded"]
 
 N_ARRAYS = len(C_ARRAYS)  # the arrays ap_simulate takes after its sizes
 
@@ -36,6 +36,14 @@ def load() -> ctypes.CDLL | None:
         fn = lib.ap_simulate
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_int64] * 7 + [ctypes.c_void_p] * N_ARRAYS
+        lib.ap_inc_new.restype = ctypes.c_void_p
+        lib.ap_inc_new.argtypes = [ctypes.c_int64] * 7 + [ctypes.c_void_p] * N_ARRAYS
+        lib.ap_inc_run.restype = ctypes.c_int
+        lib.ap_inc_run.argtypes = [ctypes.c_void_p, ctypes.c_int64] + [ctypes.c_void_p] * 10
+        lib.ap_inc_reset.restype = None
+        lib.ap_inc_reset.argtypes = [ctypes.c_void_p] * 11
+        lib.ap_inc_free.restype = None
+        lib.ap_inc_free.argtypes = [ctypes.c_void_p]
         return lib
     return None
 
@@ -55,3 +63,32 @@ def simulate(B, n, T, P, D, S, H, arrays) -> None:
                          "use AUTOPLACE_SIM_BACKEND=numba")
     if rc != 0:
         raise MemoryError("the simulator could not allocate its work space")
+
+
+def record(snapshots, n, T, P, D, S, H, arrays) -> int:
+    """Record one placement's run (``arrays`` as for :func:`simulate`, with B = 1 and no schedule) with up to
+    ``snapshots`` snapshots; its results go to the output arrays. Returns the handle for
+    :func:`run_recorded` (the graph's and cluster's arrays must outlive it; :func:`free_recorded` frees it)."""
+    if len(arrays) != N_ARRAYS:
+        raise TypeError(f"ap_inc_new takes {N_ARRAYS} arrays, got {len(arrays)}")
+    handle = _LIB.ap_inc_new(snapshots, n, T, P, D, S, H, *[a.ctypes.data for a in arrays])
+    if not handle:
+        raise MemoryError("the simulator could not allocate its work space")
+    return handle
+
+
+def run_recorded(handle, devs, outputs) -> None:
+    """Simulate the rows of ``devs`` from the recorded run ``handle``; ``outputs``: step_time, busy_time,
+    host_time, peak, link_time, link_bytes, seg_time, n_transfers, n_finished (zeroed, contiguous)."""
+    if _LIB.ap_inc_run(handle, len(devs), devs.ctypes.data, *[a.ctypes.data for a in outputs]) != 0:
+        raise MemoryError("the simulator could not allocate its work space")
+
+
+def rerecord(handle, dev, outputs) -> None:
+    """Record placement ``dev`` in place of ``handle``'s (its memory reused); ``outputs`` as for
+    :func:`run_recorded`, one row."""
+    _LIB.ap_inc_reset(handle, dev.ctypes.data, *[a.ctypes.data for a in outputs])
+
+
+def free_recorded(handle) -> None:
+    _LIB.ap_inc_free(handle)

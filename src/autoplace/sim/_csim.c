@@ -220,6 +220,7 @@ typedef struct {
     double *xrem, *xrate, *xtl, *xendp;
     i64 *qcap, *quse, *qh, *qt, *nseg;
     double *sbusy, *share; /* share[g]: seg_bw[g] / nseg[g], updated as nseg[g] changes */
+    i64 *itd; /* where not NULL (a recorded run): the event count at which each op delivered to its readers */
     void *block;
 } Work;
 
@@ -233,7 +234,12 @@ typedef struct {
      * such a stale event changes nothing: the numba kernel pops them, with the same result). */
     int seg_live;
     double seg_t;
+    i64 iter;        /* events popped so far */
+    double makespan; /* the latest FINISH so far */
 } Run;
+
+struct Rec;
+static void snap_take(const Problem *p, Work *w, const Run *r, const Out *o, struct Rec *rec);
 
 static int work_alloc(Work *w, const Problem *p) {
     i64 n = p->n, T = p->T, P = p->P, D = p->D, S = p->S, H = p->H, G = p->G;
@@ -284,6 +290,7 @@ static int work_alloc(Work *w, const Problem *p) {
     w->share = dp; dp += S + 1;
     w->pair_buf = (i32 *)dp;
     w->lqd = w->pair_buf + P;
+    w->itd = NULL;
     return 0;
 }
 
@@ -502,7 +509,11 @@ static void start_ops(const Problem *p, Work *w, Run *r, Out *o, i64 d) {
         PREFETCH(&p->tensor_pair_ptr[p->op_tensor_ptr[i]]);
         PREFETCH(&p->tensor_bytes[p->op_tensor_ptr[i]]);
         o->start[i] = s;
-        if (!asyn) o->lstart[i] = s;
+        if (!asyn) {
+            o->lstart[i] = s;
+            w->op[i].remote = 1; /* (what it is from the start of a run; an incremental run may follow one
+                                  * in which this op ran asynchronously) */
+        }
         o->finish[i] = s + dt;
         v->nfree -= 1;
         v->busy += dt;
@@ -524,6 +535,7 @@ static double launched(const Problem *p, Work *w, Run *r, Out *o, i64 i, i64 d) 
     Launcher *L = w->lau + h;
     int remote = 0;
     w->lend[i] = t;
+    if (w->itd) w->itd[i] = r->iter;
     i64 obuf = p->alias_pair[i] >= 0 ? w->pair_buf[p->alias_pair[i]] : -1;
     double ps = 0.0;
     int sync = 0;
@@ -573,11 +585,11 @@ static double launched(const Problem *p, Work *w, Run *r, Out *o, i64 i, i64 d) 
     return -1.0;
 }
 
-static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos, Out *o, i64 *n_transfers,
-                      i64 *n_finished) {
-    const i64 n = p->n, D = p->D, T = p->T, P = p->P, S = p->S, H = p->H, G = p->G, NQ = 2 * D + D * D;
-    Run run = {{w->ev, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0.0};
-    Run *r = &run;
+/* A run's state before its first event: placement dev under schedule spos, the sources released. */
+static void run_init(const Problem *p, Work *w, Run *r, const i64 *dev, const i64 *spos) {
+    const i64 n = p->n, D = p->D, T = p->T, S = p->S, H = p->H, G = p->G, NQ = 2 * D + D * D;
+    memset(r, 0, sizeof(Run));
+    r->ev.ev = w->ev;
     for (i64 d = 0; d < D; d++) {
         Dev *v = w->dev + d;
         memset(v, 0, sizeof(Dev));
@@ -638,11 +650,16 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
         i64 i = p->order[j];
         if (w->op[i].cnt == 0) release(p, w, r, i);
     }
+}
 
-    double makespan = 0.0;
-    int first = 1;
+/* The event loop, from a run's start (first: dispatch what run_init released, then pop events) or from a
+ * state between two events (first = 0). Where rec is not NULL, a snapshot is taken between events as it
+ * asks (snap_take). */
+static void run_loop(const Problem *p, Work *w, Run *r, Out *o, int first, struct Rec *rec) {
+    const i64 D = p->D, T = p->T, P = p->P, H = p->H;
     for (;;) {
         if (!first) {
+            if (rec) snap_take(p, w, r, o, rec);
             double t;
             i64 key;
             const Ent *top = r->ev.size ? ev_top(&r->ev) : NULL;
@@ -658,6 +675,7 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
                 break;
             }
             r->t = t;
+            r->iter += 1;
             i64 kind = key >> KSHIFT, ident = key & KMASK;
             if (kind == FINISH) {
                 i64 i = ident, d = w->op[i].dev;
@@ -667,7 +685,8 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
                 if (comm) h = -1; /* it took no slot; it delivers as a synchronous op does */
                 else vd->nfree += 1;
                 r->finished += 1;
-                if (t > makespan) makespan = t;
+                if (t > r->makespan) r->makespan = t;
+                if (w->itd && h < 0) w->itd[i] = r->iter;
                 if (h >= 0) {
                     vd->inflight -= 1;
                     Launcher *L = w->lau + h;
@@ -931,15 +950,544 @@ static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos
             reshare(p, w, r, o);
         }
     }
-    /* the outputs are zeroed by the caller: adding the run's sums to them stores them exactly */
-    for (i64 d = 0; d < D; d++) {
+}
+
+/* A finished run's per-device outputs (zeroed by the caller: adding the run's sums to them stores them
+ * exactly), its transfers and ops finished; returns its step. */
+static double run_outputs(const Problem *p, const Work *w, const Run *r, Out *o, i64 *n_transfers,
+                          i64 *n_finished) {
+    for (i64 d = 0; d < p->D; d++) {
         o->peak[d] = w->dev[d].peak;
         o->busy_time[d] += w->dev[d].busy;
         o->host_time[d] += w->dev[d].host;
     }
     *n_transfers = r->nx;
     *n_finished = r->finished;
-    return makespan;
+    return r->makespan;
+}
+
+static double run_one(const Problem *p, Work *w, const i64 *dev, const i64 *spos, Out *o, i64 *n_transfers,
+                      i64 *n_finished) {
+    Run run;
+    run_init(p, w, &run, dev, spos);
+    run_loop(p, w, &run, o, 1, NULL);
+    return run_outputs(p, w, &run, o, n_transfers, n_finished);
+}
+
+/* ------------------------------------------------------------------ incremental re-simulation
+ *
+ * A placement that differs from a recorded one in a few ops runs exactly as the recorded run did up to the
+ * first event that reads one of those ops' devices: an op's device is first read when one of its producers
+ * delivers to its readers (at the producer's LAUNCHED on an asynchronous device, at its FINISH otherwise),
+ * and, before any event, by the run's start (the ops' parameters, resident from time 0, and the devices'
+ * FIFO sizes). So the recorded run keeps snapshots between events (snap_take) and, per op, the event count
+ * at which its device is first read (touch). A row restores the latest snapshot before its moved ops'
+ * first touch, moves those ops (their parameters shift each device's memory, and its peak so far, by a
+ * constant; the FIFOs are laid out for the row's counts) and runs the loop on from there: the same events,
+ * the same arithmetic, the same result as a run from the start.
+ *
+ * A snapshot holds what later events may change. What is written once in a run — an op's finish, launch end
+ * and submits, a pair's buffer, a landed transfer's buffer size — is not copied into each snapshot: a row
+ * restored at snapshot k rewrites only values of ops and transfers that come after k, so these arrays hold
+ * the recorded run's values for every snapshot up to the earliest one a row has restored since (valid);
+ * a row that needs a later snapshot first copies them back from the recorded run's (pristine). */
+
+typedef struct {
+    i64 iter; /* events popped before it */
+    Run run;
+    i64 nev, xlo, nfifo, nlfifo;
+    Ent *ev;
+    Dev *dev;
+    Launcher *lau;
+    i64 *quse, *qh, *qt, *nseg, *gseen, *link_bytes, *fifo, *lfifo, *act;
+    double *sbusy, *share, *link_time, *seg_time;
+    i64 *x_i64;    /* transfers xlo .. run.nx - 1 (from the first not landed): 9 fields each, see X_I64 */
+    double *x_f64; /* and 7 each, see X_F64 */
+    i32 *cnt, *ref, *lfifod;
+    void *block;
+    size_t size; /* the block's bytes */
+} Snap;
+
+#define X_I64 9
+#define X_F64 7
+
+typedef struct Rec {
+    Snap *snaps;  /* in event order */
+    i64 n, cap, next, stride;
+    Snap *pool;   /* blocks of dropped snapshots, reused by later ones (at most cap blocks in all) */
+    i64 npool;
+} Rec;
+
+/* A block of at least sz bytes for a snapshot: a pooled one that fits, else a new one (freeing a pooled one
+ * that does not, so that the blocks stay at most rec->cap). */
+static void *snap_block(Rec *rec, size_t sz, size_t *size) {
+    for (i64 j = 0; j < rec->npool; j++)
+        if (rec->pool[j].size >= sz) {
+            void *b = rec->pool[j].block;
+            *size = rec->pool[j].size;
+            rec->pool[j] = rec->pool[--rec->npool];
+            return b;
+        }
+    if (rec->npool > 0) free(rec->pool[--rec->npool].block);
+    *size = sz + sz / 4; /* room for a later, larger snapshot */
+    return malloc(*size);
+}
+
+/* The lowest transfer id still to land (r->nx if none). */
+static i64 first_in_flight(const Problem *p, const Work *w, const Run *r) {
+    const i64 D = p->D, NQ = 2 * D + D * D;
+    i64 xlo = r->nx;
+    for (i64 k = 0; k < r->ev.size; k++) {
+        i64 kind = r->ev.ev[k].k >> KSHIFT, x = r->ev.ev[k].k & KMASK;
+        if ((kind == XEND || kind == XLAND || kind == XQUEUE) && x < xlo) xlo = x;
+    }
+    for (i64 k = 0; k < r->nact; k++)
+        if (w->act[k] < xlo) xlo = w->act[k];
+    for (i64 q = 0; q < NQ; q++)
+        for (i64 x = w->qh[q]; x >= 0; x = w->qnext[x])
+            if (x < xlo) xlo = x;
+    for (i64 h = 0; h < p->H; h++)
+        for (i64 x = w->lau[h].shead; x >= 0; x = w->snext[x])
+            if (x < xlo) xlo = x;
+    return xlo;
+}
+
+/* Between two events of a recorded run: keep a snapshot when one is due (every rec->stride events; when
+ * rec->cap are kept, every other one is dropped and the stride doubles). A snapshot that cannot be
+ * allocated is skipped (rows restore an earlier one). */
+static void snap_take(const Problem *p, Work *w, const Run *r, const Out *o, Rec *rec) {
+    if (r->iter < rec->next) return;
+    if (rec->n == rec->cap) {
+        i64 k = 0;
+        for (i64 j = 0; j < rec->n; j++) {
+            if (j % 2 == 0) rec->snaps[k++] = rec->snaps[j];
+            else rec->pool[rec->npool++] = rec->snaps[j];
+        }
+        rec->n = k;
+        rec->stride *= 2;
+        rec->next = rec->snaps[k - 1].iter + rec->stride;
+        if (r->iter < rec->next) return;
+    }
+    rec->next = r->iter + rec->stride;
+    const i64 n = p->n, T = p->T, D = p->D, S = p->S, H = p->H, G = p->G, NQ = 2 * D + D * D;
+    i64 nev = r->ev.size, xlo = first_in_flight(p, w, r), nx = r->nx - xlo, nfifo = 0, nlfifo = 0;
+    for (i64 d = 0; d < D; d++) nfifo += w->dev[d].ftail - w->dev[d].fhead;
+    for (i64 h = 0; h < H; h++) nlfifo += w->lau[h].ltail - w->lau[h].lhead;
+    size_t sz = sizeof(Ent) * (size_t)nev + sizeof(Dev) * (size_t)D + sizeof(Launcher) * (size_t)(H + 1) +
+                sizeof(i64) * (size_t)(3 * NQ + (S + 1) + (G * D + 1) + D * D + nfifo + nlfifo + r->nact + X_I64 * nx) +
+                sizeof(double) * (size_t)(2 * (S + 1) + D * D + S + X_F64 * nx) +
+                sizeof(i32) * (size_t)(n + T + r->nx + nlfifo);
+    size_t got;
+    char *b = snap_block(rec, sz, &got);
+    if (!b) return;
+    Snap *sn = rec->snaps + rec->n++;
+    sn->block = b;
+    sn->size = got;
+    sn->iter = r->iter;
+    sn->run = *r;
+    sn->nev = nev;
+    sn->xlo = xlo;
+    sn->nfifo = nfifo;
+    sn->nlfifo = nlfifo;
+    sn->ev = (Ent *)b; b += sizeof(Ent) * nev;
+    sn->dev = (Dev *)b; b += sizeof(Dev) * D;
+    sn->lau = (Launcher *)b; b += sizeof(Launcher) * (H + 1);
+    i64 *ip = (i64 *)b;
+    sn->quse = ip; ip += NQ;
+    sn->qh = ip; ip += NQ;
+    sn->qt = ip; ip += NQ;
+    sn->nseg = ip; ip += S + 1;
+    sn->gseen = ip; ip += G * D + 1;
+    sn->link_bytes = ip; ip += D * D;
+    sn->fifo = ip; ip += nfifo;
+    sn->lfifo = ip; ip += nlfifo;
+    sn->act = ip; ip += r->nact;
+    sn->x_i64 = ip; ip += X_I64 * nx;
+    double *dp = (double *)ip;
+    sn->sbusy = dp; dp += S + 1;
+    sn->share = dp; dp += S + 1;
+    sn->link_time = dp; dp += D * D;
+    sn->seg_time = dp; dp += S;
+    sn->x_f64 = dp; dp += X_F64 * nx;
+    i32 *qp = (i32 *)dp;
+    sn->cnt = qp; qp += n;
+    sn->ref = qp; qp += T + r->nx;
+    sn->lfifod = qp;
+    memcpy(sn->ev, r->ev.ev, sizeof(Ent) * nev);
+    memcpy(sn->dev, w->dev, sizeof(Dev) * D);
+    memcpy(sn->lau, w->lau, sizeof(Launcher) * (H + 1));
+    memcpy(sn->quse, w->quse, sizeof(i64) * NQ);
+    memcpy(sn->qh, w->qh, sizeof(i64) * NQ);
+    memcpy(sn->qt, w->qt, sizeof(i64) * NQ);
+    memcpy(sn->nseg, w->nseg, sizeof(i64) * (S + 1));
+    memcpy(sn->gseen, w->gseen, sizeof(i64) * (G * D + 1));
+    memcpy(sn->act, w->act, sizeof(i64) * r->nact);
+    memcpy(sn->link_bytes, o->link_bytes, sizeof(i64) * D * D);
+    memcpy(sn->sbusy, w->sbusy, sizeof(double) * (S + 1));
+    memcpy(sn->share, w->share, sizeof(double) * (S + 1));
+    memcpy(sn->link_time, o->link_time, sizeof(double) * D * D);
+    memcpy(sn->seg_time, o->seg_time, sizeof(double) * S);
+    for (i64 i = 0; i < n; i++) sn->cnt[i] = w->op[i].cnt;
+    for (i64 k = 0; k < T + r->nx; k++) sn->ref[k] = (i32)w->buf[k].ref;
+    for (i64 d = 0, f = 0; d < D; d++)
+        for (i64 j = w->dev[d].fhead; j < w->dev[d].ftail; j++) sn->fifo[f++] = w->fq[w->dev[d].fbase + j];
+    for (i64 h = 0, f = 0; h < H; h++)
+        for (i64 j = w->lau[h].lhead; j < w->lau[h].ltail; j++, f++) {
+            sn->lfifo[f] = w->lq[w->lau[h].lbase + j];
+            sn->lfifod[f] = w->lqd[w->lau[h].lbase + j];
+        }
+    for (i64 x = xlo, k = 0; x < r->nx; x++, k++) {
+        i64 *xi = sn->x_i64 + X_I64 * k;
+        double *xd = sn->x_f64 + X_F64 * k;
+        xi[0] = o->xf_tensor[x]; xi[1] = o->xf_src[x]; xi[2] = o->xf_dst[x]; xi[3] = w->xbuf[x]; xi[4] = w->xq[x];
+        xi[5] = w->xsub[x]; xi[6] = w->xseq[x]; xi[7] = w->snext[x]; xi[8] = w->qnext[x];
+        xd[0] = o->xf_start[x]; xd[1] = o->xf_end[x]; xd[2] = o->xf_land[x]; xd[3] = w->xrem[x];
+        xd[4] = w->xrate[x]; xd[5] = w->xtl[x]; xd[6] = w->xendp[x];
+    }
+}
+
+/* A recorded run and what rows need to run on from its snapshots (ap_inc_new). */
+typedef struct {
+    Problem p;
+    Work w;
+    Rec rec;
+    i64 *base, *spos, *touch, *count, *diff, *itd;
+    double *start, *finish, *lstart, *xf_start, *xf_end, *xf_land;
+    i64 *xf_tensor, *xf_src, *xf_dst;
+    double *pfinish, *plend, *ppsum;
+    i64 *pbytes;
+    i32 *premote, *ppair;
+    i64 valid;
+    /* the recorded run's results */
+    double step, *busy, *host, *link_time, *seg_time;
+    i64 *peak, *link_bytes, nx, finished;
+    void *block;
+} Inc;
+
+void ap_inc_free(void *handle) {
+    Inc *h = handle;
+    if (!h) return;
+    for (i64 j = 0; j < h->rec.n; j++) free(h->rec.snaps[j].block);
+    for (i64 j = 0; j < h->rec.npool; j++) free(h->rec.pool[j].block);
+    free(h->rec.snaps);
+    free(h->rec.pool);
+    free(h->w.block);
+    free(h->block);
+    free(h);
+}
+
+static void restore_pristine(Inc *h) {
+    const Problem *p = &h->p;
+    Work *w = &h->w;
+    memcpy(h->finish, h->pfinish, sizeof(double) * p->n);
+    memcpy(w->lend, h->plend, sizeof(double) * p->n);
+    memcpy(w->psum, h->ppsum, sizeof(double) * p->n);
+    memcpy(w->pair_buf, h->ppair, sizeof(i32) * p->P);
+    for (i64 i = 0; i < p->n; i++) w->op[i].remote = h->premote[i];
+    for (i64 x = 0; x < h->nx; x++) w->buf[p->T + x].bytes = h->pbytes[x];
+    h->valid = INT64_MAX;
+}
+
+/* Restore snapshot sn for the row dev, which moves the nd ops diff off the recorded placement. */
+static void restore(Inc *h, const Snap *sn, const i64 *dev, i64 nd, Run *r, Out *o) {
+    const Problem *p = &h->p;
+    Work *w = &h->w;
+    const i64 n = p->n, T = p->T, D = p->D, S = p->S, H = p->H, G = p->G, NQ = 2 * D + D * D;
+    *r = sn->run;
+    r->ev.ev = w->ev;
+    memcpy(w->ev, sn->ev, sizeof(Ent) * sn->nev);
+    memcpy(w->dev, sn->dev, sizeof(Dev) * D);
+    memcpy(w->lau, sn->lau, sizeof(Launcher) * (H + 1));
+    memcpy(w->quse, sn->quse, sizeof(i64) * NQ);
+    memcpy(w->qh, sn->qh, sizeof(i64) * NQ);
+    memcpy(w->qt, sn->qt, sizeof(i64) * NQ);
+    memcpy(w->nseg, sn->nseg, sizeof(i64) * (S + 1));
+    memcpy(w->gseen, sn->gseen, sizeof(i64) * (G * D + 1));
+    memcpy(w->act, sn->act, sizeof(i64) * sn->run.nact);
+    memcpy(w->sbusy, sn->sbusy, sizeof(double) * (S + 1));
+    memcpy(w->share, sn->share, sizeof(double) * (S + 1));
+    memcpy(o->link_bytes, sn->link_bytes, sizeof(i64) * D * D);
+    memcpy(o->link_time, sn->link_time, sizeof(double) * D * D);
+    memcpy(o->seg_time, sn->seg_time, sizeof(double) * S);
+    for (i64 i = 0; i < n; i++) w->op[i].cnt = sn->cnt[i];
+    for (i64 k = 0; k < T + sn->run.nx; k++) w->buf[k].ref = sn->ref[k];
+    for (i64 x = sn->xlo, k = 0; x < sn->run.nx; x++, k++) {
+        const i64 *xi = sn->x_i64 + X_I64 * k;
+        const double *xd = sn->x_f64 + X_F64 * k;
+        o->xf_tensor[x] = xi[0]; o->xf_src[x] = xi[1]; o->xf_dst[x] = xi[2]; w->xbuf[x] = xi[3]; w->xq[x] = xi[4];
+        w->xsub[x] = xi[5]; w->xseq[x] = xi[6]; w->snext[x] = xi[7]; w->qnext[x] = xi[8];
+        o->xf_start[x] = xd[0]; o->xf_end[x] = xd[1]; o->xf_land[x] = xd[2]; w->xrem[x] = xd[3];
+        w->xrate[x] = xd[4]; w->xtl[x] = xd[5]; w->xendp[x] = xd[6];
+    }
+    /* the row's ops: devices, parameters (resident from the start: the memory so far, and its peak, shift) */
+    i64 *count = h->count;
+    for (i64 k = 0; k < nd; k++) {
+        i64 c = h->diff[k], d0 = h->base[c], d1 = dev[c];
+        w->op[c].dev = (i32)d1;
+        count[d0] -= 1;
+        count[d1] += 1;
+        w->dev[d0].mem -= p->param_bytes[c];
+        w->dev[d0].peak -= p->param_bytes[c];
+        w->dev[d1].mem += p->param_bytes[c];
+        w->dev[d1].peak += p->param_bytes[c];
+    }
+    /* the FIFOs laid out for the row's counts, their live entries copied back */
+    for (i64 d = 0, base = 0, f = 0; d < D; d++) {
+        Dev *v = w->dev + d;
+        v->fbase = base;
+        for (i64 j = v->fhead; j < v->ftail; j++) w->fq[base + j] = sn->fifo[f++];
+        base += count[d];
+    }
+    i64 *lcount = h->count + D;
+    for (i64 q = 0; q < H; q++) lcount[q] = 0;
+    for (i64 d = 0; d < D; d++)
+        if (p->launcher[d] >= 0) lcount[p->launcher[d]] += count[d];
+    for (i64 q = 0, base = 0, f = 0; q < H; q++) {
+        Launcher *L = w->lau + q;
+        L->lbase = base;
+        for (i64 j = L->lhead; j < L->ltail; j++, f++) {
+            w->lq[base + j] = sn->lfifo[f];
+            w->lqd[base + j] = sn->lfifod[f];
+        }
+        base += lcount[q];
+    }
+    for (i64 k = 0; k < nd; k++) { /* the counts back to the recorded placement's */
+        i64 c = h->diff[k];
+        count[h->base[c]] += 1;
+        count[dev[c]] -= 1;
+    }
+}
+
+/* Record the run of placement devs (the handle's snapshots, touches and pristine arrays). */
+static void inc_record(Inc *h, const i64 *devs) {
+    const Problem *p = &h->p;
+    const i64 n = p->n, T = p->T, P = p->P, D = p->D, S = p->S, H = p->H;
+    Work *w = &h->w;
+    for (i64 j = 0; j < h->rec.n; j++) h->rec.pool[h->rec.npool++] = h->rec.snaps[j];
+    h->rec.n = 0;
+    h->rec.stride = n / 16 > 1 ? n / 16 : 1; /* a first guess: thinned as the run goes on */
+    h->rec.next = 0;
+    memcpy(h->base, devs, sizeof(i64) * n);
+    for (i64 i = 0; i < n; i++) h->spos[i] = -1;
+    w->itd = h->itd;
+    for (i64 i = 0; i < n; i++) w->itd[i] = INT64_MAX;
+    memset(h->busy, 0, sizeof(double) * (2 * D + D * D + S));
+    memset(h->link_bytes, 0, sizeof(i64) * D * D);
+    Out o = {h->start, h->finish, h->lstart, h->busy, h->host, h->link_time, h->seg_time, h->peak, h->link_bytes,
+             h->xf_tensor, h->xf_src, h->xf_dst, h->xf_start, h->xf_end, h->xf_land};
+    Run run;
+    run_init(p, w, &run, h->base, h->spos);
+    run_loop(p, w, &run, &o, 1, &h->rec);
+    h->step = run_outputs(p, w, &run, &o, &h->nx, &h->finished);
+    /* each op's first touch: the earliest delivery of one of its producers (0 for a source: the start) */
+    for (i64 c = 0; c < n; c++) {
+        i64 tmin = p->in_ptr[c] == p->in_ptr[c + 1] ? 0 : INT64_MAX;
+        for (i64 q = p->in_ptr[c]; q < p->in_ptr[c + 1]; q++) {
+            i64 pp = p->tensor_src[p->pair_tensor[p->in_pair[q]]];
+            if (w->itd[pp] < tmin) tmin = w->itd[pp];
+        }
+        h->touch[c] = tmin;
+    }
+    w->itd = NULL;
+    for (i64 d = 0; d < 2 * D + H; d++) h->count[d] = 0;
+    for (i64 i = 0; i < n; i++) h->count[devs[i]] += 1;
+    memcpy(h->pfinish, h->finish, sizeof(double) * n);
+    memcpy(h->plend, w->lend, sizeof(double) * n);
+    memcpy(h->ppsum, w->psum, sizeof(double) * n);
+    memcpy(h->ppair, w->pair_buf, sizeof(i32) * P);
+    for (i64 i = 0; i < n; i++) h->premote[i] = w->op[i].remote;
+    for (i64 x = 0; x < h->nx; x++) h->pbytes[x] = w->buf[T + x].bytes;
+    h->valid = INT64_MAX;
+}
+
+/* The recorded run's per-placement outputs (as ap_inc_run's, one row). */
+static void inc_result(const Inc *h, double *step_time, double *busy_time, double *host_time, i64 *peak,
+                       double *link_time, i64 *link_bytes, double *seg_time, i64 *n_transfers, i64 *n_finished) {
+    const i64 D = h->p.D, S = h->p.S;
+    step_time[0] = h->step;
+    memcpy(busy_time, h->busy, sizeof(double) * D);
+    memcpy(host_time, h->host, sizeof(double) * D);
+    memcpy(peak, h->peak, sizeof(i64) * D);
+    memcpy(link_time, h->link_time, sizeof(double) * D * D);
+    memcpy(link_bytes, h->link_bytes, sizeof(i64) * D * D);
+    memcpy(seg_time, h->seg_time, sizeof(double) * S);
+    *n_transfers = h->nx;
+    *n_finished = h->finished;
+}
+
+/* Record the run of placement devs in place of the handle's (its work space and snapshot blocks reused);
+ * its outputs as ap_inc_run's. */
+void ap_inc_reset(void *handle, const i64 *devs, double *step_time, double *busy_time, double *host_time,
+                  i64 *peak, double *link_time, i64 *link_bytes, double *seg_time, i64 *n_transfers,
+                  i64 *n_finished) {
+    Inc *h = handle;
+    inc_record(h, devs);
+    inc_result(h, step_time, busy_time, host_time, peak, link_time, link_bytes, seg_time, n_transfers, n_finished);
+}
+
+/* Record the run of placement devs[0] (no schedule, no communication op) with up to cap snapshots; its
+ * results go to the outputs as ap_simulate's would. Returns the handle (ap_inc_run, ap_inc_free), or NULL
+ * if memory could not be allocated or the graph is too large. The graph's and cluster's arrays must outlive
+ * the handle. */
+void *ap_inc_new(i64 cap, i64 n, i64 T, i64 P, i64 D, i64 S, i64 H, const i64 *devs, const i64 *spos,
+                 const double *optime, const i64 *order, const i64 *tensor_src, const i64 *tensor_bytes,
+                 const i64 *tensor_alloc, const i64 *tensor_out, const i32 *op_tensor_ptr,
+                 const i32 *tensor_pair_ptr, const i32 *pair_op, const i64 *pair_tensor, const i32 *in_ptr,
+                 const i32 *in_pair, const i64 *out_alloc_total, const i64 *unconsumed_alloc,
+                 const i64 *param_bytes, const i32 *alias_pair, const i32 *op_pair_ptr, const i32 *op_group,
+                 const i64 *group_launch, const double *bandwidth, const double *latency, const double *overhead,
+                 const i64 *route_ptr, const i64 *route_seg, const double *seg_bw, const i64 *send_cap,
+                 const i64 *recv_cap, const i64 *concurrency, const i64 *launcher, const double *launch_cost,
+                 const i64 *qdepth, double *start, double *finish, double *lstart, double *step_time,
+                 double *busy_time, double *host_time, i64 *peak, double *link_time, i64 *link_bytes,
+                 double *seg_time, i64 *n_transfers, i64 *xf_tensor, i64 *xf_src, i64 *xf_dst, double *xf_start,
+                 double *xf_end, double *xf_land, i64 *n_finished) {
+    if (n >= INT32_MAX || T + P >= INT32_MAX || cap < 2) return NULL;
+    i64 G = 0;
+    for (i64 i = 0; i < n; i++)
+        if (op_group[i] + 1 > G) G = op_group[i] + 1;
+    Inc *h = calloc(1, sizeof(Inc));
+    if (!h) return NULL;
+    Problem pr = {n, T, P, D, S, H, G, optime, order, tensor_src, tensor_bytes, tensor_alloc, tensor_out,
+                  pair_tensor, out_alloc_total, unconsumed_alloc, param_bytes, group_launch, op_tensor_ptr,
+                  tensor_pair_ptr, pair_op, in_ptr, in_pair, alias_pair, op_pair_ptr, op_group, bandwidth, latency,
+                  overhead, seg_bw, launch_cost, route_ptr, route_seg, send_cap, recv_cap, concurrency, launcher,
+                  qdepth};
+    h->p = pr;
+    size_t sz = sizeof(i64) * (size_t)(n * 5 + 2 * D + H + 4 * P + D + D * D) +
+                sizeof(double) * (size_t)(n * 6 + 3 * P + 2 * D + D * D + S) + sizeof(i32) * (size_t)(n + P);
+    char *b = malloc(sz);
+    h->rec.snaps = malloc(sizeof(Snap) * (size_t)cap);
+    h->rec.pool = malloc(sizeof(Snap) * (size_t)cap);
+    if (!b || !h->rec.snaps || !h->rec.pool || work_alloc(&h->w, &h->p) != 0) {
+        free(b);
+        free(h->rec.snaps);
+        free(h->rec.pool);
+        free(h);
+        return NULL;
+    }
+    h->block = b;
+    i64 *ip = (i64 *)b;
+    h->base = ip; ip += n;
+    h->spos = ip; ip += n;
+    h->touch = ip; ip += n;
+    h->diff = ip; ip += n;
+    h->itd = ip; ip += n;
+    h->count = ip; ip += 2 * D + H;
+    h->xf_tensor = ip; ip += P;
+    h->xf_src = ip; ip += P;
+    h->xf_dst = ip; ip += P;
+    h->pbytes = ip; ip += P;
+    h->peak = ip; ip += D;
+    h->link_bytes = ip; ip += D * D;
+    double *dp = (double *)ip;
+    h->start = dp; dp += n;
+    h->finish = dp; dp += n;
+    h->lstart = dp; dp += n;
+    h->pfinish = dp; dp += n;
+    h->plend = dp; dp += n;
+    h->ppsum = dp; dp += n;
+    h->xf_start = dp; dp += P;
+    h->xf_end = dp; dp += P;
+    h->xf_land = dp; dp += P;
+    h->busy = dp; dp += D;
+    h->host = dp; dp += D;
+    h->link_time = dp; dp += D * D;
+    h->seg_time = dp; dp += S;
+    i32 *qp = (i32 *)dp;
+    h->premote = qp; qp += n;
+    h->ppair = qp;
+    h->rec.cap = cap;
+    inc_record(h, devs);
+    /* the recorded run's results, as ap_simulate gives them */
+    memcpy(start, h->start, sizeof(double) * n);
+    memcpy(finish, h->finish, sizeof(double) * n);
+    memcpy(lstart, h->lstart, sizeof(double) * n);
+    memcpy(xf_tensor, h->xf_tensor, sizeof(i64) * h->nx);
+    memcpy(xf_src, h->xf_src, sizeof(i64) * h->nx);
+    memcpy(xf_dst, h->xf_dst, sizeof(i64) * h->nx);
+    memcpy(xf_start, h->xf_start, sizeof(double) * h->nx);
+    memcpy(xf_end, h->xf_end, sizeof(double) * h->nx);
+    memcpy(xf_land, h->xf_land, sizeof(double) * h->nx);
+    inc_result(h, step_time, busy_time, host_time, peak, link_time, link_bytes, seg_time, n_transfers, n_finished);
+    return h;
+}
+
+/* The moves of row dev off the recorded placement (into h->diff); returns their number, and in *tmin the
+ * first event count at which one of their devices is read. */
+static i64 moves(const Inc *h, const i64 *dev, i64 *tmin) {
+    i64 nd = 0, t = INT64_MAX;
+    for (i64 i = 0; i < h->p.n; i++)
+        if (dev[i] != h->base[i]) {
+            h->diff[nd++] = i;
+            if (h->touch[i] < t) t = h->touch[i];
+        }
+    *tmin = t;
+    return nd;
+}
+
+/* The latest snapshot before event count tmin (-1: none, a run from the start). */
+static i64 snapshot_before(const Inc *h, i64 tmin) {
+    i64 k = h->rec.n - 1;
+    while (k >= 0 && h->rec.snaps[k].iter >= tmin) k--;
+    return k;
+}
+
+/* Simulate B placements (rows of devs[B, n]) against the recorded one, exactly as ap_simulate would (no
+ * schedule); the per-placement outputs as ap_simulate's (zeroed by the caller). Rows run latest snapshot
+ * first, so that the write-once arrays are copied back at most once per call. Returns 0, -1 if memory could
+ * not be allocated. */
+int ap_inc_run(void *handle, i64 B, const i64 *devs, double *step_time, double *busy_time, double *host_time,
+               i64 *peak, double *link_time, i64 *link_bytes, double *seg_time, i64 *n_transfers, i64 *n_finished) {
+    Inc *h = handle;
+    const Problem *p = &h->p;
+    Work *w = &h->w;
+    const i64 n = p->n, D = p->D, S = p->S;
+    i64 *rows = malloc(sizeof(i64) * (size_t)(2 * B + 1)), *snap = rows + B;
+    if (!rows) return -1;
+    for (i64 b = 0; b < B; b++) {
+        i64 tmin;
+        snap[b] = moves(h, devs + b * n, &tmin) ? snapshot_before(h, tmin) : INT64_MAX;
+        rows[b] = b;
+    }
+    for (i64 a = 1; a < B; a++) { /* stable insertion sort, latest snapshot first (B is small) */
+        i64 b = rows[a], j = a;
+        while (j > 0 && snap[rows[j - 1]] < snap[b]) {
+            rows[j] = rows[j - 1];
+            j--;
+        }
+        rows[j] = b;
+    }
+    for (i64 a = 0; a < B; a++) {
+        i64 b = rows[a], tmin;
+        const i64 *dev = devs + b * n;
+        Out o = {h->start, h->finish, h->lstart, busy_time + b * D, host_time + b * D, link_time + b * D * D,
+                 seg_time + b * S, peak + b * D, link_bytes + b * D * D, h->xf_tensor, h->xf_src, h->xf_dst,
+                 h->xf_start, h->xf_end, h->xf_land};
+        i64 nd = moves(h, dev, &tmin);
+        if (nd == 0) { /* the recorded placement */
+            inc_result(h, step_time + b, o.busy_time, o.host_time, o.peak, o.link_time, o.link_bytes, o.seg_time,
+                       n_transfers + b, n_finished + b);
+            continue;
+        }
+        i64 k = snap[b];
+        Run run;
+        if (k < 0) { /* touched at the start: a run from the start */
+            run_init(p, w, &run, dev, h->spos);
+            run_loop(p, w, &run, &o, 1, NULL);
+            h->valid = -1;
+        } else {
+            const Snap *sn = h->rec.snaps + k;
+            if (sn->iter > h->valid) restore_pristine(h);
+            restore(h, sn, dev, nd, &run, &o);
+            run_loop(p, w, &run, &o, 0, NULL);
+            if (sn->iter < h->valid) h->valid = sn->iter;
+        }
+        step_time[b] = run_outputs(p, w, &run, &o, n_transfers + b, n_finished + b);
+        for (i64 j = 0; j < nd; j++) w->op[h->diff[j]].dev = (i32)h->base[h->diff[j]];
+    }
+    free(rows);
+    return 0;
 }
 
 /* ap_simulate's array arguments by name, in order (autoplace/sim/_args.py's C_ARRAYS): _cbackend refuses a
