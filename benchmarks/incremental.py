@@ -7,13 +7,17 @@ For each graph: the ``metis`` placement refined by :func:`autoplace.placers.loca
 simulator (``--robust``: the uncertainty scenarios' worst case, as ``auto`` refines) to ``--budget`` seconds
 of nominal work (a fixed number of evaluations), once simulating every candidate from the start and once
 incrementally (:class:`autoplace.sim.Incremental`). Both must reach the same placement and score; the
-table gives the wall time, evaluations per second and the speed-up. One thread.
+table gives the wall time, evaluations per second and the speed-up. Then, on the 30k-op DAG placed in
+blocks (each device a contiguous range of layers), one op moved at several depths of the step: the time
+per placement from the start and incrementally (what a move saves depends on how late it is first read).
+Scenarios in one thread (``AUTOPLACE_SIM_THREADS=1``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from types import SimpleNamespace
@@ -42,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--robust", action="store_true")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
+    os.environ.setdefault("AUTOPLACE_SIM_THREADS", "1")
     cluster = get_cluster(args.cluster)
     rows = []
     for name in args.graphs.split(","):
@@ -64,16 +69,46 @@ def main(argv: list[str] | None = None) -> int:
         r = rows[-1]
         print(f"{name}: {ev} evaluations, {t_full:.1f} s -> {t_inc:.1f} s ({r['speedup']:.2f}x), same: {same}",
               file=sys.stderr, flush=True)
+    depths = by_depth(cluster)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cluster": args.cluster, "budget": args.budget, "robust": args.robust, "rows": rows}, f,
-                      indent=2)
+            json.dump({"cluster": args.cluster, "budget": args.budget, "robust": args.robust, "rows": rows,
+                       "by_depth": depths}, f, indent=2)
     print_table(["graph", "ops", "evaluations", "from the start: evals/s", "incremental: evals/s", "speed-up",
                  "same result"],
                 [[r["graph"], f"{r['ops']:,}", r["evaluations"], f"{r['evals_per_s_from_start']:.0f}",
                   f"{r['evals_per_s_incremental']:.0f}", f"{r['speedup']:.2f}x", "yes" if r["same_result"] else "NO"]
                  for r in rows])
+    print()
+    print_table(["op moved at", "from the start", "incremental", "speed-up"],
+                [[f"{d['depth']:.1%} of the order", f"{d['from_start_ms']:.2f} ms", f"{d['incremental_ms']:.2f} ms",
+                  f"{d['from_start_ms'] / d['incremental_ms']:.1f}x"] for d in depths])
     return 0 if all(r["same_result"] for r in rows) else 1
+
+
+def by_depth(cluster, repeat: int = 16) -> list[dict]:
+    """One op of the 30k-op DAG (in blocks) moved at several depths of its topological order: milliseconds
+    per placement from the start and incrementally (``repeat`` placements each)."""
+    graph = build_graph("layered-dag")
+    sim = Simulator(graph, cluster)
+    D = cluster.n_devices
+    layer = np.array([op.meta["layer"] for op in graph.ops])
+    base = np.minimum(layer * D // (layer.max() + 1), D - 1).astype(np.int64)
+    inc = sim.incremental(base)
+    out = []
+    for depth in (0.999, 0.9, 0.75, 0.5, 0.25, 0.0):
+        op = graph.topological_order[int(depth * (graph.n_ops - 1))]
+        row = base.copy()
+        row[op] = (base[op] + 1) % D
+        batch = np.stack([row] * repeat)
+        t = time.perf_counter()
+        inc.run_batch(batch)
+        t_inc = (time.perf_counter() - t) / repeat
+        t = time.perf_counter()
+        sim.run_batch(batch)
+        t_full = (time.perf_counter() - t) / repeat
+        out.append({"depth": depth, "op": int(op), "from_start_ms": t_full * 1e3, "incremental_ms": t_inc * 1e3})
+    return out
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ every candidate's steps per scenario.
 
     .venv/bin/python benchmarks/pick_rules.py rnnlm-2@k80x2 rnnlm-2@k80x4 nmt-2@k80x2 nmt-2@k80x4 \\
         inception-v3@k80x2 inception-v3@k80x4 --budget 1 --json docs/results/pick_rules/table2.json
+
+A setting ``MODEL*M@CLUSTER`` captures the step with ``M`` micro-batches (``auto`` then weighs its pipeline).
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ def rules(names: list[str], steps: np.ndarray) -> dict[str, int]:
 
 def run(setting: str, budget: float, seed: int) -> dict:
     model, _, cluster_name = setting.partition("@")
-    graph, cluster = build_graph(model), get_cluster(cluster_name)
+    model, _, micro = model.partition("*")      # MODEL*M: the step captured with M micro-batches
+    graph = build_graph(model, micro_batches=int(micro)) if micro else build_graph(model)
+    cluster = get_cluster(cluster_name)
     p = place(graph, cluster, "auto", seed=seed, budget=budget)
     names, steps = list(p.meta["weighed"]), np.array(p.meta["weighed_steps_s"])
     worst = worst_cases(names, steps)

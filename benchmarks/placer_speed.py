@@ -1,6 +1,7 @@
 """Placement time of every scalable placer on >= 30,000-op graphs, and whether the searches converge.
 
     .venv/bin/python benchmarks/placer_speed.py [--methods m-etf,m-sct,...] [--graphs layered-dag,gnmt-8]
+        [--cluster k80x4] [--ops 30000]
 
 Search placers (``local-search``, ``auto``) run with budget 60; the note says where a search started,
 how its levels ended (groups, passes, converged) and why it stopped.
@@ -37,6 +38,7 @@ def main(argv=None) -> int:
                     default="m-etf,m-sct,m-topo,tf-greedy,heft,metis,scotch,mincut,expert,dp-split,local-search,auto")
     ap.add_argument("--graphs", default="layered-dag,gnmt-8")
     ap.add_argument("--cluster", default="k80x4")
+    ap.add_argument("--ops", type=int, help="the layered DAG's ops (default 30,000)")
     args = ap.parse_args(argv)
     from autoplace.cluster import get_cluster
     from autoplace.errors import InfeasibleError
@@ -47,7 +49,7 @@ def main(argv=None) -> int:
     cluster = get_cluster(args.cluster)
     out = TableOut(["graph", "ops", "method", "placement time", "simulated step", "OOM", "note"], "lrlrrll")
     for name in args.graphs.split(","):
-        g = build_graph(name)
+        g = build_graph(name, ops=args.ops) if name == "layered-dag" and args.ops else build_graph(name)
         for m in args.methods.split(","):
             t0 = time.perf_counter()
             try:

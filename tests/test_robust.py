@@ -323,3 +323,21 @@ def test_compare_says_why_auto_trails_a_nominally_faster_row():
     unweighed = compare(g, two_gpus(), ["auto"], budget=0.01, placements={"split": Placement.from_array(
         g, two_gpus(), np.array([0, 0, 1, 0]), "split")})
     assert auto_choice(unweighed).note.endswith("(a placement auto did not weigh)")
+
+
+def test_each_scenario_works_in_a_forked_child(monkeypatch):
+    """The scenarios' thread pool is the parent's only: a child forked after it was made makes its own."""
+    import os
+    import signal
+    import time
+
+    from autoplace.robust import each_scenario
+
+    monkeypatch.setenv("AUTOPLACE_SIM_THREADS", "2")
+    assert each_scenario(lambda x: time.sleep(0.2) or x + 1, [1, 2]) == [2, 3]    # both threads started
+    pid = os.fork()
+    if pid == 0:    # the child: ends within 20 s either way
+        signal.alarm(20)
+        os._exit(0 if each_scenario(lambda x: 2 * x, [1, 2, 3]) == [2, 4, 6] else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -101,3 +101,32 @@ def test_incremental_takes_the_same_rows_as_run_batch():
     from autoplace.errors import PlacementError
     with pytest.raises(PlacementError, match="outside"):
         sim.incremental(base).run_batch(np.full((1, graph.n_ops), 99))
+
+
+def test_incremental_refuses_what_it_cannot_run():
+    """Fewer than two snapshots, a scheduled placement (recorded or reset to); a failed start leaves nothing
+    to free."""
+    import gc
+    import warnings
+
+    from autoplace.errors import PlacementError
+
+    graph = build_graph("layered-dag", ops=100, width=8)
+    cluster = get_cluster("k80x4")
+    sim = Simulator(graph, cluster)
+    base = np.arange(graph.n_ops) % cluster.n_devices
+    with pytest.raises(ValueError, match="snapshots must be an integer in \\[2, 1048576\\], got 1"):
+        sim.incremental(base, snapshots=1)
+    scheduled = Placement.from_array(graph, cluster, base, "rr", priorities=np.arange(graph.n_ops))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(PlacementError, match="without a schedule"):
+            sim.incremental(scheduled)
+        gc.collect()
+    inc = sim.incremental(base, snapshots=4)
+    with pytest.raises(PlacementError, match="without a schedule"):
+        inc.reset(scheduled)
+    inc.close()
+    inc.reset(base)                                      # after close: recorded again, as it was made
+    assert inc._snapshots == 4 and inc._handle is not None
+    assert_same(inc.run_batch(base), sim.run_batch(base[None, :]))

@@ -39,17 +39,19 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from autoplace.cluster import Cluster, LinkSpec, Segment
 from autoplace.graph import Graph
-from autoplace.sim import BatchResult, Simulator
+from autoplace.sim import BACKEND, BatchResult, Simulator
 
-__all__ = ["Scenario", "SCENARIOS", "scenario_cluster", "RobustSimulator", "StepRange", "step_ranges", "cross_edges",
-           "regret_scale"]
+__all__ = ["Scenario", "SCENARIOS", "scenario_cluster", "RobustSimulator", "RobustIncremental", "StepRange",
+           "step_ranges", "cross_edges", "regret_scale", "each_scenario"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,42 @@ def cross_edges(graph: Graph, devs: np.ndarray) -> np.ndarray:
     return (devs[:, src] != devs[:, dst]).sum(axis=1)
 
 
+def _threads() -> int:
+    """Scenarios simulated at once: ``AUTOPLACE_SIM_THREADS``, else one per core this process may use."""
+    env = os.environ.get("AUTOPLACE_SIM_THREADS", "")
+    if env.isascii() and env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None   # (threads, the pool)
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's pool has no threads here."""
+    global _POOL
+    _POOL = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def each_scenario(fn: Callable, items: Sequence) -> list:
+    """``[fn(x) for x in items]``, the calls in threads where there are cores for them: the C event loop
+    releases the GIL, so the scenarios of a robust simulation run side by side (the results do not depend on
+    it; the numba loop, which holds the GIL, runs them in turn)."""
+    global _POOL
+    threads = min(_threads(), len(items))
+    if threads < 2 or BACKEND != "c":
+        return [fn(x) for x in items]
+    if _POOL is None or _POOL[0] != threads:
+        if _POOL is not None:
+            _POOL[1].shutdown(wait=False)
+        _POOL = (threads, ThreadPoolExecutor(max_workers=threads, thread_name_prefix="autoplace-sim"))
+    return list(_POOL[1].map(fn, items))
+
+
 class RobustSimulator:
     """Simulates placements in every scenario of ``scenarios`` (one :class:`Simulator` each).
 
@@ -155,7 +193,7 @@ class RobustSimulator:
         """``([S, B], nominal)``: each placement's step in each scenario (under ``schedules``, priorities per op,
         if given), and the nominal scenario's :class:`BatchResult` (memory, out of memory)."""
         devs = np.ascontiguousarray(np.atleast_2d(devs), dtype=np.int64)
-        batches = [sim.run_batch(devs, schedules) for sim in self.sims]
+        batches = each_scenario(lambda sim: sim.run_batch(devs, schedules), self.sims)
         return np.stack([b.step_time for b in batches]), batches[0]
 
     def steps(self, devs: np.ndarray, schedules: np.ndarray | None = None) -> np.ndarray:
@@ -175,6 +213,12 @@ class RobustSimulator:
         minimises to be robust: :func:`autoplace.placers.local_search.refine` takes this as ``run_batch``)."""
         return self.judged(*self.simulate(devs, schedules))
 
+    @property
+    def incremental_exact(self) -> bool:
+        """Does :meth:`incremental` re-simulate from snapshots in every scenario
+        (:attr:`autoplace.sim.Simulator.incremental_exact`)?"""
+        return all(sim.incremental_exact for sim in self.sims)
+
     def incremental(self, placement: np.ndarray) -> RobustIncremental:
         """:meth:`run_batch` for placements near ``placement``, each scenario re-simulated from the first
         event the moves change (:class:`~autoplace.sim.Incremental`): the same results."""
@@ -187,15 +231,14 @@ class RobustIncremental:
 
     def __init__(self, robust: RobustSimulator, placement: np.ndarray):
         self.robust = robust
-        self.incs = [sim.incremental(placement) for sim in robust.sims]
+        self.incs = each_scenario(lambda sim: sim.incremental(placement), robust.sims)
 
     def reset(self, placement: np.ndarray) -> None:
-        for inc in self.incs:
-            inc.reset(placement)
+        each_scenario(lambda inc: inc.reset(placement), self.incs)
 
     def run_batch(self, devs: np.ndarray) -> BatchResult:
         devs = np.ascontiguousarray(np.atleast_2d(devs), dtype=np.int64)
-        batches = [inc.run_batch(devs) for inc in self.incs]
+        batches = each_scenario(lambda inc: inc.run_batch(devs), self.incs)
         return self.robust.judged(np.stack([b.step_time for b in batches]), batches[0])
 
     def close(self) -> None:

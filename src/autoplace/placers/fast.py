@@ -39,12 +39,13 @@ FAST_PLACERS = ("single-gpu", "single-cpu", "expert", "metis", "mincut", "scotch
                 "m-topo", "m-etf", "m-sct")
 
 #: the list schedulers among them: each builds a schedule op by op, trying every device (in Python, tens of
-#: microseconds per op and device; m-ETF and m-SCT 100 s and 70 s for 200k ops on 8 GPUs here)
+#: microseconds per op and device: docs/benchmarks.md, "Placing 200k and 1M ops")
 LIST_SCHEDULERS = ("tf-greedy", "heft", "m-topo", "m-etf", "m-sct")
 
-#: :func:`run_fast_placers` leaves the list schedulers out where ops x devices exceeds this (125k ops on 8
-#: devices: no graph of the papers' tables comes near); the partitioners, linear or near it, place any size
-LIST_MAX_OP_DEVICES = 1_000_000
+#: :func:`run_fast_placers` leaves the list schedulers out where ops x devices exceeds this (500k ops on 8
+#: devices): together they take about 12 minutes for 200k ops on 9 devices, and over an hour beyond this;
+#: the partitioners, linear or near it, place any size
+LIST_MAX_OP_DEVICES = 4_000_000
 
 
 @dataclass(frozen=True)

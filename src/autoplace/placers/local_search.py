@@ -165,7 +165,7 @@ def refine(graph: Graph, cluster: Cluster, placement: Placement, *, seed=None, b
     if env is None:
         sim = Simulator(graph, cluster) if simulator is None else simulator
         run_batch = sim.run_batch
-        near = getattr(sim, "incremental", None)
+        near = sim.incremental if getattr(sim, "incremental_exact", False) else None
         max_evaluations = work.evaluations(budget, graph.n_ops, len(getattr(sim, "sims", (0,))))
         wall, wall_reason = 10.0 * budget + 30.0, "wall-clock cap"
     else:

@@ -414,7 +414,7 @@ class Simulator:
         return self._execute(devs, schedules)[0]
 
     def incremental(self, placement: Placement | np.ndarray | Sequence[int], *,
-                    snapshots: int = 32) -> Incremental:
+                    snapshots: int | None = None) -> Incremental:
         """:class:`Incremental`: placements near ``placement`` simulated from the first event their moves change."""
         return Incremental(self, placement, snapshots=snapshots)
 
@@ -432,29 +432,38 @@ class Simulator:
         return self.graph.longest_path(fastest_op_times(self.graph, self.cluster, self.op_times))
 
 
+#: an incremental recording's snapshots take about this many bytes at most, beside the transfers in flight
+#: (32 snapshots for graphs of up to about 100k ops, 4 for a 1M-op DAG)
+SNAPSHOT_BYTES = 2**26
+
+
 class Incremental:
     """Placements near one recorded placement, each simulated from the first event its moves can change
     (FlexFlow's delta simulation, exact): ``Incremental(sim, placement).run_batch(placements)`` gives what
     ``sim.run_batch(placements)`` gives, bit for bit.
 
-    The recorded run keeps up to ``snapshots`` snapshots of its state between events (evenly spread) and,
+    The recorded run keeps up to ``snapshots`` snapshots of its state between events (evenly spread; by
+    default 32, fewer where they would take over :data:`SNAPSHOT_BYTES`; at least 2) and,
     per op, the first event that reads its device (a delivery from one of its producers). A placement that
     moves a set of ops restores the latest snapshot before the first of those events, moves the ops (their
     parameters, resident from the start, shift each device's memory so far by a constant) and runs the loop
     on: the events before are the recorded run's. A move late in the step re-simulates little of it; one of
     an op that reads nothing (a parameter, an input) runs from the start. Memory: per snapshot about 4 bytes
-    per op and per tensor, plus the transfers in flight.
+    per op, tensor and transfer issued so far, plus the transfers in flight; beside them a work space and
+    copies of what a run writes once (tens of bytes per op and edge).
 
     Where :attr:`Simulator.incremental_exact` is false (the numba loop; collectives, exchange charges or host
     contention), every placement runs from the start. No schedules: placements are arrays of device
     indices. ``result`` is the recorded placement's :class:`BatchResult`."""
 
-    def __init__(self, sim: Simulator, placement: Placement | np.ndarray | Sequence[int], *, snapshots: int = 32):
-        if isinstance(placement, Placement) and placement.schedule is not None:
-            raise PlacementError("incremental simulation runs placements without a schedule")
-        self.sim = sim
-        self.placement = np.ascontiguousarray(sim.as_array(placement), dtype=np.int64)
+    def __init__(self, sim: Simulator, placement: Placement | np.ndarray | Sequence[int], *,
+                 snapshots: int | None = None):
         self._handle = None
+        if snapshots is not None and (isinstance(snapshots, bool) or not isinstance(snapshots, (int, np.integer))
+                                      or not 2 <= snapshots <= 1 << 20):
+            raise ValueError(f"snapshots must be an integer in [2, 1048576], got {snapshots!r}")
+        self.sim, self._snapshots = sim, snapshots
+        self.placement = self._placement(placement)
         if not sim.incremental_exact:
             self.result = sim.run_batch(self.placement[None, :])
             return
@@ -462,19 +471,26 @@ class Incremental:
         n, D, P, S = g.n_ops, c.n_devices, g.n_edges, len(c.segments)
         H = len(c.launcher_names)
         out = _outputs(1, n, D, P, S)
+        if snapshots is None:   # about 4 bytes per op, tensor and transfer each: at most SNAPSHOT_BYTES in all
+            snapshots = max(2, min(32, SNAPSHOT_BYTES // (4 * (n + g.n_tensors + P))))
         self._handle = _cbackend.record(int(snapshots), n, g.n_tensors, P, D, S, H, (
             self.placement[None, :], np.full((1, n), -1, np.int64), sim.op_times, *sim._graph_args,
             *sim._cluster_args, *out.timeline_arrays, *out.row_arrays))
         sim._check_done(out.done, n, self.placement[None, :], np.full((1, n), -1, np.int64), None)
         self.result = out.batch(c)
 
+    def _placement(self, placement: Placement | np.ndarray | Sequence[int]) -> np.ndarray:
+        if isinstance(placement, Placement) and placement.schedule is not None:
+            raise PlacementError("incremental simulation runs placements without a schedule")
+        return np.ascontiguousarray(self.sim.as_array(placement), dtype=np.int64)
+
     def reset(self, placement: Placement | np.ndarray | Sequence[int]) -> None:
         """Record ``placement`` instead (the memory of the last recording reused)."""
         if self._handle is None:
-            self.__init__(self.sim, placement)
+            self.__init__(self.sim, placement, snapshots=self._snapshots)
             return
         sim = self.sim
-        self.placement = np.ascontiguousarray(sim.as_array(placement), dtype=np.int64)
+        self.placement = self._placement(placement)
         out = _outputs(1, sim.graph.n_ops, sim.cluster.n_devices, 0, len(sim.cluster.segments), timeline=False)
         _cbackend.rerecord(self._handle, self.placement, out.loop_rows)
         sim._check_done(out.done, sim.graph.n_ops, self.placement[None, :], np.full((1, sim.graph.n_ops), -1), None)
@@ -503,7 +519,8 @@ class Incremental:
             self._handle = None
 
     def __del__(self):
-        self.close()
+        if getattr(self, "_handle", None) is not None:
+            self.close()
 
     def __enter__(self) -> Incremental:
         return self
