@@ -15,8 +15,9 @@ from autoplace.validation import check_budget
 __all__ = ["OPS_PER_SECOND", "DEFAULT_BUDGET_S", "nominal_budget", "simulation_seconds", "evaluations",
            "rl_samples", "hdp_samples", "gdp_samples", "htf_mpr_evaluations"]
 
-#: nominal simulator speed in simulated ops per second (batched local search ran 10–18 M ops/s here,
-#: ``benchmarks/simulator.py``)
+#: nominal simulator speed in simulated ops per second (batched local search ran 10–18 M ops/s here before
+#: the loop modelled launches and shared segments; it now runs 2.4–7.4 M on the 30k-op DAG, so a budget
+#: takes 1.4–4 times its seconds of wall time: ``benchmarks/simulator.py``, docs/benchmarks.md)
 OPS_PER_SECOND = 1e7
 
 #: a placer's budget when none is given, in seconds of nominal work

@@ -447,7 +447,8 @@ class Incremental:
     per op, the first event that reads its device (a delivery from one of its producers). A placement that
     moves a set of ops restores the latest snapshot before the first of those events, moves the ops (their
     parameters, resident from the start, shift each device's memory so far by a constant) and runs the loop
-    on: the events before are the recorded run's. A move late in the step re-simulates little of it; one of
+    on: the events before are the recorded run's (a placement whose snapshot would spare less than a quarter
+    of the recorded run's events runs from the start). A move late in the step re-simulates little of it; one of
     an op that reads nothing (a parameter, an input) runs from the start. Memory: per snapshot about 4 bytes
     per op, tensor and transfer issued so far, plus the transfers in flight; beside them a work space and
     copies of what a run writes once (tens of bytes per op and edge).

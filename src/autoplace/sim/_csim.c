@@ -239,7 +239,7 @@ typedef struct {
 } Run;
 
 struct Rec;
-static void snap_take(const Problem *p, Work *w, const Run *r, const Out *o, struct Rec *rec);
+static void snap_take(const Problem *p, Work *w, const Run *r, Out *o, struct Rec *rec);
 
 static int work_alloc(Work *w, const Problem *p) {
     i64 n = p->n, T = p->T, P = p->P, D = p->D, S = p->S, H = p->H, G = p->G;
@@ -1052,10 +1052,32 @@ static i64 first_in_flight(const Problem *p, const Work *w, const Run *r) {
     return xlo;
 }
 
+/* The small state between snapshot sn (its run, nev and block set) and the run: into the snapshot (save),
+ * or back into the run. */
+static void snap_copy(const Problem *p, Snap *sn, Work *w, Out *o, int save) {
+    const i64 D = p->D, S = p->S, H = p->H, G = p->G, NQ = 2 * D + D * D;
+#define COPY(snap, run, bytes) (save ? memcpy((snap), (run), (bytes)) : memcpy((run), (snap), (bytes)))
+    COPY(sn->ev, w->ev, sizeof(Ent) * sn->nev);
+    COPY(sn->dev, w->dev, sizeof(Dev) * D);
+    COPY(sn->lau, w->lau, sizeof(Launcher) * (H + 1));
+    COPY(sn->quse, w->quse, sizeof(i64) * NQ);
+    COPY(sn->qh, w->qh, sizeof(i64) * NQ);
+    COPY(sn->qt, w->qt, sizeof(i64) * NQ);
+    COPY(sn->nseg, w->nseg, sizeof(i64) * (S + 1));
+    COPY(sn->gseen, w->gseen, sizeof(i64) * (G * D + 1));
+    COPY(sn->act, w->act, sizeof(i64) * sn->run.nact);
+    COPY(sn->sbusy, w->sbusy, sizeof(double) * (S + 1));
+    COPY(sn->share, w->share, sizeof(double) * (S + 1));
+    COPY(sn->link_bytes, o->link_bytes, sizeof(i64) * D * D);
+    COPY(sn->link_time, o->link_time, sizeof(double) * D * D);
+    COPY(sn->seg_time, o->seg_time, sizeof(double) * S);
+#undef COPY
+}
+
 /* Between two events of a recorded run: keep a snapshot when one is due (every rec->stride events; when
  * rec->cap are kept, every other one is dropped and the stride doubles). A snapshot that cannot be
  * allocated is skipped (rows restore an earlier one). */
-static void snap_take(const Problem *p, Work *w, const Run *r, const Out *o, Rec *rec) {
+static void snap_take(const Problem *p, Work *w, const Run *r, Out *o, Rec *rec) {
     if (r->iter < rec->next) return;
     if (rec->n == rec->cap) {
         i64 k = 0;
@@ -1113,20 +1135,7 @@ static void snap_take(const Problem *p, Work *w, const Run *r, const Out *o, Rec
     sn->cnt = qp; qp += n;
     sn->ref = qp; qp += T + r->nx;
     sn->lfifod = qp;
-    memcpy(sn->ev, r->ev.ev, sizeof(Ent) * nev);
-    memcpy(sn->dev, w->dev, sizeof(Dev) * D);
-    memcpy(sn->lau, w->lau, sizeof(Launcher) * (H + 1));
-    memcpy(sn->quse, w->quse, sizeof(i64) * NQ);
-    memcpy(sn->qh, w->qh, sizeof(i64) * NQ);
-    memcpy(sn->qt, w->qt, sizeof(i64) * NQ);
-    memcpy(sn->nseg, w->nseg, sizeof(i64) * (S + 1));
-    memcpy(sn->gseen, w->gseen, sizeof(i64) * (G * D + 1));
-    memcpy(sn->act, w->act, sizeof(i64) * r->nact);
-    memcpy(sn->link_bytes, o->link_bytes, sizeof(i64) * D * D);
-    memcpy(sn->sbusy, w->sbusy, sizeof(double) * (S + 1));
-    memcpy(sn->share, w->share, sizeof(double) * (S + 1));
-    memcpy(sn->link_time, o->link_time, sizeof(double) * D * D);
-    memcpy(sn->seg_time, o->seg_time, sizeof(double) * S);
+    snap_copy(p, sn, w, o, 1);
     for (i64 i = 0; i < n; i++) sn->cnt[i] = w->op[i].cnt;
     for (i64 k = 0; k < T + r->nx; k++) sn->ref[k] = (i32)w->buf[k].ref;
     for (i64 d = 0, f = 0; d < D; d++)
@@ -1160,7 +1169,7 @@ typedef struct {
     i64 valid;
     /* the recorded run's results */
     double step, *busy, *host, *link_time, *seg_time;
-    i64 *peak, *link_bytes, nx, finished;
+    i64 *peak, *link_bytes, nx, finished, events;
     void *block;
 } Inc;
 
@@ -1192,23 +1201,10 @@ static void restore_pristine(Inc *h) {
 static void restore(Inc *h, const Snap *sn, const i64 *dev, i64 nd, Run *r, Out *o) {
     const Problem *p = &h->p;
     Work *w = &h->w;
-    const i64 n = p->n, T = p->T, D = p->D, S = p->S, H = p->H, G = p->G, NQ = 2 * D + D * D;
+    const i64 n = p->n, T = p->T, D = p->D, H = p->H;
     *r = sn->run;
     r->ev.ev = w->ev;
-    memcpy(w->ev, sn->ev, sizeof(Ent) * sn->nev);
-    memcpy(w->dev, sn->dev, sizeof(Dev) * D);
-    memcpy(w->lau, sn->lau, sizeof(Launcher) * (H + 1));
-    memcpy(w->quse, sn->quse, sizeof(i64) * NQ);
-    memcpy(w->qh, sn->qh, sizeof(i64) * NQ);
-    memcpy(w->qt, sn->qt, sizeof(i64) * NQ);
-    memcpy(w->nseg, sn->nseg, sizeof(i64) * (S + 1));
-    memcpy(w->gseen, sn->gseen, sizeof(i64) * (G * D + 1));
-    memcpy(w->act, sn->act, sizeof(i64) * sn->run.nact);
-    memcpy(w->sbusy, sn->sbusy, sizeof(double) * (S + 1));
-    memcpy(w->share, sn->share, sizeof(double) * (S + 1));
-    memcpy(o->link_bytes, sn->link_bytes, sizeof(i64) * D * D);
-    memcpy(o->link_time, sn->link_time, sizeof(double) * D * D);
-    memcpy(o->seg_time, sn->seg_time, sizeof(double) * S);
+    snap_copy(p, (Snap *)sn, w, o, 0);
     for (i64 i = 0; i < n; i++) w->op[i].cnt = sn->cnt[i];
     for (i64 k = 0; k < T + sn->run.nx; k++) w->buf[k].ref = sn->ref[k];
     for (i64 x = sn->xlo, k = 0; x < sn->run.nx; x++, k++) {
@@ -1279,6 +1275,7 @@ static void inc_record(Inc *h, const i64 *devs) {
     run_init(p, w, &run, h->base, h->spos);
     run_loop(p, w, &run, &o, 1, &h->rec);
     h->step = run_outputs(p, w, &run, &o, &h->nx, &h->finished);
+    h->events = run.iter;
     /* each op's first touch: the earliest delivery of one of its producers (0 for a source: the start) */
     for (i64 c = 0; c < n; c++) {
         i64 tmin = p->in_ptr[c] == p->in_ptr[c + 1] ? 0 : INT64_MAX;
@@ -1426,11 +1423,12 @@ static i64 moves(const Inc *h, const i64 *dev, i64 *tmin) {
     return nd;
 }
 
-/* The latest snapshot before event count tmin (-1: none, a run from the start). */
+/* The latest snapshot before event count tmin; -1 (a run from the start) where there is none or it would
+ * spare less than a quarter of the recorded run's events (restoring it would cost more than it saves). */
 static i64 snapshot_before(const Inc *h, i64 tmin) {
     i64 k = h->rec.n - 1;
     while (k >= 0 && h->rec.snaps[k].iter >= tmin) k--;
-    return k;
+    return k >= 0 && 4 * h->rec.snaps[k].iter >= h->events ? k : -1;
 }
 
 /* Simulate B placements (rows of devs[B, n]) against the recorded one, exactly as ap_simulate would (no
