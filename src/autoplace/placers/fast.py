@@ -43,7 +43,7 @@ FAST_PLACERS = ("single-gpu", "single-cpu", "expert", "metis", "mincut", "scotch
 LIST_SCHEDULERS = ("tf-greedy", "heft", "m-topo", "m-etf", "m-sct")
 
 #: :func:`run_fast_placers` leaves the list schedulers out where ops x devices exceeds this (500k ops on 8
-#: devices): together they take about 12 minutes for 200k ops on 9 devices, and over an hour beyond this;
+#: devices): together they take 7½ minutes for 200k ops on 9 devices, and over an hour beyond this;
 #: the partitioners, linear or near it, place any size
 LIST_MAX_OP_DEVICES = 4_000_000
 
