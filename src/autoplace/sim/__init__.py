@@ -360,28 +360,19 @@ class Simulator:
         B, n = devs.shape
         D, P, S = self.cluster.n_devices, graph.n_edges, len(self.cluster.segments)
         H = len(self.cluster.launcher_names)
-        start, finish, lstart = np.empty(n), np.empty(n), np.empty(n)
-        step, nx, done = np.zeros(B), np.zeros(B, np.int64), np.zeros(B, np.int64)
-        busy, host, peak = np.zeros((B, D)), np.zeros((B, D)), np.zeros((B, D), np.int64)
-        link_time, link_bytes = np.zeros((B, D, D)), np.zeros((B, D, D), np.int64)
-        seg_time = np.zeros((B, S))
-        xf_t, xf_s, xf_d = np.empty(P, np.int64), np.empty(P, np.int64), np.empty(P, np.int64)
-        xf_a, xf_b, xf_c = np.empty(P), np.empty(P), np.empty(P)
+        out = _outputs(B, n, D, P, S)
         if _cbackend.BACKEND == "c":
             _cbackend.simulate(B, n, graph.n_tensors, P, D, S, H, (
-                devs, spos, op_times, *graph_args, *self._cluster_args, start, finish, lstart, step, busy, host,
-                peak, link_time, link_bytes, seg_time, nx, xf_t, xf_s, xf_d, xf_a, xf_b, xf_c, done))
+                devs, spos, op_times, *graph_args, *self._cluster_args, *out.timeline_arrays, *out.row_arrays))
         else:
             for b in range(B):
-                step[b], nx[b], done[b] = _kernel.simulate_one(
-                    devs[b], spos[b], op_times, *graph_args, *self._cluster_args, H, start, finish, lstart,
-                    busy[b], host[b], peak[b], link_time[b], link_bytes[b], seg_time[b], xf_t, xf_s, xf_d, xf_a, xf_b,
-                    xf_c)
-        k = int(nx[-1]) if B else 0
-        timeline = Timeline(start, finish, devs[-1] if B else devs, xf_t[:k], xf_s[:k], xf_d[:k], xf_a[:k], xf_b[:k],
-                            xf_c[:k], lstart)
-        return BatchResult(step, busy, peak, self.cluster.memory_bytes.copy(), link_time, link_bytes, nx,
-                           seg_time, host), timeline, done
+                out.step[b], out.nx[b], out.done[b] = _kernel.simulate_one(
+                    devs[b], spos[b], op_times, *graph_args, *self._cluster_args, H, *out.timeline_arrays,
+                    out.busy[b], out.host[b], out.peak[b], out.link_time[b], out.link_bytes[b], out.seg_time[b],
+                    *out.xf)
+        k = int(out.nx[-1]) if B else 0
+        timeline = Timeline(out.start, out.finish, devs[-1] if B else devs, *(a[:k] for a in out.xf), out.lstart)
+        return out.batch(self.cluster), timeline, out.done
 
     def run(self, placement: Placement | np.ndarray | Sequence[int], *, trace: bool = False,
             schedule: np.ndarray | Sequence[int] | None = None) -> SimResult:
@@ -477,8 +468,7 @@ class Incremental:
         self._handle = _cbackend.record(int(snapshots), n, g.n_tensors, P, D, S, H, (
             self.placement[None, :], np.full((1, n), -1, np.int64), sim.op_times, *sim._graph_args,
             *sim._cluster_args, *out.timeline_arrays, *out.row_arrays))
-        sim._check_done(out.done, n, self.placement[None, :], np.full((1, n), -1, np.int64), None)
-        self.result = out.batch(c)
+        self.result = self._result(out, self.placement[None, :])
 
     def _placement(self, placement: Placement | np.ndarray | Sequence[int]) -> np.ndarray:
         if isinstance(placement, Placement) and placement.schedule is not None:
@@ -494,8 +484,7 @@ class Incremental:
         self.placement = self._placement(placement)
         out = _outputs(1, sim.graph.n_ops, sim.cluster.n_devices, 0, len(sim.cluster.segments), timeline=False)
         _cbackend.rerecord(self._handle, self.placement, out.loop_rows)
-        sim._check_done(out.done, sim.graph.n_ops, self.placement[None, :], np.full((1, sim.graph.n_ops), -1), None)
-        self.result = out.batch(sim.cluster)
+        self.result = self._result(out, self.placement[None, :])
 
     def run_batch(self, placements: np.ndarray | Sequence[int]) -> BatchResult:
         """Simulate ``[B, n_ops]`` device indices: exactly ``Simulator.run_batch``'s result."""
@@ -510,8 +499,12 @@ class Incremental:
         D, S = sim.cluster.n_devices, len(sim.cluster.segments)
         out = _outputs(B, n, D, 0, S, timeline=False)
         _cbackend.run_recorded(self._handle, devs, out.loop_rows)
-        sim._check_done(out.done, n, devs, np.full(devs.shape, -1, np.int64), None)
-        return out.batch(sim.cluster)
+        return self._result(out, devs)
+
+    def _result(self, out: _outputs, devs: np.ndarray) -> BatchResult:
+        """The rows' :class:`BatchResult`, once every row has run every op."""
+        self.sim._check_done(out.done, devs.shape[1], devs, np.full(devs.shape, -1, np.int64), None)
+        return out.batch(self.sim.cluster)
 
     def close(self) -> None:
         """Free the recorded run (also done when the object is collected)."""

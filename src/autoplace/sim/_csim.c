@@ -361,10 +361,6 @@ static inline void next_turn(const Problem *p, Work *w, Run *r, i64 d) {
     }
 }
 
-static inline i64 buffer_bytes(const Problem *p, const Out *o, i64 b) {
-    return b < p->T ? p->tensor_alloc[b] : p->tensor_bytes[o->xf_tensor[b - p->T]];
-}
-
 /* Start transfers from the head of copy queue q while it has a free engine (0: no limit). */
 static void serve(const Problem *p, Work *w, Run *r, Out *o, i64 q) {
     const i64 D = p->D;
