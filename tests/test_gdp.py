@@ -329,18 +329,18 @@ def test_too_many_devices_for_the_policy_is_one_clear_error():
 
 
 # ----------------------------------------------------------------------------------------------- HDP
-def test_hdp_samples_valid_groupings_and_placements_and_learns():
+def test_hdp_samples_valid_groupings_and_placements_reproducibly():
+    """(Learning against its frozen self: tests/test_hdp.py.)"""
     g, c = toy()
-    search = HDPSearch(g, c, HDPConfig(groups=8, hidden=32), seed=0)
-    node_dev, runs, logp = search._sample(5)
-    assert node_dev.shape == (5, search.features.n_nodes) and runs.all() and logp.shape == (5,)
-    assert logp.requires_grad
-    r = hdp_search(g, c, budget=SearchBudget(samples=400), seed=0, config=HDPConfig(groups=8, hidden=32))
-    first = r.curve.points[0].mean_step_s
-    late = np.mean([p.mean_step_s for p in r.curve.points[-5:]])
-    assert r.placement.meta["best_step_s"] < first and late < first
-    again = hdp_search(g, c, budget=SearchBudget(samples=400), seed=0, config=HDPConfig(groups=8, hidden=32))
+    for cfg in (HDPConfig(groups=8, hidden=32), HDPConfig(paper=True)):
+        search = HDPSearch(g, c, cfg, seed=0)
+        node_dev, runs, logp = search._sample(5)
+        assert node_dev.shape == (5, search.features.n_nodes) and runs.all() and logp.shape == (5,)
+        assert logp.requires_grad
+    r = hdp_search(g, c, budget=SearchBudget(samples=64), seed=0, config=HDPConfig(groups=8, hidden=32))
+    again = hdp_search(g, c, budget=SearchBudget(samples=64), seed=0, config=HDPConfig(groups=8, hidden=32))
     assert (again.placement.to_array(g, c) == r.placement.to_array(g, c)).all()
+    assert r.placement.meta["best_step_s"] == min(p.best_step_s for p in r.curve.points)
 
 
 def test_hdp_keeps_colocated_ops_together_and_resumes(tmp_path):
@@ -468,31 +468,6 @@ def test_ppo_clips_the_ratio_in_later_epochs_as_schulman_et_al():
     expected = -sum(ai * ri * (np.eye(len(pis[1]))[k] - pis[1]) for ai, ri, k, on in zip(a, ratio, d, active)
                     if on) / len(d)
     assert np.allclose(grads[1].numpy(), expected, rtol=1e-4, atol=1e-7)
-
-
-def test_hdp_paper_mode_trains_the_grouper_on_the_joint_placements_reward_computed_by_hand():
-    """One node, two groups, two devices: the grouper's output bias gets (1/K) sum_i (R_i - B)(e_{g_i} -
-    pi_g), R_i = sqrt(step) of the joint sample i (its group and the device the placer gave that group),
-    B the failing signal; then B moves to 0.9 B + 0.1 mean(R)."""
-    from autoplace.cluster import Cluster, Device, LinkSpec
-
-    g = Graph([Op("op0", "mm", output_bytes=(8,), flops=1e9, param_bytes=100)], name="one")
-    c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e11, 1e11)],
-                default_link=LinkSpec(1e9, 1e-6))
-    search = HDPSearch(g, c, HDPConfig(paper=True, groups=2, hidden=16, samples_per_update=8), seed=0)
-    assert search.config.grad_clip is None
-    seen, grads = spy_on_updates(search, search.optimizer, search.grouper.net[-1].bias)
-    with torch.no_grad():
-        pi_g = torch.softmax(search.grouper(search.features), dim=1)
-    replay = torch.Generator().set_state(search.generator.get_state())
-    assign = torch.multinomial(pi_g.cpu(), 8, replacement=True, generator=replay).T[:, 0].numpy()
-    b0 = search.baseline
-    search.update()
-    r = np.sqrt([simulate(g, c, np.array([k])).step_time for k in seen[0][:, 0]])
-    expected = sum((ri - b0) * (np.eye(2)[gi] - pi_g[0].numpy()) for ri, gi in zip(r, assign)) / 8
-    assert np.allclose(grads[0].numpy(), expected, rtol=1e-4, atol=1e-7)
-    assert search.baseline == pytest.approx(0.9 * b0 + 0.1 * r.mean())
-    assert len(set(assign.tolist())) == 2
 
 
 def test_deciding_per_unit_gdp_places_each_structural_unit_whole_and_paper_mode_places_every_node():

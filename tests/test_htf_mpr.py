@@ -343,7 +343,8 @@ def test_mutation_draws_the_configured_number_of_nodes_per_child():
     kids = np.zeros((4000, 50), dtype=np.int64)
     out = mutate(kids, 2.0, 4, rng)
     assert abs((out != kids).sum(1).mean() - 2.0 * 3 / 4) < 0.1 and set(np.unique(out).tolist()) == {0, 1, 2, 3}
-    assert (mutate(kids, 0.0, 4, rng) == kids).all()
+    state = rng.bit_generator.state
+    assert mutate(kids, 0.0, 4, rng) is kids and rng.bit_generator.state == state      # no draw at rate 0
 
 
 def test_the_predictor_is_refitted_on_every_mapping_run_so_far_after_each_generation(monkeypatch):
@@ -466,6 +467,12 @@ def test_paper_mode_fits_the_predictor_once_breeds_on_predictions_and_runs_one_s
     g, c = build_graph("mnist-softmax"), get_cluster("gtx1050tix2")
     config = HTFMPRConfig(paper=True, random_homogeneous=5, top_x=4, screen_generations=6)
     assert not config.feedback and config.model == "gbr" and config.groups == 0
+    assert config.mutation == 0.0                                    # §III-G breeds by crossover alone
+    from autoplace.placers import htf_mpr
+
+    mutated, real_mutate = [], htf_mpr.mutate
+    monkeypatch.setattr(htf_mpr, "mutate", lambda kids, rate, d, rng: (
+        mutated.append(real_mutate(kids, rate, d, rng) is kids), real_mutate(kids, rate, d, rng))[1])
     search = HTFMPRSearch(g, c, config, seed=0)
     search.update()                                                  # the initial mappings
     initial = len(search.X)
@@ -488,6 +495,7 @@ def test_paper_mode_fits_the_predictor_once_breeds_on_predictions_and_runs_one_s
     best = kids[np.argsort(-scores, kind="stable")[:4]]
     assert len(search.X) == initial + 4 and {r.tobytes() for r in runs[0]} == {r.tobytes() for r in best}
     assert search.converged                                          # the search ends after its batch
+    assert mutated and all(mutated)                                  # every child left as the crossover made it
     # each generation breeds from the initial mappings and every child so far, children at their prediction
     sizes_bred = [n for n, _ in pools]
     assert sizes_bred == [initial + sum(len(k) for k in predicted[:i]) for i in range(6)]

@@ -60,7 +60,7 @@ GDP_FIGURE2_CLAIMS = {
     "zero-shot": "marginally behind fine-tune, slightly ahead of the human expert and HDP",
 }
 
-#: HTF-MPR (Alhassan et al.): speedup of its best mapping over the default one (every op on the first GPU).
+#: HTF-MPR (Albaqsami et al.): speedup of its best mapping over the default one (every op on the first GPU).
 HTF_SPEEDUP = {"alexnet": 1.18, "vgg16": 1.13, "mnist-softmax": 3.33}
 
 #: HTF-MPR, Figure 8 (a chart without printed numbers): what its text says of it.

@@ -110,18 +110,18 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
               jobs=b.holdout_jobs, build=b.build_holdout,
               about="Leave-one-out: a policy pre-trained on the other graphs places the held-out one zero-shot, "
                     "then fine-tuned; against an untrained policy and GDP from scratch with the same updates."),
-    TableSpec("htf-mpr", "HTF-MPR (Alhassan et al.): speedup over the default mapping", full=_HTF,
+    TableSpec("htf-mpr", "HTF-MPR (Albaqsami et al.): speedup over the default mapping", full=_HTF,
               quick=_HTF,
               jobs=b.placer_jobs, build=b.build_placer_table,
               methods=("single-gpu", "htf-mpr", "auto"), baseline="single-gpu", paper=_htf_paper,
               paper_unit="x default",
               about="The default mapping is every op on the first GPU (`single-gpu`); the paper prints speedups, "
                     "not steps: its steps are shown relative to the default."),
-    TableSpec("htf-mpr-predictor", "HTF-MPR (Alhassan et al.), Figure 8: the fitness predictors", full=_HTF,
+    TableSpec("htf-mpr-predictor", "HTF-MPR (Albaqsami et al.), Figure 8: the fitness predictors", full=_HTF,
               quick=(_s("alexnet", "gtx1050tix2"), _s("mnist-softmax", "gtx1050tix2")),
               jobs=b.predictor_jobs, build=b.build_predictor,
               about="Every predictor ranked on the mappings one HTF-MPR search evaluated."),
-    TableSpec("htf-mpr-enumerate", "HTF-MPR (Alhassan et al.): every mapping of a small graph",
+    TableSpec("htf-mpr-enumerate", "HTF-MPR (Albaqsami et al.): every mapping of a small graph",
               full=(_s("mnist-softmax", "gtx1050tix2"),), quick=(_s("mnist-softmax", "gtx1050tix2"),),
               jobs=b.enumerate_jobs, build=b.build_enumerate,
               about="Every mapping of the graph's HTF-MPR nodes (its co-location groups) to the devices, simulated: "

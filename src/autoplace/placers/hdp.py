@@ -22,6 +22,12 @@ Adapted: the number of groups (:attr:`HDPConfig.groups`, 64 here: the decoder's 
 embedding's exact layout are ours; the 2018 paper is not among this project's references, and these
 follow its description.
 
+``paper=True`` is HDP as its authors released it (TensorFlow's ``grappler/hierarchical_controller.py`` and
+``graph_placer.py``): their networks and embeddings (:mod:`autoplace.policies.hierarchical`), Adam at 0.1
+decayed ×0.95 every 50 updates after 400, global-norm clip 1, logit noise for 750 updates, one placement
+per update, a failing run of 100 s, only successful placements training after 1,000 updates and the
+placer's draw kept after 500 (:attr:`HDPConfig.PAPER`; docs/algorithms.md tabulates each point).
+
 ``budget`` (seconds, through :func:`~autoplace.placers.place`) counts work like the RL placer's.
 """
 
@@ -44,7 +50,7 @@ from autoplace.placers.registry import register_placer
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import identity, load_policy_search, open_checkpoint, policy_search_state
-from autoplace.search.config import Interval, SearchConfig, TorchDevice, check_network_size
+from autoplace.search.config import Interval, Options, SearchConfig, TorchDevice, check_network_size
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
 from autoplace.search.evaluation import Evaluator, check_params_fit, confirm_best, default_failing_step
@@ -53,7 +59,7 @@ from autoplace.validation import seed_int
 
 __all__ = ["HDPConfig", "HDPSearch", "hdp_search", "hdp", "work_budget"]
 
-CHECKPOINT_FORMAT = "autoplace.hdp/v2"
+CHECKPOINT_FORMAT = "autoplace.hdp/v3"
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,14 @@ class HDPConfig(SearchConfig):
     LABEL = "HDP"
 
     CONSTRAINTS = {
-        "groups": Interval("int", 1, 4096), "samples_per_update": Interval("int", 1, 4096),
+        "groups": Interval("int", 1, 4096, none=True), "samples_per_update": Interval("int", 1, 4096),
+        "network": Options(("ours", "released")),
+        "lr_decay": Interval("float", 0, 1, lo_open=True), "lr_decay_start": Interval("int", 0, 10**9),
+        "lr_decay_every": Interval("int", 1, 10**9),
+        "logit_noise": Interval("float", 0, 100), "noise_updates": Interval("int", 0, 10**9),
+        "failing_step_s": Interval("float", 0, 1e9, lo_open=True, none=True),
+        "only_successful_after": Interval("int", 0, 10**9, none=True),
+        "placer_sampling_updates": Interval("int", 0, 10**9, none=True),
         "learning_rate": Interval("float", 0, 1, lo_open=True),
         "baseline_decay": Interval("float", 0, 1, hi_open=True),
         "failing_factor": Interval("float", 1, 1e6), "grouper_hidden": Interval("int", 1, 4096),
@@ -74,22 +87,49 @@ class HDPConfig(SearchConfig):
         "torch_device": TorchDevice(), "torch_threads": Interval("int", 1, 256),
     }
 
-    #: what the paper's description fixes: the joint REINFORCE step alone, no gradient clipping (its tanh bound
-    #: on the placer's logits is the paper's and stays)
-    PAPER = {"grad_clip": None}
+    #: the authors' released code (``tensorflow/python/grappler/hierarchical_controller.py``:
+    #: ``hierarchical_controller_hparams``, ``HierarchicalController``; ``graph_placer.py``: ``PlaceGraph``
+    #: runs one child), where the paper is silent; docs/algorithms.md lists each point
+    PAPER = {"network": "released", "groups": None, "samples_per_update": 1, "learning_rate": 0.1,
+             "lr_decay": 0.95, "lr_decay_start": 400, "lr_decay_every": 50, "grad_clip": 1.0,
+             "logit_clip": 1.0, "logit_noise": 0.5, "noise_updates": 750, "hidden": 512, "grouper_hidden": 64,
+             "baseline_decay": 0.9, "failing_step_s": 100.0, "only_successful_after": 1000,
+             "placer_sampling_updates": 500}
 
-    groups: int = 64
-    """Groups the grouper's softmax chooses from (ours)."""
+    groups: int | None = 64
+    """Groups the grouper's softmax chooses from (ours: 64; none: min(256, 20 x devices), the released
+    code's)."""
+    network: str = "ours"
+    """The networks: "ours" (a ReLU grouper over our node features, the RL placer's seq2seq) or
+    "released" (the authors' released grouper, group embedding and bidirectional placer:
+    autoplace.policies.hierarchical)."""
     group_rules: str = "colocation"
     """The nodes the grouper groups: groups of these rules (co-location groups by default)."""
     samples_per_update: int = 8
     """K, placements sampled per update."""
     learning_rate: float = 3e-4
     """Adam's step size, both networks (ours)."""
+    lr_decay: float = 1.0
+    """The step size is multiplied by this every lr_decay_every updates after lr_decay_start (1: constant)."""
+    lr_decay_start: int = 400
+    """Updates before the step size starts to decay."""
+    lr_decay_every: int = 50
+    """Updates between two decays (a staircase)."""
     baseline_decay: float = 0.9
     """B <- decay * B + (1 - decay) * mean reward of an update."""
     failing_factor: float = 10.0
     """A failing placement scores as this many times the serial step on the slowest devices (as rl)."""
+    failing_step_s: float | None = None
+    """A failing placement's step time in seconds, in place of failing_factor's (none: failing_factor)."""
+    only_successful_after: int | None = None
+    """After this many updates the loss and the baseline read only placements that ran (none: never)."""
+    placer_sampling_updates: int | None = None
+    """After this many updates the placer stops sampling and scores the devices it last drew for the new
+    groupings (none: it always samples)."""
+    logit_noise: float = 0.0
+    """Gaussian noise on both networks' logits, its deviation this times the logits' RMS (0: none)."""
+    noise_updates: int = 750
+    """Updates with logit noise (while the update count is at most this)."""
     grouper_hidden: int = 64
     """The grouper's width (ours)."""
     hidden: int = 128
@@ -99,7 +139,8 @@ class HDPConfig(SearchConfig):
     device_dim: int = 32
     """Device embedding size (ours)."""
     logit_clip: float | None = 5.0
-    """Bounds the placer's logits to ±C by C·tanh(logits / C) (HDP bounds them by a tanh; None: off)."""
+    """Bounds the placer's logits to ±C: C·tanh(logits / C) in our network, C·tanh(logits) in the released
+    one (its tanh_constant, 1; None: off)."""
     grad_clip: float | None = 1.0
     """Clip the gradient's norm to this (ours; None: off)."""
     torch_device: str = "auto"
@@ -114,8 +155,22 @@ class HDPConfig(SearchConfig):
 
     def __post_init__(self):
         self.apply_paper()
-        self.check(at_least_one=("groups", "samples_per_update", "grouper_hidden", "hidden", "type_dim", "device_dim"),
+        self.check(at_least_one=("samples_per_update", "grouper_hidden", "hidden", "type_dim", "device_dim"),
                    positive=("learning_rate",))
+        if self.network == "released" and self.hidden % 2:
+            raise AutoplaceError(f"HDPConfig.hidden must be even for the released network (two directions), "
+                                 f"got {self.hidden}")
+
+    def n_groups(self, cluster: Cluster) -> int:
+        """The grouper's number of groups on ``cluster``: :attr:`groups`, or the released code's
+        min(256, 20 x devices)."""
+        return self.groups if self.groups is not None else min(256, 20 * cluster.n_devices)
+
+    def step_size(self, updates: int) -> float:
+        """Adam's step size at update ``updates`` (the released code's staircase decay)."""
+        if self.lr_decay == 1.0 or updates < self.lr_decay_start:
+            return self.learning_rate
+        return self.learning_rate * self.lr_decay ** ((updates - self.lr_decay_start) // self.lr_decay_every)
         if not 0 <= self.baseline_decay < 1:
             raise AutoplaceError(f"HDPConfig.baseline_decay must be in [0, 1), got {self.baseline_decay!r}")
 
@@ -145,9 +200,23 @@ class HDPSearch:
         self.features = node_features(graph, self.nodes)
         self.feasible = grouped_graph(graph, self.nodes, cluster).feasible[self.features.order]   # [N, D]
         self.device = policy_device(config.torch_device)
+        self.n_groups = G = config.n_groups(cluster)
+        self.released = config.network == "released"
+        if self.released:
+            from autoplace.policies.hierarchical import node_embedding
+
+            emb, self.node_kind, self.n_types = node_embedding(graph, self.nodes, self.features.order)
+            self.node_embedding = torch.as_tensor(emb)
+
         def make():
-            return [Grouper(config.groups, config.grouper_hidden, config.type_dim),
-                    Seq2SeqPolicy(N_TYPE_BUCKETS, group_input_dim(config.groups), cluster.n_devices,
+            if self.released:
+                from autoplace.policies.hierarchical import MAX_DIMS, MAX_OUTPUTS, ReleasedGrouper, ReleasedPlacer
+
+                return [ReleasedGrouper(G, config.grouper_hidden),
+                        ReleasedPlacer(2 * G + self.n_types + MAX_OUTPUTS * MAX_DIMS, cluster.n_devices,
+                                       hidden=config.hidden, tanh_constant=config.logit_clip)]
+            return [Grouper(G, config.grouper_hidden, config.type_dim),
+                    Seq2SeqPolicy(N_TYPE_BUCKETS, group_input_dim(G), cluster.n_devices,
                                   type_dim=config.type_dim, hidden=config.hidden, device_dim=config.device_dim,
                                   logit_clip=config.logit_clip)]
 
@@ -161,9 +230,11 @@ class HDPSearch:
         self._own_env = scorer is None and not isinstance(env, BaseEnv)
         self.env = (make_env(env, graph, cluster) if self._own_env else env) if scorer is None else None
         self.evaluate = scorer if scorer is not None else Evaluator(self.env, self.nodes)
-        self.failing_step = default_failing_step(graph, cluster, config.failing_factor)
+        self.failing_step = (config.failing_step_s if config.failing_step_s is not None
+                             else default_failing_step(graph, cluster, config.failing_factor))
         self.failing_signal = math.sqrt(self.failing_step)
         self.baseline = self.failing_signal
+        self.last_devices: np.ndarray | None = None     # the placer's last draw [G] (placer_sampling_updates)
         self.best_step = math.inf
         self.best_groups: np.ndarray | None = None
         self.samples = self.updates = 0
@@ -179,14 +250,34 @@ class HDPSearch:
         with torch_threads(self.config.torch_threads):
             return self._update()
 
+    def _group_devices_ok(self, a: np.ndarray) -> np.ndarray:
+        """``[k, G, D]``: the devices that run every node of each group of groupings ``a`` ``[k, N]`` (a group
+        no device runs whole: all, and the placement fails)."""
+        k = len(a)
+        bad = np.zeros((k, self.n_groups, self.cluster.n_devices), dtype=np.int64)
+        for i in range(k):
+            np.add.at(bad[i], a[i], ~self.feasible)
+        ok = bad == 0
+        ok[~ok.any(axis=2)] = True
+        return ok
+
+    def _finish(self, a: np.ndarray, gdev: np.ndarray, logp):
+        """Node devices ``[k, N]`` of groupings ``a`` and group devices ``gdev`` ``[k, G]``, whether each
+        placement runs, and ``logp``."""
+        node_dev = np.take_along_axis(gdev, a, axis=1)                                    # [k, N]
+        runs = self.feasible[np.arange(self.features.n_nodes)[None, :], node_dev].all(axis=1)
+        return node_dev, runs, logp
+
     def _sample(self, k: int):
         """``k`` groupings and placements: node devices ``[k, N]`` (nodes in order), whether every node
         landed on a device that runs it, and the log-probabilities ``[k]`` (with gradient)."""
+        if self.released:
+            return self._sample_released(k)
         import torch
 
         from autoplace.policies.grouper import group_inputs
 
-        G, f = self.config.groups, self.features
+        G, f = self.n_groups, self.features
         glogp = torch.log_softmax(self.grouper(f), dim=1)                                  # [N, G]
         assign = torch.multinomial(glogp.detach().exp().cpu(), k, replacement=True, generator=self.generator).T
         logp = glogp.gather(1, assign.T.to(self.device)).sum(0)                           # [k]
@@ -200,20 +291,39 @@ class HDPSearch:
                               / np.maximum(count, 1), np.inf)
         order = np.argsort(pos, axis=1, kind="stable")                                   # [k, G]
         x = torch.gather(x, 1, torch.as_tensor(order, device=self.device).unsqueeze(2).expand(-1, -1, x.shape[2]))
-        # a group's devices: those that run every node in it (none: all, and the placement fails)
-        bad = np.zeros((k, G, self.cluster.n_devices), dtype=np.int64)
-        for i in range(k):
-            np.add.at(bad[i], a[i], ~self.feasible)
-        ok = bad == 0
-        ok[~ok.any(axis=2)] = True
-        ok = np.take_along_axis(ok, order[:, :, None], axis=1)
+        ok = np.take_along_axis(self._group_devices_ok(a), order[:, :, None], axis=1)
         mask = torch.as_tensor(np.where(ok, 0.0, -np.inf).astype(np.float32), device=self.device)
         devices, plogp, _ = self.placer.decode(self.placer.encode_inputs(x), mask, generator=self.generator)
         gdev = np.empty((k, G), dtype=np.int64)
         np.put_along_axis(gdev, order, devices.cpu().numpy(), axis=1)                   # back to group ids
-        node_dev = np.take_along_axis(gdev, a, axis=1)                                    # [k, N]
-        runs = self.feasible[np.arange(f.n_nodes)[None, :], node_dev].all(axis=1)
-        return node_dev, runs, logp + plogp
+        return self._finish(a, gdev, logp + plogp)
+
+    def _sample_released(self, k: int):
+        """:meth:`_sample` with the released networks: groups in id order, logit noise while the update
+        count is at most ``noise_updates``, and, after ``placer_sampling_updates`` updates, the placer's last
+        draw scored under the new groupings instead of a new draw."""
+        import torch
+
+        from autoplace.policies.hierarchical import group_embedding, noisy_logits
+
+        cfg = self.config
+        noise = cfg.logit_noise if self.updates <= cfg.noise_updates else 0.0
+        logits = noisy_logits(self.grouper(self.node_embedding.to(self.device)), noise, self.generator)
+        glogp = torch.log_softmax(logits, dim=1)                                          # [N, G]
+        assign = torch.multinomial(glogp.detach().exp().cpu(), k, replacement=True, generator=self.generator).T
+        logp = glogp.gather(1, assign.T.to(self.device)).sum(0)                           # [k]
+        a = assign.numpy()
+        x = torch.as_tensor(group_embedding(self.graph, self.nodes, self.features.order, self.node_kind,
+                                            self.n_types, a, self.n_groups), device=self.device)
+        mask = torch.as_tensor(np.where(self._group_devices_ok(a), 0.0, -np.inf).astype(np.float32),
+                               device=self.device)
+        frozen = (cfg.placer_sampling_updates is not None and self.updates >= cfg.placer_sampling_updates
+                  and self.last_devices is not None)
+        given = torch.as_tensor(np.tile(self.last_devices, (k, 1)), device=self.device) if frozen else None
+        devices, plogp = self.placer.sample(x, mask, devices=given, noise=noise, generator=self.generator)
+        gdev = devices.cpu().numpy()
+        self.last_devices = gdev[-1].copy()
+        return self._finish(a, gdev, logp + plogp)
 
     def _update(self) -> CurvePoint:
         import torch
@@ -231,16 +341,24 @@ class HDPSearch:
             step[runs], ok[runs] = scores.step_time, scores.ok
         t2 = time.monotonic()
         reward = np.where(ok, np.sqrt(np.where(ok, step, 1.0)), self.failing_signal)
-        adv = torch.as_tensor(reward - self.baseline, dtype=torch.float32, device=self.device)
-        if cfg.learn:
-            loss = (adv * logp).mean()
+        # after only_successful_after updates, the loss and the baseline read the placements that ran
+        # (the released code's stop_updating_after_steps: a reward under the failing signal)
+        late = cfg.only_successful_after is not None and self.updates >= cfg.only_successful_after
+        read = reward < self.failing_signal if late else np.ones(len(reward), dtype=bool)
+        adv = torch.as_tensor(np.where(read, reward - self.baseline, 0.0), dtype=torch.float32, device=self.device)
+        if cfg.learn and read.any():
+            loss = (adv * logp).sum() / int(read.sum())
+            for group in self.optimizer.param_groups:
+                group["lr"] = cfg.step_size(self.updates)
             self.optimizer.zero_grad()
             loss.backward()
             if cfg.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_([*self.grouper.parameters(), *self.placer.parameters()],
                                                cfg.grad_clip)
             self.optimizer.step()
-        self.baseline = cfg.baseline_decay * self.baseline + (1 - cfg.baseline_decay) * float(reward.mean())
+        if read.any():
+            self.baseline = (cfg.baseline_decay * self.baseline
+                             + (1 - cfg.baseline_decay) * float(reward[read].mean()))
         if ok.any():
             i = int(np.argmin(step))
             if step[i] < self.best_step:
@@ -264,11 +382,14 @@ class HDPSearch:
 
     def state(self) -> dict:
         return {"format": CHECKPOINT_FORMAT, **self._identity(),
-                **policy_search_state(self, self.features.n_nodes, {"grouper": self.grouper, "placer": self.placer})}
+                **policy_search_state(self, self.features.n_nodes, {"grouper": self.grouper, "placer": self.placer}),
+                "last_devices": self.last_devices}
 
     def load(self, state: dict, where: str = "checkpoint") -> None:
         f = open_checkpoint(state, CHECKPOINT_FORMAT, self._identity(), where)
+        last = f.groups("last_devices", self.n_groups, self.cluster.n_devices)
         load_policy_search(f, self, self.features.n_nodes, {"grouper": self.grouper, "placer": self.placer})
+        self.last_devices = last
 
     def confirm(self) -> None:
         """Where the env is noisy, the best placements measured again and the best mean kept."""
@@ -289,7 +410,7 @@ def work_budget(graph: Graph, cluster: Cluster, budget: float | None, config: HD
     """The samples ``budget`` seconds of nominal work allow (default 60)."""
     budget = work.nominal_budget(budget, "hdp")
     n_nodes = hdp_nodes(graph, cluster, config).n_groups
-    samples = work.hdp_samples(budget, graph.n_ops, n_nodes, config.groups)
+    samples = work.hdp_samples(budget, graph.n_ops, n_nodes, config.n_groups(cluster))
     return SearchBudget(samples=max(config.samples_per_update, samples))
 
 

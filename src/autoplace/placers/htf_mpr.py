@@ -1,4 +1,4 @@
-"""HTF-MPR (Alhassan et al., "HTF-MPR: a heterogeneous TensorFlow mapper targeting performance using
+"""HTF-MPR (Albaqsami, Hosseini and Bagherzadeh, "HTF-MPR: a heterogeneous TensorFlow mapper targeting performance using
 genetic algorithms and gradient boosting regressors"): a genetic search over mappings whose children are
 screened by a learned fitness predictor, only the most promising run for real.
 
@@ -37,8 +37,9 @@ are drawn with fitness-proportional (roulette-wheel) selection; each pair breeds
 *stochastic* (each node from the fitter parent with probability ``f_a / (f_a + f_b)``: one child) and
 *crossover points* (1–3 random cut points in node order, ``N_c``; every mixture of the ``N_c + 1``
 segments but the two parents: ``2^(N_c+1) − 2`` children — Figure 7's six for two points; the paper's
-formula ``(N_c + 1)^2 − 2`` agrees with it for one and three points, not for two); every child is mutated
-(each node to a random device with probability :attr:`HTFMPRConfig.mutation` ``/ N``). The predictor
+formula ``(N_c + 1)^2 − 2`` agrees with it for one and three points, not for two); ours then mutates every
+child (each node to a random device with probability :attr:`HTFMPRConfig.mutation` ``/ N``; the paper
+describes no mutation, and ``paper=true`` has none). The predictor
 ranks the children not evaluated before, and the top :attr:`HTFMPRConfig.top_x` run for real (the
 simulator or a measured env) and join the evaluated set. The best evaluated mapping wins.
 
@@ -110,8 +111,8 @@ class HTFMPRConfig(SearchConfig):
 
     #: what the paper fixes (§III-F, §III-G): the gradient-boosting predictor fitted once on the initial
     #: mappings, the genetic search bred on its predictions, one batch of the top ``top_x`` run at the end;
-    #: the nodes as the paper's (no coarsening)
-    PAPER = {"feedback": False, "model": "gbr", "groups": 0}
+    #: the nodes as the paper's (no coarsening); no mutation (§III-G breeds by the two crossovers alone)
+    PAPER = {"feedback": False, "model": "gbr", "groups": 0, "mutation": 0.0}
 
     group_rules: str = "colocation"
     """The nodes a mapping places: groups of these rules (:mod:`autoplace.grouping`)."""
@@ -132,7 +133,7 @@ class HTFMPRConfig(SearchConfig):
     """Parent pairs bred per generation (ours)."""
     mutation: float = 1.0
     """Expected nodes per child drawn anew, uniform over the devices (its own included: ``mutation (D - 1) / D``
-    nodes moved) (ours)."""
+    nodes moved) (ours; the paper describes no mutation: 0)."""
     top_x: int = 10
     """Children of the highest predicted fitness evaluated per generation (the paper: 10; 50 for MNIST)."""
     model: str = "gbr"
@@ -151,7 +152,7 @@ class HTFMPRConfig(SearchConfig):
     paper gives no number; ours)."""
     paper: bool = False
     """True: the paper's algorithm with nothing of ours on — the settings :attr:`PAPER` lists take the
-    paper's values; the rest keep theirs (the paper gives no population, pairs or mutation rate)."""
+    paper's values; the rest keep theirs (the paper gives no population or pairs)."""
 
     def __post_init__(self):
         self.apply_paper()
@@ -319,7 +320,10 @@ def roulette_pair(fitnesses: np.ndarray, rng: np.random.Generator) -> tuple[int,
 
 def mutate(children: np.ndarray, rate: float, n_devices: int, rng: np.random.Generator) -> np.ndarray:
     """``children`` ``[k, n]`` with each node drawn anew (uniform over the devices, its own included) with
-    probability ``rate / n``: ``rate`` draws per child, ``rate (D - 1) / D`` nodes moved, expected."""
+    probability ``rate / n``: ``rate`` draws per child, ``rate (D - 1) / D`` nodes moved, expected (0: the
+    children as they are, no random numbers drawn)."""
+    if rate <= 0:
+        return children
     flip = rng.random(children.shape) < rate / max(children.shape[1], 1)
     return np.where(flip, rng.integers(n_devices, size=children.shape), children)
 
@@ -613,7 +617,7 @@ def htf_mpr_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | flo
 
 
 @register_placer("htf-mpr", description="genetic search over mappings, children screened by a gradient-boosting "
-                 "fitness predictor", paper="Alhassan et al. (HTF-MPR)", memory_aware=True, learned=True,
+                 "fitness predictor", paper="Albaqsami et al. (HTF-MPR)", memory_aware=True, learned=True,
                  search=htf_mpr_search, config=HTFMPRConfig)
 def htf_mpr(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """See the module docstring: ``budget`` seconds of nominal work (default 30) become real evaluations."""
