@@ -417,6 +417,7 @@ def test_paper_mode_is_the_ppo_objective_with_the_running_mean_baseline_computed
                 default_link=LinkSpec(1e9, 1e-6))
     search = GDPSearch([g], [c], GDPConfig(paper=True, **SMALL), seed=0)
     assert search.config.prior is None and not search.config.normalize_advantage
+    assert (search.config.ratio, search.config.features) == ("placement", "paper")
     p = search.problems[0]
     seen, grads = spy_on_updates(p, search.optimizer, search.policy.placer.out.bias)
     earlier = []
@@ -435,6 +436,52 @@ def test_paper_mode_is_the_ppo_objective_with_the_running_mean_baseline_computed
     assert p.reward_sum == pytest.approx(sum(earlier)) and p.reward_n == len(earlier)
 
 
+def test_paper_mode_ratio_is_the_whole_placements_probability():
+    """Two nodes: PPO's ratio is pi(D)/pi_old(D), the product over the nodes, so the first epoch's gradient
+    on the output bias is -(1/K) sum_k A_k sum_v (e_{d_kv} - pi_v): twice the per-node ratio's mean over
+    the nodes' decisions, which the same search with ratio=node gives."""
+    from autoplace.cluster import Cluster, Device, LinkSpec
+
+    g = Graph([Op("a", "mm", output_bytes=(8,), flops=1e9, param_bytes=100),
+               Op("b", "mm", ("a",), output_bytes=(8,), flops=2e9, param_bytes=100)], name="two")
+    c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e11, 1e11)],
+                default_link=LinkSpec(1e9, 1e-6))
+    got = {}
+    for ratio in ("placement", "node"):
+        search = GDPSearch([g], [c], GDPConfig(paper=True, **SMALL), seed=0)
+        object.__setattr__(search.config, "ratio", ratio)
+        p = search.problems[0]
+        seen, grads = spy_on_updates(p, search.optimizer, search.policy.placer.out.bias)
+        with torch.no_grad():
+            pi = torch.softmax(search._logits(p), dim=1).numpy()                      # [N, max_devices]
+        search.update()
+        d = seen[0][:, p.features.order]                                             # [K, N] in node order
+        r = -np.sqrt([simulate(g, c, p.grouping.expand(k)).step_time for k in seen[0]])
+        a = r - r.mean()
+        eye = np.eye(pi.shape[1])
+        per_sample = [ai * sum(eye[dv] - pi[v] for v, dv in enumerate(dk)) for ai, dk in zip(a, d)]
+        expected = -sum(per_sample) / len(d) / (1 if ratio == "placement" else d.shape[1])
+        assert np.allclose(grads[0].numpy(), expected, rtol=1e-4, atol=1e-7), ratio
+        got[ratio] = grads[0]
+    assert torch.allclose(got["placement"], 2 * got["node"], rtol=1e-4, atol=1e-7)
+
+
+def test_paper_features_are_output_shapes_and_adjacent_node_ids_computed_by_hand():
+    from autoplace.policies.features import META_DENSE, meta_features
+
+    g = chain()
+    f = meta_features(g, group_ops(g, ("colocation",)))
+    assert f.dense.shape == (6, META_DENSE) == (6, 45)                 # nodes x, a1, {a2, a5}, a3, a4, a6
+    assert f.dense[:, 0].tolist() == [256, 256, 512, 768, 1024, 1536] and (f.dense[:, 1:25] == -1).all()
+    ids = {0: [1, 1], 1: [0, -1, 2, 1], 2: [1, -1, 4, -1, 3, 1, 5, 1], 3: [2, -1, 4, 1], 4: [3, -1, 2, 1],
+           5: [2, -1]}
+    for p, nb in ids.items():
+        assert f.dense[p, 25:].tolist() == nb + [0] * (20 - len(nb))
+    search = GDPSearch([g], [get_cluster("k80x2")], GDPConfig(paper=True, **SMALL), seed=0)
+    assert (search.problems[0].features.dense == f.dense).all()
+    assert search.policy.embed.inp.in_features == SMALL["type_dim"] + 45
+
+
 def test_ppo_clips_the_ratio_in_later_epochs_as_schulman_et_al():
     """A large step makes the second epoch's ratios r = pi'(d)/pi(d) leave [1 - eps, 1 + eps]: a sample
     whose ratio has passed the clip on the side its advantage pushes toward gives no gradient; the others
@@ -444,7 +491,7 @@ def test_ppo_clips_the_ratio_in_later_epochs_as_schulman_et_al():
     g = Graph([Op("op0", "mm", output_bytes=(8,), flops=1e9, param_bytes=100)], name="one")
     c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e11, 1e11)],
                 default_link=LinkSpec(1e9, 1e-6))
-    search = GDPSearch([g], [c], GDPConfig(paper=True, learning_rate=0.002, ppo_epochs=2, **SMALL), seed=0)
+    search = GDPSearch([g], [c], GDPConfig(paper=True, learning_rate=0.0015, ppo_epochs=2, **SMALL), seed=0)
     p, seen, grads, pis = search.problems[0], [], [], []
     scorer = p.evaluate
     p.evaluate = lambda groups: (seen.append(groups.copy()), scorer(groups))[1]

@@ -16,7 +16,7 @@ from autoplace.env import SimulatedEnv  # noqa: E402
 from autoplace.errors import AutoplaceError  # noqa: E402
 from autoplace.graph import Graph, Op  # noqa: E402
 from autoplace.grouping import group_ops  # noqa: E402
-from autoplace.placers.rl import RLConfig, RLSearch, rl_search, samples_for_budget  # noqa: E402
+from autoplace.placers.rl import RLConfig, RLSearch, rl_grouping, rl_search, samples_for_budget  # noqa: E402
 from autoplace.policies.features import group_features  # noqa: E402
 from autoplace.search import Evaluator, SearchBudget, default_failing_step, load_checkpoint  # noqa: E402
 from autoplace.search.checkpoint import CHECKPOINT_FILE  # noqa: E402
@@ -262,7 +262,6 @@ def test_step_blocks_coarsen_a_recurrent_model_layer_by_layer():
     """Over ``groups``, a layer's time steps are taken in blocks: every group stays within one layer (so a
     layer-per-device split can still be sampled) and there are at most ``groups`` of them."""
     from autoplace.grouping import structural_key
-    from autoplace.placers.rl import rl_grouping
 
     g = build_graph("rnnlm-2", vocab=50, hidden=16, steps=12, batch=2)
     c = get_cluster("k80x4")
@@ -408,7 +407,6 @@ def test_deciding_per_unit_places_each_structural_unit_whole():
 
 
 def test_a_unit_no_device_runs_whole_is_placed_per_group():
-    from autoplace.placers.rl import rl_grouping
 
     ops = [Op("a", "mm", output_bytes=(8,), flops=1e6, meta={"layer": "L", "step": 0}),
            Op("b", "mm", ("a",), output_bytes=(8,), flops=1e6, meta={"layer": "L", "step": 1})]
@@ -453,6 +451,35 @@ def test_paper_mode_is_eq_3_and_the_moving_average_baseline_computed_by_hand():
     assert len(set(d.tolist())) == 2                                   # both devices sampled: a real test
 
 
+def test_paper_mode_groups_are_the_papers_rules_uncoarsened_with_the_consumer_only_merge():
+    """§3.3: TensorFlow's co-location (each op's gradients with it), the consumer-only merge applied until
+    nothing merges, and §4.1's per-model groups; no cap on their number (the paper's NMT has 280)."""
+    cfg = RLConfig(paper=True)
+    assert cfg.groups is None and cfg.rules == ("colocation", "gradient", "single-consumer", "structure",
+                                                "structure-first")
+    # a chain whose middle ops each feed one consumer collapses into one group; a fan-out op stays apart
+    ops = [Op("x", "input", output_bytes=(8,)), Op("a", "mm", ("x",), output_bytes=(8,), flops=1e6),
+           Op("b", "mm", ("a",), output_bytes=(8,), flops=1e6), Op("c", "mm", ("b",), output_bytes=(8,), flops=1e6),
+           Op("d", "mm", ("c",), output_bytes=(8,), flops=1e6), Op("e", "mm", ("c",), output_bytes=(8,), flops=1e6)]
+    g, c = Graph(ops, name="fan"), three_groups()[1]
+    groups = rl_grouping(g, c, cfg).group
+    assert len({groups[g.index(n)] for n in ("x", "a", "b", "c")}) == 1
+    assert len({groups[g.index(n)] for n in ("c", "d", "e")}) == 3
+    big = build_graph("nmt-2")
+    assert rl_grouping(big, get_cluster("k80x4"), cfg).n_groups == 386 > RLConfig().groups     # not coarsened
+
+
+def test_paper_mode_failing_signal_set_by_hand_and_reduced_controllers_stated():
+    """§3.1: the failing signal is set by hand per graph (its square root of a step time); §3.4's up to 20
+    controllers: a one-controller run says so in its placement's meta."""
+    g, c = three_groups()
+    r = rl_search(g, c, budget=SearchBudget(samples=8), seed=0, config=RLConfig(paper=True, failing_step_s=50.0))
+    assert r.extra["failing_step_s"] == 50.0
+    assert RLSearch(g, c, RLConfig(paper=True, failing_step_s=50.0), seed=0).failing_signal == pytest.approx(50**0.5)
+    assert r.placement.meta["paper_reduced"].startswith("1 controller(s) where the paper ran up to 20")
+    assert "paper_reduced" not in rl_search(g, c, budget=SearchBudget(samples=8), seed=0).placement.meta
+
+
 @pytest.mark.slow
 def test_learning_beats_its_frozen_self_where_each_group_has_a_better_device():
     """Forty independent products on two GPUs, one ten times faster: the best placement puts about nine in
@@ -477,7 +504,6 @@ def test_learning_beats_its_frozen_self_where_each_group_has_a_better_device():
 def test_units_whose_weights_cannot_share_the_devices_are_placed_per_group():
     """Three units of two 50-byte layers each on two GPUs of 190 bytes: each unit fits one GPU, but no two
     fit one together, so no placement of whole units fits; the search decides per group and finds one."""
-    from autoplace.placers.rl import rl_grouping
 
     ops = [Op(f"u{u}s{t}", "mm", (f"u{u}s{t - 1}",) if t else (), output_bytes=(8,), flops=1e6, param_bytes=50,
               meta={"layer": f"L{u}", "step": t}) for u in range(3) for t in range(2)]

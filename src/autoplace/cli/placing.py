@@ -304,8 +304,10 @@ def _budget_line(args: argparse.Namespace, placement, wall: float, refined=None)
     if refined is not None:
         b = args.refine_budget if args.refine_budget is not None else DEFAULT_BUDGET_S["local-search"]
         line += f"; refined with {b:g} s of nominal work" + bought(dict(refined.meta))
+    reduced = placement.meta.get("paper_reduced") if placement is not None else None
     return (line + f"; took {wall:.1f} s of wall clock"
-            + (f"; --time-limit {args.time_limit:g} s" if args.time_limit else ""))
+            + (f"; --time-limit {args.time_limit:g} s" if args.time_limit else "")
+            + (f"; paper mode ran {reduced}" if reduced else ""))
 
 
 def _settings(items: list[str]) -> dict[str, Any]:

@@ -21,8 +21,9 @@ that fails), takes the advantage against the mean of all the graph's previous re
         \\min\\big(\\rho_{k,v} A_k,\\ \\mathrm{clip}(\\rho_{k,v}, 1 - \\epsilon, 1 + \\epsilon) A_k\\big),
     \\qquad \\rho_{k,v} = \\frac{\\pi_\\theta(d_{k,v} \\mid G)}{\\pi_{\\theta_{old}}(d_{k,v} \\mid G)}
 
-with one ratio per node decision (the placement's advantage shared by its nodes: a ratio of the whole
-placement's probability, a product over thousands of nodes, would leave or hit the clip range at once).
+with one ratio per node decision (ours: the placement's advantage shared by its nodes; a ratio of the whole
+placement's probability, a product over thousands of nodes, leaves or hits the clip range at once). With
+``paper=True`` the ratio is the whole placement's, PPO's ratio of the action (:attr:`GDPConfig.ratio`).
 
 Modes: one graph (*GDP-one*: ``place -m gdp``); a batch of graphs with one policy (*GDP-batch*:
 :func:`gdp_train`, ``autoplace train``), whose policy is saved (:func:`save_policy`) and then places a
@@ -33,7 +34,8 @@ What is adapted, and why:
 * *node features*: GDP names op type, output shape and adjacent node ids; ids mean nothing across graphs,
   so adjacency enters through the graph embedding, and each node also gets its topological position and
   depth, and the capture's layer and step, as fractions of the graph's
-  (:func:`~autoplace.policies.features.node_features`);
+  (:func:`~autoplace.policies.features.node_features`); ``paper=True`` reads the named ones, raw
+  (:func:`~autoplace.policies.features.meta_features`);
 * *advantage scale*: the advantage is divided by the standard deviation of the graph's previous rewards
   (:attr:`GDPConfig.normalize_advantage`), so that one learning rate serves graphs whose steps differ by
   orders of magnitude; the failing reward stays the paper's ``-10``;
@@ -125,6 +127,7 @@ class GDPConfig(SearchConfig):
         "invalid_reward": Interval("float", -1e6, 0), "grad_clip": Interval("float", 0, 1e6, lo_open=True, none=True),
         "node_moves": Interval("float", 0, 1e12, lo_open=True), "unit_moves": Interval("float", 0, 1e6),
         "zero_shot_samples": Interval("int", 1, 4096), "decide": Options(("node", "unit")),
+        "ratio": Options(("node", "placement")), "features": Options(("ours", "paper")),
         "torch_device": TorchDevice(), "torch_threads": Interval("int", 1, 256),
     }
 
@@ -135,6 +138,13 @@ class GDPConfig(SearchConfig):
     each structural unit whole — a layer with its weights at every time step, a branch, a cell (the units
     of :mod:`autoplace.policies.features`), where a device runs every unit whole and the units' parameters
     fit the devices together; else per node (ours)."""
+    features: str = "ours"
+    """The nodes' dense features: "ours" (normalised sizes, FLOPs, degrees, positions, layer, step, phase:
+    :func:`~autoplace.policies.features.node_features`) or "paper" (§3.1's output shapes and adjacent node
+    ids, raw: :func:`~autoplace.policies.features.meta_features`); the op type is an embedding in both."""
+    ratio: str = "node"
+    """PPO's probability ratio: "node", one per node decision (ours), or "placement", the whole sampled
+    placement's (the product over its nodes: PPO's ratio of the action, the paper's)."""
     hidden: int = 64
     """Width of the graph embedding and the placer (ours)."""
     type_dim: int = 16
@@ -204,15 +214,16 @@ class GDPConfig(SearchConfig):
     """False: the same search with the policy frozen at its initialisation (no gradient step), what the
     search finds without learning: the baseline a learned search is paired against (ours)."""
 
-    #: what the paper fixes (§4.1): the network alone (no prior, no structured noise), the raw advantage
-    #: (reward minus the mean of the graph's previous rewards), no entropy bonus, no gradient clipping, -10
-    #: for a failing placement
+    #: what the paper fixes (§3, §4.1): the network alone (no prior, no structured noise) over the meta
+    #: features §3.1 names, PPO's ratio of the whole placement, the raw advantage (reward minus the mean of
+    #: the graph's previous rewards), no entropy bonus, no gradient clipping, -10 for a failing placement
     PAPER = {"prior": None, "unit_moves": 0.0, "normalize_advantage": False, "entropy_weight": 0.0,
-             "grad_clip": None, "invalid_reward": -10.0, "decide": "node"}
+             "grad_clip": None, "invalid_reward": -10.0, "decide": "node", "ratio": "placement",
+             "features": "paper"}
 
     #: the fields that shape the network: a saved policy keeps them
     ARCHITECTURE = ("hidden", "type_dim", "sage_layers", "placer_layers", "heads", "ff", "segment", "memory",
-                    "attention", "superposition", "max_devices")
+                    "attention", "superposition", "max_devices", "features")
 
     def __post_init__(self):
         self.apply_paper()
@@ -322,14 +333,14 @@ def _problem(graph: Graph, cluster: Cluster, config: GDPConfig, device, env, sco
     import torch
 
     from autoplace.grouping import grouped_graph
-    from autoplace.policies.features import node_features
+    from autoplace.policies.features import meta_features, node_features
 
     if cluster.n_devices > config.max_devices:
         raise AutoplaceError(f"cluster {cluster.name!r} has {cluster.n_devices} devices; the GDP policy places on "
                              f"at most {config.max_devices} (GDPConfig.max_devices)")
     grouping = gdp_nodes(graph, cluster, config)
     check_params_fit(graph, cluster, grouping, "gdp")
-    f = node_features(graph, grouping)
+    f = (node_features if config.features == "ours" else meta_features)(graph, grouping)
     can_run = grouped_graph(graph, grouping, cluster).feasible                    # [N, D], group id order
     feasible = can_run[f.order]
     m = np.full((f.n_nodes, config.max_devices), -np.inf, dtype=np.float32)
@@ -499,8 +510,10 @@ class GDPSearch:
                 logits = self._logits(p).expand(d.shape[0], -1, -1)
                 logp = torch.log_softmax(logits if eps is None else logits + eps, dim=2)          # [k, N, D]
                 new = logp.gather(2, d.unsqueeze(2)).squeeze(2)                                   # [k, N]
-                ratio = torch.exp(new - old)
-                a = adv.unsqueeze(1)
+                if cfg.ratio == "placement":        # the whole placement's: a product over its nodes
+                    ratio, a = torch.exp(new.sum(1) - old.sum(1)), adv                          # [k]
+                else:                               # one per node decision, the advantage shared
+                    ratio, a = torch.exp(new - old), adv.unsqueeze(1)                           # [k, N]
                 surrogate = torch.minimum(ratio * a, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * a).mean()
                 loss = loss - surrogate / len(batch)
                 if cfg.entropy_weight:
@@ -598,6 +611,7 @@ def load_policy(path: str | Path, config: GDPConfig | dict | None = None):
     unknown = sorted(str(k) for k in set(values) - set(GDPConfig.field_names()))
     if unknown:
         raise FormatError(f"{where}: field 'config': unknown GDP setting {unknown[0][:40]!r}")
+    values.setdefault("features", "ours")      # a policy saved before the setting existed
     missing = [k for k in GDPConfig.ARCHITECTURE if k not in values]
     if missing:
         raise FormatError(f"{where}: field 'config': missing {missing[0]!r} (the network's shape)")

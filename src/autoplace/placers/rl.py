@@ -25,15 +25,20 @@ What is adapted, and why:
   merging rule; here the groups are the co-location groups with the structural rule (layers, cells,
   branches: :mod:`autoplace.grouping`), at most :attr:`RLConfig.groups` (256) of them so that the
   decoder's length stays bounded whatever the graph's size: a recurrent layer's steps are taken in
-  blocks, or METIS merges them where blocks cannot get there (:func:`rl_grouping`);
+  blocks, or METIS merges them where blocks cannot get there (:func:`rl_grouping`); ``paper=True`` takes
+  the paper's rules, the consumer-only merge among them, and does not coarsen (212 groups on rnnlm-2, 386
+  on nmt-2, 70 on Inception-V3 against the paper's Table 1: 188, 280, 83);
 * *structured exploration* (not in the paper): each sample adds Gaussian noise to the logits, one draw per
   structural unit (a layer with its weights, at every time step) and device, and the logits are bounded
   (:attr:`RLConfig.exploration_noise`, :attr:`RLConfig.logit_clip`), so that a sample moves whole layers
   (the paper's algorithm, ``paper=True``, ends at or behind the expert on nmt-2 after a minute of nominal
   work: docs/benchmarks.md);
-* *the failing signal*: the paper sets it by hand per graph; here it is ``sqrt`` of
-  :attr:`RLConfig.failing_factor` times the graph's serial time on its slowest devices
+* *the failing signal*: the paper sets it by hand per graph (:attr:`RLConfig.failing_step_s`); unset, it
+  is ``sqrt`` of :attr:`RLConfig.failing_factor` times the graph's serial time on its slowest devices
   (:func:`~autoplace.search.evaluation.default_failing_step`), above every placement that runs;
+* *controllers*: the paper runs up to 20 asynchronous controllers of 4 or 8 workers on a parameter server
+  (§3.4); :func:`rl_distributed` runs that layout on Ray, and a paper-mode search with fewer controllers
+  says so in its placement's meta (``paper_reduced``);
 * *one decision per structural unit* (:attr:`RLConfig.decide`, not in the paper): the groups of one
   layer (with its weights, at every time step), branch or cell are placed together, so that every sample
   keeps each layer whole;
@@ -105,7 +110,8 @@ class RLConfig(SearchConfig):
     LABEL = "RL"
 
     CONSTRAINTS = {
-        "groups": Interval("int", 1, 10**6), "coarsen": Options(("steps", "metis")),
+        "groups": Interval("int", 1, 10**6, none=True), "coarsen": Options(("steps", "metis")),
+        "failing_step_s": Interval("float", 0, 1e9, lo_open=True, none=True),
         "samples_per_update": Interval("int", 1, 4096), "learning_rate": Interval("float", 0, 1, lo_open=True),
         "baseline_decay": Interval("float", 0, 1, hi_open=True), "failing_factor": Interval("float", 1, 1e6),
         "only_ok_after": Interval("int", 0, 10**9), "entropy_weight": Interval("float", 0, 100),
@@ -121,15 +127,19 @@ class RLConfig(SearchConfig):
         "decide": Options(("group", "unit")), "baseline_start": Options(("failing", "first")),
     }
 
-    #: what the paper fixes (§3): no exploration noise, no logit bound, temperature or entropy bonus, no
-    #: gradient clipping, no convergence stop, Bahdanau's attention, a decision per group, the baseline from
-    #: the failing signal, K = 8 (a controller's workers)
-    PAPER = {"exploration_noise": 0.0, "logit_clip": None, "temperature": 1.0, "entropy_weight": 0.0,
+    #: what the paper fixes (§3): its co-location groups (§3.3: TensorFlow's, the consumer-only merge
+    #: applied recursively, and the per-model groups of §4.1: each LSTM cell, embedding lookup, attention and
+    #: softmax step, each Inception branch), not coarsened; no exploration noise, no logit bound,
+    #: temperature or entropy bonus, no gradient clipping, no convergence stop, Bahdanau's attention, a
+    #: decision per group, the baseline from the failing signal, K = 8 (a controller's workers)
+    PAPER = {"groups": None, "group_rules": "colocation,gradient,single-consumer,structure,structure-first",
+             "exploration_noise": 0.0, "logit_clip": None, "temperature": 1.0, "entropy_weight": 0.0,
              "grad_clip": None, "converged_updates": 0, "attention": "additive", "decide": "group",
              "baseline_start": "failing", "samples_per_update": 8}
 
-    groups: int = 256
-    """Groups the policy places: at most about this many (ours; see :func:`rl_grouping`)."""
+    groups: int | None = 256
+    """Groups the policy places: at most about this many (ours; see :func:`rl_grouping`; none: the rules'
+    groups, not coarsened, as the paper)."""
     group_rules: str = "colocation,gradient,structure,structure-first"
     """The grouping rules (:mod:`autoplace.grouping`), comma-separated, before coarsening (§3.3)."""
     coarsen: str = "steps"
@@ -150,6 +160,9 @@ class RLConfig(SearchConfig):
     advantage R - B is negative, so the first updates raise the probability of whatever was sampled)."""
     failing_factor: float = 10.0
     """A failing placement scores as this many times the serial step on the slowest devices (ours)."""
+    failing_step_s: float | None = None
+    """A failing placement's step time in seconds, set by hand (§3.1: "we specify the failing signal
+    manually depending on the input graph"; its square root is the failing signal); none: failing_factor's."""
     only_ok_after: int = 5000
     """After this many updates, only placements that ran enter an update (§3.1: 5,000 steps)."""
     entropy_weight: float = 0.0
@@ -198,13 +211,20 @@ class RLConfig(SearchConfig):
 
     def __post_init__(self):
         self.apply_paper()
-        self.check(at_least_one=("groups", "samples_per_update"), positive=("learning_rate",))
+        self.check(at_least_one=("samples_per_update",), positive=("learning_rate",))
         if not 0 <= self.baseline_decay < 1:
             raise AutoplaceError(f"RLConfig.baseline_decay must be in [0, 1), got {self.baseline_decay!r}")
         if not (self.exploration_noise >= 0 and math.isfinite(self.exploration_noise)):
             raise AutoplaceError(f"RLConfig.exploration_noise must be >= 0, got {self.exploration_noise!r}")
         if self.coarsen not in ("steps", "metis"):
             raise AutoplaceError(f"RLConfig.coarsen must be 'steps' or 'metis', got {self.coarsen!r}")
+
+
+#: what a paper-mode search states it ran short of (§3.4: "up to 20 controllers, each with either 4 or 8
+#: workers", asynchronous, one parameter server); the distributed search runs that layout on Ray
+#: (``--workers``, ``--controllers``), a machine permitting
+PAPER_REDUCED = ("{controllers} controller(s) where the paper ran up to 20 asynchronous controllers of 4 or 8 "
+                 "workers each on a parameter server (--workers, --controllers: the distributed search)")
 
 
 def samples_for_budget(graph: Graph, n_groups: int, budget: float) -> int:
@@ -231,6 +251,8 @@ def rl_grouping(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0)
 def _rl_groups(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0) -> Grouping:
     ok = feasible_devices(graph, cluster)
     base = runnable_grouping(graph, config.rules, ok)
+    if config.groups is None:                      # the rules' groups as they are (the paper's)
+        return base
     n_steps = 1 + max((op.meta["step"] for op in graph.ops if isinstance(op.meta.get("step"), int)), default=0)
     if config.coarsen == "steps" and base.n_groups > config.groups and n_steps > 1:
 
@@ -303,7 +325,8 @@ class RLSearch:
         self.env = make_env(env, graph, cluster)
         self._own_env = not isinstance(env, BaseEnv)           # an env passed in is the caller's to close
         self.evaluate = Evaluator(self.env, self.grouping)
-        self.failing_step = default_failing_step(graph, cluster, config.failing_factor)
+        self.failing_step = (config.failing_step_s if config.failing_step_s is not None
+                             else default_failing_step(graph, cluster, config.failing_factor))
         self.failing_signal = math.sqrt(self.failing_step)
         self.baseline = self.failing_signal                  # §3.1: initialised to the failing signal
         self.best_step = math.inf
@@ -434,6 +457,8 @@ def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | 
             cache_hits=search.evaluate.hits, groups=search.features.n_groups, best_step_s=search.best_step)
         extra = {"failing_step_s": search.failing_step, "baseline": search.baseline, "timings_s": search.timings,
                  "wall_s_this_run": run.wall_s_this_run}
+        if config.paper:
+            placement.meta["paper_reduced"] = extra["paper_reduced"] = PAPER_REDUCED.format(controllers=1)
         return SearchResult(placement, search.curve, search.samples, search.updates, stop,
                             search.evaluate.evaluations, search.evaluate.hits, search.wall_s, extra)
 
@@ -593,7 +618,8 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
         raise InfeasibleError(f"rl: none of the {total} sampled placements of {graph.name!r} ran on cluster "
                               f"{cluster.name!r} (all out of memory)")
     grouping, features, _, _ = policy_parts(graph, cluster, config, seed)
-    meta = {"samples": total, "updates": sum(r["updates"] for r in results), "controllers": n_ctrl,
+    meta = {**({"paper_reduced": PAPER_REDUCED.format(controllers=n_ctrl)} if config.paper and n_ctrl < 20 else {}),
+            "samples": total, "updates": sum(r["updates"] for r in results), "controllers": n_ctrl,
             "workers": workers, "evaluations": sum(r["evaluations"] for r in results),
             "cache_hits": sum(r["hits"] for r in results), "workers_replaced": sum(r["replaced"] for r in results),
             "groups": features.n_groups, "best_step_s": winner["best_step"],

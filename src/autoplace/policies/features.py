@@ -24,6 +24,7 @@ the encoder reads them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ from autoplace.graph import Graph
 from autoplace.grouping import Grouping, structural_key, unit_grouping
 
 __all__ = ["GroupFeatures", "group_features", "unit_nodes", "NodeFeatures", "node_features", "type_bucket",
-           "N_TYPE_BUCKETS", "NODE_DENSE"]
+           "N_TYPE_BUCKETS", "NODE_DENSE", "META_DENSE", "meta_features", "output_dims", "first_ops"]
 
 
 @dataclass(frozen=True)
@@ -255,3 +256,56 @@ def node_features(graph: Graph, grouping: Grouping) -> NodeFeatures:
     edge_index = np.concatenate([pairs.T, pairs[:, ::-1].T], axis=1).astype(np.int64)
     return NodeFeatures(order, buckets[by_node], type_offsets, dense, edge_index,
                         _units(graph, grouping.group, order), graph.name)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The meta features GDP names (§3.1: "operation type, output shape, adjacent node ids"), raw
+
+MAX_OUTPUTS = 5     #: outputs per node in the meta features
+MAX_DIMS = 5        #: dimensions per output
+MAX_NEIGHBOURS = 10  #: (id, ±1) pairs per node
+META_DENSE = MAX_OUTPUTS * MAX_DIMS + 2 * MAX_NEIGHBOURS
+
+
+def output_dims(graph: Graph, op: int, fill: float) -> np.ndarray:
+    """``[MAX_OUTPUTS * MAX_DIMS]``: the first :data:`MAX_DIMS` dimensions of op ``op``'s first
+    :data:`MAX_OUTPUTS` outputs, ``fill`` where there are none (an output known by its bytes alone is one
+    dimension of that many float32 elements)."""
+    out = np.full(MAX_OUTPUTS * MAX_DIMS, fill, dtype=np.float32)
+    o = graph.ops[op]
+    shapes = ([t.shape for t in o.outputs] if o.outputs is not None
+              else [(b // 4,) for b in o.out_bytes] if o.declares_outputs else [])
+    for i, shape in enumerate(shapes[:MAX_OUTPUTS]):
+        for j, d in enumerate(shape[:MAX_DIMS]):
+            if d > 0 or (fill < 0 and d == 0):      # with fill -1 a zero dimension shows; with fill 0 it is absent
+                out[i * MAX_DIMS + j] = d
+    return out
+
+
+def first_ops(graph: Graph, grouping: Grouping, order: np.ndarray) -> np.ndarray:
+    """Each group's first op in topological order (the op that stands for it), groups in ``order``."""
+    first = np.full(grouping.n_groups, -1, dtype=np.int64)
+    for i in graph.topological_order[::-1].tolist():
+        first[grouping.group[i]] = i
+    return first[order]
+
+
+def meta_features(graph: Graph, grouping: Grouping) -> NodeFeatures:
+    """:func:`node_features` with the dense features GDP names in their place, raw: per node, its first op's
+    output dimensions (:func:`output_dims`, ``-1`` where absent) and the ids (topological positions) of its
+    first :data:`MAX_NEIGHBOURS` neighbours as ``(id, -1)`` for a producer and ``(id, +1)`` for a consumer,
+    producers first, zero-padded: ``[N, META_DENSE]``."""
+    f = node_features(graph, grouping)
+    src, dst = f.edge_index[:, :f.edge_index.shape[1] // 2]          # the edges' own direction
+    neighbours: list[list[int]] = [[] for _ in range(f.n_nodes)]
+    for a, b in sorted(zip(src.tolist(), dst.tolist()), key=lambda e: (e[1], e[0])):
+        neighbours[b].extend([a, -1])
+    for a, b in sorted(zip(src.tolist(), dst.tolist())):
+        neighbours[a].extend([b, 1])
+    dense = np.zeros((f.n_nodes, META_DENSE), dtype=np.float32)
+    S = MAX_OUTPUTS * MAX_DIMS
+    for p, op in enumerate(first_ops(graph, grouping, f.order).tolist()):
+        dense[p, :S] = output_dims(graph, op, -1.0)
+        nb = neighbours[p][:2 * MAX_NEIGHBOURS]
+        dense[p, S:S + len(nb)] = nb
+    return dataclasses.replace(f, dense=dense)

@@ -52,12 +52,13 @@ class SageLayer(nn.Module):
 
 
 class GraphEmbedding(nn.Module):
-    """``layers`` SAGE iterations over a graph's nodes from their features; ``hidden`` wide."""
+    """``layers`` SAGE iterations over a graph's nodes from their features (``dense_dim`` dense ones);
+    ``hidden`` wide."""
 
-    def __init__(self, hidden: int = 64, layers: int = 2, type_dim: int = 16):
+    def __init__(self, hidden: int = 64, layers: int = 2, type_dim: int = 16, dense_dim: int = NODE_DENSE):
         super().__init__()
         self.types = nn.EmbeddingBag(N_TYPE_BUCKETS, type_dim, mode="mean")
-        self.inp = nn.Linear(type_dim + NODE_DENSE, hidden)
+        self.inp = nn.Linear(type_dim + dense_dim, hidden)
         self.layers = nn.ModuleList([SageLayer(hidden, hidden) for _ in range(layers)])
 
     def forward(self, f: NodeFeatures) -> torch.Tensor:

@@ -42,36 +42,14 @@ from torch import nn
 
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping
+from autoplace.policies.features import MAX_DIMS, MAX_OUTPUTS, first_ops, output_dims
 
 __all__ = ["MAX_OUTPUTS", "MAX_DIMS", "ADJ_DIM", "EMBED_DIM", "node_embedding", "group_embedding",
            "ReleasedGrouper", "ReleasedPlacer", "noisy_logits"]
 
-MAX_OUTPUTS = 5     #: ``max_num_outputs``: outputs per op in the embeddings
-MAX_DIMS = 5        #: ``max_output_size``: dimensions per output
-ADJ_DIM = 20        #: ``adj_embed_dim``: (neighbour, ±1) entries per op
+ADJ_DIM = 20        #: ``adj_embed_dim``: (neighbour, ±1) entries per op (``max_num_outputs`` and
+#: ``max_output_size``, 5 each, are :data:`~autoplace.policies.features.MAX_OUTPUTS` and ``MAX_DIMS``)
 EMBED_DIM = 1 + MAX_OUTPUTS * MAX_DIMS + ADJ_DIM
-
-
-def _shapes(graph: Graph, op: int, fill: float) -> np.ndarray:
-    """The first :data:`MAX_DIMS` dimensions of the op's first :data:`MAX_OUTPUTS` outputs, ``fill``
-    elsewhere. An output known by its bytes alone is one dimension of that many float32 elements."""
-    out = np.full(MAX_OUTPUTS * MAX_DIMS, fill, dtype=np.float32)
-    o = graph.ops[op]
-    shapes = ([t.shape for t in o.outputs] if o.outputs is not None
-              else [(b // 4,) for b in o.out_bytes] if o.declares_outputs else [])
-    for i, shape in enumerate(shapes[:MAX_OUTPUTS]):
-        for j, d in enumerate(shape[:MAX_DIMS]):
-            if d > 0 or (fill < 0 and d == 0):      # op embedding: sizes >= 0; group embedding: > 0
-                out[i * MAX_DIMS + j] = d
-    return out
-
-
-def _first_ops(graph: Graph, nodes: Grouping, order: np.ndarray) -> np.ndarray:
-    """Each node's first op in topological order (its representative), nodes in ``order``."""
-    first = np.full(nodes.n_groups, -1, dtype=np.int64)
-    for i in graph.topological_order[::-1].tolist():
-        first[nodes.group[i]] = i
-    return first[order]
 
 
 def _node_pairs(graph: Graph, nodes: Grouping, position: np.ndarray) -> np.ndarray:
@@ -90,7 +68,7 @@ def node_embedding(graph: Graph, nodes: Grouping, order: np.ndarray) -> tuple[np
     and outputs; its neighbours are the nodes it exchanges edges with."""
     position = np.empty(nodes.n_groups, dtype=np.int64)
     position[order] = np.arange(len(order))
-    first = _first_ops(graph, nodes, order)
+    first = first_ops(graph, nodes, order)
     types = sorted({op.type for op in graph.ops})
     type_id = {t: i for i, t in enumerate(types)}
     kind = np.array([type_id[graph.ops[i].type] for i in first.tolist()], dtype=np.int64)
@@ -101,7 +79,7 @@ def node_embedding(graph: Graph, nodes: Grouping, order: np.ndarray) -> tuple[np
     emb = np.zeros((len(order), EMBED_DIM), dtype=np.float32)
     emb[:, 0] = kind
     for p, op in enumerate(first.tolist()):
-        emb[p, 1:1 + MAX_OUTPUTS * MAX_DIMS] = _shapes(graph, op, -1.0)
+        emb[p, 1:1 + MAX_OUTPUTS * MAX_DIMS] = output_dims(graph, op, -1.0)
         nb = adj.get(p, [])[:ADJ_DIM]
         emb[p, 1 + MAX_OUTPUTS * MAX_DIMS:1 + MAX_OUTPUTS * MAX_DIMS + len(nb)] = nb
     return emb, kind, len(types)
@@ -114,8 +92,8 @@ def group_embedding(graph: Graph, nodes: Grouping, order: np.ndarray, kind: np.n
     position = np.empty(nodes.n_groups, dtype=np.int64)
     position[order] = np.arange(len(order))
     pairs = _node_pairs(graph, nodes, position)
-    first = _first_ops(graph, nodes, order)
-    shapes = np.stack([_shapes(graph, op, 0.0) for op in first.tolist()]) if len(first) else \
+    first = first_ops(graph, nodes, order)
+    shapes = np.stack([output_dims(graph, op, 0.0) for op in first.tolist()]) if len(first) else \
         np.zeros((0, MAX_OUTPUTS * MAX_DIMS), np.float32)
     k, G, S = assign.shape[0], n_groups, MAX_OUTPUTS * MAX_DIMS
     out = np.zeros((k, G, 2 * G + n_types + S), dtype=np.float32)
