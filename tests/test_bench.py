@@ -124,11 +124,11 @@ def test_a_second_run_reuses_every_job_and_a_cut_line_runs_again(results, capsys
 def test_interrupted_bench_keeps_finished_jobs_and_continues(tmp_path, monkeypatch, capsys):
     real, calls = bench.run_job, []
 
-    def interrupt_third(job):
+    def interrupt_third(job, results=None):
         calls.append(job)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real(job)
+        return real(job, results)
 
     monkeypatch.setattr(bench, "run_job", interrupt_third)
     args = ["bench", *QUICK, "--graph", "toy-mlp", "--tables", "htf-mpr", "-o", str(tmp_path)]
@@ -186,11 +186,12 @@ def test_list_names_every_table(capsys):
     assert main(["bench", "--list", "--json"]) == 0
     full = json.loads(capsys.readouterr().out)
     # full mode: every learned search gets 600 s of nominal work, on each of seeds 0-2 (Table 2: 4 learned
-    # placers and rl+refine's search with its 60 s refine; the 4 placers' learning-off selves), auto 60 s,
+    # placers and rl+refine's search with its 60 s refine; the 4 placers' learning-off selves, and per seed
+    # the learning-off self and auto each for the learned search's time, counted as its 600 s), auto 60 s,
     # on each of 6 settings
     table2 = next(t for t in full if t["name"] == "mirhoseini-table2")
     assert len(table2["settings"]) == 6
-    assert table2["search_budget_s"] == 6 * (3 * (5 * 600 + 60) + 3 * 4 * 600 + 60)
+    assert table2["search_budget_s"] == 6 * (3 * (5 * 600 + 60) + 3 * 4 * 600 + 3 * 4 * 2 * 600 + 60)
 
 
 def test_tight_cluster_fits_no_single_gpu():
@@ -453,20 +454,28 @@ def test_learned_placers_run_over_seeds_beside_their_learning_off_self(tmp_path,
     assert main([*args, "--seeds", "3,5"]) == 0
     table = json.loads(capsys.readouterr().out)["tables"][0]
     assert table["sections"][0]["columns"] == ["setting", "single-gpu", "htf-mpr", "htf-mpr-off", "auto"]
-    steps = {}
+    steps, timed = {}, {}
     for line in (tmp_path / "jobs.jsonl").read_text().splitlines():
         key, result = json.loads(json.loads(line)["job"]), json.loads(line)["result"]
+        if "same_wall_as" in key:                     # run for the wall time of the learned search it names
+            learned = json.loads(key["same_wall_as"])
+            assert learned["method"] == "htf-mpr" and learned["seed"] == key["seed"] and "config" not in learned
+            timed[(key["method"], key.get("config") is not None, key["seed"])] = result
+            continue
         if key.get("method") == "htf-mpr":
             steps[("off" if key.get("config") == [["model", "random"]] else "on", key["seed"])] = result["step_s"]
         else:
             assert key.get("seed", 0) == 0                       # the other placers: --seed alone
     assert sorted(steps) == [("off", 3), ("off", 5), ("on", 3), ("on", 5)]
+    # per seed: the learning-off search and auto, each run for that seed's learned search's wall time
+    assert sorted(timed) == [("auto", False, 3), ("auto", False, 5), ("htf-mpr", True, 3), ("htf-mpr", True, 5)]
+    assert all(r["equal_wall_s"] > 0 for r in timed.values())
     every = {r[1]: r for r in next(s for s in table["sections"] if s["title"] == "Every cell")["rows"]}
     mean = (steps[("on", 3)] + steps[("on", 5)]) / 2
     assert every["htf-mpr"][2].startswith(f"{mean:.4g} ± ")
     seeds = next(s for s in table["sections"] if s["title"].startswith("Learned placers over seeds 3, 5"))
     ratios = [steps[("off", k)] / steps[("on", k)] for k in (3, 5)]
-    assert seeds["rows"][0][4] == (f"{(ratios[0] * ratios[1]) ** 0.5:.3f} "
+    assert seeds["rows"][0][6] == (f"{(ratios[0] * ratios[1]) ** 0.5:.3f} "
                                    f"({min(ratios):.3f}–{max(ratios):.3f})")
     assert "--seeds 3,5" in (tmp_path / "README.md").read_text()
 
@@ -707,9 +716,10 @@ def test_seeded_tables_from_made_up_steps_one_seed_or_a_failing_one(tmp_path, se
     every = {r[1]: r for r in next(x for x in t.sections if x.title == "Every cell").rows}
     paired = next(x for x in t.sections if x.title.startswith("Learned placers over seeds")).rows
     if seeds == (0,):
-        assert every["htf-mpr"][2] == "1 ± 0 (1)" and paired[0][4] == "1.000 (1.000–1.000)"
+        assert every["htf-mpr"][2] == "1 ± 0 (1)" and paired[0][6] == "1.000 (1.000–1.000)"
+        assert paired[0][4:6] == ["not run", "not run"]                     # no equal-wall jobs in this store
     else:
-        assert every["htf-mpr"][2] == "OOM (gpu:0)" and paired[0][4] == "–"
+        assert every["htf-mpr"][2] == "OOM (gpu:0)" and paired[0][6] == "–"
         robust = next(x for x in t.sections if x.title.startswith("Under the cost model"))
         assert "htf-mpr (" not in robust.rows[0][3]
 

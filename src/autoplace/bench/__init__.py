@@ -79,7 +79,7 @@ def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick:
     for i, job in enumerate(todo):
         if progress is not None:
             progress(i, len(todo), job.label)
-        store.add(job, run_job(job))
+        store.add(job, run_job(job, store.results))
     if progress is not None:
         progress(len(todo), len(todo), "tables")
     built = []

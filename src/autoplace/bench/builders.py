@@ -52,8 +52,12 @@ def _methods(spec: TableSpec, run: Run) -> tuple[str, ...]:
 
 # ---------------------------------------------------------------------- placers side by side
 def placer_jobs(spec: TableSpec, settings, run: Run) -> list[Job]:
+    """The bounds, every method's placements, then the jobs that run for a learned search's wall time (after
+    the searches they time themselves by)."""
+    methods = _methods(spec, run)
     return [*(Job.of("bounds", setting=s) for s in settings),
-            *(j for s in settings for m in _methods(spec, run) for j in run.place_all(s, m))]
+            *(j for s in settings for m in methods for j in run.place_all(s, m)),
+            *(j for s in settings for m in methods for jobs in run.equal_wall_jobs(s, m).values() for j in jobs)]
 
 
 def _paper_cell(spec: TableSpec, s: Setting, method: str) -> tuple[str, float | None]:
@@ -125,7 +129,7 @@ def build_placer_table(spec: TableSpec, settings, run: Run, store: Store) -> Tab
                                  "search (s)", "wall (s)"], rows)
     _bounds_section(t, settings, results, store)
     _versus_section(t, spec, settings, methods, results, run)
-    _seeds_section(t, settings, methods, results, run)
+    _seeds_section(t, settings, methods, results, run, store)
     _learned_section(t, settings, methods, results, run)
     _refined_section(t, settings, methods, results)
     if "auto" in methods:
@@ -155,35 +159,68 @@ def _seeds_text(steps: list[float]) -> str:
     return f"{mean:.4g} ± {sd:.2g} ({min(steps):.4g})"
 
 
-def _seeds_section(t: Table, settings, methods, results: dict, run: Run) -> None:
-    """Each learned placer over the run's seeds: its step as mean ± sd (min), its learning-off self's, and
-    the paired ratio off / learned (above 1: learning found faster placements) as the geometric mean over
-    the seeds with its range; then per placer over every setting."""
+def _seeds_section(t: Table, settings, methods, results: dict, run: Run, store: Store) -> None:
+    """Each learned placer over the run's seeds against three baselines: its learning-off self at equal
+    samples and at equal wall time, and ``auto`` at equal wall time (each seed's run for that seed's learned
+    search's wall time); steps as mean ± sd (min), nominal and robust (the worst scenario's weight:
+    docs/algorithms.md, Uncertainty), and each baseline's step over the learned one's (above 1: learning
+    is faster) as the geometric mean over the seeds with its range; then per placer over every setting."""
     from autoplace.bench.plan import OFF_SUFFIX
 
-    rows, pooled = [], {}
-    for s in settings:
-        for m in methods:
-            off = m + OFF_SUFFIX
-            if m not in LEARNED or off not in methods:
-                continue
-            a, b = results[s][m], results[s][off]
-            if not (a["ok"] and b["ok"]):
-                rows.append([s.key, m, _step_text(a), _step_text(b), "–"])
-                continue
-            ratios = [y / x for x, y in zip(a["seed_steps_s"], b["seed_steps_s"])]
-            pooled.setdefault(m, []).append(ratios)
-            rows.append([s.key, m, _step_text(a), _step_text(b),
-                         f"{geomean(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f})"])
-    for m, per_setting in pooled.items():
-        per_seed = [geomean([r[i] for r in per_setting]) for i in range(len(run.learned_seeds))]
-        rows.append(["geometric mean", m, "–", "–", f"{geomean([x for r in per_setting for x in r]):.3f} "
-                     f"(per seed {min(per_seed):.3f}–{max(per_seed):.3f})"])
-    if rows:
-        seeds = ", ".join(map(str, run.learned_seeds))
-        t.add_section(f"Learned placers over seeds {seeds}, against the same search with learning off (step in "
-                      "seconds: mean ± sd (min))",
-                      ["setting", "method", "learned", "learning off", "off / learned (range over seeds)"], rows)
+    for kind, field in (("nominal", "step_s"), ("robust", "robust_step_s")):
+        rows, pooled = [], {}
+        for s in settings:
+            for m in methods:
+                off = m + OFF_SUFFIX
+                if m not in LEARNED or off not in methods:
+                    continue
+                learned = [store[j] for j in run.place_all(s, m)]
+                baselines = [[store[j] for j in run.place_all(s, off)],       # a folder of an earlier run may
+                             *([store[j] for j in jobs if j in store]        # lack the equal-wall jobs
+                               for jobs in run.equal_wall_jobs(s, m).values())]
+                cells, ratios = [], []
+                for rs in baselines:
+                    cells.append(_seed_steps_text(rs, field))
+                    r = _paired_ratios(learned, rs, field)
+                    ratios.append(r)
+                    if r:
+                        pooled.setdefault(m, [[] for _ in baselines])[len(ratios) - 1].extend(r)
+                wall = sum(r["search_s"] for r in learned) / len(learned)
+                rows.append([s.key, m, _seed_steps_text(learned, field), *cells, *map(_ratio_text, ratios),
+                             f"{wall:.1f}"])
+        for m, per_baseline in pooled.items():
+            rows.append(["geometric mean", m, "–", "–", "–", "–",
+                         *(f"{geomean(r):.3f}" if r else "–" for r in per_baseline), "–"])
+        if rows:
+            seeds = ", ".join(map(str, run.learned_seeds))
+            t.add_section(f"Learned placers over seeds {seeds}, {kind} step (s: mean ± sd (min)), against the same "
+                          "search with learning off at equal samples and at equal wall time, and auto at equal "
+                          "wall time (baseline / learned above 1: learning is faster)",
+                          ["setting", "method", "learned", "off, equal samples", "off, equal wall",
+                           "auto, equal wall", "off (samples) / learned", "off (wall) / learned",
+                           "auto (wall) / learned", "learned wall (s)"], rows)
+
+
+def _seed_steps_text(results: list[dict], field: str) -> str:
+    """A cell of steps over seeds: mean ± sd (min), or why not (a seed failed; jobs this folder lacks)."""
+    if not results:
+        return "not run"
+    steps = [r.get(field) for r in results]
+    if any(x is None for x in steps):
+        return "failed on a seed" if any(not r["ok"] for r in results) else "–"
+    return _seeds_text(steps)
+
+
+def _paired_ratios(learned: list[dict], other: list[dict], field: str) -> list[float]:
+    """Per seed, ``other``'s step over ``learned``'s (empty unless every pair ran)."""
+    pairs = [(a.get(field), b.get(field)) for a, b in zip(learned, other)]
+    if len(other) != len(learned) or any(x is None or y is None for x, y in pairs):
+        return []
+    return [y / x for x, y in pairs]
+
+
+def _ratio_text(ratios: list[float]) -> str:
+    return f"{geomean(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f})" if ratios else "–"
 
 
 def _best(res: dict) -> tuple[str, float] | None:

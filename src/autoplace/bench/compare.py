@@ -2,7 +2,8 @@
 
 ``autoplace bench -o AFTER --against BEFORE`` reads both folders' ``jobs.jsonl`` (read only: neither is
 written) and compares every job they both hold, leaving out the fields that measure this machine rather
-than the placement (:data:`autoplace.bench.jobs.MEASURED`: search and wall-clock seconds). A job's result
+than the placement (:data:`autoplace.bench.jobs.MEASURED`: search and wall-clock seconds), and the jobs that
+run for another job's wall time (their results depend on the machine). A job's result
 is its simulated step times, memory peaks, errors, sample counts: every other field the earlier folder
 holds, compared exactly (a field only the later one holds is something a newer version records, not a
 change).
@@ -14,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoplace.bench.jobs import measured
+from autoplace.bench.jobs import SAME_WALL, measured
 from autoplace.errors import FormatError
 
 __all__ = ["FolderComparison", "compare_folders", "change_text"]
@@ -75,9 +76,11 @@ class FolderComparison:
 
 
 def compare_folders(before: str | Path, after: str | Path) -> FolderComparison:
-    """Compare the jobs two results folders both hold (see the module docstring)."""
+    """Compare the jobs two results folders both hold (see the module docstring); jobs bound to wall-clock
+    time (:data:`~autoplace.bench.jobs.SAME_WALL`: what they find depends on the machine's speed) are left
+    out."""
     a, b = _read(before), _read(after)
-    common = sorted(set(a) & set(b))
+    common = sorted(k for k in set(a) & set(b) if f'"{SAME_WALL}"' not in k)
     changes = {k: {path: [x, y] for path, x, y in d} for k in common if (d := _differences(a[k], b[k]))}
     return FolderComparison(len(common), sorted(set(a) - set(b)), sorted(set(b) - set(a)), changes)
 

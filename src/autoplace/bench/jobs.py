@@ -34,7 +34,7 @@ from typing import Any
 from autoplace.errors import AutoplaceError
 
 __all__ = ["Setting", "Job", "MEASURED", "measured", "tight_cluster", "place_job", "bounds_job", "gdp_batch_job",
-           "gdp_holdout_job", "predictor_job", "enumerate_job", "JOBS", "run_job", "LEARNED"]
+           "gdp_holdout_job", "predictor_job", "enumerate_job", "JOBS", "run_job", "LEARNED", "SAME_WALL"]
 
 #: the learned placers (their budget is seconds of nominal work; they take a config)
 LEARNED = ("rl", "hdp", "gdp", "htf-mpr")
@@ -152,15 +152,18 @@ def _jsonable(v):
     return v
 
 
-def place_job(setting: Setting, method: str, budget: float, seed: int, config: tuple = (),
-              refine_budget: float | None = None) -> dict:
+def place_job(setting: Setting, method: str, budget: float | None = None, seed: int = 0, config: tuple = (),
+              refine_budget: float | None = None, time_s: float | None = None) -> dict:
     """Place ``setting`` with ``method`` (a learned placer under ``config``, its settings as pairs) and
     simulate the placement: its step (``None`` where it fails), whether it ran, the devices out of memory,
     the placer's error, its search time and the job's wall time, the peaks, the devices used, its step
     under the cost model's uncertainty (:func:`_uncertainty`); a list
     scheduler's own estimates of its step; a learned search's samples, updates, how it stopped and when it
     first held its best (:func:`_search_summary`). With ``refine_budget``, the placement is then refined by
-    the local search (as ``autoplace place --refine``) and the refined one is simulated."""
+    the local search (as ``autoplace place --refine``) and the refined one is simulated. With ``time_s``
+    (an equal-wall-time job: :data:`SAME_WALL`), a learned search runs ``time_s`` seconds of wall clock and
+    another placer runs under that time limit with as much nominal work (its searches simulate slower than
+    nominal, so the limit, not the work, ends them)."""
     from autoplace.cost import check_runnable
     from autoplace.errors import InfeasibleError, UnavailableError
     from autoplace.placers import get_placer, place
@@ -172,14 +175,18 @@ def place_job(setting: Setting, method: str, budget: float, seed: int, config: t
     learned = None
     try:
         if info.learned:
+            from autoplace.search import SearchBudget
+
             check_runnable(graph, cluster)              # place()'s message for an op no device can run
-            r = info.search(graph, cluster, budget=budget, seed=seed, **({"config": dict(config)} if config else {}))
+            r = info.search(graph, cluster, budget=budget if time_s is None else SearchBudget(seconds=time_s),
+                            seed=seed, **({"config": dict(config)} if config else {}))
             p, learned = r.placement, _search_summary(r)
             search_s = time.perf_counter() - t0
         else:
             if config:
                 raise AutoplaceError(f"placer {method!r} takes no settings (only the learned placers do)")
-            p = place(graph, cluster, method, seed=seed, budget=budget)
+            p = place(graph, cluster, method, seed=seed, budget=budget if time_s is None else time_s,
+                      time_limit=time_s)
             search_s = float(p.meta["search_time_s"])
     except (InfeasibleError, UnavailableError) as e:
         return {"step_s": None, "ok": False, "oom": [], "error": str(e), "search_s": time.perf_counter() - t0,
@@ -214,6 +221,8 @@ def place_job(setting: Setting, method: str, budget: float, seed: int, config: t
             out[field] = float(p.meta[key])
     if learned is not None:
         out["search"] = learned
+    if time_s is not None:
+        out["equal_wall_s"] = float(time_s)
     return out
 
 
@@ -465,8 +474,21 @@ JOBS: dict[str, Callable[..., dict]] = {"place": place_job, "bounds": bounds_job
                                         "enumerate": enumerate_job}
 
 
-def run_job(job: Job) -> dict:
-    return JOBS[job.kind](**dict(job.args))
+#: a ``place`` job's argument naming another job (by key) whose measured ``search_s`` it runs for: the
+#: job is bound to wall-clock time, so its result depends on the machine (``bench --against`` leaves it out)
+SAME_WALL = "same_wall_as"
+
+
+def run_job(job: Job, results: dict[str, dict] | None = None) -> dict:
+    """``job``'s result; a :data:`SAME_WALL` job reads the other job's ``search_s`` from ``results`` (job key ->
+    result: that job runs first)."""
+    args = dict(job.args)
+    if SAME_WALL in args:
+        other = args.pop(SAME_WALL)
+        if results is None or other not in results:
+            raise AutoplaceError(f"{job.label}: runs for the wall time of a job not run yet")
+        args["time_s"] = max(float(results[other]["search_s"]), 1e-3)
+    return JOBS[job.kind](**args)
 
 
 def _check_finished(stop_reason: str | None) -> None:

@@ -138,6 +138,21 @@ class Run:
             return [self.place(setting, method, s) for s in self.learned_seeds]
         return [self.place(setting, method)]
 
+    def equal_wall_jobs(self, setting: Setting, method: str) -> dict[str, list[Job]]:
+        """Beside a learned placer run over the seeds and paired (``method`` one of :data:`OFF`'s): per seed,
+        its learning-off self and ``auto``, each run for the wall time that seed's learned search took
+        (``{"frozen": [...], "auto": [...]}``, seeds in order; empty where the run pairs nothing)."""
+        off = self.off(method) if self.resolve(method)[0] == method else None
+        if off is None:
+            return {}
+        out: dict[str, list[Job]] = {"frozen": [], "auto": []}
+        for seed in self.learned_seeds:
+            learned = self.place(setting, method, seed).key
+            out["frozen"].append(Job.of("place", setting=setting, method=method, seed=seed, config=off.config,
+                                        same_wall_as=learned))
+            out["auto"].append(Job.of("place", setting=setting, method="auto", seed=seed, same_wall_as=learned))
+        return out
+
     def result(self, store: Store, setting: Setting, method: str) -> dict:
         """``method``'s result on ``setting``; a learned one over the run's seeds: the first seed's (the first
         failing seed's, if one failed) with ``step_s`` the mean of the seeds' steps (None unless every seed's

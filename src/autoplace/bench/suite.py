@@ -10,11 +10,12 @@ share: budgets, seed, the learned placers' settings and variants.
 
 from __future__ import annotations
 
+import json
 import os
 
 import autoplace.bench.builders as b
 import autoplace.bench.published as published
-from autoplace.bench.jobs import LEARNED, Job, Setting
+from autoplace.bench.jobs import LEARNED, SAME_WALL, Job, Setting
 from autoplace.bench.plan import TableSpec
 
 __all__ = ["TableSpec", "TABLES", "table_settings", "nominal_work", "file_digest"]
@@ -29,6 +30,8 @@ def nominal_work(job: Job) -> float:
     ``auto``, ``local-search``, ``cp-sat`` and a refine; 0 for placers that take no budget): a plan's size,
     not a measured time."""
     a = dict(job.args)
+    if job.kind == "place" and SAME_WALL in a:        # as long as the search it is timed by
+        return float(json.loads(a[SAME_WALL]).get("budget", 0.0))
     if job.kind == "place":
         return (a["budget"] if a["method"] in LEARNED + BUDGETED else 0.0) + a.get("refine_budget", 0.0)
     if job.kind == "bounds":

@@ -347,7 +347,7 @@ class HDPSearch:
         read = reward < self.failing_signal if late else np.ones(len(reward), dtype=bool)
         adv = torch.as_tensor(np.where(read, reward - self.baseline, 0.0), dtype=torch.float32, device=self.device)
         if cfg.learn and read.any():
-            loss = (adv * logp).sum() / int(read.sum())
+            loss = (adv * logp).mean() if read.all() else (adv * logp).sum() / int(read.sum())
             for group in self.optimizer.param_groups:
                 group["lr"] = cfg.step_size(self.updates)
             self.optimizer.zero_grad()
