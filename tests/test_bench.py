@@ -469,7 +469,12 @@ def test_learned_placers_run_over_seeds_beside_their_learning_off_self(tmp_path,
     assert sorted(steps) == [("off", 3), ("off", 5), ("on", 3), ("on", 5)]
     # per seed: the learning-off search and auto, each run for that seed's learned search's wall time
     assert sorted(timed) == [("auto", False, 3), ("auto", False, 5), ("htf-mpr", True, 3), ("htf-mpr", True, 5)]
-    assert all(r["equal_wall_s"] > 0 for r in timed.values())
+    learned_s = {}
+    for line in (tmp_path / "jobs.jsonl").read_text().splitlines():
+        key, result = json.loads(json.loads(line)["job"]), json.loads(line)["result"]
+        if key.get("method") == "htf-mpr" and "config" not in key and "same_wall_as" not in key:
+            learned_s[key["seed"]] = result["search_s"]
+    assert all(r["equal_wall_s"] == max(learned_s[seed], 1e-3) for (_, _, seed), r in timed.items())
     every = {r[1]: r for r in next(s for s in table["sections"] if s["title"] == "Every cell")["rows"]}
     mean = (steps[("on", 3)] + steps[("on", 5)]) / 2
     assert every["htf-mpr"][2].startswith(f"{mean:.4g} ± ")
@@ -576,6 +581,29 @@ def test_against_compares_two_folders_results_leaving_out_measured_seconds(tmp_p
     assert main(["bench", "-o", moved, "--against", str(tmp_path / "nothing")]) == 2
     assert "not a bench results folder" in capsys.readouterr().err
     assert (tmp_path / "before" / "jobs.jsonl").read_text().endswith('"cut short')    # read only
+    # a job run for another's wall time finds what the machine's speed allows: left out, and said so
+    timed = Job.of("place", x="t", same_wall_as=a).key
+    for name, step in (("t0", 1.0), ("t1", 3.0)):
+        d = tmp_path / name
+        d.mkdir()
+        d.joinpath("jobs.jsonl").write_text("".join(json.dumps({"job": k, "result": r}) + "\n" for k, r in (
+            (a, base), (timed, {**base, "step_s": step}))))
+    assert main(["bench", "-o", str(tmp_path / "t1"), "--against", str(tmp_path / "t0"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["same"] and out["common"] == 1 and out["timed"] == 1 and not out["only_before"]
+    assert main(["bench", "-o", str(tmp_path / "t1"), "--against", str(tmp_path / "t0")]) == 0
+    assert "and 1 jobs run for another's wall time" in capsys.readouterr().out
+
+
+def test_a_job_timed_by_one_not_run_yet_is_one_clear_error():
+    from autoplace.bench.jobs import run_job
+    from autoplace.errors import AutoplaceError
+
+    s = Setting("toy-mlp", "k80x2")
+    learned = Job.of("place", setting=s, method="rl", budget=0.5, seed=0)
+    timed = Job.of("place", setting=s, method="auto", seed=0, same_wall_as=learned.key)
+    with pytest.raises(AutoplaceError, match="a job not run yet"):
+        run_job(timed, {})
 
 
 def test_job_keys_of_earlier_results_are_unchanged():

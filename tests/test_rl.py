@@ -465,6 +465,11 @@ def test_paper_mode_groups_are_the_papers_rules_uncoarsened_with_the_consumer_on
     groups = rl_grouping(g, c, cfg).group
     assert len({groups[g.index(n)] for n in ("x", "a", "b", "c")}) == 1
     assert len({groups[g.index(n)] for n in ("c", "d", "e")}) == 3
+    # recursively, groups as ops: a fans out to b and c, both read only by d; then a's group's one reader
+    # is d's, so all four are one group (op by op, a has two readers and stays apart)
+    ops = [Op("a", "mm", output_bytes=(8,), flops=1e6), Op("b", "mm", ("a",), output_bytes=(8,), flops=1e6),
+           Op("c", "mm", ("a",), output_bytes=(8,), flops=1e6), Op("d", "mm", ("b", "c"), output_bytes=(8,), flops=1e6)]
+    assert len(set(rl_grouping(Graph(ops, name="diamond"), c, cfg).group.tolist())) == 1
     big = build_graph("nmt-2")
     assert rl_grouping(big, get_cluster("k80x4"), cfg).n_groups == 386 > RLConfig().groups     # not coarsened
 
@@ -477,6 +482,10 @@ def test_paper_mode_failing_signal_set_by_hand_and_reduced_controllers_stated():
     assert r.extra["failing_step_s"] == 50.0
     assert RLSearch(g, c, RLConfig(paper=True, failing_step_s=50.0), seed=0).failing_signal == pytest.approx(50**0.5)
     assert r.placement.meta["paper_reduced"].startswith("1 controller(s) where the paper ran up to 20")
+    assert "failing signal" not in r.placement.meta["paper_reduced"]
+    unset = rl_search(g, c, budget=SearchBudget(samples=8), seed=0, config=RLConfig(paper=True))
+    assert unset.placement.meta["paper_reduced"].endswith("where the paper set one by hand per graph "
+                                                          "(set failing_step_s)")
     assert "paper_reduced" not in rl_search(g, c, budget=SearchBudget(samples=8), seed=0).placement.meta
 
 

@@ -51,3 +51,11 @@ def test_a_policy_device_this_torch_lacks_is_one_clear_error():
     if not torch.cuda.is_available():
         with pytest.raises(UnavailableError, match="no CUDA device"):
             policy_device("cuda")
+
+
+@pytest.mark.parametrize("method", LEARNED)
+def test_a_search_bounded_by_seconds_samples_at_least_once(method):
+    """However short its seconds (0 here), a search runs one update and has a placement to return."""
+    g, c = build_graph("toy-mlp"), get_cluster("k80x2")
+    r = get_placer(method).search(g, c, budget=SearchBudget(seconds=0), seed=0)
+    assert r.samples > 0 and r.stop_reason == "seconds" and r.placement is not None

@@ -11,7 +11,8 @@ the co-location constraint graph"):
   the tensor's producer). On by default, and for the paper's baselines (``scotch``, ``mincut``) and the
   list schedulers;
 * ``single-consumer`` — Mirhoseini et al. 2017 §3.3: an op whose output is consumed by exactly one op is
-  co-located with that op, applied recursively (follows chains);
+  co-located with that op; then, as the paper recurses, groups are taken as ops and a group whose outputs
+  one other group alone reads joins it, until none does;
 * ``structure`` — the capture metadata: each LSTM cell (``role=lstm`` at one ``layer`` and ``step``),
   each attention step, each softmax step, each embedding lookup, each Inception branch, each AmoebaNet
   cell step, else each ``layer`` (Mirhoseini §4.1's groups);
@@ -356,6 +357,7 @@ def group_ops(graph: Graph, rules: Iterable[str] = RULES[:4], *, step_block: int
                 if ci is not None and cc is not None and ci != cc:
                     continue
                 uf.union(i, c)
+        _merge_single_consumer_groups(graph, uf, skey)
     roots = np.array([uf.find(i) for i in range(n)])
     _, first, inverse = np.unique(roots, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")         # number groups by their first op's position
@@ -366,6 +368,41 @@ def group_ops(graph: Graph, rules: Iterable[str] = RULES[:4], *, step_block: int
     names = tuple(_group_name(graph, graph.ops[f]) for f in firsts)
     return Grouping(group, names, rules)
 
+
+
+def _merge_single_consumer_groups(graph: Graph, uf: _UnionFind, skey: list) -> None:
+    """Mirhoseini §3.3's recursion: "after each iteration, we treat the co-location groups as operations until
+    there are not any further groups that can be merged" — a group whose outputs (control included) are all
+    read by one other group joins it, round after round, with the op rule's two limits: never two structural
+    groups, never two colocation groups."""
+    n = graph.n_ops
+    producer = np.repeat(np.arange(n), np.diff(graph.op_tensor_ptr))[graph.pair_tensor]      # [pairs]
+    reader = graph.pair_op
+    labels: dict[int, tuple[frozenset, frozenset]] = {}
+    for i, op in enumerate(graph.ops):
+        r = uf.find(i)
+        s, c = labels.get(r, (frozenset(), frozenset()))
+        labels[r] = (s | ({skey[i]} if skey[i] is not None else set()),
+                     c | ({op.colocation_group} if op.colocation_group is not None else set()))
+    merged = True
+    while merged:
+        merged = False
+        roots = np.array([uf.find(i) for i in range(n)], dtype=np.int64)
+        a, b = roots[producer], roots[reader]
+        cross = a != b
+        pairs = np.unique(np.stack([a[cross], b[cross]], axis=1), axis=0) if cross.any() else np.zeros((0, 2), np.int64)
+        groups, counts = np.unique(pairs[:, 0], return_counts=True)
+        only = dict(zip(pairs[:, 0].tolist(), pairs[:, 1].tolist()))       # a group's reader, where it has one
+        for g in groups[counts == 1].tolist():
+            rg, ry = uf.find(g), uf.find(only[g])
+            if rg == ry:
+                continue
+            (sg, cg), (sy, cy) = labels[rg], labels[ry]
+            if (sg and sy and sg != sy) or (cg and cy and cg != cy):
+                continue
+            uf.union(rg, ry)
+            labels[uf.find(rg)] = (sg | sy, cg | cy)
+            merged = True
 
 
 def _join_readers_structure(graph: Graph, uf: _UnionFind, by_key: dict, skey: list) -> None:

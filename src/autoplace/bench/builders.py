@@ -164,7 +164,9 @@ def _seeds_section(t: Table, settings, methods, results: dict, run: Run, store: 
     samples and at equal wall time, and ``auto`` at equal wall time (each seed's run for that seed's learned
     search's wall time); steps as mean ± sd (min), nominal and robust (the worst scenario's weight:
     docs/algorithms.md, Uncertainty), and each baseline's step over the learned one's (above 1: learning
-    is faster) as the geometric mean over the seeds with its range; then per placer over every setting."""
+    is faster) as the geometric mean over the seeds with its range, and the mean wall times the learned
+    search and the two equal-wall runs took (a run may pass its limit by what it does after its last
+    check); then per placer over every setting."""
     from autoplace.bench.plan import OFF_SUFFIX
 
     for kind, field in (("nominal", "step_s"), ("robust", "robust_step_s")):
@@ -185,9 +187,10 @@ def _seeds_section(t: Table, settings, methods, results: dict, run: Run, store: 
                     ratios.append(r)
                     if r:
                         pooled.setdefault(m, [[] for _ in baselines])[len(ratios) - 1].extend(r)
-                wall = sum(r["search_s"] for r in learned) / len(learned)
+                walls = [f"{sum(r['search_s'] for r in rs) / len(rs):.1f}" if rs else "–"
+                         for rs in (learned, *baselines[1:])]
                 rows.append([s.key, m, _seed_steps_text(learned, field), *cells, *map(_ratio_text, ratios),
-                             f"{wall:.1f}"])
+                             " / ".join(walls)])
         for m, per_baseline in pooled.items():
             rows.append(["geometric mean", m, "–", "–", "–", "–",
                          *(f"{geomean(r):.3f}" if r else "–" for r in per_baseline), "–"])
@@ -198,7 +201,7 @@ def _seeds_section(t: Table, settings, methods, results: dict, run: Run, store: 
                           "wall time (baseline / learned above 1: learning is faster)",
                           ["setting", "method", "learned", "off, equal samples", "off, equal wall",
                            "auto, equal wall", "off (samples) / learned", "off (wall) / learned",
-                           "auto (wall) / learned", "learned wall (s)"], rows)
+                           "auto (wall) / learned", "wall (s): learned / off / auto"], rows)
 
 
 def _seed_steps_text(results: list[dict], field: str) -> str:

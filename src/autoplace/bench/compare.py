@@ -58,6 +58,7 @@ class FolderComparison:
     only_before: list[str] = field(default_factory=list)
     only_after: list[str] = field(default_factory=list)
     changes: dict[str, dict[str, list]] = field(default_factory=dict)
+    timed: int = 0          #: jobs bound to wall-clock time (either folder), left out
 
     @property
     def same(self) -> bool:
@@ -72,7 +73,7 @@ class FolderComparison:
 
     def to_dict(self) -> dict:
         return {"common": self.common, "only_before": self.only_before, "only_after": self.only_after,
-                "differ": self.differ, "changes": self.changes, "same": self.same}
+                "differ": self.differ, "changes": self.changes, "timed": self.timed, "same": self.same}
 
 
 def compare_folders(before: str | Path, after: str | Path) -> FolderComparison:
@@ -80,9 +81,11 @@ def compare_folders(before: str | Path, after: str | Path) -> FolderComparison:
     time (:data:`~autoplace.bench.jobs.SAME_WALL`: what they find depends on the machine's speed) are left
     out."""
     a, b = _read(before), _read(after)
-    common = sorted(k for k in set(a) & set(b) if f'"{SAME_WALL}"' not in k)
+    timed = {k for k in set(a) | set(b) if f'"{SAME_WALL}"' in k}
+    common = sorted(set(a) & set(b) - timed)
     changes = {k: {path: [x, y] for path, x, y in d} for k in common if (d := _differences(a[k], b[k]))}
-    return FolderComparison(len(common), sorted(set(a) - set(b)), sorted(set(b) - set(a)), changes)
+    return FolderComparison(len(common), sorted(set(a) - set(b) - timed), sorted(set(b) - set(a) - timed), changes,
+                            len(timed))
 
 
 def change_text(path: str, before, after) -> str:

@@ -256,7 +256,8 @@ def _bench_against(args: argparse.Namespace) -> int:
         return 0 if c.same else EXIT_FAILING
     con = _console()
     con.print(f"{c.common} jobs in both folders ({len(c.only_before)} only in {args.against}, "
-              f"{len(c.only_after)} only in {args.output}); measured seconds left out")
+              f"{len(c.only_after)} only in {args.output}); measured seconds left out"
+              + (f", and {c.timed} jobs run for another's wall time" if c.timed else ""))
     for job, fields in list(c.changes.items())[:20]:
         con.print(f"differs: {job}: " + ", ".join(change_text(p, *v) for p, v in fields.items()), markup=False)
     if len(c.differ) > 20:

@@ -49,7 +49,10 @@ so ``auto`` is never slower than one GPU by more than one GPU's own regret.
 ``budget`` (default 60): 90 % for the refine (evaluations counted as in local search, each evaluation
 simulating every scenario), shared with CP-SAT's deterministic time on small graphs, and 10 % for the
 stray cleanup; the fast placers run with their defaults. ``seed`` goes to every placer. Deterministic for
-a seed: every budget counts work, not the wall clock.
+a seed: every budget counts work, not the wall clock. Under a caller's time limit
+(:func:`~autoplace.search.budget.time_limit`: ``place(..., time_limit=)``, ``--time-limit``) the searches
+stop with the best they have, and the fixed steps the limit finds passed (CP-SAT, the pipeline, the
+strategies) are left out (meta ``time_limit_skipped``).
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from autoplace.placers.fast import _best, check_fits, ranks, run_fast_placers
 from autoplace.placers.registry import place, register_placer
 from autoplace.progress import report_progress
 from autoplace.search import work
+from autoplace.search.budget import time_left
 
 __all__ = ["auto", "robust_simulator", "pick_robust", "uncertainty", "Field", "NEAR_TIE", "CLEANUP_SHARE",
            "STRATEGIES"]
@@ -159,9 +163,10 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
     start = placed[k].placement
     small = graph.n_ops <= MAX_TASKS
     search = budget * (1 - CLEANUP_SHARE)
+    skipped: list[str] = []          # the steps a caller's time limit left out
     stages = [("refined", refine(graph, cluster, start, seed=seed, budget=search / 2 if small else search,
                                  method=start.method, simulator=field.judge()))]
-    if small:
+    if small and not _out_of_time(skipped, "cp-sat"):
         report_progress("auto: CP-SAT", None)
         try:
             stages.append(("cp-sat", improve_with_cp_sat(graph, cluster, stages[0][1], seed=seed, budget=search / 2)))
@@ -194,10 +199,10 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
     weighed += [strays] if not oom[0] else []
     if not weighed:              # nothing fits: say so (no strategy is weighed against nothing)
         check_fits(graph, cluster, Placement.from_array(graph, cluster, dev, "auto"))
-    pipe = _pipelined(graph, cluster, field, seed)
+    pipe = None if _out_of_time(skipped, "pipeline") else _pipelined(graph, cluster, field, seed)
     weighed += [pipe] if pipe is not None else []
-    found = _strategies(graph, cluster, field, seed, STRATEGIES if strategies is True else tuple(strategies),
-                        distinct) if strategies else None
+    found = (_strategies(graph, cluster, field, seed, STRATEGIES if strategies is True else tuple(strategies),
+                         distinct) if strategies and not _out_of_time(skipped, "strategies") else None)
     # the choice, against everything weighed: the least regret of the placements (fewest cuts among near-ties)
     pick = weighed[_least(field, weighed, graph)] if weighed else strays
     refined = stages[0][1]
@@ -227,10 +232,23 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
                        "stray_evaluations": moves}}
     if pick.came_from == "pipeline":
         meta["pipeline"] = pipe.pipeline
+    if skipped:
+        meta["time_limit_skipped"] = skipped
     out = check_fits(graph, cluster, Placement.from_array(graph, cluster, pick.dev, "auto", pick.prio, **meta))
     if found is None:
         return out
     return _chosen_strategy(field, out, pick.steps, *found)
+
+
+def _out_of_time(skipped: list[str], step: str) -> bool:
+    """Whether a caller's time limit (:func:`~autoplace.search.budget.time_limit`) has run out before
+    ``step``, which then joins ``skipped``: ``auto`` returns the best it has by the limit, its fixed steps
+    (CP-SAT, the pipeline, the strategies) left out as its searches stop."""
+    left = time_left()
+    if left is not None and left <= 0:
+        skipped.append(step)
+        return True
+    return False
 
 
 def _weighed(entries: list) -> dict:

@@ -59,7 +59,7 @@ from autoplace.validation import seed_int
 
 __all__ = ["HDPConfig", "HDPSearch", "hdp_search", "hdp", "work_budget"]
 
-CHECKPOINT_FORMAT = "autoplace.hdp/v3"
+CHECKPOINT_FORMAT = "autoplace.hdp/v2"
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,8 @@ class HDPConfig(SearchConfig):
     #: the authors' released code (``tensorflow/python/grappler/hierarchical_controller.py``:
     #: ``hierarchical_controller_hparams``, ``HierarchicalController``; ``graph_placer.py``: ``PlaceGraph``
     #: runs one child), where the paper is silent; docs/algorithms.md lists each point
-    PAPER = {"network": "released", "groups": None, "samples_per_update": 1, "learning_rate": 0.1,
+    PAPER = {"network": "released", "group_rules": "colocation", "groups": None, "samples_per_update": 1,
+             "learning_rate": 0.1,
              "lr_decay": 0.95, "lr_decay_start": 400, "lr_decay_every": 50, "grad_clip": 1.0,
              "logit_clip": 1.0, "logit_noise": 0.5, "noise_updates": 750, "hidden": 512, "grouper_hidden": 64,
              "baseline_decay": 0.9, "failing_step_s": 100.0, "only_successful_after": 1000,
@@ -125,9 +126,10 @@ class HDPConfig(SearchConfig):
     """After this many updates the loss and the baseline read only placements that ran (none: never)."""
     placer_sampling_updates: int | None = None
     """After this many updates the placer stops sampling and scores the devices it last drew for the new
-    groupings (none: it always samples)."""
+    groupings (none: it always samples; the released network only)."""
     logit_noise: float = 0.0
-    """Gaussian noise on both networks' logits, its deviation this times the logits' RMS (0: none)."""
+    """Gaussian noise on both networks' logits, its deviation this times the logits' RMS (0: none; the
+    released network only)."""
     noise_updates: int = 750
     """Updates with logit noise (while the update count is at most this)."""
     grouper_hidden: int = 64
@@ -157,9 +159,16 @@ class HDPConfig(SearchConfig):
         self.apply_paper()
         self.check(at_least_one=("samples_per_update", "grouper_hidden", "hidden", "type_dim", "device_dim"),
                    positive=("learning_rate",))
+        if not 0 <= self.baseline_decay < 1:
+            raise AutoplaceError(f"HDPConfig.baseline_decay must be in [0, 1), got {self.baseline_decay!r}")
         if self.network == "released" and self.hidden % 2:
             raise AutoplaceError(f"HDPConfig.hidden must be even for the released network (two directions), "
                                  f"got {self.hidden}")
+        if self.network != "released":
+            for name in ("logit_noise", "placer_sampling_updates"):
+                if getattr(self, name) != getattr(type(self), name):
+                    raise AutoplaceError(f"HDPConfig.{name} applies to the released network only "
+                                         f"(set network=released)")
 
     def n_groups(self, cluster: Cluster) -> int:
         """The grouper's number of groups on ``cluster``: :attr:`groups`, or the released code's
@@ -171,8 +180,6 @@ class HDPConfig(SearchConfig):
         if self.lr_decay == 1.0 or updates < self.lr_decay_start:
             return self.learning_rate
         return self.learning_rate * self.lr_decay ** ((updates - self.lr_decay_start) // self.lr_decay_every)
-        if not 0 <= self.baseline_decay < 1:
-            raise AutoplaceError(f"HDPConfig.baseline_decay must be in [0, 1), got {self.baseline_decay!r}")
 
 
 def hdp_nodes(graph: Graph, cluster: Cluster, config: HDPConfig) -> Grouping:
@@ -346,8 +353,9 @@ class HDPSearch:
         late = cfg.only_successful_after is not None and self.updates >= cfg.only_successful_after
         read = reward < self.failing_signal if late else np.ones(len(reward), dtype=bool)
         adv = torch.as_tensor(np.where(read, reward - self.baseline, 0.0), dtype=torch.float32, device=self.device)
-        if cfg.learn and read.any():
-            loss = (adv * logp).mean() if read.all() else (adv * logp).sum() / int(read.sum())
+        if cfg.learn:
+            # none read: a zero loss, and Adam still steps on its moments (the released train_op runs so)
+            loss = (adv * logp).mean() if read.all() else (adv * logp).sum() / max(int(read.sum()), 1)
             for group in self.optimizer.param_groups:
                 group["lr"] = cfg.step_size(self.updates)
             self.optimizer.zero_grad()
@@ -388,6 +396,8 @@ class HDPSearch:
     def load(self, state: dict, where: str = "checkpoint") -> None:
         f = open_checkpoint(state, CHECKPOINT_FORMAT, self._identity(), where)
         last = f.groups("last_devices", self.n_groups, self.cluster.n_devices)
+        for group in self.optimizer.param_groups:        # the step size the last saved update set
+            group["lr"] = self.config.step_size(max(f.int("updates") - 1, 0))
         load_policy_search(f, self, self.features.n_nodes, {"grouper": self.grouper, "placer": self.placer})
         self.last_devices = last
 

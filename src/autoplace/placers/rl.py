@@ -27,7 +27,7 @@ What is adapted, and why:
   decoder's length stays bounded whatever the graph's size: a recurrent layer's steps are taken in
   blocks, or METIS merges them where blocks cannot get there (:func:`rl_grouping`); ``paper=True`` takes
   the paper's rules, the consumer-only merge among them, and does not coarsen (212 groups on rnnlm-2, 386
-  on nmt-2, 70 on Inception-V3 against the paper's Table 1: 188, 280, 83);
+  on nmt-2, 68 on Inception-V3 against the paper's Table 1: 188, 280, 83);
 * *structured exploration* (not in the paper): each sample adds Gaussian noise to the logits, one draw per
   structural unit (a layer with its weights, at every time step) and device, and the logits are bounded
   (:attr:`RLConfig.exploration_noise`, :attr:`RLConfig.logit_clip`), so that a sample moves whole layers
@@ -37,8 +37,8 @@ What is adapted, and why:
   is ``sqrt`` of :attr:`RLConfig.failing_factor` times the graph's serial time on its slowest devices
   (:func:`~autoplace.search.evaluation.default_failing_step`), above every placement that runs;
 * *controllers*: the paper runs up to 20 asynchronous controllers of 4 or 8 workers on a parameter server
-  (§3.4); :func:`rl_distributed` runs that layout on Ray, and a paper-mode search with fewer controllers
-  says so in its placement's meta (``paper_reduced``);
+  (§3.4); :func:`rl_distributed` runs that layout on Ray, and a paper-mode search with fewer controllers,
+  or without a failing signal set by hand, says so in its placement's meta (``paper_reduced``);
 * *one decision per structural unit* (:attr:`RLConfig.decide`, not in the paper): the groups of one
   layer (with its weights, at every time step), branch or cell are placed together, so that every sample
   keeps each layer whole;
@@ -225,6 +225,19 @@ class RLConfig(SearchConfig):
 #: (``--workers``, ``--controllers``), a machine permitting
 PAPER_REDUCED = ("{controllers} controller(s) where the paper ran up to 20 asynchronous controllers of 4 or 8 "
                  "workers each on a parameter server (--workers, --controllers: the distributed search)")
+#: and where no failing signal is set by hand (§3.1: "we specify the failing signal manually")
+PAPER_FAILING = ("a failing signal of sqrt({factor:g} x the serial step) where the paper set one by hand per "
+                 "graph (set failing_step_s)")
+
+
+def paper_reduced(config: RLConfig, controllers: int) -> str | None:
+    """What a paper-mode search ran short of the paper (``None``: nothing, or not paper mode)."""
+    if not config.paper:
+        return None
+    parts = [PAPER_REDUCED.format(controllers=controllers)] if controllers < 20 else []
+    if config.failing_step_s is None:
+        parts.append(PAPER_FAILING.format(factor=config.failing_factor))
+    return "; ".join(parts) or None
 
 
 def samples_for_budget(graph: Graph, n_groups: int, budget: float) -> int:
@@ -457,8 +470,9 @@ def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | 
             cache_hits=search.evaluate.hits, groups=search.features.n_groups, best_step_s=search.best_step)
         extra = {"failing_step_s": search.failing_step, "baseline": search.baseline, "timings_s": search.timings,
                  "wall_s_this_run": run.wall_s_this_run}
-        if config.paper:
-            placement.meta["paper_reduced"] = extra["paper_reduced"] = PAPER_REDUCED.format(controllers=1)
+        reduced = paper_reduced(config, 1)
+        if reduced:
+            placement.meta["paper_reduced"] = extra["paper_reduced"] = reduced
         return SearchResult(placement, search.curve, search.samples, search.updates, stop,
                             search.evaluate.evaluations, search.evaluate.hits, search.wall_s, extra)
 
@@ -618,7 +632,8 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
         raise InfeasibleError(f"rl: none of the {total} sampled placements of {graph.name!r} ran on cluster "
                               f"{cluster.name!r} (all out of memory)")
     grouping, features, _, _ = policy_parts(graph, cluster, config, seed)
-    meta = {**({"paper_reduced": PAPER_REDUCED.format(controllers=n_ctrl)} if config.paper and n_ctrl < 20 else {}),
+    reduced = paper_reduced(config, n_ctrl)
+    meta = {**({"paper_reduced": reduced} if reduced else {}),
             "samples": total, "updates": sum(r["updates"] for r in results), "controllers": n_ctrl,
             "workers": workers, "evaluations": sum(r["evaluations"] for r in results),
             "cache_hits": sum(r["hits"] for r in results), "workers_replaced": sum(r["replaced"] for r in results),

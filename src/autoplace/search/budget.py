@@ -47,8 +47,9 @@ def time_left() -> float | None:
 @dataclass(frozen=True)
 class SearchBudget:
     """Stop after ``samples`` placements sampled, or after ``seconds`` of wall clock, whichever comes first
-    (at least one must be given). A search bounded by samples alone is reproducible for a seed; one bounded
-    by seconds depends on how fast the machine runs."""
+    (at least one must be given; a search bounded by seconds runs at least one update, so that it has a
+    placement to return). A search bounded by samples alone is reproducible for a seed; one bounded by
+    seconds depends on how fast the machine runs."""
 
     samples: int | None = None
     seconds: float | None = None
@@ -82,8 +83,8 @@ class BudgetClock:
         """``None`` while there is budget left, else why it ended (``"samples"`` or ``"seconds"``)."""
         if self.budget.samples is not None and samples >= self.budget.samples:
             return "samples"
-        if self.budget.seconds is not None and self.elapsed >= self.budget.seconds:
-            return "seconds"
+        if self.budget.seconds is not None and self.elapsed >= self.budget.seconds and samples > 0:
+            return "seconds"                             # (a search bounded by seconds samples at least once)
         if time_left() == 0.0 and samples > 0:     # past a caller's time limit, with something to return
             return TIME_LIMIT
         return None
