@@ -252,6 +252,11 @@ class GDPConfig(SearchConfig):
         return {k: getattr(self, k) for k in self.ARCHITECTURE}
 
 
+#: the whole placement's log-ratio is capped here before ``exp`` (float32 overflows past 88): a sample whose
+#: ratio passes e^30 (far outside any clip range) gives no gradient rather than an infinite loss
+MAX_LOG_RATIO = 30.0
+
+
 def new_policy(config: GDPConfig = GDPConfig()):
     """A fresh :class:`~autoplace.policies.gdp.GDPPolicy` of ``config``'s architecture."""
     from autoplace.policies.gdp import GDPPolicy as Net
@@ -511,7 +516,8 @@ class GDPSearch:
                 logp = torch.log_softmax(logits if eps is None else logits + eps, dim=2)          # [k, N, D]
                 new = logp.gather(2, d.unsqueeze(2)).squeeze(2)                                   # [k, N]
                 if cfg.ratio == "placement":        # the whole placement's: a product over its nodes
-                    ratio, a = torch.exp(new.sum(1) - old.sum(1)), adv                          # [k]
+                    log_ratio = (new.sum(1) - old.sum(1)).clamp(max=MAX_LOG_RATIO)           # finite in float32
+                    ratio, a = torch.exp(log_ratio), adv                                        # [k]
                 else:                               # one per node decision, the advantage shared
                     ratio, a = torch.exp(new - old), adv.unsqueeze(1)                           # [k, N]
                 surrogate = torch.minimum(ratio * a, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * a).mean()
