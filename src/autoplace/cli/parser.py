@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", default="bench-results", metavar="DIR",
                    help="results folder (default: bench-results)")
     p.add_argument("--quick", action="store_true",
-                   help="each table's small settings and short budgets (about an hour and a quarter on 2 cores)")
+                   help="each table's small settings and short budgets (about two hours on 2 cores)")
     p.add_argument("--tables", type=_method_list, metavar="T1,T2", help="the tables to run (default: all; --list)")
     p.add_argument("--graph", action="append", default=[], metavar="GRAPH",
                    help="run every table on this graph (file or built-in name) on the table's clusters, "
