@@ -522,3 +522,17 @@ def test_units_whose_weights_cannot_share_the_devices_are_placed_per_group():
     config = RLConfig(decide="unit", group_rules="colocation", samples_per_update=4)
     assert rl_grouping(g, c, config).n_groups == 6
     assert rl_search(g, c, budget=SearchBudget(samples=40), config=config, seed=0).placement.meta["best_step_s"] > 0
+
+
+def test_a_checkpoint_written_before_a_setting_existed_holds_it_at_its_default(tmp_path):
+    """A stored config without a setting (an earlier version's) resumes where the setting is at its default,
+    and is another search's where it is not."""
+    from autoplace.errors import FormatError
+
+    g, c = three_groups()
+    rl_search(g, c, budget=SearchBudget(samples=16), seed=0, checkpoint=tmp_path, stop_after_updates=1)
+    state = load_checkpoint(tmp_path)
+    del state["config"]["failing_step_s"]
+    RLSearch(g, c, RLConfig(), seed=0).load(state)
+    with pytest.raises(FormatError, match=r"config \(failing_step_s\)"):
+        RLSearch(g, c, RLConfig(failing_step_s=5.0), seed=0).load(state)

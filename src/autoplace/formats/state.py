@@ -213,10 +213,18 @@ def cluster_hash(cluster) -> str:
     return _digest(cluster_to_dict(cluster))
 
 
+class Settings(dict):
+    """A config's settings as a dict, with ``defaults`` (name -> default) for :func:`check_identity`: a stored
+    config that lacks a setting (written before the setting existed) holds it at its default."""
+
+    defaults: dict = {}
+
+
 def check_identity(state: Any, fmt: str, mine: dict, where: str, what: str = "checkpoint") -> dict:
     """``state`` if it is a dict of format ``fmt`` whose entries equal ``mine`` (name -> value: graph hash,
     cluster hash, config, seed …); else :class:`FormatError` naming ``where`` and the entries that differ
-    (a config: the settings that differ; a content hash: "graph content")."""
+    (a config: the settings that differ; a content hash: "graph content"). A :class:`Settings` entry's
+    defaults stand in for the settings a stored one lacks."""
     if not isinstance(state, dict):
         raise FormatError(f"{where}: not a {what} (a {type(state).__name__})")
     if state.get("format") != fmt:
@@ -225,6 +233,8 @@ def check_identity(state: Any, fmt: str, mine: dict, where: str, what: str = "ch
     diff = []
     for k, v in mine.items():
         theirs = state.get(k)
+        if isinstance(v, Settings) and isinstance(theirs, dict):
+            theirs = {**{k2: d for k2, d in v.defaults.items() if k2 not in theirs}, **theirs}
         if theirs == v:
             continue
         if k.endswith("_hash") or k.endswith("_hashes"):

@@ -16,14 +16,22 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from autoplace.errors import FormatError
-from autoplace.formats.state import StateFields, check_identity, cluster_hash, graph_hash, read_state, write_state
+from autoplace.formats.state import (
+    Settings,
+    StateFields,
+    check_identity,
+    cluster_hash,
+    graph_hash,
+    read_state,
+    write_state,
+)
 from autoplace.search.curve import Curve, CurvePoint
 
 __all__ = ["CHECKPOINT_FILE", "save_checkpoint", "load_checkpoint", "Checkpointer", "identity", "open_checkpoint",
@@ -66,9 +74,12 @@ def load_checkpoint(directory: str | Path) -> dict[str, Any]:
 def identity(graph, cluster, config, seed: int, env: str, **extra) -> dict:
     """What a checkpoint belongs to: the graph and cluster (names and content hashes), the config and seed,
     the env that scored its placements (a simulated search's scores are no measurements), and ``extra`` (a
-    placer's node count …)."""
+    placer's node count …). The config carries its fields' defaults (:class:`~autoplace.formats.state.
+    Settings`): a checkpoint written before a setting existed holds that setting at its default."""
+    config_dict = Settings(asdict(config))
+    config_dict.defaults = {f.name: f.default for f in fields(config) if f.default is not MISSING}
     return {"graph": graph.name, "graph_hash": graph_hash(graph), "cluster": cluster.name,
-            "cluster_hash": cluster_hash(cluster), "config": asdict(config), "seed": seed, "env": env, **extra}
+            "cluster_hash": cluster_hash(cluster), "config": config_dict, "seed": seed, "env": env, **extra}
 
 
 def check_scores(f: StateFields, key: str, scorer, cache: dict[bytes, tuple[float, bool]], *,
