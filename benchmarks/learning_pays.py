@@ -48,9 +48,9 @@ def run_one(kind: str, placer: str, model: str, cluster: str, seed: int, config:
     """One run in a fresh process: ``kind`` is "learned", "frozen" (learning off, equal samples),
     "frozen-wall" (learning off for ``wall_s`` seconds) or "auto" (under a time limit of ``wall_s``)."""
     from autoplace.bench.jobs import Setting, place_job
+    from autoplace.bench.plan import OFF
 
-    off = {"learn": False} if placer != "htf-mpr" else {"model": "random"}
-    cfg = {**config, **(off if kind.startswith("frozen") else {})}
+    cfg = {**config, **(OFF[placer] if kind.startswith("frozen") else {})}
     method = "auto" if kind == "auto" else placer
     r = place_job(Setting(model, cluster), method, None if kind == "auto" else budget, seed,
                   () if kind == "auto" else tuple(sorted(cfg.items())), time_s=wall_s)

@@ -215,15 +215,21 @@ def test_auto_hints_cp_sat_with_the_refined_placement(monkeypatch):
     assert np.array_equal(seen["start"].to_array(g, c), refined.to_array(g, c))
 
 
-def test_under_a_time_limit_that_has_run_out_auto_leaves_out_its_fixed_steps():
-    """A limit gone by the time the searches return: CP-SAT, the pipeline and the strategies are left out
-    and said so; the placement is still one of the fast placers' or the refined one."""
+def test_under_a_time_limit_that_has_run_out_auto_leaves_out_its_fixed_steps(monkeypatch):
+    """A limit gone by the time the searches return (no time left, as auto reads it): CP-SAT, the pipeline
+    and the strategies are left out and said so; the placement is still one of the fast placers' or the
+    refined one."""
+    from autoplace.placers import auto
+
     g, c = build_graph("toy-mlp"), get_cluster("k80x2")
-    p = place(g, c, "auto", budget=1.0, time_limit=1e-3)
+    with monkeypatch.context() as m:
+        m.setattr(auto, "time_left", lambda: 0.0)
+        p = place(g, c, "auto", budget=1.0)
     assert p.meta["time_limit_skipped"][-2:] == ["pipeline", "strategies"]      # CP-SAT too where it runs
     assert "strategies" not in p.meta and simulate(g, c, p).ok
     assert "time_limit_skipped" not in place(g, c, "auto", budget=0.2, strategies=False).meta
     small = build_graph("toy-mlp", layers=2)                 # CP-SAT's size: its stage is left out too
-    p = place(small, c, "auto", seed=0, budget=4, time_limit=1e-3)
+    monkeypatch.setattr(auto, "time_left", lambda: 0.0)
+    p = place(small, c, "auto", seed=0, budget=4)
     assert p.meta["time_limit_skipped"] == ["cp-sat", "pipeline", "strategies"]
     assert {x["stage"] for x in p.meta["stages"]} == {"start", "refined"}

@@ -15,7 +15,7 @@ from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster  # noqa: E4
 from autoplace.errors import AutoplaceError  # noqa: E402
 from autoplace.graph import Graph, Op  # noqa: E402
 from autoplace.placers.hdp import HDPConfig, HDPSearch, hdp_search  # noqa: E402
-from autoplace.policies.hierarchical import group_embedding, node_embedding, noisy_logits  # noqa: E402
+from autoplace.policies.hierarchical import group_embedding, noisy_logits, released_inputs  # noqa: E402
 from autoplace.search import SearchBudget  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402
 from autoplace.zoo import build_graph  # noqa: E402
@@ -59,7 +59,8 @@ def test_node_embedding_is_the_released_op_embedding_computed_by_hand():
     is met as a consumer (the released code's test of a name against integer keys)."""
     g = chain()
     s = HDPSearch(g, get_cluster("k80x2"), HDPConfig(paper=True), seed=0)
-    emb, kind, n_types = node_embedding(g, s.nodes, s.features.order)
+    inputs = released_inputs(g, s.nodes, s.features)
+    emb, kind, n_types = inputs.embedding, inputs.kind, inputs.n_types
     # nodes in order: x, a1, {a2, a5}, a3, a4, a6; types input 0, mm 1, relu 2
     assert n_types == 3 and kind.tolist() == [0, 1, 2, 1, 2, 2]
     assert emb.shape == (6, 46) and emb[:, 0].tolist() == [0, 1, 2, 1, 2, 2]
@@ -75,9 +76,10 @@ def test_group_embedding_is_the_released_one_computed_by_hand():
     """[E, E^T, type counts with the summed output dims added onto the first columns] / (row max + 1)."""
     g = chain()
     s = HDPSearch(g, get_cluster("k80x2"), HDPConfig(paper=True), seed=0)
-    _, kind, n_types = node_embedding(g, s.nodes, s.features.order)
+    inputs = released_inputs(g, s.nodes, s.features)
+    kind = inputs.kind
     assign = np.array([[0, 0, 1, 1, 0, 1]])                      # nodes x, a1 | a2a5, a3 | a4 | a6
-    out = group_embedding(g, s.nodes, s.features.order, kind, n_types, assign, 3)
+    out = group_embedding(inputs, assign, 3)
     assert out.shape == (1, 3, 2 * 3 + 3 + 25)
     E = np.zeros((3, 3))
     for a, b in ((0, 1), (1, 2), (2, 3), (2, 5), (3, 4), (4, 2)):

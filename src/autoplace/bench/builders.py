@@ -129,7 +129,7 @@ def build_placer_table(spec: TableSpec, settings, run: Run, store: Store) -> Tab
                                  "search (s)", "wall (s)"], rows)
     _bounds_section(t, settings, results, store)
     _versus_section(t, spec, settings, methods, results, run)
-    _seeds_section(t, settings, methods, results, run, store)
+    _seeds_section(t, settings, methods, run, store)
     _learned_section(t, settings, methods, results, run)
     _refined_section(t, settings, methods, results)
     if "auto" in methods:
@@ -159,7 +159,7 @@ def _seeds_text(steps: list[float]) -> str:
     return f"{mean:.4g} ± {sd:.2g} ({min(steps):.4g})"
 
 
-def _seeds_section(t: Table, settings, methods, results: dict, run: Run, store: Store) -> None:
+def _seeds_section(t: Table, settings, methods, run: Run, store: Store) -> None:
     """Each learned placer over the run's seeds against three baselines: its learning-off self at equal
     samples and at equal wall time, and ``auto`` at equal wall time (each seed's run for that seed's learned
     search's wall time); steps as mean ± sd (min), nominal and robust (the worst scenario's weight:

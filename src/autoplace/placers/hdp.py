@@ -210,17 +210,17 @@ class HDPSearch:
         self.n_groups = G = config.n_groups(cluster)
         self.released = config.network == "released"
         if self.released:
-            from autoplace.policies.hierarchical import node_embedding
+            from autoplace.policies.hierarchical import released_inputs
 
-            emb, self.node_kind, self.n_types = node_embedding(graph, self.nodes, self.features.order)
-            self.node_embedding = torch.as_tensor(emb)
+            self.released_inputs = released_inputs(graph, self.nodes, self.features)
+            self.node_embedding = torch.as_tensor(self.released_inputs.embedding)
 
         def make():
             if self.released:
                 from autoplace.policies.hierarchical import MAX_DIMS, MAX_OUTPUTS, ReleasedGrouper, ReleasedPlacer
 
                 return [ReleasedGrouper(G, config.grouper_hidden),
-                        ReleasedPlacer(2 * G + self.n_types + MAX_OUTPUTS * MAX_DIMS, cluster.n_devices,
+                        ReleasedPlacer(2 * G + self.released_inputs.n_types + MAX_OUTPUTS * MAX_DIMS, cluster.n_devices,
                                        hidden=config.hidden, tanh_constant=config.logit_clip)]
             return [Grouper(G, config.grouper_hidden, config.type_dim),
                     Seq2SeqPolicy(N_TYPE_BUCKETS, group_input_dim(G), cluster.n_devices,
@@ -320,8 +320,7 @@ class HDPSearch:
         assign = torch.multinomial(glogp.detach().exp().cpu(), k, replacement=True, generator=self.generator).T
         logp = glogp.gather(1, assign.T.to(self.device)).sum(0)                           # [k]
         a = assign.numpy()
-        x = torch.as_tensor(group_embedding(self.graph, self.nodes, self.features.order, self.node_kind,
-                                            self.n_types, a, self.n_groups), device=self.device)
+        x = torch.as_tensor(group_embedding(self.released_inputs, a, self.n_groups), device=self.device)
         mask = torch.as_tensor(np.where(self._group_devices_ok(a), 0.0, -np.inf).astype(np.float32),
                                device=self.device)
         frozen = (cfg.placer_sampling_updates is not None and self.updates >= cfg.placer_sampling_updates

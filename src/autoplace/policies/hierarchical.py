@@ -29,12 +29,14 @@ Everything here follows that file; the functions named are its own:
 Where a device cannot run a group's op this module adds ``-inf`` to that device's logit (the caller's
 ``mask``); TensorFlow's soft placement would move such an op instead.
 
-**Shapes:** ``node_embedding`` -> ``[N, 46]``; ``group_embedding`` -> ``[k, G, 2G + T + 25]`` (``T``
+**Shapes:** ``released_inputs(...).embedding`` -> ``[N, 46]``; ``group_embedding`` -> ``[k, G, 2G + T + 25]`` (``T``
 op types); ``ReleasedGrouper(x)`` -> ``[N, G]``; ``ReleasedPlacer.sample`` -> devices ``[k, G]``,
 log-probabilities ``[k]``.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -42,9 +44,9 @@ from torch import nn
 
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping
-from autoplace.policies.features import MAX_DIMS, MAX_OUTPUTS, first_ops, output_dims
+from autoplace.policies.features import MAX_DIMS, MAX_OUTPUTS, NodeFeatures, first_ops, output_dims
 
-__all__ = ["MAX_OUTPUTS", "MAX_DIMS", "ADJ_DIM", "EMBED_DIM", "node_embedding", "group_embedding",
+__all__ = ["MAX_OUTPUTS", "MAX_DIMS", "ADJ_DIM", "EMBED_DIM", "ReleasedInputs", "released_inputs", "group_embedding",
            "ReleasedGrouper", "ReleasedPlacer", "noisy_logits"]
 
 ADJ_DIM = 20        #: ``adj_embed_dim``: (neighbour, ±1) entries per op (``max_num_outputs`` and
@@ -52,56 +54,55 @@ ADJ_DIM = 20        #: ``adj_embed_dim``: (neighbour, ±1) entries per op (``max
 EMBED_DIM = 1 + MAX_OUTPUTS * MAX_DIMS + ADJ_DIM
 
 
-def _node_pairs(graph: Graph, nodes: Grouping, position: np.ndarray) -> np.ndarray:
-    """The distinct node-to-node edges ``[P, 2]`` (node positions), by producer then consumer."""
-    src, dst, _ = graph.edges()
-    a, b = position[nodes.group[src]], position[nodes.group[dst]]
-    keep = a != b
-    if not keep.any():
-        return np.zeros((0, 2), dtype=np.int64)
-    return np.unique(np.stack([a[keep], b[keep]], axis=1), axis=0)
+@dataclass(frozen=True)
+class ReleasedInputs:
+    """What the released embeddings read of a graph, computed once per search (:func:`released_inputs`):
+    the node embedding ``[N, EMBED_DIM]``; each node's type index ``[N]`` and the number of op types; the
+    distinct node-to-node edges ``[P, 2]`` (node positions); each node's output dims ``[N, 25]`` (0 absent)."""
+
+    embedding: np.ndarray
+    kind: np.ndarray
+    n_types: int
+    pairs: np.ndarray
+    shapes: np.ndarray
 
 
-def node_embedding(graph: Graph, nodes: Grouping, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """The released code's op embedding of every node (``order``: node id at each position, topological):
-    ``([N, EMBED_DIM] embedding, [N] type index, number of op types)``. A node is its first op: its type
-    and outputs; its neighbours are the nodes it exchanges edges with."""
-    position = np.empty(nodes.n_groups, dtype=np.int64)
-    position[order] = np.arange(len(order))
-    first = first_ops(graph, nodes, order)
+def released_inputs(graph: Graph, nodes: Grouping, features: NodeFeatures) -> ReleasedInputs:
+    """The released code's op embedding of every node (nodes in ``features``' topological order): a node is
+    its first op — its type and outputs — and its neighbours are the nodes it exchanges edges with
+    (``features.edge_index``'s own direction)."""
+    first = first_ops(graph, nodes, features.order)
     types = sorted({op.type for op in graph.ops})
     type_id = {t: i for i, t in enumerate(types)}
     kind = np.array([type_id[graph.ops[i].type] for i in first.tolist()], dtype=np.int64)
+    pairs = features.edge_index[:, :features.edge_index.shape[1] // 2].T
     adj: dict[int, list[int]] = {}
-    for a, b in _node_pairs(graph, nodes, position).tolist():
+    for a, b in pairs.tolist():
         adj.setdefault(a, []).extend([b, 1])
         adj[b] = [a, -1]                                  # rebuilt at every producer, as the file does
-    emb = np.zeros((len(order), EMBED_DIM), dtype=np.float32)
+    S = MAX_OUTPUTS * MAX_DIMS
+    emb = np.zeros((len(first), EMBED_DIM), dtype=np.float32)
     emb[:, 0] = kind
     for p, op in enumerate(first.tolist()):
-        emb[p, 1:1 + MAX_OUTPUTS * MAX_DIMS] = output_dims(graph, op, -1.0)
+        emb[p, 1:1 + S] = output_dims(graph, op, -1.0)
         nb = adj.get(p, [])[:ADJ_DIM]
-        emb[p, 1 + MAX_OUTPUTS * MAX_DIMS:1 + MAX_OUTPUTS * MAX_DIMS + len(nb)] = nb
-    return emb, kind, len(types)
+        emb[p, 1 + S:1 + S + len(nb)] = nb
+    shapes = (np.stack([output_dims(graph, op, 0.0) for op in first.tolist()]) if len(first)
+              else np.zeros((0, S), np.float32))
+    return ReleasedInputs(emb, kind, len(types), pairs, shapes)
 
 
-def group_embedding(graph: Graph, nodes: Grouping, order: np.ndarray, kind: np.ndarray, n_types: int,
-                    assign: np.ndarray, n_groups: int) -> np.ndarray:
+def group_embedding(inputs: ReleasedInputs, assign: np.ndarray, n_groups: int) -> np.ndarray:
     """The placer's inputs ``[k, G, 2G + T + 25]`` for groupings ``assign`` ``[k, N]`` (each node's group,
-    nodes in ``order``), as ``create_group_embeddings`` builds them (see the module docstring)."""
-    position = np.empty(nodes.n_groups, dtype=np.int64)
-    position[order] = np.arange(len(order))
-    pairs = _node_pairs(graph, nodes, position)
-    first = first_ops(graph, nodes, order)
-    shapes = np.stack([output_dims(graph, op, 0.0) for op in first.tolist()]) if len(first) else \
-        np.zeros((0, MAX_OUTPUTS * MAX_DIMS), np.float32)
+    nodes in order), as ``create_group_embeddings`` builds them (see the module docstring)."""
+    pairs, kind, shapes = inputs.pairs, inputs.kind, inputs.shapes
     k, G, S = assign.shape[0], n_groups, MAX_OUTPUTS * MAX_DIMS
-    out = np.zeros((k, G, 2 * G + n_types + S), dtype=np.float32)
+    out = np.zeros((k, G, 2 * G + inputs.n_types + S), dtype=np.float32)
     for i in range(k):
         a = assign[i]
         dag = np.zeros((G, G), dtype=np.float32)
         np.add.at(dag, (a[pairs[:, 0]], a[pairs[:, 1]]), 1.0)
-        counts = np.zeros((G, n_types + S), dtype=np.float32)
+        counts = np.zeros((G, inputs.n_types + S), dtype=np.float32)
         np.add.at(counts, (a, kind), 1.0)
         np.add.at(counts[:, :S], a, shapes)                   # onto the first columns, as the file does
         row = np.concatenate([dag, dag.T, counts], axis=1)
