@@ -363,9 +363,13 @@ class HDPSearch:
                 torch.nn.utils.clip_grad_norm_([*self.grouper.parameters(), *self.placer.parameters()],
                                                cfg.grad_clip)
             self.optimizer.step()
-        if read.any():
+        # the released baseline_update runs after train_op has counted this update: it reads only the
+        # placements that ran one update earlier than the loss does
+        late_bl = cfg.only_successful_after is not None and self.updates + 1 >= cfg.only_successful_after
+        bl_read = reward < self.failing_signal if late_bl else np.ones(len(reward), dtype=bool)
+        if bl_read.any():
             self.baseline = (cfg.baseline_decay * self.baseline
-                             + (1 - cfg.baseline_decay) * float(reward[read].mean()))
+                             + (1 - cfg.baseline_decay) * float(reward[bl_read].mean()))
         if ok.any():
             i = int(np.argmin(step))
             if step[i] < self.best_step:

@@ -10,7 +10,8 @@ Everything here follows that file; the functions named are its own:
   its first 5 outputs (``-1`` where absent); and up to 10 ``(neighbour, ±1)`` pairs (``+1`` a consumer,
   ``-1`` a producer; zero-padded). The file rebuilds a node's list each time the node is met as a consumer
   (its test compares a name with integer keys), so a node keeps its last producer and then its consumers;
-  that is reproduced. No normalisation.
+  that is reproduced (on co-location groups, whose graph may have cycles the file's ops never have, as the
+  file's topological walk would leave it: the last producer, then every consumer). No normalisation.
 * **Grouper** (``make_grouping_predictions``): two matrices, no bias and no activation between them:
   ``logits = x W_ff W_softmax``.
 * **Group embedding** (``create_group_embeddings``): ``[E, Eᵀ, counts]`` per group, divided by the row's
@@ -76,10 +77,16 @@ def released_inputs(graph: Graph, nodes: Grouping, features: NodeFeatures) -> Re
     type_id = {t: i for i, t in enumerate(types)}
     kind = np.array([type_id[graph.ops[i].type] for i in first.tolist()], dtype=np.int64)
     pairs = features.edge_index[:, :features.edge_index.shape[1] // 2].T
-    adj: dict[int, list[int]] = {}
+    # the file walks ops in topological order, and each producer rebuilds its consumer's list: a node keeps
+    # its last producer, then the consumers it lists when its own turn comes. Nodes of co-location groups
+    # can form cycles, where a walk would let a later producer drop a node's consumers; the file's ops never
+    # do, so its outcome is built directly: the last producer, then every consumer
+    consumers: dict[int, list[int]] = {}
+    last: dict[int, int] = {}
     for a, b in pairs.tolist():
-        adj.setdefault(a, []).extend([b, 1])
-        adj[b] = [a, -1]                                  # rebuilt at every producer, as the file does
+        consumers.setdefault(a, []).extend([b, 1])
+        last[b] = a
+    adj = {p: ([last[p], -1] if p in last else []) + consumers.get(p, []) for p in {*last, *consumers}}
     S = MAX_OUTPUTS * MAX_DIMS
     emb = np.zeros((len(first), EMBED_DIM), dtype=np.float32)
     emb[:, 0] = kind
