@@ -406,34 +406,46 @@ def test_learning_off_leaves_gdp_and_hdp_where_they_started_and_learning_on_move
         assert moved == [True, False], type(on).__name__
 
 
-def test_paper_mode_is_the_ppo_objective_with_the_running_mean_baseline_computed_by_hand():
+@pytest.mark.parametrize("case", ["ms", "100 s", "out of memory"])
+def test_paper_mode_is_the_ppo_objective_with_the_running_mean_baseline_computed_by_hand(case):
     """One node, two devices: in the first PPO epoch the ratio is 1 and the clipped surrogate's gradient on
-    the output bias is -(1/K) sum_i A_i (e_{d_i} - pi), with R = -sqrt(step) and A = R - the mean of the
-    graph's earlier rewards (the batch's own mean on the first update), nothing of ours in between."""
+    the output bias is -(1/K) sum_i A_i (e_{d_i} - pi), with R = -sqrt(step) (-10 for a placement that
+    does not fit: §4.1) and A = R - the mean of the graph's earlier rewards (the batch's own mean on the
+    first update), nothing of ours in between: at steps of 100 s the gradient's norm is far above 1, where
+    our clip would act, and the paper has none."""
     from autoplace.cluster import Cluster, Device, LinkSpec
 
-    g = Graph([Op("op0", "mm", output_bytes=(8,), flops=1e9, param_bytes=100)], name="one")
-    c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e11, 1e11)],
+    flops = 1e14 if case == "100 s" else 1e9
+    g = Graph([Op("op0", "mm", output_bytes=(8,), flops=flops, param_bytes=100)], name="one")
+    c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11),
+                      Device("gpu:1", "gpu", 10 if case == "out of memory" else 10**9, 1e11, 1e11)],
                 default_link=LinkSpec(1e9, 1e-6))
     search = GDPSearch([g], [c], GDPConfig(paper=True, **SMALL), seed=0)
     assert search.config.prior is None and not search.config.normalize_advantage
     assert (search.config.ratio, search.config.features) == ("placement", "paper")
+    assert search.config.grad_clip is None and search.config.invalid_reward == -10.0
     p = search.problems[0]
     seen, grads = spy_on_updates(p, search.optimizer, search.policy.placer.out.bias)
-    earlier = []
+    earlier, norms = [], []
     for _ in range(2):
         with torch.no_grad():
             pi = torch.softmax(search._logits(p), dim=1)[0].numpy()
         grads.clear()
         search.update()
         d = seen[-1][:, 0]
-        r = -np.sqrt([simulate(g, c, np.array([k])).step_time for k in d])
+        r = np.array([-10.0 if (case == "out of memory" and k == 1) else
+                      -np.sqrt(simulate(g, c, np.array([k])).step_time) for k in d])
         baseline = np.mean(earlier) if earlier else r.mean()
         expected = -sum((ri - baseline) * (np.eye(len(pi))[k] - pi) for ri, k in zip(r, d)) / len(d)
         assert np.allclose(grads[0].numpy(), expected, rtol=1e-4, atol=1e-7)
         assert len(grads) == search.config.ppo_epochs
         earlier += r.tolist()
+        norms.append(np.linalg.norm(expected))
     assert p.reward_sum == pytest.approx(sum(earlier)) and p.reward_n == len(earlier)
+    if case == "100 s":
+        assert max(norms) > 1.0                                  # a clip at 1 would have changed the step
+    if case == "out of memory":
+        assert -10.0 in earlier
 
 
 def test_paper_mode_ratio_is_the_whole_placements_probability():
@@ -464,6 +476,43 @@ def test_paper_mode_ratio_is_the_whole_placements_probability():
         assert np.allclose(grads[0].numpy(), expected, rtol=1e-4, atol=1e-7), ratio
         got[ratio] = grads[0]
     assert torch.allclose(got["placement"], 2 * got["node"], rtol=1e-4, atol=1e-7)
+
+
+def test_paper_mode_clips_the_whole_placements_ratio_in_later_epochs():
+    """Two nodes: the second epoch's ratio is the product over the nodes, r = prod_v pi'_v(d_v)/pi_v(d_v);
+    a sample whose r has passed the clip on its advantage's side gives no gradient, the others give
+    -(1/K) A_k r_k sum_v (e_{d_kv} - pi'_v) on the output bias."""
+    from autoplace.cluster import Cluster, Device, LinkSpec
+
+    g = Graph([Op("a", "mm", output_bytes=(8,), flops=1e9, param_bytes=100),
+               Op("b", "mm", ("a",), output_bytes=(8,), flops=2e9, param_bytes=100)], name="two")
+    c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e11, 1e11)],
+                default_link=LinkSpec(1e9, 1e-6))
+    search = GDPSearch([g], [c], GDPConfig(paper=True, learning_rate=0.001, ppo_epochs=2, **SMALL), seed=0)
+    p, grads, pis = search.problems[0], [], []
+    seen, _ = spy_on_updates(p, search.optimizer, search.policy.placer.out.bias)
+    step = search.optimizer.step
+
+    def record():
+        grads.append(search.policy.placer.out.bias.grad.clone())
+        with torch.no_grad():
+            pis.append(torch.softmax(search._logits(p), dim=1).numpy())
+        step()
+
+    search.optimizer.step = record
+    search.update()
+    d = seen[0][:, p.features.order]                                                # [K, N] in node order
+    r = -np.sqrt([simulate(g, c, p.grouping.expand(k)).step_time for k in seen[0]])
+    a = r - r.mean()
+    nodes = np.arange(d.shape[1])
+    ratio = np.array([np.prod(pis[1][nodes, dk] / pis[0][nodes, dk]) for dk in d])
+    eps = search.config.clip
+    active = np.where(a > 0, ratio < 1 + eps, ratio > 1 - eps)
+    assert not active.all() and active.any(), ratio                # the clip bites on some samples only
+    eye = np.eye(pis[1].shape[1])
+    expected = -sum(ak * rk * sum(eye[dv] - pis[1][v] for v, dv in enumerate(dk))
+                    for ak, rk, dk, on in zip(a, ratio, d, active) if on) / len(d)
+    assert np.allclose(grads[1].numpy(), expected, rtol=1e-4, atol=1e-7)
 
 
 def test_paper_features_are_output_shapes_and_adjacent_node_ids_computed_by_hand():

@@ -474,6 +474,16 @@ def test_paper_mode_groups_are_the_papers_rules_uncoarsened_with_the_consumer_on
     assert rl_grouping(big, get_cluster("k80x4"), cfg).n_groups == 386 > RLConfig().groups     # not coarsened
 
 
+@pytest.mark.slow
+def test_paper_mode_group_counts_on_the_papers_models():
+    """The groups paper mode places on Table 1's models (the paper's: 188, 280 and 83): docs/algorithms.md's
+    and docs/benchmarks.md's figures."""
+    cfg = RLConfig(paper=True)
+    got = {m: rl_grouping(build_graph(m), get_cluster("k80x2"), cfg).n_groups
+           for m in ("rnnlm-2", "nmt-2", "inception-v3")}
+    assert got == {"rnnlm-2": 212, "nmt-2": 386, "inception-v3": 68}
+
+
 def test_paper_mode_failing_signal_set_by_hand_and_reduced_controllers_stated():
     """§3.1: the failing signal is set by hand per graph (its square root of a step time); §3.4's up to 20
     controllers: a one-controller run says so in its placement's meta."""
