@@ -41,6 +41,17 @@ def chain(n: int = 3, cost=1.0, out=100) -> Graph:
     return Graph([op(f"n{i}", [f"n{i-1}"] if i else [], cost, out) for i in range(n)], name="chain")
 
 
+def independent_products(flops: float, n: int = 40) -> tuple[Graph, Cluster]:
+    """``n`` independent products of ``flops`` each, summed, on a GPU ten times faster than the other: the
+    best placement puts about nine in ten on the fast GPU, a rule per product a learned policy can find."""
+    ops = [Op("x", "input", output_bytes=(8,))] + [Op(f"op{i}", "mm", ("x",), output_bytes=(8,), flops=flops)
+                                                   for i in range(n)]
+    g = Graph([*ops, Op("sum", "add", tuple(f"op{i}" for i in range(n)), output_bytes=(8,), flops=1e3)], name="rule")
+    c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e11, 1e11)],
+                default_link=LinkSpec(1e10, 1e-6))
+    return g, c
+
+
 def spy_on_updates(holder, optimizer, param):
     """Lists that fill as a search updates: every batch of placements ``holder.evaluate`` scores, and
     ``param``'s gradient at every step of ``optimizer`` (taken just before the step)."""

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from conftest import independent_products  # noqa: E402
 
 from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster  # noqa: E402
 from autoplace.errors import AutoplaceError  # noqa: E402
@@ -277,12 +278,7 @@ def test_paper_mode_hdp_learns_at_the_failing_signals_scale():
     GPU whose steps run 25-250 s, around the released failing signal (100 s) the baseline starts from. The
     learned search's last 50 samples must be faster than its frozen self's (0.35x here; seeds 1 and 2:
     0.46x, 0.51x). (At steps of milliseconds the same search settles on an early draw: docs/algorithms.md.)"""
-    n = 40
-    ops = [Op("x", "input", output_bytes=(8,))] + [Op(f"op{i}", "mm", ("x",), output_bytes=(8,), flops=6.25e11)
-                                                   for i in range(n)]
-    g = Graph([*ops, Op("sum", "add", tuple(f"op{i}" for i in range(n)), output_bytes=(8,), flops=1e3)], name="rule")
-    c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e11, 1e11)],
-                default_link=LinkSpec(1e10, 1e-6))
+    g, c = independent_products(6.25e11)
     late = {}
     for learn in (True, False):
         r = hdp_search(g, c, budget=SearchBudget(samples=150), seed=0, config=HDPConfig(paper=True, learn=learn))

@@ -7,7 +7,7 @@ import csv
 
 import numpy as np
 import pytest
-from conftest import spy_on_updates
+from conftest import independent_products, spy_on_updates
 
 torch = pytest.importorskip("torch")
 
@@ -507,12 +507,7 @@ def test_learning_beats_its_frozen_self_where_each_group_has_a_better_device():
     roughly three times the optimal step). Started from its first rewards (the default), the learned search
     reaches the optimum (37 products on the fast GPU: 37 ms, the slow one's 3 take 30) on 3 of 3 seeds, each
     faster than the same search with learning off."""
-    n = 40
-    ops = [Op("x", "input", output_bytes=(8,))] + [Op(f"op{i}", "mm", ("x",), output_bytes=(8,), flops=1e9)
-                                                   for i in range(n)]
-    g = Graph([*ops, Op("sum", "add", tuple(f"op{i}" for i in range(n)), output_bytes=(8,), flops=1e3)], name="rule")
-    c = Cluster("c", [Device("gpu:0", "gpu", 10**9, 1e12, 1e11), Device("gpu:1", "gpu", 10**9, 1e11, 1e11)],
-                default_link=LinkSpec(1e10, 1e-6))
+    g, c = independent_products(1e9)
     best = {learn: [rl_search(g, c, budget=SearchBudget(samples=400), seed=s,
                               config=RLConfig(learn=learn)).placement.meta["best_step_s"]
                     for s in (0, 1, 2)] for learn in (True, False)}
