@@ -156,8 +156,8 @@ def main(argv=None) -> int:
                                             for rs in (learned, *(runs[b] for b in baselines if b in WALL_KINDS)))])
             if field == "step_s":
                 out.append({"setting": f"{model} on {cluster}", "samples": learned[0].get("samples"),
-                            **{f"{k}_{f}": [x[f] for x in rs] for k, rs in (("learned", learned), *runs.items())
-                               for f in ("step_s", "robust_step_s", "wall_s")}})
+                            **{f"{k}_{f}": [x.get(f) for x in rs] for k, rs in (("learned", learned), *runs.items())
+                               for f in ("step_s", "robust_step_s", "wall_s", "samples")}})
         print_table([f"{args.placer}, {label} step (ms: mean ± sd (min))", "samples", "learned",
                      *(c for b in baselines for c in (TITLES[b], f"{TITLES[b]} / learned")),
                      "wall (s): learned / " + " / ".join(TITLES[b] for b in baselines if b in WALL_KINDS)], rows)

@@ -15,7 +15,7 @@ from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster  # noqa: E4
 from autoplace.env import SimulatedEnv  # noqa: E402
 from autoplace.errors import AutoplaceError  # noqa: E402
 from autoplace.graph import Graph, Op  # noqa: E402
-from autoplace.grouping import group_ops  # noqa: E402
+from autoplace.grouping import Grouping, group_ops  # noqa: E402
 from autoplace.placers.rl import RLConfig, RLSearch, rl_grouping, rl_search, samples_for_budget  # noqa: E402
 from autoplace.policies.features import group_features  # noqa: E402
 from autoplace.search import Evaluator, SearchBudget, default_failing_step, load_checkpoint  # noqa: E402
@@ -44,6 +44,26 @@ def test_features_follow_the_paper_per_group():
     ins, outs = f.dense[:, 3:3 + G], f.dense[:, 3 + G:]
     assert np.array_equal(ins, outs.T)                               # j feeds i  <=>  i is fed by j
     assert (f.dense[:, :3] >= 0).all() and (f.dense[:, :3] <= 1).all()
+
+
+def test_group_features_computed_by_hand():
+    """§3.2 per group: its ops' types (an embedding bag's input: each group's op types, in encoder order),
+    the distinct tensors leaving it as log2(bytes) / 40, largest first, zero-padded to max_outputs, and
+    one-hot vectors of the groups feeding it and fed by it."""
+    ops = [Op("x", "input", output_bytes=(1024,)), Op("a", "mm", ("x",), output_bytes=(4096,), flops=1e6),
+           Op("b", "relu", ("a",), output_bytes=(256,), flops=1e3),
+           Op("c", "mm", ("a", "b"), output_bytes=(64,), flops=1e6)]
+    g = Graph(ops, name="hand")
+    grouping = Grouping(np.array([0, 1, 1, 2]), ("x", "ab", "c"), ("colocation",))
+    f = group_features(g, grouping, max_outputs=3)
+    assert f.order.tolist() == [0, 1, 2] and f.type_names == ("input", "mm", "relu")
+    assert f.type_index.tolist() == [0, 1, 2, 1] and f.type_offsets.tolist() == [0, 1, 3]
+    sizes = f.dense[:, :3]
+    # x sends its 1024 B to ab; ab sends a (4096 B) and b (256 B) to c, largest first; c sends nothing
+    assert np.allclose(sizes, [[10 / 40, 0, 0], [12 / 40, 8 / 40, 0], [0, 0, 0]])
+    feeds_me, i_feed = f.dense[:, 3:6], f.dense[:, 6:9]
+    assert feeds_me.tolist() == [[0, 0, 0], [1, 0, 0], [0, 1, 0]]
+    assert i_feed.tolist() == [[0, 1, 0], [0, 0, 1], [0, 0, 0]]
 
 
 def test_the_evaluator_caches_by_placement_and_fails_what_runs_out_of_memory():

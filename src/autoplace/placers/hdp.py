@@ -59,7 +59,7 @@ from autoplace.validation import seed_int
 
 __all__ = ["HDPConfig", "HDPSearch", "hdp_search", "hdp", "work_budget"]
 
-CHECKPOINT_FORMAT = "autoplace.hdp/v2"
+CHECKPOINT_FORMAT = "autoplace.hdp/v3"   #: v3: the released node embedding on cyclic groups keeps every consumer
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,8 @@ class HDPConfig(SearchConfig):
     failing_step_s: float | None = None
     """A failing placement's step time in seconds, in place of failing_factor's (none: failing_factor)."""
     only_successful_after: int | None = None
-    """After this many updates the loss and the baseline read only placements that ran (none: never)."""
+    """After this many updates the loss reads only placements that ran, and the baseline from one update
+    earlier (the released code moves it after the update is counted; none: never)."""
     placer_sampling_updates: int | None = None
     """After this many updates the placer stops sampling and scores the devices it last drew for the new
     groupings (none: it always samples; the released network only)."""
