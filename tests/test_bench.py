@@ -186,12 +186,14 @@ def test_list_names_every_table(capsys):
     assert main(["bench", "--list", "--json"]) == 0
     full = json.loads(capsys.readouterr().out)
     # full mode: every learned search gets 600 s of nominal work, on each of seeds 0-2 (Table 2: 4 learned
-    # placers and rl+refine's search with its 60 s refine; the 4 placers' learning-off selves, and per seed
-    # the learning-off self and auto each for the learned search's time, counted as its 600 s), auto 60 s,
-    # on each of 6 settings
+    # placers and rl+refine's search with its 60 s refine; the learning-off selves of the 4 placers and of
+    # rl+refine, and per seed the learning-off self and auto each for the learned search's time, counted as
+    # its 600 s and rl+refine's 660 s), auto 60 s, on each of 6 settings
     table2 = next(t for t in full if t["name"] == "mirhoseini-table2")
     assert len(table2["settings"]) == 6
-    assert table2["search_budget_s"] == 6 * (3 * (5 * 600 + 60) + 3 * 4 * 600 + 3 * 4 * 2 * 600 + 60)
+    refined = 600 + 60
+    assert table2["search_budget_s"] == 6 * (3 * (4 * 600 + refined) + 3 * (4 * 600 + refined)
+                                             + 3 * 2 * (4 * 600 + refined) + 60)
 
 
 def test_tight_cluster_fits_no_single_gpu():
@@ -604,6 +606,44 @@ def test_a_job_timed_by_one_not_run_yet_is_one_clear_error():
     timed = Job.of("place", setting=s, method="auto", seed=0, same_wall_as=learned.key)
     with pytest.raises(AutoplaceError, match="a job not run yet"):
         run_job(timed, {})
+
+
+def test_variants_and_refined_placements_are_paired_with_their_learning_off_selves(monkeypatch):
+    """Over seeds, every learned row has a learning-off self: a variant's (its settings and learning off; a
+    paper mode that fixes the predictor spelled out without ``paper``), a refined one's (refined alike);
+    its equal-wall runs: the learning-off search for the learned search's time then refined alike, and auto
+    for the search's time and its refine's. A variant that learns nothing has none."""
+    from autoplace.bench import jobs
+    from autoplace.bench.plan import QUICK, Run, Variant
+    from autoplace.placers.htf_mpr import HTFMPRConfig
+
+    run = Run(QUICK, seeds=(0, 1), variants=(Variant("rl-paper", "rl", (("paper", True),)),
+                                            Variant("htf-paper", "htf-mpr", (("paper", True),)),
+                                            Variant("frozen", "rl", (("learn", False),))))
+    assert run.off("rl-paper").config == (("learn", False), ("paper", True))
+    htf = dict(run.off("htf-paper").config)
+    assert "paper" not in htf and htf == {**HTFMPRConfig.PAPER, "model": "random"}
+    HTFMPRConfig.from_dict(htf)
+    assert run.off("frozen") is None and run.off_label("frozen") is None
+    assert run.methods(("single-gpu", "rl", "rl+refine", "htf-mpr")) == (
+        "single-gpu", "rl", "rl-off", "rl+refine", "rl-off+refine", "rl-paper", "rl-paper-off", "frozen",
+        "htf-mpr", "htf-mpr-off", "htf-paper", "htf-paper-off")
+    assert run.resolve("rl-paper-off") == ("rl", (("learn", False), ("paper", True)), False)
+    assert run.resolve("rl-off+refine") == ("rl", (("learn", False),), True)
+    s = Setting("toy-mlp", "k80x2")
+    wall = run.equal_wall_jobs(s, "rl+refine")
+    learned = run.place(s, "rl+refine", 1)
+    frozen, auto = dict(wall["frozen"][1].args), dict(wall["auto"][1].args)
+    assert frozen["same_wall_as"] == auto["same_wall_as"] == learned.key
+    assert frozen["refine_budget"] == QUICK.search and "refine_budget" not in auto
+    assert frozen["config"] == (("learn", False),) and frozen["seed"] == 1
+    assert run.equal_wall_jobs(s, "frozen") == {}
+    given = []
+    monkeypatch.setitem(jobs.JOBS, "place", lambda **a: given.append(a["time_s"]) or {})
+    results = {learned.key: {"search_s": 3.0, "refine_s": 1.5}}
+    jobs.run_job(wall["frozen"][1], results)
+    jobs.run_job(wall["auto"][1], results)
+    assert given == [3.0, 4.5]
 
 
 def test_job_keys_of_earlier_results_are_unchanged():

@@ -160,21 +160,20 @@ def _seeds_text(steps: list[float]) -> str:
 
 
 def _seeds_section(t: Table, settings, methods, run: Run, store: Store) -> None:
-    """Each learned placer over the run's seeds against three baselines: its learning-off self at equal
-    samples and at equal wall time, and ``auto`` at equal wall time (each seed's run for that seed's learned
+    """Each learned placer (or variant of one, refined or not) over the run's seeds against three baselines:
+    its learning-off self at equal samples and at equal wall time, and ``auto`` at equal wall time (each
+    seed's run for that seed's learned
     search's wall time); steps as mean ± sd (min), nominal and robust (the worst scenario's weight:
     docs/algorithms.md, Uncertainty), and each baseline's step over the learned one's (above 1: learning
     is faster) as the geometric mean over the seeds with its range, and the mean wall times the learned
     search and the two equal-wall runs took (a run may pass its limit by what it does after its last
     check); then per placer over every setting."""
-    from autoplace.bench.plan import OFF_SUFFIX
-
     for kind, field in (("nominal", "step_s"), ("robust", "robust_step_s")):
         rows, pooled = [], {}
         for s in settings:
             for m in methods:
-                off = m + OFF_SUFFIX
-                if m not in LEARNED or off not in methods:
+                off = run.off_label(m)
+                if off is None or off not in methods:
                     continue
                 learned = [store[j] for j in run.place_all(s, m)]
                 baselines = [[store[j] for j in run.place_all(s, off)],       # a folder of an earlier run may
@@ -187,8 +186,8 @@ def _seeds_section(t: Table, settings, methods, run: Run, store: Store) -> None:
                     ratios.append(r)
                     if r:
                         pooled.setdefault(m, [[] for _ in baselines])[len(ratios) - 1].extend(r)
-                walls = [f"{sum(r['search_s'] for r in rs) / len(rs):.1f}" if rs else "–"
-                         for rs in (learned, *baselines[1:])]
+                walls = [f"{sum(r['search_s'] + (r.get('refine_s') or 0.0) for r in rs) / len(rs):.1f}" if rs
+                         else "–" for rs in (learned, *baselines[1:])]         # a refined row's refine included
                 rows.append([s.key, m, _seed_steps_text(learned, field), *cells, *map(_ratio_text, ratios),
                              " / ".join(walls)])
         for m, per_baseline in pooled.items():

@@ -481,13 +481,14 @@ SAME_WALL = "same_wall_as"
 
 def run_job(job: Job, results: dict[str, dict] | None = None) -> dict:
     """``job``'s result; a :data:`SAME_WALL` job reads the other job's ``search_s`` from ``results`` (job key ->
-    result: that job runs first)."""
+    result: that job runs first), and its refine's ``refine_s`` too unless it is refined alike."""
     args = dict(job.args)
     if SAME_WALL in args:
         other = args.pop(SAME_WALL)
         if results is None or other not in results:
             raise AutoplaceError(f"{job.label}: runs for the wall time of a job not run yet")
-        args["time_s"] = max(float(results[other]["search_s"]), 1e-3)
+        refine_s = 0.0 if "refine_budget" in args else float(results[other].get("refine_s") or 0.0)
+        args["time_s"] = max(float(results[other]["search_s"]) + refine_s, 1e-3)
     return JOBS[job.kind](**args)
 
 

@@ -102,12 +102,34 @@ class Run:
     def learned_seeds(self) -> tuple[int, ...]:
         return self.seeds or (self.seed,)
 
-    def off(self, placer: str) -> Variant | None:
-        """The learning-off self of a learned placer (its settings and :data:`OFF`'s) where the run pairs
-        them (``seeds`` given); else None."""
-        if not self.seeds or placer not in OFF:
+    def off(self, name: str) -> Variant | None:
+        """The learning-off self of a learned placer or of a variant of one (``name``: its settings and
+        :data:`OFF`'s) where the run pairs them (``seeds`` given); else None (a variant that already learns
+        nothing has none). A paper mode that fixes the setting :data:`OFF` changes (HTF-MPR's predictor) is
+        turned off as the paper's settings spelled out, without ``paper``."""
+        if not self.seeds:
             return None
-        return Variant(placer + OFF_SUFFIX, placer, tuple(sorted({**dict(self.config(placer)), **OFF[placer]}.items())))
+        v = next((v for v in self.variants if v.label == name), None)
+        placer, config = (v.placer, dict(v.config)) if v else (name, dict(self.config(name)))
+        if placer not in OFF or all(config.get(k) == x for k, x in OFF[placer].items()):
+            return None
+        off = {**config, **OFF[placer]}
+        if off.get("paper"):
+            from autoplace.placers import get_placer
+
+            fixed = get_placer(placer).config.PAPER
+            if set(fixed) & set(OFF[placer]):
+                off = {**{k: x for k, x in fixed.items()}, **{k: x for k, x in off.items() if k != "paper"}}
+        return Variant(name + OFF_SUFFIX, placer, tuple(sorted(off.items())))
+
+    def off_label(self, method: str) -> str | None:
+        """The method name of ``method``'s learning-off self (``rl-off``, ``rl-paper-off``, ``rl-off+refine``),
+        or None where it has none."""
+        refined = method.endswith(REFINE)
+        base = method[: -len(REFINE)] if refined else method
+        if base.endswith(OFF_SUFFIX) or self.off(base) is None:
+            return None
+        return base + OFF_SUFFIX + (REFINE if refined else "")
 
     def budget(self, placer: str) -> float:
         return self.budgets.learned if placer in LEARNED else self.budgets.search
@@ -139,17 +161,20 @@ class Run:
         return [self.place(setting, method)]
 
     def equal_wall_jobs(self, setting: Setting, method: str) -> dict[str, list[Job]]:
-        """Beside a learned placer run over the seeds and paired (``method`` one of :data:`OFF`'s): per seed,
-        its learning-off self and ``auto``, each run for the wall time that seed's learned search took
+        """Beside a learned method run over the seeds and paired (a learned placer, a variant of one, either
+        refined: :meth:`off_label`): per seed, its learning-off self for the wall time that seed's learned
+        search took (then refined alike), and ``auto`` for that search's wall time and its refine's
         (``{"frozen": [...], "auto": [...]}``, seeds in order; empty where the run pairs nothing)."""
-        off = self.off(method) if self.resolve(method)[0] == method else None
-        if off is None:
+        if self.off_label(method) is None:
             return {}
+        refined = method.endswith(REFINE)
+        off = self.off(method[: -len(REFINE)] if refined else method)
         out: dict[str, list[Job]] = {"frozen": [], "auto": []}
         for seed in self.learned_seeds:
             learned = self.place(setting, method, seed).key
-            out["frozen"].append(Job.of("place", setting=setting, method=method, seed=seed, config=off.config,
-                                        same_wall_as=learned))
+            out["frozen"].append(Job.of("place", setting=setting, method=off.placer, seed=seed, config=off.config,
+                                        same_wall_as=learned,
+                                        refine_budget=self.budgets.search if refined else None))
             out["auto"].append(Job.of("place", setting=setting, method="auto", seed=seed, same_wall_as=learned))
         return out
 
@@ -171,12 +196,11 @@ class Run:
         """``methods`` with each variant after its placer (and the placer's ``+refine``) where the placer
         is one of them, a learned placer's learning-off self first."""
         out = list(methods)
-        offs = [o for m in methods if m in OFF and (o := self.off(m)) is not None]
-        for v in (*offs, *self.variants):
+        for v in self.variants:
             at = [i for i, m in enumerate(out) if self.resolve(m)[0] == v.placer]
             if at:
                 out.insert(at[-1] + 1, v.label)
-        return tuple(out)
+        return tuple(x for m in out for x in (m, self.off_label(m)) if x is not None)
 
     def note(self, learned: bool = True, paired: bool = True) -> str:
         """The run's settings and variants, a sentence for a table's header ('' when there are none);

@@ -30,8 +30,9 @@ def nominal_work(job: Job) -> float:
     ``auto``, ``local-search``, ``cp-sat`` and a refine; 0 for placers that take no budget): a plan's size,
     not a measured time."""
     a = dict(job.args)
-    if job.kind == "place" and SAME_WALL in a:        # as long as the search it is timed by
-        return float(json.loads(a[SAME_WALL]).get("budget", 0.0))
+    if job.kind == "place" and SAME_WALL in a:        # as long as the search (and refine) it is timed by
+        other = json.loads(a[SAME_WALL])
+        return float(other.get("budget", 0.0)) + float(other.get("refine_budget", 0.0))
     if job.kind == "place":
         return (a["budget"] if a["method"] in LEARNED + BUDGETED else 0.0) + a.get("refine_budget", 0.0)
     if job.kind == "bounds":
