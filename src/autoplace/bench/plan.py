@@ -119,14 +119,13 @@ class Run:
 
             fixed = get_placer(placer).config.PAPER
             if set(fixed) & set(OFF[placer]):
-                off = {**{k: x for k, x in fixed.items()}, **{k: x for k, x in off.items() if k != "paper"}}
+                off = {**fixed, **{k: x for k, x in off.items() if k != "paper"}}
         return Variant(name + OFF_SUFFIX, placer, tuple(sorted(off.items())))
 
     def off_label(self, method: str) -> str | None:
         """The method name of ``method``'s learning-off self (``rl-off``, ``rl-paper-off``, ``rl-off+refine``),
         or None where it has none."""
-        refined = method.endswith(REFINE)
-        base = method[: -len(REFINE)] if refined else method
+        base, refined = _unrefined(method)
         if base.endswith(OFF_SUFFIX) or self.off(base) is None:
             return None
         return base + OFF_SUFFIX + (REFINE if refined else "")
@@ -141,8 +140,7 @@ class Run:
     def resolve(self, method: str) -> tuple[str, Config, bool]:
         """``(placer, settings, refined)`` of a table's method name: a placer, a variant's label, either
         followed by ``+refine``."""
-        refined = method.endswith(REFINE)
-        base = method[: -len(REFINE)] if refined else method
+        base, refined = _unrefined(method)
         v = self.variant(base)
         return (v.placer, v.config, refined) if v else (base, self.config(base), refined)
 
@@ -167,8 +165,8 @@ class Run:
         (``{"frozen": [...], "auto": [...]}``, seeds in order; empty where the run pairs nothing)."""
         if self.off_label(method) is None:
             return {}
-        refined = method.endswith(REFINE)
-        off = self.off(method[: -len(REFINE)] if refined else method)
+        base, refined = _unrefined(method)
+        off = self.off(base)
         out: dict[str, list[Job]] = {"frozen": [], "auto": []}
         for seed in self.learned_seeds:
             learned = self.place(setting, method, seed).key
@@ -216,6 +214,12 @@ class Run:
             text = (f"Learned placers over seeds {', '.join(map(str, self.seeds))} (a cell: the mean step){off}. "
                     + text).strip()
         return text
+
+
+def _unrefined(method: str) -> tuple[str, bool]:
+    """``method`` without its ``+refine``, and whether it had one."""
+    refined = method.endswith(REFINE)
+    return (method[: -len(REFINE)] if refined else method), refined
 
 
 def _check_config(placer: str, config: Config) -> None:

@@ -332,6 +332,15 @@ class HDPSearch:
         self.last_devices = gdev[-1].copy()
         return self._finish(a, gdev, logp + plogp)
 
+    def _read(self, reward: np.ndarray, updates: int) -> np.ndarray:
+        """Which of ``reward`` count at ``updates`` updates: after ``only_successful_after`` of them only the
+        placements that ran (the released code's ``stop_updating_after_steps``: a reward under the failing
+        signal), else all."""
+        after = self.config.only_successful_after
+        if after is not None and updates >= after:
+            return reward < self.failing_signal
+        return np.ones(len(reward), dtype=bool)
+
     def _update(self) -> CurvePoint:
         import torch
 
@@ -348,10 +357,7 @@ class HDPSearch:
             step[runs], ok[runs] = scores.step_time, scores.ok
         t2 = time.monotonic()
         reward = np.where(ok, np.sqrt(np.where(ok, step, 1.0)), self.failing_signal)
-        # after only_successful_after updates, the loss and the baseline read the placements that ran
-        # (the released code's stop_updating_after_steps: a reward under the failing signal)
-        late = cfg.only_successful_after is not None and self.updates >= cfg.only_successful_after
-        read = reward < self.failing_signal if late else np.ones(len(reward), dtype=bool)
+        read = self._read(reward, self.updates)
         adv = torch.as_tensor(np.where(read, reward - self.baseline, 0.0), dtype=torch.float32, device=self.device)
         if cfg.learn:
             # none read: a zero loss, and Adam still steps on its moments (the released train_op runs so)
@@ -366,8 +372,7 @@ class HDPSearch:
             self.optimizer.step()
         # the released baseline_update runs after train_op has counted this update: it reads only the
         # placements that ran one update earlier than the loss does
-        late_bl = cfg.only_successful_after is not None and self.updates + 1 >= cfg.only_successful_after
-        bl_read = reward < self.failing_signal if late_bl else np.ones(len(reward), dtype=bool)
+        bl_read = self._read(reward, self.updates + 1)
         if bl_read.any():
             self.baseline = (cfg.baseline_decay * self.baseline
                              + (1 - cfg.baseline_decay) * float(reward[bl_read].mean()))
