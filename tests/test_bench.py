@@ -554,10 +554,11 @@ def test_against_compares_two_folders_results_leaving_out_measured_seconds(tmp_p
         return str(d)
 
     base = {"step_s": 1.5, "ok": True, "oom": [], "error": None, "peak_gib": [1.0, 0.0], "search_s": 0.2, "wall_s": 0.3,
-            "best_at_s": 1.0,
+            "best_at_s": 1.0, "frozen_wall": {"step_s": 1.0, "wall_s": 1.0},
             "models": {"svr": {"mean": 0.1, "std": 0.0, "failed_runs": 0, "fit_wall_s": 2.0}}}
     before = folder("before", [("a", base), ("b", {**base, "step_s": 2.0}), ("gone", base)])
-    same = folder("same", [("a", {**base, "search_s": 9.0, "wall_s": 9.0,
+    same = folder("same", [("a", {**base, "search_s": 9.0, "wall_s": 9.0,     # a search run for a measured time
+                                  "frozen_wall": {"step_s": 1.2, "wall_s": 1.0},
                                   "models": {"svr": {"mean": 0.1, "std": 0.0, "failed_runs": 0, "fit_wall_s": 7.0}}}),
                            ("b", {**base, "step_s": 2.0}), ("new", base)])
     assert main(["bench", "-o", same, "--against", before]) == 0
@@ -704,6 +705,132 @@ def test_gdp_batch_table_from_its_results(tmp_path):
     assert rows[-1][5] == f"{1 - (0.9 * 2.0) ** 0.5:+.1%}"
     zs = t.sections[1].rows[0]
     assert zs[0] == big.key and zs[1] == "0.3" and zs[-1] == "-25%"          # 0.3 / 0.4 - 1
+
+
+def _section(t, start: str):
+    return next(x for x in t.sections if x.title.startswith(start))
+
+
+def test_gdp_batch_over_seeds_against_its_three_baselines(tmp_path, monkeypatch):
+    """A paired run: per seed, GDP-batch beside its learning-off self at equal samples and for its training's
+    wall time, and auto on each setting for an equal share of that time; ratios by nominal and robust step
+    from made-up results, each setting's wall time the batch's over its settings."""
+    from autoplace.bench import QUICK, make_run
+    from autoplace.bench import jobs as bench_jobs
+    from autoplace.bench.builders import _batch_baselines, _batch_job, build_gdp_batch, gdp_batch_jobs
+
+    run, spec = make_run(quick=True, budgets=QUICK, seeds=(0, 1)), TABLES["gdp-table2"]
+    a, b = settings = (Setting("rnnlm-2", "p100x2"), Setting("wavenet-2x18", "p100x2"))
+    jobs = gdp_batch_jobs(spec, settings, run)
+    learned = {seed: _batch_job(spec, settings, run, seed) for seed in (0, 1)}
+    base = {seed: _batch_baselines(spec, settings, run, seed) for seed in (0, 1)}
+    for seed in (0, 1):
+        off, wall, autos = base[seed]["off"][0], base[seed]["off-wall"][0], base[seed]["auto"]
+        assert {learned[seed], off, wall, *autos} <= set(jobs)
+        assert dict(off.args)["config"] == (("learn", False),) and "zero_shot" not in dict(off.args)
+        assert dict(wall.args)["same_wall_as"] == learned[seed].key
+        assert [dict(j.args)["setting"] for j in autos] == [a, b]
+        assert all(dict(j.args)["same_wall_as"] == learned[seed].key and dict(j.args)["wall_parts"] == 2
+                   for j in autos)
+    got = {}
+    monkeypatch.setitem(bench_jobs.JOBS, "place", lambda **kw: got.setdefault("time_s", kw["time_s"]))
+    bench_jobs.run_job(base[0]["auto"][0], {learned[0].key: {"search_s": 9.0}})
+    assert got["time_s"] == 4.5                                       # the batch's 9 s over its two settings
+
+    store = Store(tmp_path)
+    ok = {"ok": True, "oom": [], "error": None, "wall_s": 0}
+
+    def batch(steps, robust, search_s):
+        return {"steps_s": {a.identity: steps[0], b.identity: steps[1]}, "updates": 4, "samples": 64,
+                "robust_steps_s": {a.identity: robust[0], b.identity: robust[1]}, "search_s": search_s,
+                "wall_s": search_s + 1, "zero_shot": {}}
+    for seed, k in ((0, 1.0), (1, 2.0)):
+        store.add(learned[seed], batch((k, 2 * k), (2 * k, 4 * k), 10.0))
+        store.add(base[seed]["off"][0], batch((1.1 * k, 2.2 * k), (3 * k, 4 * k), 4.0))
+        store.add(base[seed]["off-wall"][0], batch((1.2 * k, 2 * k), (2 * k, 4 * k), 10.0))
+        for s, step in zip(settings, (0.5 * k, 4 * k)):
+            store.add(base[seed]["auto"][settings.index(s)], {**ok, "step_s": step, "robust_step_s": step,
+                                                                 "search_s": 5.0})
+    for s in (*settings, *spec.zero_shot_quick):
+        for m in ("gdp", "expert", "auto"):
+            for j in run.place_all(s, m):
+                store.add(j, {**ok, "step_s": 1.0, "search_s": 0})
+    t = build_gdp_batch(spec, settings, run, store)
+    assert _section(t, "GDP-batch against GDP-one").rows[0][2] == "1.5"               # the seeds' mean
+    nominal = _section(t, "GDP-batch over seeds 0, 1, nominal").rows
+    assert nominal[0][:3] == [a.key, "gdp-batch", "1.5 ± 0.71 (1)"]
+    assert nominal[0][6:] == ["1.100 (1.100–1.100)", "1.200 (1.200–1.200)", "0.500 (0.500–0.500)", "5.0 / 5.0 / 5.0"]
+    assert nominal[1][6:9] == ["1.100 (1.100–1.100)", "1.000 (1.000–1.000)", "2.000 (2.000–2.000)"]
+    robust = _section(t, "GDP-batch over seeds 0, 1, robust").rows
+    assert robust[0][6:9] == ["1.500 (1.500–1.500)", "1.000 (1.000–1.000)", "0.250 (0.250–0.250)"]
+    assert robust[-1][:2] == ["geometric mean", "gdp-batch"]
+
+
+def test_held_out_placements_over_seeds_against_their_baselines(tmp_path):
+    """A paired leave-one-out run: the zero-shot placement against the untrained policy's (no equal-wall run:
+    its samples are fixed) and auto for its wall time; the fine-tune against the pre-trained policy sampling
+    without updates for its samples and its wall time, and auto for its wall time."""
+    from autoplace.bench import QUICK, make_run
+    from autoplace.bench.builders import _holdout_auto, _holdout_job, build_holdout, holdout_jobs
+
+    run, spec = make_run(quick=True, budgets=QUICK, seeds=(0, 1)), TABLES["gdp-generalisation"]
+    settings = (Setting("rnnlm-2", "p100x2"), Setting("wavenet-2x18", "p100x2"))
+    jobs = holdout_jobs(spec, settings, run)
+    store, ok = Store(tmp_path), {"ok": True, "oom": [], "error": None, "wall_s": 0, "search_s": 0}
+
+    def search(step, wall):
+        return {"step_s": step, "robust_step_s": 2 * step, "samples": 32, "updates": 2, "wall_s": wall}
+    shot = {"greedy_step_s": 1.0, "policy_s": 0.1, "prior_s": 0.1, "prior_step_s": 1.0}
+    for held in settings:
+        for m in ("gdp", "hdp", "expert", "auto"):
+            for j in run.place_all(held, m):
+                store.add(j, {**ok, "step_s": 1.0})
+        for seed in (0, 1):
+            job = _holdout_job(held, settings, run, seed)[0]
+            assert job in jobs and dict(job.args)["baselines"] is True
+            autos = _holdout_auto(held, settings, run, seed)
+            assert {dict(j.args)["wall_of"] for j in autos.values()} == {"zero_shot_wall_s", "fine_tune_wall_s"}
+            assert all(j in jobs and dict(j.args)["same_wall_as"] == job.key for j in autos.values())
+            store.add(job, {"zero_shot_s": 0.8, "fine_tune_s": 0.5, "scratch_s": 0.9, "pretrain_wall_s": 9.0,
+                            "zero_shot_wall_s": 1.0, "fine_tune_wall_s": 3.0, "fine_tune_updates": 2,
+                            "scratch_wall_s": 3.0, "scratch_updates": 2,
+                            "zero_shot": {**shot, "step_s": 0.8, "robust_step_s": 1.6, "wall_s": 1.0},
+                            "untrained_zero_shot": {**shot, "step_s": 1.0, "robust_step_s": 1.6, "wall_s": 1.0},
+                            "fine_tune": search(0.5, 3.0), "scratch": search(0.9, 3.0),
+                            "frozen": search(0.6, 2.0), "frozen_wall": search(0.55, 3.0)})
+            store.add(autos["zero-shot"], {**ok, "step_s": 0.4, "robust_step_s": 0.4})
+            store.add(autos["fine-tune"], {**ok, "step_s": 0.25, "robust_step_s": 0.5})
+    t = build_holdout(spec, settings, run, store)
+    rows = _section(t, "Zero-shot and fine-tuned placements over seeds 0, 1, nominal").rows
+    zero, tune = rows[0], rows[1]
+    assert zero[1] == "zero-shot" and zero[4] == "–" and zero[6:] == [
+        "1.250 (1.250–1.250)", "–", "0.500 (0.500–0.500)", "1.0 / – / 0.0"]
+    assert tune[1] == "fine-tune" and tune[6:9] == ["1.200 (1.200–1.200)", "1.100 (1.100–1.100)", "0.500 (0.500–0.500)"]
+    robust = _section(t, "Zero-shot and fine-tuned placements over seeds 0, 1, robust").rows
+    assert robust[0][6] == "1.000 (1.000–1.000)" and robust[1][8] == "0.500 (0.500–0.500)"
+
+
+def test_paired_gdp_jobs_need_their_baselines_fields():
+    """A paired GDP-batch line without its robust steps, or a paired leave-one-out line without the
+    fine-tune's learning-off runs, is set aside (its job runs again)."""
+    from autoplace.bench.store import check_result
+
+    key = Job.of("gdp-batch", settings=(Setting("a", "b"),), budget=1.0, seed=0, robust=True).key
+    line = {"steps_s": {"a on b": 1.0}, "updates": 1, "samples": 8, "wall_s": 1.0, "search_s": 1.0}
+    assert check_result(key, line) == "field 'robust_steps_s' is missing"
+    assert check_result(key, {**line, "robust_steps_s": {"a on b": None}}) is None
+    assert check_result(key, {**line, "robust_steps_s": {"a on b": -1.0}}) is not None
+    key = Job.of("gdp-holdout", held_out=Setting("a", "b"), others=(), budget=1.0, fine_tune_updates=1, seed=0,
+                 baselines=True).key
+    shot = {"step_s": 1.0, "greedy_step_s": 1.0, "policy_s": 0.1, "prior_s": 0.1, "wall_s": 0.2}
+    run = {"step_s": 1.0, "wall_s": 1.0}
+    line = {"zero_shot_s": 1.0, "fine_tune_s": 1.0, "scratch_s": 1.0, "zero_shot": shot, "pretrain_wall_s": 1.0,
+            "zero_shot_wall_s": 1.0, "fine_tune_wall_s": 1.0, "fine_tune_updates": 1, "scratch_wall_s": 1.0,
+            "scratch_updates": 1, "fine_tune": run, "scratch": run, "frozen": run}
+    assert check_result(key, line) == "field 'frozen_wall' is missing"
+    assert check_result(key, {**line, "frozen_wall": run}) is None
+    assert check_result(key, {**line, "frozen_wall": {"step_s": 1.0}}) == (
+        "field 'frozen_wall' lacks one of step_s, wall_s")
 
 
 def _quick_tables(folder):

@@ -156,48 +156,60 @@ def _seeds_text(steps: list[float]) -> str:
     """Steps over seeds as ``mean ± sd (min)``."""
     mean = sum(steps) / len(steps)
     sd = (sum((x - mean) ** 2 for x in steps) / (len(steps) - 1)) ** 0.5 if len(steps) > 1 else 0.0
+    if sd <= 1e-12 * abs(mean):                  # the same step on every seed, but for rounding in the mean
+        sd = 0.0
     return f"{mean:.4g} ± {sd:.2g} ({min(steps):.4g})"
 
 
 def _seeds_section(t: Table, settings, methods, run: Run, store: Store) -> None:
     """Each learned placer (or variant of one, refined or not) over the run's seeds against three baselines:
     its learning-off self at equal samples and at equal wall time, and ``auto`` at equal wall time (each
-    seed's run for that seed's learned
-    search's wall time); steps as mean ± sd (min), nominal and robust (the worst scenario's weight:
-    docs/algorithms.md, Uncertainty), and each baseline's step over the learned one's (above 1: learning
-    is faster) as the geometric mean over the seeds with its range, and the mean wall times the learned
-    search and the two equal-wall runs took (a run may pass its limit by what it does after its last
-    check); then per placer over every setting."""
+    seed's run for that seed's learned search's wall time): :func:`_baseline_sections`."""
+    entries = []
+    for s in settings:
+        for m in methods:
+            off = run.off_label(m)
+            if off is None or off not in methods:
+                continue
+            baselines = [[store[j] for j in run.place_all(s, off)],          # a folder of an earlier run may
+                         *([store[j] for j in jobs if j in store]           # lack the equal-wall jobs
+                           for jobs in run.equal_wall_jobs(s, m).values())]
+            entries.append((s.key, m, [store[j] for j in run.place_all(s, m)], baselines))
+    _baseline_sections(t, entries, run)
+
+
+def _baseline_sections(t: Table, entries, run: Run, what: str = "Learned placers", how: str = "") -> None:
+    """Two sections (nominal and robust step: the worst scenario's weight, docs/algorithms.md, Uncertainty)
+    of learned rows against their baselines. ``entries``: ``(setting, method, learned, [off at equal
+    samples, off at equal wall, auto at equal wall])``, each a list of results (``step_s``,
+    ``robust_step_s``, ``ok``, ``search_s``) over the seeds, a baseline's empty where it was not run, None
+    where it has none. Steps as
+    mean ± sd (min); each baseline's step over the learned one's (above 1: learning is faster) as the
+    geometric mean over the seeds with its range; the mean seconds the learned search and the two equal-wall
+    runs took (a run may pass its limit by what it does after its last check); then per method over every
+    setting."""
     for kind, field in (("nominal", "step_s"), ("robust", "robust_step_s")):
         rows, pooled = [], {}
-        for s in settings:
-            for m in methods:
-                off = run.off_label(m)
-                if off is None or off not in methods:
-                    continue
-                learned = [store[j] for j in run.place_all(s, m)]
-                baselines = [[store[j] for j in run.place_all(s, off)],       # a folder of an earlier run may
-                             *([store[j] for j in jobs if j in store]        # lack the equal-wall jobs
-                               for jobs in run.equal_wall_jobs(s, m).values())]
-                cells, ratios = [], []
-                for rs in baselines:
-                    cells.append(_seed_steps_text(rs, field))
-                    r = _paired_ratios(learned, rs, field)
-                    ratios.append(r)
-                    if r:
-                        pooled.setdefault(m, [[] for _ in baselines])[len(ratios) - 1].extend(r)
-                walls = [f"{sum(r['search_s'] + (r.get('refine_s') or 0.0) for r in rs) / len(rs):.1f}" if rs
-                         else "–" for rs in (learned, *baselines[1:])]         # a refined row's refine included
-                rows.append([s.key, m, _seed_steps_text(learned, field), *cells, *map(_ratio_text, ratios),
-                             " / ".join(walls)])
+        for key, m, learned, baselines in entries:
+            cells, ratios = [], []
+            for rs in baselines:
+                cells.append("–" if rs is None else _seed_steps_text(rs, field))
+                r = _paired_ratios(learned, rs or [], field)
+                ratios.append(r)
+                if r:
+                    pooled.setdefault(m, [[] for _ in baselines])[len(ratios) - 1].extend(r)
+            walls = [f"{sum(r['search_s'] + (r.get('refine_s') or 0.0) for r in rs) / len(rs):.1f}" if rs
+                     else "–" for rs in (learned, *baselines[1:])]         # a refined row's refine included
+            rows.append([key, m, _seed_steps_text(learned, field), *cells, *map(_ratio_text, ratios),
+                         " / ".join(walls)])
         for m, per_baseline in pooled.items():
             rows.append(["geometric mean", m, "–", "–", "–", "–",
                          *(f"{geomean(r):.3f}" if r else "–" for r in per_baseline), "–"])
         if rows:
             seeds = ", ".join(map(str, run.learned_seeds))
-            t.add_section(f"Learned placers over seeds {seeds}, {kind} step (s: mean ± sd (min)), against the same "
+            t.add_section(f"{what} over seeds {seeds}, {kind} step (s: mean ± sd (min)), against the same "
                           "search with learning off at equal samples and at equal wall time, and auto at equal "
-                          "wall time (baseline / learned above 1: learning is faster)",
+                          f"wall time (baseline / learned above 1: learning is faster){how}",
                           ["setting", "method", "learned", "off, equal samples", "off, equal wall",
                            "auto, equal wall", "off (samples) / learned", "off (wall) / learned",
                            "auto (wall) / learned", "wall (s): learned / off / auto"], rows)
@@ -431,25 +443,55 @@ def _zero_shot_settings(spec: TableSpec, run: Run) -> tuple[Setting, ...]:
     return () if run.graphs else spec.zero_shot_quick if run.quick else spec.zero_shot
 
 
-def _batch_job(spec: TableSpec, settings, run: Run) -> Job:
-    return Job.of("gdp-batch", settings=tuple(settings), budget=run.budgets.learned, seed=run.seed,
-                  config=run.config("gdp"), zero_shot=_zero_shot_settings(spec, run))
+def _batch_job(spec: TableSpec, settings, run: Run, seed: int | None = None, config: tuple | None = None,
+               same_wall_as: str | None = None) -> Job:
+    """GDP-batch's job: the learned policy (``config`` None: the run's GDP settings; it then places the
+    larger graphs zero-shot), or its learning-off self (``config``), for the wall time of ``same_wall_as``;
+    paired runs record each setting's robust step."""
+    learned = config is None
+    return Job.of("gdp-batch", settings=tuple(settings), budget=run.budgets.learned,
+                  seed=run.seed if seed is None else seed, config=run.config("gdp") if learned else config,
+                  zero_shot=_zero_shot_settings(spec, run) if learned else (), robust=True if run.seeds else None,
+                  same_wall_as=same_wall_as)
+
+
+def _batch_baselines(spec: TableSpec, settings, run: Run, seed: int) -> dict[str, list[Job]]:
+    """Beside seed ``seed``'s GDP-batch (a paired run): its learning-off self at equal samples (``off``) and
+    for its training's wall time (``off-wall``), and ``auto`` on each setting for an equal share of it."""
+    off = run.off("gdp")
+    if off is None:
+        return {}
+    learned = _batch_job(spec, settings, run, seed).key
+    n = len(settings)
+    return {"off": [_batch_job(spec, settings, run, seed, off.config)],
+            "off-wall": [_batch_job(spec, settings, run, seed, off.config, same_wall_as=learned)],
+            "auto": [Job.of("place", setting=s, method="auto", seed=seed, same_wall_as=learned,
+                            wall_parts=n if n > 1 else None) for s in settings]}
 
 
 def gdp_batch_jobs(spec: TableSpec, settings, run: Run) -> list[Job]:
-    return [_batch_job(spec, settings, run),
+    return [*(_batch_job(spec, settings, run, seed) for seed in run.learned_seeds),
             *[j for s in settings for m in ("gdp", "expert", "auto") for j in run.place_all(s, m)],
-            *[run.place(s, m) for s in _zero_shot_settings(spec, run) for m in ("expert", "auto")]]
+            *[run.place(s, m) for s in _zero_shot_settings(spec, run) for m in ("expert", "auto")],
+            *(j for seed in run.learned_seeds for jobs in _batch_baselines(spec, settings, run, seed).values()
+              for j in jobs)]
+
+
+def _batch_result(r: dict, s: Setting, n: int) -> dict:
+    """Setting ``s``'s share of a GDP-batch result over ``n`` settings, as a ``place`` result."""
+    step = _by_setting(r["steps_s"], s)
+    return {"step_s": step, "robust_step_s": _by_setting(r.get("robust_steps_s", {}), s), "ok": step is not None,
+            "search_s": r["search_s"] / n}
 
 
 def build_gdp_batch(spec: TableSpec, settings, run: Run, store: Store) -> Table:
-    job = _batch_job(spec, settings, run)
-    batch = store[job]
+    batches = [store[_batch_job(spec, settings, run, seed)] for seed in run.learned_seeds]
+    batch = batches[0]
     rows, gains, pgains, plot = [], [], [], {}
     for s in settings:
         one = run.result(store, s, "gdp")["step_s"]
         expert, auto = store[run.place(s, "expert")]["step_s"], store[run.place(s, "auto")]["step_s"]
-        bs = _by_setting(batch["steps_s"], s)
+        bs = _mean(_by_setting(b["steps_s"], s) for b in batches)
         gain = 1 - bs / one if bs and one else None
         if gain is not None:
             gains.append(1 - gain)
@@ -464,8 +506,10 @@ def build_gdp_batch(spec: TableSpec, settings, run: Run, store: Store) -> Table:
     rows.append(["geometric mean", "–", "–", "–", "–", "–" if g is None else f"{1 - g:+.1%}",
                  "–" if pg is None else f"{1 - pg:+.1%}", "–"])
     t = _table(spec, run, True, paired=False)
-    t.add_section(f"GDP-batch against GDP-one (one policy trained {batch['updates']} updates over "
-                  f"{len(settings)} graphs in {batch['wall_s']:.0f} s)",
+    updates = sum(b["updates"] for b in batches) / len(batches)
+    wall = sum(b["wall_s"] for b in batches) / len(batches)
+    t.add_section(f"GDP-batch against GDP-one (one policy trained {updates:.0f} updates over "
+                  f"{len(settings)} graphs in {wall:.0f} s)",
                   ["setting", "gdp-one (s)", "gdp-batch (s)", "expert (s)", "auto (s)", "batch run-time gain",
                    "paper's gain", "batch vs expert"], rows)
     zs_rows = []
@@ -478,11 +522,28 @@ def build_gdp_batch(spec: TableSpec, settings, run: Run, store: Store) -> Table:
                         f"{z['prior_s']:.1f}", fmt_seconds(expert), fmt_seconds(auto),
                         "–" if not (auto and z["step_s"]) else f"{z['step_s'] / auto - 1:+.0%}"])
     if zs_rows:
-        t.add_section("The batch policy placing larger graphs zero-shot (step in seconds)",
-                      ["graph", "zero-shot", "greedy", "policy (s)", "prior (s)", "expert", "auto", "vs auto"],
-                      zs_rows)
+        t.add_section(f"The batch policy placing larger graphs zero-shot (seed {run.learned_seeds[0]}; step in "
+                      "seconds)", ["graph", "zero-shot", "greedy", "policy (s)", "prior (s)", "expert", "auto",
+                                   "vs auto"], zs_rows)
+    baselines = {seed: _batch_baselines(spec, settings, run, seed) for seed in run.learned_seeds}
+    if all(baselines.values()):
+        n = len(settings)
+        entries = []
+        for i, s in enumerate(settings):
+            per_kind = [[_batch_result(store[jobs[kind][0]], s, n) for jobs in baselines.values()
+                         if jobs[kind][0] in store] for kind in ("off", "off-wall")]
+            per_kind.append([store[jobs["auto"][i]] for jobs in baselines.values() if jobs["auto"][i] in store])
+            entries.append((s.key, "gdp-batch", [_batch_result(b, s, n) for b in batches], per_kind))
+        _baseline_sections(t, entries, run, "GDP-batch", "; a setting's wall time is the batch's over its settings "
+                           "(the same work on each), `auto` runs for that share")
     t.plot = ("gain", "gdp-one", plot)
     return t
+
+
+def _mean(xs) -> float | None:
+    """The mean of ``xs``; None if any is None."""
+    xs = list(xs)
+    return None if any(x is None for x in xs) else sum(xs) / len(xs)
 
 
 def _by_setting(d: dict, s: Setting):
@@ -492,26 +553,66 @@ def _by_setting(d: dict, s: Setting):
 
 
 # ---------------------------------------------------------------------- GDP Figure 2: hold-out graphs
-def _holdout_job(held: Setting, settings, run: Run) -> tuple[Job, tuple]:
+def _holdout_job(held: Setting, settings, run: Run, seed: int | None = None) -> tuple[Job, tuple]:
+    """The leave-one-out job for ``held`` (paired runs: with the fine-tune's learning-off selves and the
+    robust steps), and the settings its policy is pre-trained on."""
     others = tuple(s for s in settings if s != held) or (held,)
     return Job.of("gdp-holdout", held_out=held, others=others, budget=run.budgets.learned,
-                  fine_tune_updates=run.budgets.fine_tune_updates, seed=run.seed, config=run.config("gdp")), others
+                  fine_tune_updates=run.budgets.fine_tune_updates, seed=run.seed if seed is None else seed,
+                  config=run.config("gdp"), baselines=True if run.seeds else None), others
+
+
+def _holdout_auto(held: Setting, settings, run: Run, seed: int) -> dict[str, Job]:
+    """``auto`` on ``held`` for the zero-shot placement's and for the fine-tune's wall time (paired runs)."""
+    if not run.seeds:
+        return {}
+    key = _holdout_job(held, settings, run, seed)[0].key
+    return {what: Job.of("place", setting=held, method="auto", seed=seed, same_wall_as=key, wall_of=field)
+            for what, field in (("zero-shot", "zero_shot_wall_s"), ("fine-tune", "fine_tune_wall_s"))}
 
 
 def holdout_jobs(spec: TableSpec, settings, run: Run) -> list[Job]:
     jobs = []
     for held in settings:
-        jobs.append(_holdout_job(held, settings, run)[0])
+        jobs += [_holdout_job(held, settings, run, seed)[0] for seed in run.learned_seeds]
         jobs += [j for m in ("gdp", "hdp", "expert", "auto") for j in run.place_all(held, m)]
-    return jobs
+    return jobs + [j for held in settings for seed in run.learned_seeds
+                   for j in _holdout_auto(held, settings, run, seed).values()]
+
+
+def _holdout_entries(settings, run: Run, store: Store) -> list:
+    """The zero-shot and fine-tuned placements over the seeds against their baselines: the untrained policy's
+    zero-shot placement (the same samples) and the pre-trained policy sampling without updates for the
+    fine-tune's samples and for its wall time; ``auto`` for each one's wall time."""
+    entries = []
+    for held in settings:
+        hs = [store[_holdout_job(held, settings, run, seed)[0]] for seed in run.learned_seeds]
+        autos = [_holdout_auto(held, settings, run, seed) for seed in run.learned_seeds]
+
+        def place_like(r: dict, wall: float) -> dict:
+            return {"step_s": r["step_s"], "robust_step_s": r.get("robust_step_s"), "ok": r["step_s"] is not None,
+                    "search_s": wall}
+
+        def done(what: str) -> list[dict]:
+            return [store[a[what]] for a in autos if a[what] in store]
+
+        entries.append((held.key, "zero-shot", [place_like(h["zero_shot"], h["zero_shot_wall_s"]) for h in hs],
+                        [[place_like(h["untrained_zero_shot"], h["untrained_zero_shot"]["wall_s"]) for h in hs], None,
+                         done("zero-shot")]))
+        entries.append((held.key, "fine-tune", [place_like(h["fine_tune"], h["fine_tune_wall_s"]) for h in hs],
+                        [[place_like(h[k], h[k]["wall_s"]) for h in hs] for k in ("frozen", "frozen_wall")]
+                        + [done("fine-tune")]))
+    return entries
 
 
 def build_holdout(spec: TableSpec, settings, run: Run, store: Store) -> Table:
     rows, controls, plot = [], [], {}
     beats = {"zero-shot": 0, "fine-tune": 0}
     for held in settings:
-        job, others = _holdout_job(held, settings, run)
-        h = store[job]
+        others = _holdout_job(held, settings, run)[1]
+        hs = [store[_holdout_job(held, settings, run, seed)[0]] for seed in run.learned_seeds]
+        h = {**hs[0], **{k: _mean(x[k] for x in hs) for k in ("zero_shot_s", "fine_tune_s", "pretrain_wall_s",
+                                                                 "zero_shot_wall_s", "fine_tune_wall_s")}}
         ref = {m: run.result(store, held, m)["step_s"] for m in ("gdp", "hdp", "expert", "auto")}
         e = ref["expert"]
         for name, v in (("zero-shot", h["zero_shot_s"]), ("fine-tune", h["fine_tune_s"])):
@@ -541,10 +642,16 @@ def build_holdout(spec: TableSpec, settings, run: Run, store: Store) -> Table:
                    "zero-shot (s)", "fine-tune (s)"], rows)
     t.add_section("The paper's claims (Figure 2 has no printed numbers)", ["placement", "paper", "ours"], claims)
     if controls:
-        t.add_section("Against the controls: the prior alone, an untrained policy's zero-shot placement (same "
-                      "samples), GDP from scratch for the fine-tune's updates (step in seconds)",
+        t.add_section(f"Against the controls (seed {run.learned_seeds[0]}): the prior alone, an untrained policy's "
+                      "zero-shot placement (same samples), GDP from scratch for the fine-tune's updates (step in "
+                      "seconds)",
                       ["held out", "prior", "untrained zero-shot", "zero-shot", "policy (s)", "fine-tune",
                        "scratch, same updates", "zero-shot vs auto"], controls)
+    if run.seeds and all(h.get("fine_tune") for h in (store[_holdout_job(held, settings, run, seed)[0]]
+                                                         for held in settings for seed in run.learned_seeds)):
+        _baseline_sections(t, _holdout_entries(settings, run, store), run, "Zero-shot and fine-tuned placements",
+                           "; a zero-shot placement's samples are fixed (its learning-off self, the untrained "
+                           "policy, takes the same), so it has no equal-wall run of its own")
     t.plot = ("speedup", "expert", plot)
     return t
 

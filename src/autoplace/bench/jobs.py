@@ -34,7 +34,8 @@ from typing import Any
 from autoplace.errors import AutoplaceError
 
 __all__ = ["Setting", "Job", "MEASURED", "measured", "tight_cluster", "place_job", "bounds_job", "gdp_batch_job",
-           "gdp_holdout_job", "predictor_job", "enumerate_job", "JOBS", "run_job", "LEARNED", "SAME_WALL"]
+           "gdp_holdout_job", "predictor_job", "enumerate_job", "JOBS", "run_job", "LEARNED", "SAME_WALL",
+           "robust_step", "WALL_OF", "WALL_PARTS"]
 
 #: the learned placers (their budget is seconds of nominal work; they take a config)
 LEARNED = ("rl", "hdp", "gdp", "htf-mpr")
@@ -43,9 +44,15 @@ LEARNED = ("rl", "hdp", "gdp", "htf-mpr")
 MEASURED = ("search_s", "best_at_s", "prior_s", "refine_s", "policy_s", "enumeration_s")
 
 
+#: result fields (at any depth) that hold a search run for a time measured on this machine: what it finds
+#: depends on the machine's speed, as a :data:`SAME_WALL` job's result does
+TIMED = ("frozen_wall",)
+
+
 def measured(key: str) -> bool:
-    """Is a result field ``key`` a time measured on this machine (not a property of the placement)?"""
-    return key in MEASURED or key.endswith("wall_s")
+    """Is a result field ``key`` a time measured on this machine, or what a search found in such a time (not
+    a property of the placement)?"""
+    return key in MEASURED or key in TIMED or key.endswith("wall_s")
 
 
 # ---------------------------------------------------------------------- settings
@@ -306,49 +313,75 @@ def bounds_job(setting: Setting) -> dict:
 
 
 def gdp_batch_job(settings: tuple[Setting, ...], budget: float, seed: int, config: tuple = (),
-                  zero_shot: tuple[Setting, ...] = ()) -> dict:
+                  zero_shot: tuple[Setting, ...] = (), robust: bool = False, time_s: float | None = None) -> dict:
     """GDP-batch (Zhou et al. §4.3): one policy trained over every setting with ``budget`` seconds of
-    nominal work for each (the same work GDP-one spends on each alone); each setting's best step; then the
-    trained policy places each of ``zero_shot`` (larger graphs) zero-shot."""
+    nominal work for each (the same work GDP-one spends on each alone), or for ``time_s`` seconds of wall
+    clock (an equal-wall-time job: :data:`SAME_WALL`); each setting's best step (with ``robust``, its robust
+    step too: :func:`_uncertainty`) and the training's seconds (``search_s``); then the trained policy
+    places each of ``zero_shot`` (larger graphs) zero-shot."""
     import tempfile
 
     from autoplace.placers.gdp import gdp_train, load_policy
+    from autoplace.search import SearchBudget
 
     probs = [s.problem() for s in settings]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "batch.safetensors") if zero_shot else None
-        r = gdp_train([g for g, _ in probs], [c for _, c in probs], budget=budget * len(settings), seed=seed,
-                      output=path, **({"config": dict(config)} if config else {}))
+        r = gdp_train([g for g, _ in probs], [c for _, c in probs], seed=seed, output=path,
+                      budget=budget * len(settings) if time_s is None else SearchBudget(seconds=time_s),
+                      **({"config": dict(config)} if config else {}))
         _check_finished(r.stop_reason)
-        out = {"steps_s": {s.identity: _finite(x) for s, x in zip(settings, r.extra["best_steps_s"])},
-               "updates": r.updates, "samples": r.samples, "wall_s": time.perf_counter() - t0}
+        steps = [_finite(x) for x in r.extra["best_steps_s"]]
+        out = {"steps_s": {s.identity: x for s, x in zip(settings, steps)}, "updates": r.updates,
+               "samples": r.samples, "search_s": time.perf_counter() - t0}
+        if robust:                                     # the placements come for the settings that ran, in order
+            placed = iter(r.placements)
+            out["robust_steps_s"] = {s.identity: None if x is None else robust_step(s, next(placed))
+                                     for s, x in zip(settings, steps)}
         if zero_shot:
             net, cfg = load_policy(path)
             out["zero_shot"] = {s.identity: _zero_shot(net, s, cfg, seed) for s in zero_shot}
+        out["wall_s"] = time.perf_counter() - t0
+    if time_s is not None:
+        out["equal_wall_s"] = float(time_s)
     return out
 
 
-def _zero_shot(net, setting: Setting, cfg, seed: int) -> dict:
-    """``net`` placing ``setting`` zero-shot: its best step, the greedy (most likely) placement's, the
-    prior's, and the seconds the policy and the prior took."""
+def _zero_shot(net, setting: Setting, cfg, seed: int, robust: bool = False) -> dict:
+    """``net`` placing ``setting`` zero-shot: its best step (with ``robust``, its robust step too), the greedy
+    (most likely) placement's, the prior's, and the seconds the policy and the prior took."""
     from autoplace.placers.gdp import zero_shot
 
     graph, cluster = setting.problem()
     t0 = time.perf_counter()
     p = zero_shot(net, graph, cluster, cfg, seed=seed)
-    return {"step_s": _finite(p.meta["best_step_s"]), "greedy_step_s": _finite(p.meta["greedy_step_s"]),
-            "prior_step_s": _finite(p.meta.get("prior_step_s")), "prior": p.meta.get("prior"),
-            "policy_s": float(p.meta["policy_time_s"]), "prior_s": float(p.meta.get("prior_s") or 0.0),
-            "wall_s": time.perf_counter() - t0}
+    out = {"step_s": _finite(p.meta["best_step_s"]), "greedy_step_s": _finite(p.meta["greedy_step_s"]),
+           "prior_step_s": _finite(p.meta.get("prior_step_s")), "prior": p.meta.get("prior"),
+           "policy_s": float(p.meta["policy_time_s"]), "prior_s": float(p.meta.get("prior_s") or 0.0),
+           "wall_s": time.perf_counter() - t0}
+    if robust:
+        out["robust_step_s"] = robust_step(setting, p)
+    return out
+
+
+def robust_step(setting: Setting, placement) -> float | None:
+    """``placement``'s robust step on ``setting`` (:func:`_uncertainty`; None where it does not run)."""
+    from autoplace.sim import simulate
+
+    graph, cluster = setting.problem()
+    return _uncertainty(setting, placement)["robust_step_s"] if simulate(graph, cluster, placement).ok else None
 
 
 def gdp_holdout_job(held_out: Setting, others: tuple[Setting, ...], budget: float, fine_tune_updates: int,
-                    seed: int, config: tuple = ()) -> dict:
+                    seed: int, config: tuple = (), baselines: bool = False) -> dict:
     """GDP's generalisation (Figure 2): a policy pre-trained on ``others`` (``budget`` seconds of nominal
     work each) places ``held_out`` zero-shot, then is fine-tuned on it for ``fine_tune_updates`` PPO
     updates; beside them, two controls: an untrained policy's zero-shot placement (what the prior and the
-    sampling give without training) and GDP from scratch for the same updates. Steps and wall times."""
+    sampling give without training) and GDP from scratch for the same updates. Steps and wall times. With
+    ``baselines``, the robust steps too, and the fine-tune's learning-off self (the pre-trained policy
+    sampling without updates: ``learn=false``) for the same samples (``frozen``) and for the fine-tune's
+    wall time (``frozen_wall``)."""
     import tempfile
 
     import torch
@@ -359,6 +392,16 @@ def gdp_holdout_job(held_out: Setting, others: tuple[Setting, ...], budget: floa
     knobs = {"config": dict(config)} if config else {}
     probs = [s.problem() for s in others]
     graph, cluster = held_out.problem()
+
+    def searched(r, t0: float) -> dict:
+        _check_finished(r.stop_reason)
+        out = {"step_s": _finite(r.placement.meta["best_step_s"]), "samples": r.samples, "updates": r.updates,
+               "wall_s": time.perf_counter() - t0}
+        if baselines:
+            out["robust_step_s"] = robust_step(held_out, r.placement)
+        return out
+
+    extra = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pretrained.safetensors")
         t0 = time.perf_counter()
@@ -366,25 +409,29 @@ def gdp_holdout_job(held_out: Setting, others: tuple[Setting, ...], budget: floa
                                   seed=seed, output=path, **knobs).stop_reason)
         pretrain_s = time.perf_counter() - t0
         net, cfg = load_policy(path)
-        zs = _zero_shot(net, held_out, cfg, seed)
+        zs = _zero_shot(net, held_out, cfg, seed, robust=baselines)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed + 1)
             fresh_cfg = GDPConfig.from_dict(dict(config))
-            untrained = _zero_shot(new_policy(fresh_cfg), held_out, fresh_cfg, seed)
+            untrained = _zero_shot(new_policy(fresh_cfg), held_out, fresh_cfg, seed, robust=baselines)
         samples = SearchBudget(samples=fine_tune_updates * cfg.samples_per_update)
         t0 = time.perf_counter()
-        tuned = gdp_search(graph, cluster, policy=path, budget=samples, seed=seed)
-        _check_finished(tuned.stop_reason)
-        fine_tune_s = time.perf_counter() - t0
+        tuned = searched(gdp_search(graph, cluster, policy=path, budget=samples, seed=seed), t0)
+        if baselines:
+            off = {"learn": False}
+            t0 = time.perf_counter()
+            extra["frozen"] = searched(gdp_search(graph, cluster, policy=path, config=off, budget=samples, seed=seed),
+                                       t0)
+            t0 = time.perf_counter()
+            extra["frozen_wall"] = searched(gdp_search(graph, cluster, policy=path, config=off, seed=seed,
+                                                       budget=SearchBudget(seconds=tuned["wall_s"])), t0)
     t0 = time.perf_counter()
-    scratch = gdp_search(graph, cluster, budget=samples, seed=seed, **knobs)
-    _check_finished(scratch.stop_reason)
-    scratch_s = time.perf_counter() - t0
-    return {"zero_shot_s": zs["step_s"], "fine_tune_s": _finite(tuned.placement.meta["best_step_s"]),
-            "pretrain_wall_s": pretrain_s, "zero_shot_wall_s": zs["wall_s"], "fine_tune_wall_s": fine_tune_s,
-            "fine_tune_updates": tuned.updates, "zero_shot": zs, "untrained_zero_shot": untrained,
-            "scratch_s": _finite(scratch.placement.meta["best_step_s"]), "scratch_wall_s": scratch_s,
-            "scratch_updates": scratch.updates}
+    scratch = searched(gdp_search(graph, cluster, budget=samples, seed=seed, **knobs), t0)
+    return {"zero_shot_s": zs["step_s"], "fine_tune_s": tuned["step_s"],
+            "pretrain_wall_s": pretrain_s, "zero_shot_wall_s": zs["wall_s"], "fine_tune_wall_s": tuned["wall_s"],
+            "fine_tune_updates": tuned["updates"], "zero_shot": zs, "untrained_zero_shot": untrained,
+            "scratch_s": scratch["step_s"], "scratch_wall_s": scratch["wall_s"], "scratch_updates": scratch["updates"],
+            **({"fine_tune": tuned, "scratch": scratch, **extra} if baselines else {})}
 
 
 def predictor_job(setting: Setting, budget: float, seed: int, folds: int = 5, runs: int = 5,
@@ -479,16 +526,24 @@ JOBS: dict[str, Callable[..., dict]] = {"place": place_job, "bounds": bounds_job
 SAME_WALL = "same_wall_as"
 
 
+#: a :data:`SAME_WALL` job's optional arguments: which of the other job's measured seconds it runs for
+#: (default ``search_s``) and into how many equal parts they are cut (default 1: a batch's wall time shared by
+#: its settings)
+WALL_OF, WALL_PARTS = "wall_of", "wall_parts"
+
+
 def run_job(job: Job, results: dict[str, dict] | None = None) -> dict:
-    """``job``'s result; a :data:`SAME_WALL` job reads the other job's ``search_s`` from ``results`` (job key ->
-    result: that job runs first), and its refine's ``refine_s`` too unless it is refined alike."""
+    """``job``'s result; a :data:`SAME_WALL` job reads the other job's ``search_s`` (or its :data:`WALL_OF`
+    field, over :data:`WALL_PARTS`) from ``results`` (job key -> result: that job runs first), and its
+    refine's ``refine_s`` too unless it is refined alike."""
     args = dict(job.args)
     if SAME_WALL in args:
         other = args.pop(SAME_WALL)
+        field, parts = args.pop(WALL_OF, "search_s"), args.pop(WALL_PARTS, 1)
         if results is None or other not in results:
             raise AutoplaceError(f"{job.label}: runs for the wall time of a job not run yet")
         refine_s = 0.0 if "refine_budget" in args else float(results[other].get("refine_s") or 0.0)
-        args["time_s"] = max(float(results[other]["search_s"]) + refine_s, 1e-3)
+        args["time_s"] = max((float(results[other][field]) + refine_s) / parts, 1e-3)
     return JOBS[job.kind](**args)
 
 

@@ -34,6 +34,11 @@ REQUIRED = {"place": ("step_s", "ok", "oom", "error", "search_s", "wall_s"),
             "enumerate": ("nodes", "coarsened", "devices", "mappings", "default_step_s", "better_than_default",
                           "failed", "best_step_s", "htf_mpr_step_s", "htf_mpr_rank", "htf_mpr_ties",
                           "htf_mpr_evaluations", "search_s", "enumeration_s", "wall_s")}
+#: the fields a job kind writes where its key holds an argument: ``(kind, argument) -> fields``; each field
+#: under :data:`SEARCHES` is an object of a search's step and wall time
+REQUIRED_WITH = {("gdp-batch", "robust"): ("search_s", "robust_steps_s"),
+                 ("gdp-holdout", "baselines"): ("fine_tune", "scratch", "frozen", "frozen_wall")}
+SEARCHES = ("fine_tune", "scratch", "frozen", "frozen_wall")
 #: fields that are whole counts (>= 0)
 COUNTS = {"samples", "updates", "mappings", "nodes", "devices", "devices_used", "ops", "initial", "screened",
           "failed", "better_than_default", "htf_mpr_rank", "htf_mpr_ties", "htf_mpr_evaluations", "samples_to_best",
@@ -42,14 +47,14 @@ BOOLS = {"ok", "coarsened", "gain_inside_range", "fits"}
 TEXTS = {"error", "stop_reason", "prior", "family", "from", "kind", "per_replica", "method"}
 MAX_DEPTH = 6
 #: step times (a table divides by them): ``None`` (failed) or > 0
-STEPS = {"steps_s", "one_gpu_s", "zero_shot_s", "fine_tune_s", "scratch_s", "step_range_s"}
+STEPS = {"steps_s", "robust_steps_s", "one_gpu_s", "zero_shot_s", "fine_tune_s", "scratch_s", "step_range_s"}
 #: a field present means others are there too, inside it or beside it (what the tables read with it)
 INSIDE = {"search": ("samples", "updates", "stop_reason", "improvements"), "strategy": ("kind", "replicas")}
 BESIDE = {"worst_case_speedup": ("one_gpu_s",)}
 #: the fields of each object under these keys (by model)
 EACH = {"models": ("mean", "std", "failed_runs")}
 #: a zero-shot placement's fields (gdp-batch: one per held-out setting; gdp-holdout: one, and its control)
-ZERO_SHOT = ("step_s", "greedy_step_s", "policy_s", "prior_s")
+ZERO_SHOT = ("step_s", "greedy_step_s", "policy_s", "prior_s", "wall_s")
 
 
 class _Damaged(Exception):
@@ -62,11 +67,11 @@ def _number(v, *, positive: bool = False) -> bool:
 
 
 def _steps(key: str, v) -> bool:
-    """A step-time field: ``None`` (failed) or seconds > 0; ``step_range_s`` two of them, ``steps_s`` an
-    object of them (by setting)."""
+    """A step-time field: ``None`` (failed) or seconds > 0; ``step_range_s`` two of them, ``steps_s`` and
+    ``robust_steps_s`` an object of them (by setting)."""
     if key == "step_range_s":
         return isinstance(v, list) and len(v) == 2 and all(_number(x, positive=True) for x in v)
-    if key == "steps_s":
+    if key in ("steps_s", "robust_steps_s"):
         return isinstance(v, dict) and all(x is None or _number(x, positive=True) for x in v.values())
     return v is None or _number(v, positive=True)
 
@@ -154,8 +159,13 @@ def check_result(key: Any, result: Any) -> str | None:
     except _Damaged as e:
         return str(e)
     missing = [f for f in REQUIRED[job["kind"]] if f not in result]
+    missing += [f for (kind, arg), fields in REQUIRED_WITH.items() if kind == job["kind"] and job.get(arg)
+                for f in fields if f not in result]
     if missing:
         return f"field {missing[0]!r} is missing"
+    for k in SEARCHES:
+        if k in result and not (isinstance(result[k], dict) and "step_s" in result[k] and "wall_s" in result[k]):
+            return f"field {k!r} lacks one of step_s, wall_s"
     if job["kind"] == "place" and (result["step_s"] is None) == bool(result["ok"]):
         return "fields 'ok' and 'step_s' disagree"
     if job["kind"] == "place" and "worst_case_speedup" in result and not result["ok"]:

@@ -15,7 +15,7 @@ import os
 
 import autoplace.bench.builders as b
 import autoplace.bench.published as published
-from autoplace.bench.jobs import LEARNED, SAME_WALL, Job, Setting
+from autoplace.bench.jobs import LEARNED, SAME_WALL, WALL_OF, WALL_PARTS, Job, Setting
 from autoplace.bench.plan import TableSpec
 
 __all__ = ["TableSpec", "TABLES", "table_settings", "nominal_work", "file_digest"]
@@ -30,9 +30,12 @@ def nominal_work(job: Job) -> float:
     ``auto``, ``local-search``, ``cp-sat`` and a refine; 0 for placers that take no budget): a plan's size,
     not a measured time."""
     a = dict(job.args)
-    if job.kind == "place" and SAME_WALL in a:        # as long as the search (and refine) it is timed by
+    if SAME_WALL in a:                                # as long as the search (and refine) it is timed by
         other = json.loads(a[SAME_WALL])
-        return float(other.get("budget", 0.0)) + float(other.get("refine_budget", 0.0))
+        if WALL_OF in a:                              # a part of another job (a fine-tune) of no nominal work
+            return 0.0
+        kind = other.pop("kind")
+        return nominal_work(Job(kind, tuple(sorted(other.items())))) / a.get(WALL_PARTS, 1)
     if job.kind == "place":
         return (a["budget"] if a["method"] in LEARNED + BUDGETED else 0.0) + a.get("refine_budget", 0.0)
     if job.kind == "bounds":
