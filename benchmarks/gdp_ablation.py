@@ -68,8 +68,8 @@ def cmd_run(args) -> int:
     rows = []
     if os.path.exists(args.json):
         with open(args.json) as f:
-            rows = [r for r in json.load(f)["rows"] if "robust_steps_s" in r]     # rows of this script's form
-    have = {(r["mode"], r["variant"], r["seed"]): r for r in rows}
+            rows = json.load(f)["rows"]
+    have = {(r["mode"], r["variant"], r["seed"]): r for r in rows if _complete(r)}
     names = args.graphs.split(",")
     settings = [Setting(*s.split("@")) for s in names]
     graphs = [build_graph(s.split("@")[0]) for s in names]
@@ -96,6 +96,12 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _complete(row: dict) -> bool:
+    """A row of this script's form: over seeds, with robust steps (a file may keep rows of an earlier form,
+    one seed without them: left as they are, neither reported nor counted as done)."""
+    return "seed" in row and "robust_steps_s" in row
+
+
 def _cell(xs: list) -> str:
     if any(x is None for x in xs):
         return "failed on a seed"
@@ -110,7 +116,7 @@ def _ratio(pairs: list[tuple[float | None, float | None]]) -> str:
 
 def cmd_report(args) -> int:
     with open(args.json) as f:
-        rows = [r for r in json.load(f)["rows"] if "robust_steps_s" in r]
+        rows = [r for r in json.load(f)["rows"] if _complete(r)]
     for mode in MODES:
         mine: dict[str, dict[int, dict]] = {}
         for r in rows:
@@ -146,7 +152,7 @@ def cmd_report(args) -> int:
                                                            for i in range(len(names))]) for b in base)])
             print_table(["graph", "full (s)", *(f"{b} (s); / full" for b in base)], table)
         walls = {v: statistics.mean(mine[v][s]["wall_s"] for s in seeds) for v in (*VARIANTS, OFF, OFF_WALL, AUTO)
-                 if v in mine}
+                 if v in mine and sorted(mine[v]) == seeds}
         print("\nMean wall seconds: " + ", ".join(f"{v} {w:.0f}" for v, w in walls.items()))
     return 0
 

@@ -736,6 +736,13 @@ def test_gdp_batch_over_seeds_against_its_three_baselines(tmp_path, monkeypatch)
     monkeypatch.setitem(bench_jobs.JOBS, "place", lambda **kw: got.setdefault("time_s", kw["time_s"]))
     bench_jobs.run_job(base[0]["auto"][0], {learned[0].key: {"search_s": 9.0}})
     assert got["time_s"] == 4.5                                       # the batch's 9 s over its two settings
+    monkeypatch.setitem(bench_jobs.JOBS, "gdp-batch", lambda **kw: got.update(batch_s=kw["time_s"]))
+    bench_jobs.run_job(base[0]["off-wall"][0], {learned[0].key: {"search_s": 9.0}})
+    assert got["batch_s"] == 9.0                                      # its learning-off self: the whole time
+    fine = Job.of("place", setting=a, method="auto", seed=0, same_wall_as=learned[0].key, wall_of="fine_tune_wall_s")
+    got.clear()
+    bench_jobs.run_job(fine, {learned[0].key: {"search_s": 9.0, "fine_tune_wall_s": 2.5}})
+    assert got["time_s"] == 2.5                                       # the field it names
 
     store = Store(tmp_path)
     ok = {"ok": True, "oom": [], "error": None, "wall_s": 0}
@@ -791,19 +798,23 @@ def test_held_out_placements_over_seeds_against_their_baselines(tmp_path):
             autos = _holdout_auto(held, settings, run, seed)
             assert {dict(j.args)["wall_of"] for j in autos.values()} == {"zero_shot_wall_s", "fine_tune_wall_s"}
             assert all(j in jobs and dict(j.args)["same_wall_as"] == job.key for j in autos.values())
-            store.add(job, {"zero_shot_s": 0.8, "fine_tune_s": 0.5, "scratch_s": 0.9, "pretrain_wall_s": 9.0,
+            k = 1 + seed                                          # each seed's steps its own
+            store.add(job, {"zero_shot_s": 0.8 * k, "fine_tune_s": 0.5 * k, "scratch_s": 0.9, "pretrain_wall_s": 9.0,
                             "zero_shot_wall_s": 1.0, "fine_tune_wall_s": 3.0, "fine_tune_updates": 2,
                             "scratch_wall_s": 3.0, "scratch_updates": 2,
-                            "zero_shot": {**shot, "step_s": 0.8, "robust_step_s": 1.6, "wall_s": 1.0},
-                            "untrained_zero_shot": {**shot, "step_s": 1.0, "robust_step_s": 1.6, "wall_s": 1.0},
-                            "fine_tune": search(0.5, 3.0), "scratch": search(0.9, 3.0),
-                            "frozen": search(0.6, 2.0), "frozen_wall": search(0.55, 3.0)})
-            store.add(autos["zero-shot"], {**ok, "step_s": 0.4, "robust_step_s": 0.4})
-            store.add(autos["fine-tune"], {**ok, "step_s": 0.25, "robust_step_s": 0.5})
+                            "zero_shot": {**shot, "step_s": 0.8 * k, "robust_step_s": 1.6 * k, "wall_s": 1.0},
+                            "untrained_zero_shot": {**shot, "step_s": 1.0 * k, "robust_step_s": 1.6 * k,
+                                                    "wall_s": 1.0},
+                            "fine_tune": search(0.5 * k, 3.0), "scratch": search(0.9, 3.0),
+                            "frozen": search(0.6 * k, 2.0), "frozen_wall": search(0.55 * k, 3.0)})
+            store.add(autos["zero-shot"], {**ok, "step_s": 0.4 * k, "robust_step_s": 0.4 * k})
+            store.add(autos["fine-tune"], {**ok, "step_s": 0.25 * k, "robust_step_s": 0.5 * k})
     t = build_holdout(spec, settings, run, store)
+    assert _section(t, "Held-out graphs").rows[0][1:3] == ["1.2", "0.75"]            # the seeds' means
+    assert _section(t, "Against the controls (seed 0)").rows[0][2:6] == ["1", "0.8", "0.10", "0.5"]
     rows = _section(t, "Zero-shot and fine-tuned placements over seeds 0, 1, nominal").rows
     zero, tune = rows[0], rows[1]
-    assert zero[1] == "zero-shot" and zero[4] == "–" and zero[6:] == [
+    assert zero[1] == "zero-shot" and zero[2] == "1.2 ± 0.57 (0.8)" and zero[4] == "–" and zero[6:] == [
         "1.250 (1.250–1.250)", "–", "0.500 (0.500–0.500)", "1.0 / – / 0.0"]
     assert tune[1] == "fine-tune" and tune[6:9] == ["1.200 (1.200–1.200)", "1.100 (1.100–1.100)", "0.500 (0.500–0.500)"]
     robust = _section(t, "Zero-shot and fine-tuned placements over seeds 0, 1, robust").rows
@@ -828,6 +839,9 @@ def test_paired_gdp_jobs_need_their_baselines_fields():
             "zero_shot_wall_s": 1.0, "fine_tune_wall_s": 1.0, "fine_tune_updates": 1, "scratch_wall_s": 1.0,
             "scratch_updates": 1, "fine_tune": run, "scratch": run, "frozen": run}
     assert check_result(key, line) == "field 'frozen_wall' is missing"
+    assert check_result(key, {**line, "frozen_wall": run, "untrained_zero_shot": None}) == (
+        "field 'untrained_zero_shot' must be an object")
+    line["untrained_zero_shot"] = shot
     assert check_result(key, {**line, "frozen_wall": run}) is None
     assert check_result(key, {**line, "frozen_wall": {"step_s": 1.0}}) == (
         "field 'frozen_wall' lacks one of step_s, wall_s")

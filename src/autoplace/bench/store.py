@@ -163,6 +163,9 @@ def check_result(key: Any, result: Any) -> str | None:
                 for f in fields if f not in result]
     if missing:
         return f"field {missing[0]!r} is missing"
+    if job["kind"] == "gdp-holdout" and job.get("baselines") and not isinstance(result.get("untrained_zero_shot"),
+                                                                                 dict):
+        return "field 'untrained_zero_shot' must be an object"
     for k in SEARCHES:
         if k in result and not (isinstance(result[k], dict) and "step_s" in result[k] and "wall_s" in result[k]):
             return f"field {k!r} lacks one of step_s, wall_s"
