@@ -10,20 +10,25 @@ its default configuration and per group with the paper's decoder, K and baseline
 ``attention=additive``, ``samples_per_update=8``, ``baseline_start=failing``): each seed's best step, and
 the mean ± sd and min. Then the RL placer on a task whose best placement is a rule per op (forty equal
 products, one GPU ten times faster), with its baseline from the first rewards (the default) and from the
-failing signal.
+failing signal. Last, each learned search against its three baselines, seed by seed, by nominal and robust
+step (the worst scenario's weight: docs/algorithms.md, Uncertainty): its learning-off self at equal
+evaluations (the rows above), the same for the learned search's wall time, and ``auto`` under that time
+limit; each baseline's step over the learned one's (above 1: learning is faster) as the geometric mean over
+the seeds with its range.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 
 import numpy as np
-from _common import print_table
+from _common import geo, print_table
 
 from autoplace.cluster import get_cluster
 from autoplace.graph import Graph, Op
-from autoplace.placers.htf_mpr import HTFMPRConfig, htf_mpr_search
-from autoplace.placers.rl import RLConfig, rl_search
+from autoplace.placers.htf_mpr import htf_mpr_search
+from autoplace.placers.rl import rl_search
 from autoplace.search import SearchBudget
 
 SEEDS = (0, 1, 2)
@@ -59,32 +64,112 @@ def row(label: str, steps: list[float]) -> list[str]:
             f"{min(ms):.3f}"]
 
 
+class Runs:
+    """Searches on one graph and cluster, each seed's best step, robust step and wall seconds kept by label."""
+
+    def __init__(self, graph: Graph, cluster):
+        from autoplace.placers.auto import robust_simulator
+
+        self.graph, self.cluster, self.robust = graph, cluster, robust_simulator(graph, cluster)
+        self.runs: dict[str, list[dict]] = {}
+
+    def _kept(self, label: str, placement, wall: float) -> dict:
+        from autoplace.robust import step_ranges
+
+        devs = placement.to_array(self.graph, self.cluster)
+        out = {"step": float(placement.meta.get("best_step_s") or self._simulated(placement)),
+               "robust": float(step_ranges(self.robust, devs[None, :])[0].robust), "wall": wall}
+        self.runs.setdefault(label, []).append(out)
+        return out
+
+    def _simulated(self, placement) -> float:
+        from autoplace.sim import simulate
+
+        return float(simulate(self.graph, self.cluster, placement).step_time)
+
+    def search(self, label: str, fn, seed: int, budget: SearchBudget, config) -> dict:
+        t0 = time.perf_counter()
+        r = fn(self.graph, self.cluster, budget=budget, seed=seed, config=config)
+        return self._kept(label, r.placement, time.perf_counter() - t0)
+
+    def auto(self, label: str, seed: int, seconds: float) -> dict:
+        from autoplace.placers import place
+
+        t0 = time.perf_counter()
+        p = place(self.graph, self.cluster, "auto", seed=seed, budget=seconds, time_limit=seconds)
+        return self._kept(label, p, time.perf_counter() - t0)
+
+    def steps(self, label: str) -> list[float]:
+        return [r["step"] for r in self.runs[label]]
+
+
+def with_baselines(runs: Runs, label: str, fn, budget: SearchBudget, config: dict, off: dict, comparisons: list):
+    """``label``'s search over the seeds beside its learning-off self (``off``: the settings that turn
+    learning off) at equal evaluations and for its wall time, and ``auto`` for that time."""
+    for s in SEEDS:
+        learned = runs.search(label, fn, s, budget, config)
+        runs.search(label + " off", fn, s, budget, {**config, **off})
+        runs.search(label + " off, equal wall", fn, s, SearchBudget(seconds=learned["wall"]), {**config, **off})
+        runs.auto(label + " auto, equal wall", s, learned["wall"])
+    comparisons.append((runs, label))
+
+
+def ratio_text(learned: list[dict], other: list[dict], field: str) -> str:
+    r = [b[field] / a[field] for a, b in zip(learned, other)]
+    return f"{geo(r):.3f} ({min(r):.3f}–{max(r):.3f})"
+
+
+def cell(rs: list[dict], field: str) -> str:
+    ms = [r[field] * 1e3 for r in rs]
+    return f"{statistics.mean(ms):.3f} ± {statistics.stdev(ms):.3f}"
+
+
+def print_comparisons(comparisons: list) -> None:
+    for kind, field in (("nominal", "step"), ("robust", "robust")):
+        print(f"\nEach learned search against its baselines, seeds {', '.join(map(str, SEEDS))}, {kind} step (ms: "
+              "mean ± sd; baseline / learned, geometric mean over the seeds (range), above 1: learning is "
+              "faster):\n")
+        rows = []
+        for runs, label in comparisons:
+            learned = runs.runs[label]
+            others = [runs.runs[f"{label} {b}"] for b in ("off", "off, equal wall", "auto, equal wall")]
+            rows.append([label, cell(learned, field), *(f"{cell(o, field)}; {ratio_text(learned, o, field)}"
+                                                        for o in others),
+                         " / ".join(f"{statistics.mean(r['wall'] for r in rs):.1f}" for rs in (learned, *others[1:]))])
+        print_table(["search", "learned", "off, equal evaluations; / learned", "off, equal wall; / learned",
+                     "auto, equal wall; / learned", "wall (s): learned / off / auto"], rows)
+
+
 def main() -> None:
     g, c = independent_matmuls(), get_cluster("k80x2")
+    runs, comparisons = Runs(g, c), []
     cols = ["search (best step, ms)", *(f"seed {s}" for s in SEEDS), "mean ± sd", "min"]
     rows = []
     for n in (120, 240):
-        for model in ("gbr", "random"):
-            steps = [htf_mpr_search(g, c, budget=SearchBudget(samples=n), seed=s,
-                                    config=HTFMPRConfig(model=model)).placement.meta["best_step_s"] for s in SEEDS]
-            rows.append(row(f"htf-mpr, {model} screening, {n} evaluations", steps))
+        label = f"htf-mpr, gbr screening, {n} evaluations"
+        with_baselines(runs, label, htf_mpr_search, SearchBudget(samples=n), {"model": "gbr"}, {"model": "random"},
+                       comparisons)
+        rows.append(row(label, runs.steps(label)))
+        rows.append(row(f"htf-mpr, random screening, {n} evaluations", runs.steps(label + " off")))
     paper = {"decide": "group", "attention": "additive", "samples_per_update": 8, "baseline_start": "failing"}
-    for label, cfg in (("rl (learning)", {}), ("rl, learning off", {"learn": False}),
-                       ("rl per group, the paper's decoder and baseline", paper),
-                       ("rl per group, the paper's decoder and baseline, learning off", {**paper, "learn": False})):
-        steps = [rl_search(g, c, budget=SearchBudget(samples=400), seed=s,
-                           config=RLConfig(**cfg)).placement.meta["best_step_s"] for s in SEEDS]
-        rows.append(row(f"{label}, 400 samples", steps))
+    for label, cfg in (("rl (learning)", {}), ("rl per group, the paper's decoder and baseline", paper)):
+        with_baselines(runs, f"{label}, 400 samples", rl_search, SearchBudget(samples=400), cfg, {"learn": False},
+                       comparisons)
+        rows.append(row(f"{label}, 400 samples", runs.steps(f"{label}, 400 samples")))
+        off = "rl, learning off" if not cfg else f"{label}, learning off"
+        rows.append(row(f"{off}, 400 samples", runs.steps(f"{label}, 400 samples off")))
     print_table(cols, rows)
     g, c = rule_task()
-    rows = []
-    for label, cfg in (("rl (learning)", {}), ("rl, learning off", {"learn": False}),
-                       ("rl, baseline from the failing signal", {"baseline_start": "failing"})):
-        steps = [rl_search(g, c, budget=SearchBudget(samples=400), seed=s,
-                           config=RLConfig(**cfg)).placement.meta["best_step_s"] for s in SEEDS]
-        rows.append(row(f"{label}, 400 samples", steps))
+    runs, rows = Runs(g, c), []
+    for label, cfg in (("rl (learning)", {}), ("rl, baseline from the failing signal", {"baseline_start": "failing"})):
+        with_baselines(runs, f"{label}, 400 samples (rule task)", rl_search, SearchBudget(samples=400), cfg,
+                       {"learn": False}, comparisons)
+        rows.append(row(f"{label}, 400 samples", runs.steps(f"{label}, 400 samples (rule task)")))
+        if not cfg:
+            rows.append(row("rl, learning off, 400 samples", runs.steps(f"{label}, 400 samples (rule task) off")))
     print("\nForty equal products on two GPUs, one ten times faster (optimum 37 ms):\n")
     print_table(cols, rows)
+    print_comparisons(comparisons)
 
 
 if __name__ == "__main__":
