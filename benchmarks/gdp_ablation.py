@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -37,17 +36,14 @@ MODES = {"default": {}, "paper": {"prior": None, "unit_moves": 0}}
 
 
 def _train(settings, graphs, clusters, budget, seed: int, config: dict) -> dict:
-    from autoplace.bench.jobs import robust_step
+    from autoplace.bench.jobs import batch_steps
     from autoplace.placers.gdp import gdp_train
 
     t0 = time.perf_counter()
     r = gdp_train(graphs, clusters, budget=budget, seed=seed, config=config)
     wall = time.perf_counter() - t0
-    placed = iter(r.placements)                       # the placements of the graphs that ran, in order
-    steps = [x if math.isfinite(x) else None for x in r.extra["best_steps_s"]]
-    return {"steps_s": steps, "robust_steps_s": [None if x is None else robust_step(s, next(placed))
-                                                 for s, x in zip(settings, steps)],
-            "updates": r.updates, "samples": r.samples, "wall_s": wall}
+    steps, robust = batch_steps(settings, r)
+    return {"steps_s": steps, "robust_steps_s": robust, "updates": r.updates, "samples": r.samples, "wall_s": wall}
 
 
 def _auto(settings, seconds: float, seed: int) -> dict:

@@ -477,11 +477,14 @@ def gdp_batch_jobs(spec: TableSpec, settings, run: Run) -> list[Job]:
               for j in jobs)]
 
 
+def _as_place(step: float | None, robust: float | None, search_s: float) -> dict:
+    """A step, its robust step and the seconds its search took, as a ``place`` result's fields."""
+    return {"step_s": step, "robust_step_s": robust, "ok": step is not None, "search_s": search_s}
+
+
 def _batch_result(r: dict, s: Setting, n: int) -> dict:
     """Setting ``s``'s share of a GDP-batch result over ``n`` settings, as a ``place`` result."""
-    step = _by_setting(r["steps_s"], s)
-    return {"step_s": step, "robust_step_s": _by_setting(r.get("robust_steps_s", {}), s), "ok": step is not None,
-            "search_s": r["search_s"] / n}
+    return _as_place(_by_setting(r["steps_s"], s), _by_setting(r.get("robust_steps_s", {}), s), r["search_s"] / n)
 
 
 def build_gdp_batch(spec: TableSpec, settings, run: Run, store: Store) -> Table:
@@ -585,24 +588,18 @@ def _holdout_entries(settings, run: Run, store: Store) -> list:
     """The zero-shot and fine-tuned placements over the seeds against their baselines: the untrained policy's
     zero-shot placement (the same samples) and the pre-trained policy sampling without updates for the
     fine-tune's samples and for its wall time; ``auto`` for each one's wall time."""
+    def place_like(r: dict) -> dict:
+        return _as_place(r["step_s"], r.get("robust_step_s"), r["wall_s"])
+
     entries = []
     for held in settings:
         hs = [store[_holdout_job(held, settings, run, seed)[0]] for seed in run.learned_seeds]
         autos = [_holdout_auto(held, settings, run, seed) for seed in run.learned_seeds]
-
-        def place_like(r: dict, wall: float) -> dict:
-            return {"step_s": r["step_s"], "robust_step_s": r.get("robust_step_s"), "ok": r["step_s"] is not None,
-                    "search_s": wall}
-
-        def done(what: str) -> list[dict]:
-            return [store[a[what]] for a in autos if a[what] in store]
-
-        entries.append((held.key, "zero-shot", [place_like(h["zero_shot"], h["zero_shot_wall_s"]) for h in hs],
-                        [[place_like(h["untrained_zero_shot"], h["untrained_zero_shot"]["wall_s"]) for h in hs], None,
-                         done("zero-shot")]))
-        entries.append((held.key, "fine-tune", [place_like(h["fine_tune"], h["fine_tune_wall_s"]) for h in hs],
-                        [[place_like(h[k], h[k]["wall_s"]) for h in hs] for k in ("frozen", "frozen_wall")]
-                        + [done("fine-tune")]))
+        done = {what: [store[a[what]] for a in autos if a[what] in store] for what in ("zero-shot", "fine-tune")}
+        entries.append((held.key, "zero-shot", [place_like(h["zero_shot"]) for h in hs],
+                        [[place_like(h["untrained_zero_shot"]) for h in hs], None, done["zero-shot"]]))
+        entries.append((held.key, "fine-tune", [place_like(h["fine_tune"]) for h in hs],
+                        [[place_like(h[k]) for h in hs] for k in ("frozen", "frozen_wall")] + [done["fine-tune"]]))
     return entries
 
 

@@ -35,7 +35,7 @@ from autoplace.errors import AutoplaceError
 
 __all__ = ["Setting", "Job", "MEASURED", "measured", "tight_cluster", "place_job", "bounds_job", "gdp_batch_job",
            "gdp_holdout_job", "predictor_job", "enumerate_job", "JOBS", "run_job", "LEARNED", "SAME_WALL",
-           "robust_step", "WALL_OF", "WALL_PARTS"]
+           "robust_step", "batch_steps", "WALL_OF", "WALL_PARTS"]
 
 #: the learned placers (their budget is seconds of nominal work; they take a config)
 LEARNED = ("rl", "hdp", "gdp", "htf-mpr")
@@ -332,14 +332,12 @@ def gdp_batch_job(settings: tuple[Setting, ...], budget: float, seed: int, confi
                       budget=budget * len(settings) if time_s is None else SearchBudget(seconds=time_s),
                       **({"config": dict(config)} if config else {}))
         _check_finished(r.stop_reason)
-        steps = [_finite(x) for x in r.extra["best_steps_s"]]
         trained = time.perf_counter() - t0
+        steps, robust_steps = batch_steps(settings, r, robust=robust)
         out = {"steps_s": {s.identity: x for s, x in zip(settings, steps)}, "updates": r.updates,
                "samples": r.samples, "wall_s": trained, "search_s": trained}
-        if robust:                                     # the placements come for the settings that ran, in order
-            placed = iter(r.placements)
-            out["robust_steps_s"] = {s.identity: None if x is None else robust_step(s, next(placed))
-                                     for s, x in zip(settings, steps)}
+        if robust:
+            out["robust_steps_s"] = {s.identity: x for s, x in zip(settings, robust_steps)}
         if zero_shot:
             net, cfg = load_policy(path)
             out["zero_shot"] = {s.identity: _zero_shot(net, s, cfg, seed) for s in zero_shot}
@@ -363,6 +361,16 @@ def _zero_shot(net, setting: Setting, cfg, seed: int, robust: bool = False) -> d
     if robust:
         out["robust_step_s"] = robust_step(setting, p)
     return out
+
+
+def batch_steps(settings, result, *, robust: bool = True) -> tuple[list, list | None]:
+    """A GDP training over ``settings``' best steps (None where none ran) and, with ``robust``, their robust
+    steps (:func:`robust_step`; the result's placements are those of the settings that ran, in order)."""
+    steps = [_finite(x) for x in result.extra["best_steps_s"]]
+    if not robust:
+        return steps, None
+    placed = iter(result.placements)
+    return steps, [None if x is None else robust_step(s, next(placed)) for s, x in zip(settings, steps)]
 
 
 def robust_step(setting: Setting, placement) -> float | None:
