@@ -536,7 +536,7 @@ def _set(key, value):
     def change(state):
         d, leaf = _at(state, key)
         if value is _DELETE:
-            d.pop(leaf, None)
+            d.pop(leaf) if isinstance(d, list) else d.pop(leaf, None)
         else:
             d[leaf] = _made(value)
     return change
@@ -572,18 +572,40 @@ def _array(values, dtype="int64"):
     return make
 
 
+def _scalar_tensor(value):
+    def make():
+        import torch
+
+        return torch.tensor(value)
+    return make
+
+
+def _nested(depth: int):
+    v: object = 1
+    for _ in range(depth):
+        v = [v]
+    return v
+
+
 NAN, INF = float("nan"), float("inf")
+#: a value of the wrong shape or type where a scalar is stored: arrays, tensors (0-d too)
+SHAPE_POOL = [_array([0, 0]), _array(0), _tensor(2), _scalar_tensor(0)]
+#: what an unknown field may hold
+EXTRA_POOL = [1, NAN, _array([1, 2]), 10**30, _nested(400)]
 COUNT_POOL = [-5, "7", 1.5, None, True, 2**70, NAN]
 SECONDS_POOL = [-1.0, "1", None, True, NAN, INF, [1.0]]
 TENSOR_POOL = ["x", None, 5, [1.0], _tensor(2)]
 CURVE_POOL = ["x", [[1, 2]], [[1, 0.1, NAN, 1.0, 0.0, 0.0]], [[-1, 0.1, 1.0, 1.0, 0.0, 0.0]],
-              [["a", 0.1, 1.0, 1.0, 0.0, 0.0]], [[1, 0.1, 1.0, 1.0, 2.0, 0.0]], [[1, 0.1, -1.0, 1.0, 0.0, 0.0]]]
+              [["a", 0.1, 1.0, 1.0, 0.0, 0.0]], [[1, 0.1, 1.0, 1.0, 2.0, 0.0]], [[1, 0.1, -1.0, 1.0, 0.0, 0.0]],
+              ((1, 0.1, 1.0, 1.0, 0.0, 0.0),)]
 GROUPS_POOL = ["x", _array([99] * 4), _array([-1] * 4), _array([0.5] * 4, "float64"), _array([[0]]), 7]
 
 #: each checkpoint field, its pool of bad values (the identity fields: another graph, cluster, config, seed)
 CHECKPOINT_FIELDS = {
-    "format": ["autoplace.rl/v1", "x", None, 1], "graph_hash": ["0" * 64, None, 1], "cluster_hash": ["0" * 64, None],
-    "config": [{}, "x", None], "seed": [7, "0", None], "samples": COUNT_POOL, "updates": COUNT_POOL,
+    "format": ["autoplace.rl/v1", "x", None, 1, _array([1, 2])], "graph_hash": ["0" * 64, None, 1, _array([1, 2])],
+    "cluster_hash": ["0" * 64, None], "graph": SHAPE_POOL[:1], "config": [{}, "x", None, _array([1, 2])],
+    "config.group_rules": SHAPE_POOL[:1], "seed": [7, "0", None, *SHAPE_POOL], "env": SHAPE_POOL[:1],
+    "samples": COUNT_POOL, "updates": COUNT_POOL, "extra": EXTRA_POOL, "cache.extra": [1],
     "wall_s": SECONDS_POOL, "curve": CURVE_POOL,
     "cache": ["x", {}, {"groups": _array([[0, 9]]), "step": _array([1.0], "float64"), "ok": _array([True], "bool")},
               {"groups": _array([[0, 0]]), "step": _array([-1.0], "float64"), "ok": _array([True], "bool")},
@@ -598,7 +620,8 @@ CHECKPOINT_FIELDS.update({
     "optimizer.param_groups.0.lr": [NAN, -1e6, "x", 1.0, _tensor(2), _tensor(1)],
     "optimizer.param_groups.0.betas": ["ab", [0.9]],
     "optimizer.param_groups.0.capturable": [True], "optimizer.param_groups.0.maximize": ["yes", True],
-    "optimizer.param_groups.0.params": [[0], "x"],
+    "optimizer.param_groups.0.params": [[0], "x"], "optimizer.param_groups.0.params.0": [_array([0, 1]), _tensor(2)],
+    "optimizer.extra": [1],
     "optimizer.state.0.step": [_tensor(1), "x", 3, lambda: _tensor(1)().sum() + 1e30],
     "optimizer.state.0.exp_avg": ["x", _tensor(1, 2, 3)], "optimizer.state.0.exp_avg_sq": [_DELETE],
     "optimizer.state.0.extra": [_tensor(1)],
@@ -635,7 +658,8 @@ STATE_CHANGES = {
 OWN_FIELDS = {
     "rl": {"policy": ["x", {}, {"nope": _tensor(1)}], "same_streak": COUNT_POOL, "n_groups": [999, None]},
     "hdp": {"grouper": ["x", {}], "placer": ["x", {}, {"nope": _tensor(1)}], "nodes": [999]},
-    "gdp": {"policy": ["x", {}], "problems": ["x", [], [{}], [1]], "graphs": [["other"]], "nodes": [[999]],
+    "gdp": {"policy": ["x", {}], "problems": ["x", [], [{}], [1]], "graphs": [["other"], *SHAPE_POOL[:1]],
+            "graphs.0": [_array([1, 2])], "nodes": [[999]], "problems.0.extra": [1],
             "problems.0.reward_n": COUNT_POOL, "problems.0.reward_sq": [-1.0, NAN, "x", BIG],
             "problems.0.reward_sum": [1e300, 5.0, -1e300, NAN],
             "problems.0.best_step": [-1.0, NAN, "x"], "problems.0.best_groups": GROUPS_POOL,
@@ -645,7 +669,8 @@ OWN_FIELDS = {
                 "stalled": COUNT_POOL, "screened": COUNT_POOL, "nodes": [999]},
 }
 #: fields the placer's checkpoint does not hold
-NOT_IN = {"rl": (), "hdp": ("same_streak",), "gdp": ("best_step", "best_groups", "baseline", "cache", "graph_hash",
+NOT_IN = {"rl": (), "hdp": ("same_streak",),
+          "gdp": ("best_step", "best_groups", "baseline", "cache", "graph", "graph_hash",
                                                     "cluster_hash", "same_streak"),
           "htf-mpr": ("generator", "torch_rng", "optimizer", "best_step", "best_groups", "baseline")}
 BROKEN_FILES = [b"", b"not a checkpoint", b"\x00" * 64, b"PK\x03\x04" + bytes(60), b"\x80\x04K\x01.",
@@ -679,7 +704,9 @@ def checkpoint_cases(rng: random.Random) -> list[Case]:
         fields_ = {k: v for k, v in CHECKPOINT_FIELDS.items() if k.split(".")[0] not in NOT_IN[method]}
         fields_.update(OWN_FIELDS[method])
         for key, pool in fields_.items():
-            for v in [*pool, *([_DELETE] if not key.endswith(".extra") else [])]:
+            # a config without a setting is one written before the setting existed (its default stands in)
+            keep = key.split(".")[-1] == "extra" or key.startswith("config.")
+            for v in [*pool, *([_DELETE] if not keep else [])]:
                 shown = "deleted" if v is _DELETE else getattr(v, "__name__", None) and "an array or tensor" or repr(v)
                 out.append(Case(f"{method} checkpoint {key}={shown[:40]}", argv,
                                 {**_base_files(), "ck/checkpoint.safetensors": _damaged(method, 0, _set(key, v))},
@@ -701,8 +728,11 @@ def policy_cases(rng: random.Random) -> list[Case]:
     """A real GDP policy file, each field damaged, and broken or pickled files: fine-tuned from or placed
     zero-shot, each is one line naming the file, nothing written."""
     out = []
-    damage = {"format": ["autoplace.gdp-policy/v1", None], "config": ["x", {}, {"nope": 1}],
-              "config.hidden": [0, -1, "x", 10**6], "config.heads": [0, 3], "config.max_devices": [0, 1],
+    damage = {"format": ["autoplace.gdp-policy/v1", None, _array([1, 2])], "config": ["x", {}, {"nope": 1}],
+              "extra": EXTRA_POOL, "meta.extra": [1], "meta.graphs": ["x", [1], _array([1, 2])],
+              "meta.seed": ["x", _array([0, 0])], "meta.samples": [-1, _tensor(2)],
+              "config.hidden": [0, -1, "x", 10**6, _array([1, 2])], "config.heads": [0, 3],
+              "config.max_devices": [0, 1],
               "config.memory": [-1], "config.sage_layers": [99], "config.ff": [16384],
               "state": ["x", {}, None, {"nope": _tensor(1)}],
               "meta": [_DELETE]}

@@ -146,6 +146,44 @@ def _heavier(graph: Graph, factor: float) -> Graph:
     return graph_from_dict(d)
 
 
+def test_identity_compares_values_of_the_declared_type_and_shape():
+    from autoplace.formats.state import Settings, check_identity
+
+    config = Settings({"lr": 0.1, "sizes": (1, 2)})
+    mine = {"seed": 0, "config": config}
+    ok = {"format": "f/v1", "seed": 0, "config": {"lr": 0.1, "sizes": [1, 2]}}
+    assert check_identity(ok, "f/v1", mine, "x") is ok                 # a list read back for a tuple
+    for seed in (np.array([0, 0]), np.array(0), torch.tensor(0), torch.tensor([0, 0]), "0", False, None):
+        with pytest.raises(FormatError, match=r"^x: a checkpoint of another search; different: seed \("):
+            check_identity({**ok, "seed": seed}, "f/v1", mine, "x")
+    for lr in (np.array([0.1, 0.1]), torch.tensor(0.1), "0.1"):
+        with pytest.raises(FormatError, match=r"different: config \(lr\)"):
+            check_identity({**ok, "config": {"lr": lr, "sizes": [1, 2]}}, "f/v1", mine, "x")
+    for fmt in (np.array([1, 2]), torch.tensor(1), ["f/v1"], None):
+        with pytest.raises(FormatError, match="of another kind"):
+            check_identity({**ok, "format": fmt}, "f/v1", mine, "x")
+
+
+def test_a_field_no_reader_asked_for_is_refused():
+    from autoplace.formats.state import StateFields
+
+    state = {"a": 1, "b": {"c": 2, "d": 3}, "items": [{"e": 1}, {"e": 2, "f": 0}]}
+    f = StateFields(state, "x")
+    f.int("a")
+    f.sub("b").int("c")
+    for item in f.items("items", 2):
+        item.int("e")
+    with pytest.raises(FormatError, match=r"^x: unknown field 'b\.d'$"):
+        f.finish()
+    state["b"].pop("d")
+    with pytest.raises(FormatError, match=r"^x: unknown field 'items\[1\]\.f'$"):
+        f.finish()
+    state["items"][1].pop("f")
+    f.finish()
+    with pytest.raises(FormatError, match="field 'items' must be a list, got a tuple"):
+        StateFields({"items": ({"e": 1},)}, "x").items("items")
+
+
 def test_the_graph_hash_sees_content_not_the_name():
     g = build_graph("toy-mlp")
     assert graph_hash(g) == graph_hash(build_graph("toy-mlp"))

@@ -30,7 +30,7 @@ from autoplace.errors import FormatError
 from autoplace.validation import is_finite
 
 __all__ = ["write_state", "read_state", "encode_state", "decode_state", "graph_hash", "cluster_hash",
-           "check_identity", "StateFields", "MAX_STATE_BYTES"]
+           "canonical", "shown", "check_identity", "StateFields", "MAX_STATE_BYTES"]
 
 _KEY = "autoplace"
 MAX_STATE_BYTES = 2**34       #: a state file larger than 16 GiB is refused before it is read
@@ -220,30 +220,76 @@ class Settings(dict):
     defaults: dict = {}
 
 
+def canonical(x: Any) -> Any:
+    """``x`` in a form that compares by content and type class, never elementwise: numbers (``1 == 1.0``)
+    apart from booleans, strings, ``None``, sequences (a list and a tuple alike), dicts; an array or a tensor
+    (any shape, 0-d too) becomes a marker equal only to an array of the same kind, dtype, shape and bytes —
+    never to a scalar. Identity checks compare these, so a stored value of the wrong shape is a difference,
+    not an error."""
+    if x is None or isinstance(x, str):
+        return x
+    if isinstance(x, (bool, np.bool_)):
+        return ("bool", bool(x))
+    if isinstance(x, (int, float)):
+        return ("number", x)
+    if isinstance(x, (list, tuple)):
+        return ("sequence", tuple(canonical(v) for v in x))
+    if isinstance(x, dict):
+        return ("dict", tuple(sorted(((repr(canonical(k)), canonical(v)) for k, v in x.items()), key=lambda kv: kv[0])))
+    if isinstance(x, np.ndarray):
+        return ("ndarray", x.dtype.str, x.shape, x.tobytes())
+    if isinstance(x, np.generic):
+        return ("numpy scalar", x.dtype.str, x.tobytes())
+    try:
+        import torch
+    except ImportError:                                       # pragma: no cover - torch is a dependency
+        torch = None
+    if torch is not None and isinstance(x, torch.Tensor):
+        return ("tensor", str(x.dtype), tuple(x.shape), x.detach().cpu().contiguous().view(-1).view(torch.uint8)
+                .numpy().tobytes() if x.numel() else b"")
+    return ("object", type(x).__name__, repr(x)[:200])
+
+
+def shown(x: Any, width: int = 40) -> str:
+    """``x`` as an error message shows a stored value: a scalar or a string as itself (cut to ``width``), an
+    array or a tensor by its kind and shape, anything else by its type."""
+    if isinstance(x, str):
+        return repr(x[:width])
+    if x is None or isinstance(x, (bool, int, float)):
+        return str(x)[:width]
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return f"a {type(x).__name__} of shape {tuple(x.shape)}"
+    if isinstance(x, (list, tuple, dict)):
+        return f"a {type(x).__name__} of {len(x)}"
+    return f"a {type(x).__name__}"
+
+
 def check_identity(state: Any, fmt: str, mine: dict, where: str, what: str = "checkpoint") -> dict:
     """``state`` if it is a dict of format ``fmt`` whose entries equal ``mine`` (name -> value: graph hash,
     cluster hash, config, seed …); else :class:`FormatError` naming ``where`` and the entries that differ
-    (a config: the settings that differ; a content hash: "graph content"). A :class:`Settings` entry's
-    defaults stand in for the settings a stored one lacks."""
+    (a config: the settings that differ; a content hash: "graph content"). Values compare as
+    :func:`canonical` forms: a stored value of another type or shape (an array where a seed was) differs.
+    A :class:`Settings` entry's defaults stand in for the settings a stored one lacks."""
     if not isinstance(state, dict):
         raise FormatError(f"{where}: not a {what} (a {type(state).__name__})")
-    if state.get("format") != fmt:
-        raise FormatError(f"{where}: a {what} of another kind (format {str(state.get('format'))[:60]!r}, "
-                          f"expected {fmt!r})")
+    stored = state.get("format")
+    if not (isinstance(stored, str) and stored == fmt):
+        raise FormatError(f"{where}: a {what} of another kind (format {shown(stored, 60)!r}, expected {fmt!r})")
     diff = []
     for k, v in mine.items():
         theirs = state.get(k)
         if isinstance(v, Settings) and isinstance(theirs, dict):
             theirs = {**{k2: d for k2, d in v.defaults.items() if k2 not in theirs}, **theirs}
-        if theirs == v:
+        if canonical(theirs) == canonical(v):
             continue
         if k.endswith("_hash") or k.endswith("_hashes"):
             diff.append(k.replace("_hashes", "").replace("_hash", "") + " content")
         elif isinstance(v, dict) and isinstance(theirs, dict):
-            keys = sorted(str(k2) for k2 in set(v) | set(theirs) if v.get(k2) != theirs.get(k2))
+            keys = sorted(str(k2) for k2 in set(v) | set(theirs)
+                          if canonical(v.get(k2)) != canonical(theirs.get(k2)))
             diff.append(f"{k} ({', '.join(keys[:3])})")
         else:
-            diff.append(f"{k} ({str(theirs)[:40]} there, {str(v)[:40]} here)")
+            diff.append(f"{k} ({shown(theirs)} there, {shown(v)} here)")
     if diff:
         raise FormatError(f"{where}: a {what} of another search; different: {'; '.join(diff)}")
     return state
@@ -251,7 +297,10 @@ def check_identity(state: Any, fmt: str, mine: dict, where: str, what: str = "ch
 
 # ------------------------------------------------------------------------------------------------ fields
 class StateFields:
-    """Typed, range-checked access to a state's fields; every error names ``where`` and the field."""
+    """Typed, range-checked access to a state's fields; every error names ``where`` and the field.
+
+    It remembers the fields read (and the objects opened with :meth:`sub` or :meth:`items`): :meth:`finish`
+    refuses a field no reader asked for, so a state file carries nothing its reader does not check."""
 
     def __init__(self, state: Any, where: str, prefix: str = ""):
         self.where, self.prefix = where, prefix
@@ -259,6 +308,8 @@ class StateFields:
             raise FormatError(f"{where}: field {prefix.rstrip('.') or 'state'!r} must be an object, "
                               f"got {type(state).__name__}")
         self.state = state
+        self.seen: set = set()
+        self.children: list[StateFields] = []
 
     def name(self, key: str) -> str:
         """The field's full name in errors (``cache.step``)."""
@@ -266,16 +317,37 @@ class StateFields:
 
     def sub(self, key: str) -> StateFields:
         """The fields of the object under ``key``."""
-        return StateFields(self.get(key), self.where, f"{self.name(key)}.")
+        child = StateFields(self.get(key), self.where, f"{self.name(key)}.")
+        self.children.append(child)
+        return child
+
+    def items(self, key: str, n: int | None = None) -> list[StateFields]:
+        """The fields of each object in the list under ``key`` (of ``n`` entries where given)."""
+        children = [StateFields(v, self.where, f"{self.name(key)}[{i}].") for i, v in enumerate(self.list(key, n))]
+        self.children.extend(children)
+        return children
+
+    def mark(self, *keys: str) -> None:
+        """Count ``keys`` as read (fields a caller checked itself, such as the identity)."""
+        self.seen.update(keys)
+
+    def finish(self) -> None:
+        """:class:`FormatError` naming the first field (here or in an object opened from here) that no reader
+        asked for."""
+        unknown = sorted(str(k) for k in self.state if k not in self.seen)
+        if unknown:
+            raise FormatError(f"{self.where}: unknown field {self.name(unknown[0])[:80]!r}")
+        for child in self.children:
+            child.finish()
 
     def fail(self, key: str, expected: str) -> FormatError:
-        value = self.state.get(key, None)
-        shown = value if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
-        return FormatError(f"{self.where}: field {self.name(key)!r} must be {expected}, got {str(shown)[:60]}")
+        return FormatError(f"{self.where}: field {self.name(key)!r} must be {expected}, "
+                           f"got {shown(self.state.get(key, None), 60)}")
 
     def get(self, key: str) -> Any:
         if key not in self.state:
             raise FormatError(f"{self.where}: missing field {self.name(key)!r}")
+        self.seen.add(key)
         return self.state[key]
 
     def int(self, key: str, lo: int = 0, hi: int = 2**62) -> int:
@@ -306,9 +378,9 @@ class StateFields:
 
     def list(self, key: str, n: int | None = None) -> list:
         v = self.get(key)
-        if not isinstance(v, (list, tuple)) or (n is not None and len(v) != n):
+        if type(v) is not list or (n is not None and len(v) != n):
             raise self.fail(key, "a list" + (f" of {n}" if n is not None else ""))
-        return list(v)
+        return v
 
     def dict(self, key: str) -> dict:
         v = self.get(key)

@@ -565,10 +565,10 @@ class GDPSearch:
 
     def load(self, state: dict, where: str = "checkpoint") -> None:
         f = open_checkpoint(state, CHECKPOINT_FORMAT, self._identity(), where)
-        problems = f.list("problems", len(self.problems))
+        problems = f.items("problems", len(self.problems))
         curve = load_curve(f)
-        for i, (p, s) in enumerate(zip(self.problems, problems)):
-            p.load(StateFields(s, where, f"problems[{i}]."))
+        for p, fields_of in zip(self.problems, problems):
+            p.load(fields_of)
             if p.bias is not None and p.best_groups is not None:
                 centre(p, p.best_groups)
         load_torch(f, "policy", self.policy)
@@ -576,6 +576,7 @@ class GDPSearch:
         load_generator(f, "generator", self.generator)
         load_generator(f, "torch_rng", None)
         load_counters(f, self)
+        f.finish()
         self.curve = curve
 
     def confirm(self) -> None:
@@ -597,20 +598,38 @@ def _objective(xs: list[float]) -> float:
 
 
 # --------------------------------------------------------------------------------------------- policy files
-def save_policy(policy, config: GDPConfig, path: str | Path, **meta) -> None:
-    """Write ``policy`` with ``config``'s architecture (and ``meta``: the graphs it was trained on, their
-    content hashes …) to ``path`` as a state file (:mod:`autoplace.formats.state`: no pickle), atomically."""
+def save_policy(policy, config: GDPConfig, path: str | Path, *, graphs: list[str] = (),
+                graph_hashes: list[str] = (), clusters: list[str] = (), cluster_hashes: list[str] = (),
+                samples: int = 0, seed: int | None = None) -> None:
+    """Write ``policy`` with ``config``'s architecture, and what it was trained on (the graphs' and clusters'
+    names and content hashes, the samples and the seed), to ``path`` as a state file
+    (:mod:`autoplace.formats.state`: no pickle), atomically."""
+    meta = {"graphs": list(graphs), "graph_hashes": list(graph_hashes), "clusters": list(clusters),
+            "cluster_hashes": list(cluster_hashes), "samples": int(samples), "seed": seed}
     write_state(path, {"format": POLICY_FORMAT, "config": asdict(config),
                        "state": {k: v.cpu() for k, v in policy.state_dict().items()}, "meta": meta})
+
+
+def _check_meta(f: StateFields) -> None:
+    """The policy file's record of its training (:func:`save_policy`): names and hashes as lists of strings,
+    samples a count, the seed an integer or none."""
+    m = f.sub("meta")
+    for key in ("graphs", "graph_hashes", "clusters", "cluster_hashes"):
+        if not all(isinstance(x, str) for x in m.list(key)):
+            raise m.fail(key, "a list of strings")
+    m.int("samples")
+    if m.get("seed") is not None:
+        m.int("seed", -2**63, 2**64)
 
 
 def load_policy(path: str | Path, config: GDPConfig | dict | None = None):
     """The policy saved in ``path`` and its config: the file's architecture, with the training settings of
     ``config`` (a dict: only the fields it names; a :class:`GDPConfig`: its training fields). The file is
-    untrusted input: a pickle is refused unread, and every setting and parameter is checked before use."""
+    untrusted input: a pickle is refused unread, and every field, setting and parameter is checked before
+    use (a field the format does not have is refused)."""
     where = str(path)
     saved = read_state(path, "GDP policy file")
-    if not isinstance(saved, dict) or saved.get("format") != POLICY_FORMAT:
+    if not isinstance(saved, dict) or not (isinstance(saved.get("format"), str) and saved["format"] == POLICY_FORMAT):
         raise FormatError(f"{where}: not a GDP policy file (expected format {POLICY_FORMAT!r})")
     f = StateFields(saved, where)
     values = dict(f.dict("config"))
@@ -634,6 +653,10 @@ def load_policy(path: str | Path, config: GDPConfig | dict | None = None):
         raise FormatError(f"{where}: field 'config': {e}") from None
     policy = new_policy(cfg)
     load_torch(f, "state", policy)
+    f.mark("format")
+    if "meta" in saved:                       # a policy written before the record existed has none
+        _check_meta(f)
+    f.finish()
     return policy, cfg
 
 

@@ -408,6 +408,7 @@ class HDPSearch:
         for group in self.optimizer.param_groups:        # the step size the last saved update set
             group["lr"] = self.config.step_size(max(f.int("updates") - 1, 0))
         load_policy_search(f, self, self.features.n_nodes, {"grouper": self.grouper, "placer": self.placer})
+        f.finish()
         self.last_devices = last
 
     def confirm(self) -> None:

@@ -544,6 +544,7 @@ class HTFMPRSearch:
         f.dict("rng")
         f.apply("rng", lambda v: setattr(self.rng.bit_generator, "state", v))
         load_counters(f, self, "screened")
+        f.finish()
         self.X, self.steps, self.families = np.ascontiguousarray(X, dtype=np.int64), steps.astype(float), families
         self._initialised, self._stalled = initialised, stalled
         self.curve = curve

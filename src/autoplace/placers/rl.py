@@ -422,6 +422,7 @@ class RLSearch:
                               "and --controllers")
         f = open_checkpoint(state, CHECKPOINT_FORMAT, self._identity(), where)
         load_policy_search(f, self, self.features.n_groups, {"policy": self.policy}, ("same_streak",))
+        f.finish()
 
     def confirm(self) -> None:
         """Where the env is noisy, the best placements measured again and the best mean kept."""
@@ -673,6 +674,7 @@ def _distributed_checkpoint(state: dict, graph: Graph, cluster: Cluster, config:
     load_torch(server, "policy", policy)
     load_optimizer(server, "optimizer", _adam(policy.parameters(), config.learning_rate))
     server.int("samples"), server.int("updates")
+    f.finish()
     return state
 
 

@@ -26,6 +26,7 @@ from autoplace.errors import FormatError
 from autoplace.formats.state import (
     Settings,
     StateFields,
+    canonical,
     check_identity,
     cluster_hash,
     graph_hash,
@@ -113,9 +114,12 @@ def check_best(f: StateFields, cache: dict, best_step: float, best_groups: np.nd
 
 def open_checkpoint(state: dict, fmt: str, mine: dict, where: str) -> StateFields:
     """The fields of ``state`` once its format and identity are those of this search (``mine``); else one
-    :class:`FormatError` naming ``where`` and what differs."""
+    :class:`FormatError` naming ``where`` and what differs. The reader calls the fields' ``finish()`` once it
+    has read every one: a field it did not ask for is refused."""
     check_identity(state, fmt, mine, where)
-    return StateFields(state, where)
+    f = StateFields(state, where)
+    f.mark("format", *mine)
+    return f
 
 
 # ------------------------------------------------------------------------------------------ shared fields
@@ -201,7 +205,7 @@ def load_optimizer(f: StateFields, key: str, optimizer) -> None:
     groups, state = s.list("param_groups"), s.dict("state")
     mine = optimizer.state_dict()["param_groups"]
     if len(groups) != len(mine) or any(not isinstance(g, dict) or set(g) != set(m) or any(
-            isinstance(v, torch.Tensor) or type(v) is not type(m[k]) or v != m[k] for k, v in g.items())
+            type(v) is not type(m[k]) or canonical(v) != canonical(m[k]) for k, v in g.items())
             for g, m in zip(groups, mine)):
         raise s.fail("param_groups", "this search's parameter groups and optimizer settings")
     params = [p for g in optimizer.param_groups for p in g["params"]]
