@@ -671,7 +671,7 @@ OWN_FIELDS = {
 #: fields the placer's checkpoint does not hold
 NOT_IN = {"rl": (), "hdp": ("same_streak",),
           "gdp": ("best_step", "best_groups", "baseline", "cache", "graph", "graph_hash",
-                                                    "cluster_hash", "same_streak"),
+                  "cluster_hash", "same_streak"),
           "htf-mpr": ("generator", "torch_rng", "optimizer", "best_step", "best_groups", "baseline")}
 BROKEN_FILES = [b"", b"not a checkpoint", b"\x00" * 64, b"PK\x03\x04" + bytes(60), b"\x80\x04K\x01.",
                 (2**40).to_bytes(8, "little") + b"{}", (30).to_bytes(8, "little") + b'{"__metadata__": {"a": "b"}}  ']
