@@ -418,3 +418,124 @@ def test_fair_sharing_lets_a_small_transfer_pass_a_large_one():
     assert r.timeline.transfer_start.tolist() == [1.0, 1.0]
     assert r.timeline.transfer_end.tolist() == pytest.approx([2.001, 1.002])
     assert r.segment_time.tolist() == pytest.approx([1.001])
+
+
+# ---------------------------------------------------------------------- the readings docs/algorithms.md fixes
+# Each test pins one rule of the Simulator section that an implementation could read two ways; each runs in
+# both loops (the C extension and the numba kernel).
+@pytest.fixture(params=["c", "numba"])
+def loop(request, monkeypatch):
+    from autoplace.sim import _cbackend
+
+    if request.param == "c" and _cbackend.BACKEND != "c":
+        pytest.skip("the C extension is not built here")
+    monkeypatch.setattr(_cbackend, "BACKEND", request.param)
+    return request.param
+
+
+def _cpus(*names, overhead=0.0, latency=0.0, **kw):
+    return Cluster("cpus", [Device(n, "cpu", 10**9, 1e9, 1e9, **kw.get(n, {})) for n in names],
+                   default_link=LinkSpec(1000.0, latency, overhead))
+
+
+def test_a_received_copy_counts_from_its_producers_finish(loop):
+    # p@B holds 1000 B over [0, 2] (q reads it). a@A finishes at 1.5: its copy to B is created then (100 B
+    # counted on B from 1.5), joins the link at 2.5 after its 1 s submit, runs [2.5, 2.6]; c@B [2.6, 3.6].
+    # Counted from the submit or the transfer's start, B's peak would be 1000.
+    g = Graph([op("a", [], 1.5, 100), op("p", [], 1, 1000), op("q", ["p"], 1, 0), op("c", ["a"], 1, 0)])
+    r = simulate(g, _cpus("A", "B", overhead=1.0), np.array([0, 1, 1, 1]), trace=True)
+    assert r.peak_memory.tolist() == [100, 1100]
+    assert r.timeline.transfer_start.tolist() == pytest.approx([2.5])
+    assert r.step_time == pytest.approx(3.6)
+
+
+def test_outputs_go_in_output_order_each_to_its_readers_devices_in_op_order(loop):
+    # a@S has two outputs; c@D1 reads a:0, b@D0 reads a:1 and a:0. Tensor a:0 first: to D1 (c comes first
+    # in the op list), then D0; then a:1 to D0. One send engine: [1,2], [2,3], [3,4].
+    from autoplace.graph import Op
+
+    g = Graph([Op("a", "op", output_bytes=(1000, 1000), cost={"cpu": 1, "gpu": 1}), op("c", ["a:0"], 1, 0),
+               op("b", ["a:1", "a:0"], 1, 0)])
+    r = simulate(g, star(2), np.array([0, 2, 1]), trace=True)
+    tl = r.timeline
+    assert tl.transfer_tensor.tolist() == [0, 0, 1] and tl.transfer_dst.tolist() == [2, 1, 1]
+    assert tl.transfer_start.tolist() == [1, 2, 3]
+    assert r.step_time == pytest.approx(5.5)
+
+
+def test_a_zero_latency_control_edge_lands_by_its_own_event(loop):
+    # a@A [0,1] sends data (0 B) to d and a control edge to c, both on B, both latency 0. The data transfer
+    # lands inside its end event; the control edge by its landing event, later at the same instant: d is
+    # released first and runs [1,2], c [2,3].
+    from autoplace.graph import Op
+
+    g = Graph([Op("a", "op", output_bytes=(0,), cost={"cpu": 1}),
+               Op("c", "op", control_inputs=("a",), cost={"cpu": 1}), op("d", ["a"], 1, 0)])
+    r = simulate(g, _cpus("A", "B"), np.array([0, 1, 1]), trace=True)
+    assert r.timeline.start.tolist() == [0, 2, 1]
+    assert r.step_time == 3
+
+
+def test_launchers_start_last_touched_first_and_free_copies_join_in_reverse(loop):
+    # a@C (one send engine) is read on G0 (b0) and G1 (b1). With no submit cost both destination launchers
+    # submit at 1, G1's last touched and first to start: its copy runs [1,2], G0's [2,3]; b1 [2.5,3.5],
+    # b0 [3.5,4.5]. With a submit cost both copies join by their events, in reader order.
+    devs = [Device("C", "cpu", 10**9, 1e9, 1e9, send_engines=1),
+            Device("G0", "gpu", 10**9, 1e9, 1e9), Device("G1", "gpu", 10**9, 1e9, 1e9)]
+    g = Graph([op("a", [], 1, 1000), op("b0", ["a"], 1, 0), op("b1", ["a"], 1, 0)])
+    r = simulate(g, Cluster("c", devs, default_link=LinkSpec(1000.0, 0.5)), np.array([0, 1, 2]), trace=True)
+    assert r.timeline.transfer_dst.tolist() == [1, 2] and r.timeline.transfer_start.tolist() == [2, 1]
+    assert r.timeline.start.tolist()[1:] == [3.5, 2.5] and r.step_time == 4.5
+    r = simulate(g, Cluster("c", devs, default_link=LinkSpec(1000.0, 0.5, 0.25)), np.array([0, 1, 2]), trace=True)
+    assert r.timeline.transfer_start.tolist() == [1.25, 2.25]
+
+
+def test_a_launcher_submitting_a_copy_launches_nothing_meanwhile(loop):
+    # a@C sends 1000 B to b@G; G's launcher submits that copy over [1, 1.25] (its host time). g@G is released
+    # at 1.1 (its control input e@C2 ends) but launches only at 1.25, for 0.1 s: its kernel runs [1.35, 2.25].
+    # The copy joins at 1.25, runs [1.25, 2.25]; b launches [2.25, 2.35], runs [2.35, 3.25].
+    from autoplace.graph import Op
+
+    devs = [Device("C", "cpu", 10**9, 1e9, 1e9), Device("C2", "cpu", 10**9, 1e9, 1e9),
+            Device("G", "gpu", 10**9, 1e9, 1e9, 0.1)]
+    g = Graph([op("a", [], 1, 1000), op("b", ["a"], 1, 0), op("e", [], 1.1, 0),
+               Op("g", "op", control_inputs=("e",), cost={"cpu": 1, "gpu": 1})])
+    r = simulate(g, Cluster("c", devs, default_link=LinkSpec(1000.0, 0.0, 0.25)), np.array([0, 2, 1, 2]), trace=True)
+    tl = r.timeline
+    assert tl.launch_start[3] == pytest.approx(1.25) and tl.start[3] == pytest.approx(1.35)
+    assert r.host_time[2] == pytest.approx(0.45)
+    assert r.step_time == pytest.approx(3.25)
+
+
+def test_exchange_charges_go_to_the_kernel_on_a_gpu(loop):
+    # a@G0 (measured 100 us, launch 10 us) sends 1000 B to b@G1 and pays G0's 50 us send overhead: the
+    # launch stays 10 us, the kernel grows from 90 to 140 us.
+    devs = [Device("G0", "gpu", 10**9, 1e9, 1e9, 1e-5, send_overhead_s=5e-5),
+            Device("G1", "gpu", 10**9, 1e9, 1e9, 1e-5)]
+    g = Graph([op("a", [], 1e-4, 1000), op("b", ["a"], 1e-4, 0)])
+    r = simulate(g, Cluster("c", devs, default_link=LinkSpec(1e9, 0.0)), np.array([0, 1]))
+    assert r.host_time[0] == pytest.approx(1e-5)
+    assert r.busy_time[0] == pytest.approx(1.4e-4)
+
+
+def test_a_grouped_op_shorter_than_a_launch_does_no_negative_work(loop):
+    # three 4 us ops of one launch group (2 launches) on a GPU with 10 us launches: the first pays 20 us of
+    # launches, each op's own work is 4 us less min(10 us, 4 us) = 0, so the step is the launches' 20 us.
+    from autoplace.graph import Op
+
+    devs = [Device("G", "gpu", 10**9, 1e9, 1e9, 1e-5)]
+    g = Graph([Op(f"u{i}", "adam", cost={"gpu": 4e-6}, meta={"launch_group": "adam", "group_launches": 2})
+               for i in range(3)])
+    r = simulate(g, Cluster("g", devs), np.zeros(3, np.int64))
+    assert r.step_time == pytest.approx(2e-5) and r.host_time[0] == pytest.approx(2e-5)
+
+
+def test_no_scenario_scales_exchange_charges(loop):
+    # a@A [0,1] + A's 1 s send overhead, b@B [2,3]: 3 s. The host factor 2 doubles both ops' times (2 + 2)
+    # and leaves the charge (1): 5 s; a charge scaled too would make it 6.
+    from autoplace.robust import RobustSimulator, Scenario
+
+    g = Graph([op("a", [], 1, 0), op("b", ["a"], 1, 0)])
+    cl = _cpus("A", "B", A={"send_overhead_s": 1.0})
+    steps = RobustSimulator(g, cl, scenarios=(Scenario("nominal"), Scenario("h", host=2.0))).steps(np.array([[0, 1]]))
+    assert np.asarray(steps).ravel().tolist() == pytest.approx([3.0, 5.0])
