@@ -42,6 +42,28 @@ def test_a_scenario_scales_the_uncertain_figures():
     assert SCENARIOS[0].name == "nominal" and len({s.name for s in SCENARIOS}) == len(SCENARIOS)
 
 
+def test_a_cluster_at_the_documented_limits_runs_in_every_scenario(tmp_path, capsys):
+    from autoplace.cli import main
+    from autoplace.errors import ClusterError
+    from autoplace.formats import cluster_to_dict, save_graph
+    from autoplace.formats._json import write_json
+
+    devs = [Device("c", "cpu", 10**9, 1.0, 1.0, op_overhead_s=1e6), Device("g", "gpu", 10**9, 1e18, 1e18,
+                                                                        achievable_bandwidth=1.0)]
+    cl = Cluster("limits", devs, default_link=LinkSpec(1.0, 1e6, 1e6), segments=[Segment("s", 1.0)])
+    g = Graph([op("a", [], 1, 8), op("b", ["a"], 1, 0)])
+    steps = RobustSimulator(g, cl).steps(np.array([[0, 1], [1, 1]]))
+    assert np.isfinite(steps).all() and (steps > 0).all()
+    with pytest.raises(ClusterError, match="overhead_s"):                # a user's figure is still checked
+        Cluster("x", devs, default_link=LinkSpec(1.0, 1e6, 3e6))
+    save_graph(g, tmp_path / "g.json")
+    write_json(tmp_path / "c.json", cluster_to_dict(cl))
+    files = [str(tmp_path / "g.json"), "-c", str(tmp_path / "c.json")]
+    assert main(["place", *files, "-m", "single-gpu", "-o", str(tmp_path / "p.json")]) == 0
+    assert main(["simulate", *files, "-p", str(tmp_path / "p.json")]) == 0
+    assert "error" not in capsys.readouterr().err
+
+
 def two_gpus(bandwidth=1e3, overhead=0.0):
     devs = [Device(f"g{k}", "gpu", 10**12, 1e9, 1e12, op_overhead_s=overhead) for k in range(2)]
     return Cluster("two", devs, default_link=LinkSpec(bandwidth, 0.0))

@@ -93,7 +93,7 @@ def scenario_cluster(cluster: Cluster, s: Scenario) -> Cluster:
     default = None if dl is None else LinkSpec(dl.bandwidth * s.bandwidth, dl.latency_s * s.latency,
                                                dl.overhead_s * s.copy_overhead, dl.segments)
     segments = [Segment(seg.name, seg.bandwidth * s.bandwidth) for seg in cluster.segments]
-    return Cluster(cluster.name, devices, links, default, cluster.meta, segments)
+    return Cluster(cluster.name, devices, links, default, cluster.meta, segments, derived=True)
 
 
 def regret_scale(steps: np.ndarray) -> np.ndarray:

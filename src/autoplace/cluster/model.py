@@ -135,10 +135,11 @@ class Segment:
     bandwidth: float
 
 
-def _check_link(where: str, link: Link | LinkSpec, segments: Mapping[str, int]) -> None:
-    check_number(link.bandwidth, f"{where} bandwidth", ClusterError, lo=MIN_RATE, hi=MAX_RATE)
-    check_number(link.latency_s, f"{where} latency_s", ClusterError, hi=MAX_SECONDS)
-    check_number(link.overhead_s, f"{where} overhead_s", ClusterError, hi=MAX_SECONDS)
+def _check_link(where: str, link: Link | LinkSpec, segments: Mapping[str, int], ranges: bool = True) -> None:
+    if ranges:
+        check_number(link.bandwidth, f"{where} bandwidth", ClusterError, lo=MIN_RATE, hi=MAX_RATE)
+        check_number(link.latency_s, f"{where} latency_s", ClusterError, hi=MAX_SECONDS)
+        check_number(link.overhead_s, f"{where} overhead_s", ClusterError, hi=MAX_SECONDS)
     if isinstance(link.segments, str) or not all(isinstance(n, str) for n in link.segments):
         raise ClusterError(f"{where} segments must be a list of segment names")
     for n in link.segments:
@@ -148,8 +149,17 @@ def _check_link(where: str, link: Link | LinkSpec, segments: Mapping[str, int]) 
         raise ClusterError(f"{where} names a segment twice")
 
 
-def _check_device(where: str, d: Device) -> None:
+def _check_device(where: str, d: Device, ranges: bool = True) -> None:
     check_name(d.type, f"{where} type", ClusterError)
+    if ranges:
+        _check_device_ranges(where, d)
+    if d.asynchronous is not None and not isinstance(d.asynchronous, bool):
+        raise ClusterError(f"{where} asynchronous must be true or false")
+    if d.launcher is not None:
+        check_name(d.launcher, f"{where} launcher", ClusterError)
+
+
+def _check_device_ranges(where: str, d: Device) -> None:
     check_number(d.memory_bytes, f"{where} memory_bytes", ClusterError, lo=1, hi=MAX_BYTES, integer=True)
     for fld in ("peak_flops", "memory_bandwidth"):
         check_number(getattr(d, fld), f"{where} {fld}", ClusterError, lo=MIN_RATE, hi=MAX_RATE)
@@ -166,10 +176,6 @@ def _check_device(where: str, d: Device) -> None:
     for fld in ("send_engines", "recv_engines"):
         if getattr(d, fld) is not None:
             check_number(getattr(d, fld), f"{where} {fld}", ClusterError, lo=0, hi=MAX_CONCURRENCY, integer=True)
-    if d.asynchronous is not None and not isinstance(d.asynchronous, bool):
-        raise ClusterError(f"{where} asynchronous must be true or false")
-    if d.launcher is not None:
-        check_name(d.launcher, f"{where} launcher", ClusterError)
     check_number(d.launch_queue_depth, f"{where} launch_queue_depth", ClusterError, lo=1, hi=10**9, integer=True)
 
 
@@ -182,11 +188,15 @@ class Cluster:
     ``route_seg``, the segments pair ``s * D + d`` crosses (CSR); ``segment_bandwidth`` ``[S]``;
     ``send_engines`` / ``recv_engines`` ``[D]`` (0: no limit); per device ``achievable_flops`` and
     ``achievable_bandwidth`` (the peaks where a device gives none) and the other device fields.
+
+    ``derived=True`` marks a cluster computed from a checked one (an uncertainty scenario's scaled copy:
+    :func:`autoplace.robust.scenario_cluster`): its structure is checked, the ranges a user's figures must
+    lie in (docs/formats.md) are not, since a scaled figure at a documented limit may pass it.
     """
 
     def __init__(self, name: str, devices: Iterable[Device], links: Iterable[Link] = (),
                  default_link: LinkSpec | None = None, meta: Mapping[str, Any] | None = None,
-                 segments: Iterable[Segment] = ()):
+                 segments: Iterable[Segment] = (), *, derived: bool = False):
         self.name = check_name(name, "the cluster's name", ClusterError)
         self.devices: tuple[Device, ...] = tuple(devices)
         self.links: tuple[Link, ...] = tuple(links)
@@ -201,22 +211,23 @@ class Cluster:
             if d.name in self._index:
                 raise ClusterError(f"cluster {self.name!r}: duplicate device name {d.name!r}")
             self._index[d.name] = i
-            _check_device(f"cluster {self.name!r}: device {d.name!r}:", d)
+            _check_device(f"cluster {self.name!r}: device {d.name!r}:", d, ranges=not derived)
         seg_index: dict[str, int] = {}
         for k, seg in enumerate(self.segments):
             check_name(seg.name, f"cluster {self.name!r}: a segment's name", ClusterError)
             if seg.name in seg_index:
                 raise ClusterError(f"cluster {self.name!r}: duplicate segment name {seg.name!r}")
             seg_index[seg.name] = k
-            check_number(seg.bandwidth, f"cluster {self.name!r}: segment {seg.name!r}: bandwidth", ClusterError,
-                         lo=MIN_RATE, hi=MAX_RATE)
+            if not derived:
+                check_number(seg.bandwidth, f"cluster {self.name!r}: segment {seg.name!r}: bandwidth",
+                             ClusterError, lo=MIN_RATE, hi=MAX_RATE)
         D = len(self.devices)
         self.bandwidth = np.full((D, D), np.nan)
         self.latency = np.full((D, D), np.nan)
         self.overhead = np.zeros((D, D))
         routes: list[tuple[str, ...]] = [()] * (D * D)
         if default_link is not None:
-            _check_link(f"cluster {self.name!r}: default_link", default_link, seg_index)
+            _check_link(f"cluster {self.name!r}: default_link", default_link, seg_index, ranges=not derived)
             self.bandwidth[:] = default_link.bandwidth
             self.latency[:] = default_link.latency_s
             self.overhead[:] = default_link.overhead_s
@@ -228,7 +239,7 @@ class Cluster:
                     raise ClusterError(f"{where} names an unknown device {end!r}")
             if link.src == link.dst:
                 raise ClusterError(f"{where} connects a device to itself")
-            _check_link(where, link, seg_index)
+            _check_link(where, link, seg_index, ranges=not derived)
             s, d = self._index[link.src], self._index[link.dst]
             self.bandwidth[s, d] = link.bandwidth
             self.latency[s, d] = link.latency_s
