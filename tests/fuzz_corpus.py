@@ -43,10 +43,32 @@ class Case:
 
     name: str
     argv: list[str]
-    files: dict[str, str | bytes | Callable[[], bytes]] = field(default_factory=dict)
+    files: dict[str, str | bytes | Callable[[], bytes] | Special] = field(default_factory=dict)
     outputs: list[str] = field(default_factory=list)
     exit_codes: tuple[int, ...] = (2, 3)
     stdout_has: str = ""            #: a text the output must hold (a case that exits 0)
+
+
+@dataclass(frozen=True)
+class Special:
+    """A file that is not a regular one, made by :func:`make_special`: a FIFO, or a symbolic link to
+    ``target`` (``/dev/zero``; a missing path: a link to nothing)."""
+
+    kind: str
+    target: str = ""
+
+
+def make_special(path: Path, content: Special) -> None:
+    import os
+
+    if content.kind == "fifo":
+        os.mkfifo(path)
+    elif content.kind == "link":
+        os.symlink(content.target, path)
+    elif content.kind == "folder":
+        path.mkdir()
+    else:
+        raise ValueError(content.kind)
 
 
 def _golden(name: str) -> dict:
@@ -227,11 +249,44 @@ def placement_cases(rng: random.Random) -> list[Case]:
         p = copy.deepcopy(placement)
         p[key] = v
         variants.append((f"{key}={v!r}", p))
+    for value in (1.5, True, None, float("nan"), 0.0):        # an Accelerate device map's value of the wrong kind
+        variants.append((f"device map value {value!r}", {"": value}))
     for name, p in variants:
         argv = rng.choice([["simulate", "{dir}/graph.json", "-c", "{dir}/cluster.json", "-p", "{dir}/placement.json"],
                            ["simulate", "{dir}/graph.json", "-c", "{dir}/cluster.json", "-p", "{dir}/placement.json",
                             "--trace", "{dir}/trace.json"]])
         out.append(Case(f"placement {name}", argv, {**_base_files(), "placement.json": _dump(p)}, ["trace.json"]))
+    return out
+
+
+SPECIALS = {"a FIFO": Special("fifo"), "a link to /dev/zero": Special("link", "/dev/zero"),
+            "a link to nothing": Special("link", "/nonexistent/x"), "a folder": Special("folder")}
+
+
+def special_file_cases(rng: random.Random) -> list[Case]:
+    """Every file a command reads given as a FIFO, a link to a device or to nothing, or a folder: one line
+    saying what it is (reading a FIFO or a device would block or never end), nothing written."""
+    files = _base_files()
+    uses = {"graph": (["simulate", "{dir}/x", "-c", "{dir}/cluster.json", "-p", "{dir}/placement.json"], {}),
+            "cluster": (["place", "{dir}/graph.json", "-c", "{dir}/x", "-m", "single-gpu", "-o", "{dir}/out.json"], {}),
+            "placement": (["simulate", "{dir}/graph.json", "-c", "{dir}/cluster.json", "-p", "{dir}/x"], {}),
+            "policy": (["place", "{dir}/graph.json", "-c", "{dir}/cluster.json", "-m", "gdp", "--policy", "{dir}/x",
+                        "--zero-shot", "-o", "{dir}/out.json"], {}),
+            "checkpoint": ([*_PLACE, "-m", "rl", *LEARNED_ARGS["rl"], "--resume", "{dir}/ck", "-o", "{dir}/out.json"],
+                           {"ck/other.txt": "x"}),
+            "onnx model": (["import", "{dir}/x.onnx", "-o", "{dir}/out.json"], {})}
+    names = {"checkpoint": "ck/checkpoint.safetensors", "onnx model": "x.onnx"}
+    out = []
+    for use, (argv, extra) in uses.items():
+        for what, special in SPECIALS.items():
+            name = names.get(use, "x")
+            if use == "checkpoint" and what == "a folder":
+                continue                            # a folder there is a checkpoint folder's folder: below
+            out.append(Case(f"{use} is {what}", argv, {**files, "placement.json": _dump(_golden("placement_v1.json")),
+                                                      **extra, name: special}, ["out.json"]))
+    out.append(Case("checkpoint is a folder", [*_PLACE, "-m", "rl", *LEARNED_ARGS["rl"], "--resume", "{dir}/ck",
+                                               "-o", "{dir}/out.json"],
+                    {**files, "ck/checkpoint.safetensors": Special("folder")}, ["out.json"]))
     return out
 
 
@@ -894,7 +949,7 @@ CLASSES = {"graph fields": graph_field_cases, "graph structure": graph_structure
            "placement": placement_cases, "cli numbers": cli_number_cases, "outputs": output_cases,
            "zoo parameters": zoo_param_cases, "captured programs": program_cases, "onnx": onnx_cases,
            "curves and tags": curve_and_tag_cases, "--set": set_cases, "checkpoints": checkpoint_cases,
-           "policies": policy_cases, "pickles": pickle_cases,
+           "policies": policy_cases, "pickles": pickle_cases, "special files": special_file_cases,
            "bench rows": bench_row_cases}
 
 

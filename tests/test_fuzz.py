@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from fuzz_corpus import api_cases, corpus
+from fuzz_corpus import Special, api_cases, corpus, make_special
 
 from autoplace.cli import main
 
@@ -28,7 +28,7 @@ def test_the_corpus_is_large_and_reproducible():
 
 
 def _files(folder):
-    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and not p.is_symlink()}
 
 
 @pytest.mark.parametrize("case", PARAMS, ids=[f"{i}" for i in range(len(CASES))])
@@ -37,7 +37,9 @@ def test_bad_input_is_one_clean_line(case, tmp_path, capsys):
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         content = content() if callable(content) else content
-        if isinstance(content, bytes):
+        if isinstance(content, Special):
+            make_special(path, content)
+        elif isinstance(content, bytes):
             path.write_bytes(content)
         else:
             path.write_text(content, encoding="utf-8", errors="surrogatepass")

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 
 from autoplace.capture._torch import CaptureError
+from autoplace.errors import FormatError
+from autoplace.formats._json import input_file
 from autoplace.graph import Graph, Op, TensorSpec
 
 __all__ = ["import_onnx", "ONNX_DTYPES"]
@@ -125,8 +127,10 @@ def import_onnx(path: str | os.PathLike, *, name: str | None = None) -> Graph:
     from google.protobuf.message import DecodeError
 
     where = str(path)
-    if not Path(path).is_file():
-        raise CaptureError(f"{where}: no such file")
+    try:
+        input_file(path, "file")
+    except FormatError as e:                        # missing, a folder, a FIFO, a device
+        raise CaptureError(str(e)) from None
     try:
         model = onnx.load(str(path))
     except (DecodeError, ValueError, RuntimeError, OSError) as e:

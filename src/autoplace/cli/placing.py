@@ -30,6 +30,7 @@ from autoplace.cli.common import (
 )
 from autoplace.cluster import CLUSTER_PRESETS, Cluster, get_cluster
 from autoplace.errors import AutoplaceError, FormatError
+from autoplace.formats._json import input_file
 from autoplace.graph import Graph
 from autoplace.replicas import can_replicate, strategy_graph
 from autoplace.resolve import resolve_cluster, resolve_graph
@@ -218,8 +219,8 @@ def cmd_place(args: argparse.Namespace) -> int:
         raise AutoplaceError(f"--{'policy' if args.policy else 'zero-shot'} applies to the gdp method only")
     if args.zero_shot and not args.policy:
         raise AutoplaceError("--zero-shot places with a trained policy: give it with --policy FILE")
-    if args.policy and not Path(args.policy).is_file():
-        raise FormatError(f"--policy {args.policy}: no such file")
+    if args.policy:
+        input_file(args.policy, "policy file")
     if args.curve:
         for ext in (".csv", ".png"):
             _check_output(args.curve + ext, "curve")
@@ -356,8 +357,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise AutoplaceError("--graphs: give at least one graph")
     if len(cnames) not in (1, len(names)):
         raise AutoplaceError(f"--cluster: give one cluster, or one per graph ({len(names)}), not {len(cnames)}")
-    if args.policy and not Path(args.policy).is_file():
-        raise FormatError(f"--policy {args.policy}: no such file")
+    if args.policy:
+        input_file(args.policy, "policy file")
     _check_checkpoint_folders(args)
     params = _parse_params(args.param)
     graphs = [resolve_graph(n.strip(), params) for n in names]

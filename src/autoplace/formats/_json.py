@@ -17,15 +17,36 @@ from typing import Any
 
 from autoplace.errors import FormatError
 
-__all__ = ["read_json", "write_json", "atomic_write_text", "Fields", "check_format", "check_output_path",
-           "check_output_folder"]
+__all__ = ["read_json", "input_file", "write_json", "atomic_write_text", "Fields", "check_format",
+           "check_output_path", "check_output_folder"]
 
 _MISSING = object()
 
 
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def input_file(path: str | os.PathLike, what: str = "file") -> Path:
+    """``path`` as a :class:`Path` if it names a regular file (a link to one too); else :class:`FormatError`
+    saying what it is: no such ``what``, a folder, a FIFO, a device or a socket (a FIFO or a device would
+    block or never end when read)."""
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        raise FormatError(f"{p}: no such {what}" + (" (a link to nothing)" if p.is_symlink() else "")) from None
+    except OSError as e:
+        raise FormatError(f"{p}: cannot read ({e.strerror or e})") from None
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise FormatError(f"{p}: {kind}, not a {what}")
+    return p
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """Parse a JSON file (gzip-compressed if it ends in ``.gz`` or starts with the gzip magic)."""
-    p = Path(path)
+    p = input_file(path)
     try:
         raw = p.read_bytes()
     except FileNotFoundError:

@@ -95,15 +95,15 @@ def write_state(path: str | os.PathLike, state: Any) -> None:
 # ------------------------------------------------------------------------------------------------ decoding
 def read_state(path: str | os.PathLike, what: str = "state file") -> Any:
     """The state in ``path``; :class:`FormatError` naming the path for a missing, foreign or damaged file."""
-    p = Path(path)
+    from autoplace.formats._json import input_file
+
+    p = input_file(path, what)
     try:
         if p.stat().st_size > MAX_STATE_BYTES:
             raise FormatError(f"{p}: larger than {MAX_STATE_BYTES >> 30} GiB: not a {what}")
         data = p.read_bytes()
     except FileNotFoundError:
         raise FormatError(f"{p}: no such {what}") from None
-    except IsADirectoryError:
-        raise FormatError(f"{p}: is a folder, not a {what}") from None
     except OSError as e:
         raise FormatError(f"{p}: cannot read ({e.strerror or e})") from None
     return decode_state(data, str(p), what)

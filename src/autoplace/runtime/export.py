@@ -13,6 +13,7 @@ optimizer state and inputs, on their devices), ``INPUTS`` (their names, shapes, 
 
 from __future__ import annotations
 
+import json
 import keyword
 import operator
 import re
@@ -246,14 +247,22 @@ def device_map(graph: Graph, placement: Placement, cluster: Cluster) -> dict[str
 
 def is_device_map(obj) -> bool:
     """Whether ``obj`` (a JSON object) is an Accelerate-style device map: module path -> device (a GPU
-    index, ``"cpu"``, ``"cuda:k"`` or a cluster device's name), without autoplace's ``format`` field."""
+    index, ``"cpu"``, ``"cuda:k"`` or a cluster device's name), without autoplace's ``format`` field. A
+    value of the wrong kind (a number, a boolean, null) still makes a device map, one :func:`from_device_map`
+    refuses by name; an object or a list makes none (a placement file missing its ``format``)."""
     return (isinstance(obj, dict) and "format" not in obj and bool(obj)
-            and all(isinstance(k, str) and isinstance(v, (str, int)) and not isinstance(v, bool)
-                    for k, v in obj.items()))
+            and all(isinstance(k, str) and (v is None or isinstance(v, (str, int, float))) for k, v in obj.items()))
+
+
+def _kind(value) -> str:
+    return {bool: "a boolean", float: "a fractional number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
 def _map_device(value, key: str, cluster: Cluster, where: str) -> int:
     """A device map's value as the index of a device of ``cluster``."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ExecutionError(f"{where}: {key!r} -> {json.dumps(value)}: a device map's value is a GPU index, "
+                             f"'cpu', 'cuda:K' or a device's name, not {_kind(value)}")
     gpus, cpus = cluster.devices_of_kind("gpu"), cluster.devices_of_kind("cpu")
     if isinstance(value, str) and value in cluster.device_names:
         return cluster.index(value)

@@ -61,7 +61,7 @@ def load_checkpoint(directory: str | Path) -> dict[str, Any]:
     there is none or it is not a checkpoint. Its fields are checked by the search that resumes it."""
     d = Path(directory)
     path = d / CHECKPOINT_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         if (d / _OLD_FILE).is_file():
             raise FormatError(f"{d / _OLD_FILE}: a pickle checkpoint of an earlier autoplace is never loaded (it "
                               f"could run code); start the search again")
