@@ -121,6 +121,14 @@ def graph_field_cases(rng: random.Random) -> list[Case]:
               "outputs": [[{"shape": [v], "dtype": "float32"}] for v in BAD_COUNTS]
               + [[{"shape": [2], "dtype": v}] for v in BAD_STRINGS + ["float99"]]}
     cases = _field_cases(rng, graph, "graph.json", "ops", "graph.ops", fields)
+    for value in (["x"], {"a": [1]}, [[1, 2]]):             # an extra field holding any JSON is metadata: it places
+        g = copy.deepcopy(graph)
+        for op in g["ops"]:
+            op["layer"] = value
+        cases.append(Case(f"graph.ops[*].layer={value!r} (valid) via compare", [
+            "compare", "{dir}/graph.json", "-c", "{dir}/cluster.json", "--methods", "local-search,rl", "--budget",
+            "0.2", "--seed", "0"], {**_base_files(), "graph.json": _dump(g)}, exit_codes=(0,),
+            stdout_has="local-search"))
     for fname, v in [("name", x) for x in BAD_NAMES] + [("ops", x) for x in ("x", 1, {}, [], [1], None)]:
         g = copy.deepcopy(graph)
         g[fname] = v
@@ -515,7 +523,7 @@ def set_cases(rng: random.Random) -> list[Case]:
             if f.name in ("group_rules",):
                 pool = ["nope", "", ",", "colocation,nope"]
             if f.name == "torch_device":
-                pool = ["cuda:9", "tpu", "cuda:-1", "1", "gpu"]
+                pool = ["cuda:9", "tpu", "cuda:-1", "1", "gpu", "mps", "xpu", "meta"]
             if f.name == "prior":
                 pool = ["nope", "1", "[]"]
             if f.name == "model":
@@ -901,7 +909,7 @@ def api_cases() -> list[tuple[str, Callable[[], object], type]]:
             if opt_change:
                 opt_change(opt)
             return autoplace.compile(m, torch.randn(3, 4), torch.nn.functional.mse_loss, opt,
-                                     targets=torch.randn(3, 2), cluster="k80x2", **kw)
+                                     targets=torch.randn(3, 2), **{"cluster": "k80x2", **kw})
         return call
 
     g, c = build_graph("toy-mlp"), get_cluster("k80x2")
@@ -914,10 +922,24 @@ def api_cases() -> list[tuple[str, Callable[[], object], type]]:
         cases.append((f"compile(budget={v!r})", compile_with(budget=v)))
     for k, v in (("lr", NAN), ("lr", INF), ("momentum", NAN), ("weight_decay", -INF)):
         cases.append((f"compile with {k}={v}", compile_with(lambda o, k=k, v=v: o.param_groups[0].update({k: v}))))
+    import numpy as np
+
+    for k, values in {"micro_batches": [np.array([2, 2]), torch.tensor([2, 2]), "x", 0, 1.5, True, torch.tensor(2.0)],
+                      "seed": ["abc", np.array([0, 1]), -1, torch.tensor([0, 1])], "method": [["metis"], 5, None],
+                      "granularity": [5, "nope"], "name": [5, ""], "keep_whole": ["Linear", [1]],
+                      "runtime": [["shm"], 5], "progress": ["yes"], "verify": [2], "calibrate": ["x"],
+                      "eager_rng": [np.array([True, False])], "cluster": [5, ["k80x2"]],
+                      "budget": [np.array([1.0, 2.0])], "timeout": [np.array([1.0, 2.0])]}.items():
+        for v in values:
+            cases.append((f"compile({k}={v!r:.30})", compile_with(**{k: v})))
     cases.append(("compile(optimizer=None)", lambda: autoplace.compile(torch.nn.Linear(2, 2), torch.randn(1, 2),
                                                                        torch.nn.functional.mse_loss, None)))
     for method in ("nope", "", 5):
         cases.append((f"place(method={method!r})", lambda method=method: place(g, c, method)))
+    for v in (np.array([2, 2]), torch.tensor([2, 2]), torch.tensor(2.5)):
+        cases.append((f"build_graph(layers={v!r:.30})", lambda v=v: build_graph("toy-mlp", layers=v)))
+    for v in (np.array([0, 1]), torch.tensor([0, 1])):
+        cases.append((f"place(seed={v!r:.30})", lambda v=v: place(g, c, "metis", seed=v)))
     for v in (-1, 1.5, "0", True, 2**70):
         cases.append((f"place(seed={v!r})", lambda v=v: place(g, c, "metis", seed=v)))
     for v in (-1, NAN, INF, "1", 1e308):

@@ -151,6 +151,21 @@ def test_a_batch_that_cannot_be_captured_and_a_placement_of_another_graph_are_cl
         autoplace.compile(model, x, nn.functional.mse_loss, opt, targets=y, placement=other)
 
 
+def test_numpy_and_torch_scalars_stand_for_the_numbers_they_hold():
+    import numpy as np
+
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 4), torch.randn(4, 2)
+    with autoplace.compile(model, x, nn.functional.mse_loss, opt, targets=y, method="single-cpu", cache=False,
+                           seed=np.int64(3), micro_batches=torch.tensor(2), timeout=np.float32(60),
+                           budget=np.float64(1.0), progress=np.bool_(False)) as step:
+        assert step.micro_batches == 2 and type(step.micro_batches) is int
+        assert float(step(x, y)) > 0
+    with pytest.raises(AutoplaceError, match=r"^micro_batches must be one number, got a ndarray of shape \(2,\)$"):
+        autoplace.compile(model, x, nn.functional.mse_loss, opt, targets=y, micro_batches=np.array([2, 2]))
+
+
 class Normed(nn.Module):
     def __init__(self):
         super().__init__()

@@ -82,14 +82,47 @@ def _shown(enabled: bool) -> Iterator[Callable[[str], None]]:
             yield stage
 
 
-def _check_arguments(optimizer, placement, timeout, budget) -> None:
-    """``compile``'s arguments that can be checked before any work: one clear error for each."""
-    from autoplace.validation import MAX_BUDGET_S, check_budget, check_number
+def _check_arguments(optimizer, placement, timeout, budget, *, cluster, method, seed, granularity, name, cache,
+                     keep_whole, runtime, micro_batches, flags: dict[str, Any]) -> dict[str, Any]:
+    """``compile``'s arguments that can be checked before any work: one clear error for each. NumPy and torch
+    scalars stand for the numbers they hold (arrays are refused); returns the numbers as Python ones."""
+    from autoplace.grouping import GRANULARITIES
+    from autoplace.validation import (
+        MAX_BUDGET_S,
+        as_scalar,
+        check_budget,
+        check_flag,
+        check_name,
+        check_number,
+        seed_int,
+        shown_value,
+    )
 
     if placement is not None and not isinstance(placement, (str, os.PathLike, Placement)):
         raise AutoplaceError(f"placement must be a Placement or a placement file, got {type(placement).__name__}")
+    if not isinstance(cluster, (str, os.PathLike, Cluster)):
+        raise AutoplaceError(f"cluster must be a preset name, a cluster file or a Cluster, got "
+                             f"{shown_value(cluster)}")
+    check_name(method, "method", AutoplaceError)
+    if granularity not in GRANULARITIES if isinstance(granularity, str) else True:
+        raise AutoplaceError(f"granularity must be one of {', '.join(map(repr, GRANULARITIES))}, got "
+                             f"{shown_value(granularity)}")
+    if name is not None:
+        check_name(name, "name", AutoplaceError)
+    if runtime not in RUNTIMES if isinstance(runtime, str) else True:
+        raise AutoplaceError(f"unknown runtime {shown_value(runtime)} (choose from {', '.join(RUNTIMES)})")
+    if not isinstance(cache, (bool, str, os.PathLike)):
+        raise AutoplaceError(f"cache must be True, False or a folder, got {type(cache).__name__}")
+    if isinstance(keep_whole, str) or not isinstance(keep_whole, (tuple, list)) or not all(
+            isinstance(k, str) for k in keep_whole):
+        raise AutoplaceError(f"keep_whole must be a list of module class names, got {shown_value(keep_whole)}")
+    for what, value in flags.items():
+        check_flag(value, what)
+    micro = micro_batches if isinstance(micro_batches, str) else as_scalar(micro_batches, "micro_batches")
+    if micro != "auto" and (isinstance(micro, bool) or not isinstance(micro, int) or not 1 <= micro <= 2**20):
+        raise AutoplaceError(f"micro_batches must be a whole number >= 1 or 'auto', got {shown_value(micro)}")
+    timeout = as_scalar(timeout, "timeout")
     check_number(timeout, "timeout", AutoplaceError, lo=0, hi=MAX_BUDGET_S, lo_open=True)
-    check_budget(budget)
     groups = getattr(optimizer, "param_groups", None)
     if not isinstance(groups, list):
         raise AutoplaceError(f"optimizer must be a torch.optim optimizer, got {type(optimizer).__name__}")
@@ -98,6 +131,8 @@ def _check_arguments(optimizer, placement, timeout, budget) -> None:
             vals = v if isinstance(v, tuple) else (v,)
             if any(isinstance(x, float) and not math.isfinite(x) for x in vals):
                 raise AutoplaceError(f"optimizer.param_groups[{i}][{k!r}] is {v!r}: not a finite number")
+    return {"seed": seed_int(seed), "budget": check_budget(budget), "timeout": float(timeout),
+            "micro_batches": micro, **{k: check_flag(v, k) for k, v in flags.items()}}
 
 
 def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets: Any = None,
@@ -168,7 +203,9 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     (``autoplace cluster detect``'s file, or a :class:`~autoplace.cluster.Cluster`).
     ``step.setup_seconds`` says where the set-up time went (capture, place, workers). ``progress``: show
     what it is doing on standard error — a line that updates itself on a terminal, plain log lines
-    elsewhere (default: on; ``False``: nothing)."""
+    elsewhere (default: on; ``False``: nothing).
+    Every argument is checked before any work, one clear :class:`~autoplace.errors.AutoplaceError` each; a
+    number may be a NumPy or torch scalar (``np.int64(2)``, ``torch.tensor(2)``), never an array."""
     import time
 
     from autoplace.capture import capture_training_step
@@ -179,15 +216,16 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     from autoplace.runtime.cache import cached_placement
     from autoplace.zoo._cache import cached_graph
 
-    _check_arguments(optimizer, placement, timeout, budget)
-    if isinstance(method, str) and method in available_placers() and get_placer(method).strategy and \
-            method not in RUNNABLE_STRATEGIES:
+    checked = _check_arguments(optimizer, placement, timeout, budget, cluster=cluster, method=method, seed=seed,
+                               granularity=granularity, name=name, cache=cache, keep_whole=keep_whole,
+                               runtime=runtime, micro_batches=micro_batches,
+                               flags={"progress": progress, "verify": verify, "calibrate": calibrate,
+                                      "eager_rng": eager_rng})
+    seed, budget, timeout, micro_batches = (checked[k] for k in ("seed", "budget", "timeout", "micro_batches"))
+    progress, verify, calibrate, eager_rng = (checked[k] for k in ("progress", "verify", "calibrate", "eager_rng"))
+    if method in available_placers() and get_placer(method).strategy and method not in RUNNABLE_STRATEGIES:
         raise AutoplaceError(f"method {method!r} is a strategy the simulator judges alone (autoplace place/simulate/"
                              f"compare); compile runs placements and {', '.join(RUNNABLE_STRATEGIES)}")
-    if runtime not in RUNTIMES:
-        raise AutoplaceError(f"unknown runtime {runtime!r} (choose from {', '.join(RUNTIMES)})")
-    if not isinstance(cache, (bool, str, os.PathLike)):
-        raise AutoplaceError(f"cache must be True, False or a folder, got {type(cache).__name__}")
     model, example_inputs = resolve_model(model, example_inputs)
     meta = next((n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta), None)
     if meta is not None:

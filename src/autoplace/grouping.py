@@ -74,10 +74,22 @@ class _UnionFind:
                 self.parent[ra] = rb
 
 
+def _hashable(v):
+    """A metadata value as a key part: a list (or a dict) a graph file carries becomes a tuple of its items,
+    so that any JSON value names a group."""
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((str(k), _hashable(x)) for k, x in v.items()))
+    return v
+
+
 def structural_key(op: Op, step_block: int = 1) -> tuple | None:
     """The structural group an op belongs to (Mirhoseini §4.1), or None if its metadata names none; with
-    ``step_block`` > 1, the time steps of a recurrent layer (or cell) are taken ``step_block`` at a time."""
-    m = op.meta
+    ``step_block`` > 1, the time steps of a recurrent layer (or cell) are taken ``step_block`` at a time.
+    Metadata values are any JSON (a list or an object names its group as a tuple)."""
+    m = {k: _hashable(v) for k, v in op.meta.items()} if any(
+        isinstance(v, (list, dict)) for v in op.meta.values()) else op.meta
     role = m.get("role")
     if role in ("lstm", "attention", "softmax", "embedding") and "step" in m:
         return (role, m.get("part"), m.get("layer"), _block(m.get("step"), step_block), m.get("direction"))

@@ -5,7 +5,10 @@
 * :func:`check_number` — a field of a graph or cluster within its range (the limits below keep every sum
   the simulator forms finite and inside 64-bit integers);
 * :func:`check_name` — a name or label: a non-empty string of valid Unicode (no lone surrogates, which
-  JSON can carry but no terminal or file can print).
+  JSON can carry but no terminal or file can print);
+* :func:`as_scalar` — an argument where one number is meant: a NumPy or torch scalar (a 0-d array or
+  tensor too) becomes the Python number it holds, an array of any other shape is refused;
+* :func:`check_flag` — a switch: ``True``, ``False`` (or ``None`` where that means the default).
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ import numpy as np
 
 from autoplace.errors import AutoplaceError
 
-__all__ = ["is_finite", "check_random_state", "seed_int", "check_budget", "check_number", "check_name",
-           "MAX_BYTES", "MAX_TOTAL_BYTES", "MAX_FLOPS", "MAX_SECONDS", "MIN_RATE", "MAX_RATE", "MAX_CONCURRENCY",
-           "MAX_BUDGET_S"]
+__all__ = ["is_finite", "check_random_state", "seed_int", "check_budget", "check_number", "check_name", "as_scalar",
+           "check_flag", "shown_value", "MAX_BYTES", "MAX_TOTAL_BYTES", "MAX_FLOPS", "MAX_SECONDS", "MIN_RATE",
+           "MAX_RATE", "MAX_CONCURRENCY", "MAX_BUDGET_S"]
 
 MAX_BYTES = 2**50          #: one size (a tensor, a parameter, a device's memory): 1 PiB
 MAX_TOTAL_BYTES = 2**62    #: all of a graph's parameter and output bytes together
@@ -38,6 +41,38 @@ def is_finite(v) -> bool:
         return False
 
 
+def shown_value(value, width: int = 40) -> str:
+    """``value`` as an error message shows an argument: its repr cut to ``width``, an array or a tensor by
+    its type and shape."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and not isinstance(value, np.generic):
+        return f"a {type(value).__name__} of shape {tuple(shape)}"
+    text = repr(value)
+    return text if len(text) <= width else text[:width] + "..."
+
+
+def as_scalar(value, what: str, error: type[Exception] = AutoplaceError):
+    """``value`` as a Python number where it is a NumPy or torch scalar (``np.int64(2)``, a 0-d array or
+    tensor); an array or tensor of any other shape is ``error`` naming ``what``; anything else as it is."""
+    if isinstance(value, np.generic):
+        return value.item()
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype") and hasattr(value, "item"):
+        if tuple(shape) != ():
+            raise error(f"{what} must be one number, got {shown_value(value)}")
+        return value.item()
+    return value
+
+
+def check_flag(value, what: str, error: type[Exception] = AutoplaceError, *, none: bool = True) -> bool | None:
+    """``value`` if it is ``True``, ``False`` (a NumPy boolean too) or, where ``none``, ``None``; else ``error``."""
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, bool) or (none and value is None):
+        return value
+    raise error(f"{what} must be True or False{' or None' if none else ''}, got {shown_value(value)}")
+
+
 def check_random_state(seed: int | np.random.Generator | None) -> np.random.Generator:
     """A generator for ``seed``: ``None`` means 0 (placers are deterministic by default), an int seeds a
     new generator, a Generator is used as it is."""
@@ -53,18 +88,20 @@ def seed_int(seed: int | np.random.Generator | None) -> int:
         return 0
     if isinstance(seed, np.random.Generator):
         return int(seed.integers(0, 2**31 - 1))
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < 2**32:
-        raise AutoplaceError(f"seed must be an integer in [0, {2**32 - 1}], got {seed!r}")
-    return int(seed)
+    value = as_scalar(seed, "seed")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or not 0 <= int(value) < 2**32:
+        raise AutoplaceError(f"seed must be an integer in [0, {2**32 - 1}], got {shown_value(seed)}")
+    return int(value)
 
 
 def check_budget(budget: float | None, what: str = "budget") -> float | None:
     """``None`` (the placer's default) or a number of seconds in ``[0, MAX_BUDGET_S]``."""
     if budget is None:
         return None
-    if not is_finite(budget) or budget < 0 or budget > MAX_BUDGET_S:
-        raise AutoplaceError(f"{what} must be a number of seconds in [0, {MAX_BUDGET_S:g}], got {budget!r}")
-    return float(budget)
+    value = as_scalar(budget, what)
+    if not is_finite(value) or value < 0 or value > MAX_BUDGET_S:
+        raise AutoplaceError(f"{what} must be a number of seconds in [0, {MAX_BUDGET_S:g}], got {shown_value(budget)}")
+    return float(value)
 
 
 def check_number(value, what: str, error: type[Exception], *, lo: float = 0.0, hi: float, integer: bool = False,

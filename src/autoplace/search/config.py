@@ -64,7 +64,11 @@ class Options:
 
 @dataclass(frozen=True)
 class TorchDevice:
-    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` of a GPU this machine has."""
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` of a GPU this machine has (the devices the policies run on;
+    another torch device type — ``mps``, ``xpu`` — is refused before any search). In an error it lists what
+    this torch build and machine offer; :attr:`doc` is the range as the docs state it."""
+
+    doc = "auto, cpu, cuda or cuda:N (a GPU this machine has)"
 
     def ok(self, v) -> bool:
         if v in ("auto", "cpu"):
@@ -78,7 +82,12 @@ class TorchDevice:
         return True
 
     def __str__(self) -> str:
-        return "auto, cpu, cuda or cuda:N (a GPU this machine has)"
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not n:
+            return "auto or cpu (this torch has no CUDA device)"
+        return f"auto, cpu, cuda or cuda:N with N < {n}"
 
 
 #: the most parameters a learned placer's networks may have together: 256 MiB of float32, four times that
@@ -202,7 +211,8 @@ class SearchConfig:
             from autoplace.grouping import RULES
 
             rules["group_rules"] = "comma-separated rules of: " + ", ".join(RULES)
-        return [(f.name, f.default, str(rules.get(f.name, f.type)), docs.get(f.name, "")) for f in fields(cls)]
+        return [(f.name, f.default, str(getattr(rules.get(f.name), "doc", rules.get(f.name, f.type))),
+                 docs.get(f.name, "")) for f in fields(cls)]
 
     def _check_types(self) -> None:
         """One clear error for a value of the wrong type (``--set top_x=2.5``, ``groups=abc``): every field

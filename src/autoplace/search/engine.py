@@ -135,6 +135,8 @@ def policy_device(name: str):
         device = torch.device(name)
     except (RuntimeError, ValueError):
         raise AutoplaceError(f"torch_device {name!r}: not a torch device (cpu, cuda, cuda:N or auto)") from None
+    if device.type not in ("cpu", "cuda"):
+        raise AutoplaceError(f"torch_device {name!r}: the policies run on cpu or cuda (or auto), not {device.type}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UnavailableError(f"torch_device {name!r}: this torch has no CUDA device (use cpu or auto)")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():

@@ -12,8 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from autoplace.errors import AutoplaceError, UnknownNameError
 from autoplace.graph import Graph
+from autoplace.validation import as_scalar, shown_value
 
 __all__ = ["ModelInfo", "register_model", "get_model", "zoo_names", "build_graph"]
 
@@ -37,7 +40,10 @@ class ModelInfo:
             raise UnknownNameError(f"model {self.name!r} has no parameter {sorted(unknown)[0]!r} "
                                    f"(it takes: {', '.join(self.defaults) or 'none'})")
         out = {}
-        for key, value in params.items():
+        for key, given in params.items():
+            value = as_scalar(given, f"model {self.name!r}: parameter {key!r}")   # a NumPy or torch scalar
+            if isinstance(value, np.bool_):
+                value = bool(value)
             default = self.defaults[key]
             lo, hi = self.ranges.get(key, (0, 2**32 - 1) if key == "seed" else
                                      (1, MAX_SIZE) if isinstance(default, int) else (0.0, 1.0))
@@ -48,7 +54,7 @@ class ModelInfo:
                   and lo <= value <= hi and (not integral or isinstance(value, numbers.Integral)))
             if not ok:
                 kind = f"an integer in [{lo:,}, {hi:,}]" if integral else f"a number in [{lo:g}, {hi:g}]"
-                raise AutoplaceError(f"model {self.name!r}: parameter {key!r} must be {kind}, got {value!r}")
+                raise AutoplaceError(f"model {self.name!r}: parameter {key!r} must be {kind}, got {shown_value(value)}")
             out[key] = value
         return out
 
