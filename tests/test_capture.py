@@ -281,6 +281,33 @@ def test_data_dependent_control_flow_is_a_clear_error_naming_the_users_line():
     assert text.endswith(".") and "\n" not in text                      # torch's first sentence, whole
 
 
+def test_a_shape_a_meta_kernel_refuses_is_one_error_and_no_logged_traceback():
+    import logging
+
+    from autoplace.capture import capture_training_step
+
+    class Records(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    log, seen = logging.getLogger("torch._subclasses.fake_tensor"), Records()
+    log.addHandler(seen)
+    try:
+        model = nn.Linear(4, 3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with pytest.raises(CaptureError, match=r"cannot trace .*RuntimeError.*: a and b must have same reduction dim"):
+            capture_training_step(model, torch.randn(3, 4), lambda out, t: (out @ t).sum(), opt,
+                                  targets=torch.randn(5, 7))
+    finally:
+        log.removeHandler(seen)
+    assert seen.records == []                             # torch's traceback of the meta kernel: held back
+    assert not log.filters                                # the hold ends with the trace
+
+
 def test_non_scalar_loss_is_rejected():
     with pytest.raises(CaptureError, match="scalar"):
         train(mlp(), torch.randn(B, IN), torch.randint(0, C, (B,)), loss=lambda out, y: out)

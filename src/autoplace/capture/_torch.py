@@ -18,6 +18,7 @@ bookkeeping (tensor ids, views, in-place writes) that the conversion reads as it
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -402,10 +403,24 @@ def _state_layout(opt_cls, groups, params: dict) -> dict[str, dict[str, tuple]]:
                     if isinstance(v, torch.Tensor)} for n in fake}
 
 
+class _Held(logging.Filter):
+    """Holds back the records of torch's fake-tensor logger while a step is traced: a meta kernel that
+    fails (a shape the model's code does not accept) logs its traceback before raising, and the error it
+    raises is what the user is told, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+_FAKE_TENSOR_LOGGER = "torch._subclasses.fake_tensor"
+
+
 def _trace(fn: Callable, args: tuple, what: str):
     import torch.fx.traceback as fxt
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    held, log = _Held(), logging.getLogger(_FAKE_TENSOR_LOGGER)
+    log.addFilter(held)
     try:
         with fxt.preserve_node_meta():
             return make_fx(fn, tracing_mode="fake")(*args)
@@ -424,6 +439,8 @@ def _trace(fn: Callable, args: tuple, what: str):
         where = _user_line(e)
         raise CaptureError(f"cannot trace {what}: {why}" + (f" at {where}" if where else "")
                            + f": {_first_sentence(text)}") from None
+    finally:
+        log.removeFilter(held)
 
 
 def _first_sentence(text: str) -> str:
