@@ -967,6 +967,47 @@ def api_cases() -> list[tuple[str, Callable[[], object], type]]:
     return [c if len(c) == 3 else (*c, AutoplaceError) for c in cases]
 
 
+@dataclass
+class RankCase:
+    """A rank of the distributed runtime as torchrun starts it (``python -m autoplace.runtime``): ``env``
+    over a valid torchrun environment, ``argv`` with ``{dir}`` for the case's folder, ``files`` to write
+    there (a cluster file ``{dir}/c.json`` of two hosts by default). It must exit 2 with one line."""
+
+    name: str
+    env: dict[str, str]
+    argv: list[str]
+    files: dict[str, str] = field(default_factory=dict)
+
+
+def _hosts_cluster(**meta) -> str:
+    devs = [{"name": f"{h}/cpu:0", "type": "cpu", "memory_bytes": 10**9, "peak_flops": 1e9, "memory_bandwidth": 1e9,
+             "host": h} for h in "ab"]
+    return _dump({"format": "autoplace.cluster/v1", "name": "hosts", "devices": devs,
+                  "default_link": {"bandwidth": 1e9, "latency_s": 1e-4}, **meta})
+
+
+def rank_cases() -> list[RankCase]:
+    """The rank entry point's environment, cluster, rendezvous, secret and numbers, each wrong."""
+    good = {"c.json": _hosts_cluster(rendezvous="127.0.0.1:29400")}
+    out = [RankCase(f"${var}={value!r}", {var: value}, ["{dir}/c.json"], good)
+           for var, values in {"WORLD_SIZE": ["two", "0", "-1", "²", "", "1e3", "3"],
+                               "RANK": ["7", "-1", "²", "", "x", "2"],
+                               "MASTER_PORT": ["x", "0", "65536", "²", ""], "MASTER_ADDR": ["", " a"]}.items()
+           for value in values]
+    for rdv in ("127.0.0.1:²", "127.0.0.1:x", "127.0.0.1:70000", ":29400", "127.0.0.1", None):
+        meta = {} if rdv is None else {"rendezvous": rdv}
+        out.append(RankCase(f"rendezvous {rdv!r}", {}, ["{dir}/c.json"], {"c.json": _hosts_cluster(**meta)}))
+    for name, text in (("garbage", "{not json"), ("empty", ""), ("a graph", _dump(_golden("graph_v1.json")))):
+        out.append(RankCase(f"cluster file: {name}", {}, ["{dir}/c.json"], {"c.json": text}))
+    out.append(RankCase("no cluster file", {}, ["{dir}/none.json"], {}))
+    for flag, value in (("--timeout", "0"), ("--timeout", "nan"), ("--timeout", "-1"), ("--idle", "inf")):
+        out.append(RankCase(f"{flag} {value}", {}, ["{dir}/c.json", flag, value], good))
+    out.append(RankCase("--secret-file missing", {}, ["{dir}/c.json", "--secret-file", "{dir}/none"], good))
+    out.append(RankCase("--secret-file not a secret", {}, ["{dir}/c.json", "--secret-file", "{dir}/s"],
+                        {**good, "s": "not hex"}))
+    return out
+
+
 CLASSES = {"graph fields": graph_field_cases, "graph structure": graph_structure_cases, "cluster": cluster_cases,
            "placement": placement_cases, "cli numbers": cli_number_cases, "outputs": output_cases,
            "zoo parameters": zoo_param_cases, "captured programs": program_cases, "onnx": onnx_cases,
@@ -992,7 +1033,8 @@ def main(argv=None) -> int:
             for c in cs:
                 print(f"  {c.name}: {' '.join(c.argv)}")
     print(f"python api: {len(api_cases())}")
-    print(f"total: {sum(map(len, cases.values())) + len(api_cases())}")
+    print(f"rank entry point: {len(rank_cases())}")
+    print(f"total: {sum(map(len, cases.values())) + len(api_cases()) + len(rank_cases())}")
     return 0
 
 

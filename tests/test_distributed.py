@@ -31,6 +31,18 @@ from autoplace.runtime import DistributedPool, Program, make_pool, run_reference
 from autoplace.runtime.rank import rank_order, torchrun_command  # noqa: E402
 
 
+@pytest.fixture(scope="module", autouse=True)
+def ranks_secret_file(tmp_path_factory):
+    """The ranks' secret of this module's ranks and drivers (never the user's own file)."""
+    from autoplace.runtime.rendezvous import SECRET_ENV, ranks_secret
+
+    path = tmp_path_factory.mktemp("secret") / "ranks.secret"
+    ranks_secret(path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(SECRET_ENV, str(path))
+        yield path
+
+
 def _device(name: str, host: str | None, core: int) -> Device:
     meta = {"affinity": [core % (os.cpu_count() or 1)], **({"host": host} if host else {})}
     return Device(name, "cpu", 2**30, 1e10, 1e10, 5e-6, 1, meta)
@@ -200,14 +212,16 @@ def _rnn():
 
 
 def _start_hosts(path) -> list[subprocess.Popen]:
-    """Each host's ranks as a user starts them (``autoplace ranks``), in its own process group."""
+    """Each host's ranks as a user starts them (``autoplace ranks``), in its own process group; each host's
+    log in ``PATH.HOST.log``."""
     cl = load_cluster(path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     procs = []
     for host in ("a", "b"):
         cmd = torchrun_command(cl, str(path), host, timeout=60, idle=120)
-        procs.append(subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE))
+        with open(f"{path}.{host}.log", "wb") as log:
+            procs.append(subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                          stderr=log))
     return procs
 
 
@@ -329,6 +343,34 @@ def test_no_ranks_at_the_rendezvous_is_a_one_line_error(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_a_driver_without_the_ranks_secret_is_refused_and_logged(hosts, tmp_path, monkeypatch):
+    from autoplace.runtime.rendezvous import SECRET_ENV, ranks_secret
+
+    g, cl = _rnn(), load_cluster(hosts)
+    monkeypatch.setenv(SECRET_ENV, str(tmp_path / "other.secret"))
+    ranks_secret(tmp_path / "other.secret")                            # a secret, not the ranks' one
+    with pytest.raises(AutoplaceError, match="does not hold this machine's ranks secret"):
+        DistributedPool(cl, timeout=30).start()
+    monkeypatch.undo()
+    from autoplace.runtime import rank as rank_module
+
+    # a driver that signs the ranks' registrations right but opens its session unsigned: refused, logged
+    real = rank_module.StoreChannel
+    with monkeypatch.context() as mp:
+        import autoplace.runtime.distributed as dist_module
+
+        mp.setattr(dist_module, "sign", lambda *a: b"\0" * 32)
+        with pytest.raises(AutoplaceError, match="refused this driver: its driver did not sign it"):
+            DistributedPool(cl, timeout=30).start()
+    assert rank_module.StoreChannel is real
+    logs = "".join(open(f"{hosts}.{h}.log", errors="replace").read() for h in "ab")
+    assert "refused session" in logs and "did not sign it with the ranks' secret" in logs
+    with DistributedPool(cl, timeout=60) as pool:                    # the ranks serve the next driver
+        pool.start()
+        assert pool.run(g, _random_placement(g, cl, 0), steps=1).ok
+
+
+@pytest.mark.slow
 def test_a_quiet_driver_keeps_its_session_and_a_second_live_driver_is_refused(hosts):
     g = _rnn()
     cl = load_cluster(hosts)
@@ -396,3 +438,126 @@ def test_profile_runs_on_the_ranks_of_each_host(hosts):
     assert costs and all(c is not None and c >= 0 for c in costs) and sum(costs) > 0
     # a/cpu:0 has no CPU host-mate (b/cpu:0 is another machine): no split run, no loaded cost
     assert not any("cpu|loaded" in op.cost for op in profiled.ops)
+
+
+# ---------------------------------------------------------------------- a rank's environment, deadlines, secret
+def _rank(tmp_path, monkeypatch, capsys, env: dict, cluster: str | None = None, extra=()) -> tuple[int, list[str]]:
+    """``python -m autoplace.runtime`` as torchrun starts it, in this process: its code and its stderr lines."""
+    from autoplace.runtime.rank import main as rank_main
+
+    for k, v in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400", **env}.items():
+        monkeypatch.setenv(k, v)
+    if cluster is None:
+        cluster = _two_hosts(tmp_path)
+    code = rank_main([cluster, "--timeout", "1", *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err
+
+
+@pytest.mark.parametrize("env,expect", [
+    ({"WORLD_SIZE": "two"}, r"\$WORLD_SIZE='two' is not a whole number"),
+    ({"RANK": "7"}, r"\$RANK='7' is not a whole number in \[0, 1\]"),
+    ({"RANK": "-1"}, r"\$RANK='-1' is not a whole number"),
+    ({"RANK": "²"}, r"\$RANK='²' is not a whole number"),
+    ({"MASTER_PORT": "x"}, r"\$MASTER_PORT='x' is not a whole number"),
+    ({"MASTER_ADDR": ""}, r"\$MASTER_ADDR='' is not an address"),
+    ({"WORLD_SIZE": "3"}, r"torchrun started 3 ranks but cluster 'loopback-hosts' has 2 devices"),
+])
+def test_a_ranks_environment_is_checked_in_one_line(tmp_path, monkeypatch, capsys, env, expect):
+    import re
+
+    code, err = _rank(tmp_path, monkeypatch, capsys, env)
+    assert code == 2 and len(err) == 1 and re.search(expect, err[0]), err
+    assert err[0].startswith("autoplace rank ") and "Traceback" not in err[0]
+
+
+def test_a_ranks_cluster_and_rendezvous_are_checked_in_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "garbage.json").write_text("{not json")
+    code, err = _rank(tmp_path, monkeypatch, capsys, {}, str(tmp_path / "garbage.json"))
+    assert code == 2 and len(err) == 1 and "garbage.json" in err[0]
+    for meta, expect in (({}, "names no rendezvous"), ({"rendezvous": "127.0.0.1:²"}, "is not ADDRESS:PORT"),
+                         ({"rendezvous": "127.0.0.1:70000"}, "is not ADDRESS:PORT")):
+        cl = Cluster("c", [_device(f"{h}/cpu:0", h, 0) for h in "ab"], default_link=LinkSpec(1e9), meta=meta)
+        save_cluster(cl, tmp_path / "c.json")
+        code, err = _rank(tmp_path, monkeypatch, capsys, {}, str(tmp_path / "c.json"))
+        assert code == 2 and len(err) == 1 and expect in err[0] and "Traceback" not in err[0], err
+    with socket.socket() as held:                                     # the rendezvous port is taken
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        cl = Cluster("c", [_device(f"{h}/cpu:0", h, 0) for h in "ab"], default_link=LinkSpec(1e9),
+                     meta={"rendezvous": f"127.0.0.1:{held.getsockname()[1]}"})
+        save_cluster(cl, tmp_path / "c.json")
+        code, err = _rank(tmp_path, monkeypatch, capsys, {}, str(tmp_path / "c.json"))
+    assert code == 2 and len(err) == 1 and "hosting the rendezvous at 127.0.0.1:" in err[0], err
+    code, err = _rank(tmp_path, monkeypatch, capsys, {}, extra=["--secret-file", str(tmp_path / "none")])
+    assert code == 2 and len(err) == 1 and "no ranks secret at" in err[0]
+
+
+class _Mute:
+    """A listener that accepts every connection and never answers (nor closes) until stopped."""
+
+    def __init__(self):
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port, self.held = self.sock.getsockname()[1], []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        try:
+            while True:
+                self.held.append(self.sock.accept()[0])
+        except OSError:
+            pass
+
+    def close(self):
+        for c in self.held:
+            c.close()
+        self.sock.close()
+
+
+def test_a_listener_that_never_answers_is_an_error_within_twice_the_timeout(tmp_path, monkeypatch, capsys):
+    from autoplace.runtime.rendezvous import join_store
+
+    mute = _Mute()
+    try:
+        cl = Cluster("c", [_device(f"{h}/cpu:0", h, 0) for h in "ab"], default_link=LinkSpec(1e9),
+                     meta={"rendezvous": f"127.0.0.1:{mute.port}"})
+        with pytest.raises(AutoplaceError, match=rf"no ranks answer at 127.0.0.1:{mute.port} .*no answer within 2 s"):
+            DistributedPool(cl, timeout=1).start()
+        assert join_store.last_bound == 2.0                           # the wait had a bound: twice the timeout
+        save_cluster(cl, tmp_path / "c.json")
+        code, err = _rank(tmp_path, monkeypatch, capsys, {"RANK": "1"}, str(tmp_path / "c.json"))
+        assert code == 2 and len(err) == 1 and "no answer within 2 s" in err[0], err
+    finally:
+        mute.close()
+
+
+def test_a_pool_whose_rendezvous_is_malformed_fails_once_and_closes_cleanly():
+    from autoplace.runtime.workers import _close_all
+
+    cl = Cluster("c", [_device(f"{h}/cpu:0", h, 0) for h in "ab"], default_link=LinkSpec(1e9),
+                 meta={"rendezvous": "127.0.0.1:²"})
+    with pytest.raises(AutoplaceError, match="is not ADDRESS:PORT"):
+        DistributedPool(cl)
+    _close_all()                                                      # what runs at exit: no AttributeError
+
+
+def test_ranks_creates_the_secret_once_and_then_takes_it(tmp_path, capsys):
+    import stat
+
+    cl = Cluster("two", [_device("a/cpu:0", "a", 0), _device("b/cpu:0", "b", 1)], default_link=LinkSpec(1e9),
+                 meta={"rendezvous": "10.0.0.1:29500"})
+    save_cluster(cl, tmp_path / "c.json")
+    path = tmp_path / "s" / "ranks.secret"
+    args = ["ranks", str(tmp_path / "c.json"), "--host", "a", "--print", "--secret-file", str(path)]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert f"created the ranks' secret {path}" in err and out.split()[-2:] == ["--secret-file", str(path)]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and len(path.read_text().strip()) == 64
+    first = path.read_text()
+    assert main(args) == 0 and "created" not in capsys.readouterr().err and path.read_text() == first
+    path.chmod(0o644)
+    assert main(args) == 2 and "readable by others" in capsys.readouterr().err

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from fuzz_corpus import Special, api_cases, corpus, make_special
+from fuzz_corpus import Special, api_cases, corpus, make_special, rank_cases
 
 from autoplace.cli import main
 
@@ -70,3 +70,31 @@ def test_a_bad_api_call_is_one_autoplace_error(name, call, error):
     with pytest.raises(error) as e:
         call()
     assert "\n" not in str(e.value) and str(e.value), name
+
+
+RANKS = rank_cases()
+
+
+@pytest.mark.parametrize("case", RANKS, ids=[f"rank{i}" for i in range(len(RANKS))])
+def test_a_bad_rank_environment_is_one_clean_line(case, tmp_path, monkeypatch, capsys):
+    from autoplace.runtime.rank import main as rank_main
+    from autoplace.runtime.rendezvous import SECRET_ENV, ranks_secret
+
+    ranks_secret(tmp_path / "ranks.secret")
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29401",
+           SECRET_ENV: str(tmp_path / "ranks.secret"), **case.env}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    for name, text in case.files.items():
+        (tmp_path / name).write_text(text)
+    before = _files(tmp_path)
+    try:
+        rc = rank_main([a.replace("{dir}", str(tmp_path)) for a in case.argv])
+    except SystemExit as e:                       # argparse: a flag's value of the wrong type
+        rc = e.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and "Traceback" not in "\n".join(err), f"{case.name}: exit {rc}; {err}"
+    one_line = len(err) == 1 and re.match(r"^autoplace rank( \d+)?: error: \S", err[0])
+    usage = len(err) == 2 and err[0].startswith("usage: ") and err[1].startswith("python -m autoplace.runtime: error")
+    assert one_line or usage, f"{case.name}: {err}"
+    assert _files(tmp_path) == before

@@ -259,8 +259,15 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Start the distributed runtime's ranks of one host of CLUSTER (a cluster file "
                                    "whose devices name their \"host\" and which names a \"rendezvous\" "
                                    "ADDRESS:PORT on the first host). Run it on every host; then measure, "
-                                   "compare --env measured and autoplace.compile on any of them join the ranks.")
+                                   "compare --env measured and autoplace.compile on any of them join the ranks. "
+                                   "The ranks serve only a driver holding their secret: the first run creates it "
+                                   "(~/.config/autoplace/ranks.secret, or --secret-file / "
+                                   "$AUTOPLACE_RANKS_SECRET_FILE); copy that file to every host and to the "
+                                   "driver's machine.")
     p.add_argument("cluster", metavar="CLUSTER", help="cluster file (the same file on every host)")
+    p.add_argument("--secret-file", default=None,
+                   help="the ranks' secret, created if missing (default: $AUTOPLACE_RANKS_SECRET_FILE, else "
+                        "~/.config/autoplace/ranks.secret)")
     p.add_argument("--host", required=True, help="which of the cluster's hosts this is")
     p.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S,
                    help="seconds a rank waits on a message before the step fails")

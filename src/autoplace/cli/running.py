@@ -34,10 +34,16 @@ def cmd_ranks(args: argparse.Namespace) -> int:
     import subprocess
 
     from autoplace.runtime.rank import hosts_of, rank_order, torchrun_command
+    from autoplace.runtime.rendezvous import ranks_secret
 
     cluster = resolve_cluster(args.cluster)
+    secret_file = None if args.secret_file is None else os.path.abspath(args.secret_file)
     cmd = torchrun_command(cluster, os.path.abspath(args.cluster), args.host, timeout=args.timeout,
-                           max_restarts=args.max_restarts, idle=args.idle)
+                           max_restarts=args.max_restarts, idle=args.idle, secret_file=secret_file)
+    _secret, path, created = ranks_secret(secret_file)
+    if created:
+        print(f"created the ranks' secret {path} (mode 600): copy it to every host of {cluster.name!r} and to "
+              "the driver's machine (the same path, or name it with $AUTOPLACE_RANKS_SECRET_FILE)", file=sys.stderr)
     if args.json:
         hosts = hosts_of(cluster)
         order = rank_order(cluster)

@@ -41,7 +41,9 @@ from autoplace.runtime.rank import (
     participants,
     rank_order,
     rendezvous_of,
+    wait_key,
 )
+from autoplace.runtime.rendezvous import read_secret, secret_path, sign, verify
 from autoplace.runtime.workers import (
     DEFAULT_STEPS,
     DEFAULT_TIMEOUT_S,
@@ -103,8 +105,12 @@ class DistributedPool(WorkerPool):
 
     runtime = "distributed"
 
-    def __init__(self, cluster: Cluster, *, timeout: float = DEFAULT_TIMEOUT_S, rendezvous: str | None = None):
+    def __init__(self, cluster: Cluster, *, timeout: float = DEFAULT_TIMEOUT_S, rendezvous: str | None = None,
+                 secret_file: str | None = None):
+        self._beating = threading.Event()              # first: close() reads it, even after a failed __init__
+        self._session = None
         super().__init__(cluster, timeout=timeout)
+        self.secret_file = secret_file
         self.remote = bool(rendezvous or cluster.meta.get("rendezvous"))
         if not self.remote and len(hosts_of(cluster)) > 1:
             rendezvous_of(cluster)  # a cluster spanning hosts needs one: say so now
@@ -112,8 +118,6 @@ class DistributedPool(WorkerPool):
         self.order = rank_order(cluster) if self.remote else list(range(cluster.n_devices))
         self._store = None
         self._launches = 0
-        self._session = None
-        self._beating = threading.Event()
 
     # -------------------------------------------------------------- lifecycle
     @property
@@ -145,13 +149,18 @@ class DistributedPool(WorkerPool):
         from autoplace.formats.state import cluster_hash
 
         host, port = self.address
+        secret = read_secret(self.secret_file)
         try:
             control = _control_store(host, port, master=False, timeout=self.timeout)
-        except Exception as e:  # noqa: BLE001 - nobody listening
-            raise ExecutionError(f"no ranks answer at {host}:{port} ({' '.join(str(e).split())[:120]}): start "
+        except Exception as e:  # noqa: BLE001 - nobody listening, or a listener that never answers
+            raise ExecutionError(f"no ranks answer at {host}:{port} ({' '.join(str(e).split())[:160]}): start "
                                  f"them on every host with 'autoplace ranks CLUSTER --host NAME'") from None
         want = cluster_hash(self.cluster)
         hosts = [host_of(self.cluster, k) for k in range(self.cluster.n_devices)]
+        nonce = wait_key(control, "nonce", self.timeout)
+        if nonce is None:
+            raise ExecutionError(f"rank 0 at {host}:{port} drew no nonce within {self.timeout:g} s")
+        nonce = nonce.decode("ascii", "replace")
         deadline = time.monotonic() + self.timeout
         infos = {}
         for r, k in enumerate(self.order):
@@ -161,7 +170,11 @@ class DistributedPool(WorkerPool):
                     raise ExecutionError(f"rank {r} ({name} on host {hosts[k]!r}) has not joined {host}:{port} "
                                          f"within {self.timeout:g} s: start 'autoplace ranks' on that host")
                 time.sleep(0.05)
-            info = json.loads(control.get(f"rank{r}"))
+            signed = verify(secret, nonce, f"rank{r}", bytes(control.get(f"rank{r}")))
+            if signed is None:
+                raise ExecutionError(f"rank {r} at {host}:{port} does not hold this machine's ranks secret "
+                                     f"({secret_path(self.secret_file)}): copy the file the ranks use here")
+            info = json.loads(signed)
             if info.get("device") != name or info.get("cluster_hash") != want:
                 raise ExecutionError(f"rank {r} at {host}:{port} runs device {info.get('device')!r} of another "
                                      f"cluster file: start every host's ranks with this cluster file")
@@ -178,12 +191,26 @@ class DistributedPool(WorkerPool):
             control.set(f"s{session}/closed", "1")
             raise ExecutionError(f"another driver opened a session at {host}:{port} at the same moment: "
                                  "the ranks serve one driver at a time; try again when it is done")
+        control.set(f"s{session}/open", sign(secret, nonce, f"s{session}/open"))
         self._session = (control, session)
         self._beating.set()
         threading.Thread(target=self._heartbeat, args=(control, session), daemon=True).start()
+        for r in range(len(self.order)):                # every rank checks the signature, or refuses
+            while not control.check([f"s{session}/accepted{r}"]):
+                if control.check([f"s{session}/refused"]):
+                    why = bytes(control.get(f"s{session}/refused")).decode("utf-8", "replace")[:120]
+                    self.close()
+                    raise ExecutionError(f"the ranks at {host}:{port} refused this driver: {why} (their secret "
+                                         f"differs from {secret_path(self.secret_file)})")
+                if time.monotonic() > deadline:
+                    self.close()
+                    raise ExecutionError(f"rank {r} at {host}:{port} did not open this driver's session within "
+                                         f"{self.timeout:g} s")
+                time.sleep(0.02)
         ranks = {k: r for r, k in enumerate(self.order)}
         self._procs = [_RemoteRank(control, ranks[k], infos[k]) for k in range(self.cluster.n_devices)]
-        self._conns = [StoreChannel(control, session, ranks[k], driver=True) for k in range(self.cluster.n_devices)]
+        self._conns = [StoreChannel(control, session, ranks[k], driver=True, secret=secret, nonce=nonce)
+                       for k in range(self.cluster.n_devices)]
         self._booting = False
         self._loaded = False
 
@@ -203,8 +230,9 @@ class DistributedPool(WorkerPool):
         super().start()
 
     def close(self, now: bool = False) -> None:
-        if not self.remote:
-            super().close(now)
+        if not getattr(self, "remote", False):
+            if hasattr(self, "remote"):
+                super().close(now)
             return
         self._beating.clear()
         for c in self._conns:

@@ -35,6 +35,8 @@ import datetime
 import json
 import os
 import queue
+import re
+import secrets
 import signal
 import sys
 import threading
@@ -43,6 +45,17 @@ from collections import deque
 from typing import Any
 
 from autoplace.runtime.program import COLLECTIVE_GROUPS, TRef
+from autoplace.runtime.rendezvous import (
+    SECRET_ENV,
+    RendezvousError,
+    env_int,
+    native_stderr_held,
+    read_secret,
+    sign,
+    summary,
+    tcp_store,
+    verify,
+)
 from autoplace.runtime.worker import _DeviceRuntime, _die_with_parent, _serve_messages, driver_gone
 
 BARRIER_TAG = 2**30 + 1  #: the tag of a step's barrier messages (a transfer's tag is its index)
@@ -434,8 +447,9 @@ def rendezvous_of(cluster, override: str | None = None) -> tuple[str, int]:
         raise ExecutionError(f"cluster {cluster.name!r} names no rendezvous: add \"rendezvous\": "
                              "\"ADDRESS:PORT\" to its meta (or pass --rendezvous)")
     host, _, port = str(text).rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65535:
-        raise ExecutionError(f"cluster {cluster.name!r}: rendezvous {text!r} is not ADDRESS:PORT")
+    if not host or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65535:
+        raise ExecutionError(f"cluster {cluster.name!r}: rendezvous {str(text)[:60]!r} is not ADDRESS:PORT (a port "
+                             "of ASCII digits, 1 to 65534)")
     return host, int(port)
 
 
@@ -454,19 +468,26 @@ def decode_message(data: bytes, where: str) -> Any:
     return obj["m"]
 
 
+class Unsigned(ValueError):
+    """A control message not signed with the ranks' secret."""
+
+
 class StoreChannel:
     """One direction-pair of control messages through a rendezvous store: messages ``n = 0, 1, ...`` to
     and from rank ``rank`` of session ``session`` are keys ``<session>/to<rank>/<n>`` and
-    ``<session>/from<rank>/<n>``, read once and deleted."""
+    ``<session>/from<rank>/<n>``, read once and deleted; each signed with ``secret`` over the ranks'
+    ``nonce`` and its key (:func:`autoplace.runtime.rendezvous.sign`), and refused unsigned."""
 
-    def __init__(self, store, session: int, rank: int, *, driver: bool):
+    def __init__(self, store, session: int, rank: int, *, driver: bool, secret: bytes, nonce: str):
         self.store, self.session, self.rank = store, session, rank
+        self.secret, self.nonce = secret, nonce
         mine, theirs = (f"to{rank}", f"from{rank}") if driver else (f"from{rank}", f"to{rank}")
         self._out, self._in = f"s{session}/{mine}/", f"s{session}/{theirs}/"
         self.n_out = self.n_in = 0
 
     def send(self, msg: Any) -> None:
-        self.store.set(f"{self._out}{self.n_out}", encode_message(msg))
+        key, data = f"{self._out}{self.n_out}", encode_message(msg)
+        self.store.set(key, sign(self.secret, self.nonce, key, data) + data)
         self.n_out += 1
 
     def poll(self) -> bool:
@@ -474,17 +495,32 @@ class StoreChannel:
 
     def recv(self) -> Any:
         key = f"{self._in}{self.n_in}"
-        data = self.store.get(key)
+        signed = bytes(self.store.get(key))
         self.store.delete_key(key)
         self.n_in += 1
-        return decode_message(bytes(data), f"message {key}")
+        data = verify(self.secret, self.nonce, key, signed)
+        if data is None:
+            raise Unsigned(f"message {key} is not signed with the ranks' secret")
+        return decode_message(data, f"message {key}")
 
 
 def _control_store(host: str, port: int, *, master: bool, timeout: float):
+    """The control rendezvous at ``host:port`` (hosted here where ``master``), joined within twice
+    ``timeout`` (:func:`~autoplace.runtime.rendezvous.tcp_store`)."""
     import torch.distributed as dist
 
-    return dist.PrefixStore(CONTROL_PREFIX, dist.TCPStore(host, port, is_master=master, wait_for_workers=False,
-                                                          timeout=datetime.timedelta(seconds=timeout)))
+    what = f"{'hosting' if master else 'joining'} the rendezvous at {host}:{port}"
+    return dist.PrefixStore(CONTROL_PREFIX, tcp_store(host, port, master=master, timeout=timeout, what=what))
+
+
+def wait_key(store, key: str, timeout: float) -> bytes | None:
+    """The value of ``key`` once it is set, polling for at most ``timeout`` seconds (None after)."""
+    end = time.monotonic() + timeout
+    while not store.check([key]):
+        if time.monotonic() > end:
+            return None
+        time.sleep(0.02)
+    return bytes(store.get(key))
 
 
 #: functions a driver may run in a rank started by torchrun (``call`` by name)
@@ -501,39 +537,58 @@ def resolve_callable(name: str):
     return getattr(importlib.import_module(module), fn)
 
 
-def serve(cluster_path: str, *, timeout: float = 120.0, idle_s: float | None = None) -> int:
+def serve(cluster_path: str, *, timeout: float = 120.0, idle_s: float | None = None,
+          secret_file: str | None = None) -> int:
     """Run as rank ``$RANK`` of a ``torchrun`` job over the cluster in ``cluster_path``: join the process
     group, host the control rendezvous on rank 0, and run the drivers' sessions one after another until
     a session fails (the process group is then unusable: the rank exits 1, and ``torchrun
-    --max-restarts`` starts a fresh group) or, with ``idle_s``, nobody has driven the ranks for that long."""
+    --max-restarts`` starts a fresh group) or, with ``idle_s``, nobody has driven the ranks for that long.
+    A session whose driver does not sign with the ranks' secret (``secret_file``:
+    :func:`~autoplace.runtime.rendezvous.secret_path`) is refused and logged; the rank serves the next.
+    A bad environment, cluster or secret is an :class:`~autoplace.errors.AutoplaceError` (one line)."""
     import torch.distributed as dist
 
     from autoplace.formats import load_cluster
     from autoplace.formats.state import cluster_hash
     from autoplace.runtime.program import torch_device
 
+    world = env_int("WORLD_SIZE", 1, 1 << 20)
+    rank = env_int("RANK", 0, world - 1)
+    master_port = env_int("MASTER_PORT", 1, 65535)
+    master_addr = os.environ.get("MASTER_ADDR", "")
+    if not master_addr or master_addr != master_addr.strip():
+        raise RendezvousError(f"$MASTER_ADDR={master_addr[:40]!r} is not an address")
+    secret = read_secret(secret_file)
     cluster = load_cluster(cluster_path)
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     order = rank_order(cluster)
     if world != len(order):
-        print(f"autoplace rank {rank}: torchrun started {world} ranks but cluster {cluster.name!r} has "
-              f"{len(order)} devices", file=sys.stderr)
-        return 2
+        raise RendezvousError(f"torchrun started {world} ranks but cluster {cluster.name!r} has {len(order)} devices")
     k = order[rank]
     dev = cluster.devices[k]
     devices = [torch_device(cluster.devices[j].name) for j in order]
     host, port = rendezvous_of(cluster)
     control = _control_store(host, port, master=rank == 0, timeout=timeout)
     pg_store = dist.PrefixStore(f"pg{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/",
-                                dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                                              is_master=False, timeout=datetime.timedelta(seconds=timeout)))
+                                tcp_store(master_addr, master_port, master=False, timeout=timeout,
+                                          what=f"joining torchrun's store at {master_addr}:{master_port}"))
     from autoplace.runtime.workers import _cores_of
 
-    rt = RankRuntime(dev.name, devices[rank], _cores_of(dev, k), rank, devices, pg_store, timeout, order)
+    if rank == 0:
+        control.set("nonce", secrets.token_hex(16))
+    nonce = wait_key(control, "nonce", timeout)
+    if nonce is None:
+        raise RendezvousError(f"rank 0 at {host}:{port} drew no nonce within {timeout:g} s")
+    nonce = nonce.decode("ascii", "replace")
+    with native_stderr_held() as caught:
+        try:
+            rt = RankRuntime(dev.name, devices[rank], _cores_of(dev, k), rank, devices, pg_store, timeout, order)
+        except Exception as e:  # noqa: BLE001 - the process group could not be made
+            raise RendezvousError(f"joining the process group: {type(e).__name__}: "
+                                  f"{' '.join(str(e).split(chr(10), 1)[0].split())[:160]} {summary(caught)}") from None
     rt._spawned, rt.device_index = False, k
     seen = int(control.add("sessions", 0))  # before registering: a driver opens its session once all have
-    control.set(f"rank{rank}", json.dumps({"device": dev.name, "cluster_hash": cluster_hash(cluster),
-                                           "pid": os.getpid()}))
+    info = json.dumps({"device": dev.name, "cluster_hash": cluster_hash(cluster), "pid": os.getpid()}).encode()
+    control.set(f"rank{rank}", sign(secret, nonce, f"rank{rank}", info) + info)
     beat = threading.Thread(target=_heartbeat, args=(control, rank, world), daemon=True)
     beat.start()
     last = time.monotonic()
@@ -541,7 +596,7 @@ def serve(cluster_path: str, *, timeout: float = 120.0, idle_s: float | None = N
         now = int(control.add("sessions", 0))
         if now > seen:  # a driver opened session ``now`` (it checked that no other driver is live)
             seen = now
-            code = _session(control, now, rank, rt)
+            code = _session(control, now, rank, rt, secret, nonce, timeout)
             last = time.monotonic()
             if code is not None:  # the failure is replied; end now (a receiving thread may be stuck in gloo,
                 sys.stdout.flush()  # and destroying the process group could wait on it)
@@ -580,10 +635,23 @@ def _heartbeat(control, rank: int, world: int) -> None:
         time.sleep(0.5)
 
 
-def _session(control, session: int, rank: int, rt: RankRuntime) -> int | None:
+def _refuse(control, session: int, rank: int, why: str) -> None:
+    """Refuse session ``session``: say so in the store (its driver reads it) and in this rank's log."""
+    control.set(f"s{session}/refused", why)
+    print(f"autoplace rank {rank}: refused session {session}: {why}", file=sys.stderr, flush=True)
+
+
+def _session(control, session: int, rank: int, rt: RankRuntime, secret: bytes, nonce: str,
+             timeout: float) -> int | None:
     """Serve session ``session`` until the driver closes it (None: serve the next) or a failure leaves
-    the process group unusable (the exit code)."""
-    ch = StoreChannel(control, session, rank, driver=False)
+    the process group unusable (the exit code). A driver that does not sign the session's opening, or a
+    message, with the ranks' secret is refused (None: the next session is served)."""
+    opened = wait_key(control, f"s{session}/open", min(timeout, 10.0))
+    if opened is None or verify(secret, nonce, f"s{session}/open", opened) is None:
+        _refuse(control, session, rank, "its driver did not sign it with the ranks' secret")
+        return None
+    control.set(f"s{session}/accepted{rank}", "1")
+    ch = StoreChannel(control, session, rank, driver=False, secret=secret, nonce=nonce)
     quiet_since = time.monotonic()
     driver_beat = None
     while True:
@@ -600,7 +668,11 @@ def _session(control, session: int, rank: int, rt: RankRuntime) -> int | None:
             time.sleep(2e-4 if time.monotonic() - quiet_since < 0.2 else 5e-3)
             continue
         quiet_since = time.monotonic()
-        msg = ch.recv()
+        try:
+            msg = ch.recv()
+        except Unsigned as e:
+            _refuse(control, session, rank, str(e))
+            return None
         failed = _handle(ch, rt, msg, rank)
         if failed is not None:
             return failed
@@ -661,25 +733,37 @@ def _handle(ch: StoreChannel, rt: RankRuntime, msg, rank: int) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m autoplace.runtime CLUSTER.json [--timeout S] [--idle S]`` under torchrun."""
+    """``python -m autoplace.runtime CLUSTER.json [--timeout S] [--idle S] [--secret-file F]`` under torchrun:
+    0 when idle, 1 when a session failed, 2 with one line on standard error for a bad environment, cluster,
+    rendezvous or secret."""
     import argparse
+
+    from autoplace.errors import AutoplaceError
+    from autoplace.validation import MAX_BUDGET_S, check_number
 
     p = argparse.ArgumentParser(prog="python -m autoplace.runtime",
                                 description="a rank of autoplace's torch.distributed runtime (start with torchrun)")
     p.add_argument("cluster")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--idle", type=float, default=None, help="exit after this many seconds without a driver")
+    p.add_argument("--secret-file", default=None, help=f"the ranks' secret (default ${SECRET_ENV} or "
+                                                        "~/.config/autoplace/ranks.secret)")
     a = p.parse_args(argv)
-    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        if var not in os.environ:
-            print(f"autoplace rank: ${var} is not set: start ranks with torchrun (see 'autoplace ranks --help')",
-                  file=sys.stderr)
-            return 2
-    return serve(a.cluster, timeout=a.timeout, idle_s=a.idle)
+    text = os.environ.get("RANK", "")
+    who = f"autoplace rank {text}" if re.fullmatch(r"[0-9]{1,9}", text) else "autoplace rank"
+    try:
+        for what, value in (("--timeout", a.timeout), ("--idle", a.idle)):
+            if value is not None:
+                check_number(value, what, RendezvousError, lo=0, hi=MAX_BUDGET_S, lo_open=True)
+        return serve(a.cluster, timeout=a.timeout, idle_s=a.idle, secret_file=a.secret_file)
+    except AutoplaceError as e:
+        print(f"{who}: error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
+        return 2
 
 
 def torchrun_command(cluster, cluster_path: str, host: str, *, timeout: float = 120.0, max_restarts: int = 0,
-                     idle: float | None = None, python: str | None = None) -> list[str]:
+                     idle: float | None = None, python: str | None = None,
+                     secret_file: str | None = None) -> list[str]:
     """The ``torchrun`` command that starts ``host``'s ranks of ``cluster`` (read from ``cluster_path`` on
     every host): node ``hosts_of(cluster).index(host)`` of ``len(hosts_of(cluster))``, a rank per device of
     that host; torchrun's own rendezvous on the port after the cluster's (``meta["rendezvous"]``), which
@@ -696,4 +780,5 @@ def torchrun_command(cluster, cluster_path: str, host: str, *, timeout: float = 
            "--node-rank", str(hosts.index(host)), "--nproc-per-node", str(local), "--master-addr", address,
            "--master-port", str(port + 1), "--max-restarts", str(max_restarts),
            "-m", "autoplace.runtime", cluster_path, "--timeout", f"{timeout:g}"]
-    return cmd + (["--idle", f"{idle:g}"] if idle is not None else [])
+    return cmd + (["--idle", f"{idle:g}"] if idle is not None else []) + (
+        ["--secret-file", secret_file] if secret_file is not None else [])
