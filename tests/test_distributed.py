@@ -468,7 +468,7 @@ def test_a_ranks_environment_is_checked_in_one_line(tmp_path, monkeypatch, capsy
 
     code, err = _rank(tmp_path, monkeypatch, capsys, env)
     assert code == 2 and len(err) == 1 and re.search(expect, err[0]), err
-    assert err[0].startswith("autoplace rank ") and "Traceback" not in err[0]
+    assert err[0].startswith("autoplace rank") and ": error: " in err[0] and "Traceback" not in err[0]
 
 
 def test_a_ranks_cluster_and_rendezvous_are_checked_in_one_line(tmp_path, monkeypatch, capsys):
