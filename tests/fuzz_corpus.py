@@ -15,6 +15,7 @@ made when the case runs (:func:`state_file`: a tiny real search, once per proces
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import json
@@ -47,6 +48,43 @@ class Case:
     outputs: list[str] = field(default_factory=list)
     exit_codes: tuple[int, ...] = (2, 3)
     stdout_has: str = ""            #: a text the output must hold (a case that exits 0)
+    listener: str = ""              #: a port ``{port}`` stands for: "nobody" listens, or a "mute" listener
+
+
+@contextlib.contextmanager
+def listening(kind: str):
+    """A loopback port for a case: nobody listening on it, or a listener that accepts every connection and
+    never answers (:class:`Case`'s ``listener``); yields the port (None for no listener asked)."""
+    import socket
+    import threading
+
+    if not kind:
+        yield None
+        return
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    if kind == "nobody":
+        sock.close()
+        yield port
+        return
+    sock.listen()
+    held: list = []
+
+    def accept():
+        try:
+            while True:
+                held.append(sock.accept()[0])
+        except OSError:
+            pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield port
+    finally:
+        sock.close()
+        for c in held:
+            c.close()
 
 
 @dataclass(frozen=True)
@@ -123,11 +161,11 @@ def graph_field_cases(rng: random.Random) -> list[Case]:
     cases = _field_cases(rng, graph, "graph.json", "ops", "graph.ops", fields)
     for value in (["x"], {"a": [1]}, [[1, 2]]):             # an extra field holding any JSON is metadata: it places
         g = copy.deepcopy(graph)
-        for op in g["ops"]:
-            op["layer"] = value
-        cases.append(Case(f"graph.ops[*].layer={value!r} (valid) via compare", [
-            "compare", "{dir}/graph.json", "-c", "{dir}/cluster.json", "--methods", "local-search,rl", "--budget",
-            "0.2", "--seed", "0"], {**_base_files(), "graph.json": _dump(g)}, exit_codes=(0,),
+        for op in g["ops"]:                                  # the fields the grouping rules read
+            op.update({k: value for k in ("layer", "fwd", "block", "branch", "cell", "step", "part", "stack")})
+        cases.append(Case(f"graph.ops[*] metadata={value!r} (valid) via compare", [
+            "compare", "{dir}/graph.json", "-c", "{dir}/cluster.json", "--methods", "local-search,rl,hdp,gdp",
+            "--budget", "0.2", "--seed", "0"], {**_base_files(), "graph.json": _dump(g)}, exit_codes=(0,),
             stdout_has="local-search"))
     for fname, v in [("name", x) for x in BAD_NAMES] + [("ops", x) for x in ("x", 1, {}, [], [1], None)]:
         g = copy.deepcopy(graph)
@@ -264,6 +302,29 @@ def placement_cases(rng: random.Random) -> list[Case]:
                            ["simulate", "{dir}/graph.json", "-c", "{dir}/cluster.json", "-p", "{dir}/placement.json",
                             "--trace", "{dir}/trace.json"]])
         out.append(Case(f"placement {name}", argv, {**_base_files(), "placement.json": _dump(p)}, ["trace.json"]))
+    return out
+
+
+def network_cases(rng: random.Random) -> list[Case]:
+    """A cluster whose rendezvous nobody answers, or something answers that never replies (every wait has
+    a deadline: twice ``--timeout``); a valid cluster at the documented limits, which must simulate."""
+    out = []
+    graph = _golden("graph_v1.json")
+    for kind, expect in (("nobody", "no ranks answer"), ("mute", "no answer within 2 s")):
+        cluster = json.loads(_hosts_cluster(rendezvous="127.0.0.1:{port}"))
+        for verb in (["measure", "{dir}/graph.json", "-c", "{dir}/hosts.json", "-p", "{dir}/dmap.json", "--timeout",
+                      "1"],):
+            out.append(Case(f"rendezvous where {kind} answers ({expect})", verb,
+                            {"graph.json": _dump(graph), "hosts.json": _dump(cluster),
+                             "dmap.json": _dump({"": "a/cpu:0"})}, listener=kind))
+    limits = json.loads(_hosts_cluster())
+    for d in limits["devices"]:
+        d.update(op_overhead_s=1e6, achievable_bandwidth=1.0, memory_bandwidth=1.0, peak_flops=1.0)
+    limits["default_link"] = {"bandwidth": 1.0, "latency_s": 1e6, "overhead_s": 1e6}
+    out.append(Case("a cluster at the documented limits (valid) simulates in every scenario",
+                    ["simulate", "{dir}/graph.json", "-c", "{dir}/limits.json", "-p", "{dir}/dmap.json"],
+                    {"graph.json": _dump(graph), "limits.json": _dump(limits), "dmap.json": _dump({"": "a/cpu:0"})},
+                    exit_codes=(0,), stdout_has="step"))
     return out
 
 
@@ -728,7 +789,8 @@ OWN_FIELDS = {
             "problems.0.best_step": [-1.0, NAN, "x"], "problems.0.best_groups": GROUPS_POOL,
             "problems.0.cache": ["x", {}]},
     "htf-mpr": {"X": ["x", _array([[99, 0]]), _array([1, 2]), None], "steps": ["x", _array([-1.0], "float64"), None],
-                "families": ["x", [1], None], "rng": ["x", {}, {"state": 1}, None], "initialised": [1, "x", None],
+                "families": ["x", [1], None], "rng": ["x", {}, {"state": 1}, None], "rng.extra": [1],
+                "initialised": [1, "x", None],
                 "stalled": COUNT_POOL, "screened": COUNT_POOL, "nodes": [999]},
 }
 #: fields the placer's checkpoint does not hold
@@ -797,11 +859,10 @@ def policy_cases(rng: random.Random) -> list[Case]:
               "config.hidden": [0, -1, "x", 10**6, _array([1, 2])], "config.heads": [0, 3],
               "config.max_devices": [0, 1],
               "config.memory": [-1], "config.sage_layers": [99], "config.ff": [16384],
-              "state": ["x", {}, None, {"nope": _tensor(1)}],
-              "meta": [_DELETE]}
+              "state": ["x", {}, None, {"nope": _tensor(1)}]}
     modes = {"zero-shot": ["--zero-shot"], "fine-tune": ["--samples", "8"]}
     for key, pool in damage.items():
-        for v in pool if key != "meta" else []:
+        for v in pool:
             for mode, extra in modes.items():
                 shown = getattr(v, "__name__", None) and "a tensor" or repr(v)
                 out.append(Case(f"gdp policy {key}={shown[:30]} ({mode})",
@@ -932,6 +993,20 @@ def api_cases() -> list[tuple[str, Callable[[], object], type]]:
                       "budget": [np.array([1.0, 2.0])], "timeout": [np.array([1.0, 2.0])]}.items():
         for v in values:
             cases.append((f"compile({k}={v!r:.30})", compile_with(**{k: v})))
+    from autoplace.cluster import Cluster, Device, LinkSpec
+
+    for rdv in ("127.0.0.1:²", "127.0.0.1:x", "nohost"):
+        hosts = Cluster("hosts", [Device(f"{h}/cpu:0", "cpu", 10**9, 1e9, 1e9, meta={"host": h}) for h in "ab"],
+                        default_link=LinkSpec(1e9), meta={"rendezvous": rdv})
+        cases.append((f"compile(runtime='distributed') at rendezvous {rdv!r}",
+                      compile_with(cluster=hosts, runtime="distributed", method="single-cpu")))
+    cases.append(("compile(profiled=5)", compile_with(profiled=5)))
+
+    def mismatched():                                    # a target of a shape a meta kernel refuses
+        m, opt = model()
+        return autoplace.compile(m, torch.randn(3, 4), lambda out, t: (out @ t).sum(), opt,
+                                 targets=torch.randn(5, 7), cluster="localhost", method="single-cpu", cache=False)
+    cases.append(("compile with a target of the wrong shape", mismatched))
     cases.append(("compile(optimizer=None)", lambda: autoplace.compile(torch.nn.Linear(2, 2), torch.randn(1, 2),
                                                                        torch.nn.functional.mse_loss, None)))
     for method in ("nope", "", 5):
@@ -1013,6 +1088,7 @@ CLASSES = {"graph fields": graph_field_cases, "graph structure": graph_structure
            "zoo parameters": zoo_param_cases, "captured programs": program_cases, "onnx": onnx_cases,
            "curves and tags": curve_and_tag_cases, "--set": set_cases, "checkpoints": checkpoint_cases,
            "policies": policy_cases, "pickles": pickle_cases, "special files": special_file_cases,
+           "network": network_cases,
            "bench rows": bench_row_cases}
 
 

@@ -331,15 +331,16 @@ def test_cluster_detect_measures_the_link_between_hosts(hosts):
     assert all(d.send_overhead_s > 0 and d.meta["measured"] for d in measured.devices)
 
 
-def test_no_ranks_at_the_rendezvous_is_a_one_line_error(tmp_path, capsys):
+def test_no_ranks_at_the_rendezvous_is_a_one_line_error(tmp_path, capfd):
     path = _two_hosts(tmp_path)                                       # nobody started the ranks
     with pytest.raises(AutoplaceError, match="no ranks answer at 127.0.0.1:.*autoplace ranks"):
         DistributedPool(load_cluster(path), timeout=1).start()
     _mlp_files(tmp_path, load_cluster(path))
+    capfd.readouterr()
     assert main(["measure", str(tmp_path / "g.json"), "-c", path, "-p", str(tmp_path / "p.json"),
                  "--timeout", "1"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no ranks answer at 127.0.0.1" in err[0] and "Traceback" not in err[0]
+    err = capfd.readouterr().err.strip().splitlines()               # the file descriptor: torch's C++ lines too
+    assert len(err) == 1 and "no ranks answer at 127.0.0.1" in err[0] and "Traceback" not in err[0], err
 
 
 @pytest.mark.slow
@@ -561,3 +562,17 @@ def test_ranks_creates_the_secret_once_and_then_takes_it(tmp_path, capsys):
     assert main(args) == 0 and "created" not in capsys.readouterr().err and path.read_text() == first
     path.chmod(0o644)
     assert main(args) == 2 and "readable by others" in capsys.readouterr().err
+
+
+def test_a_store_that_never_comes_is_an_error_at_twice_the_timeout():
+    import threading
+
+    from autoplace.runtime.rendezvous import RendezvousError, join_store
+
+    never = threading.Event()
+    try:                           # a constructor that would block for a minute: the wait ends at its bound
+        with pytest.raises(RendezvousError, match=r"^joining x: no answer within 1 s"):
+            join_store(lambda: never.wait(60) or "a store", 0.5, "joining x")
+        assert join_store.last_bound == 1.0
+    finally:
+        never.set()

@@ -539,3 +539,13 @@ def test_no_scenario_scales_exchange_charges(loop):
     cl = _cpus("A", "B", A={"send_overhead_s": 1.0})
     steps = RobustSimulator(g, cl, scenarios=(Scenario("nominal"), Scenario("h", host=2.0))).steps(np.array([[0, 1]]))
     assert np.asarray(steps).ravel().tolist() == pytest.approx([3.0, 5.0])
+
+
+def test_landings_at_one_instant_go_in_transfer_order(loop):
+    # a@A and b@B end at 1 (a first: op 0's FINISH creates transfer 0), each sends 1000 B to C over its own
+    # link ([1,2], landing at 2.5 both). Transfer 0 lands first, so a's reader ca is released first and runs
+    # [2.5,3.5], cb [3.5,4.5] — though cb comes before ca in the op list.
+    g = Graph([op("a", [], 1, 1000), op("b", [], 1, 1000), op("cb", ["b"], 1, 0), op("ca", ["a"], 1, 0)])
+    r = simulate(g, _cpus("A", "B", "C", latency=0.5), np.array([0, 1, 2, 2]), trace=True)
+    assert r.timeline.transfer_tensor.tolist() == [0, 1]
+    assert r.timeline.start.tolist()[2:] == [3.5, 2.5] and r.step_time == 4.5

@@ -282,6 +282,28 @@ def test_a_damaged_policy_file_names_the_file_and_the_field(tmp_path):
             load_policy(path)
 
 
+def test_a_policy_files_record_is_optional_field_by_field_and_its_shape_is_checked(tmp_path):
+    import copy
+
+    g, c = build_graph("layered-dag", ops=40, width=4), get_cluster("k80x2")
+    path = tmp_path / "p.policy"
+    gdp_train([g], [c], budget=SearchBudget(samples=4), config=GDPConfig(samples_per_update=4, prior="none"),
+              seed=0, output=path)
+    saved = read_state(path)
+    for meta in ({}, {"seed": None}, {"graphs": ["a"]}):              # what earlier writers left: it reads
+        write_state(path, {**saved, "meta": meta})
+        load_policy(path)
+    for meta, field in (({"graphs": "a"}, "meta.graphs"), ({"extra": 1}, "meta.extra"), ({"seed": "x"}, "meta.seed")):
+        write_state(path, {**saved, "meta": meta})
+        with pytest.raises(FormatError, match=rf"'{field}'"):
+            load_policy(path)
+    bad = copy.deepcopy(saved)
+    bad["config"]["hidden"] = np.array([32, 32])
+    write_state(path, bad)
+    with pytest.raises(AutoplaceError):                               # compared with a --set of it: no ambiguity
+        load_policy(path, {"hidden": 32})
+
+
 # ------------------------------------------------------------------------------------------ Ray addresses
 def test_a_ray_address_where_nothing_listens_fails_at_once(capsys):
     import socket

@@ -83,7 +83,7 @@ def _shown(enabled: bool) -> Iterator[Callable[[str], None]]:
 
 
 def _check_arguments(optimizer, placement, timeout, budget, *, cluster, method, seed, granularity, name, cache,
-                     keep_whole, runtime, micro_batches, flags: dict[str, Any]) -> dict[str, Any]:
+                     keep_whole, runtime, micro_batches, profiled, flags: dict[str, Any]) -> dict[str, Any]:
     """``compile``'s arguments that can be checked before any work: one clear error for each. NumPy and torch
     scalars stand for the numbers they hold (arrays are refused); returns the numbers as Python ones."""
     from autoplace.grouping import GRANULARITIES
@@ -100,6 +100,8 @@ def _check_arguments(optimizer, placement, timeout, budget, *, cluster, method, 
 
     if placement is not None and not isinstance(placement, (str, os.PathLike, Placement)):
         raise AutoplaceError(f"placement must be a Placement or a placement file, got {type(placement).__name__}")
+    if profiled is not None and not isinstance(profiled, (str, os.PathLike, Graph)):
+        raise AutoplaceError(f"profiled must be a Graph or a graph file, got {shown_value(profiled)}")
     if not isinstance(cluster, (str, os.PathLike, Cluster)):
         raise AutoplaceError(f"cluster must be a preset name, a cluster file or a Cluster, got "
                              f"{shown_value(cluster)}")
@@ -218,7 +220,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
 
     checked = _check_arguments(optimizer, placement, timeout, budget, cluster=cluster, method=method, seed=seed,
                                granularity=granularity, name=name, cache=cache, keep_whole=keep_whole,
-                               runtime=runtime, micro_batches=micro_batches,
+                               runtime=runtime, micro_batches=micro_batches, profiled=profiled,
                                flags={"progress": progress, "verify": verify, "calibrate": calibrate,
                                       "eager_rng": eager_rng})
     seed, budget, timeout, micro_batches = (checked[k] for k in ("seed", "budget", "timeout", "micro_batches"))

@@ -240,7 +240,7 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
         op = graph.ops[i]
         if io and uf.find(i) == uf.find(io[0]):    # the batch and the loss, already together
             continue
-        call = op.meta.get("fwd")
+        call = _hashable(op.meta.get("fwd"))
         if call is not None and call in first_of_call:
             uf.union(first_of_call[call], i)
             continue
@@ -308,7 +308,7 @@ def group_ops(graph: Graph, rules: Iterable[str] = RULES[:4], *, step_block: int
         if op.colocation_group is not None:
             keys.append(("colocation", op.colocation_group))
         if gradient and not structure_first and op.meta.get("fwd") is not None:
-            keys.append(("gradient", op.meta["fwd"]))
+            keys.append(("gradient", _hashable(op.meta["fwd"])))
         if skey[i] is not None:
             keys.append(("structure", skey[i]))
         for key in keys:
@@ -333,7 +333,7 @@ def group_ops(graph: Graph, rules: Iterable[str] = RULES[:4], *, step_block: int
         owner: dict[object, int] = {}
         for i, op in enumerate(graph.ops):
             if op.meta.get("fwd") is not None:
-                join(i, owner.setdefault(op.meta["fwd"], i))
+                join(i, owner.setdefault(_hashable(op.meta["fwd"]), i))
     else:
         join = uf.union
     if gradient and any(op.meta.get("fwd") is not None for op in graph.ops):

@@ -46,7 +46,8 @@ def shown_value(value, width: int = 40) -> str:
     its type and shape."""
     shape = getattr(value, "shape", None)
     if shape is not None and not isinstance(value, np.generic):
-        return f"a {type(value).__name__} of shape {tuple(shape)}"
+        name = type(value).__name__
+        return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name} of shape {tuple(shape)}"
     text = repr(value)
     return text if len(text) <= width else text[:width] + "..."
 
@@ -60,7 +61,10 @@ def as_scalar(value, what: str, error: type[Exception] = AutoplaceError):
     if shape is not None and hasattr(value, "dtype") and hasattr(value, "item"):
         if tuple(shape) != ():
             raise error(f"{what} must be one number, got {shown_value(value)}")
-        return value.item()
+        try:
+            return value.item()
+        except (RuntimeError, ValueError, TypeError):          # a tensor on the meta device holds no value
+            raise error(f"{what} must be a number, got {shown_value(value)} that holds none") from None
     return value
 
 

@@ -258,10 +258,14 @@ def shown(x: Any, width: int = 40) -> str:
     if x is None or isinstance(x, (bool, int, float)):
         return str(x)[:width]
     if hasattr(x, "shape") and hasattr(x, "dtype"):
-        return f"a {type(x).__name__} of shape {tuple(x.shape)}"
+        return f"{_a(type(x).__name__)} of shape {tuple(x.shape)}"
     if isinstance(x, (list, tuple, dict)):
-        return f"a {type(x).__name__} of {len(x)}"
-    return f"a {type(x).__name__}"
+        return f"{_a(type(x).__name__)} of {len(x)}"
+    return _a(type(x).__name__)
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def check_identity(state: Any, fmt: str, mine: dict, where: str, what: str = "checkpoint") -> dict:
@@ -274,7 +278,7 @@ def check_identity(state: Any, fmt: str, mine: dict, where: str, what: str = "ch
         raise FormatError(f"{where}: not a {what} (a {type(state).__name__})")
     stored = state.get("format")
     if not (isinstance(stored, str) and stored == fmt):
-        raise FormatError(f"{where}: a {what} of another kind (format {shown(stored, 60)!r}, expected {fmt!r})")
+        raise FormatError(f"{where}: a {what} of another kind (format {shown(stored, 60)}, expected {fmt!r})")
     diff = []
     for k, v in mine.items():
         theirs = state.get(k)

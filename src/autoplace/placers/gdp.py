@@ -72,7 +72,7 @@ from autoplace.cluster import Cluster
 from autoplace.cost import feasible_devices
 from autoplace.env import BaseEnv, make_env
 from autoplace.errors import AutoplaceError, FormatError, InfeasibleError
-from autoplace.formats.state import StateFields, cluster_hash, graph_hash, read_state, write_state
+from autoplace.formats.state import StateFields, canonical, cluster_hash, graph_hash, read_state, write_state
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping, runnable_grouping
 from autoplace.placement import Placement
@@ -611,15 +611,18 @@ def save_policy(policy, config: GDPConfig, path: str | Path, *, graphs: list[str
 
 
 def _check_meta(f: StateFields) -> None:
-    """The policy file's record of its training (:func:`save_policy`): names and hashes as lists of strings,
-    samples a count, the seed an integer or none."""
+    """The policy file's record of its training (:func:`save_policy`), each field optional (a file written
+    with none has ``{}``): names and hashes as lists of strings, samples a count, the seed an integer or
+    none; any other field is refused by :meth:`StateFields.finish`."""
     m = f.sub("meta")
     for key in ("graphs", "graph_hashes", "clusters", "cluster_hashes"):
-        if not all(isinstance(x, str) for x in m.list(key)):
+        if key in m.state and not all(isinstance(x, str) for x in m.list(key)):
             raise m.fail(key, "a list of strings")
-    m.int("samples")
-    if m.get("seed") is not None:
+    if "samples" in m.state:
+        m.int("samples")
+    if m.state.get("seed") is not None:
         m.int("seed", -2**63, 2**64)
+    m.mark("seed")
 
 
 def load_policy(path: str | Path, config: GDPConfig | dict | None = None):
@@ -644,7 +647,7 @@ def load_policy(path: str | Path, config: GDPConfig | dict | None = None):
         values.update({k: v for k, v in asdict(config).items() if k not in GDPConfig.ARCHITECTURE})
     elif config:
         clash = sorted(set(config) & set(GDPConfig.ARCHITECTURE))
-        if clash and any(config[k] != values.get(k) for k in clash):
+        if clash and any(canonical(config[k]) != canonical(values.get(k)) for k in clash):
             raise AutoplaceError(f"GDP setting {clash[0]!r} shapes the network: a saved policy keeps its own")
         values.update(config)
     try:

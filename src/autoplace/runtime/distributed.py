@@ -43,7 +43,7 @@ from autoplace.runtime.rank import (
     rendezvous_of,
     wait_key,
 )
-from autoplace.runtime.rendezvous import read_secret, secret_path, sign, verify
+from autoplace.runtime.rendezvous import group_nonce, read_secret, secret_path, sign, verify
 from autoplace.runtime.workers import (
     DEFAULT_STEPS,
     DEFAULT_TIMEOUT_S,
@@ -157,10 +157,14 @@ class DistributedPool(WorkerPool):
                                  f"them on every host with 'autoplace ranks CLUSTER --host NAME'") from None
         want = cluster_hash(self.cluster)
         hosts = [host_of(self.cluster, k) for k in range(self.cluster.n_devices)]
-        nonce = wait_key(control, "nonce", self.timeout)
-        if nonce is None:
-            raise ExecutionError(f"rank 0 at {host}:{port} drew no nonce within {self.timeout:g} s")
-        nonce = nonce.decode("ascii", "replace")
+        tokens = []
+        for r in range(len(self.order)):
+            token = wait_key(control, f"token{r}", self.timeout)
+            if token is None:
+                raise ExecutionError(f"rank {r} has not joined {host}:{port} within {self.timeout:g} s: start "
+                                     "'autoplace ranks' on its host")
+            tokens.append(token.decode("ascii", "replace"))
+        nonce = group_nonce(tokens)
         deadline = time.monotonic() + self.timeout
         infos = {}
         for r, k in enumerate(self.order):

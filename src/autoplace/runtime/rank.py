@@ -49,6 +49,7 @@ from autoplace.runtime.rendezvous import (
     SECRET_ENV,
     RendezvousError,
     env_int,
+    group_nonce,
     native_stderr_held,
     read_secret,
     sign,
@@ -573,12 +574,15 @@ def serve(cluster_path: str, *, timeout: float = 120.0, idle_s: float | None = N
                                           what=f"joining torchrun's store at {master_addr}:{master_port}"))
     from autoplace.runtime.workers import _cores_of
 
-    if rank == 0:
-        control.set("nonce", secrets.token_hex(16))
-    nonce = wait_key(control, "nonce", timeout)
-    if nonce is None:
-        raise RendezvousError(f"rank 0 at {host}:{port} drew no nonce within {timeout:g} s")
-    nonce = nonce.decode("ascii", "replace")
+    token = secrets.token_hex(16)
+    control.set(f"token{rank}", token)
+    tokens = []
+    for r in range(world):
+        theirs = token if r == rank else wait_key(control, f"token{r}", timeout)
+        if theirs is None:
+            raise RendezvousError(f"rank {r} did not join the rendezvous at {host}:{port} within {timeout:g} s")
+        tokens.append(theirs if isinstance(theirs, str) else theirs.decode("ascii", "replace"))
+    nonce = group_nonce(tokens)
     with native_stderr_held() as caught:
         try:
             rt = RankRuntime(dev.name, devices[rank], _cores_of(dev, k), rank, devices, pg_store, timeout, order)
@@ -654,10 +658,17 @@ def _session(control, session: int, rank: int, rt: RankRuntime, secret: bytes, n
     ch = StoreChannel(control, session, rank, driver=False, secret=secret, nonce=nonce)
     quiet_since = time.monotonic()
     driver_beat = None
+    ignored = session
     while True:
-        if int(control.add("sessions", 0)) != session:  # another driver opened a session: this one is over,
-            control.set(f"s{session}/abandoned", "1")   # which its driver reads as a failing result
-            return None
+        newer = int(control.add("sessions", 0))
+        if newer > ignored:           # another driver opened a session: this one is over if that one is signed
+            opened = control.get(f"s{newer}/open") if control.check([f"s{newer}/open"]) else None
+            if opened is not None and verify(secret, nonce, f"s{newer}/open", bytes(opened)) is not None:
+                control.set(f"s{session}/abandoned", "1")   # which its driver reads as a failing result
+                return None
+            if opened is not None:    # signed wrong: logged, and this session goes on
+                _refuse(control, newer, rank, "its driver did not sign it with the ranks' secret")
+                ignored = newer
         if not ch.poll():
             drv = control.add(f"s{session}/driver", 0)
             if time.monotonic() - quiet_since > 5.0:

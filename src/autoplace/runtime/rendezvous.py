@@ -15,10 +15,13 @@ within a deadline, torch's native log lines kept off the terminal, and the ranks
   authentication). ``autoplace ranks`` creates a secret once (:func:`ranks_secret`: 32 random bytes, hex,
   in ``~/.config/autoplace/ranks.secret`` or the file ``$AUTOPLACE_RANKS_SECRET_FILE`` names, mode 0600),
   and every host and the driver's machine hold a copy (the user copies the file; it never travels over the
-  rendezvous). Rank 0 draws a nonce when the ranks start; each rank signs its registration, the driver
-  signs the session it opens, and both sides sign every control message (:func:`sign`: HMAC-SHA256 over
-  the nonce, the store key and the bytes). A rank refuses a session whose driver cannot sign and logs it;
-  a driver refuses ranks that cannot.
+  rendezvous). Each rank draws a random token when the ranks start; the group's nonce is the hash of all
+  tokens (:func:`group_nonce`), each rank computing it with its own token, so a nonce of an earlier group
+  cannot be planted. Each rank signs its registration, the driver signs the session it opens, and both
+  sides sign every control message (:func:`sign`: HMAC-SHA256 over the nonce, the store key and the
+  bytes; session numbers never repeat within a group, so no signed key can be replayed). A rank refuses a
+  session whose driver cannot sign and logs it, and leaves a live session only for a newer one that is
+  signed; a driver refuses ranks that cannot sign.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from typing import Any
 from autoplace.errors import AutoplaceError
 
 __all__ = ["RendezvousError", "env_int", "port_of", "join_store", "tcp_store", "native_stderr_held", "summary",
-           "ranks_secret", "read_secret", "secret_path", "sign", "verify", "SECRET_ENV", "MAC_BYTES"]
+           "ranks_secret", "read_secret", "secret_path", "group_nonce", "sign", "verify", "SECRET_ENV",
+           "MAC_BYTES"]
 
 SECRET_ENV = "AUTOPLACE_RANKS_SECRET_FILE"   #: names the secret file (default: ~/.config/autoplace/ranks.secret)
 MAC_BYTES = 32                               #: an HMAC-SHA256, before a signed value's bytes
@@ -163,21 +167,30 @@ def secret_path(path: str | os.PathLike | None = None) -> Path:
 
 def read_secret(path: str | os.PathLike | None = None) -> bytes:
     """The secret in the file (:func:`secret_path`): 64 hex digits, a regular file only its owner reads;
-    else one line saying what to do."""
+    else one line saying what to do. The file is opened once, without blocking (a FIFO put in its place
+    between a check and a read cannot hang the reader), and checked on the open descriptor."""
     p = secret_path(path)
     try:
-        st = p.stat()
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
+        if p.is_symlink():
+            raise RendezvousError(f"{p}: the ranks secret is a link to nothing") from None
         raise RendezvousError(f"no ranks secret at {p}: 'autoplace ranks' creates one; copy it to every host "
                               f"and to the driver's machine (or name a copy with ${SECRET_ENV})") from None
     except OSError as e:
         raise RendezvousError(f"{p}: cannot read the ranks secret ({e.strerror or e})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise RendezvousError(f"{p}: the ranks secret must be a regular file")
-    if st.st_mode & 0o077:
-        raise RendezvousError(f"{p}: the ranks secret is readable by others (mode {stat.S_IMODE(st.st_mode):o}): "
-                              f"chmod 600 {p}")
-    text = p.read_bytes()[:200].strip()
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RendezvousError(f"{p}: the ranks secret must be a regular file")
+        if st.st_mode & 0o077:
+            raise RendezvousError(f"{p}: the ranks secret is readable by others (mode "
+                                  f"{stat.S_IMODE(st.st_mode):o}): chmod 600 {p}")
+        text = os.read(fd, 200).strip()
+    except OSError as e:
+        raise RendezvousError(f"{p}: cannot read the ranks secret ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
     if not re.fullmatch(rb"[0-9a-f]{64}", text):
         raise RendezvousError(f"{p}: not a ranks secret (64 hexadecimal digits)")
     return bytes.fromhex(text.decode("ascii"))
@@ -187,7 +200,7 @@ def ranks_secret(path: str | os.PathLike | None = None) -> tuple[bytes, Path, bo
     """The ranks secret, created if there is none (32 random bytes, mode 0600, written at once in full):
     ``(secret, its file, created)``."""
     p = secret_path(path)
-    if p.exists() or p.is_symlink():
+    if p.exists() or p.is_symlink():          # a link to nothing is named as such, never written through
         return read_secret(p), p, False
     p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
@@ -197,6 +210,13 @@ def ranks_secret(path: str | os.PathLike | None = None) -> tuple[bytes, Path, bo
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32) + "\n")
     return read_secret(p), p, True
+
+
+def group_nonce(tokens: list[str]) -> str:
+    """The nonce of a group of ranks: the SHA-256 of every rank's random token (each rank puts its own in
+    the store and uses its own copy, so a token replaced in the store makes that rank's nonce differ —
+    a refusal, never an old group's nonce)."""
+    return hashlib.sha256("\0".join(tokens).encode()).hexdigest()
 
 
 def sign(secret: bytes, nonce: str, key: str, data: bytes = b"") -> bytes:

@@ -736,7 +736,7 @@ static void run_loop(const Problem *p, Work *w, Run *r, Out *o, int first, struc
                                 w->xbuf[x] = buf;
                                 if (h < 0) w->buf[buf].ref += 1; /* an asynchronous source reserved it at LAUNCHED */
                                 o->link_bytes[l] += b;
-                                vc->mem += b; /* the received copy is allocated when it is issued */
+                                vc->mem += b; /* the received copy is allocated when it is created */
                                 if (vc->mem > vc->peak) vc->peak = vc->mem;
                                 w->xq[x] = p->send_cap[d] > 0 ? d : (p->recv_cap[dc] > 0 ? D + dc : 2 * D + l);
                                 double ov = p->overhead[l], at = t; /* when it joins its copy queue */

@@ -16,7 +16,8 @@ Events, processed in ``(time, kind, id)`` order so that every run is determinist
 * ``XEND(x)``      (2) a transfer that crosses no shared segment has moved its bytes.
 * ``SEGEND(g)``    (3) the earliest end among transfers crossing shared segments (generation ``g``; an
   event of an older generation is stale and skipped).
-* ``XLAND(x)``     (4) a transfer lands ``latency`` after its end (inline when the latency is 0).
+* ``XLAND(x)``     (4) a transfer lands ``latency`` after its end (a data transfer with latency 0 lands within
+  its end event; a control tensor always by this event).
 * ``XQUEUE(x)``    (5) a transfer's submit overhead is over: it joins its copy queue.
 * ``LFREE(h)``     (6) launcher ``h`` is done submitting copies.
 
@@ -46,7 +47,7 @@ does; their transfers pay no submit overhead (the library copies inside its kern
 at once. They are dispatched from one FIFO (dispatch entry ``D + H``), kept in ``fq`` after the devices' ops.
 
 Memory: parameters are resident all step; an op's outputs are allocated when it (its kernel) starts; a
-received copy when its transfer is issued. Outputs live in buffers: an op's own, or, for a view
+received copy when its transfer is created (its producer's FINISH). Outputs live in buffers: an op's own, or, for a view
 (``alias_pair``), the buffer of the input it aliases. A control tensor is a buffer of its own (of no
 bytes). A buffer is released when its last reader on that device has finished and its outgoing transfers
 have landed — readers of a view count as readers of its base. Outputs nobody reads are released when
@@ -392,7 +393,7 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                                 if h < 0:
                                     ref[buf] += 1   # an asynchronous source reserved it at LAUNCHED
                                 link_bytes[d, dc] += b
-                                mem[dc] += b        # the received copy is allocated when it is issued
+                                mem[dc] += b        # the received copy is allocated when it is created
                                 if mem[dc] > peak[dc]:
                                     peak[dc] = mem[dc]
                                 if send_cap[d] > 0:
