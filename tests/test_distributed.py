@@ -494,46 +494,20 @@ def test_a_ranks_cluster_and_rendezvous_are_checked_in_one_line(tmp_path, monkey
     assert code == 2 and len(err) == 1 and "no ranks secret at" in err[0]
 
 
-class _Mute:
-    """A listener that accepts every connection and never answers (nor closes) until stopped."""
-
-    def __init__(self):
-        import threading
-
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.port, self.held = self.sock.getsockname()[1], []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        try:
-            while True:
-                self.held.append(self.sock.accept()[0])
-        except OSError:
-            pass
-
-    def close(self):
-        for c in self.held:
-            c.close()
-        self.sock.close()
-
-
 def test_a_listener_that_never_answers_is_an_error_within_twice_the_timeout(tmp_path, monkeypatch, capsys):
+    from fuzz_corpus import listening
+
     from autoplace.runtime.rendezvous import join_store
 
-    mute = _Mute()
-    try:
+    with listening("mute") as port:
         cl = Cluster("c", [_device(f"{h}/cpu:0", h, 0) for h in "ab"], default_link=LinkSpec(1e9),
-                     meta={"rendezvous": f"127.0.0.1:{mute.port}"})
-        with pytest.raises(AutoplaceError, match=rf"no ranks answer at 127.0.0.1:{mute.port} .*no answer within 2 s"):
+                     meta={"rendezvous": f"127.0.0.1:{port}"})
+        with pytest.raises(AutoplaceError, match=rf"no ranks answer at 127.0.0.1:{port} .*no answer within 2 s"):
             DistributedPool(cl, timeout=1).start()
         assert join_store.last_bound == 2.0                           # the wait had a bound: twice the timeout
         save_cluster(cl, tmp_path / "c.json")
         code, err = _rank(tmp_path, monkeypatch, capsys, {"RANK": "1"}, str(tmp_path / "c.json"))
         assert code == 2 and len(err) == 1 and "no answer within 2 s" in err[0], err
-    finally:
-        mute.close()
 
 
 def test_a_pool_whose_rendezvous_is_malformed_fails_once_and_closes_cleanly():

@@ -106,20 +106,19 @@ def _check_arguments(optimizer, placement, timeout, budget, *, cluster, method, 
         raise AutoplaceError(f"cluster must be a preset name, a cluster file or a Cluster, got "
                              f"{shown_value(cluster)}")
     check_name(method, "method", AutoplaceError)
-    if granularity not in GRANULARITIES if isinstance(granularity, str) else True:
+    if not isinstance(granularity, str) or granularity not in GRANULARITIES:
         raise AutoplaceError(f"granularity must be one of {', '.join(map(repr, GRANULARITIES))}, got "
                              f"{shown_value(granularity)}")
     if name is not None:
         check_name(name, "name", AutoplaceError)
-    if runtime not in RUNTIMES if isinstance(runtime, str) else True:
+    if not isinstance(runtime, str) or runtime not in RUNTIMES:
         raise AutoplaceError(f"unknown runtime {shown_value(runtime)} (choose from {', '.join(RUNTIMES)})")
     if not isinstance(cache, (bool, str, os.PathLike)):
         raise AutoplaceError(f"cache must be True, False or a folder, got {type(cache).__name__}")
     if isinstance(keep_whole, str) or not isinstance(keep_whole, (tuple, list)) or not all(
             isinstance(k, str) for k in keep_whole):
         raise AutoplaceError(f"keep_whole must be a list of module class names, got {shown_value(keep_whole)}")
-    for what, value in flags.items():
-        check_flag(value, what)
+    flags = {what: check_flag(value, what) for what, value in flags.items()}
     micro = micro_batches if isinstance(micro_batches, str) else as_scalar(micro_batches, "micro_batches")
     if micro != "auto" and (isinstance(micro, bool) or not isinstance(micro, int) or not 1 <= micro <= 2**20):
         raise AutoplaceError(f"micro_batches must be a whole number >= 1 or 'auto', got {shown_value(micro)}")
@@ -134,7 +133,7 @@ def _check_arguments(optimizer, placement, timeout, budget, *, cluster, method, 
             if any(isinstance(x, float) and not math.isfinite(x) for x in vals):
                 raise AutoplaceError(f"optimizer.param_groups[{i}][{k!r}] is {v!r}: not a finite number")
     return {"seed": seed_int(seed), "budget": check_budget(budget), "timeout": float(timeout),
-            "micro_batches": micro, **{k: check_flag(v, k) for k, v in flags.items()}}
+            "micro_batches": micro, **flags}
 
 
 def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets: Any = None,

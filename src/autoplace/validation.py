@@ -21,8 +21,8 @@ import numpy as np
 from autoplace.errors import AutoplaceError
 
 __all__ = ["is_finite", "check_random_state", "seed_int", "check_budget", "check_number", "check_name", "as_scalar",
-           "check_flag", "shown_value", "MAX_BYTES", "MAX_TOTAL_BYTES", "MAX_FLOPS", "MAX_SECONDS", "MIN_RATE",
-           "MAX_RATE", "MAX_CONCURRENCY", "MAX_BUDGET_S"]
+           "check_flag", "shown_value", "with_article", "MAX_BYTES", "MAX_TOTAL_BYTES", "MAX_FLOPS", "MAX_SECONDS",
+           "MIN_RATE", "MAX_RATE", "MAX_CONCURRENCY", "MAX_BUDGET_S"]
 
 MAX_BYTES = 2**50          #: one size (a tensor, a parameter, a device's memory): 1 PiB
 MAX_TOTAL_BYTES = 2**62    #: all of a graph's parameter and output bytes together
@@ -41,13 +41,17 @@ def is_finite(v) -> bool:
         return False
 
 
+def with_article(noun: str) -> str:
+    """``noun`` after "a" or "an" (by its first letter)."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
 def shown_value(value, width: int = 40) -> str:
     """``value`` as an error message shows an argument: its repr cut to ``width``, an array or a tensor by
     its type and shape."""
     shape = getattr(value, "shape", None)
     if shape is not None and not isinstance(value, np.generic):
-        name = type(value).__name__
-        return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name} of shape {tuple(shape)}"
+        return f"{with_article(type(value).__name__)} of shape {tuple(shape)}"
     text = repr(value)
     return text if len(text) <= width else text[:width] + "..."
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from autoplace.errors import FormatError
-from autoplace.validation import is_finite
+from autoplace.validation import is_finite, with_article
 
 __all__ = ["write_state", "read_state", "encode_state", "decode_state", "graph_hash", "cluster_hash",
            "canonical", "shown", "check_identity", "StateFields", "MAX_STATE_BYTES"]
@@ -258,14 +258,10 @@ def shown(x: Any, width: int = 40) -> str:
     if x is None or isinstance(x, (bool, int, float)):
         return str(x)[:width]
     if hasattr(x, "shape") and hasattr(x, "dtype"):
-        return f"{_a(type(x).__name__)} of shape {tuple(x.shape)}"
+        return f"{with_article(type(x).__name__)} of shape {tuple(x.shape)}"
     if isinstance(x, (list, tuple, dict)):
-        return f"{_a(type(x).__name__)} of {len(x)}"
-    return _a(type(x).__name__)
-
-
-def _a(noun: str) -> str:
-    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+        return f"{with_article(type(x).__name__)} of {len(x)}"
+    return with_article(type(x).__name__)
 
 
 def check_identity(state: Any, fmt: str, mine: dict, where: str, what: str = "checkpoint") -> dict:

@@ -40,10 +40,11 @@ from autoplace.runtime.rank import (
     hosts_of,
     participants,
     rank_order,
+    read_nonce,
     rendezvous_of,
     wait_key,
 )
-from autoplace.runtime.rendezvous import group_nonce, read_secret, secret_path, sign, verify
+from autoplace.runtime.rendezvous import read_secret, secret_path, sign, verify
 from autoplace.runtime.workers import (
     DEFAULT_STEPS,
     DEFAULT_TIMEOUT_S,
@@ -157,24 +158,19 @@ class DistributedPool(WorkerPool):
                                  f"them on every host with 'autoplace ranks CLUSTER --host NAME'") from None
         want = cluster_hash(self.cluster)
         hosts = [host_of(self.cluster, k) for k in range(self.cluster.n_devices)]
-        tokens = []
-        for r in range(len(self.order)):
-            token = wait_key(control, f"token{r}", self.timeout)
-            if token is None:
-                raise ExecutionError(f"rank {r} has not joined {host}:{port} within {self.timeout:g} s: start "
-                                     "'autoplace ranks' on its host")
-            tokens.append(token.decode("ascii", "replace"))
-        nonce = group_nonce(tokens)
+        nonce = read_nonce(control, len(self.order), self.timeout)
+        if isinstance(nonce, int):
+            raise ExecutionError(f"rank {nonce} has not joined {host}:{port} within {self.timeout:g} s: start "
+                                 "'autoplace ranks' on its host")
         deadline = time.monotonic() + self.timeout
         infos = {}
         for r, k in enumerate(self.order):
             name = self.cluster.devices[k].name
-            while not control.check([f"rank{r}"]):
-                if time.monotonic() > deadline:
-                    raise ExecutionError(f"rank {r} ({name} on host {hosts[k]!r}) has not joined {host}:{port} "
-                                         f"within {self.timeout:g} s: start 'autoplace ranks' on that host")
-                time.sleep(0.05)
-            signed = verify(secret, nonce, f"rank{r}", bytes(control.get(f"rank{r}")))
+            registered = wait_key(control, f"rank{r}", max(0.0, deadline - time.monotonic()))
+            if registered is None:
+                raise ExecutionError(f"rank {r} ({name} on host {hosts[k]!r}) has not joined {host}:{port} "
+                                     f"within {self.timeout:g} s: start 'autoplace ranks' on that host")
+            signed = verify(secret, nonce, f"rank{r}", registered)
             if signed is None:
                 raise ExecutionError(f"rank {r} at {host}:{port} does not hold this machine's ranks secret "
                                      f"({secret_path(self.secret_file)}): copy the file the ranks use here")

@@ -514,6 +514,22 @@ def _control_store(host: str, port: int, *, master: bool, timeout: float):
     return dist.PrefixStore(CONTROL_PREFIX, tcp_store(host, port, master=master, timeout=timeout, what=what))
 
 
+def read_nonce(control, world: int, timeout: float, mine: tuple[int, str] | None = None) -> str | int:
+    """The group's nonce (:func:`~autoplace.runtime.rendezvous.group_nonce`) from every rank's token in
+    ``control`` — ``mine``: this rank's index and its own copy of its token, used in place of the store's —
+    or the index of the first rank whose token has not come within ``timeout``."""
+    tokens = []
+    for r in range(world):
+        if mine is not None and r == mine[0]:
+            tokens.append(mine[1])
+            continue
+        token = wait_key(control, f"token{r}", timeout)
+        if token is None:
+            return r
+        tokens.append(token.decode("ascii", "replace"))
+    return group_nonce(tokens)
+
+
 def wait_key(store, key: str, timeout: float) -> bytes | None:
     """The value of ``key`` once it is set, polling for at most ``timeout`` seconds (None after)."""
     end = time.monotonic() + timeout
@@ -576,13 +592,9 @@ def serve(cluster_path: str, *, timeout: float = 120.0, idle_s: float | None = N
 
     token = secrets.token_hex(16)
     control.set(f"token{rank}", token)
-    tokens = []
-    for r in range(world):
-        theirs = token if r == rank else wait_key(control, f"token{r}", timeout)
-        if theirs is None:
-            raise RendezvousError(f"rank {r} did not join the rendezvous at {host}:{port} within {timeout:g} s")
-        tokens.append(theirs if isinstance(theirs, str) else theirs.decode("ascii", "replace"))
-    nonce = group_nonce(tokens)
+    nonce = read_nonce(control, world, timeout, mine=(rank, token))
+    if isinstance(nonce, int):
+        raise RendezvousError(f"rank {nonce} did not join the rendezvous at {host}:{port} within {timeout:g} s")
     with native_stderr_held() as caught:
         try:
             rt = RankRuntime(dev.name, devices[rank], _cores_of(dev, k), rank, devices, pg_store, timeout, order)
