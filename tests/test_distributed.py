@@ -499,15 +499,17 @@ def test_a_listener_that_never_answers_is_an_error_within_twice_the_timeout(tmp_
 
     from autoplace.runtime.rendezvous import join_store
 
+    # which ends the wait first — torch's own client timeout or our bound — depends on the machine's speed:
+    # either is one line naming the address; the bound alone is the next test's
     with listening("mute") as port:
         cl = Cluster("c", [_device(f"{h}/cpu:0", h, 0) for h in "ab"], default_link=LinkSpec(1e9),
                      meta={"rendezvous": f"127.0.0.1:{port}"})
-        with pytest.raises(AutoplaceError, match=rf"no ranks answer at 127.0.0.1:{port} .*no answer within 2 s"):
+        with pytest.raises(AutoplaceError, match=rf"^no ranks answer at 127.0.0.1:{port} \(joining the rendezvous"):
             DistributedPool(cl, timeout=1).start()
         assert join_store.last_bound == 2.0                           # the wait had a bound: twice the timeout
         save_cluster(cl, tmp_path / "c.json")
         code, err = _rank(tmp_path, monkeypatch, capsys, {"RANK": "1"}, str(tmp_path / "c.json"))
-        assert code == 2 and len(err) == 1 and "no answer within 2 s" in err[0], err
+        assert code == 2 and len(err) == 1 and f"joining the rendezvous at 127.0.0.1:{port}" in err[0], err
 
 
 def test_a_pool_whose_rendezvous_is_malformed_fails_once_and_closes_cleanly():
