@@ -480,9 +480,9 @@ def test_launch_groups_follow_parameters_not_colocation_groups():
     g = capture_training_step(model, torch.randn(B, IN), nn.functional.cross_entropy, opt,
                               targets=torch.randint(0, C, (B,)))
     assert g.meta["optimizer"]["implementation"] == ["default", "foreach"]
-    from autoplace.capture._torch import _update_params
+    from autoplace.capture.optimizer import update_params
 
-    param_of = _update_params(list(g.ops), [n for n, _ in model.named_parameters()])
+    param_of = update_params(list(g.ops), [n for n, _ in model.named_parameters()])
     update = [op for op in g.ops if op.phase == "update" and op.type.startswith(("aten.", "autoplace."))]
     assert {op.colocation_group for op in update if param_of[op.name] in ("1.weight", "1.bias")} == {"1.weight"}
     for op in update:

@@ -210,8 +210,8 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     import time
 
     from autoplace.capture import capture_training_step
-    from autoplace.capture._torch import resolve_model, split_inputs
     from autoplace.capture.cache import capture_key
+    from autoplace.capture.inputs import resolve_model, split_inputs
     from autoplace.grouping import with_granularity
     from autoplace.placers import available_placers, get_placer, place
     from autoplace.runtime.cache import cached_placement
@@ -491,7 +491,7 @@ def _verified(step: PlacedStep, eager_step, fresh, cluster: Cluster, method: str
     measured: the placement is kept."""
     import torch
 
-    from autoplace.capture._torch import _as_tuple, split_inputs
+    from autoplace.capture.inputs import as_tuple, split_inputs
     from autoplace.runtime.cache import store_verdict
     from autoplace.runtime.verdict import Verdict, race
     from autoplace.sim import Simulator, simulate
@@ -507,7 +507,7 @@ def _verified(step: PlacedStep, eager_step, fresh, cluster: Cluster, method: str
             return step
         simulated, simulated_one = simulate(step.run_graph, cluster, step.placement).step_time, ran_one.step_time
         probe = eager_step(device, one)
-        args, tgt = split_inputs(inputs), _as_tuple(targets)
+        args, tgt = split_inputs(inputs), as_tuple(targets)
         cuda = [d for d in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
         called = getattr(optimizer, "_opt_called", None)
         failed: dict[str, Exception] = {}

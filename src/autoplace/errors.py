@@ -14,6 +14,7 @@ __all__ = [
     "ClusterError",
     "PlacementError",
     "UnknownNameError",
+    "CaptureError",
     "InfeasibleError", "UnavailableError",
 ]
 
@@ -49,6 +50,10 @@ class UnknownNameError(AutoplaceError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return self.args[0] if self.args else ""
+
+
+class CaptureError(AutoplaceError):
+    """The model could not be traced (data-dependent control flow, an op fake tensors cannot run ...)."""
 
 
 class InfeasibleError(AutoplaceError):

@@ -145,7 +145,7 @@ def capture_key(model, example_inputs: Any, loss_fn, optimizer, targets: Any) ->
         loss_state = _describe(loss_fn, files)    # functools.partial and the like: their arguments
     if loss_state is _UNKNOWN:
         return None
-    from autoplace.capture._torch import BETAS_AS_INPUTS, scheduled_value
+    from autoplace.capture.optimizer import BETAS_AS_INPUTS, scheduled_value
 
     betas_in = type(optimizer).__name__ in BETAS_AS_INPUTS
     names = {id(p): n for n, p in model.named_parameters()}

@@ -13,8 +13,7 @@ import math
 import os
 from pathlib import Path
 
-from autoplace.capture._torch import CaptureError
-from autoplace.errors import FormatError
+from autoplace.errors import CaptureError, FormatError
 from autoplace.formats._json import input_file
 from autoplace.graph import Graph, Op, TensorSpec
 

@@ -126,11 +126,11 @@ class EagerRunner:
             loss = self.loss_fn(self.model(*args, **kwargs), *targets)
             loss.backward()
             return loss
-        from autoplace.capture._torch import _micro_batch
+        from autoplace.capture.inputs import micro_batch
 
         losses = []
         for j in range(m):
-            a, kw, t = _micro_batch((args, kwargs, targets), j, m, self.batch_dim)
+            a, kw, t = micro_batch((args, kwargs, targets), j, m, self.batch_dim)
             loss_j = self.loss_fn(self.model(*a, **kw), *t)
             (loss_j * (1.0 / m)).backward()
             losses.append(loss_j.detach())

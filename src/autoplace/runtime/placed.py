@@ -38,12 +38,12 @@ def _flat(inputs: Any, targets: Any, keys: tuple[str, ...]) -> list:
     are matched by name to ``keys``, the captured batch's, whatever order the dict has."""
     from torch.utils._pytree import tree_leaves
 
-    from autoplace.capture._torch import _as_tuple, split_inputs
+    from autoplace.capture.inputs import as_tuple, split_inputs
 
     args, kwargs = split_inputs(inputs)
     if set(kwargs) != set(keys):
         raise AutoplaceError(f"the step was compiled with keyword inputs {sorted(keys)}, got {sorted(kwargs)}")
-    return tree_leaves((args, {k: kwargs[k] for k in keys}, _as_tuple(targets)))
+    return tree_leaves((args, {k: kwargs[k] for k in keys}, as_tuple(targets)))
 
 
 #: optimizer state a fresh optimizer does not start at zero (torch.optim's first-step values): NAdam's
@@ -289,7 +289,7 @@ class PlacedStep:
         return loss
 
     def _eager_call(self, inputs: Any, targets: Any):
-        from autoplace.capture._torch import _as_tuple, split_inputs
+        from autoplace.capture.inputs import as_tuple, split_inputs
 
         n = len(_flat(inputs, targets, self._keys))
         if n != len(self.inputs):
@@ -299,7 +299,7 @@ class PlacedStep:
         if len(groups) != len(self._eager.optimizer.param_groups):
             raise AutoplaceError(f"the optimizer has {len(groups)} param groups, "
                                  f"{len(self._eager.optimizer.param_groups)} when compiled")
-        loss = self._eager.step(split_inputs(inputs), _as_tuple(targets), groups)
+        loss = self._eager.step(split_inputs(inputs), as_tuple(targets), groups)
         self.steps += 1
         self._fresh = False
         self._optimizer._opt_called = True
@@ -313,7 +313,7 @@ class PlacedStep:
         """The scheduled inputs' values now, from the optimizer's param groups."""
         import torch
 
-        from autoplace.capture._torch import scheduled_value
+        from autoplace.capture.optimizer import scheduled_value
 
         out = {}
         for name, (k, key) in self._hyper_inputs.items():
@@ -479,7 +479,7 @@ def initial_values(graph: Graph, model, optimizer) -> dict[str, Any]:
     values.update({n: b.detach().cpu().clone() for n, b in model.named_buffers()})
     params = dict(model.named_parameters())
     group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
-    from autoplace.capture._torch import scheduled_value
+    from autoplace.capture.optimizer import scheduled_value
 
     for op in graph.ops:
         if op.type == "hyperparameter":                           # "<parameter>.<key>": its group's, now
