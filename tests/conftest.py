@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -30,6 +31,17 @@ def two_devices(bandwidth=1000.0, latency=0.5, memory=10**9, concurrency=1) -> C
 def uniform_cluster(n: int, bandwidth=1e9, latency=1e-5, memory=10**12, kind="gpu") -> Cluster:
     devs = [Device(f"d{i}", kind, memory, 1e12, 1e11, 1e-6) for i in range(n)]
     return Cluster(f"uniform{n}", devs, default_link=LinkSpec(bandwidth, latency))
+
+
+def wait_for(condition, limit_s: float = 300.0, what: str = "the condition") -> None:
+    """Poll ``condition`` until it holds; fail (rather than hang the suite) if it has not after ``limit_s``
+    seconds — a process that died or hung never makes it hold. The limit only ends a broken run: a passing
+    test never comes near it, so no result depends on the machine's speed."""
+    end = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"waited {limit_s:.0f} s for {what}")
+        time.sleep(0.02)
 
 
 @pytest.fixture

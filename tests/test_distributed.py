@@ -28,7 +28,8 @@ from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster  # noqa: E4
 from autoplace.errors import AutoplaceError  # noqa: E402
 from autoplace.formats import load_cluster, save_cluster  # noqa: E402
 from autoplace.runtime import DistributedPool, Program, make_pool, run_reference, runtime_for  # noqa: E402
-from autoplace.runtime.rank import rank_order, torchrun_command  # noqa: E402
+from autoplace.runtime.distributed import HEARTBEAT_S  # noqa: E402
+from autoplace.runtime.rank import DRIVER_QUIET_S, PEER_TIMEOUT_S, rank_order, torchrun_command  # noqa: E402  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -371,6 +372,10 @@ def test_a_driver_without_the_ranks_secret_is_refused_and_logged(hosts, tmp_path
         assert pool.run(g, _random_placement(g, cl, 0), steps=1).ok
 
 
+#: longer than every limit a quiet driver could trip: the ranks' wait for its heartbeat, the driver's for theirs
+QUIET_S = max(DRIVER_QUIET_S, PEER_TIMEOUT_S, HEARTBEAT_S) + 1.0
+
+
 @pytest.mark.slow
 def test_a_quiet_driver_keeps_its_session_and_a_second_live_driver_is_refused(hosts):
     g = _rnn()
@@ -379,11 +384,11 @@ def test_a_quiet_driver_keeps_its_session_and_a_second_live_driver_is_refused(ho
         first.start()
         with pytest.raises(AutoplaceError, match="another driver is using the ranks"):
             DistributedPool(cl, timeout=60).start()
-        time.sleep(7)                                                 # capturing, placing: no message for a while
+        time.sleep(QUIET_S)                                           # capturing, placing: no message for a while
         assert first.run(g, _random_placement(g, cl, 0), steps=2).ok
     with DistributedPool(cl, timeout=60) as second:                  # once it closed, the next driver is served
         second.start()
-        time.sleep(7)
+        time.sleep(QUIET_S)
         assert second.run(g, _random_placement(g, cl, 1), steps=2).ok
 
 

@@ -48,10 +48,9 @@ def constrained_graph() -> Graph:
 @pytest.fixture(scope="module")
 def small_rnnlm(tmp_path_factory):
     pytest.importorskip("torch")
-    import os
-
-    os.environ["AUTOPLACE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    return build_graph("rnnlm-2", vocab=50, hidden=32, layers=2, steps=4, batch=4)
+    with pytest.MonkeyPatch.context() as mp:        # the capture cache in a folder of its own, for this module
+        mp.setenv("AUTOPLACE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield build_graph("rnnlm-2", vocab=50, hidden=32, layers=2, steps=4, batch=4)
 
 
 def budget_for(method: str) -> float:

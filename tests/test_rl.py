@@ -7,7 +7,7 @@ import csv
 
 import numpy as np
 import pytest
-from conftest import independent_products, spy_on_updates
+from conftest import independent_products, spy_on_updates, wait_for
 
 torch = pytest.importorskip("torch")
 
@@ -201,7 +201,6 @@ def test_a_search_killed_with_sigkill_resumes_from_its_checkpoint_to_the_uninter
     import signal
     import subprocess
     import sys
-    import time
 
     from autoplace.zoo import build_graph as zoo_graph
 
@@ -210,10 +209,8 @@ def test_a_search_killed_with_sigkill_resumes_from_its_checkpoint_to_the_uninter
            "--samples", "2000", "--checkpoint-every", "0", "-o", str(out)]
     proc = subprocess.Popen([*cmd, "--checkpoint", str(ck)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        while proc.poll() is None:                       # no deadline: however slow the machine
-            if (ck / CHECKPOINT_FILE).exists() and load_checkpoint(ck)["updates"] >= 20:
-                break
-            time.sleep(0.05)
+        wait_for(lambda: proc.poll() is not None or (ck / CHECKPOINT_FILE).exists()
+                 and load_checkpoint(ck)["updates"] >= 20, what="a checkpoint of 20 updates or the search's end")
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()

@@ -3,12 +3,12 @@ server on one local Ray session shared by the module's tests."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 pytest.importorskip("torch")
 ray = pytest.importorskip("ray")
+
+from conftest import wait_for  # noqa: E402
 
 from autoplace.cluster import get_cluster  # noqa: E402
 from autoplace.placers.rl import RLConfig, rl_distributed, rl_search  # noqa: E402
@@ -18,17 +18,6 @@ from autoplace.sim import simulate  # noqa: E402
 from autoplace.zoo import build_graph  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a Ray session and worker processes per test
-
-
-def wait_for(condition, limit_s: float = 300.0) -> None:
-    """Poll ``condition`` until it holds; fail (rather than hang the suite) if it has not after ``limit_s``
-    seconds — a controller that died never makes progress. The limit only ends a broken run: a passing
-    test never comes near it, so no result depends on the machine's speed."""
-    end = time.monotonic() + limit_s
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"the search made no progress in {limit_s:.0f} s (a controller died?)")
-        time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +49,7 @@ def test_a_killed_worker_is_replaced_and_the_search_finishes(session, case):
 
     def kill_one(ray, controllers):                 # once the search is 5 updates in
         worker = ray.get(controllers[0].workers.remote())[0]
-        wait_for(lambda: ray.get(controllers[0].updates_done.remote()) >= 5)
+        wait_for(lambda: ray.get(controllers[0].updates_done.remote()) >= 5, what="5 updates (a controller died?)")
         ray.kill(worker)
         killed.append(worker)
 
@@ -80,7 +69,8 @@ def test_a_distributed_search_checkpoints_and_resumes(session, case, tmp_path):
     cfg = RLConfig(samples_per_update=4, converged_updates=0)
 
     def interrupt(ray, controllers):
-        wait_for(lambda: min(ray.get([k.updates_done.remote() for k in controllers])) >= 3)
+        wait_for(lambda: min(ray.get([k.updates_done.remote() for k in controllers])) >= 3,
+                 what="3 updates of every controller (one died?)")
         raise KeyboardInterrupt
 
     first = rl_distributed(g, c, budget=SearchBudget(samples=100_000), workers=2, controllers=2, config=cfg, seed=0,

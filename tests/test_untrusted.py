@@ -11,6 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import wait_for  # noqa: E402
+
 from autoplace.cli import main  # noqa: E402
 from autoplace.cluster import get_cluster  # noqa: E402
 from autoplace.errors import AutoplaceError, FormatError  # noqa: E402
@@ -353,7 +355,6 @@ def test_a_write_killed_where_no_unnamed_file_can_be_linked_leaves_a_temp_file_t
     import signal
     import subprocess
     import sys
-    import time
 
     from autoplace.formats import _json
 
@@ -369,8 +370,8 @@ def test_a_write_killed_where_no_unnamed_file_can_be_linked_leaves_a_temp_file_t
     target.write_bytes(b"old")
     proc = subprocess.Popen([sys.executable, "-c", script])
     try:
-        while not list(tmp_path.glob(".out.json.*.tmp")) and proc.poll() is None:
-            time.sleep(0.02)
+        wait_for(lambda: list(tmp_path.glob(".out.json.*.tmp")) or proc.poll() is not None,
+                 what="the writer's temporary file")
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -33,6 +33,7 @@ from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.runtime.program import ExecutionError
 from autoplace.runtime.rank import (
+    DRIVER_QUIET_S,
     StoreChannel,
     _control_store,
     _rank_main,
@@ -352,7 +353,7 @@ class DistributedPool(WorkerPool):
                 control, session = self._session
                 if control.check([f"s{session}/abandoned"]):
                     raise _WorkerFailed("the ranks gave up on this driver's session: its heartbeat stalled "
-                                        "for over 5 s (a busy or stopped driver process)")
+                                        f"for over {DRIVER_QUIET_S:g} s (a busy or stopped driver process)")
                 for k in which:
                     if k not in replies and not self._procs[k].is_alive():
                         raise _WorkerFailed(f"rank of {self.cluster.devices[k].name} died or hung "

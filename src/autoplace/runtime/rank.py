@@ -626,6 +626,7 @@ def serve(cluster_path: str, *, timeout: float = 120.0, idle_s: float | None = N
 
 PEER_TIMEOUT_S = 6.0  #: a rank whose heartbeat stalls this long is dead or hung: its peers end too (after the
 #: driver, which gives up on it at half this, has named it)
+DRIVER_QUIET_S = 5.0  #: a driver whose heartbeat stalls this long has stopped: the ranks abandon its session
 
 
 def _heartbeat(control, rank: int, world: int) -> None:
@@ -683,7 +684,7 @@ def _session(control, session: int, rank: int, rt: RankRuntime, secret: bytes, n
                 ignored = newer
         if not ch.poll():
             drv = control.add(f"s{session}/driver", 0)
-            if time.monotonic() - quiet_since > 5.0:
+            if time.monotonic() - quiet_since > DRIVER_QUIET_S:
                 if drv == driver_beat:  # the driver stopped beating: abandon its session, and say so
                     control.set(f"s{session}/abandoned", "1")
                     return None
