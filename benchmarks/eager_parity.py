@@ -159,7 +159,7 @@ def overhead(name: str, rounds: int = 5) -> dict:
     from autoplace.placers import place
     from autoplace.runtime import measure
     from autoplace.runtime.program import Program
-    from autoplace.runtime.worker import standalone
+    from autoplace.runtime.shm.worker import standalone
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -28,14 +28,15 @@ from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster  # noqa: E4
 from autoplace.errors import AutoplaceError  # noqa: E402
 from autoplace.formats import load_cluster, save_cluster  # noqa: E402
 from autoplace.runtime import DistributedPool, Program, make_pool, run_reference, runtime_for  # noqa: E402
-from autoplace.runtime.distributed import HEARTBEAT_S  # noqa: E402
-from autoplace.runtime.rank import DRIVER_QUIET_S, PEER_TIMEOUT_S, rank_order, torchrun_command  # noqa: E402  # noqa: E402
+from autoplace.runtime.dist.control import rank_order  # noqa: E402
+from autoplace.runtime.dist.pool import HEARTBEAT_S  # noqa: E402
+from autoplace.runtime.dist.serve import DRIVER_QUIET_S, PEER_TIMEOUT_S, torchrun_command  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
 def ranks_secret_file(tmp_path_factory):
     """The ranks' secret of this module's ranks and drivers (never the user's own file)."""
-    from autoplace.runtime.rendezvous import SECRET_ENV, ranks_secret
+    from autoplace.runtime.dist.rendezvous import SECRET_ENV, ranks_secret
 
     path = tmp_path_factory.mktemp("secret") / "ranks.secret"
     ranks_secret(path)
@@ -346,7 +347,7 @@ def test_no_ranks_at_the_rendezvous_is_a_one_line_error(tmp_path, capfd):
 
 @pytest.mark.slow
 def test_a_driver_without_the_ranks_secret_is_refused_and_logged(hosts, tmp_path, monkeypatch):
-    from autoplace.runtime.rendezvous import SECRET_ENV, ranks_secret
+    from autoplace.runtime.dist.rendezvous import SECRET_ENV, ranks_secret
 
     g, cl = _rnn(), load_cluster(hosts)
     monkeypatch.setenv(SECRET_ENV, str(tmp_path / "other.secret"))
@@ -354,12 +355,12 @@ def test_a_driver_without_the_ranks_secret_is_refused_and_logged(hosts, tmp_path
     with pytest.raises(AutoplaceError, match="does not hold this machine's ranks secret"):
         DistributedPool(cl, timeout=30).start()
     monkeypatch.undo()
-    from autoplace.runtime import rank as rank_module
+    from autoplace.runtime.dist import control as rank_module
 
     # a driver that signs the ranks' registrations right but opens its session unsigned: refused, logged
     real = rank_module.StoreChannel
     with monkeypatch.context() as mp:
-        import autoplace.runtime.distributed as dist_module
+        import autoplace.runtime.dist.pool as dist_module
 
         mp.setattr(dist_module, "sign", lambda *a: b"\0" * 32)
         with pytest.raises(AutoplaceError, match="refused this driver: its driver did not sign it"):
@@ -421,7 +422,7 @@ def test_ranks_numbered_host_by_host_exchange_with_the_right_peers(tmp_path):
 def test_a_message_keeps_a_permuted_tensors_strides():
     """A permuted dense tensor (3-D: no permutation of it is its own inverse) travels in memory order with
     its permutation and arrives with the sender's strides and values."""
-    from autoplace.runtime.rank import RankRuntime
+    from autoplace.runtime.dist.rank import RankRuntime
 
     rt = RankRuntime.__new__(RankRuntime)                            # packing needs no process group
     rt.torch = torch
@@ -449,7 +450,7 @@ def test_profile_runs_on_the_ranks_of_each_host(hosts):
 # ---------------------------------------------------------------------- a rank's environment, deadlines, secret
 def _rank(tmp_path, monkeypatch, capsys, env: dict, cluster: str | None = None, extra=()) -> tuple[int, list[str]]:
     """``python -m autoplace.runtime`` as torchrun starts it, in this process: its code and its stderr lines."""
-    from autoplace.runtime.rank import main as rank_main
+    from autoplace.runtime.dist.serve import main as rank_main
 
     for k, v in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400", **env}.items():
         monkeypatch.setenv(k, v)
@@ -502,7 +503,7 @@ def test_a_ranks_cluster_and_rendezvous_are_checked_in_one_line(tmp_path, monkey
 def test_a_listener_that_never_answers_is_an_error_within_twice_the_timeout(tmp_path, monkeypatch, capsys):
     from fuzz_corpus import listening
 
-    from autoplace.runtime.rendezvous import join_store
+    from autoplace.runtime.dist.rendezvous import join_store
 
     # which ends the wait first — torch's own client timeout or our bound — depends on the machine's speed:
     # either is one line naming the address; the bound alone is the next test's
@@ -518,13 +519,13 @@ def test_a_listener_that_never_answers_is_an_error_within_twice_the_timeout(tmp_
 
 
 def test_a_pool_whose_rendezvous_is_malformed_fails_once_and_closes_cleanly():
-    from autoplace.runtime.workers import _close_all
+    from autoplace.runtime.pool import close_all
 
     cl = Cluster("c", [_device(f"{h}/cpu:0", h, 0) for h in "ab"], default_link=LinkSpec(1e9),
                  meta={"rendezvous": "127.0.0.1:²"})
     with pytest.raises(AutoplaceError, match="is not ADDRESS:PORT"):
         DistributedPool(cl)
-    _close_all()                                                      # what runs at exit: no AttributeError
+    close_all()                                                      # what runs at exit: no AttributeError
 
 
 def test_ranks_creates_the_secret_once_and_then_takes_it(tmp_path, capsys):
@@ -548,7 +549,7 @@ def test_ranks_creates_the_secret_once_and_then_takes_it(tmp_path, capsys):
 def test_a_store_that_never_comes_is_an_error_at_twice_the_timeout():
     import threading
 
-    from autoplace.runtime.rendezvous import RendezvousError, join_store
+    from autoplace.runtime.dist.rendezvous import RendezvousError, join_store
 
     never = threading.Event()
     try:                           # a constructor that would block for a minute: the wait ends at its bound

@@ -18,7 +18,7 @@ from autoplace.capture import capture_training_step  # noqa: E402
 from autoplace.cluster import get_cluster  # noqa: E402
 from autoplace.placement import Placement  # noqa: E402
 from autoplace.runtime.placed import PlacedStep, hyper_inputs, initial_values  # noqa: E402
-from autoplace.runtime.workers import WorkerPool  # noqa: E402
+from autoplace.runtime.shm.pool import WorkerPool  # noqa: E402
 
 
 class Net(nn.Module):

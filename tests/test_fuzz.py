@@ -85,8 +85,8 @@ RANKS = rank_cases()
 
 @pytest.mark.parametrize("case", RANKS, ids=[f"rank{i}" for i in range(len(RANKS))])
 def test_a_bad_rank_environment_is_one_clean_line(case, tmp_path, monkeypatch, capsys):
-    from autoplace.runtime.rank import main as rank_main
-    from autoplace.runtime.rendezvous import SECRET_ENV, ranks_secret
+    from autoplace.runtime.dist.rendezvous import SECRET_ENV, ranks_secret
+    from autoplace.runtime.dist.serve import main as rank_main
 
     ranks_secret(tmp_path / "ranks.secret")
     env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29401",

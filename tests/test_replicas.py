@@ -211,7 +211,7 @@ def test_distinct_groups_share_no_device_so_every_collective_has_one_rank_per_de
     """On four K80 dies and one CPU every group takes the CPU; ``distinct`` (the distributed runtime's one rank
     per device) leaves it out, and ``hybrid`` then places no bucket's participants on one device."""
     from autoplace.placers.replicated import _groups
-    from autoplace.runtime.rank import participants
+    from autoplace.runtime.dist.rank import participants
 
     cluster = get_cluster("k80x4")
     assert all(0 in g for g in _groups(cluster, 2))                    # the host's one CPU in both

@@ -689,7 +689,7 @@ def test_a_multi_tensor_update_waits_for_every_reader_of_what_it_writes():
 
 
 def _worker_settings(rt):
-    from autoplace.runtime import worker
+    from autoplace.runtime import device as worker
 
     return os.environ.get("AUTOPLACE_SPIN_POLLS"), worker.SPIN_POLLS, worker.DRIVER_PID, worker.__file__
 
@@ -698,8 +698,8 @@ def test_workers_take_the_drivers_environment_and_code_at_launch_and_watch_the_d
     """Workers fork from a server that imported torch once, yet each takes the driver's environment as it is
     when its pool starts, imports autoplace from where the driver does, and watches the driver (not the
     server, its parent)."""
-    from autoplace.runtime import worker
-    from autoplace.runtime.workers import WorkerPool
+    from autoplace.runtime import device as worker
+    from autoplace.runtime.shm.pool import WorkerPool
 
     cluster = get_cluster("localhost")
     with WorkerPool(cluster) as pool:

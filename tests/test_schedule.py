@@ -200,13 +200,13 @@ def _exchange_runs(graph, cluster, placement) -> bool:
     each pair shares one NCCL order of messages (``rank.message_order``) that both ranks post in turn, a
     receive at once, a send once its tensor is computed; a message moves once both ends have posted it. Does
     every op run?"""
+    from autoplace.runtime.dist.rank import message_order
+    from autoplace.runtime.pool import transfer_layout
     from autoplace.runtime.program import Program, plan_all
-    from autoplace.runtime.rank import message_order
-    from autoplace.runtime.workers import _layout
 
     program = Program(graph)
     plans = plan_all(program, placement.to_array(graph, cluster), cluster.n_devices, placement.priorities(graph))
-    transfers, _ = _layout(program, plans)
+    transfers, _ = transfer_layout(program, plans)
     order = message_order(transfers, plans[0].sequence)
     pairs = {}
     for t in order:

@@ -9,7 +9,7 @@ from torch import nn
 from autoplace.capture import capture_training_step
 from autoplace.runtime.program import Program, plan_all
 from autoplace.runtime.segments import cut
-from autoplace.runtime.worker import standalone
+from autoplace.runtime.shm.worker import standalone
 
 
 class Net(nn.Module):

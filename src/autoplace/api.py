@@ -23,10 +23,10 @@ from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.replicas import set_micro_batched, strategy_graph
-from autoplace.runtime.distributed import RUNTIMES, make_pool
+from autoplace.runtime.backends import RUNTIMES, make_pool
 from autoplace.runtime.eager import EagerRunner
 from autoplace.runtime.placed import PlacedStep, hyper_inputs, initial_values
-from autoplace.runtime.workers import DEFAULT_TIMEOUT_S
+from autoplace.runtime.pool import DEFAULT_TIMEOUT_S
 
 __all__ = ["compile", "AUTO_MICRO_BATCHES"]
 
@@ -395,7 +395,7 @@ def _same_devices(graph: Graph, chosen: Placement, cluster: Cluster) -> Placemen
 def _pool_for(placement: Placement, pool, cluster: Cluster, runtime: str, timeout: float):
     """The worker pool that runs ``placement``: ``pool``, or where the placement runs replicas (gradients
     all-reduced over torch.distributed) and ``pool`` shares memory instead, the distributed runtime's."""
-    from autoplace.runtime.distributed import DistributedPool
+    from autoplace.runtime.dist.pool import DistributedPool
 
     strategy = placement.meta.get("strategy") or {}
     if int(strategy.get("replicas", 1)) < 2 or isinstance(pool, DistributedPool):
@@ -446,7 +446,7 @@ def _one_device(placement: Placement, cluster: Cluster) -> int | None:
 
 def _local(cluster: Cluster) -> bool:
     """Whether every device of ``cluster`` is on this host (one host, no rendezvous to reach others)."""
-    from autoplace.runtime.rank import hosts_of
+    from autoplace.runtime.dist.control import hosts_of
 
     return len(hosts_of(cluster)) == 1 and not cluster.meta.get("rendezvous")
 
@@ -463,7 +463,7 @@ def _baseline_device(cluster: Cluster) -> int:
 def _machine(cluster: Cluster, runtime: str, placement: Placement) -> str:
     """What a measured verdict holds for: this machine and the runtime the placement runs on (replicas run on
     the distributed runtime)."""
-    from autoplace.runtime.distributed import runtime_for
+    from autoplace.runtime.backends import runtime_for
     from autoplace.runtime.verdict import this_machine
 
     replicas = int((placement.meta.get("strategy") or {}).get("replicas", 1))

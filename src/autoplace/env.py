@@ -21,7 +21,7 @@ from autoplace.cluster import Cluster
 from autoplace.errors import UnknownNameError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
-from autoplace.runtime.workers import DEFAULT_TIMEOUT_S
+from autoplace.runtime.pool import DEFAULT_TIMEOUT_S
 from autoplace.sim import BatchResult, Simulator, simulate
 
 __all__ = ["BaseEnv", "SimulatedEnv", "MeasuredEnv", "make_env", "ENV_NAMES"]

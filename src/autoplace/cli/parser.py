@@ -22,7 +22,7 @@ from autoplace.cli.running import (
     cmd_report,
     cmd_zoo,
 )
-from autoplace.runtime.workers import DEFAULT_TIMEOUT_S
+from autoplace.runtime.pool import DEFAULT_TIMEOUT_S
 from autoplace.validation import MAX_BUDGET_S
 
 

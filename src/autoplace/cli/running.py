@@ -33,8 +33,9 @@ def cmd_ranks(args: argparse.Namespace) -> int:
     import shlex
     import subprocess
 
-    from autoplace.runtime.rank import hosts_of, rank_order, torchrun_command
-    from autoplace.runtime.rendezvous import ranks_secret
+    from autoplace.runtime.dist.control import hosts_of, rank_order
+    from autoplace.runtime.dist.rendezvous import ranks_secret
+    from autoplace.runtime.dist.serve import torchrun_command
 
     cluster = resolve_cluster(args.cluster)
     secret_file = None if args.secret_file is None else os.path.abspath(args.secret_file)

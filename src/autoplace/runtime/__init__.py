@@ -1,16 +1,19 @@
 """Real execution of placed graphs: executor, measured env, profiling, export.
 
 - :mod:`~autoplace.runtime.program` decodes a captured graph's aten program and cuts it per device;
-- :mod:`~autoplace.runtime.workers` runs a placement on one worker process per device and measures it,
-  tensors exchanged through shared memory; :mod:`~autoplace.runtime.distributed` does the same on
-  ``torch.distributed`` (ranks on one host or many, :mod:`~autoplace.runtime.rank`);
+- :mod:`~autoplace.runtime.pool` runs a placement on one worker process per device
+  (:mod:`~autoplace.runtime.device`) and measures it, over one of two back-ends: :mod:`~autoplace.runtime.shm`
+  exchanges tensors through shared memory, :mod:`~autoplace.runtime.dist` over ``torch.distributed`` (ranks on
+  one host or many); :mod:`~autoplace.runtime.backends` chooses;
 - :mod:`~autoplace.runtime.profile` measures op costs and the links between devices;
 - :mod:`~autoplace.runtime.export` writes a placement as runnable Python and an Accelerate device map.
 """
 
-from autoplace.runtime.distributed import RUNTIMES, DistributedPool, make_pool, measure, runtime_for
+from autoplace.runtime.backends import RUNTIMES, make_pool, measure, runtime_for
+from autoplace.runtime.dist.pool import DistributedPool
+from autoplace.runtime.pool import MeasuredResult
 from autoplace.runtime.program import ExecutionError, Program, plan_all, run_reference, torch_device
-from autoplace.runtime.workers import MeasuredResult, WorkerPool
+from autoplace.runtime.shm.pool import WorkerPool
 
 __all__ = [
     "ExecutionError", "Program", "plan_all", "run_reference", "torch_device",

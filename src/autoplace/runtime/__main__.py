@@ -3,6 +3,6 @@ every host of a cluster that spans hosts (``autoplace ranks`` prints and runs th
 
 import sys
 
-from autoplace.runtime.rank import main
+from autoplace.runtime.dist.serve import main
 
 sys.exit(main())

@@ -4,7 +4,7 @@
 ``step = autoplace.compile(model, inputs, loss_fn, optimizer, targets=targets)`` captures one training
 step of ``model`` (forward, backward, the optimizer's update: :func:`~autoplace.capture.capture_training_step`),
 places it on ``cluster`` with ``method`` (or takes a saved ``placement``), and sets it up on one worker
-process per device (:class:`~autoplace.runtime.workers.WorkerPool`) with the model's own parameters,
+process per device (:class:`~autoplace.runtime.shm.pool.WorkerPool`) with the model's own parameters,
 buffers and optimizer state. Then ``loss = step(inputs, targets)`` runs forward, backward and update across
 the placed devices; parameters and optimizer state stay on the devices the placement put them on, between
 steps. ``step.state_dict()`` returns the trained parameters and buffers (``model.load_state_dict`` takes it),
@@ -21,9 +21,10 @@ from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.runtime.eager import EagerRunner
+from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, WorkerFailed
 from autoplace.runtime.program import ExecutionError
+from autoplace.runtime.shm.pool import WorkerPool
 from autoplace.runtime.verdict import Verdict
-from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool, _WorkerFailed
 
 __all__ = ["PlacedStep"]
 
@@ -171,7 +172,7 @@ class PlacedStep:
                 raise
         try:
             self._prepare(graph, placement, values)
-        except _WorkerFailed as e:
+        except WorkerFailed as e:
             self._pool.close()
             raise ExecutionError(f"the placed step of {graph.name!r} cannot be set up on {cluster.name}: {e}") from None
 
@@ -201,7 +202,7 @@ class PlacedStep:
         memory) or ``"distributed"`` (``torch.distributed`` ranks)."""
         if self._eager is not None:
             return "eager"
-        from autoplace.runtime.distributed import DistributedPool
+        from autoplace.runtime.dist.pool import DistributedPool
 
         return "distributed" if isinstance(self._pool, DistributedPool) else "shm"
 
@@ -275,7 +276,7 @@ class PlacedStep:
                 self._pool.draw_random()
             self._pool.step()
             loss = self._names.fetch(self._pool, ["output0"])["output0"]
-        except _WorkerFailed as e:
+        except WorkerFailed as e:
             self.close()
             raise ExecutionError(f"the placed step of {self.graph.name!r} failed: {e}") from None
         except KeyboardInterrupt:                   # the workers' replies are out of step now: start afresh
@@ -334,7 +335,7 @@ class PlacedStep:
                   **self._scheduled_now()}
         try:
             self._prepare(graph, placement, values)
-        except _WorkerFailed as e:
+        except WorkerFailed as e:
             self.close()
             raise ExecutionError(f"the step of {graph.name!r} for inputs of shapes "
                                  f"{[s for s, _ in shapes]} cannot be set up on {self.cluster.name}: {e}") from None
@@ -353,7 +354,7 @@ class PlacedStep:
         graph, placement = self._variants[self._active]
         try:
             self._prepare(graph, placement, values)
-        except _WorkerFailed as e:
+        except WorkerFailed as e:
             self.close()
             raise ExecutionError(f"the placed step of {graph.name!r} cannot be set up again: {e}") from None
         self._initial, self.steps, self._fresh = values, 0, True
@@ -379,7 +380,7 @@ class PlacedStep:
             return self._eager.values(names, self._initial)
         try:
             return self._names.fetch(self._pool, names)
-        except _WorkerFailed as e:
+        except WorkerFailed as e:
             self.close()
             raise ExecutionError(f"cannot read the state of {self.graph.name!r}: {e}") from None
 

@@ -26,7 +26,8 @@ from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph
 from autoplace.grouping import group_ops
 from autoplace.placement import Placement
-from autoplace.runtime.workers import DEFAULT_TIMEOUT_S, WorkerPool
+from autoplace.runtime.pool import DEFAULT_TIMEOUT_S
+from autoplace.runtime.shm.pool import WorkerPool
 
 __all__ = ["profile_graph", "detect_cluster", "speed_warnings", "LinkFit"]
 
@@ -63,7 +64,7 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
         chosen.setdefault(cluster.devices[k].type, k)
     own = pool is None
     if pool is None:
-        from autoplace.runtime.distributed import make_pool
+        from autoplace.runtime.backends import make_pool
 
         pool = make_pool(cluster, runtime=runtime)
     costs: dict[str, np.ndarray] = {}
@@ -497,7 +498,7 @@ def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Seq
     executor's, or the distributed runtime's messages) and return it with measured figures."""
     import torch
 
-    from autoplace.runtime.distributed import make_pool, runtime_for
+    from autoplace.runtime.backends import make_pool, runtime_for
 
     base = base or get_cluster("localhost")
     sizes = tuple(int(s) for s in sizes)

@@ -458,7 +458,7 @@ _AUTOPLACE_TARGETS = {"autoplace.foreach_adam": (foreach_adam, "_fused_adam_"),
 
 # ---------------------------------------------------------------------- DDP's gradient synchronisation
 #: each collective this process takes part in (its name in the graph -> its ``torch.distributed`` process
-#: group), set by the distributed runtime when it sets a placement up (:mod:`autoplace.runtime.rank`)
+#: group), set by the distributed runtime when it sets a placement up (:mod:`autoplace.runtime.dist.rank`)
 COLLECTIVE_GROUPS: dict[str, Any] = {}
 _IN_FLIGHT: dict[int, Any] = {}     # id of a bucket being all-reduced -> its work, until a view waits for it
 

@@ -1,5 +1,10 @@
-"""The device worker process: one per device, running its part of a placed program (Send/Recv through the
-shared-memory buffer the parent lays out; see :mod:`autoplace.runtime.workers`, the parent side)."""
+"""The device worker both runtimes share: a process per device running its part of a placed program.
+
+:class:`DeviceRuntime` runs a device's segments as they become ready and counts their memory and time;
+its exchange — how tensors reach other devices — is each back-end's (:mod:`autoplace.runtime.shm`: shared
+memory, :mod:`autoplace.runtime.dist`: ``torch.distributed``). :func:`serve_messages` answers the driver's
+messages over a pipe; :func:`in_environment` starts a worker with the driver's environment.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +14,22 @@ import time
 from collections import deque
 from typing import Any
 
-import numpy as np
-
 from autoplace.graph import Graph
-from autoplace.runtime.program import (
-    ExecutionError,
-    Program,
-    TRef,
-)
+from autoplace.runtime.program import ExecutionError, Program, TRef
 from autoplace.runtime.segments import cut, generate, op_of_error
 
+__all__ = ["DeviceRuntime", "serve_messages", "in_environment", "driver_gone", "die_with_parent"]
+
+
 _NEVER = -(1 << 62)
+
+
 SPIN_POLLS = int(os.environ.get("AUTOPLACE_SPIN_POLLS", 200))  # busy polls before sleeping between polls
+
+
 POLL_SLEEP_S = float(os.environ.get("AUTOPLACE_POLL_SLEEP_S", 20e-6))
+
+
 #: the process that started this worker (set by :func:`in_environment`): a worker waiting on a peer ends
 #: when it is gone
 DRIVER_PID: int | None = None
@@ -47,7 +55,7 @@ def driver_gone() -> bool:
         return False
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     try:
         import ctypes
 
@@ -57,8 +65,15 @@ def _die_with_parent() -> None:
         pass
 
 
-class _DeviceRuntime:
-    """Worker-side state for one device: the program, the current plan and the resident tensors."""
+class DeviceRuntime:
+    """A device's worker: the program, the current plan and the resident tensors, and the step loop that
+    runs the device's segments as they become ready (the whitepaper's executor: a ready queue fed by local
+    completions and by arriving tensors), counting memory and time.
+
+    A back-end subclasses it with its exchange — how an op's outputs reach the devices that read them:
+    ``_exchange_setup``, ``_begin_step``, ``_end_step``, ``_send``, ``_arrivals`` and ``_idle``
+    (:class:`~autoplace.runtime.shm.worker.ShmRuntime`: shared memory; :class:`~autoplace.runtime.dist.rank.
+    RankRuntime`: ``torch.distributed`` messages)."""
 
     def __init__(self, name: str, device: str, cores: list[int] | None):
         self.name, self.device = name, device
@@ -89,7 +104,7 @@ class _DeviceRuntime:
         prog = self.program
         self.plan = plan
         self.capacity = capacity
-        self.shm_ptr = -1
+        self.exchange_ptr = -1
         sends: dict[TRef, list[int]] = {}
         self.recv_tid: list[tuple[int, TRef]] = []
         for tid, (ref, src, dst, *_rest) in enumerate(transfers):
@@ -146,22 +161,6 @@ class _DeviceRuntime:
                               f"over its {int(capacity)}-byte memory")
         return self.resident
 
-    def _exchange_setup(self, transfers, shm, flags, layouts) -> None:
-        """The shared-memory exchange: a slot per transfer in ``shm``, its flag (the step that filled it)
-        in ``flags``, its layout and send time in ``layouts``."""
-        torch = self.torch
-        self.shm = shm
-        self.shm_ptr = shm.untyped_storage().data_ptr() if shm.numel() else -1
-        self.flags = flags.numpy()
-        self.layouts = layouts[:, :8].numpy()
-        self.stamps = layouts[:, 8].view(torch.float64).numpy()
-        self.slots: dict[int, Any] = {}
-        for tid, (ref, src, dst, off, shape, dtype) in enumerate(transfers):
-            if src == self.plan.device or dst == self.plan.device:
-                dt = getattr(torch, dtype)
-                n = int(np.prod(shape)) * dt.itemsize
-                self.slots[tid] = (shm[off:off + n].view(dt), tuple(shape))
-
     # -------------------------------------------------------------- memory accounting
     def _tensors(self, v):
         T = self.torch.Tensor
@@ -175,7 +174,7 @@ class _DeviceRuntime:
         for t in self._tensors(v):
             st = t.untyped_storage()
             key = st.data_ptr()
-            if key == self.shm_ptr:
+            if key == self.exchange_ptr:
                 continue
             e = self.live.get(key)
             if e is None:
@@ -189,7 +188,7 @@ class _DeviceRuntime:
         storages = {}
         for t in self._tensors(v):
             st = t.untyped_storage()
-            if st.data_ptr() != self.shm_ptr:
+            if st.data_ptr() != self.exchange_ptr:
                 storages[st.data_ptr()] = st.nbytes()
         return sum(storages.values())
 
@@ -208,6 +207,7 @@ class _DeviceRuntime:
     #: run segments as their compiled code once a step has run op by op (False: always op by op; read when the
     #: worker starts, :func:`in_environment`)
     compiled = os.environ.get("AUTOPLACE_INTERPRET", "") != "1"
+
     #: whether sends may wait to be posted (``_pending``), which every op's turn then offers to post
     _pumps = False
 
@@ -394,96 +394,7 @@ class _DeviceRuntime:
         raise MemoryError(f"{self.name} ran out of memory at op {self.program.graph.ops[i].name!r}: "
                           f"{need} bytes over its {int(self.capacity)}-byte budget")
 
-    # -------------------------------------------------------------- the shared-memory exchange
-    #: messages waiting for more than their op's turn (the distributed runtime's staged copies): the loop
-    #: then offers every op's turn to ``_send``, which posts them as soon as they may go
-    _pending = False
-
-    def _begin_step(self, step_id: int) -> float:
-        """Start a step's exchange; returns the step's start time."""
-        self._wait_tids = np.array([tid for tid, _ in self.recv_tid], dtype=np.int64)
-        self._wait_refs = dict(self.recv_tid)
-        return time.perf_counter()
-
-    def _end_step(self) -> float:
-        """Finish a step's exchange (its device's work done); returns the step's end time."""
-        if self.device.startswith("cuda"):  # pragma: no cover
-            self.torch.cuda.synchronize()
-        return time.perf_counter()
-
-    def _send(self, sends: list[tuple[TRef, list[int]]], get, step_id: int) -> None:
-        """Send an op's outputs (``(tensor, transfer ids)``): copy each into its slots, raise their flags."""
-        pc = time.perf_counter
-        xc = self._counters
-        for ref, tids in sends:
-            v = get(ref)
-            for tid in tids:
-                self._copy_in(tid, v)
-                self.stamps[tid] = pc()
-                self.flags[tid] = step_id
-                xc[0] += 1
-                xc[1] += v.numel() * v.element_size()
-
-    def _arrivals(self, step_id: int, idle_since: float) -> list:
-        """The awaited tensors that have arrived, ``(ref, value)`` each: the flags of every tensor still
-        awaited polled at once (vectorised: a scan in Python would add its own length to every arrival's
-        latency). An arrival raised while the device was already waiting (since ``idle_since``) adds its
-        delay to the latency counters."""
-        wait_tids = self._wait_tids
-        if not len(wait_tids):
-            return []
-        hits = np.flatnonzero(self.flags[wait_tids] == step_id)
-        if not len(hits):
-            return []
-        tr = self._seen_at = time.perf_counter()
-        xc = self._counters
-        out = []
-        for h in hits:
-            tid = int(wait_tids[h])
-            if self.stamps[tid] >= idle_since:  # raised while we were already waiting: latency
-                xc[5] += tr - self.stamps[tid]
-                xc[6] += 1
-            out.append((self._wait_refs[tid], self._receive(tid)))
-        self._wait_tids = np.delete(wait_tids, hits)
-        return out
-
-    def _idle(self, spins: int) -> None:
-        """Nothing to run and nothing arrived: spin, then back off to short sleeps once the wait is no
-        longer short (a spinning core slows its neighbour: shared caches, SMT siblings on the host)."""
-        if spins > SPIN_POLLS:
-            time.sleep(POLL_SLEEP_S)
-            if spins % 1000 == 0 and driver_gone():
-                os._exit(1)
-
-    def _copy_in(self, tid: int, v) -> None:
-        """Copy ``v`` into its slot. A permuted dense tensor (a transposed weight) is sent in its memory
-        order and the permutation with it, so the copy is a memcpy and the receiver gets the same strides."""
-        flat, shape = self.slots[tid]
-        lay = self.layouts[tid]
-        if v.is_contiguous() or v.dim() > len(lay):
-            lay[0] = -1
-            flat.view(shape).copy_(v)
-            return
-        order = sorted(range(v.dim()), key=lambda d: (-v.stride(d), d))
-        p = v.permute(order)
-        if p.is_contiguous():
-            lay[:v.dim()] = order
-            flat.copy_(p.reshape(-1))
-        else:
-            lay[0] = -1
-            flat.view(shape).copy_(v)
-
-    def _receive(self, tid: int):
-        flat, shape = self.slots[tid]
-        lay = self.layouts[tid]
-        if lay[0] < 0:
-            v = flat.view(shape)
-        else:
-            order = [int(x) for x in lay[:len(shape)]]
-            inverse = [order.index(d) for d in range(len(shape))]
-            v = flat.view([shape[o] for o in order]).permute(inverse)
-        return v.to(self.device) if self.device != "cpu" else v
-
+    # -------------------------------------------------------------- the driver's requests
     def finish_setup(self) -> None:
         """Output sizes per op, for the memory check before each op (the graph's declared outputs)."""
         g = self.program.graph
@@ -519,23 +430,37 @@ class _DeviceRuntime:
             out.append(v.detach().to("cpu").clone() if v is not None else None)
         return out
 
+    # -------------------------------------------------------------- the exchange (each back-end's own)
+    #: messages waiting for more than their op's turn (the distributed runtime's staged copies): the loop
+    #: then offers every op's turn to ``_send``, which posts them as soon as they may go
+    _pending = False
 
-def standalone(program: Program, *, compiled: bool = True, capacity: float = float("inf"),
-               seed: int = 0) -> _DeviceRuntime:
-    """A runtime that runs the whole of ``program`` on one CPU in this process, with no exchange: a
-    worker's execution without its process (tests, the overhead benchmark)."""
-    import torch
+    def _exchange_setup(self, transfers, *exchange) -> None:
+        """Set up this device's part of the exchange for ``transfers`` (``(ref, src, dst, offset, shape,
+        dtype)`` each) from what the pool sent with the set-up (``exchange``)."""
+        raise NotImplementedError
 
-    from autoplace.runtime.program import plan_device
+    def _begin_step(self, step_id: int) -> float:
+        """Start a step's exchange; returns the step's start time."""
+        raise NotImplementedError
 
-    rt = _DeviceRuntime("cpu:0", "cpu", None)
-    rt.program, rt.compiled = program, compiled
-    plan = plan_device(program, np.zeros(program.graph.n_ops, dtype=np.int64), 0)
-    keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
-    rt.setup(plan, [], seed, capacity, keep, None, torch.empty(0, dtype=torch.uint8),
-             torch.full((1,), -1, dtype=torch.int64), torch.full((1, 9), -1, dtype=torch.int64))
-    rt.finish_setup()
-    return rt
+    def _end_step(self) -> float:
+        """Finish a step's exchange (its device's work done); returns the step's end time."""
+        raise NotImplementedError
+
+    def _send(self, sends: list[tuple[TRef, list[int]]], get, step_id: int) -> None:
+        """Send an op's outputs (``(tensor, transfer ids)`` each; ``get`` reads a tensor's value)."""
+        raise NotImplementedError
+
+    def _arrivals(self, step_id: int, idle_since: float) -> list:
+        """The awaited tensors that have arrived, ``(ref, value)`` each (setting ``_seen_at``, when they were
+        seen; an arrival raised while the device was already waiting, since ``idle_since``, adds its delay
+        to the latency counters)."""
+        raise NotImplementedError
+
+    def _idle(self, spins: int) -> None:
+        """Nothing to run and nothing arrived (the ``spins``-th time in a row): wait a little."""
+        raise NotImplementedError
 
 
 class _InTurn:
@@ -562,7 +487,7 @@ class _InTurn:
 
 def in_environment(env: dict[str, str], driver: int, target, *args) -> None:
     """Run ``target(*args)`` with ``env`` as the process's environment and its settings read from it, started
-    by process ``driver``: a worker forked from the pools' server (:func:`autoplace.runtime.workers.
+    by process ``driver``: a worker forked from the pools' server (:func:`autoplace.runtime.pool.
     process_context`, which imported torch once) starts with the server's environment, not the driver's as it
     is now, and its parent is the server, not the driver."""
     global POLL_SLEEP_S, SPIN_POLLS, DRIVER_PID
@@ -572,26 +497,11 @@ def in_environment(env: dict[str, str], driver: int, target, *args) -> None:
     SPIN_POLLS = int(os.environ.get("AUTOPLACE_SPIN_POLLS", 200))
     POLL_SLEEP_S = float(os.environ.get("AUTOPLACE_POLL_SLEEP_S", 20e-6))
     DRIVER_PID = driver
-    _DeviceRuntime.compiled = os.environ.get("AUTOPLACE_INTERPRET", "") != "1"
+    DeviceRuntime.compiled = os.environ.get("AUTOPLACE_INTERPRET", "") != "1"
     target(*args)
 
 
-def _worker_main(conn, name: str, device: str, cores: list[int] | None) -> None:
-    _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and tears us down
-    try:
-        rt = _DeviceRuntime(name, device, cores)
-        conn.send(("ready", os.getpid()))
-    except Exception as e:  # noqa: BLE001
-        conn.send(("error", f"{name}: cannot start: {type(e).__name__}: {e}"))
-        return
-    _serve_messages(conn, rt, name)
-    # told to exit (or the parent is gone): the worker holds nothing to save, and an interpreter that has
-    # imported torch takes a second or two to tear down, which close() would wait for
-    os._exit(0)
-
-
-def _serve_messages(conn, rt: _DeviceRuntime, name: str) -> None:
+def serve_messages(conn, rt: DeviceRuntime, name: str) -> None:
     """Answer the parent's messages on ``conn`` until it says exit or goes away."""
     while True:
         try:

@@ -1,16 +1,11 @@
-"""Device workers: one process per device, exchanging tensors through shared memory (Send/Recv).
+"""The driver's side of the runtimes: a pool of device worker processes that runs placed steps and
+measures them, whichever back-end exchanges their tensors.
 
-Each cluster device becomes a worker process (:func:`process_context`), pinned to its own core(s) with its own intra-op
-threads (``cpu:i``) or driving ``cuda:i``. For a placement, the parent cuts the program per device
-(:func:`~autoplace.runtime.program.plan_all`), lays every cross-device tensor out in one shared-memory
-buffer (one slot per tensor and destination: each tensor is sent once per destination device), and each
-worker runs its ops as they become ready — the whitepaper's executor: a ready queue fed by local
-completions and by arriving tensors. A send is a copy into the slot followed by a store to the slot's
-flag; the receiver polls the flags of the tensors it still waits for and reads the slot in place.
-
-Failures never hang or crash the caller: a worker's Python error, an out-of-memory (the device's memory
-budget, counted over the tensors it holds, or CUDA's own), a dead worker or a timeout ends the run with a
-failing :class:`MeasuredResult`, and the pool is torn down (processes terminated, then killed) and
+For a placement, the pool cuts the program per device (:func:`~autoplace.runtime.program.plan_all`), lists
+every cross-device tensor once per destination (:func:`transfer_layout`), sets each device up and runs
+steps. Failures never hang or crash the caller: a worker's Python error, an out-of-memory (the device's
+memory budget, counted over the tensors it holds, or CUDA's own), a dead worker or a timeout ends the run
+with a failing :class:`MeasuredResult`, and the pool is torn down (processes terminated, then killed) and
 restarted on the next run. Workers end with the driver (a worker waiting on a peer checks that the driver
 is alive; one waiting for the driver's next message reads the end of its pipe).
 """
@@ -23,7 +18,7 @@ import os
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,20 +27,20 @@ from autoplace.collectives import COLLECTIVES
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.result import StepResult
-from autoplace.runtime.program import (
-    ExecutionError,
-    Program,
-    TRef,
-    plan_all,
-    torch_device,
-)
-from autoplace.runtime.worker import _worker_main, in_environment
+from autoplace.runtime.device import in_environment
+from autoplace.runtime.program import ExecutionError, Program, TRef, plan_all, torch_device
 from autoplace.schedule import runnable_priorities
 
-__all__ = ["MeasuredResult", "WorkerPool"]
+__all__ = ["Pool", "ProcessPool", "MeasuredResult", "WorkerFailed", "DEFAULT_STEPS", "DEFAULT_TIMEOUT_S",
+           "process_context", "cores_of", "transfer_layout", "slot_bytes", "close_all"]
+
 
 DEFAULT_STEPS = 10
+
+
 DEFAULT_TIMEOUT_S = 120.0
+
+
 _ALIGN = 64
 
 
@@ -73,16 +68,16 @@ class MeasuredResult(StepResult):
     exchange: np.ndarray | None = field(default=None, repr=False)
 
 
-class _WorkerFailed(Exception):
-    pass
+class WorkerFailed(Exception):
+    """A run that failed in a worker (its error, an out-of-memory, a death, a timeout): the driver turns
+    it into a failing :class:`MeasuredResult`."""
 
 
-# ---------------------------------------------------------------------- the parent side
-_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+_POOLS: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
 
 
 @atexit.register
-def _close_all() -> None:  # pragma: no cover - interpreter exit
+def close_all() -> None:  # pragma: no cover - interpreter exit
     for p in list(_POOLS):
         p.close()
 
@@ -129,7 +124,7 @@ def _main_not_imported():
                 main.__dict__.pop("__spec__", None)
 
 
-def _cores_of(device, index: int) -> list[int] | None:
+def cores_of(device, index: int) -> list[int] | None:
     """The cores a CPU device's worker is pinned to: its ``affinity``, else core ``i`` of ``cpu:i`` (a host
     before a slash, ``nodeB/cpu:1``, is not part of the name); None for other devices."""
     name = device.name.rsplit("/", 1)[-1]
@@ -142,13 +137,37 @@ def _cores_of(device, index: int) -> list[int] | None:
     return [int(name.partition(":")[2] or index) % n]
 
 
-class WorkerPool:
-    """One worker process per device of ``cluster`` (started lazily, restarted after a failure).
+class Pool(Protocol):
+    """What runs placed steps for the rest of autoplace (the measured env, the placed model, the profiler):
+    both back-ends' pools (:class:`ProcessPool`) are one."""
+
+    cluster: Cluster
+    runtime: str
+
+    def start(self) -> None: ...
+    def close(self, now: bool = False) -> None: ...
+    def run(self, graph: Graph, placement: Placement, *, steps: int = ..., seed: int = 0, fetch: bool = False,
+            profile: bool = False) -> MeasuredResult: ...
+    def prepare(self, graph: Graph, placement: Placement, *, seed: int = 0,
+                values: dict[str, Any] | None = None) -> None: ...
+    def step(self, profile: bool = False) -> list[tuple]: ...
+    def assign(self, values: dict[str, Any]) -> None: ...
+    def draw_random(self) -> None: ...
+    def fetch(self, names: list[str] | None = None) -> dict[str, Any]: ...
+    def call(self, device: int, fn, *args, timeout: float | None = None): ...
+    def post(self, device: int, fn, *args) -> None: ...
+
+
+class ProcessPool:
+    """One worker process per device of ``cluster`` (started lazily, restarted after a failure), driven
+    over pipes: the driver's side both back-ends share. A back-end names its worker process
+    (``_process``) and its exchange (``_exchange_buffers``); :class:`~autoplace.runtime.shm.pool.WorkerPool`
+    and :class:`~autoplace.runtime.dist.pool.DistributedPool` are the two.
 
     Use as a context manager, or call :meth:`close`; pools left open are closed at exit."""
 
-    #: what exchanges the tensors: shared memory (``"distributed"``: the torch.distributed runtime's pool)
-    runtime = "shm"
+    #: what exchanges the tensors: ``"shm"`` (shared memory) or ``"distributed"`` (torch.distributed)
+    runtime = ""
 
     def __init__(self, cluster: Cluster, *, timeout: float = DEFAULT_TIMEOUT_S):
         self.cluster = cluster
@@ -204,11 +223,6 @@ class WorkerPool:
                 self._conns.append(parent)
         self._booting = True
 
-    def _process(self, k: int, conn) -> tuple:
-        """``(target, args)`` of device ``k``'s worker process, talking to the pool over ``conn``."""
-        dev = self.cluster.devices[k]
-        return _worker_main, (conn, dev.name, self.devices[k], _cores_of(dev, k))
-
     def close(self, now: bool = False) -> None:
         """Stop every worker: ask, then terminate, then kill; always reaps the processes. ``now``: terminate
         at once (workers that hold nothing worth an orderly exit: never set up, or still booting)."""
@@ -230,7 +244,7 @@ class WorkerPool:
             c.close()
         self._procs, self._conns, self._loaded, self._prepared, self._booting = [], [], False, None, False
 
-    def __enter__(self) -> WorkerPool:
+    def __enter__(self) -> ProcessPool:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -242,7 +256,7 @@ class WorkerPool:
 
     # -------------------------------------------------------------- messaging
     def _gather(self, *, timeout: float | None = None, which: list[int] | None = None) -> list:
-        """Wait for one reply from each worker in ``which``; raise _WorkerFailed on error/death/timeout."""
+        """Wait for one reply from each worker in ``which``; raise WorkerFailed on error/death/timeout."""
         from multiprocessing.connection import wait
 
         which = list(range(len(self._conns))) if which is None else which
@@ -252,7 +266,7 @@ class WorkerPool:
             left = deadline - time.monotonic()
             if left <= 0:
                 slow = [self.cluster.devices[k].name for k in which if k not in replies]
-                raise _WorkerFailed(f"timeout: {', '.join(slow)} did not finish within "
+                raise WorkerFailed(f"timeout: {', '.join(slow)} did not finish within "
                                     f"{self.timeout if timeout is None else timeout:g} s")
             objs = {}
             for k in which:
@@ -264,15 +278,15 @@ class WorkerPool:
                 if k in replies:
                     continue
                 if not self._conns[k].poll():  # no reply waiting: the sentinel fired, the worker is gone
-                    raise _WorkerFailed(self._died(k))
+                    raise WorkerFailed(self._died(k))
                 try:
                     msg = self._conns[k].recv()
                 except (EOFError, OSError):
-                    raise _WorkerFailed(f"worker {self.cluster.devices[k].name} died") from None
+                    raise WorkerFailed(f"worker {self.cluster.devices[k].name} died") from None
                 if msg[0] == "oom":
-                    raise _WorkerFailed(f"out of memory: {msg[1]}")
+                    raise WorkerFailed(f"out of memory: {msg[1]}")
                 if msg[0] == "error":
-                    raise _WorkerFailed(msg[1])
+                    raise WorkerFailed(msg[1])
                 replies[k] = msg
         return [replies[k] for k in which]
 
@@ -281,7 +295,7 @@ class WorkerPool:
         try:
             self._conns[k].send(msg)
         except (OSError, ValueError):  # BrokenPipeError, a closed connection
-            raise _WorkerFailed(self._died(k)) from None
+            raise WorkerFailed(self._died(k)) from None
 
     def _died(self, k: int) -> str:
         """``worker <device> died (signal 9)``: worker ``k``'s death, with its exit code or signal."""
@@ -329,7 +343,7 @@ class WorkerPool:
         """Set ``placement`` up on the workers: each device's part of the program, the shared-memory slots of
         its transfers, and its placeholders — ``values`` (op name -> tensor) where given, else synthetic
         from ``seed``. Then :meth:`step` runs steps, :meth:`assign` feeds new inputs, :meth:`fetch` reads
-        values back. Raises ``_WorkerFailed`` (a failing run) as :meth:`step` does."""
+        values back. Raises ``WorkerFailed`` (a failing run) as :meth:`step` does."""
         cluster = self.cluster
         if self.runtime != "distributed" and any(op.type in COLLECTIVES for op in graph.ops):
             raise ExecutionError(f"graph {graph.name!r} synchronises replicas with collectives, which run over "
@@ -341,7 +355,7 @@ class WorkerPool:
         index = {op.name: i for i, op in enumerate(graph.ops)}
         by_index = {index[n]: v for n, v in (values or {}).items()}
         plans = plan_all(program, assignment, cluster.n_devices, priority)
-        transfers, total = _layout(program, plans)
+        transfers, total = transfer_layout(program, plans)
         keep = {r.op for r in program.outputs} | {r.op for r in program.final_versions.values()}
         used = [k for k, plan in enumerate(plans) if plan.ops]  # idle devices take no part
         buffers = self._exchange_buffers(transfers, total, used)
@@ -353,17 +367,6 @@ class WorkerPool:
         self._gather(which=used)
         self._prepared = {"program": program, "assignment": assignment, "plans": plans, "transfers": transfers,
                           "used": used, "index": index, "steps": 0, "buffers": buffers}
-
-    def _exchange_buffers(self, transfers: list[tuple], total: int, used: list[int]) -> tuple:
-        """What the workers exchange tensors through, sent with each one's set-up: one shared-memory buffer
-        of ``total`` bytes (a slot per transfer), a flag per transfer (the step that last filled it) and
-        its layout and send time (``used``: the devices taking part)."""
-        import torch
-
-        shm = torch.empty(total, dtype=torch.uint8).share_memory_()
-        flags = torch.full((len(transfers) + 1,), -1, dtype=torch.int64).share_memory_()
-        layouts = torch.full((len(transfers) + 1, 9), -1, dtype=torch.int64).share_memory_()
-        return shm, flags, layouts
 
     def step(self, profile: bool = False) -> list[tuple]:
         """One step of the prepared placement on every device taking part: each device's reply
@@ -442,9 +445,9 @@ class WorkerPool:
             transfers = prep["transfers"]
             return MeasuredResult(float(measured.mean()), names, peak, capacity, tuple(float(x) for x in per_step),
                                   busy / max(1, len(measured)), len(transfers),
-                                  int(sum(_nbytes(t) for t in transfers)), None, outputs,
+                                  int(sum(slot_bytes(t) for t in transfers)), None, outputs,
                                   exchange / max(1, len(measured)))
-        except _WorkerFailed as e:
+        except WorkerFailed as e:
             self.close()
             return MeasuredResult(float("inf"), names, np.zeros(len(names)), capacity, error=str(e))
         except KeyboardInterrupt:
@@ -469,14 +472,24 @@ class WorkerPool:
             out.update({name: v for (name, _), v in zip(items, msg[1])})
         return out
 
+    # -------------------------------------------------------------- each back-end's own
+    def _process(self, k: int, conn) -> tuple:
+        """``(target, args)`` of device ``k``'s worker process, talking to the pool over ``conn``."""
+        raise NotImplementedError
 
-def _nbytes(t) -> int:
+    def _exchange_buffers(self, transfers: list[tuple], total: int, used: list[int]) -> tuple:
+        """What the workers exchange tensors through, sent with each one's set-up (``transfers`` as
+        :func:`transfer_layout` lists them, ``total`` bytes of slots; ``used``: the devices taking part)."""
+        raise NotImplementedError
+
+
+def slot_bytes(t) -> int:
     import torch
 
     return int(np.prod(t[4])) * getattr(torch, t[5]).itemsize
 
 
-def _layout(program: Program, plans) -> tuple[list[tuple], int]:
+def transfer_layout(program: Program, plans) -> tuple[list[tuple], int]:
     """One shared-memory slot per (tensor, destination): (ref, src, dst, offset, shape, dtype)."""
     g = program.graph
     out = []
@@ -486,5 +499,5 @@ def _layout(program: Program, plans) -> tuple[list[tuple], int]:
             spec = g.ops[r.op].outputs[r.k or 0]
             t = (r, src, p.device, off, tuple(spec.shape), spec.dtype)
             out.append(t)
-            off += (_nbytes(t) + _ALIGN - 1) // _ALIGN * _ALIGN
+            off += (slot_bytes(t) + _ALIGN - 1) // _ALIGN * _ALIGN
     return out, max(off, _ALIGN)
