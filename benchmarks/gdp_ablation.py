@@ -37,7 +37,7 @@ MODES = {"default": {}, "paper": {"prior": None, "unit_moves": 0}}
 
 def _train(settings, graphs, clusters, budget, seed: int, config: dict) -> dict:
     from autoplace.bench.jobs import batch_steps
-    from autoplace.placers.gdp import gdp_train
+    from autoplace.placers.learned.gdp import gdp_train
 
     t0 = time.perf_counter()
     r = gdp_train(graphs, clusters, budget=budget, seed=seed, config=config)

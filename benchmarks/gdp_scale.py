@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from autoplace.cluster import get_cluster
-    from autoplace.placers.gdp import GDPConfig, GDPSearch
+    from autoplace.placers.learned.gdp import GDPConfig, GDPSearch
     from autoplace.zoo import build_graph
 
     t0 = time.perf_counter()

@@ -27,8 +27,8 @@ from _common import geo, print_table
 
 from autoplace.cluster import get_cluster
 from autoplace.graph import Graph, Op
-from autoplace.placers.htf_mpr import htf_mpr_search
-from autoplace.placers.rl import rl_search
+from autoplace.placers.learned.htf_mpr import htf_mpr_search
+from autoplace.placers.learned.rl import rl_search
 from autoplace.search import SearchBudget
 
 SEEDS = (0, 1, 2)

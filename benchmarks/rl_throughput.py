@@ -19,7 +19,7 @@ import time
 from _common import TableOut
 
 from autoplace.cluster import get_cluster
-from autoplace.placers.rl import RLConfig, RLSearch
+from autoplace.placers.learned.rl import RLConfig, RLSearch
 from autoplace.zoo import build_graph
 
 
@@ -69,7 +69,7 @@ def _setting(kv: str) -> tuple[str, object]:
 
 
 def distributed(args, cluster) -> int:
-    from autoplace.placers.rl import rl_distributed
+    from autoplace.placers.learned.rl import rl_distributed
     from autoplace.search import SearchBudget
     from autoplace.search.distributed import ray_session
 

@@ -24,7 +24,7 @@ from _common import note, print_table
 from autoplace.cluster import get_cluster
 from autoplace.env import make_env
 from autoplace.grouping import grouped_graph
-from autoplace.placers.rl import RLConfig, policy_parts
+from autoplace.placers.learned.rl import RLConfig, policy_parts
 from autoplace.search.evaluation import Evaluator
 from autoplace.zoo import build_graph
 

@@ -33,7 +33,7 @@ from autoplace.bench.jobs import Setting, place_job, robust_step
 from autoplace.cluster import get_cluster
 from autoplace.placement import Placement
 from autoplace.placers import place
-from autoplace.placers.gdp import GDPConfig, GDPSearch, new_policy
+from autoplace.placers.learned.gdp import GDPConfig, GDPSearch, new_policy
 from autoplace.sim import simulate
 from autoplace.zoo import build_graph
 

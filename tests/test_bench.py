@@ -515,7 +515,7 @@ def test_enumeration_counts_every_mapping(tmp_path):
     import itertools
 
     from autoplace.bench.jobs import enumerate_job
-    from autoplace.placers.htf_mpr import HTFMPRConfig, htf_mpr_nodes
+    from autoplace.placers.learned.htf_mpr import HTFMPRConfig, htf_mpr_nodes
     from autoplace.sim import Simulator
 
     s = Setting("mnist-softmax", "gtx1050tix2")
@@ -616,7 +616,7 @@ def test_variants_and_refined_placements_are_paired_with_their_learning_off_selv
     for the search's time and its refine's. A variant that learns nothing has none."""
     from autoplace.bench import jobs
     from autoplace.bench.plan import QUICK, Run, Variant
-    from autoplace.placers.htf_mpr import HTFMPRConfig
+    from autoplace.placers.learned.htf_mpr import HTFMPRConfig
 
     run = Run(QUICK, seeds=(0, 1), variants=(Variant("rl-paper", "rl", (("paper", True),)),
                                             Variant("htf-paper", "htf-mpr", (("paper", True),)),

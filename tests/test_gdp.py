@@ -19,7 +19,7 @@ from autoplace.errors import AutoplaceError, FormatError  # noqa: E402
 from autoplace.graph import Graph, Op  # noqa: E402
 from autoplace.grouping import group_ops  # noqa: E402
 from autoplace.placers import place  # noqa: E402
-from autoplace.placers.gdp import (  # noqa: E402
+from autoplace.placers.learned.gdp import (  # noqa: E402
     GDPConfig,
     GDPSearch,
     gdp_search,
@@ -29,7 +29,7 @@ from autoplace.placers.gdp import (  # noqa: E402
     save_policy,
     zero_shot,
 )
-from autoplace.placers.hdp import HDPConfig, HDPSearch, hdp_search  # noqa: E402
+from autoplace.placers.learned.hdp import HDPConfig, HDPSearch, hdp_search  # noqa: E402
 from autoplace.policies.features import NODE_DENSE, node_features  # noqa: E402
 from autoplace.policies.graphsage import GraphEmbedding, SageLayer  # noqa: E402
 from autoplace.policies.grouper import Grouper, group_input_dim, group_inputs  # noqa: E402
@@ -207,7 +207,7 @@ def test_zero_shot_and_fine_tune_keep_the_saved_settings_and_never_lose_to_the_p
 
 def test_a_prior_that_splits_a_node_biases_it_to_a_device_that_can_run_it(monkeypatch):
     import autoplace.placers.registry as placers
-    from autoplace.placers.gdp import gdp_nodes, prior_nodes
+    from autoplace.placers.learned.gdp import gdp_nodes, prior_nodes
 
     g, c = chain(), get_cluster("k80x2")
     nodes = gdp_nodes(g, c, GDPConfig())
@@ -567,7 +567,7 @@ def test_ppo_clips_the_ratio_in_later_epochs_as_schulman_et_al():
 
 
 def test_deciding_per_unit_gdp_places_each_structural_unit_whole_and_paper_mode_places_every_node():
-    from autoplace.placers.gdp import gdp_nodes
+    from autoplace.placers.learned.gdp import gdp_nodes
     from autoplace.policies.features import group_features
 
     g, c = build_graph("rnnlm-2", vocab=50, hidden=16, steps=12, batch=2), get_cluster("p100x2")

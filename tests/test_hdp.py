@@ -15,7 +15,7 @@ from conftest import independent_products  # noqa: E402
 from autoplace.cluster import Cluster, Device, LinkSpec, get_cluster  # noqa: E402
 from autoplace.errors import AutoplaceError  # noqa: E402
 from autoplace.graph import Graph, Op  # noqa: E402
-from autoplace.placers.hdp import HDPConfig, HDPSearch, hdp_search  # noqa: E402
+from autoplace.placers.learned.hdp import HDPConfig, HDPSearch, hdp_search  # noqa: E402
 from autoplace.policies.hierarchical import group_embedding, noisy_logits, released_inputs  # noqa: E402
 from autoplace.search import SearchBudget  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402

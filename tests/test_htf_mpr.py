@@ -15,7 +15,7 @@ from autoplace.cost import feasible_devices
 from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph, Op
 from autoplace.grouping import runnable_grouping
-from autoplace.placers.htf_mpr import (
+from autoplace.placers.learned.htf_mpr import (
     HTFMPRConfig,
     colouring,
     htf_mpr_search,
@@ -25,8 +25,7 @@ from autoplace.placers.htf_mpr import (
     stochastic_crossover,
     work_budget,
 )
-from autoplace.search import SearchBudget
-from autoplace.search.predictor import (
+from autoplace.placers.learned.predictor import (
     MODELS,
     FitnessPredictor,
     compare_models,
@@ -34,6 +33,7 @@ from autoplace.search.predictor import (
     kendall_tau_distance,
     one_hot,
 )
+from autoplace.search import SearchBudget
 from autoplace.sim import simulate
 from autoplace.zoo import build_graph
 
@@ -154,7 +154,7 @@ def test_the_predictor_ranks_a_learnable_fitness_and_follows_sklearn_conventions
 
 
 def test_a_model_whose_fit_fails_in_one_run_is_reported_beside_the_runs_that_fitted(monkeypatch):
-    import autoplace.search.predictor as pred
+    import autoplace.placers.learned.predictor as pred
 
     real, calls = pred.cross_validate, []
 
@@ -244,7 +244,7 @@ def test_a_graph_with_fewer_mappings_than_the_budget_converges():
 
 
 def test_a_population_where_one_mapping_ran_still_breeds():
-    from autoplace.placers.htf_mpr import HTFMPRSearch
+    from autoplace.placers.learned.htf_mpr import HTFMPRSearch
 
     g, c = build_graph("mnist-softmax"), get_cluster("gtx1050tix2")
     search = HTFMPRSearch(g, c, HTFMPRConfig(random_homogeneous=5), seed=0)
@@ -269,7 +269,7 @@ def test_htf_mpr_from_the_command_line(tmp_path, capsys):
 
 
 def test_a_generation_runs_the_children_the_predictor_ranks_highest(monkeypatch):
-    from autoplace.placers.htf_mpr import HTFMPRSearch
+    from autoplace.placers.learned.htf_mpr import HTFMPRSearch
 
     g, c = build_graph("mnist-softmax"), get_cluster("gtx1050tix2")
     search = HTFMPRSearch(g, c, HTFMPRConfig(random_homogeneous=5, top_x=4), seed=0)
@@ -292,8 +292,8 @@ def test_a_generation_runs_the_children_the_predictor_ranks_highest(monkeypatch)
 
 
 def test_groups_coarsen_the_nodes_as_the_rl_placer_does_and_the_placement_expands_to_every_op():
-    from autoplace.placers.htf_mpr import htf_mpr_nodes
-    from autoplace.placers.rl import RLConfig, rl_grouping
+    from autoplace.placers.learned.htf_mpr import htf_mpr_nodes
+    from autoplace.placers.learned.rl import RLConfig, rl_grouping
 
     g, c = build_graph("rnnlm-2", steps=6, hidden=256), get_cluster("k80x2")
     fine = htf_mpr_nodes(g, c, HTFMPRConfig())
@@ -310,7 +310,7 @@ def test_groups_coarsen_the_nodes_as_the_rl_placer_does_and_the_placement_expand
 
 
 def test_the_random_model_runs_children_without_a_predictor_and_predicts_nothing(monkeypatch):
-    from autoplace.placers.htf_mpr import HTFMPRSearch
+    from autoplace.placers.learned.htf_mpr import HTFMPRSearch
 
     g, c = build_graph("mnist-softmax"), get_cluster("gtx1050tix2")
     search = HTFMPRSearch(g, c, HTFMPRConfig(random_homogeneous=5, top_x=4, model="random"), seed=0)
@@ -324,7 +324,7 @@ def test_the_random_model_runs_children_without_a_predictor_and_predicts_nothing
 
 
 def test_roulette_selection_draws_parents_in_proportion_to_fitness():
-    from autoplace.placers.htf_mpr import roulette_pair
+    from autoplace.placers.learned.htf_mpr import roulette_pair
 
     rng = np.random.default_rng(0)
     draws = np.array([roulette_pair(np.array([6.0, 3.0, 1.0, 0.0]), rng) for _ in range(4000)])
@@ -337,7 +337,7 @@ def test_roulette_selection_draws_parents_in_proportion_to_fitness():
 
 
 def test_mutation_draws_the_configured_number_of_nodes_per_child():
-    from autoplace.placers.htf_mpr import mutate
+    from autoplace.placers.learned.htf_mpr import mutate
 
     rng = np.random.default_rng(0)
     kids = np.zeros((4000, 50), dtype=np.int64)
@@ -348,7 +348,7 @@ def test_mutation_draws_the_configured_number_of_nodes_per_child():
 
 
 def test_the_predictor_is_refitted_on_every_mapping_run_so_far_after_each_generation(monkeypatch):
-    from autoplace.placers.htf_mpr import HTFMPRSearch
+    from autoplace.placers.learned.htf_mpr import HTFMPRSearch
 
     sizes = []
     real = FitnessPredictor.fit
@@ -368,7 +368,7 @@ def test_children_bred_onto_a_device_that_cannot_run_a_node_are_repaired():
     ops += [Op(f"b{i}", "mm", ("io" if i == 0 else f"b{i - 1}",), output_bytes=(1024,), flops=1e6) for i in range(6)]
     g, c = Graph(ops, name="cpu-op"), get_cluster("gtx1050tix2")
     from autoplace.grouping import grouped_graph
-    from autoplace.placers.htf_mpr import HTFMPRSearch
+    from autoplace.placers.learned.htf_mpr import HTFMPRSearch
 
     search = HTFMPRSearch(g, c, HTFMPRConfig(random_homogeneous=5, top_x=4, mutation=4.0), seed=0)
     can_run = grouped_graph(g, search.nodes, c).feasible
@@ -379,7 +379,7 @@ def test_children_bred_onto_a_device_that_cannot_run_a_node_are_repaired():
 
 
 def test_a_generation_with_new_children_ends_a_stall():
-    from autoplace.placers.htf_mpr import HTFMPRSearch
+    from autoplace.placers.learned.htf_mpr import HTFMPRSearch
 
     search = HTFMPRSearch(build_graph("mnist-softmax"), get_cluster("gtx1050tix2"),
                           HTFMPRConfig(random_homogeneous=5), seed=0)
@@ -390,7 +390,7 @@ def test_a_generation_with_new_children_ends_a_stall():
 
 
 def test_device_permutations_beyond_the_limit_are_distinct_draws_with_the_identity_first():
-    from autoplace.placers.htf_mpr import _permutations
+    from autoplace.placers.learned.htf_mpr import _permutations
 
     perms = _permutations(5, 24, np.random.default_rng(0))
     assert len(perms) == 24 == len(set(perms)) and perms[0] == (0, 1, 2, 3, 4)
@@ -399,8 +399,8 @@ def test_device_permutations_beyond_the_limit_are_distinct_draws_with_the_identi
 
 
 def test_a_setting_of_the_wrong_type_is_one_clear_error_for_every_learned_placer(tmp_path, capsys):
-    from autoplace.placers.gdp import GDPConfig
-    from autoplace.placers.rl import RLConfig
+    from autoplace.placers.learned.gdp import GDPConfig
+    from autoplace.placers.learned.rl import RLConfig
 
     for bad in ("top_x=2.5", "groups=abc", "max_permutations=true"):
         assert main(["place", "mnist-softmax", "-c", "gtx1050tix2", "-m", "htf-mpr", "--set", bad,
@@ -416,7 +416,7 @@ def test_a_setting_of_the_wrong_type_is_one_clear_error_for_every_learned_placer
 
 
 def test_a_generation_that_breeds_nothing_new_does_not_refit(monkeypatch):
-    from autoplace.placers.htf_mpr import HTFMPRSearch
+    from autoplace.placers.learned.htf_mpr import HTFMPRSearch
 
     fits = []
     real = FitnessPredictor.fit
@@ -459,7 +459,7 @@ def test_paper_mode_fits_the_predictor_once_breeds_on_predictions_and_runs_one_s
     """The paper's loop (Fig. 3): the predictor is fitted once, on the initial mappings; children of every
     generation join the population with their predicted fitness and nothing runs until the last generation;
     then exactly the top_x children of highest prediction run, and the search ends."""
-    from autoplace.placers.htf_mpr import HTFMPRSearch
+    from autoplace.placers.learned.htf_mpr import HTFMPRSearch
 
     sizes = []
     real = FitnessPredictor.fit
@@ -468,7 +468,7 @@ def test_paper_mode_fits_the_predictor_once_breeds_on_predictions_and_runs_one_s
     config = HTFMPRConfig(paper=True, random_homogeneous=5, top_x=4, screen_generations=6)
     assert not config.feedback and config.model == "gbr" and config.groups == 0
     assert config.mutation == 0.0                                    # §III-G breeds by crossover alone
-    from autoplace.placers import htf_mpr
+    from autoplace.placers.learned import htf_mpr
 
     mutated, real_mutate = [], htf_mpr.mutate
     monkeypatch.setattr(htf_mpr, "mutate", lambda kids, rate, d, rng: (

@@ -112,11 +112,11 @@ def test_memory_aware_schedules_are_rebuilt_until_they_fit(method):
 
 
 def test_a_schedule_that_runs_out_of_memory_is_rebuilt_with_less_room():
-    """:func:`_fitting` simulates each schedule and builds again with the capacity of the device that ran
+    """:func:`fitting` simulates each schedule and builds again with the capacity of the device that ran
     out scaled down by its overflow, until one fits; it gives up after MEMORY_TRIES."""
     from autoplace.errors import InfeasibleError
     from autoplace.placement import Placement
-    from autoplace.placers.schedule_model import MEMORY_TRIES, _fitting
+    from autoplace.placers.schedule_model import MEMORY_TRIES, fitting
 
     ops = [Op("x", "input", output_bytes=(8,))]
     ops += [Op(f"a{k}", "op", ("x",), output_bytes=(8,), param_bytes=400, flops=1e6) for k in range(3)]
@@ -130,11 +130,11 @@ def test_a_schedule_that_runs_out_of_memory_is_rebuilt_with_less_room():
         dev = np.zeros(g.n_ops, dtype=np.int64) if cap[0] >= 1000 else np.array([0, 0, 1, 1])
         return Placement.from_array(g, c, dev, "stub")
 
-    p = _fitting(g, c, "stub", build)
+    p = fitting(g, c, "stub", build)
     assert p.meta["memory_tries"] == 2 and simulate(g, c, p).ok
     assert seen[1][0] < seen[0][0] and seen[1][1] == seen[0][1]        # less room only where it ran out
     with pytest.raises(InfeasibleError, match=f"after {MEMORY_TRIES} tries"):
-        _fitting(g, c, "stub", lambda cap: Placement.from_array(g, c, np.zeros(g.n_ops, dtype=np.int64), "stub"))
+        fitting(g, c, "stub", lambda cap: Placement.from_array(g, c, np.zeros(g.n_ops, dtype=np.int64), "stub"))
 
 
 def test_views_of_sources_float():

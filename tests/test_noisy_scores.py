@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 from autoplace.cluster import get_cluster  # noqa: E402
 from autoplace.env import BaseEnv  # noqa: E402
 from autoplace.formats.state import read_state  # noqa: E402
-from autoplace.placers.rl import RLConfig, rl_search  # noqa: E402
+from autoplace.placers.learned.rl import RLConfig, rl_search  # noqa: E402
 from autoplace.search import SearchBudget  # noqa: E402
 from autoplace.search.checkpoint import CHECKPOINT_FILE  # noqa: E402
 from autoplace.search.evaluation import Evaluator, confirm_best  # noqa: E402

@@ -16,7 +16,7 @@ from autoplace.env import SimulatedEnv  # noqa: E402
 from autoplace.errors import AutoplaceError  # noqa: E402
 from autoplace.graph import Graph, Op  # noqa: E402
 from autoplace.grouping import Grouping, group_ops  # noqa: E402
-from autoplace.placers.rl import RLConfig, RLSearch, rl_grouping, rl_search, samples_for_budget  # noqa: E402
+from autoplace.placers.learned.rl import RLConfig, RLSearch, rl_grouping, rl_search, samples_for_budget  # noqa: E402
 from autoplace.policies.features import group_features  # noqa: E402
 from autoplace.search import Evaluator, SearchBudget, default_failing_step, load_checkpoint  # noqa: E402
 from autoplace.search.checkpoint import CHECKPOINT_FILE  # noqa: E402

@@ -11,7 +11,7 @@ ray = pytest.importorskip("ray")
 from conftest import wait_for  # noqa: E402
 
 from autoplace.cluster import get_cluster  # noqa: E402
-from autoplace.placers.rl import RLConfig, rl_distributed, rl_search  # noqa: E402
+from autoplace.placers.learned.rl import RLConfig, rl_distributed, rl_search  # noqa: E402
 from autoplace.search import SearchBudget  # noqa: E402
 from autoplace.search.distributed import ray_session  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402
@@ -99,8 +99,8 @@ def test_a_distributed_search_checkpoints_and_resumes(session, case, tmp_path):
 
 
 def test_gdp_and_hdp_score_their_samples_on_ray_workers(session, case):
-    from autoplace.placers.gdp import GDPConfig, gdp_search
-    from autoplace.placers.hdp import HDPConfig, hdp_search
+    from autoplace.placers.learned.gdp import GDPConfig, gdp_search
+    from autoplace.placers.learned.hdp import HDPConfig, hdp_search
 
     g, c = case
     r = gdp_search(g, c, budget=SearchBudget(samples=32), workers=2, seed=0,

@@ -19,10 +19,10 @@ from autoplace.errors import AutoplaceError, FormatError  # noqa: E402
 from autoplace.formats import graph_to_dict, save_graph  # noqa: E402
 from autoplace.formats.state import decode_state, encode_state, graph_hash, read_state, write_state  # noqa: E402
 from autoplace.graph import Graph  # noqa: E402
-from autoplace.placers.gdp import GDPConfig, gdp_train, load_policy  # noqa: E402
-from autoplace.placers.hdp import HDPConfig, hdp_search  # noqa: E402
-from autoplace.placers.htf_mpr import HTFMPRConfig, htf_mpr_search  # noqa: E402
-from autoplace.placers.rl import RLConfig, rl_search  # noqa: E402
+from autoplace.placers.learned.gdp import GDPConfig, gdp_train, load_policy  # noqa: E402
+from autoplace.placers.learned.hdp import HDPConfig, hdp_search  # noqa: E402
+from autoplace.placers.learned.htf_mpr import HTFMPRConfig, htf_mpr_search  # noqa: E402
+from autoplace.placers.learned.rl import RLConfig, rl_search  # noqa: E402
 from autoplace.search import SearchBudget  # noqa: E402
 from autoplace.search.checkpoint import CHECKPOINT_FILE  # noqa: E402
 from autoplace.zoo import build_graph  # noqa: E402

@@ -321,7 +321,7 @@ def gdp_batch_job(settings: tuple[Setting, ...], budget: float, seed: int, confi
     equal-wall job takes); then the trained policy places each of ``zero_shot`` (larger graphs) zero-shot."""
     import tempfile
 
-    from autoplace.placers.gdp import gdp_train, load_policy
+    from autoplace.placers.learned.gdp import gdp_train, load_policy
     from autoplace.search import SearchBudget
 
     probs = [s.problem() for s in settings]
@@ -349,7 +349,7 @@ def gdp_batch_job(settings: tuple[Setting, ...], budget: float, seed: int, confi
 def _zero_shot(net, setting: Setting, cfg, seed: int, robust: bool = False) -> dict:
     """``net`` placing ``setting`` zero-shot: its best step (with ``robust``, its robust step too), the greedy
     (most likely) placement's, the prior's, and the seconds the policy and the prior took."""
-    from autoplace.placers.gdp import zero_shot
+    from autoplace.placers.learned.gdp import zero_shot
 
     graph, cluster = setting.problem()
     t0 = time.perf_counter()
@@ -394,7 +394,7 @@ def gdp_holdout_job(held_out: Setting, others: tuple[Setting, ...], budget: floa
 
     import torch
 
-    from autoplace.placers.gdp import GDPConfig, gdp_search, gdp_train, load_policy, new_policy
+    from autoplace.placers.learned.gdp import GDPConfig, gdp_search, gdp_train, load_policy, new_policy
     from autoplace.search import SearchBudget
 
     knobs = {"config": dict(config)} if config else {}
@@ -447,8 +447,8 @@ def predictor_job(setting: Setting, budget: float, seed: int, folds: int = 5, ru
     """HTF-MPR's Figure 8: every fitness predictor's Kendall tau distance (``folds``-fold cross-validation,
     mean and standard deviation over ``runs`` runs) on the mappings one HTF-MPR search (``budget`` seconds
     of nominal work) evaluated."""
-    from autoplace.placers.htf_mpr import fitness, htf_mpr_search
-    from autoplace.search.predictor import compare_models
+    from autoplace.placers.learned.htf_mpr import fitness, htf_mpr_search
+    from autoplace.placers.learned.predictor import compare_models
 
     graph, cluster = setting.problem()
     t0 = time.perf_counter()
@@ -476,7 +476,7 @@ def enumerate_job(setting: Setting, budget: float, seed: int, config: tuple = ()
     coarsened (HTF-MPR's ``groups`` setting) until they fit, for the enumeration and the search alike."""
     import numpy as np
 
-    from autoplace.placers.htf_mpr import HTFMPRConfig, htf_mpr_nodes, htf_mpr_search
+    from autoplace.placers.learned.htf_mpr import HTFMPRConfig, htf_mpr_nodes, htf_mpr_search
     from autoplace.progress import report_progress
     from autoplace.sim import Simulator
 

@@ -344,7 +344,7 @@ def _search_budget(args: argparse.Namespace):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from autoplace.placers.gdp import gdp_train
+    from autoplace.placers.learned.gdp import gdp_train
     from autoplace.units import fmt_time
 
     _check_output(args.output, "policy")

@@ -1,6 +1,7 @@
 """Placers: algorithms ``place(graph, cluster, *, seed, budget) -> Placement``, looked up by name.
 
-Each placer module registers its functions with :func:`register_placer`; the CLI and
+The learned placers (RL, HDP, GDP, HTF-MPR) are in :mod:`autoplace.placers.learned`. Each placer module
+registers its functions with :func:`register_placer`; the CLI and
 :func:`place` pick them from the registry (no if/elif chains). A placer never mutates its inputs and
 is deterministic for a given ``seed``.
 """
@@ -12,6 +13,7 @@ from autoplace.placers.registry import PlacerFn, PlacerInfo, available_placers, 
 __all__ = ["PlacerFn", "PlacerInfo", "register_placer", "get_placer", "available_placers", "place"]
 
 # Built-in placer modules register themselves on import, in this order (available_placers() lists them so).
+from autoplace.placers import auto, baselines, cpsat, dp_split, pipeline, expert  # noqa: E402,F401,I001
+from autoplace.placers.learned import rl, gdp, hdp, htf_mpr  # noqa: E402,F401,I001
 from autoplace.placers import (  # noqa: E402,F401,I001
-    auto, baselines, cpsat, dp_split, pipeline, expert, rl, gdp, hdp, htf_mpr, list_scheduling, baechi, local_search,
-    partitioning, replicated)
+    list_scheduling, baechi, local_search, partitioning, replicated)

@@ -14,7 +14,7 @@ from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
-from autoplace.placers.schedule_model import _fitting, _predecessor_counts, _Schedule
+from autoplace.placers.schedule_model import Schedule, fitting, predecessor_counts
 from autoplace.validation import check_budget
 
 __all__ = ["m_topo", "m_etf", "m_sct", "favourite_children"]
@@ -32,12 +32,12 @@ def m_topo(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
     Adapted: the devices filled are the GPUs (Baechi places on GPUs); the CPU takes only what no GPU can
     run or hold. As in Baechi's m-TOPO with co-location, a group goes whole to the device of its first
     member, and its whole work counts towards that device's share then; sources follow their first reader
-    (:class:`_Schedule`). ``seed`` and ``budget`` are unused. O((n + E) D)."""
-    return _fitting(graph, cluster, "m-topo", lambda cap: _m_topo(graph, cluster, cap))
+    (:class:`Schedule`). ``seed`` and ``budget`` are unused. O((n + E) D)."""
+    return fitting(graph, cluster, "m-topo", lambda cap: _m_topo(graph, cluster, cap))
 
 
 def _m_topo(graph: Graph, cluster: Cluster, capacity: np.ndarray) -> Placement:
-    s = _Schedule(graph, cluster, memory=True, capacity=capacity)
+    s = Schedule(graph, cluster, memory=True, capacity=capacity)
     by_speed = sorted(range(cluster.n_devices), key=lambda d: (-cluster.achievable_flops[d], d))
     gpus = set(cluster.devices_of_kind("gpu"))
     fill = [d for d in by_speed if d in gpus] or by_speed
@@ -66,16 +66,16 @@ def _m_etf(graph: Graph, cluster: Cluster, method: str, capacity: np.ndarray,
            favourite_parent: np.ndarray | None = None, **meta) -> Placement:
     """Earliest Task First with memory. One heap per device holds the ready ops keyed by when their inputs
     can be there; the next (op, device) is the pair with the earliest start (the earliest idle gap from
-    its data-ready time; plus :meth:`_Schedule.choice_cost`), ties to the smaller data-ready time, then
+    its data-ready time; plus :meth:`Schedule.choice_cost`), ties to the smaller data-ready time, then
     topological rank. A heap's key can go stale as links fill up: the top is re-timed before it is
     compared, and re-queued if its inputs now arrive later. Memory only grows while an op waits, so an op
     that no longer fits a device is dropped from that device's heap for good. O(n D log n) heap work.
 
     With ``favourite_parent`` (m-SCT), an op whose favourite parent is placed goes to that parent's device
     when it has room there, hiding the transfer between them."""
-    s = _Schedule(graph, cluster, memory=True, capacity=capacity)
+    s = Schedule(graph, cluster, memory=True, capacity=capacity)
     D = cluster.n_devices
-    indeg = _predecessor_counts(graph)
+    indeg = predecessor_counts(graph)
     heaps: list[list[tuple[float, int, int]]] = [[] for _ in range(D)]
     rank = graph.rank.tolist()
     waiting = np.zeros(graph.n_ops, dtype=np.int64)  # devices an op is still queued on
@@ -146,12 +146,12 @@ def _m_etf(graph: Graph, cluster: Cluster, method: str, capacity: np.ndarray,
 def m_etf(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """Baechi's m-ETF (Jeon et al. 2020 §4.2; ETF by Hwang et al. 1989): repeatedly start the ready
     (op, device) pair with the earliest start among devices whose memory still has room for the op, in the
-    schedule model of :class:`_Schedule`. Adapted: the start also pays the choice cost
-    (:meth:`_Schedule.choice_cost`), floating ops follow their readers, and the placement is checked by
-    simulation and rebuilt with less room where it runs out (:func:`_fitting`, meta ``memory_tries``).
+    schedule model of :class:`Schedule`. Adapted: the start also pays the choice cost
+    (:meth:`Schedule.choice_cost`), floating ops follow their readers, and the placement is checked by
+    simulation and rebuilt with less room where it runs out (:func:`fitting`, meta ``memory_tries``).
     Raises :class:`InfeasibleError` when no device has room. ``seed`` and ``budget`` are unused.
     O(n D log n) heap work and schedule probes per try."""
-    return _fitting(graph, cluster, "m-etf", lambda cap: _m_etf(graph, cluster, "m-etf", cap))
+    return fitting(graph, cluster, "m-etf", lambda cap: _m_etf(graph, cluster, "m-etf", cap))
 
 
 def favourite_children(graph: Graph, cluster: Cluster, *,
@@ -253,5 +253,5 @@ def m_sct(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placemen
     ``budget``: half of it (default 60) is GLOP's deterministic-time limit for the LP; ``seed`` is unused.
     Meta: ``favourites`` (``lp`` or ``greedy``), ``favourites_reason``, ``memory_tries``."""
     fav_parent, how, why = favourite_children(graph, cluster, budget=check_budget(budget))
-    return _fitting(graph, cluster, "m-sct", lambda cap: _m_etf(graph, cluster, "m-sct", cap, fav_parent,
+    return fitting(graph, cluster, "m-sct", lambda cap: _m_etf(graph, cluster, "m-sct", cap, fav_parent,
                                                                 favourites=how, favourites_reason=why))

@@ -52,7 +52,7 @@ def register_placer(name: str, *, description: str, paper: str = "", memory_awar
     (or raise :class:`InfeasibleError`); the conformance suite holds them to it. ``learned`` placers train a
     policy for minutes; ``compare`` runs them only when asked by name. Their ``search`` function takes the
     search's own options (a budget of samples or wall-clock seconds, checkpoint and resume folders, curve
-    files; :func:`autoplace.placers.rl.rl_search`) and returns a result with ``.placement``; ``config`` is
+    files; :func:`autoplace.placers.learned.rl.rl_search`) and returns a result with ``.placement``; ``config`` is
     the dataclass of their settings (``--set KEY=VALUE``; ``config.from_dict`` checks a dict of them).
     ``strategy`` placers return a placement of the replicated step (:mod:`autoplace.replicas`) whose
     ``meta["strategy"]`` rebuilds it: :func:`autoplace.replicas.strategy_graph`."""

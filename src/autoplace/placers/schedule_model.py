@@ -1,8 +1,8 @@
-"""The list schedulers' running model of the simulator (:class:`_Schedule`), shared by the whitepaper's
+"""The list schedulers' running model of the simulator (:class:`Schedule`), shared by the whitepaper's
 greedy placer and HEFT (:mod:`autoplace.placers.list_scheduling`) and Baechi's m-TOPO, m-ETF and m-SCT
 (:mod:`autoplace.placers.baechi`): copies that queue for links, segments and copy engines and go to a device
 once; ops that start in their device's earliest idle gap once their inputs are there; TensorFlow's
-co-location (:data:`GROUP_RULES`); memory reserved per device (:func:`_fitting`); and the replay that
+co-location (:data:`GROUP_RULES`); memory reserved per device (:func:`fitting`); and the replay that
 estimates a placement's step (:func:`_replay`)."""
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from autoplace.graph import Graph
 from autoplace.grouping import floating_ops, runnable_grouping
 from autoplace.placement import Placement
 
-__all__ = ["GROUP_RULES"]
+__all__ = ["GROUP_RULES", "Schedule", "fitting", "predecessor_counts", "earliest_finish_in_order",
+           "topological_repair", "MEMORY_TRIES"]
 
 #: TensorFlow's co-location constraints as the papers' graphs carry them: the graph's own groups and
 #: ``colocate_gradients_with_ops`` (each op's gradient ops with the op; :mod:`autoplace.grouping`)
@@ -83,7 +84,7 @@ class _Copies:
         return end + self.latency[p], end, held
 
 
-class _Schedule:
+class Schedule:
     """Running state shared by the list schedulers, modelling what the simulator will do with their
     placement: per device its busy intervals (an op may start in an idle gap that fits it, since the
     simulator runs whichever op is ready when a device frees), the copy resources (:class:`_Copies`), each
@@ -450,7 +451,7 @@ class _Schedule:
 MEMORY_TRIES = 5  #: schedules a memory-aware placer builds, each with less room where the last ran out
 
 
-def _fitting(graph: Graph, cluster: Cluster, method: str, build) -> Placement:
+def fitting(graph: Graph, cluster: Cluster, method: str, build) -> Placement:
     """A memory-aware placer's placement that fits when simulated. The schedule's memory count is an
     estimate (ops run in a different order, outputs and received copies live longer), so the placement
     is simulated; where a device runs out, the schedule is built again with that device's capacity
@@ -495,15 +496,15 @@ def _reader_penalty(graph: Graph, cluster: Cluster, times: np.ndarray) -> np.nda
     return out
 
 
-def _predecessor_counts(graph: Graph) -> np.ndarray:
+def predecessor_counts(graph: Graph) -> np.ndarray:
     """Number of distinct producer ops of each op (an op reading two outputs of one producer counts it once)."""
     src, dst, _ = graph.edges()
     pairs = np.unique(src * graph.n_ops + dst)
     return np.bincount(pairs % graph.n_ops, minlength=graph.n_ops).astype(np.int64)
 
 
-def _earliest_finish_in_order(graph: Graph, cluster: Cluster, order, method: str, memory: bool) -> Placement:
-    s = _Schedule(graph, cluster, memory=memory)
+def earliest_finish_in_order(graph: Graph, cluster: Cluster, order, method: str, memory: bool) -> Placement:
+    s = Schedule(graph, cluster, memory=memory)
     for i in order.tolist():
         if not s.deferred(i):
             s.place_best(i, method)
@@ -515,10 +516,10 @@ def _replay(graph: Graph, cluster: Cluster, dev: np.ndarray) -> float:
     """The schedule model's step for the fixed placement ``dev`` with the ops taken in the order the
     runtime runs them: always the op whose inputs are ready earliest (ties by topological rank), each
     finished op's copies issued in the order the ops finish, as the simulator issues them."""
-    s = _Schedule(graph, cluster, memory=False)
+    s = Schedule(graph, cluster, memory=False)
     s.floating[:] = False
     s.group_dev[s.group_of] = dev
-    indeg = _predecessor_counts(graph)
+    indeg = predecessor_counts(graph)
     rank = graph.rank.tolist()
     heap = [(0.0, rank[i], i) for i in np.flatnonzero(indeg == 0).tolist()]
     heapq.heapify(heap)
@@ -543,11 +544,11 @@ def _replay(graph: Graph, cluster: Cluster, dev: np.ndarray) -> float:
     return s.makespan
 
 
-def _topological_repair(graph: Graph, priority_order: np.ndarray) -> np.ndarray:
+def topological_repair(graph: Graph, priority_order: np.ndarray) -> np.ndarray:
     """A topological order that follows ``priority_order`` wherever dependencies allow."""
     prio = np.empty(graph.n_ops, dtype=np.int64)
     prio[priority_order] = np.arange(graph.n_ops)
-    indeg = _predecessor_counts(graph)
+    indeg = predecessor_counts(graph)
     heap = [(int(prio[i]), i) for i in range(graph.n_ops) if indeg[i] == 0]
     heapq.heapify(heap)
     out = []

@@ -1,7 +1,7 @@
 """HDP's networks as its authors released them: the grouper, the group embedding and the bidirectional
 seq2seq placer of TensorFlow's ``tensorflow/python/grappler/hierarchical_controller.py``
 (``HierarchicalController``, 2018), the hierarchical placer's paper mode
-(:class:`~autoplace.placers.hdp.HDPConfig`, ``paper=true``).
+(:class:`~autoplace.placers.learned.hdp.HDPConfig`, ``paper=true``).
 
 Everything here follows that file; the functions named are its own:
 

@@ -28,9 +28,11 @@ import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.cost import op_time_matrix
-from autoplace.env import BaseEnv
+from autoplace.env import BaseEnv, make_env
+from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping
+from autoplace.placement import Placement
 
 __all__ = ["Scores", "CachedScorer", "Evaluator", "score_batch", "default_failing_step", "check_params_fit",
            "confirm_best"]
@@ -191,6 +193,38 @@ def confirm_best(holder, scorer: CachedScorer) -> None:
     best = scorer.best()
     if best is not None:
         holder.best_groups, holder.best_step = best
+
+
+
+class SampledSearch:
+    """What the learned searches that keep their best sampled placement share: the env they score with
+    (closed by :meth:`close` only where the search made it), the best placement that ran, confirmed again
+    where the env is noisy. A search sets ``method`` (its placer's name) and ``units`` (the grouping its samples
+    place) and keeps ``graph``, ``cluster``, ``evaluate``, ``samples`` and ``best_groups``."""
+
+    method = ""
+
+    def use_env(self, env, graph: Graph, cluster: Cluster, scorer: CachedScorer | None = None) -> None:
+        """Score on ``env``: an env passed in is the caller's to close, one named (``"simulated"``) is made
+        here and closed by :meth:`close`; none where a ``scorer`` is given."""
+        self._own_env = scorer is None and not isinstance(env, BaseEnv)
+        self.env = None if scorer is not None else env if isinstance(env, BaseEnv) else make_env(env, graph, cluster)
+
+    def confirm(self) -> None:
+        """Where the env is noisy, the best placements measured again and the best mean kept."""
+        confirm_best(self, self.evaluate)
+
+    def best_placement(self, **meta) -> Placement:
+        """The best placement that ran (``meta`` in its meta); "infeasible" if none did."""
+        if self.best_groups is None:
+            raise InfeasibleError(f"{self.method}: none of the {self.samples} sampled placements of "
+                                  f"{self.graph.name!r} ran on cluster {self.cluster.name!r} (all failed)")
+        return Placement.from_array(self.graph, self.cluster, self.units.expand(self.best_groups), self.method,
+                                    **meta)
+
+    def close(self) -> None:
+        if self._own_env and self.env is not None:
+            self.env.close()
 
 
 class Evaluator(CachedScorer):

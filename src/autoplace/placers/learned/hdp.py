@@ -16,7 +16,7 @@ the product of both, and one REINFORCE step trains both on the same reward:
     \\qquad R = \\sqrt{\\text{step time}}
 
 with ``B`` a moving average of the rewards (initialised to the failing signal) and Adam, as the RL placer
-(:mod:`autoplace.placers.rl`). A placement that runs out of memory scores the failing signal.
+(:mod:`autoplace.placers.learned.rl`). A placement that runs out of memory scores the failing signal.
 
 Adapted: the number of groups (:attr:`HDPConfig.groups`, 64 here: the decoder's length) and the group
 embedding's exact layout are ours; the 2018 paper is not among this project's references, and these
@@ -41,8 +41,8 @@ import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.cost import feasible_devices
-from autoplace.env import BaseEnv, make_env
-from autoplace.errors import AutoplaceError, InfeasibleError
+from autoplace.env import BaseEnv
+from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
@@ -53,7 +53,7 @@ from autoplace.search.checkpoint import identity, load_policy_search, open_check
 from autoplace.search.config import Interval, Options, SearchConfig, TorchDevice, check_network_size
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
-from autoplace.search.evaluation import Evaluator, check_params_fit, confirm_best, default_failing_step
+from autoplace.search.evaluation import Evaluator, SampledSearch, check_params_fit, default_failing_step
 from autoplace.search.runner import SearchOptions, SearchResult, learned_search
 from autoplace.validation import seed_int
 
@@ -188,10 +188,12 @@ def hdp_nodes(graph: Graph, cluster: Cluster, config: HDPConfig) -> Grouping:
     return runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
 
 
-class HDPSearch:
+class HDPSearch(SampledSearch):
     """Grouper and placer of one graph on one cluster, trained jointly: the engine's
     :class:`~autoplace.search.engine.Searcher`. ``scorer``: scores node placements in place of the env
     (a Ray worker pool)."""
+
+    method = "hdp"
 
     def __init__(self, graph: Graph, cluster: Cluster, config: HDPConfig = HDPConfig(), *, seed=None,
                  env: str | BaseEnv = "simulated", scorer=None):
@@ -235,8 +237,7 @@ class HDPSearch:
         self.optimizer = torch.optim.Adam([*self.grouper.parameters(), *self.placer.parameters()],
                                           lr=config.learning_rate)
         self.generator = torch.Generator().manual_seed(self.seed)
-        self._own_env = scorer is None and not isinstance(env, BaseEnv)
-        self.env = (make_env(env, graph, cluster) if self._own_env else env) if scorer is None else None
+        self.use_env(env, graph, cluster, scorer)
         self.evaluate = scorer if scorer is not None else Evaluator(self.env, self.nodes)
         self.failing_step = (config.failing_step_s if config.failing_step_s is not None
                              else default_failing_step(graph, cluster, config.failing_factor))
@@ -411,19 +412,9 @@ class HDPSearch:
         f.finish()
         self.last_devices = last
 
-    def confirm(self) -> None:
-        """Where the env is noisy, the best placements measured again and the best mean kept."""
-        confirm_best(self, self.evaluate)
-
-    def best_placement(self, **meta) -> Placement:
-        if self.best_groups is None:
-            raise InfeasibleError(f"hdp: none of the {self.samples} sampled placements of {self.graph.name!r} ran "
-                                  f"on cluster {self.cluster.name!r} (all failed)")
-        return Placement.from_array(self.graph, self.cluster, self.nodes.expand(self.best_groups), "hdp", **meta)
-
-    def close(self) -> None:
-        if self._own_env:
-            self.env.close()
+    @property
+    def units(self) -> Grouping:
+        return self.nodes
 
 
 def work_budget(graph: Graph, cluster: Cluster, budget: float | None, config: HDPConfig = HDPConfig()) -> SearchBudget:

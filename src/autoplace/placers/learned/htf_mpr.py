@@ -25,7 +25,7 @@ seed the population:
 
 A node on a device that cannot run it moves to the first device that can.
 
-*Fitness predictor* (§III-F, :class:`~autoplace.search.predictor.FitnessPredictor`): fitness ``1 / step``
+*Fitness predictor* (§III-F, :class:`~autoplace.placers.learned.predictor.FitnessPredictor`): fitness ``1 / step``
 (0 for a failing mapping), features the one-hot device of every node, scikit-learn's gradient-boosting
 regressor, refitted on every mapping evaluated so far after each generation.
 
@@ -63,11 +63,12 @@ import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.cost import feasible_devices
-from autoplace.env import BaseEnv, make_env
+from autoplace.env import BaseEnv
 from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
+from autoplace.placers.learned.predictor import MODELS, FitnessPredictor
 from autoplace.placers.registry import register_placer
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
@@ -82,8 +83,7 @@ from autoplace.search.checkpoint import (
 )
 from autoplace.search.config import Interval, Options, SearchConfig
 from autoplace.search.curve import Curve, CurvePoint
-from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit
-from autoplace.search.predictor import MODELS, FitnessPredictor
+from autoplace.search.evaluation import CachedScorer, Evaluator, SampledSearch, check_params_fit
 from autoplace.search.runner import SearchOptions, SearchResult, learned_search
 from autoplace.validation import seed_int
 
@@ -118,11 +118,11 @@ class HTFMPRConfig(SearchConfig):
     """The nodes a mapping places: groups of these rules (:mod:`autoplace.grouping`)."""
     groups: int = 0
     """0: the nodes are ``group_rules``' groups (the paper: every op a user can place); ``N > 0``: at most
-    about ``N`` of them, coarsened as the RL placer's (:func:`~autoplace.placers.rl.rl_grouping`) — for
+    about ``N`` of them, coarsened as the RL placer's (:func:`~autoplace.placers.learned.rl.rl_grouping`) — for
     graphs of thousands of nodes (ours)."""
     coarsen: str = "steps"
     """With ``groups``: ``steps`` (a recurrent layer's time steps in blocks, METIS where blocks cannot get
-    there) or ``metis`` (see :class:`~autoplace.placers.rl.RLConfig`)."""
+    there) or ``metis`` (see :class:`~autoplace.placers.learned.rl.RLConfig`)."""
     random_homogeneous: int = 20
     """Random homogeneous initial mappings (ours)."""
     max_permutations: int = 24
@@ -137,7 +137,7 @@ class HTFMPRConfig(SearchConfig):
     top_x: int = 10
     """Children of the highest predicted fitness evaluated per generation (the paper: 10; 50 for MNIST)."""
     model: str = "gbr"
-    """The fitness predictor's regressor (:data:`~autoplace.search.predictor.MODELS`; the paper: gbr);
+    """The fitness predictor's regressor (:data:`~autoplace.placers.learned.predictor.MODELS`; the paper: gbr);
     ``random``: no predictor, the ``top_x`` children run are drawn at random (an ablation: what the
     predictor's screening is worth)."""
 
@@ -168,7 +168,7 @@ class HTFMPRConfig(SearchConfig):
 def htf_mpr_nodes(graph: Graph, cluster: Cluster, config: HTFMPRConfig, seed: int = 0) -> Grouping:
     """The nodes HTF-MPR maps: ``config.rules``' groups, coarsened to about ``config.groups`` when set."""
     if config.groups:
-        from autoplace.placers.rl import rl_grouping
+        from autoplace.placers.learned.rl import rl_grouping
 
         return rl_grouping(graph, cluster, config, seed)
     return runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
@@ -353,11 +353,13 @@ def point_crossover(a: np.ndarray, b: np.ndarray, n_points: int, rng: np.random.
 
 
 # ----------------------------------------------------------------------------------------------- the search
-class HTFMPRSearch:
+class HTFMPRSearch(SampledSearch):
     """The genetic search with a fitness predictor: the engine's
     :class:`~autoplace.search.engine.Searcher`, one generation per update; ``samples`` counts real
     evaluations. ``scorer``: scores mappings in place of the env (a Ray worker pool); ``nodes``: the nodes'
     grouping when the caller has it (else :func:`htf_mpr_nodes`)."""
+
+    method = "htf-mpr"
 
     def __init__(self, graph: Graph, cluster: Cluster, config: HTFMPRConfig = HTFMPRConfig(), *, seed=None,
                  env: str | BaseEnv = "simulated", scorer: CachedScorer | None = None, nodes: Grouping | None = None):
@@ -365,10 +367,8 @@ class HTFMPRSearch:
         self.nodes = nodes if nodes is not None else htf_mpr_nodes(graph, cluster, config, self.seed)
         check_params_fit(graph, cluster, self.nodes, "htf-mpr")
         self.can_run = grouped_graph(graph, self.nodes, cluster).feasible
-        self._own_env = scorer is None and not isinstance(env, BaseEnv)
-        self.env = None
+        self.use_env(env, graph, cluster, scorer)
         if scorer is None:
-            self.env = env if isinstance(env, BaseEnv) else make_env(env, graph, cluster)
             scorer = Evaluator(self.env, self.nodes)
         self.evaluate = scorer
         self.rng = np.random.default_rng(self.seed)
@@ -560,10 +560,6 @@ class HTFMPRSearch:
         self.evaluate.confirm()
         self.steps = np.array([self.evaluate.cache[row.tobytes()][0] for row in self.X], dtype=float)
         self._snapshot = self._state()
-
-    def close(self) -> None:
-        if self._own_env and self.env is not None:
-            self.env.close()
 
     def best_placement(self, **meta) -> Placement:
         if not len(self.steps) or not np.isfinite(self.steps).any():

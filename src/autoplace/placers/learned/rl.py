@@ -71,7 +71,7 @@ import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.cost import feasible_devices
-from autoplace.env import BaseEnv, make_env
+from autoplace.env import BaseEnv
 from autoplace.errors import AutoplaceError, FormatError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping, coarsen, grouped_graph, runnable_grouping
@@ -94,7 +94,7 @@ from autoplace.search.checkpoint import (
 from autoplace.search.config import Interval, Options, SearchConfig, TorchDevice, check_network_size
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
-from autoplace.search.evaluation import Evaluator, check_params_fit, confirm_best, default_failing_step
+from autoplace.search.evaluation import Evaluator, SampledSearch, check_params_fit, default_failing_step
 from autoplace.search.runner import SearchOptions, SearchResult, learned_search
 from autoplace.validation import seed_int
 
@@ -320,9 +320,11 @@ CHECKPOINT_FORMAT = "autoplace.rl/v2"
 DISTRIBUTED_FORMAT = "autoplace.rl-distributed/v2"
 
 
-class RLSearch:
+class RLSearch(SampledSearch):
     """One controller: policy, optimizer, baseline and sampler of one graph on one cluster (§3.4 runs
     several of these against a parameter server; :func:`rl_search` runs one)."""
+
+    method = "rl"
 
     def __init__(self, graph: Graph, cluster: Cluster, config: RLConfig = RLConfig(), *, seed=None,
                  env: str | BaseEnv = "simulated", sample_seed: int | None = None):
@@ -335,8 +337,7 @@ class RLSearch:
         self.device = self.mask.device
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
         self.generator = torch.Generator().manual_seed(self.seed if sample_seed is None else sample_seed)
-        self.env = make_env(env, graph, cluster)
-        self._own_env = not isinstance(env, BaseEnv)           # an env passed in is the caller's to close
+        self.use_env(env, graph, cluster)
         self.evaluate = Evaluator(self.env, self.grouping)
         self.failing_step = (config.failing_step_s if config.failing_step_s is not None
                              else default_failing_step(graph, cluster, config.failing_factor))
@@ -424,24 +425,13 @@ class RLSearch:
         load_policy_search(f, self, self.features.n_groups, {"policy": self.policy}, ("same_streak",))
         f.finish()
 
-    def confirm(self) -> None:
-        """Where the env is noisy, the best placements measured again and the best mean kept."""
-        confirm_best(self, self.evaluate)
-
     @property
     def converged(self) -> bool:
         return 0 < self.config.converged_updates <= self.same_streak
 
-    def best_placement(self, **meta) -> Placement:
-        """The best placement that ran (``meta`` in its meta); "infeasible" if none did."""
-        if self.best_groups is None:
-            raise InfeasibleError(f"rl: none of the {self.samples} sampled placements of {self.graph.name!r} "
-                                  f"ran on cluster {self.cluster.name!r} (all out of memory)")
-        return Placement.from_array(self.graph, self.cluster, self.grouping.expand(self.best_groups), "rl", **meta)
-
-    def close(self) -> None:
-        if self._own_env:
-            self.env.close()
+    @property
+    def units(self) -> Grouping:
+        return self.grouping
 
 
 def rl_search(graph: Graph, cluster: Cluster, *, budget: SearchBudget | float | None = None,
@@ -631,7 +621,7 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
     winner = min(results, key=lambda r: r["best_step"])
     if winner["best_groups"] is None:
         raise InfeasibleError(f"rl: none of the {total} sampled placements of {graph.name!r} ran on cluster "
-                              f"{cluster.name!r} (all out of memory)")
+                              f"{cluster.name!r} (all failed)")
     grouping, features, _, _ = policy_parts(graph, cluster, config, seed)
     reduced = paper_reduced(config, n_ctrl)
     meta = {**({"paper_reduced": reduced} if reduced else {}),
