@@ -11,11 +11,9 @@ from __future__ import annotations
 import sys
 
 from autoplace.cli.parser import build_parser
-from autoplace.cli.placing import _settings
 from autoplace.errors import AutoplaceError
-from autoplace.resolve import resolve_cluster, resolve_graph
 
-__all__ = ["main", "build_parser", "resolve_graph", "resolve_cluster", "_settings"]
+__all__ = ["main", "build_parser"]
 
 
 #: options that name a file or folder: an empty one is refused before anything runs

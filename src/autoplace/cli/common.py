@@ -24,7 +24,7 @@ def markdown_table(header, rows) -> str:
 
 # ---------------------------------------------------------------------- argument resolution
 
-def _parse_params(pairs: list[str] | None, option: str = "--param") -> dict[str, Any]:
+def parse_params(pairs: list[str] | None, option: str = "--param") -> dict[str, Any]:
     """``KEY=VALUE`` strings -> a dict, each value read as JSON where it parses, else as text."""
     params: dict[str, Any] = {}
     for pair in pairs or []:
@@ -45,7 +45,7 @@ EXIT_FAILING = 1
 run); what they write is written all the same. 2: bad input; 3: no feasible placement exists."""
 
 
-def _written(args, graph: Graph | None = None, **extra) -> bool:
+def written(args, graph: Graph | None = None, **extra) -> bool:
     """With ``--json``: print what was written (the output path, the graph's size, ``extra``) as JSON and
     return True (the caller prints nothing else); without, False."""
     if not getattr(args, "json", False):
@@ -54,26 +54,26 @@ def _written(args, graph: Graph | None = None, **extra) -> bool:
     if graph is not None:
         out.update(graph=graph.name, ops=graph.n_ops, edges=graph.n_edges, param_bytes=int(graph.total_param_bytes),
                    flops=float(graph.total_flops))
-    _print_json({**out, **extra})
+    print_json({**out, **extra})
     return True
 
 
-def _check_json_output(args) -> None:
+def check_json_output(args) -> None:
     if getattr(args, "json", False) and args.output == "-":
         raise FormatError("--json prints a summary on standard output: write the file with -o FILE, not -")
 
 
-def _exit_code(result) -> int:
+def exit_code(result) -> int:
     return 0 if result.ok else EXIT_FAILING
 
 
-def _note_other_cluster(placement, cluster: Cluster) -> None:
+def note_other_cluster(placement, cluster: Cluster) -> None:
     """One line on standard error when a placement made for another cluster is scored on this one."""
     if placement.cluster != cluster.name:
-        _console(True).print(f"note: placement made for cluster {placement.cluster!r}, scored on {cluster.name!r}")
+        console(True).print(f"note: placement made for cluster {placement.cluster!r}, scored on {cluster.name!r}")
 
 
-def _placement_or_map(path: str, graph: Graph, cluster: Cluster | None):
+def placement_or_map(path: str, graph: Graph, cluster: Cluster | None):
     """A placement file, or an Accelerate-style device map (module -> device JSON) read as the placement
     ``dispatch_model`` runs (:func:`~autoplace.runtime.export.from_device_map`; needs the cluster)."""
     from autoplace.formats import placement_from_dict, read_json
@@ -87,15 +87,15 @@ def _placement_or_map(path: str, graph: Graph, cluster: Cluster | None):
     return placement_from_dict(obj, str(path))
 
 
-def _note_estimates(cluster: Cluster) -> None:
+def note_estimates(cluster: Cluster) -> None:
     """One line on standard error when the cluster's figures are estimates, naming the commands that
     measure them."""
     hint = cluster.calibration_hint()
     if hint:
-        _console(True).print(hint, soft_wrap=True)
+        console(True).print(hint, soft_wrap=True)
 
 
-def _granular(graph: Graph, granularity: str, keep_whole: str | None = None) -> Graph:
+def granular(graph: Graph, granularity: str, keep_whole: str | None = None) -> Graph:
     """``graph`` at the placement granularity of ``--granularity`` (module: a module's parameters, tied ones
     and its ops kept together, so that the placement exports as a device_map), ``--keep-whole``'s classes
     whole."""
@@ -104,17 +104,7 @@ def _granular(graph: Graph, granularity: str, keep_whole: str | None = None) -> 
     return with_granularity(graph, granularity, [c for c in (keep_whole or "").split(",") if c.strip()])
 
 
-def _add_granularity(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--granularity", choices=("op", "module"), default="op",
-                   help="op (default): place every op; module: keep each module with parameters whole (its "
-                        "parameters, tied ones, optimizer state and ops on one device), so that the placement "
-                        "exports as an Accelerate device_map")
-    p.add_argument("--keep-whole", metavar="CLASS[,CLASS]", default=None,
-                   help="with --granularity module: module classes kept on one device with everything run in "
-                        "them (Accelerate's no_split_module_classes, e.g. a residual block)")
-
-
-def _check_output(path: str | None, what: str = "output") -> None:
+def check_output(path: str | None, what: str = "output") -> None:
     """Fail early (before any work) where ``path`` cannot be written
     (:func:`~autoplace.formats._json.check_output_path`)."""
     from autoplace.formats._json import check_output_path
@@ -122,7 +112,7 @@ def _check_output(path: str | None, what: str = "output") -> None:
     check_output_path(path, what)
 
 
-def _console(to_stderr: bool = False):
+def console(to_stderr: bool = False):
     """Where messages go: standard output (standard error when the output file itself is ``-``). User
     strings (graph, op, device names) are printed as they are: no markup, no emoji codes."""
     from rich.console import Console
@@ -133,26 +123,79 @@ def _console(to_stderr: bool = False):
                    width=None if stream.isatty() else 160)
 
 
-def _bold(*parts):
-    """A line with some parts styled: ``_bold("a ", ("b", "bold"))``."""
+def bold(*parts):
+    """A line with some parts styled: ``bold("a ", ("b", "bold"))``."""
     from rich.text import Text
 
     return Text.assemble(*parts)
 
 
-def _print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, allow_nan=False, default=_json_default))
+def print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, allow_nan=False, default=json_default))
 
 
-def _json_default(x: Any) -> Any:
+def json_default(x: Any) -> Any:
     if isinstance(x, np.generic):
         return x.item()
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
-def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {"steps": args.steps, "timeout": args.timeout, "runtime": args.runtime} if args.env == "measured" else {}
 
 
-def _finite_or_none(x: float) -> float | None:
+def finite_or_none(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
+
+
+def spinner(title: str, quiet: bool):
+    """A spinner on standard error while long work runs with nothing to count (capture, a zoo export);
+    nothing when it is not a terminal."""
+    import contextlib
+
+    if quiet or not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    return console(True).status(f"{title} …")
+
+
+def with_progress(title: str, quiet: bool, work):
+    """Run ``work()`` showing a progress bar on a terminal, fed by the searches' progress reports; where
+    standard error is a log or a pipe, plain lines (:class:`~autoplace.progress.PlainLines`: a search's
+    first report, then one every 10 s; nothing from work that reports nothing)."""
+    from rich.progress import Progress
+
+    from autoplace.progress import PlainLines, progress_to
+
+    if not quiet and not sys.stderr.isatty():
+        lines = PlainLines()
+        lines.stage(title, write=False)
+        with progress_to(lines):
+            return work()
+    with Progress(transient=True, disable=quiet or not sys.stderr.isatty(), console=console(True)) as bar:
+        task = bar.add_task(title, total=1.0)
+
+        def update(message: str, fraction: float | None) -> None:
+            bar.update(task, description=message, **({} if fraction is None else {"completed": fraction}))
+
+        with progress_to(update):
+            return work()
+
+
+def failure(result: Any) -> str:
+    """Why a result is failing: the run's error, or the devices out of memory."""
+    from autoplace.comparison import failure_reason
+
+    return failure_reason(result)
+
+
+def jsonable(x: Any) -> Any:
+    """Placer metadata as plain JSON: non-finite numbers become null, numpy scalars plain numbers."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
