@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("torch")
 
+from autoplace.cache import CAPTURE_VERSION  # noqa: E402
 from autoplace.cluster import get_cluster  # noqa: E402
 from autoplace.placers import place  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402
 from autoplace.zoo import (  # noqa: E402
-    _cache,  # noqa: E402
     build_graph,
     zoo_names,
 )
@@ -71,7 +71,7 @@ def test_cache_hit_rebuild_and_corruption(cache, monkeypatch):
     assert len(files) == 1 and len(captures) == 1
     stored = json.loads(gzip.decompress(files[0].read_bytes()))
     assert (stored["cache_key"]["params"] == TINY_RNNLM
-            and stored["cache_key"]["capture_version"] == _cache.CAPTURE_VERSION)
+            and stored["cache_key"]["capture_version"] == CAPTURE_VERSION)
     g2 = build_graph("rnnlm-2", **TINY_RNNLM)                              # served from the cache
     assert len(captures) == 1 and [op.name for op in g2.ops] == [op.name for op in g1.ops]
     build_graph("rnnlm-2", **{**TINY_RNNLM, "steps": 3})                  # other parameters: another entry

@@ -215,7 +215,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
     from autoplace.grouping import with_granularity
     from autoplace.placers import available_placers, get_placer, place
     from autoplace.runtime.cache import cached_placement
-    from autoplace.zoo._cache import cached_graph
+    from autoplace.cache import cached_graph
 
     checked = _check_arguments(optimizer, placement, timeout, budget, cluster=cluster, method=method, seed=seed,
                                granularity=granularity, name=name, cache=cache, keep_whole=keep_whole,

@@ -30,7 +30,7 @@ from autoplace.errors import FormatError
 from autoplace.validation import is_finite, with_article
 
 __all__ = ["write_state", "read_state", "encode_state", "decode_state", "graph_hash", "cluster_hash",
-           "canonical", "shown", "check_identity", "StateFields", "MAX_STATE_BYTES"]
+           "canonical", "shown", "check_identity", "StateFields", "MAX_STATE_BYTES", "digest"]
 
 _KEY = "autoplace"
 MAX_STATE_BYTES = 2**34       #: a state file larger than 16 GiB is refused before it is read
@@ -189,7 +189,8 @@ def _decode(x: Any, tensors: dict, where: str) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------ identity
-def _digest(obj: Any) -> str:
+def digest(obj: Any) -> str:
+    """The SHA-256 of ``obj`` as compact JSON, keys sorted: what identifies content in state files and caches."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -201,7 +202,7 @@ def graph_hash(graph) -> str:
 
     cached = graph.__dict__.get("_content_hash")
     if cached is None:
-        cached = _digest(graph_to_dict(graph))
+        cached = digest(graph_to_dict(graph))
         graph.__dict__["_content_hash"] = cached
     return cached
 
@@ -210,7 +211,7 @@ def cluster_hash(cluster) -> str:
     """A SHA-256 of ``cluster``'s content (its ``autoplace.cluster/v1`` object, keys sorted)."""
     from autoplace.formats import cluster_to_dict
 
-    return _digest(cluster_to_dict(cluster))
+    return digest(cluster_to_dict(cluster))
 
 
 class Settings(dict):

@@ -593,27 +593,16 @@ def detected_cluster(base: Cluster, *, folder=None, machine: str, progress: Call
                      ) -> Cluster:
     """``base`` measured on this machine (:func:`detect_cluster`), kept in the cache folder per machine and
     base cluster, so a machine is measured once (``folder=False``: not kept)."""
-    from autoplace.formats import cluster_from_dict, cluster_to_dict, read_json, write_json
-    from autoplace.formats.state import _digest, cluster_hash
-    from autoplace.zoo._cache import cache_dir
+    from autoplace.cache import cached, entry_path
+    from autoplace.formats import cluster_from_dict, cluster_to_dict
+    from autoplace.formats.state import cluster_hash
 
     if folder is False:
         return detect_cluster(base, repeats=CALIBRATE_REPEATS, progress=progress)
     key = {"machine": machine, "base": cluster_hash(base), "repeats": CALIBRATE_REPEATS}
-    path = (Path(folder) if folder is not None else cache_dir()) / "machines" / f"{_digest(key)[:20]}.json"
-    if path.is_file():
-        try:
-            obj = read_json(path)
-            if isinstance(obj, dict) and obj.get("cache_key") == key:
-                return cluster_from_dict({k: v for k, v in obj.items() if k != "cache_key"}, str(path))
-        except AutoplaceError:
-            pass                                        # damaged or foreign: measure again
-    cluster = detect_cluster(base, repeats=CALIBRATE_REPEATS, progress=progress)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, {**cluster_to_dict(cluster), "cache_key": key})
-    except (OSError, AutoplaceError):
-        pass
+    path = entry_path(None if folder is None else Path(folder) / "machines", "machines", "", key)
+    cluster, _ = cached(path, key, lambda: detect_cluster(base, repeats=CALIBRATE_REPEATS, progress=progress),
+                        encode=cluster_to_dict, decode=lambda obj: cluster_from_dict(obj, str(path)))
     return cluster
 
 
@@ -623,12 +612,12 @@ def calibrate(graph: Graph, cluster: Cluster, *, pool: WorkerPool | None = None,
     ``autoplace cluster detect`` and ``autoplace profile`` measure, each kept in the cache folder (the
     cluster per machine, the profiled graph per machine and graph), so a model is profiled once
     (``folder=False``: neither is kept)."""
+    from autoplace.cache import cached_graph, digest
     from autoplace.formats import graph_to_dict
-    from autoplace.formats.state import _digest, cluster_hash
-    from autoplace.zoo._cache import cached_graph
+    from autoplace.formats.state import cluster_hash
 
     measured = detected_cluster(cluster, folder=folder, machine=machine, progress=progress)
-    key = {"graph": _digest(graph_to_dict(graph)), "machine": machine, "cluster": cluster_hash(measured),
+    key = {"graph": digest(graph_to_dict(graph)), "machine": machine, "cluster": cluster_hash(measured),
            "steps": CALIBRATE_STEPS, "rounds": CALIBRATE_ROUNDS}
     def profile() -> Graph:
         return profile_graph(graph, measured, steps=CALIBRATE_STEPS, rounds=CALIBRATE_ROUNDS, pool=pool,

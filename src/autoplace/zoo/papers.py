@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from autoplace.cache import cached_graph
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.replicas import set_micro_batched
-from autoplace.zoo._cache import cached_graph
 from autoplace.zoo.registry import register_model
 
 __all__: list[str] = []
