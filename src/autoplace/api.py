@@ -14,6 +14,7 @@ import json
 import math
 import os
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -144,235 +145,296 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
             keep_whole: tuple[str, ...] | list[str] = (), runtime: str = "auto",
             micro_batches: int | str = 1, verify: bool | None = None, calibrate: bool | None = None,
             profiled: Graph | str | os.PathLike | None = None, eager_rng: bool = False) -> PlacedStep:
-    """Capture, place and set up one training step of ``model`` (see the module docstring).
+    """Capture, place and set up one training step of ``model`` (see the module docstring); returns the
+    :class:`~autoplace.runtime.placed.PlacedStep`, called as ``step(inputs, targets)`` like a training step.
 
-    ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``; ``example_inputs`` (and ``targets``):
-    a batch (a tensor, a tuple of positional arguments, a dict of keyword arguments, or ``(args, kwargs)``);
-    a later batch of other shapes (the last, smaller batch of an epoch) is captured and placed once, the
-    first time it comes; ``loss_fn(outputs, *targets)`` returns a scalar; ``optimizer``: a ``torch.optim``
-    optimizer over the model's parameters (its class and hyper-parameters are captured, the learning rate as
-    an input read at every call, so learning-rate schedulers work; its state, if it has stepped, is the
-    starting state).
-    ``cluster``: a preset name, a cluster file or a :class:`~autoplace.cluster.Cluster` (default
-    ``localhost``: this machine's devices); ``method``: a placer's name (``autoplace.placers.place``) with
-    ``seed`` and ``budget``; or ``placement``: a :class:`~autoplace.placement.Placement` or a saved
-    placement file of this captured graph (``step.save``'s, or ``autoplace place``'s output for
-    ``autoplace capture``'s graph).
-    ``cache``: placements searched are kept on disk by the captured graph's content, the cluster, the method,
-    seed and budget (:mod:`autoplace.runtime.cache`), so compiling the same model again skips the search;
-    ``False`` turns that off, a path names the folder.
-    ``granularity="module"`` keeps every module with parameters whole on one device
-    (:func:`~autoplace.grouping.with_granularity`): ``step.device_map()`` is then an Accelerate device map;
-    ``keep_whole`` names module classes kept on one device whole (Accelerate's ``no_split_module_classes``).
-    ``micro_batches=M``: each step is gradient accumulation over ``M`` equal micro-batches of the batch and
-    one update (:func:`~autoplace.capture.capture_training_step`), so eager accumulation is what it equals;
-    on a micro-batched step ``auto`` also weighs pipelines (GPipe, 1F1B: the ``pipeline`` placer).
-    ``auto`` weighs the strategies over the batch dimension of :data:`RUNNABLE_STRATEGIES` too (a ``method``
-    may name one): a placement of ``R`` replicas (``step.replicas``) runs on the distributed runtime, each
-    replica on its ``1 / R`` of every batch, gradients all-reduced as DDP does, so it trains as eager
-    accumulation over ``R`` micro-batches (each replica's BatchNorm statistics its own; replica 0's are read).
-    ``micro_batches="auto"`` captures the step with each of :data:`AUTO_MICRO_BATCHES` that divides the
-    batch, ranks the counts by their fast placements' simulated steps (fitting first) and searches with
-    ``method`` on the best only (:func:`_choose_micro_batches`; ``auto`` by default with its default budget
-    divided by the count); ``step.micro_batches`` says which,
-    ``step.micro_batch_choice`` (and ``step.report()``) what each count simulated.
-    ``runtime``: what runs the placed step — ``"shm"`` (worker processes on this machine, tensors through
-    shared memory), ``"distributed"`` (``torch.distributed`` ranks: NCCL between GPUs, gloo otherwise;
-    the ranks of a cluster that spans hosts are started with ``autoplace ranks``) or ``"auto"``
-    (:func:`~autoplace.runtime.runtime_for`). A placement on one device of this machine runs in this
-    process as plain PyTorch (``step.runtime == "eager"``: :class:`~autoplace.runtime.eager.EagerRunner`),
-    at eager's speed and bit for bit as eager trains.
-    ``verify``: measure a placement over several devices against the whole step on one device, on the
-    batch given, before keeping it (:mod:`autoplace.runtime.verdict`): it is kept only where it is measured
-    faster, else the step runs on one device; ``step.verdict`` and ``step.report()`` say which and why, and
-    the verdict is cached with the placement. Default: for ``method="auto"`` (a placement a user named, or a
-    placer named, is run as given).
-    ``calibrate``: before placing, measure this machine's devices and links and the captured ops' costs on
-    them (what ``autoplace cluster detect`` and ``autoplace profile`` do:
-    :func:`~autoplace.runtime.profile.calibrate`), each kept in the cache, so a machine is measured once
-    and a model profiled once. Default: for ``method="auto"`` on a cluster whose figures are estimates and
-    whose devices are all on this machine, with the cache on (``cache=False`` would measure at every
-    compile), unless the environment sets ``AUTOPLACE_CALIBRATE=0``. With
-    ``micro_batches="auto"`` the cluster is measured, not the ops (each count is a graph of its own).
-    ``eager_rng``: over several devices, the random ops (dropout) draw from this process's CPU generator in
-    eager's order (made here before each step and handed to their devices), so a model with dropout trains
-    as eager PyTorch on the CPU does under the same ``torch.manual_seed`` (random ops whose draws read
-    values of the step are an error); by default each worker draws from its own. A step on one device is
-    eager and draws as eager does either way.
-    ``profiled``: the measured op costs of this step from a graph ``autoplace profile`` wrote (a file or a
-    :class:`~autoplace.graph.Graph`), instead; ``cluster`` then takes the measured cluster
-    (``autoplace cluster detect``'s file, or a :class:`~autoplace.cluster.Cluster`).
-    ``step.setup_seconds`` says where the set-up time went (capture, place, workers). ``progress``: show
-    what it is doing on standard error — a line that updates itself on a terminal, plain log lines
-    elsewhere (default: on; ``False``: nothing).
-    Every argument is checked before any work, one clear :class:`~autoplace.errors.AutoplaceError` each; a
-    number may be a NumPy or torch scalar (``np.int64(2)``, ``torch.tensor(2)``), never an array."""
-    import time
+    Arguments:
 
-    from autoplace.capture import capture_training_step
-    from autoplace.capture.cache import capture_key
-    from autoplace.capture.inputs import resolve_model, split_inputs
-    from autoplace.grouping import with_granularity
-    from autoplace.placers import available_placers, get_placer, place
-    from autoplace.runtime.cache import cached_placement
-    from autoplace.cache import cached_graph
+    - ``model``: an ``nn.Module`` or a ``torch.export`` ``ExportedProgram``.
+    - ``example_inputs``, ``targets``: a batch (a tensor, a tuple of positional arguments, a dict of keyword
+      arguments, or ``(args, kwargs)``); a later batch of other shapes (the last, smaller batch of an epoch)
+      is captured and placed once, the first time it comes.
+    - ``loss_fn``: ``loss_fn(outputs, *targets)`` returns a scalar.
+    - ``optimizer``: a ``torch.optim`` optimizer over the model's parameters (its class and hyper-parameters
+      are captured, the learning rate as an input read at every call, so learning-rate schedulers work; its
+      state, if it has stepped, is the starting state).
+    - ``cluster``: a preset name, a cluster file or a :class:`~autoplace.cluster.Cluster` (default
+      ``localhost``: this machine's devices).
+    - ``method``, ``seed``, ``budget``: a placer's name (``autoplace.placers.place``) and its seed and budget.
+      ``auto`` weighs the strategies over the batch dimension of :data:`RUNNABLE_STRATEGIES` too (a
+      ``method`` may name one): a placement of ``R`` replicas (``step.replicas``) runs on the distributed
+      runtime, each replica on its ``1 / R`` of every batch, gradients all-reduced as DDP does, so it trains
+      as eager accumulation over ``R`` micro-batches (each replica's BatchNorm statistics its own; replica
+      0's are read).
+    - ``placement``: instead of a method, a :class:`~autoplace.placement.Placement` or a saved placement file
+      of this captured graph (``step.save``'s, or ``autoplace place``'s output for ``autoplace capture``'s
+      graph).
+    - ``granularity``, ``keep_whole``: ``granularity="module"`` keeps every module with parameters whole on
+      one device (:func:`~autoplace.grouping.with_granularity`): ``step.device_map()`` is then an
+      Accelerate device map; ``keep_whole`` names module classes kept on one device whole (Accelerate's
+      ``no_split_module_classes``).
+    - ``name``: the captured graph's name (default: the model's class).
+    - ``timeout``: seconds before a step on the workers counts as failing.
+    - ``cache``: placements searched are kept on disk by the captured graph's content, the cluster, the
+      method, seed and budget (:mod:`autoplace.runtime.cache`), so compiling the same model again skips the
+      search; ``False`` turns that off, a path names the folder.
+    - ``progress``: show what it is doing on standard error — a line that updates itself on a terminal,
+      plain log lines elsewhere (default: on; ``False``: nothing).
+    - ``runtime``: what runs the placed step — ``"shm"`` (worker processes on this machine, tensors through
+      shared memory), ``"distributed"`` (``torch.distributed`` ranks: NCCL between GPUs, gloo otherwise; the
+      ranks of a cluster that spans hosts are started with ``autoplace ranks``) or ``"auto"``
+      (:func:`~autoplace.runtime.runtime_for`). A placement on one device of this machine runs in this
+      process as plain PyTorch (``step.runtime == "eager"``: :class:`~autoplace.runtime.eager.EagerRunner`),
+      at eager's speed and bit for bit as eager trains.
+    - ``micro_batches``: ``M``: each step is gradient accumulation over ``M`` equal micro-batches of the
+      batch and one update (:func:`~autoplace.capture.capture_training_step`), so eager accumulation is what
+      it equals; on a micro-batched step ``auto`` also weighs pipelines (GPipe, 1F1B: the ``pipeline``
+      placer). ``"auto"`` captures the step with each of :data:`AUTO_MICRO_BATCHES` that divides the batch,
+      ranks the counts by their fast placements' simulated steps (fitting first) and searches with
+      ``method`` on the best only (:func:`_choose_micro_batches`; ``auto`` by default with its default budget
+      divided by the count); ``step.micro_batches`` says which, ``step.micro_batch_choice`` (and
+      ``step.report()``) what each count simulated.
+    - ``verify``: measure a placement over several devices against the whole step on one device, on the
+      batch given, before keeping it (:mod:`autoplace.runtime.verdict`): it is kept only where it is measured
+      faster, else the step runs on one device; ``step.verdict`` and ``step.report()`` say which and why,
+      and the verdict is cached with the placement. Default: for ``method="auto"`` (a placement a user
+      named, or a placer named, is run as given).
+    - ``calibrate``: before placing, measure this machine's devices and links and the captured ops' costs
+      on them (what ``autoplace cluster detect`` and ``autoplace profile`` do:
+      :func:`~autoplace.runtime.profile.calibrate`), each kept in the cache, so a machine is measured once
+      and a model profiled once. Default: for ``method="auto"`` on a cluster whose figures are estimates and
+      whose devices are all on this machine, with the cache on (``cache=False`` would measure at every
+      compile), unless the environment sets ``AUTOPLACE_CALIBRATE=0``. With ``micro_batches="auto"`` the
+      cluster is measured, not the ops (each count is a graph of its own).
+    - ``profiled``: the measured op costs of this step from a graph ``autoplace profile`` wrote (a file or a
+      :class:`~autoplace.graph.Graph`), instead; ``cluster`` then takes the measured cluster (``autoplace
+      cluster detect``'s file, or a :class:`~autoplace.cluster.Cluster`).
+    - ``eager_rng``: over several devices, the random ops (dropout) draw from this process's CPU generator
+      in eager's order (made here before each step and handed to their devices), so a model with dropout
+      trains as eager PyTorch on the CPU does under the same ``torch.manual_seed`` (random ops whose draws
+      read values of the step are an error); by default each worker draws from its own. A step on one
+      device is eager and draws as eager does either way.
 
-    checked = _check_arguments(optimizer, placement, timeout, budget, cluster=cluster, method=method, seed=seed,
-                               granularity=granularity, name=name, cache=cache, keep_whole=keep_whole,
-                               runtime=runtime, micro_batches=micro_batches, profiled=profiled,
-                               flags={"progress": progress, "verify": verify, "calibrate": calibrate,
-                                      "eager_rng": eager_rng})
-    seed, budget, timeout, micro_batches = (checked[k] for k in ("seed", "budget", "timeout", "micro_batches"))
-    progress, verify, calibrate, eager_rng = (checked[k] for k in ("progress", "verify", "calibrate", "eager_rng"))
-    if method in available_placers() and get_placer(method).strategy and method not in RUNNABLE_STRATEGIES:
-        raise AutoplaceError(f"method {method!r} is a strategy the simulator judges alone (autoplace place/simulate/"
-                             f"compare); compile runs placements and {', '.join(RUNNABLE_STRATEGIES)}")
-    model, example_inputs = resolve_model(model, example_inputs)
-    meta = next((n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta), None)
-    if meta is not None:
-        raise AutoplaceError(f"parameter {meta!r} is on the meta device: a placed step trains real weights "
-                             "(materialise the model first)")
-    cl = _cluster_of(cluster)
-    folder = None if cache is True else cache
-    if calibrate is None:
-        calibrate = (placement is None and profiled is None and method == "auto" and bool(cl.estimated)
-                     and cache is not False and _runnable_here(cl)
-                     and os.environ.get("AUTOPLACE_CALIBRATE", "1") != "0")
-    hint = cl.calibration_hint() if placement is None and profiled is None and not calibrate else None
-    if hint:                                        # once per place in the caller's code (warnings' default)
-        warnings.warn(hint.removeprefix("note: ") + "; compile(cluster='cluster.json') takes the measured file",
-                      stacklevel=2)
+    ``step.setup_seconds`` says where the set-up time went (capture, place, workers). Every argument is
+    checked before any work, one clear :class:`~autoplace.errors.AutoplaceError` each; a number may be a
+    NumPy or torch scalar (``np.int64(2)``, ``torch.tensor(2)``), never an array."""
+    return _Compile(model, example_inputs, loss_fn, optimizer, targets, cluster=cluster, method=method,
+                    placement=placement, seed=seed, budget=budget, granularity=granularity, name=name,
+                    timeout=timeout, cache=cache, progress=progress, keep_whole=keep_whole, runtime=runtime,
+                    micro_batches=micro_batches, verify=verify, calibrate=calibrate, profiled=profiled,
+                    eager_rng=eager_rng).run()
 
-    if micro_batches == "auto" and placement is not None:
-        raise AutoplaceError("micro_batches='auto' chooses the placement too: give a method, not a placement")
-    if micro_batches == "auto" and profiled is not None:
-        raise AutoplaceError("profiled= holds one step's costs: give a fixed micro_batches with it, not 'auto'")
-    micro = micro_batches if micro_batches != "auto" else AUTO_MICRO_BATCHES[0]
-    if verify is None:
-        verify = placement is None and method == "auto"
 
-    def capture(inputs, targets, title, m=None):
-        m = micro if m is None else m
-        trace = lambda: capture_training_step(model, inputs, loss_fn, optimizer, targets=targets,  # noqa: E731
-                                              name=title, micro_batches=m)
-        key = capture_key(model, inputs, loss_fn, optimizer, targets) if cache is not False else None
-        graph = trace() if key is None else cached_graph(f"compile-{title or type(model).__name__}",
+_BUDGET = object()   #: :meth:`_Compile.search`'s default: the budget compile was given
+
+
+class _Compile:
+    """One :func:`compile`: its arguments, checked before any work, and its work as methods — capture the
+    step, search a placement, set the step up — with :meth:`recompile` for the step to call on a batch of
+    other shapes."""
+
+    def __init__(self, model, example_inputs, loss_fn, optimizer, targets, *, cluster, method, placement, seed,
+                 budget, granularity, name, timeout, cache, progress, keep_whole, runtime, micro_batches, verify,
+                 calibrate, profiled, eager_rng):
+        from autoplace.capture.inputs import resolve_model
+        from autoplace.placers import available_placers, get_placer
+
+        checked = _check_arguments(optimizer, placement, timeout, budget, cluster=cluster, method=method, seed=seed,
+                                   granularity=granularity, name=name, cache=cache, keep_whole=keep_whole,
+                                   runtime=runtime, micro_batches=micro_batches, profiled=profiled,
+                                   flags={"progress": progress, "verify": verify, "calibrate": calibrate,
+                                          "eager_rng": eager_rng})
+        seed, budget, timeout, micro_batches = (checked[k] for k in ("seed", "budget", "timeout", "micro_batches"))
+        progress, verify, calibrate, eager_rng = (checked[k] for k in ("progress", "verify", "calibrate",
+                                                                       "eager_rng"))
+        if method in available_placers() and get_placer(method).strategy and method not in RUNNABLE_STRATEGIES:
+            raise AutoplaceError(f"method {method!r} is a strategy the simulator judges alone (autoplace place/"
+                                 f"simulate/compare); compile runs placements and {', '.join(RUNNABLE_STRATEGIES)}")
+        model, example_inputs = resolve_model(model, example_inputs)
+        meta = next((n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta), None)
+        if meta is not None:
+            raise AutoplaceError(f"parameter {meta!r} is on the meta device: a placed step trains real weights "
+                                 "(materialise the model first)")
+        cl = _cluster_of(cluster)
+        if calibrate is None:
+            calibrate = (placement is None and profiled is None and method == "auto" and bool(cl.estimated)
+                         and cache is not False and _runnable_here(cl)
+                         and os.environ.get("AUTOPLACE_CALIBRATE", "1") != "0")
+        hint = cl.calibration_hint() if placement is None and profiled is None and not calibrate else None
+        if hint:                                    # once per place in the caller's code (warnings' default)
+            warnings.warn(hint.removeprefix("note: ") + "; compile(cluster='cluster.json') takes the measured file",
+                          stacklevel=3)
+        if micro_batches == "auto" and placement is not None:
+            raise AutoplaceError("micro_batches='auto' chooses the placement too: give a method, not a placement")
+        if micro_batches == "auto" and profiled is not None:
+            raise AutoplaceError("profiled= holds one step's costs: give a fixed micro_batches with it, not 'auto'")
+        self.model, self.inputs, self.loss_fn, self.optimizer, self.targets = (model, example_inputs, loss_fn,
+                                                                               optimizer, targets)
+        self.cl, self.method, self.placement, self.seed, self.budget = cl, method, placement, seed, budget
+        self.granularity, self.keep_whole, self.name, self.timeout = granularity, keep_whole, name, timeout
+        self.cache, self.folder = cache, None if cache is True else cache
+        self.progress, self.runtime, self.profiled, self.eager_rng = progress, runtime, profiled, eager_rng
+        self.micro_batches = micro_batches
+        self.micro = micro_batches if micro_batches != "auto" else AUTO_MICRO_BATCHES[0]
+        self.verify = placement is None and method == "auto" if verify is None else verify
+        self.calibrate = calibrate
+        # replicas synchronise over torch.distributed, one rank per device: the shared-memory runtime runs
+        # placements and pipelines, and no two replicas share a device
+        self.options = {"strategies": RUNNABLE_STRATEGIES if runtime != "shm" else ("pipelined",), "distinct": True} \
+            if method == "auto" else {"distinct": True} if method == "hybrid" else {}
+        self.keyed = method if not self.options else f"{method} {json.dumps(self.options, sort_keys=True)}"  # cache key
+        self.seconds: dict[str, float] = {}
+        self.records: list = []
+
+    def capture(self, inputs, targets, title, m=None) -> Graph:
+        """The step on ``inputs`` and ``targets`` over ``m`` micro-batches (default: the step's), captured or
+        from the cache, at the step's granularity."""
+        from autoplace.cache import cached_graph
+        from autoplace.capture import capture_training_step
+        from autoplace.capture.cache import capture_key
+        from autoplace.grouping import with_granularity
+
+        m = self.micro if m is None else m
+        trace = lambda: capture_training_step(self.model, inputs, self.loss_fn, self.optimizer,  # noqa: E731
+                                              targets=targets, name=title, micro_batches=m)
+        key = capture_key(self.model, inputs, self.loss_fn, self.optimizer, targets) if self.cache is not False \
+            else None
+        graph = trace() if key is None else cached_graph(f"compile-{title or type(self.model).__name__}",
                                                          {**key, "name": title, "micro_batches": m},
-                                                         trace, folder)
+                                                         trace, self.folder)
         # the strategies over the batch dimension re-capture the step with more micro-batches
-        return set_micro_batched(with_granularity(graph, granularity, keep_whole),
-                                 lambda more: capture(inputs, targets, title, more))
+        return set_micro_batched(with_granularity(graph, self.granularity, self.keep_whole),
+                                 lambda more: self.capture(inputs, targets, title, more))
 
-    # replicas synchronise over torch.distributed, one rank per device: the shared-memory runtime runs placements
-    # and pipelines, and no two replicas share a device
-    options = {"strategies": RUNNABLE_STRATEGIES if runtime != "shm" else ("pipelined",), "distinct": True} \
-        if method == "auto" else {"distinct": True} if method == "hybrid" else {}
-    keyed = method if not options else f"{method} {json.dumps(options, sort_keys=True)}"   # the cache's key
+    def search(self, graph: Graph, work: Any = _BUDGET) -> tuple[Placement, bool]:
+        """A placement of ``graph`` by the method (with ``work``, default the budget), or the cached one; and
+        whether it was cached."""
+        from autoplace.placers import place
+        from autoplace.runtime.cache import cached_placement
 
-    def search(graph: Graph, work: float | None = budget) -> tuple[Placement, bool]:
-        run = lambda: place(graph, cl, method, seed=seed, budget=work, **options)  # noqa: E731
-        return cached_placement(graph, cl, keyed, seed, work, run, folder) if cache is not False else (run(), False)
+        work = self.budget if work is _BUDGET else work
+        run = lambda: place(graph, self.cl, self.method, seed=self.seed, budget=work, **self.options)  # noqa: E731
+        if self.cache is False:
+            return run(), False
+        return cached_placement(graph, self.cl, self.keyed, self.seed, work, run, self.folder)
 
-    def recompile(inputs, targets) -> tuple[Graph, Placement]:
+    def recompile(self, inputs, targets) -> tuple[Graph, Placement]:
         """Another batch shape (called by the step): its step captured (over the most micro-batches up to the
         step's that divide it), on the same devices op for op where its ops are the same."""
         from autoplace.capture import CaptureError
+        from autoplace.placers import place
 
-        for m in [d for d in range(micro, 0, -1) if micro % d == 0]:
+        for m in [d for d in range(self.micro, 0, -1) if self.micro % d == 0]:
             try:
-                other = capture(inputs, targets, graph.name, m)
+                other = self.capture(inputs, targets, self.graph.name, m)
                 break
             except CaptureError:
                 if m == 1:
                     raise
-        same = _same_devices(other, chosen, cl)
+        same = _same_devices(other, self.chosen, self.cl)
         if same is not None:
             return other, same
-        if placement is not None:
-            raise AutoplaceError(f"a batch of other shapes captures another graph of {graph.name!r} than the "
+        if self.placement is not None:
+            raise AutoplaceError(f"a batch of other shapes captures another graph of {self.graph.name!r} than the "
                                  "placement given covers: compile with a method to place it")
         try:
-            return other, search(other)[0]
+            return other, self.search(other)[0]
         except AutoplaceError:
-            if not (isinstance(method, str) and method in RUNNABLE_STRATEGIES):
+            if not (isinstance(self.method, str) and self.method in RUNNABLE_STRATEGIES):
                 raise
             # a strategy the batch does not split into (a smaller last batch): a placement of its step
-            return other, place(other, cl, "auto", seed=seed, budget=budget, strategies=False)
+            return other, place(other, self.cl, "auto", seed=self.seed, budget=self.budget, strategies=False)
 
-    seconds, records = {}, []
-    pool = make_pool(cl, runtime=runtime, timeout=timeout)
-    pool.launch()                                   # the workers boot while the step is captured and placed
-    with _shown(True if progress is None else progress) as stage:
-        try:
-            if micro_batches == "auto":
-                if calibrate:                       # the counts are ranked on this machine's measured devices
-                    from autoplace.runtime.profile import detected_cluster
-                    from autoplace.runtime.verdict import this_machine
+    def run(self) -> PlacedStep:
+        pool = make_pool(self.cl, runtime=self.runtime, timeout=self.timeout)
+        pool.launch()                               # the workers boot while the step is captured and placed
+        with _shown(True if self.progress is None else self.progress) as stage:
+            try:
+                pool = self._place(pool, stage)
+                step = self._set_up(pool, stage)
+            except BaseException:
+                pool.close()
+                raise
+        step.setup_seconds, step.placement_cached, step.micro_batches = self.seconds, self.hit, self.micro
+        step.micro_batch_choice = self.records
+        return step
 
-                    stage(f"calibrating: measuring {cl.name} (once per machine)")
-                    cl = detected_cluster(cl, folder=folder, machine=this_machine())
-                micro, graph, chosen, hit, records = _choose_micro_batches(
-                    capture, search, example_inputs, targets, name, cl, method, seed, budget, stage, seconds)
-            else:
-                t = time.perf_counter()
-                stage(f"capturing {name or type(model).__name__}")
-                graph = capture(example_inputs, targets, name)
-                seconds["capture"] = time.perf_counter() - t
-                if profiled is not None or calibrate:
-                    t = time.perf_counter()
-                    estimated = cl
-                    graph, cl = _measured(graph, cl, profiled, pool, folder, stage)
-                    if profiled is None:    # the strategies' re-captures measured as the step was
-                        set_micro_batched(graph, lambda m: _measured(capture(example_inputs, targets, name, m),
-                                                                     estimated, None, pool, folder, stage)[0])
-                    seconds["calibrate"] = time.perf_counter() - t
-                t = time.perf_counter()
-                stage(f"placing {graph.n_ops} ops with {method}" if placement is None else "checking the placement")
-                if placement is None:
-                    chosen, hit = search(graph)
-                else:
-                    chosen, hit = _placement_of(placement, graph, cl), False
-                seconds["place"] = time.perf_counter() - t
-            pool = _pool_for(chosen, pool, cl, runtime, timeout)
-            common = dict(keys=tuple(split_inputs(example_inputs)[1]),
-                          state_keys=[k for k in model.state_dict() if k in graph or k in graph.meta.get("tied", {})],
-                          optimizer=optimizer, hyper_inputs=hyper_inputs(graph, model, optimizer))
+    def _place(self, pool, stage):
+        """Capture the step and place it (sets ``graph``, ``chosen``, ``hit``); returns the pool to run it on."""
+        seconds = self.seconds
+        if self.micro_batches == "auto":
+            if self.calibrate:                      # the counts are ranked on this machine's measured devices
+                from autoplace.runtime.profile import detected_cluster
+                from autoplace.runtime.verdict import this_machine
 
-            def fresh() -> dict:                    # the model's and optimizer's state (a placed run shares
-                return initial_values(graph, model, optimizer)   # the tensors it was set up with)
-
-            def eager_step(device: int, placed: Placement) -> PlacedStep:
-                runner = EagerRunner(model, loss_fn, optimizer, cl.devices[device].name, micro_batches=micro)
-                return PlacedStep(graph, cl, placed, fresh(), eager=runner, **common)
-
+                stage(f"calibrating: measuring {self.cl.name} (once per machine)")
+                self.cl = detected_cluster(self.cl, folder=self.folder, machine=this_machine())
+            self.micro, self.graph, self.chosen, self.hit, self.records = _choose_micro_batches(
+                self.capture, self.search, self.inputs, self.targets, self.name, self.cl, self.method, self.seed,
+                self.budget, stage, seconds)
+        else:
             t = time.perf_counter()
-            one = _one_device(chosen, cl)
-            verify = verify and one is None and _local(cl)
-            cache_args = (graph, cl, keyed, seed, budget, folder) if cache is not False else None
-            known = _known_verdict(cache_args, cl, runtime, chosen) if verify else None
-            if known is not None and known.kept == "one device":     # measured before: no workers needed
-                one = _baseline_device(cl)
-                chosen, verify = _on_one(graph, cl, one), False
-            if one is not None and runtime == "auto" and _local(cl):
-                stage(f"setting up {cl.devices[one].name} in this process")
-                pool.close(now=True)
-                step = eager_step(one, chosen)
+            stage(f"capturing {self.name or type(self.model).__name__}")
+            graph = self.capture(self.inputs, self.targets, self.name)
+            seconds["capture"] = time.perf_counter() - t
+            if self.profiled is not None or self.calibrate:
+                t = time.perf_counter()
+                estimated = self.cl
+                graph, self.cl = _measured(graph, self.cl, self.profiled, pool, self.folder, stage)
+                if self.profiled is None:           # the strategies' re-captures measured as the step was
+                    set_micro_batched(graph, lambda m: _measured(self.capture(self.inputs, self.targets, self.name, m),
+                                                                 estimated, None, pool, self.folder, stage)[0])
+                seconds["calibrate"] = time.perf_counter() - t
+            t = time.perf_counter()
+            stage(f"placing {graph.n_ops} ops with {self.method}" if self.placement is None
+                  else "checking the placement")
+            if self.placement is None:
+                self.chosen, self.hit = self.search(graph)
             else:
-                stage(f"setting up {cl.n_devices} workers")
-                step = PlacedStep(graph, cl, chosen, fresh(), timeout=timeout, recompile=recompile, pool=pool,
-                                  eager_rng=eager_rng, **common)
-                if verify:
-                    step = _verified(step, eager_step, fresh, cl, method, example_inputs, targets, optimizer,
-                                     cache_args, runtime, known, stage)
-            step.verdict = step.verdict or known
-            seconds["workers"] = time.perf_counter() - t
-        except BaseException:
-            pool.close()
-            raise
-    step.setup_seconds, step.placement_cached, step.micro_batches = seconds, hit, micro
-    step.micro_batch_choice = records
-    return step
+                self.chosen, self.hit = _placement_of(self.placement, graph, self.cl), False
+            self.graph = graph
+            seconds["place"] = time.perf_counter() - t
+        return _pool_for(self.chosen, pool, self.cl, self.runtime, self.timeout)
 
+    def _set_up(self, pool, stage) -> PlacedStep:
+        """The placed step: in this process where it runs on one local device, else on the pool's workers
+        (verified against one device where asked)."""
+        from autoplace.capture.inputs import split_inputs
+
+        graph, cl, chosen, model, optimizer = self.graph, self.cl, self.chosen, self.model, self.optimizer
+        common = dict(keys=tuple(split_inputs(self.inputs)[1]),
+                      state_keys=[k for k in model.state_dict() if k in graph or k in graph.meta.get("tied", {})],
+                      optimizer=optimizer, hyper_inputs=hyper_inputs(graph, model, optimizer))
+
+        def fresh() -> dict:                        # the model's and optimizer's state (a placed run shares
+            return initial_values(graph, model, optimizer)   # the tensors it was set up with)
+
+        def eager_step(device: int, placed: Placement) -> PlacedStep:
+            runner = EagerRunner(model, self.loss_fn, optimizer, cl.devices[device].name, micro_batches=self.micro)
+            return PlacedStep(graph, cl, placed, fresh(), eager=runner, **common)
+
+        t = time.perf_counter()
+        one = _one_device(chosen, cl)
+        verify = self.verify and one is None and _local(cl)
+        cache_args = (graph, cl, self.keyed, self.seed, self.budget, self.folder) if self.cache is not False else None
+        known = _known_verdict(cache_args, cl, self.runtime, chosen) if verify else None
+        if known is not None and known.kept == "one device":     # measured before: no workers needed
+            one = _baseline_device(cl)
+            chosen, verify = _on_one(graph, cl, one), False
+        if one is not None and self.runtime == "auto" and _local(cl):
+            stage(f"setting up {cl.devices[one].name} in this process")
+            pool.close(now=True)
+            step = eager_step(one, chosen)
+        else:
+            stage(f"setting up {cl.n_devices} workers")
+            step = PlacedStep(graph, cl, chosen, fresh(), timeout=self.timeout, recompile=self.recompile, pool=pool,
+                              eager_rng=self.eager_rng, **common)
+            if verify:
+                step = _verified(step, eager_step, fresh, cl, self.method, self.inputs, self.targets, optimizer,
+                                 cache_args, self.runtime, known, stage)
+        step.verdict = step.verdict or known
+        self.seconds["workers"] = time.perf_counter() - t
+        return step
 
 #: the strategies compile runs (:mod:`autoplace.placers.replicated`): towers are judged by the simulator only
 RUNNABLE_STRATEGIES = ("data-parallel", "hybrid", "pipelined")

@@ -84,10 +84,16 @@ def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.
           budget: float | None = None, time_limit: float | None = None, **options) -> Placement:
     """Run placer ``method``; the returned placement's meta records ``search_time_s`` and ``seed``.
 
-    ``budget`` is nominal work (seconds a reference machine would take: :mod:`autoplace.search.work`), so a
-    result does not depend on the machine's load; ``time_limit`` (seconds of wall clock) stops every
-    search sooner if it comes first, with the best it has (its meta then says ``"time limit"``). ``options``
-    go to the placer as keywords (``auto``'s ``strategies=False``)."""
+    Arguments:
+
+    - ``graph``, ``cluster``: what to place, and where.
+    - ``method``: a registered placer's name (:func:`available_placers`).
+    - ``seed``: the placer's seed (an integer, or a NumPy generator); the same seed, the same placement.
+    - ``budget``: nominal work (seconds a reference machine would take: :mod:`autoplace.search.work`), so a
+      result does not depend on the machine's load; None: the placer's default.
+    - ``time_limit``: seconds of wall clock that stop every search sooner if they come first, with the best
+      it has (its meta then says ``"time limit"``).
+    - ``options``: keywords for the placer (``auto``'s ``strategies=False``)."""
     from autoplace.search.budget import time_limit as limit
 
     info = get_placer(method)

@@ -637,7 +637,14 @@ def simulate(graph: Graph, cluster: Cluster, placement: Placement | np.ndarray |
     """Simulate one training step of ``graph`` on ``cluster`` under ``placement`` (a warning where the
     placement was made for another cluster: its device names may mean other devices here). A strategy's
     placement (``meta["strategy"]``: replicas, towers) runs the step it was made for
-    (:func:`autoplace.replicas.strategy_graph`)."""
+    (:func:`autoplace.replicas.strategy_graph`).
+
+    Arguments:
+
+    - ``graph``, ``cluster``: the step and the devices it runs on.
+    - ``placement``: a :class:`~autoplace.placement.Placement`, or each op's device index in graph order.
+    - ``trace``: also keep the full :class:`Timeline` (``result.timeline``: every op's and copy's start and
+      end, for the Chrome-trace export)."""
     if isinstance(placement, Placement):
         if placement.cluster != cluster.name:
             import warnings

@@ -92,7 +92,15 @@ def zoo_names() -> list[str]:
 
 def build_graph(name: str, **params: Any) -> Graph:
     """Build built-in graph ``name``; ``params`` override its defaults (unknown or out-of-range ones are an
-    error). A combination the model cannot be built with (e.g. sizes whose tensors exceed what torch or the
+    error).
+
+    Arguments:
+
+    - ``name``: a built-in graph (:func:`zoo_names`; ``autoplace zoo list``).
+    - ``params``: the model's parameters by name (``batch=32``), each within its range (:func:`get_model`
+      lists them with their defaults).
+
+    A combination the model cannot be built with (e.g. sizes whose tensors exceed what torch or the
     graph format can hold) is an :class:`AutoplaceError` naming the model and its parameters."""
     info = get_model(name)
     params = info.check_params(params)
