@@ -27,7 +27,7 @@ from autoplace.replicas import set_micro_batched, strategy_graph
 from autoplace.runtime.backends import RUNTIMES, make_pool
 from autoplace.runtime.eager import EagerRunner
 from autoplace.runtime.placed import PlacedStep, hyper_inputs, initial_values
-from autoplace.runtime.pool import DEFAULT_TIMEOUT_S
+from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, Runtime
 
 __all__ = ["compile", "AUTO_MICRO_BATCHES"]
 
@@ -280,8 +280,9 @@ class _Compile:
         self.calibrate = calibrate
         # replicas synchronise over torch.distributed, one rank per device: the shared-memory runtime runs
         # placements and pipelines, and no two replicas share a device
-        self.options = {"strategies": RUNNABLE_STRATEGIES if runtime != "shm" else ("pipelined",), "distinct": True} \
-            if method == "auto" else {"distinct": True} if method == "hybrid" else {}
+        strategies = RUNNABLE_STRATEGIES if runtime != Runtime.SHM else ("pipelined",)
+        self.options = {"strategies": strategies, "distinct": True} if method == "auto" else \
+            {"distinct": True} if method == "hybrid" else {}
         self.keyed = method if not self.options else f"{method} {json.dumps(self.options, sort_keys=True)}"  # cache key
         self.seconds: dict[str, float] = {}
         self.records: list = []
@@ -421,7 +422,7 @@ class _Compile:
         if known is not None and known.kept == "one device":     # measured before: no workers needed
             one = _baseline_device(cl)
             chosen, verify = _on_one(graph, cl, one), False
-        if one is not None and self.runtime == "auto" and _local(cl):
+        if one is not None and self.runtime == Runtime.AUTO and _local(cl):
             stage(f"setting up {cl.devices[one].name} in this process")
             pool.close(now=True)
             step = eager_step(one, chosen)
@@ -462,7 +463,7 @@ def _pool_for(placement: Placement, pool, cluster: Cluster, runtime: str, timeou
     strategy = placement.meta.get("strategy") or {}
     if int(strategy.get("replicas", 1)) < 2 or isinstance(pool, DistributedPool):
         return pool
-    if runtime == "shm":
+    if runtime == Runtime.SHM:
         raise AutoplaceError(f"placement {placement.method!r} runs {strategy['replicas']} replicas, whose gradients "
                              "are all-reduced over torch.distributed: use runtime='distributed' or 'auto'")
     pool.close(now=True)

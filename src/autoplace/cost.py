@@ -25,7 +25,7 @@ import numpy as np
 from autoplace.cluster import Cluster
 from autoplace.collectives import COMMUNICATION_TYPES
 from autoplace.errors import InfeasibleError, PlacementError
-from autoplace.graph import Graph
+from autoplace.graph import Graph, OpRole
 
 __all__ = ["feasible_devices", "check_device_types", "op_time_matrix", "least_op_times", "fastest_op_times",
            "check_runnable", "launch_times", "device_times", "group_launch_matrix"]
@@ -68,7 +68,8 @@ def op_time_matrix(graph: Graph, cluster: Cluster, *, loaded: bool = False) -> n
                           graph.bytes_touched[:, None] / cluster.achievable_bandwidth[None, :])
     times = roofline + cluster.op_overhead[None, :]
     # a hyperparameter is a value, a collective runs in the communication library (its steps are transfers)
-    times[[i for i, op in enumerate(graph.ops) if op.type == "hyperparameter" or op.type in COMMUNICATION_TYPES]] = 0.0
+    free = [i for i, op in enumerate(graph.ops) if op.type == OpRole.HYPERPARAMETER or op.type in COMMUNICATION_TYPES]
+    times[free] = 0.0
     names = [d.name for d in cluster.devices]
     kinds = [d.kind for d in cluster.devices]
     for i, op in enumerate(graph.ops):

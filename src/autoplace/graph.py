@@ -19,6 +19,7 @@ import heapq
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -26,9 +27,41 @@ import numpy as np
 from autoplace.errors import GraphError
 from autoplace.validation import MAX_BYTES, MAX_FLOPS, MAX_SECONDS, MAX_TOTAL_BYTES, check_name, check_number
 
-__all__ = ["PHASES", "DTYPE_SIZES", "dtype_size", "TensorSpec", "Op", "Graph", "parse_input"]
+__all__ = ["Vocabulary", "Phase", "OpRole", "PHASES", "STATE_ROLES", "DTYPE_SIZES", "dtype_size", "TensorSpec", "Op",
+           "Graph", "parse_input"]
 
-PHASES = ("forward", "backward", "update")
+
+
+class Vocabulary(StrEnum):
+    """A word of the IR's vocabulary: it compares, hashes, prints and ``repr``s as the plain string it stands
+    for (files and generated code hold the string; code names the member)."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class Phase(Vocabulary):
+    """Which part of a training step an op belongs to (``op.phase``; None: not said)."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    UPDATE = "update"
+
+
+class OpRole(Vocabulary):
+    """The op types of a captured step that compute nothing: its resident state and its inputs (every
+    other op's type is what it computes, ``aten.addmm``). Members are strings: ``op.type == OpRole.INPUT``."""
+
+    PARAMETER = "parameter"
+    BUFFER = "buffer"
+    OPTIMIZER_STATE = "optimizer_state"
+    HYPERPARAMETER = "hyperparameter"    #: a scheduled hyper-parameter taken as an input (a learning rate)
+    INPUT = "input"
+
+
+PHASES = tuple(Phase)
+#: the roles that live on a device from step to step (the optimizer's and the model's state)
+STATE_ROLES = (OpRole.PARAMETER, OpRole.BUFFER, OpRole.OPTIMIZER_STATE, OpRole.HYPERPARAMETER)
 
 #: Bytes per element of the dtypes autoplace understands (names as numpy/torch print them).
 DTYPE_SIZES: dict[str, int] = {

@@ -42,7 +42,7 @@ import numpy as np
 from autoplace.cluster import Cluster
 from autoplace.cost import op_time_matrix
 from autoplace.errors import AutoplaceError, InfeasibleError, UnknownNameError
-from autoplace.graph import Graph, Op
+from autoplace.graph import STATE_ROLES, Graph, Op, OpRole, Phase
 
 __all__ = ["RULES", "GRANULARITIES", "Grouping", "GroupGraph", "group_ops", "with_granularity", "runnable_grouping",
            "grouped_graph", "structural_key", "weighted_csr", "coarsen", "merge_groups", "unit_grouping",
@@ -149,7 +149,7 @@ def nearest_module(path: str | None, table: dict[str, Any]) -> Any:
 def module_path(op) -> str | None:
     """The module an op belongs to: a parameter's or buffer's owner, else the module whose forward ran it
     (its ``scope``, a ``.tN`` time-step suffix left out); None for an op outside any."""
-    if op.type in ("parameter", "buffer"):
+    if op.type in (OpRole.PARAMETER, OpRole.BUFFER):
         return op.name.rpartition(".")[0]
     return re.sub(r"\.t\d+$", "", op.scope) if op.scope else None
 
@@ -196,7 +196,7 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
     owner: dict[str, int] = {}                               # module path -> an op of its group
     root_own: list[int] = []                                 # the root module's own parameters and buffers
     for i, op in enumerate(graph.ops):
-        if op.type in ("parameter", "buffer"):
+        if op.type in (OpRole.PARAMETER, OpRole.BUFFER):
             module = op.name.rpartition(".")[0]
             if not module:                                   # owning the root would make the model one unit
                 root_own.append(i)
@@ -216,7 +216,7 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
         above = nearest_owner(module.rpartition(".")[0]) if module else None
         if above is not None:
             uf.union(above, i)
-    state = ("parameter", "buffer", "optimizer_state", "hyperparameter")
+    state = STATE_ROLES
     stray = []
     # a root tensor's gradient and update stay with it (its gradient's producer may carry the scope of the
     # module whose backward ran before it)
@@ -232,7 +232,7 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
     # What no module with parameters owns runs as dispatch_model runs it. The batch and the loss are on the
     # input device (the model's outputs return there); any other op runs where its first input is, its
     # backward where it ran (ops of one torch call share ``fwd``).
-    io = [i for i in stray if graph.ops[i].type == "input" or (graph.ops[i].scope or "").split(".")[0] == "loss"]
+    io = [i for i in stray if graph.ops[i].type == OpRole.INPUT or (graph.ops[i].scope or "").split(".")[0] == "loss"]
     for i in io[1:]:
         uf.union(io[0], i)
     first_of_call: dict[object, int] = {}
@@ -344,7 +344,7 @@ def group_ops(graph: Graph, rules: Iterable[str] = RULES[:4], *, step_block: int
         # first (reverse topological order), so a chain joins as a whole.
         for i in graph.topological_order[::-1].tolist():
             op = graph.ops[i]
-            if op.phase != "backward" or op.meta.get("fwd") is not None or op.colocation_group is not None:
+            if op.phase != Phase.BACKWARD or op.meta.get("fwd") is not None or op.colocation_group is not None:
                 continue
             readers = graph.successors(i)
             if len(readers) and len({uf.find(int(c)) for c in readers}) == 1:
@@ -424,7 +424,7 @@ def _join_readers_structure(graph: Graph, uf: _UnionFind, by_key: dict, skey: li
     for i, k in enumerate(skey):
         if k is not None:
             continue
-        keys = {skey[c] for c in graph.successors(i) if graph.ops[c].phase != "update"}
+        keys = {skey[c] for c in graph.successors(i) if graph.ops[c].phase != Phase.UPDATE}
         keys.discard(None)
         if len(keys) == 1:
             uf.union(i, by_key[("structure", keys.pop())])

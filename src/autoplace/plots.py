@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from autoplace.formats.images import save_png
+from autoplace.graph import PHASES
 
 __all__ = ["comparison_png", "comparison_figure", "comparison_data", "step_png", "step_figure", "step_data",
            "graph_layout", "graph_figure", "GraphLayout", "DEVICE_COLOURS", "PHASE_COLOURS", "svg_text",
@@ -130,7 +131,6 @@ def _memory_share_panel(fig, ax, comparison) -> None:
 _COMPARISON_PANELS = (_steps_panel, _memory_share_panel)
 
 
-PHASES = ("forward", "backward", "update")
 
 
 def step_data(graph, result) -> tuple[np.ndarray, np.ndarray]:

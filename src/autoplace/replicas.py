@@ -37,7 +37,7 @@ import numpy as np
 
 from autoplace.collectives import BUCKET_VIEW, collective
 from autoplace.errors import GraphError, InfeasibleError, PlacementError
-from autoplace.graph import Graph, Op, TensorSpec, parse_input
+from autoplace.graph import Graph, Op, OpRole, Phase, TensorSpec, parse_input
 from autoplace.schedule import NO_SCHEDULE, micro_batches
 
 __all__ = ["STATE_TYPES", "SHARED_TYPES", "FIRST_BUCKET_BYTES", "BUCKET_BYTES", "set_micro_batched",
@@ -45,9 +45,9 @@ __all__ = ["STATE_TYPES", "SHARED_TYPES", "FIRST_BUCKET_BYTES", "BUCKET_BYTES", 
            "strategy_graph", "remember", "can_replicate"]
 
 #: op types that hold state or data rather than compute (each replica has its own copy)
-STATE_TYPES = frozenset(("parameter", "buffer", "optimizer_state", "hyperparameter", "input"))
+STATE_TYPES = frozenset((OpRole.PARAMETER, OpRole.BUFFER, OpRole.OPTIMIZER_STATE, OpRole.HYPERPARAMETER, OpRole.INPUT))
 #: what synchronous towers keep once, on the parameter server (with the update-phase ops)
-SHARED_TYPES = frozenset(("parameter", "optimizer_state", "hyperparameter"))
+SHARED_TYPES = frozenset((OpRole.PARAMETER, OpRole.OPTIMIZER_STATE, OpRole.HYPERPARAMETER))
 #: DDP's first bucket (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES) and the rest (bucket_cap_mb=25)
 FIRST_BUCKET_BYTES = 1024 * 1024
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -92,13 +92,13 @@ def gradients(graph: Graph) -> list[tuple[int, str]]:
     topological ranks: backward produces the last layer's first)."""
     seen: dict[tuple[int, int], str] = {}
     for op in graph.ops:
-        if op.phase != "update":
+        if op.phase != Phase.UPDATE:
             continue
         for ref in op.inputs:
             pname, k = parse_input(ref, graph._index)
             p = graph.index(pname)
             src = graph.ops[p]
-            if src.phase != "update" and src.type not in STATE_TYPES:
+            if src.phase != Phase.UPDATE and src.type not in STATE_TYPES:
                 seen.setdefault((p, k), ref)
     return sorted(((p, ref) for (p, _), ref in seen.items()), key=lambda pr: (_ready(graph, pr[0]), pr[1]))
 
@@ -158,11 +158,11 @@ def replica_graph(graph: Graph, replicas: int) -> Graph:
     for i in keep:
         op = graph.ops[i]
         changes: dict = {}
-        if op.phase == "update" and any(r in grads for r in op.inputs):
+        if op.phase == Phase.UPDATE and any(r in grads for r in op.inputs):
             changes["inputs"] = tuple(grads.get(r, r) for r in op.inputs)
         elif any(parse_input(r, graph._index)[0] not in kept for r in op.inputs):
             changes["inputs"] = tuple(r for r in op.inputs if parse_input(r, graph._index)[0] in kept)
-        if op.type == "input":
+        if op.type == OpRole.INPUT:
             changes.update(_sharded(op, replicas, int(graph.meta.get("batch_dim", 0))))
         if "call" in op.meta:
             changes["meta"] = {**op.meta, "call": _renamed(op.meta["call"], own, _same)}
@@ -291,7 +291,7 @@ def expand(replica: Graph, slots: np.ndarray, groups: Sequence[Sequence[int]], *
             meta = {**op.meta, "replica": r}
             if "launch_group" in meta:     # replicas run separate kernels (separate processes)
                 meta["launch_group"] = f"r{r}/{meta['launch_group']}"
-            update = op.phase == "update"
+            update = op.phase == Phase.UPDATE
             inputs = tuple(read(r, ref, update) for ref in op.inputs)
             if "call" in meta:      # its aten call reads the same tensors
                 meta["call"] = _renamed(meta["call"], lambda ref, r=r, u=update: read(r, ref, u),
@@ -309,14 +309,14 @@ def expand(replica: Graph, slots: np.ndarray, groups: Sequence[Sequence[int]], *
                 bmeta["call"] = {"target": "autoplace.bucket", "args": [[{"ref": pre(r, ref)} for ref in refs]]}
             ops.append(Op(f"r{r}/bucket{b}", "ddp_bucket", inputs=tuple(pre(r, ref) for ref in refs),
                           outputs=_flat_spec(replica, [tensor(ref) for ref in refs]) if program else None,
-                          output_bytes=(nbytes,), param_bytes=nbytes, phase="backward", meta=bmeta))
+                          output_bytes=(nbytes,), param_bytes=nbytes, phase=Phase.BACKWARD, meta=bmeta))
             dev.append(groups[r][s])
             prio.append(NO_SCHEDULE if priorities is None else
                         max(int(priorities[tensor(ref)[0]]) for ref in refs))
     for b, (s, refs) in enumerate(buckets):
         nbytes = int(ops[replica.n_ops + b].output_bytes[0])
         for r, op in enumerate(collective("all_reduce", f"bucket{b}", [f"r{rr}/bucket{b}" for rr in range(R)],
-                                          nbytes, phase="backward")):
+                                          nbytes, phase=Phase.BACKWARD)):
             cmeta = {**op.meta, "replica": r}
             if program:
                 cmeta["call"] = {"target": "autoplace.all_reduce", "args": [{"ref": op.inputs[0]}, f"bucket{b}"]}
@@ -338,7 +338,7 @@ def expand(replica: Graph, slots: np.ndarray, groups: Sequence[Sequence[int]], *
                                      "args": [{"ref": f"bucket{b}/{r}"}, offset, list(spec.shape), spec.dtype]}
                     offset += math.prod(spec.shape)
                 ops.append(Op(f"r{r}/bucket{b}.{j}", BUCKET_VIEW, inputs=(f"bucket{b}/{r}",), output_bytes=(grad,),
-                              outputs=(spec,) if program else None, phase="backward", meta=vmeta))
+                              outputs=(spec,) if program else None, phase=Phase.BACKWARD, meta=vmeta))
                 dev.append(groups[r][s])
                 prio.append(last)
     meta = {**replica.meta, "replicas": R}
@@ -364,13 +364,13 @@ def towers_graph(graph: Graph, towers: int, *, asynchronous: bool = False) -> Gr
     shared parameters with its own copy of the update (``t{r}/...``), waiting for no other tower. Different
     math (every update reads a tower's gradients alone); a step of it is each tower's one update."""
     replica = replica_graph(graph, towers)
-    shared = {op.name for op in replica.ops if op.type in SHARED_TYPES or op.phase == "update"}
+    shared = {op.name for op in replica.ops if op.type in SHARED_TYPES or op.phase == Phase.UPDATE}
     grads = gradients(replica)
     index = replica._index
     key = lambda ref: (index[parse_input(ref, index)[0]], parse_input(ref, index)[1])  # noqa: E731
     of_tensor = {key(ref): k for k, (_, ref) in enumerate(grads)}
     ren = lambda r, ref: ref if parse_input(ref, index)[0] in shared else f"t{r}/{ref}"  # noqa: E731
-    ops: list[Op] = [op for op in replica.ops if op.name in shared and op.phase != "update"]
+    ops: list[Op] = [op for op in replica.ops if op.name in shared and op.phase != Phase.UPDATE]
     for r in range(towers):
         for op in replica.ops:
             if op.name in shared:
@@ -383,13 +383,13 @@ def towers_graph(graph: Graph, towers: int, *, asynchronous: bool = False) -> Gr
                              control_inputs=tuple(ren(r, c) for c in op.control_inputs),
                              colocation_group=None if group is None else f"t{r}/{group}", meta=meta))
     if asynchronous:
-        state = [op for op in replica.ops if op.phase == "update" and op.type in SHARED_TYPES]
+        state = [op for op in replica.ops if op.phase == Phase.UPDATE and op.type in SHARED_TYPES]
         ops += state                                          # the optimizer's state and hyperparameters, once
         kept = {op.name for op in ops if op.name in shared}   # the shared state every tower's update reads
         mine = lambda r, ref: ref if parse_input(ref, index)[0] in kept else f"t{r}/{ref}"  # noqa: E731
         for r in range(towers):
             for op in replica.ops:
-                if op.phase == "update" and op.type not in SHARED_TYPES:
+                if op.phase == Phase.UPDATE and op.type not in SHARED_TYPES:
                     meta = {**op.meta, "replica": r}
                     if "launch_group" in meta:
                         meta["launch_group"] = f"t{r}/{meta['launch_group']}"
@@ -402,10 +402,10 @@ def towers_graph(graph: Graph, towers: int, *, asynchronous: bool = False) -> Gr
     for k, (p, ref) in enumerate(grads):
         nbytes = int(replica.ops[p].out_bytes[key(ref)[1]])
         ops.append(Op(f"gradsum{k}", "aten.add", inputs=tuple(ren(r, ref) for r in range(towers)),
-                      output_bytes=(nbytes,), phase="backward", flops=float((towers - 1) * nbytes // 4),
+                      output_bytes=(nbytes,), phase=Phase.BACKWARD, flops=float((towers - 1) * nbytes // 4),
                       meta={"bytes_touched": float((towers + 1) * nbytes)}))
     for i, op in enumerate(replica.ops):
-        if op.phase == "update":
+        if op.phase == Phase.UPDATE:
             meta = dict(op.meta)
             if any(key(ref) in of_tensor for ref in op.inputs):
                 meta.setdefault("bytes_touched", float(replica.bytes_touched[i]))

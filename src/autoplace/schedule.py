@@ -27,16 +27,38 @@ and ``B m`` (its backward):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from autoplace.errors import PlacementError
-from autoplace.graph import Graph
+from autoplace.graph import Graph, Phase, Vocabulary
 
-__all__ = ["SCHEDULES", "NO_SCHEDULE", "positions", "linearize", "deadlock", "runnable_priorities", "stage_actions",
-           "pipeline_priorities", "micro_batches"]
+__all__ = ["PipelineSchedule", "Action", "FORWARD", "BACKWARD", "SCHEDULES", "NO_SCHEDULE", "positions", "linearize",
+           "deadlock", "runnable_priorities", "stage_actions", "pipeline_priorities", "micro_batches"]
 
-SCHEDULES = ("gpipe", "1f1b")
+
+
+class PipelineSchedule(Vocabulary):
+    """The order a pipeline stage runs its micro-batches' passes in: GPipe's (every forward, then every
+    backward) or 1F1B's (PipeDream-Flush: a warm-up of forwards, then one forward and one backward in turn)."""
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+
+
+SCHEDULES = tuple(PipelineSchedule)
+
+
+class Action(NamedTuple):
+    """One pass a pipeline stage runs: ``kind`` :data:`FORWARD` or :data:`BACKWARD` of micro-batch
+    ``micro_batch``."""
+
+    kind: str
+    micro_batch: int
+
+
+FORWARD, BACKWARD = "F", "B"  #: an :class:`Action`'s kinds
 NO_SCHEDULE = np.iinfo(np.int64).min  #: the priority of an op on a device the schedule leaves in ready order
 
 
@@ -163,16 +185,17 @@ def micro_batches(graph: Graph) -> int:
     return max(found) + 1 if found else 1
 
 
-def stage_actions(kind: str, stage: int, n_stages: int, n_micro: int) -> list[tuple[str, int]]:
-    """Stage ``stage``'s actions under schedule ``kind``: ``("F", m)`` and ``("B", m)`` in the order it runs them."""
-    if kind == "gpipe":
-        return [("F", m) for m in range(n_micro)] + [("B", m) for m in range(n_micro)]
-    if kind == "1f1b":
+def stage_actions(kind: str, stage: int, n_stages: int, n_micro: int) -> list[Action]:
+    """Stage ``stage``'s actions under schedule ``kind``: the forward and backward :class:`Action` of each
+    micro-batch, in the order it runs them."""
+    if kind == PipelineSchedule.GPIPE:
+        return [Action(FORWARD, m) for m in range(n_micro)] + [Action(BACKWARD, m) for m in range(n_micro)]
+    if kind == PipelineSchedule.ONE_F_ONE_B:
         warm = min(n_stages - 1 - stage, n_micro)
-        out = [("F", m) for m in range(warm)]
+        out = [Action(FORWARD, m) for m in range(warm)]
         for m in range(n_micro - warm):
-            out += [("F", warm + m), ("B", m)]
-        return out + [("B", m) for m in range(n_micro - warm, n_micro)]
+            out += [Action(FORWARD, warm + m), Action(BACKWARD, m)]
+        return out + [Action(BACKWARD, m) for m in range(n_micro - warm, n_micro)]
     raise PlacementError(f"unknown pipeline schedule {kind!r} (known: {', '.join(SCHEDULES)})")
 
 
@@ -186,9 +209,9 @@ def pipeline_priorities(graph: Graph, dev: np.ndarray, stages: Sequence[int], ki
     (:data:`NO_SCHEDULE`)."""
     n_micro = micro_batches(graph)
     stage_of = {int(d): s for s, d in enumerate(stages)}
-    index: dict[int, dict[tuple[str, int], int]] = {
+    index: dict[int, dict[Action, int]] = {
         d: {a: k for k, a in enumerate(stage_actions(kind, s, len(stages), n_micro))} for d, s in stage_of.items()}
-    action: list[tuple[str, int] | None] = [None] * graph.n_ops
+    action: list[Action | None] = [None] * graph.n_ops
     prio = np.full(graph.n_ops, NO_SCHEDULE, np.int64)
     for i in graph.topological_order:
         op = graph.ops[i]
@@ -197,8 +220,8 @@ def pipeline_priorities(graph: Graph, dev: np.ndarray, stages: Sequence[int], ki
         if mine is None:
             continue
         m = op.meta.get("micro_batch")
-        if isinstance(m, int) and op.phase in ("forward", "backward"):
-            a: tuple[str, int] | None = ("F" if op.phase == "forward" else "B", m)
+        if isinstance(m, int) and op.phase in (Phase.FORWARD, Phase.BACKWARD):
+            a: Action | None = Action(FORWARD if op.phase == Phase.FORWARD else BACKWARD, m)
         else:
             a = None
             for p in graph.predecessors(i):

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from autoplace.graph import Graph, Op, TensorSpec
+from autoplace.graph import Graph, Op, OpRole, Phase, TensorSpec
 
 __all__ = ["to_graph", "VIEW_OPS", "REDUCTION_OPS", "HIDDEN_WRITES"]
 
@@ -80,22 +80,22 @@ def _resident_ops(placeholders: list, trained: list[str], frozen: list[str], buf
     optimizer state and scheduled hyper-parameters (each in its parameter's co-location group, resident:
     ``param_bytes``), then the batch's inputs."""
     kinds: list[tuple[str, str, str | None]] = []  # (op name, type, colocation group)
-    kinds += [(n, "parameter", n) for n in (*trained, *frozen)]
-    kinds += [(n, "buffer", n) for n in buffers]
-    kinds += [(f"{n}.{key}", "optimizer_state", n) for n in trained for key in layout.get(n, {})]
-    kinds += [(f"{n}.{key}", "hyperparameter", n) for n in trained for key in hyper.get(n, {})]
-    kinds += [(f"input{i}", "input", None) for i in range(len(placeholders) - len(kinds))]
+    kinds += [(n, OpRole.PARAMETER, n) for n in (*trained, *frozen)]
+    kinds += [(n, OpRole.BUFFER, n) for n in buffers]
+    kinds += [(f"{n}.{key}", OpRole.OPTIMIZER_STATE, n) for n in trained for key in layout.get(n, {})]
+    kinds += [(f"{n}.{key}", OpRole.HYPERPARAMETER, n) for n in trained for key in hyper.get(n, {})]
+    kinds += [(f"input{i}", OpRole.INPUT, None) for i in range(len(placeholders) - len(kinds))]
     ops = []
     for node, (opname, kind, group) in zip(placeholders, kinds):
         spec = _spec(node.meta.get("val"))
-        resident = spec.nbytes if kind != "input" else 0
-        phase = "update" if kind in ("optimizer_state", "hyperparameter") else "forward"
-        scope = opname.rsplit(".", 1)[0] if "." in opname and kind != "input" else None
-        if kind in ("optimizer_state", "hyperparameter"):
+        resident = spec.nbytes if kind != OpRole.INPUT else 0
+        phase = Phase.UPDATE if kind in (OpRole.OPTIMIZER_STATE, OpRole.HYPERPARAMETER) else Phase.FORWARD
+        scope = opname.rsplit(".", 1)[0] if "." in opname and kind != OpRole.INPUT else None
+        if kind in (OpRole.OPTIMIZER_STATE, OpRole.HYPERPARAMETER):
             scope = group.rsplit(".", 1)[0] if "." in group else group
         # a parameter's output *is* its resident memory: mark it a view so it is not allocated twice
         meta = {"view": True} if resident else {}
-        if kind == "hyperparameter":
+        if kind == OpRole.HYPERPARAMETER:
             meta["value"] = hyper[group][opname.rpartition(".")[2]]   # the captured value: runs given none use it
         ops.append(Op(opname, kind, outputs=(spec,), param_bytes=resident, colocation_group=group, scope=scope,
                       phase=phase, meta=meta))
@@ -178,7 +178,7 @@ def to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: list
         meta["call"] = {"target": _target_name(target), "args": encode(list(node.args)),
                         "kwargs": encode(dict(node.kwargs))}
         group = None
-        if phase == "update":
+        if phase == Phase.UPDATE:
             group = next((group_of[d.split(":")[0]] for d in data + ctrl if d.split(":")[0] in group_of), None)
             if group is not None:
                 scope = scope_of_param.get(group, scope)
@@ -215,7 +215,7 @@ def _group_gradients(ops: list[Op], params: list[str], producers: list[str | Non
     index = {op.name: i for i, op in enumerate(ops)}
     for pname, producer in zip(params, producers):
         i = index.get(producer) if producer is not None else None
-        if i is None or ops[i].phase != "backward":
+        if i is None or ops[i].phase != Phase.BACKWARD:
             continue
         other = ops[i].colocation_group
         if other is None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autoplace.errors import CaptureError, FormatError
 from autoplace.formats._json import input_file
-from autoplace.graph import Graph, Op, TensorSpec
+from autoplace.graph import Graph, Op, OpRole, Phase, TensorSpec
 
 __all__ = ["import_onnx", "ONNX_DTYPES"]
 
@@ -166,15 +166,15 @@ def import_onnx(path: str | os.PathLike, *, name: str | None = None) -> Graph:
             raise CaptureError(f"{where}: initializer {init.name!r} has an unsupported element type")
         spec = TensorSpec(tuple(int(d) for d in init.dims), dtype)
         opname = unique(init.name)
-        ops.append(Op(opname, "parameter", outputs=(spec,), param_bytes=spec.nbytes, colocation_group=opname,
-                      phase="forward", meta={"view": True}))  # its output is its resident bytes
+        ops.append(Op(opname, OpRole.PARAMETER, outputs=(spec,), param_bytes=spec.nbytes, colocation_group=opname,
+                      phase=Phase.FORWARD, meta={"view": True}))  # its output is its resident bytes
         specs[init.name], producer[init.name] = spec, opname
     for inp in g.input:
         if inp.name in producer:
             continue
         spec = _spec_of(inp.type, f"input {inp.name!r}", where)
         opname = unique(inp.name)
-        ops.append(Op(opname, "input", outputs=(spec,), phase="forward"))
+        ops.append(Op(opname, OpRole.INPUT, outputs=(spec,), phase=Phase.FORWARD))
         specs[inp.name], producer[inp.name] = spec, opname
 
     for i, node in enumerate(g.node):
@@ -197,5 +197,5 @@ def import_onnx(path: str | os.PathLike, *, name: str | None = None) -> Graph:
             specs[v], producer[v] = outs[-1], f"{opname}:{k}" if len(node.output) > 1 else opname
         meta = {"bytes_touched": 0, "view": True} if node.op_type in VIEW_OPS else {}
         ops.append(Op(opname, node.op_type, tuple(dict.fromkeys(refs)), outputs=tuple(outs),
-                      flops=_flops(node, ins, outs), phase="forward", scope=node.name or None, meta=meta))
+                      flops=_flops(node, ins, outs), phase=Phase.FORWARD, scope=node.name or None, meta=meta))
     return Graph(ops, name=name or g.name or Path(path).stem, meta={"captured_from": "onnx"})

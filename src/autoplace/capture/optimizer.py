@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from autoplace.errors import CaptureError
-from autoplace.graph import Op
+from autoplace.graph import Op, OpRole, Phase
 
 __all__ = ["SCHEDULED", "BETAS_AS_INPUTS", "check_optimizer", "update_implementation", "optimizer_groups",
            "update_params", "fuse_updates", "launch_groups", "scheduled_value", "scheduled_inputs", "state_layout"]
@@ -71,10 +71,10 @@ def update_params(ops: list[Op], params: Iterable[str]) -> dict[str, str]:
     of another parameter among its inputs, in order (a co-location group may hold several parameters:
     a norm layer's weight and bias)."""
     params = set(params)
-    state_of = {op.name: op.name.rsplit(".", 1)[0] for op in ops if op.type == "optimizer_state"}
+    state_of = {op.name: op.name.rsplit(".", 1)[0] for op in ops if op.type == OpRole.OPTIMIZER_STATE}
     out: dict[str, str] = {}
     for op in ops:
-        if op.phase != "update" or not op.type.startswith(("aten.", "autoplace.")):
+        if op.phase != Phase.UPDATE or not op.type.startswith(("aten.", "autoplace.")):
             continue
         for ref in (*op.inputs, *op.control_inputs):
             name = ref.split(":")[0]
@@ -162,7 +162,7 @@ def fuse_updates(ops: list[Op], groups: list[tuple[list[str], dict[str, Any]]], 
         ctrl = tuple(f"{p}.{key}" for key in scheduled.get(p, {}))
         replaced[last.name] = Op(f"{p}.update", kernel.removesuffix(".default"), tuple(inputs), ctrl, output_bytes=(0,),
                                  flops=sum(op.flops for op in rest), colocation_group=p, scope=last.scope,
-                                 phase="update", meta={"view": True, "call": call, "fused_ops": len(rest),
+                                 phase=Phase.UPDATE, meta={"view": True, "call": call, "fused_ops": len(rest),
                                                        "bytes_touched": sum(touched(op) for op in rest)})
         dropped.update(op.name for op in rest if op is not last)
     out = []

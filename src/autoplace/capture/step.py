@@ -38,7 +38,7 @@ from autoplace.capture.optimizer import (
 from autoplace.capture.scopes import Scopes, grad_fn_tagger, scope_backward
 from autoplace.capture.trace import trace_fake
 from autoplace.errors import AutoplaceError, CaptureError
-from autoplace.graph import Graph
+from autoplace.graph import Graph, Phase
 
 __all__ = ["capture_training_step", "capture_inference"]
 
@@ -127,14 +127,14 @@ def _traced_step(model, loss_fn: Callable, scopes: Scopes, opt_cls: type, groups
         """One forward and backward pass: the loss and the gradients of ``loss * scale``."""
         import torch.fx.traceback as fxt
 
-        with fxt.annotate({"phase": "forward"}), grad_fn_tagger(scopes):
+        with fxt.annotate({"phase": Phase.FORWARD}), grad_fn_tagger(scopes):
             out = torch.func.functional_call(model, {**live, **frozen, **buffers}, inputs, kwargs)
             with fxt.annotate({"scope": "loss"}):
                 loss = loss_fn(out, *targets)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             got = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
             raise CaptureError(f"loss_fn must return a scalar tensor (reduce it, e.g. .mean()), got {got}")
-        with fxt.annotate({"phase": "backward"}):
+        with fxt.annotate({"phase": Phase.BACKWARD}):
             scope_backward([loss.grad_fn])
             grads = torch.autograd.grad(loss * scale if scale != 1 else loss, list(live.values()), allow_unused=True)
         return loss, grads
@@ -162,9 +162,9 @@ def _traced_step(model, loss_fn: Callable, scopes: Scopes, opt_cls: type, groups
                     losses.append(loss_m.detach())
                     grads = list(grads_m) if grads is None else [
                         a if b is None else b if a is None else a + b for a, b in zip(grads, grads_m)]
-            with fxt.annotate({"phase": "forward", "scope": "loss"}):
+            with fxt.annotate({"phase": Phase.FORWARD, "scope": "loss"}):
                 loss = torch.stack(losses).mean()
-        with fxt.annotate({"phase": "update", "scope": "optimizer"}), torch.no_grad():
+        with fxt.annotate({"phase": Phase.UPDATE, "scope": "optimizer"}), torch.no_grad():
             # one param group per parameter, each reading its learning rate from its own input (as a Python
             # number, the way torch.optim reads it), so the update ops stay with their parameter
             opt = opt_cls([{**h, "params": [live[n]]} for names, h in groups for n in names], foreach=False)
@@ -219,7 +219,7 @@ def capture_inference(model, example_inputs: Any, *, name: str | None = None) ->
     def forward(params, buffers, inputs, kwargs):
         import torch.fx.traceback as fxt
 
-        with fxt.annotate({"phase": "forward"}), torch.no_grad():
+        with fxt.annotate({"phase": Phase.FORWARD}), torch.no_grad():
             return torch.func.functional_call(model, {**params, **buffers}, inputs, kwargs)
 
     try:

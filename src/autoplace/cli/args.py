@@ -7,7 +7,8 @@ import argparse
 
 import numpy as np
 
-from autoplace.runtime.pool import DEFAULT_TIMEOUT_S
+from autoplace.runtime.backends import RUNTIMES
+from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, Runtime
 from autoplace.validation import MAX_BUDGET_S
 
 
@@ -100,7 +101,7 @@ RUNTIME_HELP = ("what runs placed steps: shm (worker processes exchanging tensor
 
 
 def add_runtime_arg(p: argparse.ArgumentParser, prefix: str = "") -> None:
-    p.add_argument("--runtime", choices=("auto", "shm", "distributed"), default="auto", help=prefix + RUNTIME_HELP)
+    p.add_argument("--runtime", choices=RUNTIMES, default=Runtime.AUTO, help=prefix + RUNTIME_HELP)
 
 
 class MethodsHelp(argparse.HelpFormatter):

@@ -21,6 +21,7 @@ from autoplace.cli.common import (
     with_progress,
     written,
 )
+from autoplace.graph import PHASES
 from autoplace.replicas import strategy_graph
 from autoplace.resolve import resolve_cluster, resolve_graph
 
@@ -134,9 +135,9 @@ def cmd_capture(args: argparse.Namespace) -> int:
                                      micro_batches=args.micro_batches)
     save_graph(graph, args.output)
     if written(args, graph, phases={p: sum(op.phase == p for op in graph.ops)
-                                     for p in ("forward", "backward", "update")}):
+                                     for p in PHASES}):
         return 0
-    phases = {p: sum(op.phase == p for op in graph.ops) for p in ("forward", "backward", "update")}
+    phases = {p: sum(op.phase == p for op in graph.ops) for p in PHASES}
     console(args.output == "-").print(f"{graph.name}: {graph.n_ops} ops "
                      f"({', '.join(f'{n} {p}' for p, n in phases.items() if n)}), "
                      f"{graph.n_edges} edges, {fmt_bytes(graph.total_param_bytes)} resident, "

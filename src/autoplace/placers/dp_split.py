@@ -47,7 +47,7 @@ import numpy as np
 from autoplace.cluster import Cluster
 from autoplace.cost import op_time_matrix
 from autoplace.errors import InfeasibleError
-from autoplace.graph import Graph
+from autoplace.graph import Graph, Phase
 from autoplace.grouping import floating_ops, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
@@ -136,7 +136,7 @@ def split_problem(graph: Graph, cluster: Cluster, group: np.ndarray, order: np.n
     phase = np.array([op.phase or "" for op in graph.ops])
     src, dst, _ = graph.edges()
     saved_op = np.zeros(graph.n_ops, dtype=bool)
-    saved_op[src[(phase[src] == "forward") & (phase[dst] == "backward")]] = True
+    saved_op[src[(phase[src] == Phase.FORWARD) & (phase[dst] == Phase.BACKWARD)]] = True
     by_rank = rank_of[group]                       # each op's position in the group order
     g_work = np.zeros((G, len(devices)))
     np.add.at(g_work, by_rank, op_work)

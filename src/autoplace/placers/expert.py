@@ -27,7 +27,7 @@ import numpy as np
 from autoplace.cluster import Cluster
 from autoplace.cost import feasible_devices
 from autoplace.errors import GraphError, InfeasibleError
-from autoplace.graph import Graph
+from autoplace.graph import Graph, Phase
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
 
@@ -125,7 +125,7 @@ def expert(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
         order: dict[object, None] = {}   # units in network order (first forward appearance), then the rest
         for i in graph.topological_order.tolist():
             u = unit.get(i)
-            if u is not None and u not in order and graph.ops[i].phase in (None, "forward"):
+            if u is not None and u not in order and graph.ops[i].phase in (None, Phase.FORWARD):
                 order[u] = None
         for u in unit.values():
             order.setdefault(u)
@@ -133,7 +133,7 @@ def expert(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
         if rule == "blocks":  # equal numbers of convolution layers (Mirhoseini: "roughly the same number of layers")
             w = {u: 0.0 for u in order}
             for i, u in unit.items():
-                if "conv" in graph.ops[i].type and graph.ops[i].phase in (None, "forward"):
+                if "conv" in graph.ops[i].type and graph.ops[i].phase in (None, Phase.FORWARD):
                     w[u] += 1.0
         else:                 # the heaviest part as light as possible
             w = {u: 0.0 for u in order}

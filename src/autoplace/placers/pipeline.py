@@ -48,7 +48,7 @@ from autoplace.placers.dp_split import (
     unit_orders,
 )
 from autoplace.placers.registry import register_placer
-from autoplace.schedule import SCHEDULES, deadlock, micro_batches, pipeline_priorities
+from autoplace.schedule import SCHEDULES, PipelineSchedule, deadlock, micro_batches, pipeline_priorities
 
 __all__ = ["pipeline", "even_split", "in_flight", "BOUND_STEPS", "MEMORY_TRIES"]
 
@@ -60,7 +60,7 @@ def in_flight(kind: str, n_devices: int, n_micro: int) -> np.ndarray:
     """Micro-batches whose activations the ``k``-th of ``n_devices`` ordered devices holds at once under
     schedule ``kind``."""
     k = np.arange(n_devices)
-    return np.full(n_devices, n_micro) if kind == "gpipe" else np.minimum(n_devices - k, n_micro)
+    return np.full(n_devices, n_micro) if kind == PipelineSchedule.GPIPE else np.minimum(n_devices - k, n_micro)
 
 
 def _by_module(graph: Graph, group: np.ndarray) -> np.ndarray:
@@ -153,7 +153,7 @@ def _stages_meta(cluster: Cluster, stages: list[int], unit_dev: np.ndarray, dev:
             for d in stages]
 
 
-def even_split(graph: Graph, cluster: Cluster, kind: str = "gpipe") -> Placement:
+def even_split(graph: Graph, cluster: Cluster, kind: str = PipelineSchedule.GPIPE) -> Placement:
     """The pipeline a person would write first: the units in order cut into one contiguous stage per device
     of about equal parameter bytes (each stage's share starts where the running total passes ``s/S`` of
     the whole), run with schedule ``kind``. No memory check: the simulator says whether it fits."""

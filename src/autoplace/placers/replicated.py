@@ -33,7 +33,7 @@ import numpy as np
 from autoplace.cluster import Cluster
 from autoplace.cost import op_time_matrix
 from autoplace.errors import InfeasibleError
-from autoplace.graph import Graph
+from autoplace.graph import Graph, OpRole, Phase
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
 from autoplace.replicas import expand, micro_batched, remember, replica_graph, strategy_graph, towers_graph
@@ -119,8 +119,8 @@ def _towers(graph: Graph, cluster: Cluster, kind: str) -> Placement:
     R = len(gpus)
     step = towers_graph(micro_batched(graph, R), R, asynchronous=kind == "towers-async")
     # the data reading ops stay on the CPU, as the paper's towers share them
-    dev = np.array([gpus[op.meta["replica"]] if "replica" in op.meta and op.type != "input" and op.phase != "update"
-                    else cpus[0] for op in step.ops], np.int64)
+    dev = np.array([gpus[op.meta["replica"]] if "replica" in op.meta and op.type != OpRole.INPUT
+                    and op.phase != Phase.UPDATE else cpus[0] for op in step.ops], np.int64)
     strategy = {"kind": kind, "replicas": R, "micro_batches": R,
                 "groups": [[cluster.device_names[cpus[0]], cluster.device_names[g]] for g in gpus]}
     remember(graph, strategy, step)

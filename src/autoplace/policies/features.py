@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoplace.graph import Graph
+from autoplace.graph import PHASES, Graph
 from autoplace.grouping import Grouping, structural_key, unit_grouping
 
 __all__ = ["GroupFeatures", "group_features", "unit_nodes", "NodeFeatures", "node_features", "type_bucket",
@@ -155,7 +155,6 @@ def _units(graph: Graph, g_of: np.ndarray, order: np.ndarray) -> np.ndarray:
 
 N_TYPE_BUCKETS = 1024       #: op types hash into this many embedding rows, the same for every graph
 NODE_DENSE = 17             #: dense features per node (see :func:`node_features`)
-_PHASES = ("forward", "backward", "update")
 
 
 @dataclass(frozen=True)
@@ -251,8 +250,8 @@ def node_features(graph: Graph, grouping: Grouping) -> NodeFeatures:
                 dense[p, col] = max(dense[p, col], (v + 1) / top)
                 dense[p, col + 1] = 1.0
     for op, p in zip(graph.ops, p_of.tolist()):
-        if op.phase in _PHASES:
-            dense[p, 14 + _PHASES.index(op.phase)] = 1.0
+        if op.phase in PHASES:
+            dense[p, 14 + PHASES.index(op.phase)] = 1.0
     edge_index = np.concatenate([pairs.T, pairs[:, ::-1].T], axis=1).astype(np.int64)
     return NodeFeatures(order, buckets[by_node], type_offsets, dense, edge_index,
                         _units(graph, grouping.group, order), graph.name)

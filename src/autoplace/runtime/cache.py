@@ -20,7 +20,7 @@ from autoplace.cache import cache_dir, cached, digest, entry_path, load_entry, s
 from autoplace.cluster import Cluster
 from autoplace.formats import graph_to_dict, placement_from_dict, placement_to_dict
 from autoplace.formats.state import cluster_hash
-from autoplace.graph import Graph
+from autoplace.graph import Graph, OpRole
 from autoplace.placement import Placement
 from autoplace.replicas import strategy_graph
 
@@ -37,7 +37,7 @@ def default_folder() -> Path:
 def cache_key(graph: Graph, cluster: Cluster, method: str, seed: int, budget: float | None) -> dict[str, Any]:
     """What a cached placement must have been searched for."""
     g = graph_to_dict(graph)
-    g["ops"] = [{k: v for k, v in op.items() if not (op["type"] == "hyperparameter" and k == "value")}
+    g["ops"] = [{k: v for k, v in op.items() if not (op["type"] == OpRole.HYPERPARAMETER and k == "value")}
                 for op in g["ops"]]
     return {"version": CACHE_VERSION, "graph": digest(g), "cluster": cluster_hash(cluster),
             "method": method, "seed": int(seed), "budget": budget}

@@ -21,7 +21,7 @@ from typing import Any
 
 from autoplace.cluster import Cluster
 from autoplace.collectives import groups
-from autoplace.graph import Graph
+from autoplace.graph import Graph, OpRole
 from autoplace.placement import Placement
 from autoplace.runtime.program import (
     DEVICE,
@@ -198,7 +198,7 @@ def device_map(graph: Graph, placement: Placement, cluster: Cluster) -> dict[str
                              "instead, or launch the replicas with torch DDP)")
     dev = placement.to_array(graph, cluster)
     index = {op.name: i for i, op in enumerate(graph.ops)}
-    holders = [(op.name, i) for i, op in enumerate(graph.ops) if op.type in ("parameter", "buffer")]
+    holders = [(op.name, i) for i, op in enumerate(graph.ops) if op.type in (OpRole.PARAMETER, OpRole.BUFFER)]
     holders += [(alias, index[name]) for alias, name in dict(graph.meta.get("tied", {})).items() if name in index]
     module_dev: dict[str, str] = {}
     merged: dict[str, set[str]] = {}
@@ -301,7 +301,7 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
     def covered(path: str | None) -> int | None:
         return nearest_module(path, keys)
 
-    roots = {op.name for op in graph.ops if op.type in ("parameter", "buffer") and "." not in op.name}
+    roots = {op.name for op in graph.ops if op.type in (OpRole.PARAMETER, OpRole.BUFFER) and "." not in op.name}
     known = set(graph.meta.get("modules", {})) | {""} | roots     # the root's own tensors are keys of their own
     for op in graph.ops:                         # the modules the graph names: its parameters' and its scopes
         path = module_path(op) or ""
@@ -324,10 +324,10 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
     grouped = graph if graph.meta.get("granularity") == "module" else with_granularity(graph, "module")
     dev = np.full(graph.n_ops, -1, dtype=np.int64)
     groups = grouped.colocation_groups()
-    state = ("optimizer_state", "hyperparameter")
+    state = (OpRole.OPTIMIZER_STATE, OpRole.HYPERPARAMETER)
     for i, op in enumerate(graph.ops):
         # the parameter or buffer an op is (its own name) or holds state of ("<parameter>.<key>")
-        tensor = op.name if op.type in ("parameter", "buffer") else op.name.rpartition(".")[0] \
+        tensor = op.name if op.type in (OpRole.PARAMETER, OpRole.BUFFER) else op.name.rpartition(".")[0] \
             if op.type in state else None
         if tensor in roots and tensor in keys:
             d = keys[tensor]
@@ -351,5 +351,5 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
 
 def input_device(graph: Graph, placement: Placement, cluster: Cluster) -> str | None:
     """The torch device the batch goes to for ``placement`` (its input ops'), or None without inputs."""
-    inputs = [op.name for op in graph.ops if op.type == "input"]
+    inputs = [op.name for op in graph.ops if op.type == OpRole.INPUT]
     return torch_device(placement.assignment[inputs[0]]) if inputs else None

@@ -18,10 +18,10 @@ from typing import Any
 
 from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError
-from autoplace.graph import Graph
+from autoplace.graph import Graph, OpRole
 from autoplace.placement import Placement
 from autoplace.runtime.eager import EagerRunner
-from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, WorkerFailed
+from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, Runtime, WorkerFailed
 from autoplace.runtime.program import ExecutionError
 from autoplace.runtime.shm.pool import WorkerPool
 from autoplace.runtime.verdict import Verdict
@@ -31,7 +31,7 @@ __all__ = ["PlacedStep"]
 
 def _shapes(graph: Graph) -> tuple:
     """The shapes and dtypes of a captured step's batch tensors, in order: which step a batch takes."""
-    return tuple((tuple(op.outputs[0].shape), op.outputs[0].dtype) for op in graph.ops if op.type == "input")
+    return tuple((tuple(op.outputs[0].shape), op.outputs[0].dtype) for op in graph.ops if op.type == OpRole.INPUT)
 
 
 def _flat(inputs: Any, targets: Any, keys: tuple[str, ...]) -> list:
@@ -139,14 +139,14 @@ class PlacedStep:
         self._hyper = _hyper(optimizer, self._inputs_hyper) if optimizer is not None else None
         #: the scheduled inputs' values the workers hold (set up from ``values``)
         self._sent = self._scheduled_in(values)
-        self.inputs = [op for op in graph.ops if op.type == "input"]
-        self.parameters = [op.name for op in graph.ops if op.type == "parameter"]
-        self.buffers = [op.name for op in graph.ops if op.type == "buffer"]
+        self.inputs = [op for op in graph.ops if op.type == OpRole.INPUT]
+        self.parameters = [op.name for op in graph.ops if op.type == OpRole.PARAMETER]
+        self.buffers = [op.name for op in graph.ops if op.type == OpRole.BUFFER]
         tied = dict(graph.meta.get("tied", {}))
         #: state_dict's keys: the model's own (persistent buffers only, tied names too), in its order
         self.state_keys = list(state_keys) if state_keys is not None else [*self.parameters, *self.buffers, *tied]
         self._source = {k: tied.get(k, k) for k in self.state_keys}
-        self.optimizer_state_names = [op.name for op in graph.ops if op.type == "optimizer_state"]
+        self.optimizer_state_names = [op.name for op in graph.ops if op.type == OpRole.OPTIMIZER_STATE]
         self.steps = 0
         self._fresh = True                          # the workers hold the state it was set up with
         self._closed = False
@@ -178,7 +178,7 @@ class PlacedStep:
 
     def _prepare(self, graph: Graph, placement: Placement, values: dict[str, Any]) -> None:
         names = _Replicas(graph, placement)
-        if names.R > 1 and getattr(self._pool, "runtime", "shm") != "distributed":
+        if names.R > 1 and getattr(self._pool, "runtime", Runtime.SHM) != Runtime.DISTRIBUTED:
             raise ExecutionError(f"placement {placement.method!r} runs {names.R} replicas, whose gradients are "
                                  "all-reduced over torch.distributed: it runs on the distributed runtime only "
                                  "(runtime='distributed')")
@@ -201,10 +201,10 @@ class PlacedStep:
         :class:`~autoplace.runtime.eager.EagerRunner`), ``"shm"`` (worker processes, tensors through shared
         memory) or ``"distributed"`` (``torch.distributed`` ranks)."""
         if self._eager is not None:
-            return "eager"
+            return Runtime.EAGER
         from autoplace.runtime.dist.pool import DistributedPool
 
-        return "distributed" if isinstance(self._pool, DistributedPool) else "shm"
+        return Runtime.DISTRIBUTED if isinstance(self._pool, DistributedPool) else Runtime.SHM
 
     @property
     def devices(self) -> dict[str, str]:
@@ -339,7 +339,7 @@ class PlacedStep:
             self.close()
             raise ExecutionError(f"the step of {graph.name!r} for inputs of shapes "
                                  f"{[s for s, _ in shapes]} cannot be set up on {self.cluster.name}: {e}") from None
-        self.inputs = [op for op in graph.ops if op.type == "input"]
+        self.inputs = [op for op in graph.ops if op.type == OpRole.INPUT]
         self._active = shapes
         self._fresh = False
         self._sent = self._scheduled_in(values)
@@ -395,7 +395,7 @@ class PlacedStep:
         values = self._values(self.optimizer_state_names)
         out: dict[str, dict[str, Any]] = {}
         for op in self.graph.ops:
-            if op.type == "optimizer_state":
+            if op.type == OpRole.OPTIMIZER_STATE:
                 param, _, key = op.name.rpartition(".")
                 out.setdefault(param, {})[key] = values[op.name]
         return out
@@ -448,7 +448,7 @@ class PlacedStep:
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{d}: {n}" for d, n in sorted(self.placement.counts().items()))
-        where = "in this process" if self.runtime == "eager" else "on workers"
+        where = "in this process" if self.runtime == Runtime.EAGER else "on workers"
         return (f"PlacedStep({self.graph.name!r}, {self.placement.method} on {self.cluster.name}: {counts} ops, "
                 f"runtime {self.runtime} ({where}), {self.steps} steps run)")
 
@@ -483,10 +483,10 @@ def initial_values(graph: Graph, model, optimizer) -> dict[str, Any]:
     from autoplace.capture.optimizer import scheduled_value
 
     for op in graph.ops:
-        if op.type == "hyperparameter":                           # "<parameter>.<key>": its group's, now
+        if op.type == OpRole.HYPERPARAMETER:                           # "<parameter>.<key>": its group's, now
             param, _, key = op.name.rpartition(".")
             values[op.name] = torch.tensor(scheduled_value(group_of[id(params[param])], key), dtype=torch.float64)
-        if op.type != "optimizer_state":
+        if op.type != OpRole.OPTIMIZER_STATE:
             continue
         param, _, key = op.name.rpartition(".")                  # "<parameter>.<state key>"
         p = params[param]
@@ -516,4 +516,4 @@ def hyper_inputs(graph: Graph, model, optimizer) -> dict[str, tuple[int, str]]:
     index = {id(p): k for k, g in enumerate(optimizer.param_groups) for p in g["params"]}
     params = dict(model.named_parameters())
     return {op.name: (index[id(params[op.name.rpartition(".")[0]])], op.name.rpartition(".")[2])
-            for op in graph.ops if op.type == "hyperparameter"}
+            for op in graph.ops if op.type == OpRole.HYPERPARAMETER}

@@ -24,15 +24,27 @@ import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.collectives import COLLECTIVES
-from autoplace.graph import Graph
+from autoplace.graph import Graph, Vocabulary
 from autoplace.placement import Placement
 from autoplace.result import StepResult
 from autoplace.runtime.device import in_environment
 from autoplace.runtime.program import ExecutionError, Program, TRef, plan_all, torch_device
 from autoplace.schedule import runnable_priorities
 
-__all__ = ["Pool", "ProcessPool", "MeasuredResult", "WorkerFailed", "DEFAULT_STEPS", "DEFAULT_TIMEOUT_S",
+__all__ = ["Runtime", "Pool", "ProcessPool", "MeasuredResult", "WorkerFailed", "DEFAULT_STEPS", "DEFAULT_TIMEOUT_S",
            "process_context", "cores_of", "transfer_layout", "slot_bytes", "close_all"]
+
+
+class Runtime(Vocabulary):
+    """What runs placed steps: worker processes exchanging tensors through shared memory (``shm``),
+    ``torch.distributed`` ranks (``distributed``), plain PyTorch in this process for a step on one device
+    (``eager``: what a placed step reports, never asked for), or the choice (``auto``:
+    :func:`~autoplace.runtime.backends.runtime_for`)."""
+
+    AUTO = "auto"
+    SHM = "shm"
+    DISTRIBUTED = "distributed"
+    EAGER = "eager"
 
 
 DEFAULT_STEPS = 10
@@ -167,7 +179,7 @@ class ProcessPool:
     Use as a context manager, or call :meth:`close`; pools left open are closed at exit."""
 
     #: what exchanges the tensors: ``"shm"`` (shared memory) or ``"distributed"`` (torch.distributed)
-    runtime = ""
+    runtime: Runtime | str = ""
 
     def __init__(self, cluster: Cluster, *, timeout: float = DEFAULT_TIMEOUT_S):
         self.cluster = cluster
@@ -345,7 +357,7 @@ class ProcessPool:
         from ``seed``. Then :meth:`step` runs steps, :meth:`assign` feeds new inputs, :meth:`fetch` reads
         values back. Raises ``WorkerFailed`` (a failing run) as :meth:`step` does."""
         cluster = self.cluster
-        if self.runtime != "distributed" and any(op.type in COLLECTIVES for op in graph.ops):
+        if self.runtime != Runtime.DISTRIBUTED and any(op.type in COLLECTIVES for op in graph.ops):
             raise ExecutionError(f"graph {graph.name!r} synchronises replicas with collectives, which run over "
                                  "torch.distributed: run it on the distributed runtime (runtime='distributed', "
                                  "--runtime distributed)")

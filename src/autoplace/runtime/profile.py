@@ -26,7 +26,7 @@ from autoplace.errors import AutoplaceError
 from autoplace.graph import Graph
 from autoplace.grouping import group_ops
 from autoplace.placement import Placement
-from autoplace.runtime.pool import DEFAULT_TIMEOUT_S
+from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, Runtime
 from autoplace.runtime.shm.pool import WorkerPool
 
 __all__ = ["profile_graph", "detect_cluster", "speed_warnings", "LinkFit"]
@@ -523,7 +523,7 @@ def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Seq
             for t, b in enumerate(base.devices):
                 if s == t:
                     continue
-                if runtime == "distributed":
+                if runtime == Runtime.DISTRIBUTED:
                     if progress is not None:
                         progress(f"link {a.name} -> {b.name}")
                     links.append(_message_link(pool, s, t, sizes, repeats))
@@ -549,7 +549,7 @@ def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Seq
                 else:
                     copy_in = LinkFit(np.array(sizes), np.median(arrive, axis=0))
                     links.append(Link(a.name, b.name, copy_in.bandwidth, copy_in.latency_s))
-        if runtime == "shm":
+        if runtime == Runtime.SHM:
             devices = [replace(d, send_cost_s_per_byte=float(c)) for d, c in zip(devices, send_cost)]
         devices, latency = _exchange_overheads(pool, Cluster(base.name, devices, links), progress)
         # the executor's latency (a flag raised -> its waiting receiver seeing it, polling with back-off)

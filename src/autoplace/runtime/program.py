@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 
 from autoplace.errors import AutoplaceError, PlacementError
-from autoplace.graph import Graph, parse_input
+from autoplace.graph import Graph, OpRole, Phase, parse_input
 from autoplace.schedule import NO_SCHEDULE, linearize
 
 __all__ = ["ExecutionError", "Program", "DevicePlan", "plan_device", "run_reference", "torch_device"]
 
-PLACEHOLDER_TYPES = ("parameter", "buffer", "optimizer_state", "hyperparameter", "input")
+PLACEHOLDER_TYPES = (OpRole.PARAMETER, OpRole.BUFFER, OpRole.OPTIMIZER_STATE, OpRole.HYPERPARAMETER, OpRole.INPUT)
 _SCALAR_FUNCS: dict[str, Callable] = {
     **{f"operator.{n}": getattr(operator, n) for n in (
         "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos", "abs", "eq", "ne", "lt", "le",
@@ -284,13 +284,13 @@ class Program:
         shape = tuple(spec.shape)
         gen = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(op.name.encode())) % 2**63)
         if dtype.is_floating_point:
-            if op.type == "hyperparameter":                  # a learning rate: the value it was captured with
+            if op.type == OpRole.HYPERPARAMETER:                  # a learning rate: the value it was captured with
                 t = torch.full(shape, float(op.meta.get("value", 0.0)), dtype=dtype)
-            elif op.type == "optimizer_state":
+            elif op.type == OpRole.OPTIMIZER_STATE:
                 t = torch.zeros(shape, dtype=dtype)
-            elif op.type == "buffer":
+            elif op.type == OpRole.BUFFER:
                 t = torch.ones(shape, dtype=dtype) if op.name.endswith("var") else torch.zeros(shape, dtype=dtype)
-            elif op.type == "parameter":
+            elif op.type == OpRole.PARAMETER:
                 bound = 1.0 / math.sqrt(shape[-1]) if len(shape) >= 2 and shape[-1] else 0.1
                 t = (torch.rand(shape, generator=gen, dtype=dtype) * 2 - 1) * bound
             else:
@@ -298,8 +298,8 @@ class Program:
         elif dtype == torch.bool:
             t = torch.zeros(shape, dtype=dtype)
         else:
-            high = self._int_high.get(i, 1) if op.type == "input" else 1
-            t = torch.randint(0, max(1, high), shape, generator=gen, dtype=dtype) if op.type == "input" \
+            high = self._int_high.get(i, 1) if op.type == OpRole.INPUT else 1
+            t = torch.randint(0, max(1, high), shape, generator=gen, dtype=dtype) if op.type == OpRole.INPUT \
                 else torch.zeros(shape, dtype=dtype)
         return t.to(device)
 
@@ -624,7 +624,7 @@ def _synchronised(program: Program, assignment: np.ndarray, device: int, ops: li
     local = set(ops)
     phase = [op.phase for op in program.graph.ops]
     read_elsewhere = sorted({r.op for j, c in enumerate(calls) if c is not None and int(assignment[j]) != device
-                             for r in c.tensor_refs if r.op in local and phase[r.op] != "update"
+                             for r in c.tensor_refs if r.op in local and phase[r.op] != Phase.UPDATE
                              and calls[r.op] is not None and calls[r.op].fn is not bucket_view})
     for i in ops:
         if calls[i] is not None and calls[i].fn is bucket_view:

@@ -37,7 +37,7 @@ from autoplace.runtime.dist.control import (
 from autoplace.runtime.dist.rank import participants, rank_main
 from autoplace.runtime.dist.rendezvous import read_secret, secret_path, sign, verify
 from autoplace.runtime.dist.serve import DRIVER_QUIET_S
-from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, ProcessPool, WorkerFailed, cores_of
+from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, ProcessPool, Runtime, WorkerFailed, cores_of
 from autoplace.runtime.program import ExecutionError
 
 __all__ = ["DistributedPool", "HEARTBEAT_S"]
@@ -67,7 +67,7 @@ class _RemoteRank:
 class DistributedPool(ProcessPool):
     """A rank per device of ``cluster`` on ``torch.distributed`` (see the module docstring)."""
 
-    runtime = "distributed"
+    runtime = Runtime.DISTRIBUTED
 
     def __init__(self, cluster: Cluster, *, timeout: float = DEFAULT_TIMEOUT_S, rendezvous: str | None = None,
                  secret_file: str | None = None):

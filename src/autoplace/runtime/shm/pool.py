@@ -4,7 +4,7 @@ slot (one per destination device) in one shared-memory buffer the pool lays out.
 
 from __future__ import annotations
 
-from autoplace.runtime.pool import ProcessPool, cores_of
+from autoplace.runtime.pool import ProcessPool, Runtime, cores_of
 from autoplace.runtime.shm.worker import worker_main
 
 __all__ = ["WorkerPool"]
@@ -14,7 +14,7 @@ class WorkerPool(ProcessPool):
     """One worker process per device of ``cluster``, exchanging tensors through shared memory (see the
     module docstring)."""
 
-    runtime = "shm"
+    runtime = Runtime.SHM
 
     def _process(self, k: int, conn) -> tuple:
         """``(target, args)`` of device ``k``'s worker process, talking to the pool over ``conn``."""
