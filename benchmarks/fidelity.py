@@ -32,6 +32,8 @@ import numpy as np
 from _common import print_table as markdown
 from _common import save_json
 
+from autoplace.formats.images import pyplot
+
 #: models at sizes that run in well under a second per step on one CPU core; the recurrent ones at batch 8,
 #: where an op's work is small beside a transfer's cost, so that the placements span more than 2x
 MODELS = {
@@ -354,10 +356,7 @@ def _scaled(graph, factor: float):
 
 
 def _plot(rows, summary, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.4, 6.0), dpi=110)
     for model, s in summary.items():

@@ -142,7 +142,7 @@ def test_refine_takes_a_failing_start_to_a_fitting_placement_even_at_a_higher_sc
 def test_auto_prefers_a_fitting_candidate_to_a_lower_scoring_one_that_runs_out_of_memory(monkeypatch):
     """Its fast-placer ranking and its stages rank (fits, score): a faster placement that overflows, even
     with a lower penalised score, never displaces one that fits."""
-    import autoplace.placers.local_search as ls
+    import autoplace.placers.auto as auto_placer
     from autoplace.placers.fast import Candidate, _best
 
     g, c = two_parameters_one_fast_small_gpu()
@@ -156,7 +156,7 @@ def test_auto_prefers_a_fitting_candidate_to_a_lower_scoring_one_that_runs_out_o
 
     refined = Placement(overflows.assignment, g, c, "refined",
                         {"evaluations": 1, "stop_reason": "converged", "converged": True, "levels": []})
-    monkeypatch.setattr(ls, "refine", lambda graph, cluster, start, **kw: refined)
+    monkeypatch.setattr(auto_placer, "refine", lambda graph, cluster, start, **kw: refined)
     p = place(g, c, "auto", seed=0, budget=1)
     assert simulate(g, c, p).ok and "refined" not in p.meta["improved_by"]
 
@@ -196,16 +196,16 @@ def test_cp_sat_returns_its_hint_when_the_budget_ends_before_any_solution():
 def test_auto_hints_cp_sat_with_the_refined_placement(monkeypatch):
     """On a small graph the CP-SAT stage starts from the refined placement (the best so far), not from the
     fast placers again."""
-    import autoplace.placers.cpsat as cpsat
+    import autoplace.placers.auto as auto_placer
 
     seen = {}
-    real = cpsat.improve_with_cp_sat
+    real = auto_placer.improve_with_cp_sat
 
     def spy(graph, cluster, start, **kw):
         seen["start"] = start
         return real(graph, cluster, start, **kw)
 
-    monkeypatch.setattr(cpsat, "improve_with_cp_sat", spy)
+    monkeypatch.setattr(auto_placer, "improve_with_cp_sat", spy)
     g, c = build_graph("toy-mlp", layers=2), get_cluster("k80x2")
     p = place(g, c, "auto", seed=0, budget=2)
     robust = robust_simulator(g, c)

@@ -160,7 +160,7 @@ def test_interrupted_search_is_not_kept(monkeypatch):
         return SearchResult(p, Curve(), 0, 0, "interrupted", 0, 0, 0.0)
 
     real = placers.get_placer
-    monkeypatch.setattr(placers, "get_placer", lambda name: replace(real(name), search=interrupted))
+    monkeypatch.setattr(jobs, "get_placer", lambda name: replace(real(name), search=interrupted))
     with pytest.raises(KeyboardInterrupt):
         jobs.place_job(Setting("toy-mlp", "k80x2"), "rl", 0.5, 0)
 

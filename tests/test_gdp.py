@@ -206,7 +206,7 @@ def test_zero_shot_and_fine_tune_keep_the_saved_settings_and_never_lose_to_the_p
 
 
 def test_a_prior_that_splits_a_node_biases_it_to_a_device_that_can_run_it(monkeypatch):
-    import autoplace.placers.registry as placers
+    import autoplace.placers.learned.gdp as gdp_module
     from autoplace.placers.learned.gdp import gdp_nodes, prior_nodes
 
     g, c = chain(), get_cluster("k80x2")
@@ -221,7 +221,7 @@ def test_a_prior_that_splits_a_node_biases_it_to_a_device_that_can_run_it(monkey
         def to_array(self, graph, cluster):
             return split
 
-    monkeypatch.setattr(placers, "place", lambda *a, **k: Fake())
+    monkeypatch.setattr(gdp_module, "place", lambda *a, **k: Fake())
     feasible = np.ones((nodes.n_groups, c.n_devices), dtype=bool)
     node = nodes.group[g.index("a2")]
     feasible[node, 1] = False                                    # it cannot run on device 1

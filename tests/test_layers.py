@@ -94,3 +94,95 @@ def test_no_import_cycles():
         if v not in index:
             visit(v)
     assert not cycles, cycles
+
+
+#: what a function may import lazily: dependencies heavy to import (the optional ones, and numba, whose import
+#: and compilation the simulator's C loop and ``import autoplace`` need not pay)
+HEAVY = {"torch", "ortools", "google", "ray", "matplotlib", "sklearn", "onnx", "onnxscript", "safetensors",
+         "accelerate", "numba"}
+
+
+def _function_imports():
+    """Every import statement inside a function: ``(module, line, statement, project modules it loads,
+    third-party packages it loads, whether it is inside a try)``."""
+    modules = _modules()
+    out = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        parents = {c: n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            p, tried, in_function = parents.get(node), False, False
+            while p is not None:
+                tried |= isinstance(p, ast.Try) and not in_function
+                if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    in_function = True
+                    break
+                p = parents.get(p)
+            if not in_function:
+                continue
+            project = _imports_of(node, name, path, modules)
+            third = {a.name.split(".")[0] for a in node.names} if isinstance(node, ast.Import) else \
+                ({(node.module or "").split(".")[0]} if not node.level else set())
+            out.append((name, node.lineno, ast.unparse(node), project, third - {"autoplace"}, tried))
+    return out
+
+
+def _imports_of(node, name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules one import statement loads."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    if isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            base = ".".join(up + ([node.module] if node.module else []))
+        candidates = [base, *(f"{base}.{a.name}" for a in node.names)]
+    else:
+        candidates = [a.name for a in node.names]
+    return {c for c in candidates if c in modules}
+
+
+def _heavy_at_import() -> set[str]:
+    """The package's modules whose import (at their top, directly or through another module) loads a
+    :data:`HEAVY` dependency."""
+    modules = _modules()
+    top: dict[str, set[str]] = {}
+    heavy = set()
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        deps = set()
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                deps |= _imports_of(node, name, path, modules)
+                roots = {a.name.split(".")[0] for a in node.names} if isinstance(node, ast.Import) else \
+                    ({(node.module or "").split(".")[0]} if not node.level else set())
+                if roots & HEAVY:
+                    heavy.add(name)
+        top[name] = deps
+    grown = True
+    while grown:
+        grown = False
+        for name, deps in top.items():
+            if name not in heavy and deps & heavy:
+                heavy.add(name)
+                grown = True
+    return heavy
+
+
+def test_imports_are_at_the_top_but_for_heavy_dependencies():
+    """A function imports lazily only what is heavy to import (:data:`HEAVY`, or a module of the package that
+    loads one at its top), or inside a ``try`` (an optional dependency that may be missing)."""
+    heavy = _heavy_at_import()
+    light = [f"{name}:{line} {text}" for name, line, text, project, third, tried in _function_imports()
+             if not tried and not (third & HEAVY) and not (project & heavy)]
+    assert not light, light
+
+
+def test_few_imports_of_the_package_are_inside_functions():
+    """At most one in ten of the package's imports of its own modules is inside a function."""
+    modules = _modules()
+    total = sum(1 for name, path in modules.items() for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and _imports_of(node, name, path, modules))
+    inside = sum(1 for *_, project, _third, _tried in _function_imports() if project)
+    assert inside <= 0.10 * total, (inside, total)

@@ -268,8 +268,6 @@ def test_a_near_tie_goes_to_the_fewest_cuts_and_no_further(monkeypatch):
     A 1.000 (7 cuts), Q 1.009 (3), one GPU 1.0105 (0), the refine's Q and CP-SAT's X 1.015 (1 cut): Q."""
 
     import autoplace.placers.auto as auto_mod
-    import autoplace.placers.cpsat as cpsat
-    import autoplace.placers.local_search as ls
     from autoplace.placers.fast import Candidate
 
     g = Graph([op(f"o{i}", [f"o{i - 1}"] if i else [], 1, 8) for i in range(8)])
@@ -292,8 +290,8 @@ def test_a_near_tie_goes_to_the_fewest_cuts_and_no_further(monkeypatch):
     monkeypatch.setattr(auto_mod, "run_fast_placers", lambda graph, cluster, **kw: cands)
     refined = Placement(pl["Q"].assignment, g, cl, "refined",
                         {"evaluations": 1, "stop_reason": "converged", "converged": True, "levels": []})
-    monkeypatch.setattr(ls, "refine", lambda graph, cluster, start, **kw: refined)
-    monkeypatch.setattr(cpsat, "improve_with_cp_sat", lambda graph, cluster, start, **kw: pl["X"])
+    monkeypatch.setattr(auto_mod, "refine", lambda graph, cluster, start, **kw: refined)
+    monkeypatch.setattr(auto_mod, "improve_with_cp_sat", lambda graph, cluster, start, **kw: pl["X"])
     p = place(g, cl, "auto", seed=0, budget=0.01)
     assert p.to_array(g, cl).tolist() == arrays["Q"] and p.meta["from"] == "Q"
     assert p.meta["robust"]["regret"] == pytest.approx(1.009)

@@ -323,7 +323,7 @@ def test_a_failing_measured_result_is_plain_json(capsys, monkeypatch):
     def fake_make_env(kind):  # like make_env, an env passed in is returned as is (wherever it was imported)
         return lambda name, graph, cluster, **k: name if isinstance(name, BaseEnv) else kind(graph, cluster)
 
-    monkeypatch.setattr("autoplace.env.make_env", fake_make_env(FailingEnv))
+    monkeypatch.setattr("autoplace.cli.compare.make_env", fake_make_env(FailingEnv))
     assert main(["compare", "toy-mlp", "-P", "layers=2", "-c", "localhost", "--methods", "single-cpu",
                  "--env", "measured", "--json"]) == 1                 # no method found a placement that runs
     row = json.loads(capsys.readouterr().out)["rows"][0]
@@ -336,7 +336,7 @@ def test_a_failing_measured_result_is_plain_json(capsys, monkeypatch):
         def evaluate(self, placement):
             return fast
 
-    monkeypatch.setattr("autoplace.env.make_env", fake_make_env(FastEnv))
+    monkeypatch.setattr("autoplace.cli.compare.make_env", fake_make_env(FastEnv))
     assert main(["compare", "toy-mlp", "-P", "layers=2", "-c", "localhost", "--methods", "single-cpu",
                  "--env", "measured", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["rows"][0]

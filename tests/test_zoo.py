@@ -57,6 +57,7 @@ def test_cache_hit_rebuild_and_corruption(cache, monkeypatch):
     """A stored entry is read back without capturing again; another key, a corrupt gzip stream, JSON nested
     too deeply for the decoder or a foreign key inside the file make it rebuild (never trusted, never fatal)."""
     import autoplace.capture
+    import autoplace.zoo.papers
 
     captures = []
     real = autoplace.capture.capture_training_step
@@ -65,7 +66,7 @@ def test_cache_hit_rebuild_and_corruption(cache, monkeypatch):
         captures.append(1)
         return real(*a, **k)
 
-    monkeypatch.setattr(autoplace.capture, "capture_training_step", counting)
+    monkeypatch.setattr(autoplace.zoo.papers, "capture_training_step", counting)
     g1 = build_graph("rnnlm-2", **TINY_RNNLM)
     files = list(cache.glob("rnnlm-2-*.json.gz"))
     assert len(files) == 1 and len(captures) == 1

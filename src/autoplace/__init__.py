@@ -33,6 +33,8 @@ LAYERS = (
     ("plots", "htmlreport", "bench", "api", "cli"),                  # presentation and the entry points
 )
 
+import importlib  # noqa: E402
+
 from autoplace.cluster import Cluster, Device, Link, LinkSpec, get_cluster  # noqa: E402
 from autoplace.errors import AutoplaceError  # noqa: E402
 from autoplace.graph import Graph, Op, TensorSpec  # noqa: E402
@@ -53,8 +55,6 @@ __all__ = [
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
-
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value

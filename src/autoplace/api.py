@@ -19,15 +19,46 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from rich.console import Console
+from rich.progress import Progress
+
+from autoplace.cache import cached_graph
+from autoplace.capture import CaptureError, capture_training_step
+from autoplace.capture.cache import capture_key
+from autoplace.capture.inputs import as_tuple, resolve_model, split_inputs
 from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError, InfeasibleError
+from autoplace.formats import load_graph, load_placement
 from autoplace.graph import Graph
+from autoplace.grouping import GRANULARITIES, with_granularity
 from autoplace.placement import Placement
+from autoplace.placers import available_placers, get_placer, place
+from autoplace.placers.fast import best_fast
+from autoplace.progress import PlainLines, progress_to
 from autoplace.replicas import set_micro_batched, strategy_graph
-from autoplace.runtime.backends import RUNTIMES, make_pool
+from autoplace.resolve import resolve_cluster
+from autoplace.runtime.backends import RUNTIMES, make_pool, runtime_for
+from autoplace.runtime.cache import cached_placement, cached_verdict, store_verdict
+from autoplace.runtime.dist.control import hosts_of
+from autoplace.runtime.dist.pool import DistributedPool
 from autoplace.runtime.eager import EagerRunner
 from autoplace.runtime.placed import PlacedStep, hyper_inputs, initial_values
 from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, Runtime
+from autoplace.runtime.profile import calibrate, detected_cluster, with_costs_of
+from autoplace.runtime.program import ExecutionError, torch_device
+from autoplace.runtime.verdict import Verdict, race, this_machine
+from autoplace.search.work import nominal_budget
+from autoplace.sim import Simulator, simulate
+from autoplace.validation import (
+    MAX_BUDGET_S,
+    as_scalar,
+    check_budget,
+    check_flag,
+    check_name,
+    check_number,
+    seed_int,
+    shown_value,
+)
 
 __all__ = ["compile", "AUTO_MICRO_BATCHES"]
 
@@ -35,13 +66,11 @@ __all__ = ["compile", "AUTO_MICRO_BATCHES"]
 def _cluster_of(cluster: str | Cluster) -> Cluster:
     if isinstance(cluster, Cluster):
         return cluster
-    from autoplace.resolve import resolve_cluster
 
     return resolve_cluster(str(cluster))
 
 
 def _placement_of(placement: str | os.PathLike | Placement, graph: Graph, cluster: Cluster) -> Placement:
-    from autoplace.formats import load_placement
 
     p = placement if isinstance(placement, Placement) else load_placement(placement)
     p.to_array(strategy_graph(graph, p), cluster)   # one clear error for a placement of another graph or cluster
@@ -53,7 +82,6 @@ def _shown(enabled: bool) -> Iterator[Callable[[str], None]]:
     """What compile is doing, on standard error (the search's own reports included): a transient line on
     a terminal, plain log lines (:class:`~autoplace.progress.PlainLines`) elsewhere; yields the function
     that sets the stage. Nothing when not ``enabled``."""
-    from autoplace.progress import PlainLines, progress_to
 
     if not enabled:
         yield lambda text: None
@@ -63,8 +91,6 @@ def _shown(enabled: bool) -> Iterator[Callable[[str], None]]:
         with progress_to(lines):
             yield lines.stage
         return
-    from rich.console import Console
-    from rich.progress import Progress
 
     with Progress(transient=True, console=Console(stderr=True)) as bar:
         task = bar.add_task("compile", total=None)
@@ -87,17 +113,6 @@ def _check_arguments(optimizer, placement, timeout, budget, *, cluster, method, 
                      keep_whole, runtime, micro_batches, profiled, flags: dict[str, Any]) -> dict[str, Any]:
     """``compile``'s arguments that can be checked before any work: one clear error for each. NumPy and torch
     scalars stand for the numbers they hold (arrays are refused); returns the numbers as Python ones."""
-    from autoplace.grouping import GRANULARITIES
-    from autoplace.validation import (
-        MAX_BUDGET_S,
-        as_scalar,
-        check_budget,
-        check_flag,
-        check_name,
-        check_number,
-        seed_int,
-        shown_value,
-    )
 
     if placement is not None and not isinstance(placement, (str, os.PathLike, Placement)):
         raise AutoplaceError(f"placement must be a Placement or a placement file, got {type(placement).__name__}")
@@ -236,8 +251,6 @@ class _Compile:
     def __init__(self, model, example_inputs, loss_fn, optimizer, targets, *, cluster, method, placement, seed,
                  budget, granularity, name, timeout, cache, progress, keep_whole, runtime, micro_batches, verify,
                  calibrate, profiled, eager_rng):
-        from autoplace.capture.inputs import resolve_model
-        from autoplace.placers import available_placers, get_placer
 
         checked = _check_arguments(optimizer, placement, timeout, budget, cluster=cluster, method=method, seed=seed,
                                    granularity=granularity, name=name, cache=cache, keep_whole=keep_whole,
@@ -290,10 +303,6 @@ class _Compile:
     def capture(self, inputs, targets, title, m=None) -> Graph:
         """The step on ``inputs`` and ``targets`` over ``m`` micro-batches (default: the step's), captured or
         from the cache, at the step's granularity."""
-        from autoplace.cache import cached_graph
-        from autoplace.capture import capture_training_step
-        from autoplace.capture.cache import capture_key
-        from autoplace.grouping import with_granularity
 
         m = self.micro if m is None else m
         trace = lambda: capture_training_step(self.model, inputs, self.loss_fn, self.optimizer,  # noqa: E731
@@ -310,8 +319,6 @@ class _Compile:
     def search(self, graph: Graph, work: Any = _BUDGET) -> tuple[Placement, bool]:
         """A placement of ``graph`` by the method (with ``work``, default the budget), or the cached one; and
         whether it was cached."""
-        from autoplace.placers import place
-        from autoplace.runtime.cache import cached_placement
 
         work = self.budget if work is _BUDGET else work
         run = lambda: place(graph, self.cl, self.method, seed=self.seed, budget=work, **self.options)  # noqa: E731
@@ -322,8 +329,6 @@ class _Compile:
     def recompile(self, inputs, targets) -> tuple[Graph, Placement]:
         """Another batch shape (called by the step): its step captured (over the most micro-batches up to the
         step's that divide it), on the same devices op for op where its ops are the same."""
-        from autoplace.capture import CaptureError
-        from autoplace.placers import place
 
         for m in [d for d in range(self.micro, 0, -1) if self.micro % d == 0]:
             try:
@@ -365,8 +370,6 @@ class _Compile:
         seconds = self.seconds
         if self.micro_batches == "auto":
             if self.calibrate:                      # the counts are ranked on this machine's measured devices
-                from autoplace.runtime.profile import detected_cluster
-                from autoplace.runtime.verdict import this_machine
 
                 stage(f"calibrating: measuring {self.cl.name} (once per machine)")
                 self.cl = detected_cluster(self.cl, folder=self.folder, machine=this_machine())
@@ -400,7 +403,6 @@ class _Compile:
     def _set_up(self, pool, stage) -> PlacedStep:
         """The placed step: in this process where it runs on one local device, else on the pool's workers
         (verified against one device where asked)."""
-        from autoplace.capture.inputs import split_inputs
 
         graph, cl, chosen, model, optimizer = self.graph, self.cl, self.chosen, self.model, self.optimizer
         common = dict(keys=tuple(split_inputs(self.inputs)[1]),
@@ -458,7 +460,6 @@ def _same_devices(graph: Graph, chosen: Placement, cluster: Cluster) -> Placemen
 def _pool_for(placement: Placement, pool, cluster: Cluster, runtime: str, timeout: float):
     """The worker pool that runs ``placement``: ``pool``, or where the placement runs replicas (gradients
     all-reduced over torch.distributed) and ``pool`` shares memory instead, the distributed runtime's."""
-    from autoplace.runtime.dist.pool import DistributedPool
 
     strategy = placement.meta.get("strategy") or {}
     if int(strategy.get("replicas", 1)) < 2 or isinstance(pool, DistributedPool):
@@ -476,7 +477,6 @@ def _runnable_here(cluster: Cluster) -> bool:
     """Whether every device of ``cluster`` is one this process can run on (its CPU, its CUDA devices)."""
     import torch
 
-    from autoplace.runtime.program import ExecutionError, torch_device
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     try:
@@ -489,11 +489,8 @@ def _runnable_here(cluster: Cluster) -> bool:
 def _measured(graph: Graph, cluster: Cluster, profiled, pool, folder, stage) -> tuple[Graph, Cluster]:
     """``graph`` with measured op costs — ``profiled``'s, else measured now (:func:`calibrate`) with the
     cluster measured too — and the cluster to place on."""
-    from autoplace.runtime.profile import calibrate, with_costs_of
-    from autoplace.runtime.verdict import this_machine
 
     if profiled is not None:
-        from autoplace.formats import load_graph
 
         return with_costs_of(graph, profiled if isinstance(profiled, Graph) else load_graph(profiled)), cluster
     stage(f"calibrating: measuring {cluster.name} and {graph.n_ops} ops (once per machine and model)")
@@ -509,7 +506,6 @@ def _one_device(placement: Placement, cluster: Cluster) -> int | None:
 
 def _local(cluster: Cluster) -> bool:
     """Whether every device of ``cluster`` is on this host (one host, no rendezvous to reach others)."""
-    from autoplace.runtime.dist.control import hosts_of
 
     return len(hosts_of(cluster)) == 1 and not cluster.meta.get("rendezvous")
 
@@ -526,8 +522,6 @@ def _baseline_device(cluster: Cluster) -> int:
 def _machine(cluster: Cluster, runtime: str, placement: Placement) -> str:
     """What a measured verdict holds for: this machine and the runtime the placement runs on (replicas run on
     the distributed runtime)."""
-    from autoplace.runtime.backends import runtime_for
-    from autoplace.runtime.verdict import this_machine
 
     replicas = int((placement.meta.get("strategy") or {}).get("replicas", 1))
     return f"{this_machine()}, runtime {'distributed' if replicas > 1 else runtime_for(cluster, runtime)}"
@@ -536,7 +530,6 @@ def _machine(cluster: Cluster, runtime: str, placement: Placement) -> str:
 def _known_verdict(cache_args, cluster: Cluster, runtime: str, placement: Placement):
     """The verdict cached with the placement, measured on this machine and runtime against the device
     one-device steps run on here; else None."""
-    from autoplace.runtime.cache import cached_verdict
 
     if not cache_args:
         return None
@@ -554,10 +547,6 @@ def _verified(step: PlacedStep, eager_step, fresh, cluster: Cluster, method: str
     measured: the placement is kept."""
     import torch
 
-    from autoplace.capture.inputs import as_tuple, split_inputs
-    from autoplace.runtime.cache import store_verdict
-    from autoplace.runtime.verdict import Verdict, race
-    from autoplace.sim import Simulator, simulate
 
     graph = step.graph
     device = _baseline_device(cluster)
@@ -637,12 +626,7 @@ def _choose_micro_batches(capture, search, inputs, targets, name, cluster, metho
     the whole choice costs about one search of the step captured whole). Counts that do not divide the
     batch, or for which nothing fits, are skipped (the first failure is raised when every count fails).
     Each record says what the count's ranking found and how long it took."""
-    import time
 
-    from autoplace.capture import CaptureError
-    from autoplace.placers import place
-    from autoplace.placers.fast import best_fast
-    from autoplace.sim import Simulator
 
     records: list[dict] = []
     ranked, failed, searched = [], None, {}
@@ -692,7 +676,6 @@ def _choose_micro_batches(capture, search, inputs, targets, name, cluster, metho
     if m in searched:
         chosen, hit = searched[m]
     else:
-        from autoplace.search.work import nominal_budget
 
         work = budget if budget is not None else nominal_budget(None, method) / m
         t = time.perf_counter()

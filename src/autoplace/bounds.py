@@ -39,8 +39,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoplace.cluster import Cluster
-from autoplace.cost import feasible_devices, least_op_times
+from autoplace.cost import feasible_devices, launch_times, least_op_times, op_time_matrix
 from autoplace.graph import Graph
+from autoplace.paths import earliest_starts
 
 __all__ = ["Bounds", "lower_bounds", "unavoidable_delays", "critical_path", "load_bound"]
 
@@ -87,7 +88,6 @@ def unavoidable_delays(graph: Graph, cluster: Cluster) -> np.ndarray:
 
 def critical_path(graph: Graph, fastest: np.ndarray, delay: np.ndarray) -> float:
     """The longest path with op weights ``fastest`` and per-input-pair ``delay``."""
-    from autoplace.paths import earliest_starts
 
     g = graph
     start = earliest_starts(g.topological_order, g.in_ptr, g.in_pair, g.pair_tensor, g.tensor_src, fastest, delay)
@@ -143,7 +143,6 @@ def load_bound(graph: Graph, cluster: Cluster, least: np.ndarray) -> float:
 def lower_bounds(graph: Graph, cluster: Cluster, op_times: np.ndarray | None = None) -> Bounds:
     """The critical-path and load bounds of ``graph`` on ``cluster`` (``op_times``: the simulator's alone
     times, default the cost model; loaded costs are folded in by :func:`least_op_times`)."""
-    from autoplace.cost import launch_times, op_time_matrix
 
     least = least_op_times(graph, cluster, op_times)
     alone = op_time_matrix(graph, cluster) if op_times is None else op_times

@@ -25,10 +25,11 @@ from autoplace.errors import InfeasibleError, UnavailableError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.placers import available_placers, place
-from autoplace.placers.auto import robust_simulator, uncertainty
+from autoplace.placers.auto import NEAR_TIE, robust_simulator, uncertainty
 from autoplace.replicas import can_replicate
-from autoplace.robust import strategy_range
+from autoplace.robust import SCENARIOS, strategy_range
 from autoplace.sim import SimResult, Simulator
+from autoplace.units import fmt_bytes
 
 if TYPE_CHECKING:
     from autoplace.runtime import MeasuredResult
@@ -65,7 +66,6 @@ class ComparisonRow:
 def failure_reason(result) -> str:
     """Why a scored placement fails, in a few words: the run's own error, else the devices whose peak memory
     exceeds their capacity, each with both figures."""
-    from autoplace.units import fmt_bytes
 
     error = getattr(result, "error", None)
     if error:
@@ -145,8 +145,6 @@ class AutoChoice:
 
 def auto_choice(comparison: Comparison) -> AutoChoice | None:
     """:class:`AutoChoice` of a simulated comparison with an ``auto`` row that runs; ``None`` otherwise."""
-    from autoplace.placers.auto import NEAR_TIE
-    from autoplace.robust import SCENARIOS
 
     rows = {r.method: r for r in comparison.rows}
     auto = rows.get("auto")

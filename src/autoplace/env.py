@@ -21,6 +21,7 @@ from autoplace.cluster import Cluster
 from autoplace.errors import UnknownNameError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
+from autoplace.runtime import make_pool
 from autoplace.runtime.pool import DEFAULT_TIMEOUT_S
 from autoplace.sim import BatchResult, Simulator, simulate
 
@@ -82,7 +83,6 @@ class MeasuredEnv(BaseEnv):
 
     def __init__(self, graph: Graph, cluster: Cluster, *, steps: int = 10, seed: int = 0,
                  timeout: float = DEFAULT_TIMEOUT_S, runtime: str = "auto"):
-        from autoplace.runtime import make_pool
 
         super().__init__(graph, cluster)
         self.steps, self.seed = int(steps), int(seed)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from autoplace.errors import GraphError
+from autoplace.paths import longest_path
 from autoplace.validation import MAX_BYTES, MAX_FLOPS, MAX_SECONDS, MAX_TOTAL_BYTES, check_name, check_number
 
 __all__ = ["Vocabulary", "Phase", "OpRole", "PHASES", "STATE_ROLES", "DTYPE_SIZES", "dtype_size", "TensorSpec", "Op",
@@ -440,7 +441,6 @@ class Graph:
 
     def longest_path(self, op_time: np.ndarray) -> float:
         """Length of the longest path when op ``i`` takes ``op_time[i]`` and transfers are free."""
-        from autoplace.paths import longest_path  # numba kernel, shared with the bounds
 
         return float(longest_path(self.topological_order, self.in_ptr, self.in_pair, self.pair_tensor,
                                   self.tensor_src, np.asarray(op_time, dtype=np.float64)))

@@ -33,11 +33,13 @@ from __future__ import annotations
 import os
 import re
 import sys
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import pymetis
 
 from autoplace.cluster import Cluster
 from autoplace.cost import op_time_matrix
@@ -276,7 +278,6 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
         names.setdefault(uf.find(i), f"module:(root).{graph.ops[i].name}")
     units = {uf.find(i) for i in owner.values()} | {uf.find(i) for i in root_own}
     if len(units) == 1 and len(owner) + len(root_own) > 1:
-        import warnings
 
         why = (f"module {min(owner, key=lambda m: (m.count('.'), m))!r} owns parameters and holds, reads or ties "
                "every other one" if owner else "the root module's own tensors are read by every op")
@@ -547,7 +548,6 @@ def part_graph(n_parts: int, xadj: np.ndarray, adjncy: np.ndarray, vweights: np.
     """METIS k-way partition (pymetis) of a weighted CSR graph: part per vertex. METIS prints its complaints
     (a part it cannot bisect further) straight to the process's output; they are silenced here, and the
     caller sees what it got (possibly fewer non-empty parts)."""
-    import pymetis
 
     sys.stdout.flush()
     sys.stderr.flush()

@@ -19,19 +19,34 @@ PNG files.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 
 import numpy as np
 
 from autoplace.cluster import Cluster
+from autoplace.comparison import ComparisonRow, failure_reason, row_note, speedup
+from autoplace.formats.images import save_png
 from autoplace.graph import Graph
 from autoplace.placement import Placement
+from autoplace.plots import (
+    DEVICE_COLOURS,
+    PHASE_COLOURS,
+    comparison_figure,
+    comparison_figures,
+    graph_figure,
+    graph_layout,
+    step_figure,
+    step_figures,
+    svg_text,
+)
+from autoplace.sim import simulate
+from autoplace.units import fmt_bytes, fmt_time
 
 __all__ = ["placement_report", "report_pngs"]
 
 def _timeline_data(graph: Graph, result) -> dict:
-    from autoplace.plots import DEVICE_COLOURS, PHASE_COLOURS
 
     tl = result.timeline
     scopes: dict[str, int] = {}
@@ -51,7 +66,6 @@ def _timeline_data(graph: Graph, result) -> dict:
 
 
 def _graph_data(graph: Graph, cluster: Cluster, placement: Placement) -> dict | None:
-    from autoplace.plots import DEVICE_COLOURS, graph_layout
 
     lay = graph_layout(graph, placement.to_array(graph, cluster))
     if lay is None:
@@ -64,9 +78,6 @@ def _graph_data(graph: Graph, cluster: Cluster, placement: Placement) -> dict | 
 
 
 def _comparison_html(comparison) -> str:
-    from autoplace.comparison import row_note, speedup
-    from autoplace.plots import comparison_figures, svg_text
-    from autoplace.units import fmt_time
 
     best = min((r.step_time for r in comparison.rows), default=float("inf"))
 
@@ -93,9 +104,6 @@ def placement_report(graph: Graph, cluster: Cluster, placement: Placement, *, cu
     ``comparison``: a :class:`~autoplace.comparison.Comparison` on the same graph and cluster, drawn and
     tabled when given; ``result``: the placement's simulated step with its timeline, when the caller
     has it (``simulate(..., trace=True)``)."""
-    from autoplace.plots import PHASE_COLOURS, step_figures, svg_text
-    from autoplace.sim import simulate
-    from autoplace.units import fmt_bytes, fmt_time
 
     result = result if result is not None else simulate(graph, cluster, placement, trace=True)
     counts = placement.counts()
@@ -131,9 +139,7 @@ def placement_report(graph: Graph, cluster: Cluster, placement: Placement, *, cu
 def _with_own_row(comparison, placement: Placement, result):
     """``comparison`` with the page's own placement as its first row ("<method> (this page)"), so that the
     page never rates the placers it compares without the placement it is about."""
-    import dataclasses
 
-    from autoplace.comparison import ComparisonRow, failure_reason
 
     own = ComparisonRow(f"{placement.method} (this page)", placement, result,
                         float(placement.meta.get("search_time_s", 0.0) or 0.0),
@@ -145,9 +151,6 @@ def report_pngs(graph: Graph, cluster: Cluster, placement: Placement, prefix: st
                 comparison=None, result=None) -> list[str]:
     """The page's charts as PNG files ``PREFIX.step.png``, ``PREFIX.graph.png`` (where the graph is small
     enough to draw), ``PREFIX.curve.png`` and ``PREFIX.compare.png`` (when given); returns the paths."""
-    from autoplace.formats.images import save_png
-    from autoplace.plots import comparison_figure, graph_figure, graph_layout, step_figure
-    from autoplace.sim import simulate
 
     title = f"{graph.name} on {cluster.name}: {placement.method}"
     result = result if result is not None else simulate(graph, cluster, placement, trace=True)

@@ -5,13 +5,31 @@ Graph algorithms the IR and the bounds share; compiled once and cached like the 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
-from numba import njit
 
 __all__ = ["longest_path", "earliest_starts"]
 
 
-@njit(cache=True)
+def njit_on_first_call(fn):
+    """``fn`` compiled by numba (``njit``, cached on disk) at its first call: numba's import (0.3 s here) is
+    paid by the work that needs it, not by ``import autoplace``."""
+    compiled = None
+
+    @functools.wraps(fn)
+    def call(*args):
+        nonlocal compiled
+        if compiled is None:
+            from numba import njit
+
+            compiled = njit(cache=True)(fn)
+        return compiled(*args)
+
+    return call
+
+
+@njit_on_first_call
 def longest_path(order, in_ptr, in_pair, pair_tensor, tensor_src, weight):
     """Longest node-weighted path through the DAG (the critical path with free transfers)."""
     n = order.shape[0]
@@ -30,7 +48,7 @@ def longest_path(order, in_ptr, in_pair, pair_tensor, tensor_src, weight):
     return best
 
 
-@njit(cache=True)
+@njit_on_first_call
 def earliest_starts(order, in_ptr, in_pair, pair_tensor, tensor_src, weight, pair_delay):
     """Each op's earliest start when op ``i`` takes ``weight[i]`` and the input pair ``q`` arrives
     ``pair_delay[q]`` after its producer ends (longest path to the op, exclusive)."""

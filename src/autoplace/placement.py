@@ -12,6 +12,7 @@ from autoplace.cluster import Cluster
 from autoplace.cost import check_device_types
 from autoplace.errors import PlacementError
 from autoplace.graph import Graph
+from autoplace.schedule import NO_SCHEDULE
 
 __all__ = ["Placement"]
 
@@ -45,7 +46,6 @@ class Placement:
         assignment = {op.name: names[int(d)] for op, d in zip(graph.ops, devices)}
         schedule = None
         if priorities is not None:
-            from autoplace.schedule import NO_SCHEDULE
 
             priorities = np.asarray(priorities)
             if priorities.shape != (graph.n_ops,):
@@ -56,7 +56,6 @@ class Placement:
     def priorities(self, graph: Graph) -> np.ndarray | None:
         """The schedule's priority per op (None: no schedule; :data:`~autoplace.schedule.NO_SCHEDULE` for an
         op it does not order); raises :class:`PlacementError` naming the first op at fault."""
-        from autoplace.schedule import NO_SCHEDULE
 
         if self.schedule is None:
             return None

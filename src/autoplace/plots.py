@@ -16,8 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from autoplace.formats.images import save_png
+from autoplace.formats.images import pyplot, save_png
 from autoplace.graph import PHASES
+from autoplace.grouping import group_ops
+from autoplace.units import fmt_bytes
 
 __all__ = ["comparison_png", "comparison_figure", "comparison_data", "step_png", "step_figure", "step_data",
            "graph_layout", "graph_figure", "GraphLayout", "DEVICE_COLOURS", "PHASE_COLOURS", "svg_text",
@@ -41,10 +43,7 @@ def comparison_png(comparison, path: str | Path, *, title: str = "") -> None:
 
 def comparison_figure(comparison):
     """The figure of :func:`comparison_png` (matplotlib), to save as PNG or SVG: both panels side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(12, _comparison_height(comparison)),
                              gridspec_kw={"width_ratios": [3, 2]})
@@ -55,10 +54,7 @@ def comparison_figure(comparison):
 
 def comparison_figures(comparison) -> list:
     """The two panels of :func:`comparison_figure` as figures of their own (the HTML page lays them out)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out = []
     for draw in _COMPARISON_PANELS:
@@ -100,9 +96,8 @@ def _steps_panel(fig, ax, comparison) -> None:
 
 def _memory_share_panel(fig, ax, comparison) -> None:
     """Per method and device, peak memory in bytes and as a share of the device's capacity."""
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
-    from autoplace.units import fmt_bytes
 
     rows = list(comparison.rows)
     methods, _, names, share = comparison_data(comparison)
@@ -156,10 +151,7 @@ def step_png(graph, cluster, result, path: str | Path, *, title: str = "") -> No
 
 def step_figure(graph, result):
     """The figure of :func:`step_png` (matplotlib), to save as PNG or SVG: the three panels side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(15, _panel_height(result)), gridspec_kw={"width_ratios": [3, 2, 2]})
     for draw, ax in zip(_STEP_PANELS, axes):
@@ -170,10 +162,7 @@ def step_figure(graph, result):
 def step_figures(graph, result) -> list:
     """The three panels of :func:`step_figure` as figures of their own (the HTML page lays them out to fit
     its width)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out = []
     for draw in _STEP_PANELS:
@@ -227,7 +216,6 @@ def _copies_panel(fig, ax, graph, result) -> None:
 def _memory_panel(fig, ax, graph, result) -> None:
     """Peak memory per device as a share of its own capacity (a CPU's hundreds of GiB beside a GPU's 16
     would make the GPU's bar invisible on one byte axis), each bar labelled in bytes."""
-    from autoplace.units import fmt_bytes
 
     names = list(result.device_names)
     y = np.arange(len(names))
@@ -252,7 +240,7 @@ _STEP_PANELS = (_compute_panel, _copies_panel, _memory_panel)
 
 def svg_text(fig) -> str:
     """``fig`` as an inline SVG element (for a self-contained HTML page); the figure is closed."""
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig.tight_layout()
     buf = io.StringIO()
@@ -322,7 +310,6 @@ MAX_DRAWN_NODES = 4000
 def graph_layout(graph, assignment: np.ndarray, *, max_nodes: int = MAX_DRAWN_NODES) -> GraphLayout | None:
     """Lay ``graph`` out with each op on device ``assignment[i]`` (see :class:`GraphLayout`); ``None`` when
     it has more than ``max_nodes`` nodes. O(ops + edges)."""
-    from autoplace.grouping import group_ops
 
     assignment = np.asarray(assignment, dtype=np.int64)
     n_dev = int(assignment.max()) + 1 if len(assignment) else 1
@@ -361,10 +348,7 @@ def graph_layout(graph, assignment: np.ndarray, *, max_nodes: int = MAX_DRAWN_NO
 
 def graph_figure(layout: GraphLayout, device_names):
     """The placed graph of ``layout`` drawn: nodes coloured by device, sized by their ops, edges grey."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.collections import LineCollection
 
     fig, ax = plt.subplots(figsize=(12, min(9.0, 2.5 + 0.12 * layout.n_rows)))

@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from autoplace.capture.onnx_import import import_onnx
 from autoplace.cluster import CLUSTER_PRESETS, Cluster, get_cluster
 from autoplace.errors import FormatError
+from autoplace.formats import load_cluster, load_graph
 from autoplace.graph import Graph
+from autoplace.zoo import build_graph
 
 __all__ = ["resolve_graph", "resolve_cluster", "looks_like_file"]
 
@@ -23,14 +26,11 @@ def looks_like_file(arg: str) -> bool:
 
 def resolve_graph(arg: str, params: dict[str, Any] | None = None) -> Graph:
     """A graph file path or a built-in model name (with optional parameters)."""
-    from autoplace.formats import load_graph
-    from autoplace.zoo import build_graph
 
     if looks_like_file(arg) or arg.endswith(".onnx"):
         if params:
             raise FormatError("--param applies to built-in models, not to graph files")
         if arg.endswith(".onnx"):
-            from autoplace.capture.onnx_import import import_onnx
 
             return import_onnx(arg)
         return load_graph(arg)
@@ -39,7 +39,6 @@ def resolve_graph(arg: str, params: dict[str, Any] | None = None) -> Graph:
 
 def resolve_cluster(arg: str) -> Cluster:
     """A cluster file path or a preset name."""
-    from autoplace.formats import load_cluster
 
     if arg not in CLUSTER_PRESETS and looks_like_file(arg):
         return load_cluster(arg)

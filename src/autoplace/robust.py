@@ -48,6 +48,7 @@ import numpy as np
 
 from autoplace.cluster import Cluster, LinkSpec, Segment
 from autoplace.graph import Graph
+from autoplace.replicas import strategy_graph
 from autoplace.sim import BACKEND, BatchResult, Simulator
 
 __all__ = ["Scenario", "SCENARIOS", "scenario_cluster", "RobustSimulator", "RobustIncremental", "StepRange",
@@ -274,7 +275,6 @@ def strategy_range(robust: RobustSimulator, placement) -> StepRange:
     """:class:`StepRange` of a strategy's placement (``meta["strategy"]``: replicas, towers; its step rebuilt by
     :func:`autoplace.replicas.strategy_graph` from ``robust``'s graph), each scenario rescaled by ``robust``'s
     baseline as the graph's own placements are."""
-    from autoplace.replicas import strategy_graph
 
     big = strategy_graph(robust.graph, placement)
     rs = RobustSimulator(big, robust.cluster, scenarios=robust.scenarios)

@@ -26,6 +26,7 @@ and ``B m`` (its backward):
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -108,7 +109,6 @@ def linearize(graph: Graph, dev: np.ndarray, priority: np.ndarray,
     and the ``extra`` edges' sources first; ties to the lower topological rank): ``(place of each op in it,
     in-degrees left)`` — an op left with in-degree above 0 never runs (the schedule deadlocks) and has
     place -1."""
-    import heapq
 
     n = graph.n_ops
     src, dst, _ = _runs_after(graph, dev, priority)

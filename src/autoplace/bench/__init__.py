@@ -20,6 +20,7 @@ from autoplace.bench.render import Table
 from autoplace.bench.store import Store
 from autoplace.bench.suite import TABLES, table_settings
 from autoplace.errors import FormatError, UnknownNameError
+from autoplace.formats._json import atomic_write_text, check_output_folder, check_output_path, write_json
 
 __all__ = ["run_bench", "make_run", "table_names", "BenchResult", "TABLES", "QUICK", "FULL", "Budgets", "Run",
            "Variant", "Setting", "Table"]
@@ -58,7 +59,6 @@ def run_bench(folder: str | Path, *, tables: Sequence[str] | None = None, quick:
     they run; each :class:`Variant` is a method column of its own beside its placer. ``seeds``: each learned
     search runs once per seed, beside its learning-off self (``PLACER-off``); empty: ``seed`` alone.
     ``progress(done, total, label)`` is called before each job runs."""
-    from autoplace.formats._json import atomic_write_text, check_output_folder, check_output_path, write_json
 
     names = table_names(tables)
     check_output_folder(folder, "results")

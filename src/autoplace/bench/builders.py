@@ -13,6 +13,7 @@ from autoplace.bench.jobs import LEARNED, Job, Setting
 from autoplace.bench.plan import Run, TableSpec
 from autoplace.bench.render import Table, fmt_seconds, fmt_speedup
 from autoplace.bench.store import Store
+from autoplace.placers import available_placers, get_placer
 from autoplace.stats import geomean
 
 __all__ = ["placer_jobs", "build_placer_table", "schedulers_jobs", "build_schedulers", "gdp_batch_jobs",
@@ -27,14 +28,12 @@ NOT_BENCHED = ("pipeline",)
 
 def all_placers() -> tuple[str, ...]:
     """Every registered placer (but :data:`NOT_BENCHED`), ``auto`` first."""
-    from autoplace.placers import available_placers
 
     return ("auto", *(n for n in available_placers() if n not in ("auto", *NOT_BENCHED)))
 
 
 def classic_placers() -> tuple[str, ...]:
     """Every registered placer but the learned ones (and :data:`NOT_BENCHED`), ``auto`` first."""
-    from autoplace.placers import available_placers
 
     return ("auto", *(n for n in available_placers(include_learned=False) if n not in ("auto", *NOT_BENCHED)))
 
@@ -368,7 +367,6 @@ def _uncertainty_section(t: Table, settings, methods, results: dict) -> None:
 def _memory_checks_section(t: Table, settings, methods, results: dict, run: Run) -> None:
     """A memory-aware placer must fit or say it cannot; ``auto`` must fit wherever ``dp-split`` does and be
     at least as fast."""
-    from autoplace.placers import get_placer
 
     rows = []
     for s in settings:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoplace.bench.jobs import SAME_WALL, measured
+from autoplace.bench.store import Store
 from autoplace.errors import FormatError
 
 __all__ = ["FolderComparison", "compare_folders", "change_text"]
@@ -24,7 +25,6 @@ __all__ = ["FolderComparison", "compare_folders", "change_text"]
 def _read(folder: str | Path) -> dict[str, dict]:
     """``folder/jobs.jsonl``'s results by job key, read without changing the folder (damaged lines left
     out, as a bench run would); one clear error for a folder that holds none."""
-    from autoplace.bench.store import Store
 
     path = Path(folder) / "jobs.jsonl"
     if not path.is_file():

@@ -26,12 +26,30 @@ import functools
 import json
 import math
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autoplace.errors import AutoplaceError
+import numpy as np
+
+from autoplace.bounds import lower_bounds
+from autoplace.cluster import Cluster
+from autoplace.cost import check_runnable
+from autoplace.errors import AutoplaceError, InfeasibleError, UnavailableError
+from autoplace.placers import get_placer, place
+from autoplace.placers.auto import robust_simulator
+from autoplace.placers.learned.gdp import GDPConfig, gdp_search, gdp_train, load_policy, new_policy, zero_shot
+from autoplace.placers.learned.htf_mpr import HTFMPRConfig, fitness, htf_mpr_nodes, htf_mpr_search
+from autoplace.placers.learned.predictor import compare_models
+from autoplace.placers.local_search import refine
+from autoplace.progress import report_progress
+from autoplace.resolve import resolve_cluster, resolve_graph
+from autoplace.robust import step_ranges, strategy_range
+from autoplace.schedule import NO_SCHEDULE
+from autoplace.search import SearchBudget
+from autoplace.sim import Simulator, simulate
 
 __all__ = ["Setting", "Job", "MEASURED", "measured", "tight_cluster", "place_job", "bounds_job", "gdp_batch_job",
            "gdp_holdout_job", "predictor_job", "enumerate_job", "JOBS", "run_job", "LEARNED", "SAME_WALL",
@@ -95,7 +113,6 @@ class Setting:
 
 @functools.lru_cache(maxsize=32)
 def _problem(s: Setting):
-    from autoplace.resolve import resolve_cluster, resolve_graph
 
     graph = resolve_graph(s.model, dict(s.params) or None)
     cluster = resolve_cluster(s.cluster)
@@ -107,9 +124,6 @@ def _problem(s: Setting):
 def tight_cluster(graph, cluster, fraction: float):
     """``cluster`` with each GPU's memory cut to ``fraction`` of ``graph``'s peak on one GPU (the
     single-GPU placement, simulated), so that with ``fraction`` < 1 the graph fits no single GPU."""
-    from autoplace.cluster import Cluster
-    from autoplace.placers import place
-    from autoplace.sim import simulate
 
     if not 0 < fraction:
         raise AutoplaceError(f"a memory-tight setting needs a positive GPU memory fraction, got {fraction!r}")
@@ -171,10 +185,6 @@ def place_job(setting: Setting, method: str, budget: float | None = None, seed: 
     (an equal-wall-time job: :data:`SAME_WALL`), a learned search runs ``time_s`` seconds of wall clock and
     another placer runs under that time limit with as much nominal work (its searches simulate slower than
     nominal, so the limit, not the work, ends them)."""
-    from autoplace.cost import check_runnable
-    from autoplace.errors import InfeasibleError, UnavailableError
-    from autoplace.placers import get_placer, place
-    from autoplace.sim import simulate
 
     graph, cluster = setting.problem()
     info = get_placer(method)
@@ -201,8 +211,6 @@ def place_job(setting: Setting, method: str, budget: float | None = None, seed: 
     _check_finished(p.meta.get("stop_reason"))
     out: dict[str, Any] = {}
     if refine_budget is not None:
-        from autoplace.placers.auto import robust_simulator
-        from autoplace.placers.local_search import refine
 
         unrefined = simulate(graph, cluster, p)
         t1 = time.perf_counter()
@@ -235,7 +243,6 @@ def place_job(setting: Setting, method: str, budget: float | None = None, seed: 
 
 @functools.lru_cache(maxsize=4)
 def _robust(setting: Setting):
-    from autoplace.placers.auto import robust_simulator
 
     graph, cluster = setting.problem()
     return robust_simulator(graph, cluster)
@@ -246,15 +253,11 @@ def _uncertainty(setting: Setting, placement) -> dict:
     least and largest step over the scenarios, its robust step, and where one GPU holds the graph, its
     worst-case speedup over one GPU (the least, over the scenarios, of one GPU's step over its) and whether
     its gain over one GPU rests on a constant inside its range."""
-    import numpy as np
 
-    from autoplace.robust import step_ranges
-    from autoplace.schedule import NO_SCHEDULE
 
     robust = _robust(setting)
     graph, cluster = setting.problem()
     if placement.meta.get("strategy") is not None:        # the replicated step, against the same baseline
-        from autoplace.robust import strategy_range
 
         sr = strategy_range(robust, placement)
         return {"step_range_s": [sr.low, sr.high], "robust_step_s": sr.robust,
@@ -304,8 +307,6 @@ def _search_summary(r) -> dict:
 
 def bounds_job(setting: Setting) -> dict:
     """``setting``'s lower bounds on the step: its critical path and its load (:mod:`autoplace.bounds`)."""
-    from autoplace.bounds import lower_bounds
-    from autoplace.sim import Simulator
 
     graph, cluster = setting.problem()
     b = lower_bounds(graph, cluster, Simulator(graph, cluster).op_times)
@@ -319,10 +320,7 @@ def gdp_batch_job(settings: tuple[Setting, ...], budget: float, seed: int, confi
     clock (an equal-wall-time job: :data:`SAME_WALL`); each setting's best step (with ``robust``, its robust
     step too: :func:`_uncertainty`) and the training's seconds (``wall_s``, and as ``search_s`` what an
     equal-wall job takes); then the trained policy places each of ``zero_shot`` (larger graphs) zero-shot."""
-    import tempfile
 
-    from autoplace.placers.learned.gdp import gdp_train, load_policy
-    from autoplace.search import SearchBudget
 
     probs = [s.problem() for s in settings]
     t0 = time.perf_counter()
@@ -349,7 +347,6 @@ def gdp_batch_job(settings: tuple[Setting, ...], budget: float, seed: int, confi
 def _zero_shot(net, setting: Setting, cfg, seed: int, robust: bool = False) -> dict:
     """``net`` placing ``setting`` zero-shot: its best step (with ``robust``, its robust step too), the greedy
     (most likely) placement's, the prior's, and the seconds the policy and the prior took."""
-    from autoplace.placers.learned.gdp import zero_shot
 
     graph, cluster = setting.problem()
     t0 = time.perf_counter()
@@ -375,7 +372,6 @@ def batch_steps(settings, result, *, robust: bool = True) -> tuple[list, list | 
 
 def robust_step(setting: Setting, placement) -> float | None:
     """``placement``'s robust step on ``setting`` (:func:`_uncertainty`; None where it does not run)."""
-    from autoplace.sim import simulate
 
     graph, cluster = setting.problem()
     return _uncertainty(setting, placement)["robust_step_s"] if simulate(graph, cluster, placement).ok else None
@@ -390,12 +386,9 @@ def gdp_holdout_job(held_out: Setting, others: tuple[Setting, ...], budget: floa
     ``baselines``, the robust steps too, and the fine-tune's learning-off self (the pre-trained policy
     sampling without updates: ``learn=false``) for the same samples (``frozen``) and for the fine-tune's
     wall time (``frozen_wall``)."""
-    import tempfile
 
     import torch
 
-    from autoplace.placers.learned.gdp import GDPConfig, gdp_search, gdp_train, load_policy, new_policy
-    from autoplace.search import SearchBudget
 
     knobs = {"config": dict(config)} if config else {}
     probs = [s.problem() for s in others]
@@ -447,8 +440,6 @@ def predictor_job(setting: Setting, budget: float, seed: int, folds: int = 5, ru
     """HTF-MPR's Figure 8: every fitness predictor's Kendall tau distance (``folds``-fold cross-validation,
     mean and standard deviation over ``runs`` runs) on the mappings one HTF-MPR search (``budget`` seconds
     of nominal work) evaluated."""
-    from autoplace.placers.learned.htf_mpr import fitness, htf_mpr_search
-    from autoplace.placers.learned.predictor import compare_models
 
     graph, cluster = setting.problem()
     t0 = time.perf_counter()
@@ -474,11 +465,7 @@ def enumerate_job(setting: Setting, budget: float, seed: int, config: tuple = ()
     how many fail, the best step; and where the mapping of one HTF-MPR search (``budget`` seconds of
     nominal work) ranks among them. A graph with more than ``max_mappings`` mappings has its nodes
     coarsened (HTF-MPR's ``groups`` setting) until they fit, for the enumeration and the search alike."""
-    import numpy as np
 
-    from autoplace.placers.learned.htf_mpr import HTFMPRConfig, htf_mpr_nodes, htf_mpr_search
-    from autoplace.progress import report_progress
-    from autoplace.sim import Simulator
 
     graph, cluster = setting.problem()
     settings = dict(config)

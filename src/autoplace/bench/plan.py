@@ -13,6 +13,7 @@ from autoplace.bench.jobs import LEARNED, Job, Setting
 from autoplace.bench.render import Table
 from autoplace.bench.store import Store
 from autoplace.errors import AutoplaceError, UnknownNameError
+from autoplace.placers import available_placers, get_placer
 
 __all__ = ["Budgets", "QUICK", "FULL", "Variant", "Run", "TableSpec", "REFINE", "OFF"]
 
@@ -80,7 +81,6 @@ class Run:
     seeds: tuple[int, ...] = ()
 
     def __post_init__(self):
-        from autoplace.placers import available_placers, get_placer
 
         names = set(available_placers())
         for placer, config in self.configs:
@@ -115,7 +115,6 @@ class Run:
             return None
         off = {**config, **OFF[placer]}
         if off.get("paper"):
-            from autoplace.placers import get_placer
 
             fixed = get_placer(placer).config.PAPER
             if set(fixed) & set(OFF[placer]):
@@ -224,7 +223,6 @@ def _unrefined(method: str) -> tuple[str, bool]:
 
 def _check_config(placer: str, config: Config) -> None:
     """One clear error for settings a placer does not take (an unknown name, a bad value)."""
-    from autoplace.placers import get_placer
 
     info = get_placer(placer)
     if info.config is None:

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from autoplace.formats.images import pyplot, save_png
+
 __all__ = ["Table", "Section", "markdown_table", "fmt_seconds", "fmt_speedup"]
 
 
@@ -85,12 +87,8 @@ class Table:
 
     def png(self, path: str | Path) -> None:
         """The table's chart: one panel per setting (at most 12), one bar per series."""
-        import matplotlib
+        plt = pyplot()
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        from autoplace.formats.images import save_png
 
         kind, baseline, data = self.plot
         settings = list(data)[:12]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autoplace.bench.jobs import JOBS, Job
+from autoplace.formats._json import atomic_write_bytes
 from autoplace.validation import is_finite
 
 __all__ = ["Store", "check_result", "LINE_FORMAT"]
@@ -235,7 +236,6 @@ class Store:
                 self.rejected.append((i, why))
                 bad.append(json.dumps({"line": i, "reason": why, "text": raw.decode("utf-8", "replace")[:10_000]}))
         if bad and repair:
-            from autoplace.formats._json import atomic_write_bytes
 
             with open(self.folder / "jobs.rejected.jsonl", "a", encoding="utf-8") as f:
                 f.write("\n".join(bad) + "\n")

@@ -10,6 +10,7 @@ share: budgets, seed, the learned placers' settings and variants.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -17,6 +18,7 @@ import autoplace.bench.builders as b
 import autoplace.bench.published as published
 from autoplace.bench.jobs import LEARNED, SAME_WALL, WALL_OF, WALL_PARTS, Job, Setting
 from autoplace.bench.plan import TableSpec
+from autoplace.resolve import looks_like_file
 
 __all__ = ["TableSpec", "TABLES", "table_settings", "nominal_work", "file_digest"]
 
@@ -187,9 +189,7 @@ def table_settings(spec: TableSpec, quick: bool, graphs: tuple[str, ...] = ()) -
 
 def file_digest(graph: str) -> str:
     """``sha256:`` and the first 12 hex digits of a graph file's bytes; ``""`` for a built-in name."""
-    import hashlib
 
-    from autoplace.resolve import looks_like_file
 
     if not (looks_like_file(graph) or graph.endswith(".onnx")) or not os.path.isfile(graph):
         return ""

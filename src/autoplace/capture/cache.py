@@ -25,11 +25,15 @@ interpreter) gets no key and is traced every time; after changing such outside c
 
 from __future__ import annotations
 
+import enum
+import functools
 import hashlib
 import inspect
 import sys
 from pathlib import Path
 from typing import Any
+
+from autoplace.capture.optimizer import BETAS_AS_INPUTS, scheduled_value
 
 __all__ = ["capture_key"]
 
@@ -63,7 +67,6 @@ def _describe(value: Any, files: dict[str, str], depth: int = 0) -> Any:
     None, dtypes, containers of them), code by its name and source file, modules by name, enums and other
     objects by their ``repr`` where that shows their state; :data:`_UNKNOWN` where nothing does (an
     object with a default ``repr``, an unregistered tensor)."""
-    import enum
 
     import torch
 
@@ -103,7 +106,11 @@ def _describe(value: Any, files: dict[str, str], depth: int = 0) -> Any:
 
 
 #: what every nn.Module keeps in its __dict__ (parameters, buffers, submodules and hooks are keyed apart)
-_MODULE_INTERNALS = frozenset(vars(__import__("torch").nn.Module()))
+@functools.cache
+def _module_internals() -> frozenset[str]:
+    import torch
+
+    return frozenset(vars(torch.nn.Module()))
 
 
 def _tensor(t: Any) -> Any:
@@ -128,7 +135,7 @@ def capture_key(model, example_inputs: Any, loss_fn, optimizer, targets: Any) ->
         hooks = [h for d in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks) for h in d.values()]
         if not all(_file_digest(h, files) for h in hooks):
             return None
-        attrs = _describe({k: v for k, v in sorted(vars(m).items()) if k not in _MODULE_INTERNALS}, files)
+        attrs = _describe({k: v for k, v in sorted(vars(m).items()) if k not in _module_internals()}, files)
         if attrs is _UNKNOWN:
             return None
         modules.append([path, f"{type(m).__module__}.{type(m).__qualname__}", m.training,
@@ -139,13 +146,12 @@ def capture_key(model, example_inputs: Any, loss_fn, optimizer, targets: Any) ->
         loss_state = _describe([c.cell_contents for c in (loss_fn.__closure__ or ())]
                                + list(loss_fn.__defaults__ or ()), files)
     elif isinstance(loss_fn, torch.nn.Module):
-        loss_state = _describe({k: v for k, v in sorted(vars(loss_fn).items()) if k not in _MODULE_INTERNALS},
+        loss_state = _describe({k: v for k, v in sorted(vars(loss_fn).items()) if k not in _module_internals()},
                                files)
     else:
         loss_state = _describe(loss_fn, files)    # functools.partial and the like: their arguments
     if loss_state is _UNKNOWN:
         return None
-    from autoplace.capture.optimizer import BETAS_AS_INPUTS, scheduled_value
 
     betas_in = type(optimizer).__name__ in BETAS_AS_INPUTS
     names = {id(p): n for n, p in model.named_parameters()}

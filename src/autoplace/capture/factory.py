@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -15,9 +18,6 @@ __all__ = ["load_factory", "capture_from_factory"]
 
 def load_factory(spec: str) -> Callable[[], Any]:
     """``"package.module:function"`` or ``"path/to/file.py:function"`` -> the callable."""
-    import importlib
-    import importlib.util
-    import os
 
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:

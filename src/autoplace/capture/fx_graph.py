@@ -5,6 +5,7 @@ call itself (JSON, for the executor); co-location groups follow gradients and in
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -143,7 +144,7 @@ def to_graph(gm, name: str, trained: list[str], frozen: list[str], buffers: list
         val = node.meta.get("val")
         data, ctrl = deps((node.args, node.kwargs))
         target = node.target
-        if target is __import__("operator").getitem and node.args[0] in ref:
+        if target is operator.getitem and node.args[0] in ref:
             src = node.args[0]
             base = ref[src][0].split(":")[0]
             if len(_tensors(src.meta.get("val")) or []) > 1:

@@ -4,6 +4,10 @@ line of their code it failed at."""
 from __future__ import annotations
 
 import logging
+import os
+import re
+import sysconfig
+import traceback
 from collections.abc import Callable
 
 from autoplace.errors import AutoplaceError, CaptureError
@@ -53,7 +57,6 @@ def trace_fake(fn: Callable, args: tuple, what: str):
 
 def first_sentence(text: str) -> str:
     """The first sentence of an exception's message, whole (torch's run on with advice after it)."""
-    import re
 
     m = re.match(r"(.+?[.!?])(?=\s|$)", text)
     return m.group(1) if m else text
@@ -62,9 +65,6 @@ def first_sentence(text: str) -> str:
 def user_line(e: BaseException) -> str | None:
     """``file:line in function `source``` of the innermost frame of ``e``'s traceback in the user's code —
     neither torch's, nor autoplace's, nor the Python library's — or None."""
-    import os
-    import sysconfig
-    import traceback
 
     import torch
 

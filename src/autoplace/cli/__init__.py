@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from autoplace.cli.parser import build_parser
-from autoplace.errors import AutoplaceError
+from autoplace.errors import AutoplaceError, FormatError
 
 __all__ = ["main", "build_parser"]
 
@@ -22,7 +22,6 @@ PATH_OPTIONS = ("output", "checkpoint", "resume", "curve", "png", "trace", "plot
 
 
 def _check_paths(args) -> None:
-    from autoplace.errors import FormatError
 
     for dest in PATH_OPTIONS:
         value = getattr(args, dest, None)

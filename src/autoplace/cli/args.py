@@ -7,6 +7,7 @@ import argparse
 
 import numpy as np
 
+from autoplace.placers import available_placers
 from autoplace.runtime.backends import RUNTIMES
 from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, Runtime
 from autoplace.validation import MAX_BUDGET_S
@@ -111,7 +112,6 @@ class MethodsHelp(argparse.HelpFormatter):
     def _get_help_string(self, action):
         text = super()._get_help_string(action) or ""
         if "{methods}" in text:
-            from autoplace.placers import available_placers
 
             text = text.replace("{methods}", ", ".join(available_placers()))
         return text

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
+from rich.progress import Progress
+
+from autoplace.bench import FULL, QUICK, TABLES, Variant, make_run, run_bench, table_names
+from autoplace.bench.compare import change_text, compare_folders
+from autoplace.bench.suite import nominal_work, table_settings
 from autoplace.cli.args import (
     method_list,
     positive_seconds,
@@ -19,13 +25,14 @@ from autoplace.cli.common import (
 )
 from autoplace.cli.place import settings_dict
 from autoplace.errors import FormatError
+from autoplace.formats._json import check_output_folder
+from autoplace.progress import PlainLines, progress_to
 from autoplace.resolve import resolve_graph
 
 
 def _bench_against(args: argparse.Namespace) -> int:
     """``bench -o AFTER --against BEFORE``: every job both folders hold, its result compared (exit 1 if any
     differs)."""
-    from autoplace.bench.compare import change_text, compare_folders
 
     c = compare_folders(args.against, args.output)
     if args.json:
@@ -47,9 +54,7 @@ def _bench_against(args: argparse.Namespace) -> int:
 def _bench_run(args: argparse.Namespace):
     """The :class:`~autoplace.bench.Run` of ``bench``'s options: budgets, seed, ``--set NAME.KEY=VALUE``
     (NAME a learned placer or a ``--variant`` label) and ``--variant LABEL=PLACER``."""
-    from dataclasses import replace
 
-    from autoplace.bench import FULL, QUICK, Variant, make_run
 
     budgets = QUICK if args.quick else FULL
     if args.budget is not None:
@@ -83,12 +88,7 @@ def _bench_run(args: argparse.Namespace):
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from rich.progress import Progress
 
-    from autoplace.bench import TABLES, run_bench, table_names
-    from autoplace.bench.suite import nominal_work, table_settings
-    from autoplace.formats._json import check_output_folder
-    from autoplace.progress import progress_to
 
     check_output_folder(args.output, "results")
     run = _bench_run(args)
@@ -119,7 +119,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if args.against is not None:
         return _bench_against(args)
-    from autoplace.progress import PlainLines
 
     quiet = args.json or not sys.stderr.isatty()
     # in a log or a pipe: a plain line per job, and a search's reports every 10 s

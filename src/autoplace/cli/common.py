@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.progress import Progress
+from rich.text import Text
 
 from autoplace.cluster import Cluster
+from autoplace.comparison import failure_reason
 from autoplace.errors import AutoplaceError, FormatError
+from autoplace.formats import placement_from_dict, read_json
+from autoplace.formats._json import check_output_path
 from autoplace.graph import Graph
+from autoplace.grouping import with_granularity
+from autoplace.progress import PlainLines, progress_to
+from autoplace.runtime.export import from_device_map, is_device_map
 
 
 def markdown_table(header, rows) -> str:
@@ -76,8 +86,6 @@ def note_other_cluster(placement, cluster: Cluster) -> None:
 def placement_or_map(path: str, graph: Graph, cluster: Cluster | None):
     """A placement file, or an Accelerate-style device map (module -> device JSON) read as the placement
     ``dispatch_model`` runs (:func:`~autoplace.runtime.export.from_device_map`; needs the cluster)."""
-    from autoplace.formats import placement_from_dict, read_json
-    from autoplace.runtime.export import from_device_map, is_device_map
 
     obj = read_json(path)
     if is_device_map(obj):
@@ -99,7 +107,6 @@ def granular(graph: Graph, granularity: str, keep_whole: str | None = None) -> G
     """``graph`` at the placement granularity of ``--granularity`` (module: a module's parameters, tied ones
     and its ops kept together, so that the placement exports as a device_map), ``--keep-whole``'s classes
     whole."""
-    from autoplace.grouping import with_granularity
 
     return with_granularity(graph, granularity, [c for c in (keep_whole or "").split(",") if c.strip()])
 
@@ -107,7 +114,6 @@ def granular(graph: Graph, granularity: str, keep_whole: str | None = None) -> G
 def check_output(path: str | None, what: str = "output") -> None:
     """Fail early (before any work) where ``path`` cannot be written
     (:func:`~autoplace.formats._json.check_output_path`)."""
-    from autoplace.formats._json import check_output_path
 
     check_output_path(path, what)
 
@@ -115,7 +121,6 @@ def check_output(path: str | None, what: str = "output") -> None:
 def console(to_stderr: bool = False):
     """Where messages go: standard output (standard error when the output file itself is ``-``). User
     strings (graph, op, device names) are printed as they are: no markup, no emoji codes."""
-    from rich.console import Console
 
     # A pipe or a CI log gets a wide table rather than rich's 80-column default.
     stream = sys.stderr if to_stderr else sys.stdout
@@ -125,7 +130,6 @@ def console(to_stderr: bool = False):
 
 def bold(*parts):
     """A line with some parts styled: ``bold("a ", ("b", "bold"))``."""
-    from rich.text import Text
 
     return Text.assemble(*parts)
 
@@ -151,7 +155,6 @@ def finite_or_none(x: float) -> float | None:
 def spinner(title: str, quiet: bool):
     """A spinner on standard error while long work runs with nothing to count (capture, a zoo export);
     nothing when it is not a terminal."""
-    import contextlib
 
     if quiet or not sys.stderr.isatty():
         return contextlib.nullcontext()
@@ -162,9 +165,7 @@ def with_progress(title: str, quiet: bool, work):
     """Run ``work()`` showing a progress bar on a terminal, fed by the searches' progress reports; where
     standard error is a log or a pipe, plain lines (:class:`~autoplace.progress.PlainLines`: a search's
     first report, then one every 10 s; nothing from work that reports nothing)."""
-    from rich.progress import Progress
 
-    from autoplace.progress import PlainLines, progress_to
 
     if not quiet and not sys.stderr.isatty():
         lines = PlainLines()
@@ -183,7 +184,6 @@ def with_progress(title: str, quiet: bool, work):
 
 def failure(result: Any) -> str:
     """Why a result is failing: the run's error, or the devices out of memory."""
-    from autoplace.comparison import failure_reason
 
     return failure_reason(result)
 

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.progress import Progress
+from rich.table import Table
 
 from autoplace.cli.args import (
     MethodsHelp,
@@ -34,14 +36,18 @@ from autoplace.cli.common import (
     placement_or_map,
     print_json,
 )
+from autoplace.comparison import auto_choice, compare, row_note, speedup
+from autoplace.env import make_env
+from autoplace.placers import available_placers, get_placer
+from autoplace.plots import comparison_png
 from autoplace.replicas import can_replicate
 from autoplace.resolve import resolve_cluster, resolve_graph
+from autoplace.units import fmt_bytes, fmt_ratio, fmt_time
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     graph, cluster, result = _run(args)
     if args.plot:
-        from autoplace.plots import comparison_png
 
         comparison_png(result, args.plot, title=f"{graph.name} ({graph.n_ops} ops) on {cluster.name}")
     if args.json:
@@ -58,11 +64,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace):
     """``(graph, cluster, comparison)``: the methods of ``args`` run on its graph and cluster, with a
     progress bar on a terminal (each row printed above it as it comes)."""
-    from rich.progress import Progress
 
-    from autoplace.comparison import compare
-    from autoplace.placers import available_placers, get_placer
-    from autoplace.units import fmt_time
 
     check_output(args.plot, "plot")
     for m in args.methods or ():
@@ -90,7 +92,6 @@ def _run(args: argparse.Namespace):
 
         env: Any = args.env
         if env == "measured":
-            from autoplace.env import make_env
 
             env = make_env("measured", graph, cluster, **env_kwargs(args))
         try:
@@ -114,7 +115,6 @@ def _run(args: argparse.Namespace):
 def _notes(result):
     """Each row's note: its own, a warning where its gain is inside the uncertainty range, and ``auto``'s
     choice by regret."""
-    from autoplace.comparison import auto_choice, row_note
 
     why = auto_choice(result)
 
@@ -129,7 +129,6 @@ def _notes(result):
 
 def _as_json(graph, cluster, result) -> dict:
     """The comparison as ``compare --json`` prints it."""
-    from autoplace.comparison import speedup
 
     rows, bounds = result.rows, result.bounds
     gpu_time, expert_time = result.step_time("single-gpu"), result.step_time("expert")
@@ -154,8 +153,6 @@ def _as_json(graph, cluster, result) -> dict:
 
 def _table(cluster, result) -> tuple[list[str], list[list[str]], str]:
     """The comparison as a table: its header, its rows and the footer that explains them."""
-    from autoplace.comparison import speedup
-    from autoplace.units import fmt_bytes, fmt_ratio, fmt_time
 
     rows, bounds = result.rows, result.bounds
     gpu_time, expert_time = result.step_time("single-gpu"), result.step_time("expert")
@@ -196,7 +193,6 @@ def _table(cluster, result) -> tuple[list[str], list[list[str]], str]:
 
 def _print_table(graph, cluster, result, env: str) -> None:
     """The comparison as a table on the terminal."""
-    from rich.table import Table
 
     header, rows, footer = _table(cluster, result)
     table = Table(title=f"{graph.name} ({graph.n_ops} ops) on {cluster.name}: {env} training step", caption=footer)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from autoplace.capture import capture_from_factory
+from autoplace.capture.onnx_import import import_onnx
 from autoplace.cli.args import (
     add_placement_output_args,
     method_list,
@@ -21,14 +23,20 @@ from autoplace.cli.common import (
     with_progress,
     written,
 )
+from autoplace.comparison import compare
+from autoplace.formats import load_placement, save_graph, write_json
+from autoplace.formats._json import atomic_write_text
 from autoplace.graph import PHASES
+from autoplace.htmlreport import placement_report, report_pngs
 from autoplace.replicas import strategy_graph
 from autoplace.resolve import resolve_cluster, resolve_graph
+from autoplace.runtime.export import device_map, export_python, input_device
+from autoplace.search.curve import Curve
+from autoplace.sim import simulate
+from autoplace.units import fmt_bytes, fmt_flops
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from autoplace.formats import load_placement, write_json
-    from autoplace.runtime.export import device_map, export_python, input_device
 
     check_output(args.output)
     check_output(args.device_map)
@@ -41,7 +49,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     source = export_python(graph, placement, cluster)
     dmap = device_map(graph, placement, cluster) if args.device_map else None
     batch_on = input_device(graph, placement, cluster) if dmap is not None else None
-    from autoplace.formats._json import atomic_write_text
 
     atomic_write_text(args.output, source)
     if dmap is not None:
@@ -56,9 +63,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from autoplace.formats import load_placement
-    from autoplace.formats._json import atomic_write_text
-    from autoplace.htmlreport import placement_report
 
     check_output(args.output)
     if args.png:
@@ -72,22 +76,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     graph = strategy_graph(graph, placement)        # a strategy's placement: the replicated step it runs
     curve = None
     if args.curve:
-        from autoplace.search.curve import Curve
 
         curve = Curve.read_csv(args.curve)
     comparison = None
     if args.compare:
-        from autoplace.comparison import compare
 
         comparison = with_progress("compare", args.json, lambda: compare(
             graph, cluster, args.compare, seed=args.seed, budget=args.budget))
-    from autoplace.sim import simulate
 
     result = simulate(graph, cluster, placement, trace=True)
     page = placement_report(graph, cluster, placement, curve=curve, comparison=comparison, result=result)
     pngs = []
     if args.png:
-        from autoplace.htmlreport import report_pngs
 
         pngs = report_pngs(graph, cluster, placement, args.png, curve=curve, comparison=comparison, result=result)
     atomic_write_text(args.output, page)
@@ -124,9 +124,6 @@ Nothing is computed: the step is traced on fake tensors.
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
-    from autoplace.capture import capture_from_factory
-    from autoplace.formats import save_graph
-    from autoplace.units import fmt_bytes, fmt_flops
 
     check_output(args.output)
     check_json_output(args)
@@ -146,9 +143,6 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from autoplace.capture.onnx_import import import_onnx
-    from autoplace.formats import save_graph
-    from autoplace.units import fmt_bytes, fmt_flops
 
     check_output(args.output)
     check_json_output(args)

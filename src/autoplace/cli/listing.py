@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from rich.table import Table
+
 from autoplace.cli.common import (
     check_json_output,
     check_output,
@@ -15,7 +17,11 @@ from autoplace.cli.common import (
 )
 from autoplace.cluster import CLUSTER_PRESETS, get_cluster
 from autoplace.errors import AutoplaceError, FormatError
+from autoplace.formats import cluster_to_dict, save_cluster, save_graph
+from autoplace.placers import available_placers, get_placer
 from autoplace.resolve import resolve_cluster
+from autoplace.units import fmt_bytes, fmt_flops, fmt_rate
+from autoplace.zoo import build_graph, get_model, zoo_names
 
 
 def settings_markdown(rows: dict) -> str:
@@ -30,7 +36,6 @@ def settings_markdown(rows: dict) -> str:
 
 def cmd_settings(args: argparse.Namespace) -> int:
     """Each learned placer's ``--set`` keys: default, allowed range and what it does."""
-    from autoplace.placers import available_placers, get_placer
 
     learned = [n for n in available_placers() if get_placer(n).config is not None]
     names = learned if args.method is None else [args.method]
@@ -45,7 +50,6 @@ def cmd_settings(args: argparse.Namespace) -> int:
         print_json({n: [{"key": k, "default": d, "range": r, "doc": doc} for k, d, r, doc in rs]
                      for n, rs in rows.items()})
         return 0
-    from rich.table import Table
 
     con = console()
     for n, rs in rows.items():
@@ -59,8 +63,6 @@ def cmd_settings(args: argparse.Namespace) -> int:
 
 
 def cmd_clusters(args: argparse.Namespace) -> int:
-    from autoplace.formats import cluster_to_dict, save_cluster
-    from autoplace.units import fmt_bytes, fmt_flops, fmt_rate
 
     if args.output is not None:
         check_output(args.output)
@@ -80,7 +82,6 @@ def cmd_clusters(args: argparse.Namespace) -> int:
     if args.json:
         print_json([cluster_to_dict(c) for c in clusters])
         return 0
-    from rich.table import Table
 
     table = Table(title="cluster presets" if not args.name else None,
                   caption="FP32 and bandwidth: achievable (peak); copy engines: send/receive, - = no limit")
@@ -102,8 +103,6 @@ def cmd_clusters(args: argparse.Namespace) -> int:
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
-    from autoplace.formats import save_graph
-    from autoplace.zoo import build_graph, get_model, zoo_names
 
     if args.zoo_cmd == "export":
         check_output(args.output)
@@ -120,7 +119,6 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         print_json([{"name": n, "description": get_model(n).description, "paper": get_model(n).paper,
                       "defaults": get_model(n).defaults} for n in zoo_names()])
         return 0
-    from rich.table import Table
 
     table = Table(title="built-in graphs")
     for col in ("name", "description", "parameters"):

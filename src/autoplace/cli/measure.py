@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import subprocess
 import sys
 
 import numpy as np
+from rich.console import Console
 
 from autoplace.cli.args import (
     add_graph_args,
@@ -30,20 +34,22 @@ from autoplace.cli.common import (
     written,
 )
 from autoplace.cli.simulate import sim_table
+from autoplace.formats import cluster_to_dict, save_cluster, save_graph
 from autoplace.replicas import strategy_graph
 from autoplace.resolve import resolve_cluster, resolve_graph
+from autoplace.runtime import measure
+from autoplace.runtime.dist.control import hosts_of, rank_order
+from autoplace.runtime.dist.rendezvous import ranks_secret
+from autoplace.runtime.dist.serve import torchrun_command
 from autoplace.runtime.pool import DEFAULT_TIMEOUT_S
+from autoplace.runtime.profile import detect_cluster, profile_graph, speed_warnings
+from autoplace.sim import simulate
+from autoplace.units import fmt_bytes, fmt_flops, fmt_rate, fmt_time
 
 
 def cmd_ranks(args: argparse.Namespace) -> int:
     """Start this host's ranks of a cluster that spans hosts (torchrun), or print the command."""
-    import os
-    import shlex
-    import subprocess
 
-    from autoplace.runtime.dist.control import hosts_of, rank_order
-    from autoplace.runtime.dist.rendezvous import ranks_secret
-    from autoplace.runtime.dist.serve import torchrun_command
 
     cluster = resolve_cluster(args.cluster)
     secret_file = None if args.secret_file is None else os.path.abspath(args.secret_file)
@@ -71,9 +77,6 @@ def cmd_ranks(args: argparse.Namespace) -> int:
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from autoplace.runtime import measure
-    from autoplace.sim import simulate
-    from autoplace.units import fmt_bytes, fmt_time
 
     graph = resolve_graph(args.graph, parse_params(args.param))
     cluster = resolve_cluster(args.cluster)
@@ -122,10 +125,7 @@ def _fidelity_note(graph, cluster, measured: float, simulated: float) -> str:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
-    from autoplace.formats import save_graph
-    from autoplace.runtime.profile import profile_graph
 
     check_output(args.output)
     check_json_output(args)
@@ -140,7 +140,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
                                  runtime=args.runtime,
                                  progress=lambda what: status.update(f"profiling {graph.name} on {what}"))
     save_graph(profiled, args.output)
-    from autoplace.units import fmt_time
 
     if written(args, profiled, profiled=profiled.meta["profiled"]):
         return 0
@@ -151,13 +150,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
-    from autoplace.formats import cluster_to_dict, save_cluster
-    from autoplace.units import fmt_flops, fmt_rate, fmt_time
 
     check_output(args.output)
-    from autoplace.runtime.profile import detect_cluster, speed_warnings
 
     base = resolve_cluster(args.base) if args.base else None
     err = Console(stderr=True, highlight=False)

@@ -33,14 +33,24 @@ from autoplace.cli.common import (
     print_json,
     with_progress,
 )
+from autoplace.env import make_env
 from autoplace.errors import AutoplaceError, FormatError
-from autoplace.formats._json import input_file
+from autoplace.formats import save_placement
+from autoplace.formats._json import check_output_folder, input_file
+from autoplace.placers import get_placer, place
+from autoplace.placers.auto import robust_simulator
+from autoplace.placers.learned.gdp import gdp_train
+from autoplace.placers.local_search import refine
 from autoplace.resolve import resolve_cluster, resolve_graph
+from autoplace.search import SearchBudget
+from autoplace.search.budget import time_limit
+from autoplace.search.work import DEFAULT_BUDGET_S
+from autoplace.sim import simulate
+from autoplace.units import fmt_time
 
 
 def _check_checkpoint_folders(args: argparse.Namespace) -> None:
     """``--checkpoint`` a folder that can be written, ``--resume`` an existing folder: before any work."""
-    from autoplace.formats._json import check_output_folder
 
     check_output_folder(args.checkpoint or args.resume, "checkpoint")
     if args.resume is not None and not Path(args.resume).is_dir():
@@ -48,11 +58,6 @@ def _check_checkpoint_folders(args: argparse.Namespace) -> None:
 
 
 def cmd_place(args: argparse.Namespace) -> int:
-    from autoplace.env import make_env
-    from autoplace.formats import save_placement
-    from autoplace.placers import get_placer, place
-    from autoplace.sim import simulate
-    from autoplace.units import fmt_time
 
     check_output(args.output)
     check_json_output(args)
@@ -74,7 +79,6 @@ def cmd_place(args: argparse.Namespace) -> int:
     _check_checkpoint_folders(args)
     graph = granular(resolve_graph(args.graph, parse_params(args.param)), args.granularity, args.keep_whole)
     cluster = resolve_cluster(args.cluster)
-    from autoplace.search.budget import time_limit
 
     if info.strategy and args.env != "simulated":
         raise AutoplaceError(f"{args.method} places replicas of the step, which the simulator judges: --env "
@@ -99,8 +103,6 @@ def cmd_place(args: argparse.Namespace) -> int:
             print(f"note: {placement.method}'s placement carries a schedule (its stages' order), which moving ops "
                   "would break: it is not refined", file=sys.stderr)
         elif args.refine:
-            from autoplace.placers.auto import robust_simulator
-            from autoplace.placers.local_search import refine
 
             # under the simulator, the refine minimises the worst case over the cost model's uncertainty;
             # the time limit covers the search and its refinement together
@@ -132,7 +134,6 @@ def cmd_place(args: argparse.Namespace) -> int:
 def _budget_line(args: argparse.Namespace, placement, wall: float, refined=None) -> str:
     """What the budget bought: nominal work, the count it became, the wall time it took, why it stopped (the
     refinement's too, with ``--refine``)."""
-    from autoplace.search.work import DEFAULT_BUDGET_S
 
     def bought(meta: dict) -> str:
         inner = meta.get("refine") if isinstance(meta.get("refine"), dict) else {}   # auto: its refinement's
@@ -181,7 +182,6 @@ def _learned_search(info, graph, cluster, env, args):
 def _search_budget(args: argparse.Namespace):
     """A learned search's budget from ``--samples``, ``--budget`` and ``--wall-clock``: samples (and wall-clock
     seconds), wall-clock seconds, or seconds of nominal work (``None``: the placer's default)."""
-    from autoplace.search import SearchBudget
 
     if args.samples:
         return SearchBudget(samples=args.samples, seconds=args.budget if args.wall_clock else None)
@@ -191,8 +191,6 @@ def _search_budget(args: argparse.Namespace):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from autoplace.placers.learned.gdp import gdp_train
-    from autoplace.units import fmt_time
 
     check_output(args.output, "policy")
     if args.curve:

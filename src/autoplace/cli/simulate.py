@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rich.table import Table
+
 from autoplace.cli.args import (
     add_graph_args,
 )
@@ -20,15 +22,20 @@ from autoplace.cli.common import (
     print_json,
 )
 from autoplace.cluster import Cluster
+from autoplace.formats import write_json
 from autoplace.graph import Graph
+from autoplace.placers.auto import robust_simulator, uncertainty
+from autoplace.plots import step_png
 from autoplace.replicas import strategy_graph
 from autoplace.resolve import resolve_cluster, resolve_graph
+from autoplace.robust import strategy_range
+from autoplace.sim import simulate
+from autoplace.sim.trace import chrome_trace
+from autoplace.units import fmt_bytes, fmt_time
 
 
 def sim_table(graph: Graph, cluster: Cluster, result: Any, title: str):
-    from rich.table import Table
 
-    from autoplace.units import fmt_bytes, fmt_time
 
     table = Table(title=title)
     host = getattr(result, "host_time", None)
@@ -48,10 +55,6 @@ def sim_table(graph: Graph, cluster: Cluster, result: Any, title: str):
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from autoplace.formats import write_json
-    from autoplace.sim import simulate
-    from autoplace.sim.trace import chrome_trace
-    from autoplace.units import fmt_bytes, fmt_time
 
     check_output(args.trace)
     check_output(args.plot, "plot")
@@ -61,7 +64,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     user_graph, graph = graph, strategy_graph(graph, placement)   # a strategy's placement: the step it runs
     result = simulate(graph, cluster, placement, trace=bool(args.trace or args.plot))
     if args.plot:
-        from autoplace.plots import step_png
 
         step_png(graph, cluster, result, args.plot,
                  title=f"{graph.name} on {cluster.name} ({placement.method}): where the step's time goes")
@@ -71,8 +73,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         write_json(args.trace, chrome_trace(graph, cluster, result), indent=None)
     rng = None
     if result.ok:
-        from autoplace.placers.auto import robust_simulator, uncertainty
-        from autoplace.robust import strategy_range
 
         rng = (uncertainty(graph, cluster, [placement])[0] if graph is user_graph
                else strategy_range(robust_simulator(user_graph, cluster), placement))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import math
 import os
@@ -190,7 +191,6 @@ def check_output_folder(path: str | os.PathLike | None, what: str) -> None:
 def _writer_tag() -> str:
     """This host and PID namespace, as a temporary file's name carries them: only a writer of the same tag
     can tell whether the process that made a file is gone."""
-    import hashlib
 
     try:
         ns = os.stat("/proc/self/ns/pid").st_ino

@@ -7,13 +7,23 @@ from pathlib import Path
 
 from autoplace.formats._json import atomic_write_bytes
 
-__all__ = ["save_png"]
+__all__ = ["pyplot", "save_png"]
+
+
+def pyplot():
+    """matplotlib's ``pyplot``, drawing to files (the Agg backend: no display needed), imported on first use:
+    matplotlib is an optional dependency (``pip install autoplace[plot]``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def save_png(fig, path: str | Path, title: str = "") -> None:
     """``fig`` (titled ``title``) as a PNG at ``path``, written atomically; the figure is closed."""
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from autoplace.errors import FormatError
+from autoplace.formats import cluster_to_dict, graph_to_dict
+from autoplace.formats._json import atomic_write_bytes, input_file
 from autoplace.validation import is_finite, with_article
 
 __all__ = ["write_state", "read_state", "encode_state", "decode_state", "graph_hash", "cluster_hash",
@@ -87,7 +89,6 @@ def _encode(x: Any, tensors: dict) -> Any:
 
 def write_state(path: str | os.PathLike, state: Any) -> None:
     """Write ``state`` to ``path`` atomically (:func:`~autoplace.formats._json.atomic_write_bytes`)."""
-    from autoplace.formats._json import atomic_write_bytes
 
     atomic_write_bytes(Path(path), encode_state(state))
 
@@ -95,7 +96,6 @@ def write_state(path: str | os.PathLike, state: Any) -> None:
 # ------------------------------------------------------------------------------------------------ decoding
 def read_state(path: str | os.PathLike, what: str = "state file") -> Any:
     """The state in ``path``; :class:`FormatError` naming the path for a missing, foreign or damaged file."""
-    from autoplace.formats._json import input_file
 
     p = input_file(path, what)
     try:
@@ -198,7 +198,6 @@ def digest(obj: Any) -> str:
 def graph_hash(graph) -> str:
     """A SHA-256 of ``graph``'s content (its ``autoplace.graph/v1`` object, keys sorted): two graphs with the
     same name but other ops, sizes or FLOPs hash differently."""
-    from autoplace.formats import graph_to_dict
 
     cached = graph.__dict__.get("_content_hash")
     if cached is None:
@@ -209,7 +208,6 @@ def graph_hash(graph) -> str:
 
 def cluster_hash(cluster) -> str:
     """A SHA-256 of ``cluster``'s content (its ``autoplace.cluster/v1`` object, keys sorted)."""
-    from autoplace.formats import cluster_to_dict
 
     return digest(cluster_to_dict(cluster))
 

@@ -65,11 +65,18 @@ from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
+from autoplace.placers.cpsat import MAX_TASKS, improve_with_cp_sat
 from autoplace.placers.fast import _best, check_fits, ranks, run_fast_placers
+from autoplace.placers.local_search import refine, return_strays
 from autoplace.placers.registry import place, register_placer
+from autoplace.placers.replicated import replica_devices
 from autoplace.progress import report_progress
+from autoplace.replicas import can_replicate, strategy_graph
+from autoplace.robust import RobustSimulator, cross_edges, step_ranges
+from autoplace.schedule import NO_SCHEDULE, micro_batches
 from autoplace.search import work
 from autoplace.search.budget import time_left
+from autoplace.sim import Simulator
 
 __all__ = ["auto", "robust_simulator", "pick_robust", "uncertainty", "Field", "NEAR_TIE", "CLEANUP_SHARE",
            "STRATEGIES"]
@@ -87,8 +94,6 @@ _PLACE = object()
 def robust_simulator(graph: Graph, cluster: Cluster, one_gpu: Placement | None = _PLACE):
     """A :class:`~autoplace.robust.RobustSimulator` scaled to one GPU: ``one_gpu`` (by default the
     ``single-gpu`` placer's placement) where it fits, else (or for ``None``) plain worst cases."""
-    from autoplace.robust import RobustSimulator
-    from autoplace.sim import Simulator
 
     if one_gpu is _PLACE:
         try:
@@ -107,8 +112,6 @@ def uncertainty(graph: Graph, cluster: Cluster, placements: list[Placement], one
                 ) -> list:
     """Each placement's :class:`~autoplace.robust.StepRange` (against one GPU: ``one_gpu``, by default the
     ``single-gpu`` placer's, where it fits)."""
-    from autoplace.robust import step_ranges
-    from autoplace.schedule import NO_SCHEDULE
 
     robust = robust_simulator(graph, cluster, one_gpu)
     prios = [p.priorities(graph) for p in placements]
@@ -123,7 +126,6 @@ def pick_robust(graph: Graph, cluster: Cluster, placements: list[Placement], rob
     the lowest ``(out of memory, robust score)``, near-ties (:data:`NEAR_TIE`) going to the fewest
     cross-device edges; and each placement's rank. ``simulated``: what ``robust.simulate`` gave for them,
     where already run."""
-    from autoplace.robust import cross_edges
 
     devs = np.stack([p.to_array(graph, cluster) for p in placements])
     r = ranks(robust.judged(*simulated) if simulated is not None else robust.run_batch(devs))
@@ -144,8 +146,6 @@ def auto(graph: Graph, cluster: Cluster, *, seed=None, budget=None,
     if not isinstance(strategies, bool) and not set(strategies) <= set(STRATEGIES):
         raise AutoplaceError(f"auto: unknown strategies {sorted(set(strategies) - set(STRATEGIES))} "
                              f"(known: {', '.join(STRATEGIES)})")
-    from autoplace.placers.cpsat import MAX_TASKS, improve_with_cp_sat
-    from autoplace.placers.local_search import refine, return_strays
 
     budget = work.nominal_budget(budget, "auto")
     cands = run_fast_placers(graph, cluster, seed=seed,
@@ -310,7 +310,6 @@ class Field:
 def _least(field: Field, weighed: list[Weighed], graph: Graph) -> int:
     """Index of the least regret of ``weighed`` (all fit), near-ties (:data:`NEAR_TIE`) going to the fewest
     cross-device edges."""
-    from autoplace.robust import cross_edges
 
     r = field.regret(np.stack([w.steps for w in weighed], axis=1))
     near = [i for i in range(len(r)) if r[i] <= r.min() * (1 + NEAR_TIE)]
@@ -328,9 +327,6 @@ def _strategies(graph: Graph, cluster: Cluster, field: Field, seed, names: tuple
     strategy of ``names`` placed and simulated in every scenario, taken into ``field``: ``(rows, found)``,
     each one's row for ``meta["strategies"]`` (its nominal step, its worst case against one GPU, whether it
     fits, or why it has none) and those that fit with their steps; ``None`` where none applies."""
-    from autoplace.placers.replicated import replica_devices
-    from autoplace.replicas import can_replicate, strategy_graph
-    from autoplace.robust import RobustSimulator
 
     if not can_replicate(graph) or len(replica_devices(cluster)) < 2:
         return None
@@ -380,7 +376,6 @@ def _chosen_strategy(field: Field, best: Placement, best_steps: np.ndarray, rows
 def _pipelined(graph: Graph, cluster: Cluster, field: Field, seed) -> Weighed | None:
     """On a micro-batched step (``meta["micro_batch"]``), the ``pipeline`` placer's placement with its
     priorities, taken into ``field``, where it fits; else ``None``."""
-    from autoplace.schedule import micro_batches
 
     if micro_batches(graph) < 2 or cluster.n_devices < 2:
         return None

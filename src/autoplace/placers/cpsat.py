@@ -41,6 +41,7 @@ solve stopped by it says so in ``meta["stopped_by"]`` and is then not reproducib
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,9 +50,12 @@ from autoplace.cluster import Cluster
 from autoplace.cost import feasible_devices, least_op_times
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
+from autoplace.grouping import runnable_grouping
 from autoplace.placement import Placement
+from autoplace.placers.fast import best_fast, check_fits, ranks
 from autoplace.placers.registry import register_placer
 from autoplace.search.budget import TIME_LIMIT, time_left
+from autoplace.sim import Simulator
 from autoplace.validation import check_budget, seed_int
 
 __all__ = ["cp_sat", "solve_cp_sat", "improve_with_cp_sat", "CPSatResult", "NoSolutionInBudget", "task_partition"]
@@ -108,7 +112,6 @@ def task_partition(graph: Graph, max_tasks: int, times: np.ndarray, group: np.nd
 def structured_order(graph: Graph, group: np.ndarray) -> np.ndarray:
     """A topological order that finishes the group of the op it last took before starting another (the
     lowest-ranked ready op starts the next group): Kahn's algorithm with a heap per group."""
-    import heapq
 
     n = graph.n_ops
     indeg = np.diff(graph.in_ptr).copy()
@@ -310,7 +313,6 @@ def solve_cp_sat(graph: Graph, cluster: Cluster, *, budget: float | None = None,
     from (each task takes the device holding most of its ops' work; default: every task on the device
     that runs them all fastest); ``group``: structural groups the tasks should follow
     (:func:`task_partition`)."""
-    from autoplace.sim import Simulator
 
     budget = DEFAULT_BUDGET if check_budget(budget) is None else budget
     model = _Model(graph, cluster, max_tasks, op_times, group)
@@ -355,9 +357,6 @@ def improve_with_cp_sat(graph: Graph, cluster: Cluster, start: Placement, *, see
     (``returned: "hint"``). On graphs of more than ``MAX_TASKS`` ops the tasks follow the model's
     structural groups. Raises :class:`InfeasibleError` only when the model is proven infeasible (the
     parameters cannot be spread within the memory), where no placement fits. Meta as :func:`cp_sat`."""
-    from autoplace.grouping import runnable_grouping
-    from autoplace.placers.fast import ranks
-    from autoplace.sim import Simulator
 
     start_dev = start.to_array(graph, cluster)
     group = (runnable_grouping(graph, ("colocation", "gradient", "structure"), feasible_devices(graph, cluster)).group
@@ -391,7 +390,6 @@ def cp_sat(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placeme
     ``model_bound_s``, ``bound_s`` (op-level model only: a bound on every placement), ``gap``,
     ``memory_model``, ``stopped_by``, ``tasks``, ``hint`` (the fast placer) and ``hint_step_s``,
     ``returned`` (``"cp-sat"`` or ``"hint"``). Raises :class:`InfeasibleError` where nothing it found fits."""
-    from autoplace.placers.fast import best_fast, check_fits
 
     start, _ = best_fast(graph, cluster, seed=seed)
     return check_fits(graph, cluster, improve_with_cp_sat(graph, cluster, start, seed=seed, budget=budget))

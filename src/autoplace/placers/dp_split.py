@@ -51,6 +51,7 @@ from autoplace.graph import Graph, Phase
 from autoplace.grouping import floating_ops, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
+from autoplace.sim import Simulator
 
 __all__ = ["dp_split", "solve_split", "unit_orders", "SplitProblem", "MAX_UNITS", "MEMORY_TRIES"]
 
@@ -267,7 +268,6 @@ def ordered_devices(cluster: Cluster) -> list[int]:
                  paper="Tarnawski et al. 2020; Narayanan et al. 2019 (PipeDream)", memory_aware=True)
 def dp_split(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """See the module docstring."""
-    from autoplace.sim import Simulator
 
     sim = Simulator(graph, cluster)
     times = op_time_matrix(graph, cluster)

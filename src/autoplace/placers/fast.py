@@ -16,7 +16,9 @@ from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.placers.registry import place
-from autoplace.sim import BatchResult
+from autoplace.search.budget import time_left
+from autoplace.sim import BatchResult, Simulator, simulate
+from autoplace.units import fmt_bytes
 
 __all__ = ["FAST_PLACERS", "LIST_SCHEDULERS", "LIST_MAX_OP_DEVICES", "Candidate", "run_fast_placers", "best_fast",
            "check_fits", "score", "ranks"]
@@ -72,8 +74,6 @@ def run_fast_placers(graph: Graph, cluster: Cluster, *, seed=None, methods=FAST_
                      ) -> list[Candidate]:
     """Every method of ``methods`` on ``graph``, simulated (``progress(method)`` is called before each); under
     a :func:`~autoplace.search.budget.time_limit` that has run out, no more once one has placed it."""
-    from autoplace.search.budget import time_left
-    from autoplace.sim import Simulator
 
     sim = Simulator(graph, cluster)
     out = []
@@ -112,8 +112,6 @@ def _best(cands: list[Candidate]) -> Candidate:
 def check_fits(graph: Graph, cluster: Cluster, placement: Placement) -> Placement:
     """``placement`` if it fits in memory (simulated); else :class:`InfeasibleError` naming the devices it
     runs out of memory on."""
-    from autoplace.sim import simulate
-    from autoplace.units import fmt_bytes
 
     r = simulate(graph, cluster, placement)
     if not r.ok:

@@ -49,6 +49,7 @@ from autoplace.placers.dp_split import (
 )
 from autoplace.placers.registry import register_placer
 from autoplace.schedule import SCHEDULES, PipelineSchedule, deadlock, micro_batches, pipeline_priorities
+from autoplace.sim import Simulator
 
 __all__ = ["pipeline", "even_split", "in_flight", "BOUND_STEPS", "MEMORY_TRIES"]
 
@@ -180,7 +181,6 @@ def even_split(graph: Graph, cluster: Cluster, kind: str = PipelineSchedule.GPIP
                  memory_aware=True)
 def pipeline(graph: Graph, cluster: Cluster, *, seed=None, budget=None) -> Placement:
     """See the module docstring."""
-    from autoplace.sim import Simulator
 
     M = micro_batches(graph)
     sim = Simulator(graph, cluster)

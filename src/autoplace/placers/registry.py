@@ -18,6 +18,7 @@ from autoplace.cost import check_runnable
 from autoplace.errors import UnknownNameError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
+from autoplace.search.budget import time_limit as limit
 from autoplace.validation import check_budget, seed_int
 
 __all__ = ["PlacerFn", "PlacerInfo", "register_placer", "get_placer", "available_placers", "place"]
@@ -94,7 +95,6 @@ def place(graph: Graph, cluster: Cluster, method: str, *, seed: int | np.random.
     - ``time_limit``: seconds of wall clock that stop every search sooner if they come first, with the best
       it has (its meta then says ``"time limit"``).
     - ``options``: keywords for the placer (``auto``'s ``strategies=False``)."""
-    from autoplace.search.budget import time_limit as limit
 
     info = get_placer(method)
     check_budget(budget)

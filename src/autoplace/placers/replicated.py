@@ -35,8 +35,10 @@ from autoplace.cost import op_time_matrix
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph, OpRole, Phase
 from autoplace.placement import Placement
-from autoplace.placers.registry import register_placer
+from autoplace.placers.fast import FAST_PLACERS, run_fast_placers
+from autoplace.placers.registry import place, register_placer
 from autoplace.replicas import expand, micro_batched, remember, replica_graph, strategy_graph, towers_graph
+from autoplace.sim import Simulator
 
 __all__ = ["data_parallel", "towers", "hybrid", "replica_devices", "strategy_placement"]
 
@@ -146,8 +148,6 @@ def _candidates(graph: Graph, cluster: Cluster, R: int, seed, with_fast: bool = 
     (one micro-batch per replica) and the ``pipeline`` placer's over the replica's GPUs (its micro-batches by
     :func:`_pipeline_micro`), each as ``(method, micro-batches, replica graph, slots, priorities, groups)``;
     and what was tried."""
-    from autoplace.placers.fast import FAST_PLACERS, run_fast_placers
-    from autoplace.placers.registry import place
 
     out, tried = [], []
     groups = _groups(cluster, R, distinct)
@@ -183,7 +183,6 @@ def _candidates(graph: Graph, cluster: Cluster, R: int, seed, with_fast: bool = 
 
 def _fastest(graph: Graph, cluster: Cluster, candidates: list, method: str, tried: list) -> Placement:
     """Each candidate expanded to its replicas and simulated on the whole cluster; the fastest that fits."""
-    from autoplace.sim import Simulator
 
     best = None
     for per, micro, replica, slots, prio, groups in candidates:

@@ -19,6 +19,7 @@ from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.grouping import floating_ops, runnable_grouping
 from autoplace.placement import Placement
+from autoplace.sim import Simulator
 
 __all__ = ["GROUP_RULES", "Schedule", "fitting", "predecessor_counts", "earliest_finish_in_order",
            "topological_repair", "MEMORY_TRIES"]
@@ -457,7 +458,6 @@ def fitting(graph: Graph, cluster: Cluster, method: str, build) -> Placement:
     is simulated; where a device runs out, the schedule is built again with that device's capacity
     scaled by ``capacity / peak`` (and 2 % more headroom), up to :data:`MEMORY_TRIES` times. Meta:
     ``memory_tries``. Raises :class:`InfeasibleError` naming the devices still out of memory."""
-    from autoplace.sim import Simulator
 
     sim = Simulator(graph, cluster)
     cap = cluster.memory_bytes.astype(np.float64)

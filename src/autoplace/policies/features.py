@@ -25,6 +25,7 @@ the encoder reads them.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 
@@ -185,7 +186,6 @@ class NodeFeatures:
 
 def type_bucket(op_type: str) -> int:
     """The embedding row of an op type: a stable hash, so that one type has one row in every graph."""
-    import zlib
 
     return zlib.crc32(op_type.encode()) % N_TYPE_BUCKETS
 

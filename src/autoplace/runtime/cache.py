@@ -23,6 +23,7 @@ from autoplace.formats.state import cluster_hash
 from autoplace.graph import Graph, OpRole
 from autoplace.placement import Placement
 from autoplace.replicas import strategy_graph
+from autoplace.runtime.verdict import Verdict
 
 __all__ = ["cache_key", "cached_placement", "default_folder", "cached_verdict", "store_verdict"]
 
@@ -67,7 +68,6 @@ def cached_verdict(graph: Graph, cluster: Cluster, method: str, seed: int, budge
                    folder: str | os.PathLike | None = None, *, machine: str):
     """The measured :class:`~autoplace.runtime.verdict.Verdict` kept with the cached placement of this key,
     where it was measured on ``machine``; else None."""
-    from autoplace.runtime.verdict import Verdict
 
     key = cache_key(graph, cluster, method, seed, budget)
     obj = load_entry(_path(graph, key, folder), key)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from autoplace.capture.inputs import micro_batch
 from autoplace.runtime.program import ExecutionError, torch_device
 
 __all__ = ["EagerRunner"]
@@ -126,7 +127,6 @@ class EagerRunner:
             loss = self.loss_fn(self.model(*args, **kwargs), *targets)
             loss.backward()
             return loss
-        from autoplace.capture.inputs import micro_batch
 
         losses = []
         for j in range(m):

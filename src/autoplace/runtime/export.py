@@ -17,11 +17,15 @@ import json
 import keyword
 import operator
 import re
+import warnings
 from typing import Any
+
+import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.collectives import groups
 from autoplace.graph import Graph, OpRole
+from autoplace.grouping import module_path, nearest_module, with_granularity
 from autoplace.placement import Placement
 from autoplace.runtime.program import (
     DEVICE,
@@ -215,7 +219,6 @@ def device_map(graph: Graph, placement: Placement, cluster: Cluster) -> dict[str
         raise ExecutionError(f"graph {graph.name!r} has no parameters: nothing to map")
     for d, names in merged.items():
         if len(names) > 1:
-            import warnings
 
             warnings.warn(f"device map of {graph.name!r}: {', '.join(sorted(names))} are all torch device {d!r}, "
                           "so the map runs them as one device (the placement itself runs them apart)", stacklevel=2)
@@ -286,9 +289,7 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
     rule: the batch and the loss on the main device — the first GPU in the map, else the CPU —, any other
     op with the producer of its first input, its backward with it; ``inputs_on``: a device of ``cluster``
     the batch is put on instead). Unknown devices are one clear error."""
-    import numpy as np
 
-    from autoplace.grouping import module_path, nearest_module, with_granularity
 
     keys = {k: _map_device(v, k, cluster, where) for k, v in dmap.items()}
 

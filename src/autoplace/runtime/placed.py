@@ -16,11 +16,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from autoplace.capture.inputs import as_tuple, split_inputs
+from autoplace.capture.optimizer import scheduled_value
 from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError
+from autoplace.formats import save_placement
 from autoplace.graph import Graph, OpRole
 from autoplace.placement import Placement
+from autoplace.replicas import strategy_graph
+from autoplace.runtime.dist.pool import DistributedPool
 from autoplace.runtime.eager import EagerRunner
+from autoplace.runtime.export import device_map
 from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, Runtime, WorkerFailed
 from autoplace.runtime.program import ExecutionError
 from autoplace.runtime.shm.pool import WorkerPool
@@ -39,7 +45,6 @@ def _flat(inputs: Any, targets: Any, keys: tuple[str, ...]) -> list:
     are matched by name to ``keys``, the captured batch's, whatever order the dict has."""
     from torch.utils._pytree import tree_leaves
 
-    from autoplace.capture.inputs import as_tuple, split_inputs
 
     args, kwargs = split_inputs(inputs)
     if set(kwargs) != set(keys):
@@ -72,7 +77,6 @@ class _Replicas:
     replica 0's, as DDP's ``broadcast_buffers`` makes them) and the loss the replicas' mean."""
 
     def __init__(self, graph: Graph, placement: Placement):
-        from autoplace.replicas import strategy_graph
 
         self.run = strategy_graph(graph, placement)
         replicated = self.run is not graph and self.run.n_ops and self.run.ops[0].name.startswith("r0/")
@@ -202,7 +206,6 @@ class PlacedStep:
         memory) or ``"distributed"`` (``torch.distributed`` ranks)."""
         if self._eager is not None:
             return Runtime.EAGER
-        from autoplace.runtime.dist.pool import DistributedPool
 
         return Runtime.DISTRIBUTED if isinstance(self._pool, DistributedPool) else Runtime.SHM
 
@@ -234,7 +237,6 @@ class PlacedStep:
         """Module path -> torch device, as Accelerate's ``dispatch_model`` takes it
         (:func:`~autoplace.runtime.export.device_map`; a placement that splits a module cannot be one:
         compile with ``granularity="module"``)."""
-        from autoplace.runtime.export import device_map
 
         return device_map(self.graph, self.placement, self.cluster)
 
@@ -290,7 +292,6 @@ class PlacedStep:
         return loss
 
     def _eager_call(self, inputs: Any, targets: Any):
-        from autoplace.capture.inputs import as_tuple, split_inputs
 
         n = len(_flat(inputs, targets, self._keys))
         if n != len(self.inputs):
@@ -314,7 +315,6 @@ class PlacedStep:
         """The scheduled inputs' values now, from the optimizer's param groups."""
         import torch
 
-        from autoplace.capture.optimizer import scheduled_value
 
         out = {}
         for name, (k, key) in self._hyper_inputs.items():
@@ -368,7 +368,6 @@ class PlacedStep:
     def save(self, path) -> None:
         """Write the placement (``autoplace.placement/v1``): ``autoplace.compile(..., placement=path)`` takes
         it back for the same model, cluster and batch shape, without a search."""
-        from autoplace.formats import save_placement
 
         save_placement(self.placement, path)
 
@@ -480,7 +479,6 @@ def initial_values(graph: Graph, model, optimizer) -> dict[str, Any]:
     values.update({n: b.detach().cpu().clone() for n, b in model.named_buffers()})
     params = dict(model.named_parameters())
     group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
-    from autoplace.capture.optimizer import scheduled_value
 
     for op in graph.ops:
         if op.type == OpRole.HYPERPARAMETER:                           # "<parameter>.<key>": its group's, now

@@ -15,9 +15,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import sys
 import time
 import weakref
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait
 from typing import Any, Protocol
 
 import numpy as np
@@ -120,7 +122,6 @@ def _main_not_imported():
     """Start workers without re-importing the caller's ``__main__`` (spawn's default): the workers run only
     autoplace's code, and a user's script without an ``if __name__ == "__main__":`` guard must not run
     again in each of them."""
-    import sys
 
     main = sys.modules.get("__main__")
     saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
@@ -269,7 +270,6 @@ class ProcessPool:
     # -------------------------------------------------------------- messaging
     def _gather(self, *, timeout: float | None = None, which: list[int] | None = None) -> list:
         """Wait for one reply from each worker in ``which``; raise WorkerFailed on error/death/timeout."""
-        from multiprocessing.connection import wait
 
         which = list(range(len(self._conns))) if which is None else which
         replies: dict[int, tuple] = {}

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -20,14 +21,20 @@ from pathlib import Path
 
 import numpy as np
 
+from autoplace.cache import cached, cached_graph, digest, entry_path
+from autoplace.capture import capture_training_step
 from autoplace.cluster import Cluster, Device, Link, get_cluster
 from autoplace.cost import LOADED
 from autoplace.errors import AutoplaceError
+from autoplace.formats import cluster_from_dict, cluster_to_dict, graph_to_dict
+from autoplace.formats.state import cluster_hash
 from autoplace.graph import Graph
 from autoplace.grouping import group_ops
 from autoplace.placement import Placement
+from autoplace.runtime.backends import make_pool, runtime_for
 from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, Runtime
 from autoplace.runtime.shm.pool import WorkerPool
+from autoplace.zoo import build_graph
 
 __all__ = ["profile_graph", "detect_cluster", "speed_warnings", "LinkFit"]
 
@@ -64,7 +71,6 @@ def profile_graph(graph: Graph, cluster: Cluster, *, steps: int = 5, rounds: int
         chosen.setdefault(cluster.devices[k].type, k)
     own = pool is None
     if pool is None:
-        from autoplace.runtime.backends import make_pool
 
         pool = make_pool(cluster, runtime=runtime)
     costs: dict[str, np.ndarray] = {}
@@ -257,7 +263,6 @@ def _copy_engines(rt, nbytes: int = 8 * 2**20, most: int = 4, repeats: int = 3) 
 
 def _concurrent_copies(copy: Callable[[int], None], k: int, sync: Callable[[], None] | None) -> float:
     """Seconds for ``copy(0) .. copy(k-1)`` run at once, one thread each (``sync`` waits for a GPU)."""
-    import threading
 
     threads = [threading.Thread(target=copy, args=(j,)) for j in range(k)]
     t0 = time.perf_counter()
@@ -353,9 +358,6 @@ def _exchange_programs(cluster: Cluster) -> list[tuple[Graph, np.ndarray]]:
     sizes from bytes to a MiB crossing devices."""
     import torch
 
-    from autoplace.capture import capture_training_step
-    from autoplace.grouping import group_ops
-    from autoplace.zoo import build_graph
 
     D = cluster.n_devices
     out = []
@@ -379,7 +381,6 @@ def _deal_layers(graph: Graph, n_devices: int) -> np.ndarray:
     """Each op of a ``nn.Sequential`` step on device ``layer % n_devices``, the layer read from the op's
     module scope (``"3.0"``) or, where a capture leaves an op unscoped (a parameter, its update), from its
     name (``"3.0.weight"``); a co-location group goes whole to the device of its first op with a layer."""
-    from autoplace.grouping import group_ops
 
     def layer(op) -> int | None:
         for text in (op.scope or "", op.name):
@@ -498,7 +499,6 @@ def detect_cluster(base: Cluster | None = None, *, repeats: int = 20, sizes: Seq
     executor's, or the distributed runtime's messages) and return it with measured figures."""
     import torch
 
-    from autoplace.runtime.backends import make_pool, runtime_for
 
     base = base or get_cluster("localhost")
     sizes = tuple(int(s) for s in sizes)
@@ -593,9 +593,6 @@ def detected_cluster(base: Cluster, *, folder=None, machine: str, progress: Call
                      ) -> Cluster:
     """``base`` measured on this machine (:func:`detect_cluster`), kept in the cache folder per machine and
     base cluster, so a machine is measured once (``folder=False``: not kept)."""
-    from autoplace.cache import cached, entry_path
-    from autoplace.formats import cluster_from_dict, cluster_to_dict
-    from autoplace.formats.state import cluster_hash
 
     if folder is False:
         return detect_cluster(base, repeats=CALIBRATE_REPEATS, progress=progress)
@@ -612,9 +609,6 @@ def calibrate(graph: Graph, cluster: Cluster, *, pool: WorkerPool | None = None,
     ``autoplace cluster detect`` and ``autoplace profile`` measure, each kept in the cache folder (the
     cluster per machine, the profiled graph per machine and graph), so a model is profiled once
     (``folder=False``: neither is kept)."""
-    from autoplace.cache import cached_graph, digest
-    from autoplace.formats import graph_to_dict
-    from autoplace.formats.state import cluster_hash
 
     measured = detected_cluster(cluster, folder=folder, machine=machine, progress=progress)
     key = {"graph": digest(graph_to_dict(graph)), "machine": machine, "cluster": cluster_hash(measured),

@@ -15,6 +15,7 @@ loss included.
 from __future__ import annotations
 
 import dataclasses
+import platform
 import time
 from collections.abc import Callable
 from typing import Any
@@ -105,7 +106,6 @@ class Verdict:
 
 def this_machine() -> str:
     """What a measured verdict is valid for: this host and its torch."""
-    import platform
 
     import torch
 

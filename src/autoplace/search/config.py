@@ -17,7 +17,11 @@ import numbers
 import textwrap
 from dataclasses import dataclass, fields
 
+import numpy as np
+
 from autoplace.errors import AutoplaceError
+from autoplace.grouping import RULES
+from autoplace.search.engine import policy_device
 from autoplace.validation import is_finite
 
 __all__ = ["SearchConfig", "Interval", "Options", "TorchDevice", "check_network_size", "MAX_PARAMETERS"]
@@ -73,7 +77,6 @@ class TorchDevice:
     def ok(self, v) -> bool:
         if v in ("auto", "cpu"):
             return True
-        from autoplace.search.engine import policy_device
 
         try:
             policy_device(v)
@@ -129,7 +132,6 @@ def _short(value) -> str:
 
 
 def _is_bool(v) -> bool:
-    import numpy as np
 
     return isinstance(v, (bool, np.bool_))                                 # Python's or NumPy's
 
@@ -183,7 +185,6 @@ class SearchConfig:
     def check(self, *, at_least_one: tuple[str, ...] = (), positive: tuple[str, ...] = ()) -> None:
         """One clear error unless the fields ``at_least_one`` are >= 1, the fields ``positive`` > 0, and
         every grouping rule is known."""
-        from autoplace.grouping import RULES
 
         name = type(self).__name__
         self._check_types()
@@ -208,7 +209,6 @@ class SearchConfig:
         docs = field_docs(cls)
         rules = dict(cls.CONSTRAINTS)
         if "group_rules" not in rules:
-            from autoplace.grouping import RULES
 
             rules["group_rules"] = "comma-separated rules of: " + ", ".join(RULES)
         return [(f.name, f.default, str(getattr(rules.get(f.name), "doc", rules.get(f.name, f.type))),

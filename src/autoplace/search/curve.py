@@ -8,6 +8,9 @@ import math
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
+from autoplace.errors import FormatError
+from autoplace.formats._json import atomic_write_text
+from autoplace.formats.images import pyplot, save_png
 from autoplace.validation import is_finite
 
 __all__ = ["CurvePoint", "Curve"]
@@ -63,7 +66,6 @@ class Curve:
 
     def write_csv(self, path: str | Path) -> None:
         """Write the curve (header + one line per update), atomically."""
-        from autoplace.formats._json import atomic_write_text
 
         out = io.StringIO()
         w = csv.writer(out)
@@ -75,7 +77,6 @@ class Curve:
     @classmethod
     def read_csv(cls, path: str | Path) -> Curve:
         """A curve written by :meth:`write_csv`; one clear error for a file that is not one."""
-        from autoplace.errors import FormatError
 
         names = [fl.name for fl in fields(CurvePoint)]
         try:
@@ -97,16 +98,12 @@ class Curve:
     def plot(self, path: str | Path, title: str = "") -> None:
         """Best and sampled (mean of each update) step time against samples and against wall time, as PNG
         (written atomically)."""
-        from autoplace.formats.images import save_png
 
         save_png(self.figure(), path, title)
 
     def figure(self):
         """The figure of :meth:`plot` (matplotlib), to save as PNG or SVG."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
 
         fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
         samples = [p.samples for p in self.points]

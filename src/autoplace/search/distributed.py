@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from autoplace.env import make_env
 from autoplace.errors import AutoplaceError
 from autoplace.search.evaluation import CachedScorer, score_batch
 
@@ -53,7 +55,6 @@ def _bootstrap_address(address: str) -> str | None:
 def check_answers(address: str, timeout_s: float | None = None) -> None:
     """:class:`AutoplaceError` unless ``address`` (``host:port``) accepts a TCP connection within
     ``timeout_s`` seconds (default :data:`CONNECT_TIMEOUT_S`)."""
-    import socket
 
     if timeout_s is None:
         raw = os.environ.get("AUTOPLACE_RAY_CONNECT_TIMEOUT_S", str(CONNECT_TIMEOUT_S))
@@ -149,7 +150,6 @@ class EvalWorker:
     step times (``inf`` where a placement failed) and whether each ran."""
 
     def __init__(self, graph, cluster, env: str = "simulated", env_kwargs: dict | None = None):
-        from autoplace.env import make_env
 
         self.env = make_env(env, graph, cluster, **(env_kwargs or {}))
 

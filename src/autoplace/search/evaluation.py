@@ -33,6 +33,7 @@ from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.grouping import Grouping
 from autoplace.placement import Placement
+from autoplace.units import fmt_bytes
 
 __all__ = ["Scores", "CachedScorer", "Evaluator", "score_batch", "default_failing_step", "check_params_fit",
            "confirm_best"]
@@ -42,8 +43,6 @@ def check_params_fit(graph: Graph, cluster: Cluster, grouping: Grouping, method:
     """:class:`~autoplace.errors.InfeasibleError` before a search starts when no placement of ``grouping``'s
     groups can hold the parameters: more parameter bytes than the cluster's memory, or a group's more than
     any one device's (a search would otherwise spend its whole budget on failing samples)."""
-    from autoplace.errors import InfeasibleError
-    from autoplace.units import fmt_bytes
 
     params = np.bincount(grouping.group, weights=graph.param_bytes.astype(float), minlength=grouping.n_groups)
     total, memory = float(params.sum()), cluster.memory_bytes

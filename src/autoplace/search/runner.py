@@ -20,6 +20,7 @@ from autoplace.errors import AutoplaceError
 from autoplace.placement import Placement
 from autoplace.search.budget import SearchBudget
 from autoplace.search.curve import Curve
+from autoplace.search.distributed import RayScorer, ray_session
 from autoplace.search.engine import SearchRun, run_search
 
 __all__ = ["SearchOptions", "SearchResult", "learned_search"]
@@ -107,7 +108,6 @@ def learned_search(make_search: Callable[[list | None], Any], budget: SearchBudg
     with contextlib.ExitStack() as stack:
         scorers = None
         if options.distributed and scoring:
-            from autoplace.search.distributed import RayScorer, ray_session
 
             ray = stack.enter_context(ray_session(options.ray_address))
             scorers = []

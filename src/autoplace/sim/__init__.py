@@ -20,6 +20,7 @@ A placement whose peak memory exceeds a device's capacity is a *failing placemen
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -40,9 +41,8 @@ from autoplace.placement import Placement
 from autoplace.replicas import strategy_graph
 from autoplace.result import StepResult
 from autoplace.schedule import NO_SCHEDULE, deadlock, positions
-from autoplace.sim import _cbackend, _kernel
-from autoplace.sim._args import ClusterArrays, GraphArrays
-from autoplace.sim._kernel import COMM
+from autoplace.sim import _cbackend
+from autoplace.sim._args import COMM, ClusterArrays, GraphArrays
 
 __all__ = ["Simulator", "Incremental", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch",
            "host_busy_share", "BACKEND", "NO_SCHEDULE"]
@@ -364,7 +364,9 @@ class Simulator:
         if _cbackend.BACKEND == "c":
             _cbackend.simulate(B, n, graph.n_tensors, P, D, S, H, (
                 devs, spos, op_times, *graph_args, *self._cluster_args, *out.timeline_arrays, *out.row_arrays))
-        else:
+        else:                           # the numba kernel (numba imported here: only where the C loop is not)
+            from autoplace.sim import _kernel
+
             for b in range(B):
                 out.step[b], out.nx[b], out.done[b] = _kernel.simulate_one(
                     devs[b], spos[b], op_times, *graph_args, *self._cluster_args, H, *out.timeline_arrays,
@@ -647,7 +649,6 @@ def simulate(graph: Graph, cluster: Cluster, placement: Placement | np.ndarray |
       end, for the Chrome-trace export)."""
     if isinstance(placement, Placement):
         if placement.cluster != cluster.name:
-            import warnings
 
             warnings.warn(f"placement made for cluster {placement.cluster!r}, simulated on {cluster.name!r}",
                           stacklevel=2)

@@ -12,7 +12,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["GraphArrays", "ClusterArrays", "C_ARRAYS"]
+__all__ = ["GraphArrays", "ClusterArrays", "C_ARRAYS", "COMM"]
+
+#: ``spos`` of a communication op (a collective's step, run by the communication library: never queued)
+COMM = -2
 
 
 class GraphArrays(NamedTuple):

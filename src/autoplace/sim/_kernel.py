@@ -62,6 +62,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from autoplace.sim._args import COMM  # ``spos`` of a communication op
+
 FINISH = 0
 LAUNCHED = 1
 XEND = 2
@@ -74,8 +76,6 @@ LFREE = 6
 # transfers, event heap size, SEGEND generation, whether shares need recomputing, released communication ops
 SEQ, NX, NDIRTY, NACT, ESIZE, GEN, RESHARE, NCOMM = 0, 1, 2, 3, 4, 5, 6, 7
 
-#: ``spos`` of a communication op (a collective's step, run by the communication library: never queued)
-COMM = -2
 
 # launcher states
 FREE, BUSY, SYNC, DEPTH = 0, 1, 2, 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoplace.cache import cached_graph
+from autoplace.capture import CaptureError, capture_training_step
 from autoplace.errors import InfeasibleError
 from autoplace.graph import Graph
 from autoplace.replicas import set_micro_batched
@@ -24,7 +25,6 @@ def _captured(name: str, params: dict[str, Any], make, batch_dim: int = 0) -> Gr
     def build() -> Graph:
         import torch
 
-        from autoplace.capture import capture_training_step
 
         torch.manual_seed(0)
         with torch.device("meta"):  # parameters of the full-size model are never allocated
@@ -35,7 +35,6 @@ def _captured(name: str, params: dict[str, Any], make, batch_dim: int = 0) -> Gr
     graph = cached_graph(name, key, build)
 
     def again(m: int) -> Graph:
-        from autoplace.capture import CaptureError
 
         try:
             return _captured(name, {**params, "micro_batches": m}, make, batch_dim)

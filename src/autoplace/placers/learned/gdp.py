@@ -65,6 +65,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
@@ -74,9 +75,11 @@ from autoplace.env import BaseEnv, make_env
 from autoplace.errors import AutoplaceError, FormatError, InfeasibleError
 from autoplace.formats.state import StateFields, canonical, cluster_hash, graph_hash, read_state, write_state
 from autoplace.graph import Graph
-from autoplace.grouping import Grouping, runnable_grouping
+from autoplace.grouping import Grouping, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
-from autoplace.placers.registry import register_placer
+from autoplace.placers.fast import FAST_PLACERS, best_fast
+from autoplace.placers.registry import place, register_placer
+from autoplace.policies.features import meta_features, node_features, unit_nodes
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import (
@@ -240,7 +243,6 @@ class GDPConfig(SearchConfig):
         if self.node_moves == 0:
             raise AutoplaceError("GDPConfig.node_moves must be > 0")
         if self.prior is not None:
-            from autoplace.placers.fast import FAST_PLACERS
 
             if self.prior != "fast" and self.prior not in FAST_PLACERS:
                 raise AutoplaceError(f"GDPConfig.prior must be 'fast', one of the fast placers "
@@ -328,7 +330,6 @@ def gdp_nodes(graph: Graph, cluster: Cluster, config: GDPConfig) -> Grouping:
     (:func:`~autoplace.policies.features.unit_nodes`)."""
     nodes = runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
     if config.decide == "unit":
-        from autoplace.policies.features import unit_nodes
 
         return unit_nodes(graph, cluster, nodes)
     return nodes
@@ -337,8 +338,6 @@ def gdp_nodes(graph: Graph, cluster: Cluster, config: GDPConfig) -> Grouping:
 def _problem(graph: Graph, cluster: Cluster, config: GDPConfig, device, env, scorer=None, seed=0) -> _Problem:
     import torch
 
-    from autoplace.grouping import grouped_graph
-    from autoplace.policies.features import meta_features, node_features
 
     if cluster.n_devices > config.max_devices:
         raise AutoplaceError(f"cluster {cluster.name!r} has {cluster.n_devices} devices; the GDP policy places on "
@@ -361,7 +360,6 @@ def _problem(graph: Graph, cluster: Cluster, config: GDPConfig, device, env, sco
         p.prior_s = time.monotonic() - t0
         p.weight = max(math.log(max(D - 1, 1) * f.n_nodes / config.node_moves), 0.0) if D > 1 else 0.0
         if config.unit_moves and p.weight > 0:
-            from statistics import NormalDist
 
             tail = min(config.unit_moves / (U * (D - 1)), 0.45)
             p.sigma = p.weight / (math.sqrt(2) * NormalDist().inv_cdf(1 - tail))
@@ -384,8 +382,6 @@ def prior_nodes(graph: Graph, cluster: Cluster, grouping: Grouping, prior: str, 
     """The prior placement of :attr:`GDPConfig.prior` as a device per node (group id order; a node whose
     ops the prior splits takes the device of most of them among those that can run it all: ``feasible``
     ``[N, D]``, group id order), and the placer that made it."""
-    from autoplace.placers.fast import best_fast
-    from autoplace.placers.registry import place
 
     placement = best_fast(graph, cluster, seed=seed)[0] if prior == "fast" else place(graph, cluster, prior,
                                                                                        seed=seed)

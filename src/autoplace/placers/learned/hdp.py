@@ -47,6 +47,7 @@ from autoplace.graph import Graph
 from autoplace.grouping import Grouping, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
+from autoplace.policies.features import N_TYPE_BUCKETS, node_features
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import identity, load_policy_search, open_checkpoint, policy_search_state
@@ -199,7 +200,6 @@ class HDPSearch(SampledSearch):
                  env: str | BaseEnv = "simulated", scorer=None):
         import torch
 
-        from autoplace.policies.features import N_TYPE_BUCKETS, node_features
         from autoplace.policies.grouper import Grouper, group_input_dim
         from autoplace.policies.seq2seq import Seq2SeqPolicy
 

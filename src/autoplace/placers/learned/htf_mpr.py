@@ -54,6 +54,7 @@ engine stops between updates, and the first update runs them all).
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import time
@@ -69,7 +70,9 @@ from autoplace.graph import Graph
 from autoplace.grouping import Grouping, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers.learned.predictor import MODELS, FitnessPredictor
+from autoplace.placers.learned.rl import rl_grouping
 from autoplace.placers.registry import register_placer
+from autoplace.policies.features import topological_order
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
 from autoplace.search.checkpoint import (
@@ -168,7 +171,6 @@ class HTFMPRConfig(SearchConfig):
 def htf_mpr_nodes(graph: Graph, cluster: Cluster, config: HTFMPRConfig, seed: int = 0) -> Grouping:
     """The nodes HTF-MPR maps: ``config.rules``' groups, coarsened to about ``config.groups`` when set."""
     if config.groups:
-        from autoplace.placers.learned.rl import rl_grouping
 
         return rl_grouping(graph, cluster, config, seed)
     return runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
@@ -184,7 +186,6 @@ def fitness(steps: np.ndarray) -> np.ndarray:
 def _node_dag(graph: Graph, grouping: Grouping) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Node positions in topological order of their first op (``order``: node at each position), and the
     distinct edges between nodes as positions, each going forward (``src < dst``)."""
-    from autoplace.policies.features import topological_order
 
     order, pos = topological_order(graph, grouping)
     src, dst, _ = graph.edges()
@@ -512,7 +513,6 @@ class HTFMPRSearch(SampledSearch):
         return self._snapshot if self._snapshot is not None else self._state()
 
     def _state(self) -> dict:
-        import copy
 
         return {"format": CHECKPOINT_FORMAT, **self._identity(), "rng": copy.deepcopy(self.rng.bit_generator.state),
                 "X": self.X.copy(), "steps": self.steps.copy(), "families": list(self.families),

@@ -15,6 +15,9 @@ side only counts ½) —
 
 from __future__ import annotations
 
+import importlib
+import warnings
+
 import numpy as np
 
 from autoplace.errors import AutoplaceError
@@ -77,7 +80,6 @@ class FitnessPredictor:
                     regressor_tags=RegressorTags())
 
     def _estimator(self):
-        import importlib
 
         if self.model not in MODELS:
             raise AutoplaceError(f"unknown fitness model {self.model!r} (choose from: {', '.join(MODELS)})")
@@ -155,7 +157,6 @@ def cross_validate(predictor: FitnessPredictor, X, y, *, k: int = 5, seed: int =
     y = np.asarray(y, dtype=float)
     if not 2 <= k <= len(X):
         raise AutoplaceError(f"{k}-fold cross-validation needs at least {k} mappings, got {len(X)}")
-    import warnings
 
     order = np.random.default_rng(seed).permutation(len(X))
     folds = np.array_split(order, k)

@@ -64,8 +64,10 @@ Cost per update: ``K`` simulations plus one encoder pass and ``G`` decoder steps
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -77,6 +79,7 @@ from autoplace.graph import Graph
 from autoplace.grouping import Grouping, coarsen, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers.registry import register_placer
+from autoplace.policies.features import group_features, unit_nodes
 from autoplace.progress import report_progress
 from autoplace.search import work
 from autoplace.search.budget import SearchBudget
@@ -93,6 +96,7 @@ from autoplace.search.checkpoint import (
 )
 from autoplace.search.config import Interval, Options, SearchConfig, TorchDevice, check_network_size
 from autoplace.search.curve import Curve, CurvePoint
+from autoplace.search.distributed import ParameterServer, RayScorer, ray_session
 from autoplace.search.engine import policy_device, torch_threads
 from autoplace.search.evaluation import Evaluator, SampledSearch, check_params_fit, default_failing_step
 from autoplace.search.runner import SearchOptions, SearchResult, learned_search
@@ -255,7 +259,6 @@ def rl_grouping(graph: Graph, cluster: Cluster, config: RLConfig, seed: int = 0)
     (:func:`~autoplace.policies.features.unit_nodes`)."""
     grouping = _rl_groups(graph, cluster, config, seed)
     if getattr(config, "decide", "group") == "unit":
-        from autoplace.policies.features import unit_nodes
 
         return unit_nodes(graph, cluster, grouping)
     return grouping
@@ -296,7 +299,6 @@ def policy_parts(graph: Graph, cluster: Cluster, config: RLConfig, seed: int):
     for the same arguments, in any process (the parameter server and the controllers build theirs so)."""
     import torch
 
-    from autoplace.policies.features import group_features
     from autoplace.policies.seq2seq import Seq2SeqPolicy, device_mask
 
     grouping = rl_grouping(graph, cluster, config, seed)
@@ -483,11 +485,9 @@ class _Controller(RLSearch):
     its ``n_workers`` evaluation workers, and the policy's parameters from the parameter server."""
 
     def __init__(self, graph, cluster, config, seed, index, n_workers, env, env_kwargs, server, resume=None):
-        import threading
 
         import ray
 
-        from autoplace.search.distributed import RayScorer
 
         super().__init__(graph, cluster, config, seed=seed, sample_seed=seed * 1009 + index + 1)
         self.ray, self.server = ray, server
@@ -566,9 +566,7 @@ def rl_distributed(graph: Graph, cluster: Cluster, *, budget: SearchBudget, work
     (default: the ``resume`` folder) every ``checkpoint_every_s`` seconds, on Ctrl-C and at the end;
     ``resume`` continues one with the same number of controllers. ``on_start(ray, controller_handles)`` is
     called once the controllers run (tests use it to kill a worker mid-search). Not reproducible for a seed."""
-    from functools import partial
 
-    from autoplace.search.distributed import ParameterServer, ray_session
 
     seed = seed_int(seed)
     n_ctrl = controllers or max(1, workers // config.samples_per_update)

@@ -9,6 +9,9 @@ import time
 from typing import Any
 
 from autoplace.runtime.dist.rendezvous import group_nonce, sign, tcp_store, verify
+from autoplace.formats.state import decode_state
+from autoplace.formats.state import encode_state
+from autoplace.runtime.program import ExecutionError
 
 __all__ = ["StoreChannel", "Unsigned", "control_store", "read_nonce", "wait_key", "host_of", "hosts_of", "rank_order", "rendezvous_of", "encode_message", "decode_message", "CONTROL_PREFIX"]
 
@@ -37,7 +40,6 @@ def rank_order(cluster) -> list[int]:
 
 def rendezvous_of(cluster, override: str | None = None) -> tuple[str, int]:
     """``(address, port)`` of the cluster's rendezvous (``meta["rendezvous"]``, ``"host:port"``)."""
-    from autoplace.runtime.program import ExecutionError
 
     text = override or cluster.meta.get("rendezvous")
     if not text:
@@ -51,13 +53,11 @@ def rendezvous_of(cluster, override: str | None = None) -> tuple[str, int]:
 
 
 def encode_message(msg: Any) -> bytes:
-    from autoplace.formats.state import encode_state
 
     return encode_state({"m": msg})
 
 
 def decode_message(data: bytes, where: str) -> Any:
-    from autoplace.formats.state import decode_state
 
     obj = decode_state(data, where, "message")
     if not isinstance(obj, dict) or "m" not in obj:

@@ -39,6 +39,8 @@ from autoplace.runtime.dist.rendezvous import read_secret, secret_path, sign, ve
 from autoplace.runtime.dist.serve import DRIVER_QUIET_S
 from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, ProcessPool, Runtime, WorkerFailed, cores_of
 from autoplace.runtime.program import ExecutionError
+from autoplace.formats import graph_to_dict
+from autoplace.formats.state import cluster_hash
 
 __all__ = ["DistributedPool", "HEARTBEAT_S"]
 
@@ -111,7 +113,6 @@ class DistributedPool(ProcessPool):
 
     def _join(self) -> None:
         """Join the ranks torchrun started: each registered with this cluster, then a session of our own."""
-        from autoplace.formats.state import cluster_hash
 
         host, port = self.address
         secret = read_secret(self.secret_file)
@@ -227,7 +228,6 @@ class DistributedPool(ProcessPool):
 
     def _remote_message(self, msg) -> tuple:
         """A control message in the form a torchrun-started rank reads (state-file encodable)."""
-        from autoplace.formats import graph_to_dict
 
         cmd = msg[0]
         if cmd == "load":

@@ -43,6 +43,8 @@ from typing import Any
 
 from autoplace.runtime.device import DeviceRuntime, die_with_parent, driver_gone, serve_messages
 from autoplace.runtime.program import COLLECTIVE_GROUPS, TRef
+from autoplace.collectives import groups
+from autoplace.runtime.program import ExecutionError
 
 __all__ = ["RankRuntime", "message_order", "backend_of", "participants", "rank_main"]
 
@@ -375,8 +377,6 @@ def participants(graph, assignment) -> dict[str, list[int]]:
     """Each collective of ``graph`` and its participants' devices under ``assignment`` (by participant rank);
     an :class:`~autoplace.runtime.program.ExecutionError` where two share a device (a process group's ranks
     are distinct)."""
-    from autoplace.collectives import groups
-    from autoplace.runtime.program import ExecutionError
 
     out = {}
     for name, ops in groups(graph).items():

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from autoplace.errors import AutoplaceError
+import sys
 
 __all__ = ["RendezvousError", "env_int", "port_of", "join_store", "tcp_store", "native_stderr_held", "summary",
            "ranks_secret", "read_secret", "secret_path", "group_nonce", "sign", "verify", "SECRET_ENV",
@@ -83,7 +84,6 @@ def native_stderr_held() -> Iterator[list[str]]:
     """File descriptor 2 pointed at a temporary file for the block; yields a list that holds, once the block
     ends, the lines torch's native code wrote (its log lines and frames). Other lines are written back to
     standard error; a caller that fails reads the list for its one line."""
-    import sys
 
     caught: list[str] = []
     sys.stderr.flush()

@@ -35,6 +35,16 @@ from autoplace.runtime.dist.rendezvous import (
     verify,
 )
 from autoplace.runtime.program import TRef
+from autoplace.errors import AutoplaceError
+from autoplace.formats import graph_from_dict
+from autoplace.formats import load_cluster
+from autoplace.formats.state import cluster_hash
+from autoplace.runtime.pool import cores_of
+from autoplace.runtime.program import ExecutionError
+from autoplace.runtime.program import torch_device
+from autoplace.validation import MAX_BUDGET_S, check_number
+import argparse
+import importlib
 
 __all__ = ["serve", "main", "torchrun_command", "PEER_TIMEOUT_S", "DRIVER_QUIET_S", "CALLABLE"]
 
@@ -45,7 +55,6 @@ CALLABLE = ("autoplace.runtime.profile._device_speed", "autoplace.runtime.profil
 
 
 def resolve_callable(name: str):
-    import importlib
 
     if name not in CALLABLE:
         raise ValueError(f"{name!r} is not a function a rank runs")
@@ -64,9 +73,6 @@ def serve(cluster_path: str, *, timeout: float = 120.0, idle_s: float | None = N
     A bad environment, cluster or secret is an :class:`~autoplace.errors.AutoplaceError` (one line)."""
     import torch.distributed as dist
 
-    from autoplace.formats import load_cluster
-    from autoplace.formats.state import cluster_hash
-    from autoplace.runtime.program import torch_device
 
     world = env_int("WORLD_SIZE", 1, 1 << 20)
     rank = env_int("RANK", 0, world - 1)
@@ -87,7 +93,6 @@ def serve(cluster_path: str, *, timeout: float = 120.0, idle_s: float | None = N
     pg_store = dist.PrefixStore(f"pg{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/",
                                 tcp_store(master_addr, master_port, master=False, timeout=timeout,
                                           what=f"joining torchrun's store at {master_addr}:{master_port}"))
-    from autoplace.runtime.pool import cores_of
 
     token = secrets.token_hex(16)
     control.set(f"token{rank}", token)
@@ -207,7 +212,6 @@ def _session(control, session: int, rank: int, rt: RankRuntime, secret: bytes, n
 
 def _handle(ch: StoreChannel, rt: RankRuntime, msg, rank: int) -> int | None:
     """Run one control message of a torchrun-started rank; a failure is replied and ends the rank (1)."""
-    from autoplace.formats import graph_from_dict
 
     cmd = msg[0]
     try:
@@ -261,10 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m autoplace.runtime CLUSTER.json [--timeout S] [--idle S] [--secret-file F]`` under torchrun:
     0 when idle, 1 when a session failed, 2 with one line on standard error for a bad environment, cluster,
     rendezvous or secret."""
-    import argparse
 
-    from autoplace.errors import AutoplaceError
-    from autoplace.validation import MAX_BUDGET_S, check_number
 
     p = argparse.ArgumentParser(prog="python -m autoplace.runtime",
                                 description="a rank of autoplace's torch.distributed runtime (start with torchrun)")
@@ -293,7 +294,6 @@ def torchrun_command(cluster, cluster_path: str, host: str, *, timeout: float = 
     every host): node ``hosts_of(cluster).index(host)`` of ``len(hosts_of(cluster))``, a rank per device of
     that host; torchrun's own rendezvous on the port after the cluster's (``meta["rendezvous"]``), which
     rank 0 hosts for the driver."""
-    from autoplace.runtime.program import ExecutionError
 
     hosts = hosts_of(cluster)
     if host not in hosts:

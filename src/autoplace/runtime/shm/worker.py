@@ -14,7 +14,7 @@ import numpy as np
 
 import autoplace.runtime.device as device
 from autoplace.runtime.device import DeviceRuntime, die_with_parent, serve_messages
-from autoplace.runtime.program import Program, TRef
+from autoplace.runtime.program import Program, TRef, plan_device
 
 __all__ = ["ShmRuntime", "standalone", "worker_main"]
 
@@ -131,7 +131,6 @@ def standalone(program: Program, *, compiled: bool = True, capacity: float = flo
     worker's execution without its process (tests, the overhead benchmark)."""
     import torch
 
-    from autoplace.runtime.program import plan_device
 
     rt = ShmRuntime("cpu:0", "cpu", None)
     rt.program, rt.compiled = program, compiled
