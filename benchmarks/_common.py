@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable
 
 from autoplace.bench.render import markdown_table
-from autoplace.formats._json import atomic_write_text
+from autoplace.formats.files import atomic_write_text
 from autoplace.stats import geomean
 
 __all__ = ["print_table", "TableOut", "save_json", "geo", "note", "settings_args"]

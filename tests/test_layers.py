@@ -186,3 +186,23 @@ def test_few_imports_of_the_package_are_inside_functions():
                 if isinstance(node, (ast.Import, ast.ImportFrom)) and _imports_of(node, name, path, modules))
     inside = sum(1 for *_, project, _third, _tried in _function_imports() if project)
     assert inside <= 0.10 * total, (inside, total)
+
+
+def test_no_package_imports_another_s_private_names():
+    """A name with a leading underscore (a module or what it defines) is its package's own: no other package
+    of autoplace imports it."""
+    modules = _modules()
+    bad = []
+    for name, path in modules.items():
+        package = name.split(".")[1] if name.count(".") else ""
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("autoplace."):
+                continue
+            parts = node.module.split(".")
+            if parts[1] == package:
+                continue
+            private = [p for p in parts[1:] if p.startswith("_")] + \
+                [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            if private:
+                bad.append(f"{name}: from {node.module} import {', '.join(a.name for a in node.names)}")
+    assert not bad, bad

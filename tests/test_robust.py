@@ -46,7 +46,7 @@ def test_a_cluster_at_the_documented_limits_runs_in_every_scenario(tmp_path, cap
     from autoplace.cli import main
     from autoplace.errors import ClusterError
     from autoplace.formats import cluster_to_dict, save_graph
-    from autoplace.formats._json import write_json
+    from autoplace.formats.files import write_json
 
     devs = [Device("c", "cpu", 10**9, 1.0, 1.0, op_overhead_s=1e6), Device("g", "gpu", 10**9, 1e18, 1e18,
                                                                         achievable_bandwidth=1.0)]

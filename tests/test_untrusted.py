@@ -356,17 +356,17 @@ def test_a_write_killed_where_no_unnamed_file_can_be_linked_leaves_a_temp_file_t
     import subprocess
     import sys
 
-    from autoplace.formats import _json
+    from autoplace.formats import files
 
     target = tmp_path / "out.json"
     script = (
         "import os, sys, time\n"
         "from pathlib import Path\n"
-        "from autoplace.formats import _json\n"
-        "_json._unnamed_file = lambda folder, mode: None\n"          # as where linking fails
+        "from autoplace.formats import files\n"
+        "files._unnamed_file = lambda folder, mode: None\n"          # as where linking fails
         "real = os.replace\n"
-        "_json.os.replace = lambda a, b: time.sleep(600)\n"           # stop mid-write: the temp file is whole
-        f"_json.atomic_write_bytes(Path({str(target)!r}), b'new')\n")
+        "files.os.replace = lambda a, b: time.sleep(600)\n"           # stop mid-write: the temp file is whole
+        f"files.atomic_write_bytes(Path({str(target)!r}), b'new')\n")
     target.write_bytes(b"old")
     proc = subprocess.Popen([sys.executable, "-c", script])
     try:
@@ -377,11 +377,11 @@ def test_a_write_killed_where_no_unnamed_file_can_be_linked_leaves_a_temp_file_t
         proc.wait()
     left = list(tmp_path.glob(".out.json.*.tmp"))
     assert len(left) == 1 and target.read_bytes() == b"old"
-    live = tmp_path / f".out.json.{_json._HOST}-{os.getppid()}.abc.tmp"   # this host and namespace, alive
+    live = tmp_path / f".out.json.{files._HOST}-{os.getppid()}.abc.tmp"   # this host and namespace, alive
     other_host = tmp_path / f".out.json.otherhost-{proc.pid}.abc.tmp"
     live.write_bytes(b"")
     other_host.write_bytes(b"")
-    _json.atomic_write_bytes(target, b"again")
+    files.atomic_write_bytes(target, b"again")
     assert target.read_bytes() == b"again"
     assert sorted(tmp_path.glob(".out.json.*.tmp")) == sorted([live, other_host])
 

@@ -20,7 +20,7 @@ from autoplace.bench.render import Table
 from autoplace.bench.store import Store
 from autoplace.bench.suite import TABLES, table_settings
 from autoplace.errors import FormatError, UnknownNameError
-from autoplace.formats._json import atomic_write_text, check_output_folder, check_output_path, write_json
+from autoplace.formats.files import atomic_write_text, check_output_folder, check_output_path, write_json
 
 __all__ = ["run_bench", "make_run", "table_names", "BenchResult", "TABLES", "QUICK", "FULL", "Budgets", "Run",
            "Variant", "Setting", "Table"]

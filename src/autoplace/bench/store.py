@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autoplace.bench.jobs import JOBS, Job
-from autoplace.formats._json import atomic_write_bytes
+from autoplace.formats.files import atomic_write_bytes
 from autoplace.validation import is_finite
 
 __all__ = ["Store", "check_result", "LINE_FORMAT"]

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from autoplace.errors import CaptureError, FormatError
-from autoplace.formats._json import input_file
+from autoplace.formats.files import input_file
 from autoplace.graph import Graph, Op, OpRole, Phase, TensorSpec
 
 __all__ = ["import_onnx", "ONNX_DTYPES"]

@@ -25,7 +25,7 @@ from autoplace.cli.common import (
 )
 from autoplace.cli.place import settings_dict
 from autoplace.errors import FormatError
-from autoplace.formats._json import check_output_folder
+from autoplace.formats.files import check_output_folder
 from autoplace.progress import PlainLines, progress_to
 from autoplace.resolve import resolve_graph
 

@@ -18,7 +18,7 @@ from autoplace.cluster import Cluster
 from autoplace.comparison import failure_reason
 from autoplace.errors import AutoplaceError, FormatError
 from autoplace.formats import placement_from_dict, read_json
-from autoplace.formats._json import check_output_path
+from autoplace.formats.files import check_output_path
 from autoplace.graph import Graph
 from autoplace.grouping import with_granularity
 from autoplace.progress import PlainLines, progress_to
@@ -113,7 +113,7 @@ def granular(graph: Graph, granularity: str, keep_whole: str | None = None) -> G
 
 def check_output(path: str | None, what: str = "output") -> None:
     """Fail early (before any work) where ``path`` cannot be written
-    (:func:`~autoplace.formats._json.check_output_path`)."""
+    (:func:`~autoplace.formats.files.check_output_path`)."""
 
     check_output_path(path, what)
 

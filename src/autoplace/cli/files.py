@@ -25,7 +25,7 @@ from autoplace.cli.common import (
 )
 from autoplace.comparison import compare
 from autoplace.formats import load_placement, save_graph, write_json
-from autoplace.formats._json import atomic_write_text
+from autoplace.formats.files import atomic_write_text
 from autoplace.graph import PHASES
 from autoplace.htmlreport import placement_report, report_pngs
 from autoplace.replicas import strategy_graph

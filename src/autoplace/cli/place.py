@@ -36,7 +36,7 @@ from autoplace.cli.common import (
 from autoplace.env import make_env
 from autoplace.errors import AutoplaceError, FormatError
 from autoplace.formats import save_placement
-from autoplace.formats._json import check_output_folder, input_file
+from autoplace.formats.files import check_output_folder, input_file
 from autoplace.placers import get_placer, place
 from autoplace.placers.auto import robust_simulator
 from autoplace.placers.learned.gdp import gdp_train

@@ -12,7 +12,7 @@ from typing import Any
 
 from autoplace.cluster import DEFAULT_LAUNCH_QUEUE_DEPTH, Cluster, Device, Link, LinkSpec, Segment
 from autoplace.errors import AutoplaceError, FormatError
-from autoplace.formats._json import Fields, check_format, read_json, write_json
+from autoplace.formats.files import Fields, check_format, read_json, write_json
 from autoplace.graph import Graph, Op, TensorSpec
 from autoplace.placement import Placement
 

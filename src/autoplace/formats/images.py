@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from autoplace.formats._json import atomic_write_bytes
+from autoplace.formats.files import atomic_write_bytes
 
 __all__ = ["pyplot", "save_png"]
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from autoplace.errors import FormatError
 from autoplace.formats import cluster_to_dict, graph_to_dict
-from autoplace.formats._json import atomic_write_bytes, input_file
+from autoplace.formats.files import atomic_write_bytes, input_file
 from autoplace.validation import is_finite, with_article
 
 __all__ = ["write_state", "read_state", "encode_state", "decode_state", "graph_hash", "cluster_hash",
@@ -88,7 +88,7 @@ def _encode(x: Any, tensors: dict) -> Any:
 
 
 def write_state(path: str | os.PathLike, state: Any) -> None:
-    """Write ``state`` to ``path`` atomically (:func:`~autoplace.formats._json.atomic_write_bytes`)."""
+    """Write ``state`` to ``path`` atomically (:func:`~autoplace.formats.files.atomic_write_bytes`)."""
 
     atomic_write_bytes(Path(path), encode_state(state))
 

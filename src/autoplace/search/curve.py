@@ -9,7 +9,7 @@ from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
 from autoplace.errors import FormatError
-from autoplace.formats._json import atomic_write_text
+from autoplace.formats.files import atomic_write_text
 from autoplace.formats.images import pyplot, save_png
 from autoplace.validation import is_finite
 
