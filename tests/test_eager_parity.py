@@ -151,13 +151,13 @@ def _lm():
 def test_compile_keeps_a_split_only_where_it_is_measured_faster(monkeypatch, tmp_path, faster):
     from test_placed import eager
 
-    import autoplace.runtime.verdict as verdict_mod
+    import autoplace.api as api_mod
 
     model, data, loss_fn = _lm()
     ref = copy.deepcopy(model)
     expected = eager(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9), loss_fn, data)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    monkeypatch.setattr(verdict_mod, "race", _race(0.010, 0.020) if faster == "placement" else _race(0.020, 0.019))
+    monkeypatch.setattr(api_mod, "race", _race(0.010, 0.020) if faster == "placement" else _race(0.020, 0.019))
     rng = torch.random.get_rng_state()
     with autoplace.compile(model, data[0][0], loss_fn, opt, targets=data[0][1], method="metis", verify=True,
                            cache=tmp_path) as step:
@@ -183,7 +183,7 @@ def test_compile_keeps_a_split_only_where_it_is_measured_faster(monkeypatch, tmp
     def no_race(*a, **k):
         raise AssertionError("measured again")
 
-    monkeypatch.setattr(verdict_mod, "race", no_race)
+    monkeypatch.setattr(api_mod, "race", no_race)
     with autoplace.compile(model, data[0][0], loss_fn, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
                            targets=data[0][1], method="metis", verify=True, cache=tmp_path) as again:
         assert again.placement_cached and again.verdict == step.verdict
@@ -312,20 +312,18 @@ def test_in_this_process_a_last_batch_takes_the_micro_batches_the_captured_step_
 
 
 def test_compile_refuses_what_it_cannot_honour_and_calibrates_only_with_a_cache(monkeypatch):
-    import autoplace.runtime.profile as profile
+    import autoplace.api as api_mod
     from autoplace.errors import AutoplaceError
 
     monkeypatch.setenv("AUTOPLACE_CALIBRATE", "1")
-    monkeypatch.setattr(profile, "calibrate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("calibrated")))
+    monkeypatch.setattr(api_mod, "calibrate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("calibrated")))
     model, opt, data, *_ = _case("adam")
     x, y = data[0]
     with pytest.raises(AutoplaceError, match="give a fixed micro_batches with it"):
         autoplace.compile(model, x, nn.functional.cross_entropy, opt, targets=y, micro_batches="auto",
                           profiled="p.json")
-    from autoplace import placers
-
-    real = placers.place
-    monkeypatch.setattr(placers, "place", lambda g, c, m, **k: real(g, c, "single-cpu"))   # "auto", but fast
+    real = api_mod.place
+    monkeypatch.setattr(api_mod, "place", lambda g, c, m, **k: real(g, c, "single-cpu"))   # "auto", but fast
     with autoplace.compile(model, x, nn.functional.cross_entropy, opt, targets=y, cache=False,
                            progress=False) as step:                       # no cache: no calibration
         assert "profiled" not in step.graph.meta

@@ -147,19 +147,19 @@ def test_compile_chooses_the_micro_batch_count_and_trains_as_eager_accumulation(
 def test_auto_micro_batches_ranks_every_count_cheaply_and_searches_the_best_once(monkeypatch, capsys):
     """With ``method="auto"`` each count is ranked by the fast placers (and the pipeline placer), auto's
     search runs on the best count only, and what each count simulated is recorded and logged."""
-    import autoplace.placers
+    import autoplace.api
 
     model = _net()
     g = torch.Generator().manual_seed(4)
     x, y = torch.randn(16, 6, generator=g), torch.randint(0, 3, (16,), generator=g)
     searched = []
-    real = autoplace.placers.place
+    real = autoplace.api.place
 
     def counting(graph, cluster, method, **kw):
         searched.append((method, graph.n_ops))
         return real(graph, cluster, method, **kw)
 
-    monkeypatch.setattr(autoplace.placers, "place", counting)
+    monkeypatch.setattr(autoplace.api, "place", counting)
     with autoplace.compile(model, x, nn.functional.cross_entropy, OPTIMIZERS["sgd"](model.parameters()),
                            targets=y, micro_batches="auto", cache=False, budget=1, verify=False) as step:
         records = step.micro_batch_choice
