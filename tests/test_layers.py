@@ -206,3 +206,16 @@ def test_no_package_imports_another_s_private_names():
             if private:
                 bad.append(f"{name}: from {node.module} import {', '.join(a.name for a in node.names)}")
     assert not bad, bad
+
+
+#: functions that may run past a page: the numba kernel's event loop, kept line for line with the C loop
+LONG_FUNCTIONS = {"autoplace.sim._kernel.simulate_one"}
+
+
+def test_no_function_is_longer_than_a_page():
+    """At most 100 lines a function (its docstring included), but :data:`LONG_FUNCTIONS`."""
+    long = [f"{name}.{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for name, path in _modules().items() for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 100
+            and f"{name}.{node.name}" not in LONG_FUNCTIONS]
+    assert not long, long

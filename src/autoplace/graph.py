@@ -235,30 +235,7 @@ class Graph:
         ops, index = self.ops, self._index
         n = len(ops)
         out_bytes = [op.out_bytes for op in ops]
-        # (producer, k) -> list of consumers, in first-seen order, without duplicates.
-        consumers: dict[tuple[int, int], list[int]] = {}
-        for c, op in enumerate(ops):
-            seen: set[tuple[int, int]] = set()
-            for ref in op.inputs:
-                pname, k = parse_input(ref, index)
-                p = index.get(pname)
-                if p is None:
-                    raise GraphError(f"op {op.name!r}: input {ref!r} names an unknown op {pname!r}")
-                if k >= len(out_bytes[p]) or (k > 0 and not ops[p].declares_outputs):
-                    raise GraphError(
-                        f"op {op.name!r}: input {ref!r} names output {k} but {pname!r} has "
-                        f"{len(out_bytes[p])} output(s)")
-                if (p, k) not in seen:
-                    seen.add((p, k))
-                    consumers.setdefault((p, k), []).append(c)
-            for ref in op.control_inputs:
-                p = index.get(ref)
-                if p is None:
-                    raise GraphError(f"op {op.name!r}: control input {ref!r} names an unknown op")
-                if (p, -1) not in seen:
-                    seen.add((p, -1))
-                    consumers.setdefault((p, -1), []).append(c)
-
+        consumers = self._consumers(out_bytes)
         keys = sorted(consumers, key=lambda pk: (pk[0], pk[1] if pk[1] >= 0 else 1 << 30))
         T = len(keys)
         self.tensor_src = np.fromiter((p for p, _ in keys), np.int64, T)
@@ -296,8 +273,50 @@ class Graph:
                 t = tensor_of[(index[pname], k)]
                 pairs = self.in_pair[self.in_ptr[i]:self.in_ptr[i + 1]]
                 self.alias_pair[i] = pairs[self.pair_tensor[pairs] == t][0]
-        # launch groups: ops one multi-tensor kernel runs together (a foreach optimizer update); on each
-        # device they cost ``group_launches`` launches in all, however many of them it runs
+        self._launch_groups()
+        consumed = np.zeros(n, np.int64)
+        np.add.at(consumed, self.tensor_src, self.tensor_alloc)
+        self.unconsumed_alloc = self.out_alloc_total - consumed
+        in_bytes = np.zeros(n, np.int64)
+        np.add.at(in_bytes, self.pair_op, self.tensor_bytes[self.pair_tensor])
+        touched = [op.meta.get("bytes_touched") for op in ops]
+        self.bytes_touched = np.array(
+            [float(t) if t is not None else float(ib + ob)
+             for t, ib, ob in zip(touched, in_bytes, self.out_bytes_total)], dtype=np.float64)
+        self._toposort()
+
+    def _consumers(self, out_bytes: list[tuple[int, ...]]) -> dict[tuple[int, int], list[int]]:
+        """``(producer, k) -> consumers`` (``k = -1``: a control edge), each in first-seen order, once; an
+        input naming an unknown op or output is an error."""
+        ops, index = self.ops, self._index
+        consumers: dict[tuple[int, int], list[int]] = {}
+        for c, op in enumerate(ops):
+            seen: set[tuple[int, int]] = set()
+            for ref in op.inputs:
+                pname, k = parse_input(ref, index)
+                p = index.get(pname)
+                if p is None:
+                    raise GraphError(f"op {op.name!r}: input {ref!r} names an unknown op {pname!r}")
+                if k >= len(out_bytes[p]) or (k > 0 and not ops[p].declares_outputs):
+                    raise GraphError(
+                        f"op {op.name!r}: input {ref!r} names output {k} but {pname!r} has "
+                        f"{len(out_bytes[p])} output(s)")
+                if (p, k) not in seen:
+                    seen.add((p, k))
+                    consumers.setdefault((p, k), []).append(c)
+            for ref in op.control_inputs:
+                p = index.get(ref)
+                if p is None:
+                    raise GraphError(f"op {op.name!r}: control input {ref!r} names an unknown op")
+                if (p, -1) not in seen:
+                    seen.add((p, -1))
+                    consumers.setdefault((p, -1), []).append(c)
+        return consumers
+
+    def _launch_groups(self) -> None:
+        """Launch groups: ops one multi-tensor kernel runs together (a foreach optimizer update); on each
+        device they cost ``group_launches`` launches in all, however many of them it runs."""
+        ops, n = self.ops, len(self.ops)
         group_index: dict[str, int] = {}
         launches: list[int] = []
         types: list[tuple[str, ...] | None] = []
@@ -328,16 +347,6 @@ class Graph:
         self.group_launches = np.array(launches, np.int64)
         self.launch_groups: tuple[str, ...] = tuple(group_index)
         self.group_device_types: tuple[tuple[str, ...] | None, ...] = tuple(types)
-        consumed = np.zeros(n, np.int64)
-        np.add.at(consumed, self.tensor_src, self.tensor_alloc)
-        self.unconsumed_alloc = self.out_alloc_total - consumed
-        in_bytes = np.zeros(n, np.int64)
-        np.add.at(in_bytes, self.pair_op, self.tensor_bytes[self.pair_tensor])
-        touched = [op.meta.get("bytes_touched") for op in ops]
-        self.bytes_touched = np.array(
-            [float(t) if t is not None else float(ib + ob)
-             for t, ib, ob in zip(touched, in_bytes, self.out_bytes_total)], dtype=np.float64)
-        self._toposort()
 
     def _toposort(self) -> None:
         n = self.n_ops

@@ -195,6 +195,34 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
     for i, op in enumerate(graph.ops):
         if op.colocation_group is not None:
             uf.union(by_group.setdefault(op.colocation_group, i), i)
+    owner, root_own = _owners(graph, uf, index)
+    if not owner and not root_own:
+        return graph
+    io = _join_strays(graph, uf, index, owner, root_own)
+    _join_whole(graph, uf, index, owner, root_own, [p for p, c in classes.items() if c in keep_whole])
+    roots = [uf.find(i) for i in range(graph.n_ops)]
+    size = np.bincount(roots, minlength=graph.n_ops)
+    names: dict[int, str] = {}
+    for module, i in owner.items():
+        names.setdefault(uf.find(i), f"module:{module}" if module else "module:(root)")
+    for i in root_own:
+        names.setdefault(uf.find(i), f"module:(root).{graph.ops[i].name}")
+    units = {uf.find(i) for i in owner.values()} | {uf.find(i) for i in root_own}
+    if len(units) == 1 and len(owner) + len(root_own) > 1:
+        why = (f"module {min(owner, key=lambda m: (m.count('.'), m))!r} owns parameters and holds, reads or ties "
+               "every other one" if owner else "the root module's own tensors are read by every op")
+        warnings.warn(f"granularity='module': graph {graph.name!r} is one unit ({why}): every placement puts the "
+                      "whole model on one device; granularity='op' can split it", stacklevel=2)
+    if io:
+        names.setdefault(uf.find(io[0]), "module:(inputs and loss)")
+    ops = [replace(op, colocation_group=names.get(r, op.colocation_group) if size[r] > 1 else op.colocation_group)
+           for op, r in zip(graph.ops, roots)]
+    return Graph(ops, name=graph.name, meta={**graph.meta, "granularity": "module"})
+
+
+def _owners(graph: Graph, uf: _UnionFind, index: dict[str, int]) -> tuple[dict[str, int], list[int]]:
+    """Join each module that owns parameters or buffers with them (and with a tied parameter it reads):
+    ``(module path -> an op of its group, the root module's own parameters and buffers)``."""
     owner: dict[str, int] = {}                               # module path -> an op of its group
     root_own: list[int] = []                                 # the root module's own parameters and buffers
     for i, op in enumerate(graph.ops):
@@ -208,8 +236,13 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
         module = alias.rpartition(".")[0]
         if name in index and module:
             uf.union(owner.setdefault(module, index[name]), index[name])
-    if not owner and not root_own:
-        return graph
+    return owner, root_own
+
+
+def _join_strays(graph: Graph, uf: _UnionFind, index: dict[str, int], owner: dict[str, int],
+                 root_own: list[int]) -> list[int]:
+    """Join each op with the nearest module owning parameters above its scope; what none owns runs as
+    ``dispatch_model`` runs it. Returns the batch's inputs and the loss (joined, on the input device)."""
     def nearest_owner(path: str | None) -> int | None:
         """An op of the group of the deepest module owning parameters at or above ``path``."""
         return nearest_module(path, owner)
@@ -252,7 +285,15 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
             uf.union(target, i)
         if call is not None:
             first_of_call[call] = i
-    for path in sorted(p for p, c in classes.items() if c in keep_whole):   # each instance, whole
+    return io
+
+
+def _join_whole(graph: Graph, uf: _UnionFind, index: dict[str, int], owner: dict[str, int], root_own: list[int],
+                whole: list[str]) -> None:
+    """Keep each instance of ``whole`` (module paths) on one device with everything run in it, and each of the
+    root module's own tensors with its first user."""
+    state = STATE_ROLES
+    for path in sorted(whole):                               # each instance, whole
         under = [i for i, op in enumerate(graph.ops)
                  if _within(module_path(op), path)]
         for i in under[1:]:
@@ -269,25 +310,6 @@ def with_granularity(graph: Graph, granularity: str = "op", keep_whole: Iterable
     for i in root_own:
         if i in first_user:
             uf.union(i, first_user[i])
-    roots = [uf.find(i) for i in range(graph.n_ops)]
-    size = np.bincount(roots, minlength=graph.n_ops)
-    names: dict[int, str] = {}
-    for module, i in owner.items():
-        names.setdefault(uf.find(i), f"module:{module}" if module else "module:(root)")
-    for i in root_own:
-        names.setdefault(uf.find(i), f"module:(root).{graph.ops[i].name}")
-    units = {uf.find(i) for i in owner.values()} | {uf.find(i) for i in root_own}
-    if len(units) == 1 and len(owner) + len(root_own) > 1:
-
-        why = (f"module {min(owner, key=lambda m: (m.count('.'), m))!r} owns parameters and holds, reads or ties "
-               "every other one" if owner else "the root module's own tensors are read by every op")
-        warnings.warn(f"granularity='module': graph {graph.name!r} is one unit ({why}): every placement puts the "
-                      "whole model on one device; granularity='op' can split it", stacklevel=2)
-    if io:
-        names.setdefault(uf.find(io[0]), "module:(inputs and loss)")
-    ops = [replace(op, colocation_group=names.get(r, op.colocation_group) if size[r] > 1 else op.colocation_group)
-           for op, r in zip(graph.ops, roots)]
-    return Graph(ops, name=graph.name, meta={**graph.meta, "granularity": "module"})
 
 
 def group_ops(graph: Graph, rules: Iterable[str] = RULES[:4], *, step_block: int = 1) -> Grouping:

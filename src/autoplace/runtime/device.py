@@ -224,18 +224,7 @@ class DeviceRuntime:
         device = self.device
         segs = self.segments
         fast = self.compiled and self._counted and not profile
-        if fast and self._compiled is None:
-            self._compiled = generate(prog, self.plan, segs, reads=self.reads, keep=self.keep,
-                                      sent=set(self.sends_of), device=device, name=self.name, pumps=self._pumps)
-        for i in self.kept_results:  # the last step's outputs, kept for a fetch until this step begins
-            env.pop(i, None)
-        if fast:  # what the step starts holding is what the op-by-op step started with
-            self.live_bytes = self._start_bytes + self.resident - self._start_resident
-        else:     # counted afresh: what the values held now take
-            self.live, self.live_bytes = {}, 0
-            for v in env.values():
-                self._hold(v)
-            self._start_bytes, self._start_resident = self.live_bytes, self.resident
+        self._begin_counting(fast)
         n_deps = list(self.seg_deps)
         ready = deque(self.seg_initial) if self.plan.order is None else \
             _InTurn(list(range(len(segs))), self.seg_initial)
@@ -275,25 +264,11 @@ class DeviceRuntime:
                 spins = 0  # the next wait starts spinning afresh (and its latency counts from then)
                 idle_since = float("inf")  # an arrival seen after running ops was not waited for
                 if fast:
-                    base = self.live_bytes
-                    if base + seg.need > self.capacity:
-                        k = next(k for k, need in enumerate(seg.needs) if base + need > self.capacity)
-                        self._out_of_memory(seg.ops[k], base + seg.needs[k])
-                    t0 = pc()
-                    try:
-                        seg.fn(env, rc, scalar, send, self.draws, self)
-                    except MemoryError:
-                        raise
-                    except Exception as e:  # noqa: BLE001
-                        op = op_of_error(self._compiled["filename"], self._compiled["line_op"])
-                        where = f"op {prog.graph.ops[op].name!r}" if op is not None else self.name
-                        raise RuntimeError(f"{where}: {type(e).__name__}: {e}") from None
-                    busy += pc() - t0
-                    peak = max(peak, base + seg.peak)
-                    self.live_bytes = base + seg.delta
+                    seg_peak, dt = self._run_compiled(seg, rc, scalar, send)
+                    peak = max(peak, seg_peak)
                 else:
                     peak, dt = self._run_ops(seg, env, get, scalar, refs, peak, times, step_id)
-                    busy += dt
+                busy += dt
                 for t in self.seg_succ[s]:
                     n_deps[t] -= 1
                     if n_deps[t] == 0:
@@ -326,6 +301,42 @@ class DeviceRuntime:
         if not fast:
             self._counted = True
         return t_start, t_end, float(peak), busy, times, tuple(xc)
+
+    def _run_compiled(self, seg, rc, scalar, send) -> tuple[int, float]:
+        """Run segment ``seg``'s compiled code, checked first against the memory the op-by-op step counted
+        for it; returns the bytes held at its peak and the seconds it took."""
+        base = self.live_bytes
+        if base + seg.need > self.capacity:
+            k = next(k for k, need in enumerate(seg.needs) if base + need > self.capacity)
+            self._out_of_memory(seg.ops[k], base + seg.needs[k])
+        t0 = time.perf_counter()
+        try:
+            seg.fn(self.env, rc, scalar, send, self.draws, self)
+        except MemoryError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            op = op_of_error(self._compiled["filename"], self._compiled["line_op"])
+            where = f"op {self.program.graph.ops[op].name!r}" if op is not None else self.name
+            raise RuntimeError(f"{where}: {type(e).__name__}: {e}") from None
+        dt = time.perf_counter() - t0
+        self.live_bytes = base + seg.delta
+        return base + seg.peak, dt
+
+    def _begin_counting(self, fast: bool) -> None:
+        """Before a step: its segments' code written (the first compiled step), the last step's outputs
+        dropped, and the bytes it starts holding — those the op-by-op step started with, or counted afresh."""
+        if fast and self._compiled is None:
+            self._compiled = generate(self.program, self.plan, self.segments, reads=self.reads, keep=self.keep,
+                                      sent=set(self.sends_of), device=self.device, name=self.name, pumps=self._pumps)
+        for i in self.kept_results:  # the last step's outputs, kept for a fetch until this step begins
+            self.env.pop(i, None)
+        if fast:
+            self.live_bytes = self._start_bytes + self.resident - self._start_resident
+        else:
+            self.live, self.live_bytes = {}, 0
+            for v in self.env.values():
+                self._hold(v)
+            self._start_bytes, self._start_resident = self.live_bytes, self.resident
 
     def _run_ops(self, seg, env, get, scalar, refs, peak, times, step_id) -> tuple[float, float]:
         """Run segment ``seg`` op by op, counting each op's memory (and recording the segment's figures

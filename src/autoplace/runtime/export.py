@@ -50,10 +50,17 @@ def _ident(name: str) -> str:
 
 def export_python(graph: Graph, placement: Placement, cluster: Cluster) -> str:
     """The placed training step as a readable, runnable Python module (see the module docstring)."""
+    program = Program(graph)
+    code, inputs = _traced_step(graph, placement, cluster, program)
+    return _module_text(graph, placement, cluster, program, code, inputs)
+
+
+def _traced_step(graph: Graph, placement: Placement, cluster: Cluster, program: Program):
+    """The step as an fx graph's Python code, every op on its placed device (an explicit ``.to()`` per tensor
+    and destination device); and its placeholders, ``(name, kind, shape, dtype, device)`` each."""
     import torch
     import torch.fx as fx
 
-    program = Program(graph)
     dev = placement.to_array(graph, cluster)
     tdev = [torch_device(d.name) for d in cluster.devices]
     fg = fx.Graph()
@@ -120,6 +127,11 @@ def export_python(graph: Graph, placement: Placement, cluster: Cluster) -> str:
     updated = [tensor(r, int(dev[r.op])) for r in program.final_versions.values()]
     fg.output((tuple(outs), tuple(updated)))
     code = fg.python_code(root_module="self")
+    return code, inputs
+
+
+def _module_text(graph: Graph, placement: Placement, cluster: Cluster, program: Program, code, inputs) -> str:
+    """The module around the step's code: what it places where, its inputs, ``example_inputs`` and a main."""
     body = code.src
     # functions of autoplace's own the program calls (torch.optim's foreach Adam on one parameter)
     own = sorted(f"from {obj.__module__} import {obj.__name__} as {name}" for name, obj in code.globals.items()

@@ -126,66 +126,91 @@ def generate(program: Program, plan: DevicePlan, segments: list[Segment], *, rea
     ``send(i)`` sends op ``i``'s outputs, ``draws`` holds random ops' draws made ahead (op -> tensor) and
     ``rt`` is the runtime (``rt._pending``: a send waits to be posted, ``rt._pump()`` posts it; only with
     ``pumps``)."""
-    import torch
-
-    calls = program.calls
-    local = set(plan.ops)
-    seg_of = {i: s for s, seg in enumerate(segments) for i in seg.ops}
-
-    def key_of(r: TRef) -> Any:     # where ``env`` holds a tensor read
-        return r.op if r.op in local else TRef(r.op, r.k)
-
-    scalar_read: set[int] = set()
-    for fn_args in program.scalars.values():
-        refs: list[TRef] = []
-        program._collect([fn_args[1], fn_args[2]], refs, [])
-        scalar_read |= {r.op for r in refs}
-    # which segments read each releasable value
-    read_in: dict[Any, set[int]] = {}
-    for i in plan.ops:
-        for key in reads[i]:
-            read_in.setdefault(key, set()).add(seg_of[i])
-    rc0 = {k: len(s) for k, s in read_in.items() if len(s) > 1}
-
-    def in_env(i: int) -> bool:
-        return i in keep or i in sent or i in scalar_read or bool(read_in.get(i, set()) - {seg_of[i]})
-
-    glb: dict[str, Any] = {"__builtins__": __builtins__, "DEVICE": torch.device(device)}
-    replay = program.replay
-
-    def _replay(i, drawn, target):
-        return replay(i, drawn, lambda _r: target, device)
-
-    glb["replay"] = _replay
+    writer = _Writer(program, plan, segments, reads=reads, keep=keep, sent=sent, device=device, pumps=pumps)
     lines: list[str] = []
     line_op: dict[int, int] = {}
+    for s, seg in enumerate(segments):
+        lines.append(f"def s{s}(env, rc, scalar, send, draws, rt):")
+        body = writer.body(seg)
+        if not body:
+            lines.append("    pass")
+        for text, i in body:
+            line_op[len(lines) + 1] = i
+            lines.append("    " + text)
+        lines.append("")
+    filename = f"<autoplace {name}>"
+    code = compile("\n".join(lines), filename, "exec")
+    exec(code, writer.glb)  # noqa: S102 - the source is written above from decoded aten calls, never read from a file
+    for s, seg in enumerate(segments):
+        seg.fn = writer.glb[f"s{s}"]
+    return {"rc": writer.rc0, "line_op": line_op, "filename": filename, "source": "\n".join(lines)}
 
-    def var(r: TRef) -> str:
-        return f"v{r.op}" if r.op in local else f"r{r.op}_{'' if r.k is None else r.k}"
 
-    def const(a: Any) -> str:
-        k = f"c{len(glb)}"
-        glb[k] = a
+class _Writer:
+    """What :func:`generate` writes a segment's function with: the device's values and readers, and the
+    globals (``glb``) its code refers to."""
+
+    def __init__(self, program: Program, plan: DevicePlan, segments: list[Segment], *, reads: dict[int, list[Any]],
+                 keep: set[int], sent: set[int], device: str, pumps: bool):
+        import torch
+
+        self.program, self.calls, self.reads, self.keep, self.sent, self.pumps = (program, program.calls, reads, keep,
+                                                                                   sent, pumps)
+        self.local = set(plan.ops)
+        self.seg_of = {i: s for s, seg in enumerate(segments) for i in seg.ops}
+        self.scalar_read: set[int] = set()
+        for fn_args in program.scalars.values():
+            refs: list[TRef] = []
+            program._collect([fn_args[1], fn_args[2]], refs, [])
+            self.scalar_read |= {r.op for r in refs}
+        # which segments read each releasable value
+        self.read_in: dict[Any, set[int]] = {}
+        for i in plan.ops:
+            for key in reads[i]:
+                self.read_in.setdefault(key, set()).add(self.seg_of[i])
+        self.rc0 = {k: len(s) for k, s in self.read_in.items() if len(s) > 1}
+        self.glb: dict[str, Any] = {"__builtins__": __builtins__, "DEVICE": torch.device(device)}
+        replay = program.replay
+
+        def _replay(i, drawn, target):
+            return replay(i, drawn, lambda _r: target, device)
+
+        self.glb["replay"] = _replay
+
+    def key_of(self, r: TRef) -> Any:     # where ``env`` holds a tensor read
+        return r.op if r.op in self.local else TRef(r.op, r.k)
+
+    def in_env(self, i: int) -> bool:
+        return i in self.keep or i in self.sent or i in self.scalar_read or \
+            bool(self.read_in.get(i, set()) - {self.seg_of[i]})
+
+    def var(self, r: TRef) -> str:
+        return f"v{r.op}" if r.op in self.local else f"r{r.op}_{'' if r.k is None else r.k}"
+
+    def const(self, a: Any) -> str:
+        k = f"c{len(self.glb)}"
+        self.glb[k] = a
         return k
 
-    def lit(a: Any, uses: list[TRef]) -> str:
+    def lit(self, a: Any, uses: list[TRef]) -> str:
         t = type(a)
         if t is TRef:
             uses.append(a)
-            v = var(a)
-            return v if a.k is None or a.op not in local else f"{v}[{a.k}]"
+            v = self.var(a)
+            return v if a.k is None or a.op not in self.local else f"{v}[{a.k}]"
         if t is SRef:
             return f"scalar({a.name!r})"
         if t is list:
-            return "[" + ", ".join(lit(x, uses) for x in a) + "]"
+            return "[" + ", ".join(self.lit(x, uses) for x in a) + "]"
         if a is DEVICE:
             return "DEVICE"
         if a is None or t in (bool, int, str) or (t is float and math.isfinite(a)):
             return repr(a)
-        return const(a)
+        return self.const(a)
 
-    for s, seg in enumerate(segments):
-        body: list[tuple[str, int]] = []
+    def _calls(self, seg: Segment) -> tuple[dict[int, str], list[list[TRef]]]:
+        """Each op's call as source, and the tensors each op of ``seg`` reads."""
+        calls, program, lit = self.calls, self.program, self.lit
         calls_of: dict[int, str] = {}
         uses_at: list[list[TRef]] = []
         for i in seg.ops:
@@ -193,7 +218,7 @@ def generate(program: Program, plan: DevicePlan, segments: list[Segment], *, rea
             uses: list[TRef] = []
             if c is not None:
                 args = [lit(a, uses) for a in c.args] + [_keyword(k, lit(v, uses)) for k, v in c.kwargs.items()]
-                glb[f"f{i}"] = c.fn
+                self.glb[f"f{i}"] = c.fn
                 calls_of[i] = f"f{i}({', '.join(args)})"
                 if i in program.random:
                     target = "None"
@@ -202,6 +227,14 @@ def generate(program: Program, plan: DevicePlan, segments: list[Segment], *, rea
                         target = lit(c.mutates, [])
                     calls_of[i] = f"(replay({i}, draws.pop({i}), {target}) if {i} in draws else {calls_of[i]})"
             uses_at.append(uses)
+        return calls_of, uses_at
+
+    def body(self, seg: Segment) -> list[tuple[str, int]]:
+        """Segment ``seg``'s function body: ``(line, op)`` each."""
+        calls, reads, sent, keep, glb, rc0 = self.calls, self.reads, self.sent, self.keep, self.glb, self.rc0
+        var = self.var
+        calls_of, uses_at = self._calls(seg)
+        body: list[tuple[str, int]] = []
         last_use: dict[str, int] = {}
         for n, uses in enumerate(uses_at):
             for r in uses:
@@ -223,41 +256,29 @@ def generate(program: Program, plan: DevicePlan, segments: list[Segment], *, rea
                 v = var(r)
                 if v not in has:
                     has.add(v)
-                    body.append((f"{v} = env[{_key_src(key_of(r), glb)}]", i))
+                    body.append((f"{v} = env[{_key_src(self.key_of(r), glb)}]", i))
             body.append((f"v{i} = {calls_of[i]}", i))
             has.add(f"v{i}")
-            if in_env(i):
+            if self.in_env(i):
                 body.append((f"env[{i}] = v{i}", i))
             if i in sent:
                 body.append((f"send({i})", i))
-            elif pumps:
+            elif self.pumps:
                 body.append(("if rt._pending: rt._pump()", i))
             for key in last_read.get(n, ()):
                 k_src = _key_src(key, glb)
                 if key in rc0:
                     body.append((f"rc[{k_src}] -= 1", i))
                     body.append((f"if not rc[{k_src}]: del env[{k_src}]", i))
-                elif isinstance(key, TRef) or in_env(key):
+                elif isinstance(key, TRef) or self.in_env(key):
                     body.append((f"del env[{k_src}]", i))
-            if i not in read_in and i not in keep and in_env(i):      # sent, read by no one: dropped
+            if i not in self.read_in and i not in keep and self.in_env(i):      # sent, read by no one: dropped
                 body.append((f"del env[{i}]", i))
             for v in sorted({var(r) for r in uses_at[n]} | {f"v{i}"}):
                 if last_use.get(v, -1) <= n and v in has:
                     body.append((f"del {v}", i))
                     has.discard(v)
-        lines.append(f"def s{s}(env, rc, scalar, send, draws, rt):")
-        if not body:
-            lines.append("    pass")
-        for text, i in body:
-            line_op[len(lines) + 1] = i
-            lines.append("    " + text)
-        lines.append("")
-    filename = f"<autoplace {name}>"
-    code = compile("\n".join(lines), filename, "exec")
-    exec(code, glb)  # noqa: S102 - the source is written above from decoded aten calls, never read from a file
-    for s, seg in enumerate(segments):
-        seg.fn = glb[f"s{s}"]
-    return {"rc": rc0, "line_op": line_op, "filename": filename, "source": "\n".join(lines)}
+        return body
 
 
 def _keyword(name: str, value: str) -> str:
