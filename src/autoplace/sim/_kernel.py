@@ -53,7 +53,7 @@ bytes). A buffer is released when its last reader on that device has finished an
 have landed — readers of a view count as readers of its base. Outputs nobody reads are released when
 their op finishes.
 
-Why one long file: it is one event loop, kept line for line beside the C loop (``_csim.c``) that
+Size: it is one event loop, kept line for line beside the C loop (``_csim.c``) that
 must agree with it bit for bit; splitting it would split the side-by-side reading.
 """
 

@@ -4,6 +4,9 @@ Recurrent models run explicit per-step LSTM cells (each cell of each layer at ea
 set of ops, as in TensorFlow's unrolled graphs) and tag every op with its structural metadata through
 :func:`autoplace.capture.tag`: ``layer``, ``step`` and ``role`` (``embedding``, ``lstm``,
 ``attention``, ``softmax``, ``encoder``/``decoder`` ...), which expert placements and grouping read.
+
+Size: the papers' PyTorch models side by side, a class or a builder each, sharing their tagging
+helpers.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ What is adapted, and why:
 ``budget`` (seconds, through :func:`~autoplace.placers.place`) counts work, not wall-clock time:
 :func:`work_budget` turns it into samples with a nominal cost per simulated op and per policy node.
 
-Why one long file: one readable file per placer (the project's style: a learned placer's configuration,
+Size: one readable file per placer (the project's style: a learned placer's configuration,
 searcher, policy files and entry points in one place); its neural parts are in :mod:`autoplace.policies`.
 """
 

@@ -50,6 +50,10 @@ evaluations; ``meta["screened"]`` counts
 the new children the predictor ranked, so ``screened - (evaluations - initial)`` are the runs it saved.
 The initial mappings always run whole, so a budget smaller than they are is overrun by them (the
 engine stops between updates, and the first update runs them all).
+
+Size: one readable file per placer (the project's style: the paper's configuration, its genetic
+operators, the searcher and the entry points in one place); its fitness predictor is
+:mod:`autoplace.placers.learned.predictor`.
 """
 
 from __future__ import annotations

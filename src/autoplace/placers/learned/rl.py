@@ -59,6 +59,10 @@ converged: every sample of
 wall-clock seconds, checkpoints and resumes, and writes the training curve.
 
 Cost per update: ``K`` simulations plus one encoder pass and ``G`` decoder steps on a batch of ``K``.
+
+Size: one readable file per placer (the project's style: the paper's configuration, its searcher,
+the distributed controllers and the entry points in one place); its neural parts are in
+:mod:`autoplace.policies`, the search loop in :mod:`autoplace.search`.
 """
 
 from __future__ import annotations
