@@ -21,21 +21,11 @@ def _modules() -> dict[str, Path]:
 
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The package's modules that ``name`` imports anywhere in its file."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join(up + ([node.module] if node.module else []))
-            candidates = [base, *(f"{base}.{a.name}" for a in node.names)]
-        elif isinstance(node, ast.Import):
-            candidates = [a.name for a in node.names]
-        else:
-            continue
-        found |= {c for c in candidates if c in modules and c != name}
-    return found
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= _imports_of(node, name, path, modules)
+    return found - {name}
 
 
 def _layer(name: str) -> int | None:

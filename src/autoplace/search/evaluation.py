@@ -22,6 +22,7 @@ run a group is masked out of the policy's choices.)
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -224,6 +225,16 @@ class SampledSearch:
     def close(self) -> None:
         if self._own_env and self.env is not None:
             self.env.close()
+
+    def count_update(self, samples: int, t0: float, t1: float, t2: float) -> None:
+        """One update done: its ``samples``, and its time (from ``t0``: sampling until ``t1``, scoring until
+        ``t2``, training until now) in ``timings`` and ``wall_s``."""
+        self.samples += samples
+        self.updates += 1
+        t3 = time.monotonic()
+        for part, dt in (("policy_forward", t1 - t0), ("evaluate", t2 - t1), ("policy_update", t3 - t2)):
+            self.timings[part] = self.timings.get(part, 0.0) + dt
+        self.wall_s += t3 - t0
 
 
 class Evaluator(CachedScorer):

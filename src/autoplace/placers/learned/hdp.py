@@ -381,12 +381,7 @@ class HDPSearch(SampledSearch):
             i = int(np.argmin(step))
             if step[i] < self.best_step:
                 self.best_step, self.best_groups = float(step[i]), groups[i].copy()
-        self.samples += cfg.samples_per_update
-        self.updates += 1
-        t3 = time.monotonic()
-        for part, dt in (("policy_forward", t1 - t0), ("evaluate", t2 - t1), ("policy_update", t3 - t2)):
-            self.timings[part] = self.timings.get(part, 0.0) + dt
-        self.wall_s += t3 - t0
+        self.count_update(cfg.samples_per_update, t0, t1, t2)
         ran = step[ok]
         point = CurvePoint(self.samples, self.wall_s, self.best_step, float(ran.mean()) if len(ran) else math.inf,
                            float(1 - ok.mean()), float(reward.mean()))

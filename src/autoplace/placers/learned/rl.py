@@ -394,12 +394,7 @@ class RLSearch(SampledSearch):
             if scores.step_time[k] < self.best_step:
                 self.best_step, self.best_groups = float(scores.step_time[k]), groups[k].copy()
         self.same_streak = self.same_streak + 1 if (groups == groups[0]).all() else 0
-        self.samples += cfg.samples_per_update
-        self.updates += 1
-        t3 = time.monotonic()
-        for part, dt in (("policy_forward", t1 - t0), ("evaluate", t2 - t1), ("policy_update", t3 - t2)):
-            self.timings[part] = self.timings.get(part, 0.0) + dt
-        self.wall_s += t3 - t0
+        self.count_update(cfg.samples_per_update, t0, t1, t2)
         ran = scores.step_time[scores.ok]
         point = CurvePoint(self.samples, self.wall_s, self.best_step, float(ran.mean()) if len(ran) else math.inf,
                            float(1 - scores.ok.mean()), float(reward.mean()))
