@@ -203,7 +203,8 @@ def _hand_placement(model, x, y, cluster, on_other: set[str] | None, other: str)
     import torch
 
     from autoplace.capture import capture_training_step
-    from autoplace.grouping import group_ops, with_granularity
+    from autoplace.granularity import with_granularity
+    from autoplace.grouping import group_ops
     from autoplace.placement import Placement
 
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)

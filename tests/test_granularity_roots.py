@@ -14,7 +14,7 @@ from torch import nn  # noqa: E402
 from autoplace.capture import capture_training_step  # noqa: E402
 from autoplace.cluster import get_cluster  # noqa: E402
 from autoplace.errors import AutoplaceError  # noqa: E402
-from autoplace.grouping import with_granularity  # noqa: E402
+from autoplace.granularity import with_granularity  # noqa: E402
 from autoplace.placement import Placement  # noqa: E402
 from autoplace.runtime.export import device_map, from_device_map  # noqa: E402
 

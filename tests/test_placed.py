@@ -392,7 +392,7 @@ def test_an_op_granularity_split_of_a_module_says_how_to_get_a_device_map():
     split = [2 if op.colocation_group == "head.bias" else 1 for op in graph.ops]
     with pytest.raises(AutoplaceError, match="module 'head'.*granularity module"):
         device_map(graph, Placement.from_array(graph, cluster, split, "manual"), cluster)
-    from autoplace.grouping import with_granularity
+    from autoplace.granularity import with_granularity
     from autoplace.placers import place
 
     whole = with_granularity(graph, "module")
@@ -586,7 +586,7 @@ def test_mistakes_with_a_compiled_step_are_clear_errors():
 
 def test_a_module_with_its_own_parameters_keeps_its_submodules_with_it():
     from autoplace.capture import capture_training_step
-    from autoplace.grouping import with_granularity
+    from autoplace.granularity import with_granularity
 
     class Block(nn.Module):
         def __init__(self):
@@ -635,7 +635,7 @@ def test_module_granularity_places_what_no_module_owns_as_dispatch_model_runs_it
     from autoplace.cli import main
     from autoplace.cluster import get_cluster
     from autoplace.formats import save_graph
-    from autoplace.grouping import with_granularity
+    from autoplace.granularity import with_granularity
     from autoplace.runtime.export import device_map, from_device_map, input_device
     from autoplace.runtime.program import torch_device as torch_device_of
 

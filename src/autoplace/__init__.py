@@ -21,8 +21,8 @@ __version__ = "0.1.0"
 LAYERS = (
     ("errors", "validation", "progress", "units", "stats", "paths", "result"),  # no autoplace imports
     ("graph", "cluster"),                                            # the IR
-    ("cost", "placement", "schedule", "grouping", "formats", "cache", "collectives", "replicas"),  # costs,
-    #                                         assignments, files, caches, collectives, the batch dimension
+    # costs, assignments, co-location groups, files, caches, collectives, the batch dimension
+    ("cost", "placement", "schedule", "grouping", "granularity", "formats", "cache", "collectives", "replicas"),
     ("sim", "capture", "policies"),                                  # the judge, capture, neural parts
     ("robust", "bounds", "zoo", "resolve"),                          # scenarios, bounds, built-in graphs
     ("runtime",),                                                    # real execution

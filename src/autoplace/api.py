@@ -29,8 +29,8 @@ from autoplace.capture.inputs import as_tuple, resolve_model, split_inputs
 from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.formats import load_graph, load_placement
+from autoplace.granularity import GRANULARITIES, with_granularity
 from autoplace.graph import Graph
-from autoplace.grouping import GRANULARITIES, with_granularity
 from autoplace.placement import Placement
 from autoplace.placers import available_placers, get_placer, place
 from autoplace.placers.fast import best_fast
@@ -185,7 +185,7 @@ def compile(model, example_inputs: Any, loss_fn: Callable, optimizer, *, targets
       of this captured graph (``step.save``'s, or ``autoplace place``'s output for ``autoplace capture``'s
       graph).
     - ``granularity``, ``keep_whole``: ``granularity="module"`` keeps every module with parameters whole on
-      one device (:func:`~autoplace.grouping.with_granularity`): ``step.device_map()`` is then an
+      one device (:func:`~autoplace.granularity.with_granularity`): ``step.device_map()`` is then an
       Accelerate device map; ``keep_whole`` names module classes kept on one device whole (Accelerate's
       ``no_split_module_classes``).
     - ``name``: the captured graph's name (default: the model's class).

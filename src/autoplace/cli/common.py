@@ -19,8 +19,8 @@ from autoplace.comparison import failure_reason
 from autoplace.errors import AutoplaceError, FormatError
 from autoplace.formats import placement_from_dict, read_json
 from autoplace.formats.files import check_output_path
+from autoplace.granularity import with_granularity
 from autoplace.graph import Graph
-from autoplace.grouping import with_granularity
 from autoplace.progress import PlainLines, progress_to
 from autoplace.runtime.export import from_device_map, is_device_map
 

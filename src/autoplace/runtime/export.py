@@ -24,8 +24,8 @@ import numpy as np
 
 from autoplace.cluster import Cluster
 from autoplace.collectives import groups
+from autoplace.granularity import module_path, nearest_module, with_granularity
 from autoplace.graph import Graph, OpRole
-from autoplace.grouping import module_path, nearest_module, with_granularity
 from autoplace.placement import Placement
 from autoplace.runtime.program import (
     DEVICE,
@@ -297,7 +297,7 @@ def from_device_map(graph: Graph, cluster: Cluster, dmap: dict, *, where: str = 
                     method: str = "device-map", inputs_on: str | None = None) -> Placement:
     """The placement ``dispatch_model(model, dmap)`` runs: each op on the device of the longest map key
     that is its module or a module above it (a parameter's module; an op's ``scope``, its ``.tN`` time-step
-    suffix left out), and ops no key covers as dispatch runs them (:func:`~autoplace.grouping.with_granularity`'s
+    suffix left out), and ops no key covers as dispatch runs them (:func:`~autoplace.granularity.with_granularity`'s
     rule: the batch and the loss on the main device — the first GPU in the map, else the CPU —, any other
     op with the producer of its first input, its backward with it; ``inputs_on``: a device of ``cluster``
     the batch is put on instead). Unknown devices are one clear error."""
