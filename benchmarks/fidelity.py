@@ -201,7 +201,8 @@ def main(argv=None) -> int:
         return resummarise(args.from_json, args.plot)
 
     from autoplace.runtime import WorkerPool
-    from autoplace.runtime.profile import detect_cluster, profile_graph
+    from autoplace.runtime.detect import detect_cluster
+    from autoplace.runtime.profile import profile_graph
     from autoplace.sim import Simulator
     from autoplace.zoo import build_graph
 

@@ -44,7 +44,8 @@ def main(argv=None) -> int:
 
     from autoplace.formats import cluster_to_dict
     from autoplace.runtime import make_pool
-    from autoplace.runtime.profile import detect_cluster, profile_graph
+    from autoplace.runtime.detect import detect_cluster
+    from autoplace.runtime.profile import profile_graph
     from autoplace.sim import Simulator
     from autoplace.zoo import build_graph
 

@@ -323,7 +323,7 @@ def test_a_rank_killed_hung_or_out_of_memory_on_another_host_is_a_failing_result
 
 @pytest.mark.slow
 def test_cluster_detect_measures_the_link_between_hosts(hosts):
-    from autoplace.runtime.profile import detect_cluster
+    from autoplace.runtime.detect import detect_cluster
 
     measured = detect_cluster(load_cluster(hosts), repeats=2, sizes=(64, 4096, 262144))
     assert measured.meta["runtime"] == "distributed" and measured.meta["rendezvous"] == load_cluster(hosts).meta[

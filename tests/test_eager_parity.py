@@ -217,6 +217,7 @@ def test_each_optimizer_implementation_runs_its_own_kernel(name, kernel):
 def test_compile_calibrates_a_machine_it_has_not_measured_once_and_caches_it(tmp_path, monkeypatch):
     """On an estimated cluster of this machine, compile measures the devices and the captured ops before
     placing (what ``cluster detect`` and ``profile`` do), and a second compile reads both from the cache."""
+    import autoplace.runtime.detect as detect
     import autoplace.runtime.profile as profile
 
     monkeypatch.setenv("AUTOPLACE_CALIBRATE", "1")
@@ -234,7 +235,7 @@ def test_compile_calibrates_a_machine_it_has_not_measured_once_and_caches_it(tmp
     def measured_again(*a, **k):
         raise AssertionError("measured again")
 
-    monkeypatch.setattr(profile, "detect_cluster", measured_again)
+    monkeypatch.setattr(detect, "detect_cluster", measured_again)
     monkeypatch.setattr(profile, "profile_graph", measured_again)
     model, opt, *_ = _case("adam")
     with autoplace.compile(model, x, nn.functional.cross_entropy, opt, targets=y, cache=tmp_path, budget=1,

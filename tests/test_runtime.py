@@ -24,8 +24,9 @@ from autoplace.formats import save_graph, save_placement  # noqa: E402
 from autoplace.grouping import group_ops  # noqa: E402
 from autoplace.placement import Placement  # noqa: E402
 from autoplace.runtime import ExecutionError, MeasuredResult, Program, make_pool, run_reference  # noqa: E402
+from autoplace.runtime.detect import LinkFit  # noqa: E402
 from autoplace.runtime.export import device_map, export_python  # noqa: E402
-from autoplace.runtime.profile import LinkFit, _costs_of, profile_graph  # noqa: E402
+from autoplace.runtime.profile import _costs_of, profile_graph  # noqa: E402
 from autoplace.sim import simulate  # noqa: E402
 
 
@@ -415,7 +416,7 @@ def test_loaded_costs_by_hand():
 
 
 def test_host_mates_are_the_other_cpus_of_a_host():
-    from autoplace.runtime.profile import host_mates
+    from autoplace.runtime.detect import host_mates
 
     devs = [Device("cpu:0", "cpu", 1, 1, 1, meta={"host": "a"}), Device("cpu:1", "cpu", 1, 1, 1, meta={"host": "a"}),
             Device("cpu:2", "cpu", 1, 1, 1, meta={"host": "b"}), Device("gpu:0", "gpu", 1, 1, 1, meta={"host": "a"})]
@@ -450,7 +451,7 @@ def test_cluster_detect_measures_devices_engines_and_exchange_costs():
     share its core), reads arrivals in place (no receive limit), and pays a fixed compute per tensor
     sent and received, fitted on the placed programs; the result is a cluster file like any other."""
     from autoplace.formats import cluster_from_dict, cluster_to_dict
-    from autoplace.runtime.profile import detect_cluster
+    from autoplace.runtime.detect import detect_cluster
 
     c = detect_cluster(repeats=2, sizes=(64, 4096, 262144))
     assert c.meta["measured"] and c.n_devices == os.cpu_count()
@@ -471,7 +472,7 @@ def test_copy_engines_count_cores_and_concurrent_copies(monkeypatch):
 
     import torch
 
-    from autoplace.runtime import profile
+    from autoplace.runtime import detect as profile
 
     rt = types.SimpleNamespace(torch=torch, device="cpu")
     monkeypatch.setattr(profile.os, "sched_getaffinity", lambda pid: {0})
@@ -493,7 +494,7 @@ def test_copy_engines_count_cores_and_concurrent_copies(monkeypatch):
 def test_send_cost_fit():
     """Three programs' sends made of 6 us per tensor and 0.2 ns per byte are recovered exactly; with one
     program only, the link test's per-byte cost stays and the rest is per tensor."""
-    from autoplace.runtime.profile import fit_send_costs
+    from autoplace.runtime.detect import fit_send_costs
 
     n, nb = np.array([1000.0, 40.0, 400.0]), np.array([2e5, 4e7, 3e6])
     over, byte = fit_send_costs(n, nb, n * 6e-6 + nb * 2e-10, per_byte=8e-11)
@@ -626,7 +627,7 @@ def test_contention_blends_loaded_costs_by_host_mates_busy_share():
 def test_identical_cores_measuring_far_apart_are_a_warning():
     from dataclasses import replace
 
-    from autoplace.runtime.profile import speed_warnings
+    from autoplace.runtime.detect import speed_warnings
 
     c = get_cluster("localhost")
     slow = [replace(d, peak_flops=d.peak_flops / (2.1 if i == 1 else 1)) for i, d in enumerate(c.devices)]
@@ -646,7 +647,7 @@ def test_exchange_calibration_keeps_co_location_groups_whole_when_ops_are_unscop
     import dataclasses
 
     from autoplace.graph import Graph
-    from autoplace.runtime.profile import _deal_layers
+    from autoplace.runtime.detect import _deal_layers
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()) for _ in range(6)])

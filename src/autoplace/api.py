@@ -39,12 +39,13 @@ from autoplace.replicas import set_micro_batched, strategy_graph
 from autoplace.resolve import resolve_cluster
 from autoplace.runtime.backends import RUNTIMES, make_pool, runtime_for
 from autoplace.runtime.cache import cached_placement, cached_verdict, store_verdict
+from autoplace.runtime.detect import detected_cluster
 from autoplace.runtime.dist.control import hosts_of
 from autoplace.runtime.dist.pool import DistributedPool
 from autoplace.runtime.eager import EagerRunner
 from autoplace.runtime.placed import PlacedStep, hyper_inputs, initial_values
 from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, Runtime
-from autoplace.runtime.profile import calibrate, detected_cluster, with_costs_of
+from autoplace.runtime.profile import calibrate, with_costs_of
 from autoplace.runtime.program import ExecutionError, torch_device
 from autoplace.runtime.verdict import Verdict, race, this_machine
 from autoplace.search.work import nominal_budget

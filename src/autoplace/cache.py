@@ -9,7 +9,7 @@ folder that cannot be written only costs speed. Location: ``$AUTOPLACE_CACHE_DIR
 
 What is cached: captured graphs (:func:`cached_graph`: the zoo's models, compile's captures, profiled
 graphs), compile's placements and their verdicts (:mod:`autoplace.runtime.cache`), measured machines
-(:func:`autoplace.runtime.profile.detected_cluster`).
+(:func:`autoplace.runtime.detect.detected_cluster`).
 """
 
 from __future__ import annotations

@@ -38,11 +38,12 @@ from autoplace.formats import cluster_to_dict, save_cluster, save_graph
 from autoplace.replicas import strategy_graph
 from autoplace.resolve import resolve_cluster, resolve_graph
 from autoplace.runtime import measure
+from autoplace.runtime.detect import detect_cluster, speed_warnings
 from autoplace.runtime.dist.control import hosts_of, rank_order
 from autoplace.runtime.dist.rendezvous import ranks_secret
 from autoplace.runtime.dist.serve import torchrun_command
 from autoplace.runtime.pool import DEFAULT_TIMEOUT_S
-from autoplace.runtime.profile import detect_cluster, profile_graph, speed_warnings
+from autoplace.runtime.profile import profile_graph
 from autoplace.sim import simulate
 from autoplace.units import fmt_bytes, fmt_flops, fmt_rate, fmt_time
 

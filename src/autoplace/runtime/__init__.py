@@ -5,7 +5,8 @@
   (:mod:`~autoplace.runtime.device`) and measures it, over one of two back-ends: :mod:`~autoplace.runtime.shm`
   exchanges tensors through shared memory, :mod:`~autoplace.runtime.dist` over ``torch.distributed`` (ranks on
   one host or many); :mod:`~autoplace.runtime.backends` chooses;
-- :mod:`~autoplace.runtime.profile` measures op costs and the links between devices;
+- :mod:`~autoplace.runtime.profile` measures op costs, :mod:`~autoplace.runtime.detect` the devices and the links
+  between them;
 - :mod:`~autoplace.runtime.export` writes a placement as runnable Python and an Accelerate device map.
 """
 

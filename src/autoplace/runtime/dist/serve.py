@@ -50,8 +50,8 @@ __all__ = ["serve", "main", "torchrun_command", "PEER_TIMEOUT_S", "DRIVER_QUIET_
 
 
 #: functions a driver may run in a rank started by torchrun (``call`` by name)
-CALLABLE = ("autoplace.runtime.profile._device_speed", "autoplace.runtime.profile._copy_engines",
-            "autoplace.runtime.profile._dist_link")
+CALLABLE = ("autoplace.runtime.detect._device_speed", "autoplace.runtime.detect._copy_engines",
+            "autoplace.runtime.detect._dist_link")
 
 
 def resolve_callable(name: str):
