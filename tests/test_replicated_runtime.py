@@ -296,7 +296,8 @@ def test_a_device_posts_its_all_reduces_in_order_and_waits_for_them_after_what_o
     the update that another device reads."""
     import numpy as np
 
-    from autoplace.runtime.program import Program, all_reduce, bucket_view, plan_all
+    from autoplace.runtime.plan import plan_all
+    from autoplace.runtime.program import Program, all_reduce, bucket_view
 
     placement = hybrid_placement("cnn")
     from autoplace.replicas import strategy_graph

@@ -673,7 +673,7 @@ def test_a_multi_tensor_update_waits_for_every_reader_of_what_it_writes():
     import torch
     from torch import nn
 
-    from autoplace.runtime.program import plan_device
+    from autoplace.runtime.plan import plan_device
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))

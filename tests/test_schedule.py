@@ -169,7 +169,8 @@ def test_the_runtime_runs_each_device_in_its_schedules_order_and_trains_as_eager
     from autoplace.cluster import get_cluster
     from autoplace.placers import place
     from autoplace.runtime import WorkerPool
-    from autoplace.runtime.program import Program, plan_all
+    from autoplace.runtime.plan import plan_all
+    from autoplace.runtime.program import Program
 
     m = 2
     model, opt, data, expected, ref = accumulation_case(m, seed=3)
@@ -201,8 +202,9 @@ def _exchange_runs(graph, cluster, placement) -> bool:
     receive at once, a send once its tensor is computed; a message moves once both ends have posted it. Does
     every op run?"""
     from autoplace.runtime.dist.rank import message_order
+    from autoplace.runtime.plan import plan_all
     from autoplace.runtime.pool import transfer_layout
-    from autoplace.runtime.program import Program, plan_all
+    from autoplace.runtime.program import Program
 
     program = Program(graph)
     plans = plan_all(program, placement.to_array(graph, cluster), cluster.n_devices, placement.priorities(graph))

@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from autoplace.capture import capture_training_step
-from autoplace.runtime.program import Program, plan_all
+from autoplace.runtime.plan import plan_all
+from autoplace.runtime.program import Program
 from autoplace.runtime.segments import cut
 from autoplace.runtime.shm.worker import standalone
 

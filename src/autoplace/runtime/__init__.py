@@ -12,8 +12,9 @@
 
 from autoplace.runtime.backends import RUNTIMES, make_pool, measure, runtime_for
 from autoplace.runtime.dist.pool import DistributedPool
+from autoplace.runtime.plan import plan_all
 from autoplace.runtime.pool import MeasuredResult
-from autoplace.runtime.program import ExecutionError, Program, plan_all, run_reference, torch_device
+from autoplace.runtime.program import ExecutionError, Program, run_reference, torch_device
 from autoplace.runtime.shm.pool import WorkerPool
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The driver's side of the runtimes: a pool of device worker processes that runs placed steps and
 measures them, whichever back-end exchanges their tensors.
 
-For a placement, the pool cuts the program per device (:func:`~autoplace.runtime.program.plan_all`), lists
+For a placement, the pool cuts the program per device (:func:`~autoplace.runtime.plan.plan_all`), lists
 every cross-device tensor once per destination (:func:`transfer_layout`), sets each device up and runs
 steps. Failures never hang or crash the caller: a worker's Python error, an out-of-memory (the device's
 memory budget, counted over the tensors it holds, or CUDA's own), a dead worker or a timeout ends the run
@@ -30,7 +30,8 @@ from autoplace.graph import Graph, Vocabulary
 from autoplace.placement import Placement
 from autoplace.result import StepResult
 from autoplace.runtime.device import in_environment
-from autoplace.runtime.program import ExecutionError, Program, TRef, plan_all, torch_device
+from autoplace.runtime.plan import plan_all
+from autoplace.runtime.program import ExecutionError, Program, TRef, torch_device
 from autoplace.schedule import runnable_priorities
 
 __all__ = ["Runtime", "Pool", "ProcessPool", "MeasuredResult", "WorkerFailed", "DEFAULT_STEPS", "DEFAULT_TIMEOUT_S",

@@ -31,7 +31,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoplace.runtime.program import DEVICE, DevicePlan, Program, SRef, TRef
+from autoplace.runtime.plan import DevicePlan
+from autoplace.runtime.program import DEVICE, Program, SRef, TRef
 
 __all__ = ["Segment", "cut", "generate", "op_of_error"]
 

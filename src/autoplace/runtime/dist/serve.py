@@ -221,7 +221,7 @@ def _handle(ch: StoreChannel, rt: RankRuntime, msg, rank: int) -> int | None:
             rt.load(graph_from_dict(json.loads(msg[1]), "the driver's graph"))
             ch.send(("ok",))
         elif cmd == "setup":
-            from autoplace.runtime.program import plan_all
+            from autoplace.runtime.plan import plan_all
             from autoplace.runtime.pool import transfer_layout
 
             assignment, n_devices, seed, capacity, keep, values, ranks, priority = msg[1:]

@@ -14,7 +14,8 @@ import numpy as np
 
 import autoplace.runtime.device as device
 from autoplace.runtime.device import DeviceRuntime, die_with_parent, serve_messages
-from autoplace.runtime.program import Program, TRef, plan_device
+from autoplace.runtime.plan import plan_device
+from autoplace.runtime.program import Program, TRef
 
 __all__ = ["ShmRuntime", "standalone", "worker_main"]
 
