@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,103 +38,16 @@ from autoplace.errors import PlacementError
 from autoplace.graph import Graph
 from autoplace.placement import Placement
 from autoplace.replicas import strategy_graph
-from autoplace.result import StepResult
 from autoplace.schedule import NO_SCHEDULE, deadlock, positions
 from autoplace.sim import _cbackend
 from autoplace.sim._args import COMM, ClusterArrays, GraphArrays
+from autoplace.sim.incremental import Incremental
+from autoplace.sim.results import BatchResult, Outputs, SimResult, Timeline, host_busy_share, placement_array
 
 __all__ = ["Simulator", "Incremental", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch",
            "host_busy_share", "BACKEND", "NO_SCHEDULE"]
 
 BACKEND = _cbackend.BACKEND  # "c" (the built extension) or "numba" (the reference kernel)
-
-
-@dataclass(frozen=True)
-class Timeline:
-    """Per-op start/finish times (of the kernel, on an asynchronous device; ``launch_start``: when its
-    launch began, the start on a synchronous one) and every transfer: its tensor, source and destination
-    device, when it moved (``transfer_start`` to ``transfer_end``: from taking its copy engine to its last
-    byte) and when it landed (``transfer_arrival``: ``transfer_end`` plus the link's latency)."""
-
-    start: np.ndarray
-    finish: np.ndarray
-    device: np.ndarray
-    transfer_tensor: np.ndarray
-    transfer_src: np.ndarray
-    transfer_dst: np.ndarray
-    transfer_start: np.ndarray
-    transfer_end: np.ndarray
-    transfer_arrival: np.ndarray
-    launch_start: np.ndarray | None = None
-
-    @property
-    def n_transfers(self) -> int:
-        return len(self.transfer_tensor)
-
-
-@dataclass(frozen=True)
-class SimResult(StepResult):
-    """What one simulated training step of a placement costs."""
-
-    ENV = "simulated"
-
-    step_time: float
-    device_names: tuple[str, ...]
-    busy_time: np.ndarray
-    peak_memory: np.ndarray
-    memory_capacity: np.ndarray
-    link_time: np.ndarray
-    link_bytes: np.ndarray
-    n_transfers: int
-    timeline: Timeline | None = field(default=None, repr=False)
-    segment_names: tuple[str, ...] = ()
-    segment_time: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    host_time: np.ndarray = field(default_factory=lambda: np.zeros(0))
-
-    @property
-    def transfer_bytes(self) -> int:
-        return int(self.link_bytes.sum())
-
-    @property
-    def transfer_time(self) -> float:
-        return float(self.link_time.sum())
-
-    def _links(self) -> list[dict]:
-        names = self.device_names
-        return [{"src": names[s], "dst": names[d], "bytes": int(self.link_bytes[s, d]),
-                 "busy_s": float(self.link_time[s, d])}
-                for s, d in zip(*np.nonzero(self.link_bytes + self.link_time))]
-
-    def to_dict(self) -> dict:
-        """Plain-JSON summary (what placement files and ``--json`` carry: :meth:`StepResult.to_dict`, and
-        the shared segments' busy time where the cluster has segments)."""
-        out = super().to_dict()
-        if self.segment_names:
-            out["segments"] = [{"name": n, "busy_s": float(b)} for n, b in zip(self.segment_names, self.segment_time)]
-        return out
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    """Summaries of ``B`` placements of one graph: arrays with a leading batch axis."""
-
-    step_time: np.ndarray
-    busy_time: np.ndarray
-    peak_memory: np.ndarray
-    memory_capacity: np.ndarray
-    link_time: np.ndarray
-    link_bytes: np.ndarray
-    n_transfers: np.ndarray
-    segment_time: np.ndarray
-    host_time: np.ndarray
-
-    @property
-    def oom(self) -> np.ndarray:
-        """``[B]`` bool: does placement ``b`` exceed some device's memory."""
-        return (self.peak_memory > self.memory_capacity[None, :]).any(axis=1)
-
-    def __len__(self) -> int:
-        return len(self.step_time)
 
 
 class Simulator:
@@ -190,7 +102,7 @@ class Simulator:
         """Device index per op, validated (range, device constraints)."""
         if isinstance(placement, Placement):
             return placement.to_array(self.graph, self.cluster)
-        dev = _int_array(placement)
+        dev = placement_array(placement)
         self._check_array(dev[None, :] if dev.ndim == 1 else dev)
         return dev
 
@@ -233,7 +145,7 @@ class Simulator:
         """``prios`` as a ``[B, n]`` int64 array shaped like ``devs`` (None stays None)."""
         if prios is None:
             return None
-        arr = _int_array(prios)
+        arr = placement_array(prios)
         if arr.size != devs.size:
             raise PlacementError(f"schedules have shape {arr.shape}, expected {devs.shape}")
         return arr.reshape(devs.shape)
@@ -360,7 +272,7 @@ class Simulator:
         B, n = devs.shape
         D, P, S = self.cluster.n_devices, graph.n_edges, len(self.cluster.segments)
         H = len(self.cluster.launcher_names)
-        out = _outputs(B, n, D, P, S)
+        out = Outputs(B, n, D, P, S)
         if _cbackend.BACKEND == "c":
             _cbackend.simulate(B, n, graph.n_tensors, P, D, S, H, (
                 devs, spos, op_times, *graph_args, *self._cluster_args, *out.timeline_arrays, *out.row_arrays))
@@ -402,7 +314,7 @@ class Simulator:
             if any(g is not None for g in given):
                 schedules = np.stack([np.full(self.graph.n_ops, NO_SCHEDULE) if g is None else g for g in given])
         else:
-            devs = _int_array(placements)
+            devs = placement_array(placements)
             self._check_array(devs)
         return self._execute(devs, schedules)[0]
 
@@ -423,140 +335,6 @@ class Simulator:
     def critical_path(self) -> float:
         """Longest path with every op on its fastest feasible device and free transfers."""
         return self.graph.longest_path(fastest_op_times(self.graph, self.cluster, self.op_times))
-
-
-#: an incremental recording's snapshots take about this many bytes at most, beside the transfers in flight
-#: (32 snapshots for graphs of up to about 100k ops, 4 for a 1M-op DAG)
-SNAPSHOT_BYTES = 2**26
-
-
-class Incremental:
-    """Placements near one recorded placement, each simulated from the first event its moves can change
-    (FlexFlow's delta simulation, exact): ``Incremental(sim, placement).run_batch(placements)`` gives what
-    ``sim.run_batch(placements)`` gives, bit for bit.
-
-    The recorded run keeps up to ``snapshots`` snapshots of its state between events (evenly spread; by
-    default 32, fewer where they would take over :data:`SNAPSHOT_BYTES`; at least 2) and,
-    per op, the first event that reads its device (a delivery from one of its producers). A placement that
-    moves a set of ops restores the latest snapshot before the first of those events, moves the ops (their
-    parameters, resident from the start, shift each device's memory so far by a constant) and runs the loop
-    on: the events before are the recorded run's (a placement whose snapshot would spare less than a quarter
-    of the recorded run's events runs from the start). A move late in the step re-simulates little of it; one of
-    an op that reads nothing (a parameter, an input) runs from the start. Memory: per snapshot about 4 bytes
-    per op, tensor and transfer issued so far, plus the transfers in flight; beside them a work space and
-    copies of what a run writes once (tens of bytes per op and edge).
-
-    Where :attr:`Simulator.incremental_exact` is false (the numba loop; collectives, exchange charges or host
-    contention), every placement runs from the start. No schedules: placements are arrays of device
-    indices. ``result`` is the recorded placement's :class:`BatchResult`."""
-
-    def __init__(self, sim: Simulator, placement: Placement | np.ndarray | Sequence[int], *,
-                 snapshots: int | None = None):
-        self._handle = None
-        if snapshots is not None and (isinstance(snapshots, bool) or not isinstance(snapshots, (int, np.integer))
-                                      or not 2 <= snapshots <= 1 << 20):
-            raise ValueError(f"snapshots must be an integer in [2, 1048576], got {snapshots!r}")
-        self.sim, self._snapshots = sim, snapshots
-        self.placement = self._placement(placement)
-        if not sim.incremental_exact:
-            self.result = sim.run_batch(self.placement[None, :])
-            return
-        g, c = sim.graph, sim.cluster
-        n, D, P, S = g.n_ops, c.n_devices, g.n_edges, len(c.segments)
-        H = len(c.launcher_names)
-        out = _outputs(1, n, D, P, S)
-        if snapshots is None:   # about 4 bytes per op, tensor and transfer each: at most SNAPSHOT_BYTES in all
-            snapshots = max(2, min(32, SNAPSHOT_BYTES // (4 * (n + g.n_tensors + P))))
-        self._handle = _cbackend.record(int(snapshots), n, g.n_tensors, P, D, S, H, (
-            self.placement[None, :], np.full((1, n), -1, np.int64), sim.op_times, *sim._graph_args,
-            *sim._cluster_args, *out.timeline_arrays, *out.row_arrays))
-        self.result = self._result(out, self.placement[None, :])
-
-    def _placement(self, placement: Placement | np.ndarray | Sequence[int]) -> np.ndarray:
-        if isinstance(placement, Placement) and placement.schedule is not None:
-            raise PlacementError("incremental simulation runs placements without a schedule")
-        return np.ascontiguousarray(self.sim.as_array(placement), dtype=np.int64)
-
-    def reset(self, placement: Placement | np.ndarray | Sequence[int]) -> None:
-        """Record ``placement`` instead (the memory of the last recording reused)."""
-        if self._handle is None:
-            self.__init__(self.sim, placement, snapshots=self._snapshots)
-            return
-        sim = self.sim
-        self.placement = self._placement(placement)
-        out = _outputs(1, sim.graph.n_ops, sim.cluster.n_devices, 0, len(sim.cluster.segments), timeline=False)
-        _cbackend.rerecord(self._handle, self.placement, out.loop_rows)
-        self.result = self._result(out, self.placement[None, :])
-
-    def run_batch(self, placements: np.ndarray | Sequence[int]) -> BatchResult:
-        """Simulate ``[B, n_ops]`` device indices: exactly ``Simulator.run_batch``'s result."""
-        devs = _int_array(placements)
-        if devs.ndim == 1:
-            devs = devs[None, :]
-        if self._handle is None:
-            return self.sim.run_batch(devs)
-        sim = self.sim
-        sim._check_array(devs)
-        B, n = devs.shape
-        D, S = sim.cluster.n_devices, len(sim.cluster.segments)
-        out = _outputs(B, n, D, 0, S, timeline=False)
-        _cbackend.run_recorded(self._handle, devs, out.loop_rows)
-        return self._result(out, devs)
-
-    def _result(self, out: _outputs, devs: np.ndarray) -> BatchResult:
-        """The rows' :class:`BatchResult`, once every row has run every op."""
-        self.sim._check_done(out.done, devs.shape[1], devs, np.full(devs.shape, -1, np.int64), None)
-        return out.batch(self.sim.cluster)
-
-    def close(self) -> None:
-        """Free the recorded run (also done when the object is collected)."""
-        if self._handle is not None:
-            _cbackend.free_recorded(self._handle)
-            self._handle = None
-
-    def __del__(self):
-        if getattr(self, "_handle", None) is not None:
-            self.close()
-
-    def __enter__(self) -> Incremental:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-class _outputs:
-    """The loops' output arrays for ``B`` rows (zeroed where the loops add to them)."""
-
-    def __init__(self, B: int, n: int, D: int, P: int, S: int, *, timeline: bool = True):
-        self.step, self.nx, self.done = np.zeros(B), np.zeros(B, np.int64), np.zeros(B, np.int64)
-        self.busy, self.host, self.peak = np.zeros((B, D)), np.zeros((B, D)), np.zeros((B, D), np.int64)
-        self.link_time, self.link_bytes = np.zeros((B, D, D)), np.zeros((B, D, D), np.int64)
-        self.seg_time = np.zeros((B, S))
-        if timeline:
-            self.start, self.finish, self.lstart = np.empty(n), np.empty(n), np.empty(n)
-            self.xf = (np.empty(P, np.int64), np.empty(P, np.int64), np.empty(P, np.int64), np.empty(P),
-                       np.empty(P), np.empty(P))
-
-    @property
-    def timeline_arrays(self) -> tuple:
-        return self.start, self.finish, self.lstart
-
-    @property
-    def loop_rows(self) -> tuple:
-        """The per-row outputs in the incremental loop's order."""
-        return (self.step, self.busy, self.host, self.peak, self.link_time, self.link_bytes, self.seg_time, self.nx,
-                self.done)
-
-    @property
-    def row_arrays(self) -> tuple:
-        """The arrays after ``lstart`` in the C loop's argument order."""
-        return (self.step, self.busy, self.host, self.peak, self.link_time, self.link_bytes, self.seg_time,
-                self.nx, *self.xf, self.done)
-
-    def batch(self, cluster: Cluster) -> BatchResult:
-        return BatchResult(self.step, self.busy, self.peak, cluster.memory_bytes.copy(), self.link_time,
-                           self.link_bytes, self.nx, self.seg_time, self.host)
 
 
 def _graph_arrays(g: Graph, c: Cluster) -> GraphArrays:
@@ -589,49 +367,6 @@ def _comm_positions(spos: np.ndarray, devs: np.ndarray, participant: np.ndarray,
             rank = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
             row[order] = rank
     return out
-
-
-def _busy_curve(start: np.ndarray, finish: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A device's cumulative busy time as a piecewise-linear curve ``(times, busy so far)`` for
-    :func:`numpy.interp`, from its ops' run intervals (overlapping ones merged)."""
-    keep = finish > start
-    order = np.argsort(start[keep], kind="stable")
-    s, f = start[keep][order], finish[keep][order]
-    if not len(s):
-        return np.zeros(1), np.zeros(1)
-    reach = np.maximum.accumulate(f)
-    first = np.ones(len(s), dtype=bool)
-    first[1:] = s[1:] > reach[:-1]
-    idx = np.flatnonzero(first)
-    lo, hi = s[idx], reach[np.r_[idx[1:] - 1, len(s) - 1]]
-    total = np.concatenate([[0.0], np.cumsum(hi - lo)])
-    x, y = np.empty(2 * len(lo)), np.empty(2 * len(lo))
-    x[0::2], x[1::2], y[0::2], y[1::2] = lo, hi, total[:-1], total[1:]
-    return x, y
-
-
-def host_busy_share(start: np.ndarray, finish: np.ndarray, dev: np.ndarray, shares_host: np.ndarray) -> np.ndarray:
-    """Per op, the share of its run ``[start, finish)`` during which the other devices of its host were busy
-    (summed over them, at most 1; 0 for an op that takes no time)."""
-    over = np.zeros(len(dev))
-    for e in np.flatnonzero(shares_host.any(axis=0)):
-        x, y = _busy_curve(start[dev == e], finish[dev == e])
-        sel = shares_host[dev, e]
-        over[sel] += np.interp(finish[sel], x, y) - np.interp(start[sel], x, y)
-    run = finish - start
-    return np.minimum(1.0, np.divide(over, run, out=np.zeros_like(over), where=run > 0))
-
-
-def _int_array(placement) -> np.ndarray:
-    """Device indices as an int64 array; one clear error for anything that is not a Placement or integers."""
-    try:
-        arr = np.asarray(placement)
-        if arr.dtype.kind not in "iub" and not (arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0)):
-            raise TypeError(arr.dtype)
-        return np.ascontiguousarray(arr, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        raise PlacementError(f"a placement must be a Placement or device indices per op, got "
-                             f"{type(placement).__name__}") from None
 
 
 def simulate(graph: Graph, cluster: Cluster, placement: Placement | np.ndarray | Sequence[int], *,
