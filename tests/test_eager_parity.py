@@ -151,13 +151,13 @@ def _lm():
 def test_compile_keeps_a_split_only_where_it_is_measured_faster(monkeypatch, tmp_path, faster):
     from test_placed import eager
 
-    import autoplace.api as api_mod
+    import autoplace.runtime.verify as verify_mod
 
     model, data, loss_fn = _lm()
     ref = copy.deepcopy(model)
     expected = eager(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9), loss_fn, data)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    monkeypatch.setattr(api_mod, "race", _race(0.010, 0.020) if faster == "placement" else _race(0.020, 0.019))
+    monkeypatch.setattr(verify_mod, "race", _race(0.010, 0.020) if faster == "placement" else _race(0.020, 0.019))
     rng = torch.random.get_rng_state()
     with autoplace.compile(model, data[0][0], loss_fn, opt, targets=data[0][1], method="metis", verify=True,
                            cache=tmp_path) as step:
@@ -183,7 +183,7 @@ def test_compile_keeps_a_split_only_where_it_is_measured_faster(monkeypatch, tmp
     def no_race(*a, **k):
         raise AssertionError("measured again")
 
-    monkeypatch.setattr(api_mod, "race", no_race)
+    monkeypatch.setattr(verify_mod, "race", no_race)
     with autoplace.compile(model, data[0][0], loss_fn, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
                            targets=data[0][1], method="metis", verify=True, cache=tmp_path) as again:
         assert again.placement_cached and again.verdict == step.verdict

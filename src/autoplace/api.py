@@ -25,7 +25,7 @@ from rich.progress import Progress
 from autoplace.cache import cached_graph
 from autoplace.capture import CaptureError, capture_training_step
 from autoplace.capture.cache import capture_key
-from autoplace.capture.inputs import as_tuple, resolve_model, split_inputs
+from autoplace.capture.inputs import resolve_model, split_inputs
 from autoplace.cluster import Cluster
 from autoplace.errors import AutoplaceError, InfeasibleError
 from autoplace.formats import load_graph, load_placement
@@ -37,19 +37,19 @@ from autoplace.placers.fast import best_fast
 from autoplace.progress import PlainLines, progress_to
 from autoplace.replicas import set_micro_batched, strategy_graph
 from autoplace.resolve import resolve_cluster
-from autoplace.runtime.backends import RUNTIMES, make_pool, runtime_for
-from autoplace.runtime.cache import cached_placement, cached_verdict, store_verdict
+from autoplace.runtime.backends import RUNTIMES, make_pool
+from autoplace.runtime.cache import cached_placement
 from autoplace.runtime.detect import detected_cluster
-from autoplace.runtime.dist.control import hosts_of
 from autoplace.runtime.dist.pool import DistributedPool
 from autoplace.runtime.eager import EagerRunner
 from autoplace.runtime.placed import PlacedStep, hyper_inputs, initial_values
 from autoplace.runtime.pool import DEFAULT_TIMEOUT_S, Runtime
 from autoplace.runtime.profile import calibrate, with_costs_of
 from autoplace.runtime.program import ExecutionError, torch_device
-from autoplace.runtime.verdict import Verdict, race, this_machine
+from autoplace.runtime.verdict import this_machine
+from autoplace.runtime.verify import baseline_device, known_verdict, local, on_one_device, one_device, verified
 from autoplace.search.work import nominal_budget
-from autoplace.sim import Simulator, simulate
+from autoplace.sim import Simulator
 from autoplace.validation import (
     MAX_BUDGET_S,
     as_scalar,
@@ -418,14 +418,14 @@ class _Compile:
             return PlacedStep(graph, cl, placed, fresh(), eager=runner, **common)
 
         t = time.perf_counter()
-        one = _one_device(chosen, cl)
-        verify = self.verify and one is None and _local(cl)
+        one = one_device(chosen, cl)
+        verify = self.verify and one is None and local(cl)
         cache_args = (graph, cl, self.keyed, self.seed, self.budget, self.folder) if self.cache is not False else None
-        known = _known_verdict(cache_args, cl, self.runtime, chosen) if verify else None
+        known = known_verdict(cache_args, cl, self.runtime, chosen) if verify else None
         if known is not None and known.kept == "one device":     # measured before: no workers needed
-            one = _baseline_device(cl)
-            chosen, verify = _on_one(graph, cl, one), False
-        if one is not None and self.runtime == Runtime.AUTO and _local(cl):
+            one = baseline_device(cl)
+            chosen, verify = on_one_device(graph, cl, one), False
+        if one is not None and self.runtime == Runtime.AUTO and local(cl):
             stage(f"setting up {cl.devices[one].name} in this process")
             pool.close(now=True)
             step = eager_step(one, chosen)
@@ -434,7 +434,7 @@ class _Compile:
             step = PlacedStep(graph, cl, chosen, fresh(), timeout=self.timeout, recompile=self.recompile, pool=pool,
                               eager_rng=self.eager_rng, **common)
             if verify:
-                step = _verified(step, eager_step, fresh, cl, self.method, self.inputs, self.targets, optimizer,
+                step = verified(step, eager_step, fresh, cl, self.method, self.inputs, self.targets, optimizer,
                                  cache_args, self.runtime, known, stage)
         step.verdict = step.verdict or known
         self.seconds["workers"] = time.perf_counter() - t
@@ -484,7 +484,7 @@ def _runnable_here(cluster: Cluster) -> bool:
         devices = [torch_device(d.name) for d in cluster.devices]
     except ExecutionError:
         return False
-    return _local(cluster) and all(d == "cpu" or int(d.split(":")[1]) < gpus for d in devices)
+    return local(cluster) and all(d == "cpu" or int(d.split(":")[1]) < gpus for d in devices)
 
 
 def _measured(graph: Graph, cluster: Cluster, profiled, pool, folder, stage) -> tuple[Graph, Cluster]:
@@ -497,119 +497,6 @@ def _measured(graph: Graph, cluster: Cluster, profiled, pool, folder, stage) -> 
     stage(f"calibrating: measuring {cluster.name} and {graph.n_ops} ops (once per machine and model)")
     return calibrate(graph, cluster, pool=pool, folder=folder, machine=this_machine(),
                      progress=lambda what: stage(f"calibrating: {what}"))
-
-
-def _one_device(placement: Placement, cluster: Cluster) -> int | None:
-    """The index of the one device every op of ``placement`` is on, or None."""
-    used = {d for d, n in placement.counts().items() if n}
-    return cluster.device_names.index(used.pop()) if len(used) == 1 else None
-
-
-def _local(cluster: Cluster) -> bool:
-    """Whether every device of ``cluster`` is on this host (one host, no rendezvous to reach others)."""
-
-    return len(hosts_of(cluster)) == 1 and not cluster.meta.get("rendezvous")
-
-
-def _on_one(graph: Graph, cluster: Cluster, device: int) -> Placement:
-    return Placement.from_array(graph, cluster, [device] * graph.n_ops, f"one device ({cluster.devices[device].name})")
-
-
-def _baseline_device(cluster: Cluster) -> int:
-    """The device a user runs the whole step on without autoplace: the first GPU, else the first CPU."""
-    return next(iter(cluster.devices_of_kind("gpu") or cluster.devices_of_kind("cpu") or [0]))
-
-
-def _machine(cluster: Cluster, runtime: str, placement: Placement) -> str:
-    """What a measured verdict holds for: this machine and the runtime the placement runs on (replicas run on
-    the distributed runtime)."""
-
-    replicas = int((placement.meta.get("strategy") or {}).get("replicas", 1))
-    return f"{this_machine()}, runtime {'distributed' if replicas > 1 else runtime_for(cluster, runtime)}"
-
-
-def _known_verdict(cache_args, cluster: Cluster, runtime: str, placement: Placement):
-    """The verdict cached with the placement, measured on this machine and runtime against the device
-    one-device steps run on here; else None."""
-
-    if not cache_args:
-        return None
-    v = cached_verdict(*cache_args, machine=_machine(cluster, runtime, placement))
-    return v if v is not None and v.device == cluster.devices[_baseline_device(cluster)].name else None
-
-
-def _verified(step: PlacedStep, eager_step, fresh, cluster: Cluster, method: str, inputs, targets, optimizer,
-              cache_args, runtime: str, verdict, stage) -> PlacedStep:
-    """``step`` (a placement over several devices) if it is measured faster than the whole step on one
-    device, else the one-device step (:mod:`autoplace.runtime.verdict`); the verdict (``verdict``: the
-    cached one, else measured now) is set on the step returned and cached with the placement
-    (``cache_args``: the cache's key and folder, or None); ``fresh()``: the state to start from again
-    after the measured steps. Where the whole step does not fit on one device (simulated), nothing is
-    measured: the placement is kept."""
-    import torch
-
-
-    graph = step.graph
-    device = _baseline_device(cluster)
-    if verdict is None:
-        one = _on_one(graph, cluster, device)
-        sim = Simulator(graph, cluster)
-        ran_one = sim.run(one)
-        if not ran_one.ok:                              # one device is no option: nothing to race
-            stage(f"keeping the placement: the whole step does not fit on {cluster.devices[device].name}")
-            return step
-        simulated, simulated_one = simulate(step.run_graph, cluster, step.placement).step_time, ran_one.step_time
-        probe = eager_step(device, one)
-        args, tgt = split_inputs(inputs), as_tuple(targets)
-        cuda = [d for d in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
-        called = getattr(optimizer, "_opt_called", None)
-        failed: dict[str, Exception] = {}
-
-        def guarded(name: str, fn):
-            def run():
-                try:
-                    return fn()
-                except Exception as e:
-                    failed[name] = e
-                    raise
-            return run
-
-        try:
-            with torch.random.fork_rng(devices=cuda):   # the measured steps leave the user's RNG as it was
-                times = race({"placed": guarded("placed", lambda: step(inputs, targets)),
-                              "one device": guarded("one device", lambda: probe._eager.step(
-                                  args, tgt, optimizer.param_groups))},
-                             progress=stage)
-        except Exception as e:                          # noqa: BLE001 - which contender failed decides
-            if "placed" in failed:                      # the placement does not run: one device, said so
-                step.close()
-                warnings.warn(f"the {method} placement failed when measured against one device, so the step "
-                              f"runs on {cluster.devices[device].name}: {e}", stacklevel=3)
-                return eager_step(device, one)
-            if "one device" not in failed:
-                raise
-            stage(f"keeping the placement: the whole step failed on {cluster.devices[device].name} ({e})"[:200])
-            step.reset(fresh())                         # one device failed (out of memory, say): keep the split
-            return step
-        finally:
-            probe.close()
-            if called is None:                          # nor tell a scheduler that the optimizer stepped
-                vars(optimizer).pop("_opt_called", None)
-            else:
-                optimizer._opt_called = called
-        verdict = Verdict.decide(method, cluster.devices[device].name, times, simulated, simulated_one,
-                                 _machine(cluster, runtime, step.placement))
-        if cache_args:
-            store_verdict(verdict, *cache_args)
-        if verdict.kept == "placement":
-            step.reset(fresh())                         # the measured steps trained it: start again
-    if verdict.kept == "placement":
-        step.verdict = verdict
-        return step
-    step.close()
-    out = eager_step(device, _on_one(graph, cluster, device))
-    out.verdict = verdict
-    return out
 
 
 #: the micro-batch counts ``compile(micro_batches="auto")`` tries (those that divide the batch)
