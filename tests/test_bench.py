@@ -681,7 +681,7 @@ def test_gdp_batch_table_from_its_results(tmp_path):
     """GDP-batch's gain over GDP-one and the batch policy's zero-shot section, from made-up results; a graph
     file's results are found by its content whatever its path."""
     from autoplace.bench import QUICK, make_run
-    from autoplace.bench.builders import _batch_job, build_gdp_batch
+    from autoplace.bench.gdp_tables import _batch_job, build_gdp_batch
 
     run, spec = make_run(quick=True, budgets=QUICK), TABLES["gdp-table2"]
     settings = tuple(Setting(f"/data/{n}.json", "p100x2", digest=f"sha256:{n}") for n in ("a", "b"))
@@ -717,7 +717,7 @@ def test_gdp_batch_over_seeds_against_its_three_baselines(tmp_path, monkeypatch)
     from made-up results, each setting's wall time the batch's over its settings."""
     from autoplace.bench import QUICK, make_run
     from autoplace.bench import jobs as bench_jobs
-    from autoplace.bench.builders import _batch_baselines, _batch_job, build_gdp_batch, gdp_batch_jobs
+    from autoplace.bench.gdp_tables import _batch_baselines, _batch_job, build_gdp_batch, gdp_batch_jobs
 
     run, spec = make_run(quick=True, budgets=QUICK, seeds=(0, 1)), TABLES["gdp-table2"]
     a, b = settings = (Setting("rnnlm-2", "p100x2"), Setting("wavenet-2x18", "p100x2"))
@@ -778,7 +778,7 @@ def test_held_out_placements_over_seeds_against_their_baselines(tmp_path):
     its samples are fixed) and auto for its wall time; the fine-tune against the pre-trained policy sampling
     without updates for its samples and its wall time, and auto for its wall time."""
     from autoplace.bench import QUICK, make_run
-    from autoplace.bench.builders import _holdout_auto, _holdout_job, build_holdout, holdout_jobs
+    from autoplace.bench.gdp_tables import _holdout_auto, _holdout_job, build_holdout, holdout_jobs
 
     run, spec = make_run(quick=True, budgets=QUICK, seeds=(0, 1)), TABLES["gdp-generalisation"]
     settings = (Setting("rnnlm-2", "p100x2"), Setting("wavenet-2x18", "p100x2"))

@@ -15,6 +15,8 @@ import json
 import os
 
 import autoplace.bench.builders as b
+import autoplace.bench.gdp_tables as gdp_tables
+import autoplace.bench.htf_tables as htf_tables
 import autoplace.bench.published as published
 from autoplace.bench.jobs import LEARNED, SAME_WALL, WALL_OF, WALL_PARTS, Job, Setting
 from autoplace.bench.plan import TableSpec
@@ -110,13 +112,13 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
                     "expert."),
     TableSpec("gdp-table2", "GDP (Zhou et al.), Table 2: GDP-batch against GDP-one", full=_GDP_BATCH,
               quick=(_s("rnnlm-2", "p100x2"), _s("transformer-xl-2", "p100x2"), _s("wavenet-2x18", "p100x2")),
-              jobs=b.gdp_batch_jobs, build=b.build_gdp_batch,
+              jobs=gdp_tables.gdp_batch_jobs, build=gdp_tables.build_gdp_batch,
               zero_shot=(_s("gnmt-8", "p100x8"),), zero_shot_quick=(_s("rnnlm-4", "p100x4"),),
               about="One GDP policy trained over a batch of graphs against one policy per graph, the same work "
                     "per graph; then the batch policy places a larger graph it never saw zero-shot."),
     TableSpec("gdp-generalisation", "GDP (Zhou et al.), Figure 2: graphs the policy never saw", full=_HOLDOUT,
               quick=(_s("rnnlm-2", "p100x2"), _s("transformer-xl-2", "p100x2"), _s("wavenet-2x18", "p100x2")),
-              jobs=b.holdout_jobs, build=b.build_holdout,
+              jobs=gdp_tables.holdout_jobs, build=gdp_tables.build_holdout,
               about="Leave-one-out: a policy pre-trained on the other graphs places the held-out one zero-shot, "
                     "then fine-tuned; against an untrained policy and GDP from scratch with the same updates."),
     TableSpec("htf-mpr", "HTF-MPR (Albaqsami et al.): speedup over the default mapping", full=_HTF,
@@ -128,11 +130,11 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
                     "not steps: its steps are shown relative to the default."),
     TableSpec("htf-mpr-predictor", "HTF-MPR (Albaqsami et al.), Figure 8: the fitness predictors", full=_HTF,
               quick=(_s("alexnet", "gtx1050tix2"), _s("mnist-softmax", "gtx1050tix2")),
-              jobs=b.predictor_jobs, build=b.build_predictor,
+              jobs=htf_tables.predictor_jobs, build=htf_tables.build_predictor,
               about="Every predictor ranked on the mappings one HTF-MPR search evaluated."),
     TableSpec("htf-mpr-enumerate", "HTF-MPR (Albaqsami et al.): every mapping of a small graph",
               full=(_s("mnist-softmax", "gtx1050tix2"),), quick=(_s("mnist-softmax", "gtx1050tix2"),),
-              jobs=b.enumerate_jobs, build=b.build_enumerate,
+              jobs=htf_tables.enumerate_jobs, build=htf_tables.build_enumerate,
               about="Every mapping of the graph's HTF-MPR nodes (its co-location groups) to the devices, simulated: "
                     "how many beat the default mapping (every op on the first GPU), and where HTF-MPR's ranks "
                     "(`--quick`: the nodes coarsened to 3^9 mappings)."),

@@ -12,7 +12,7 @@ from autoplace.placers.registry import PlacerFn, PlacerInfo, available_placers, 
 
 __all__ = ["PlacerFn", "PlacerInfo", "register_placer", "get_placer", "available_placers", "place"]
 
-# Built-in placer modules register themselves on import, in this order (available_placers() lists them so).
+# Built-in placer modules register themselves on import (available_placers() lists them in registry.LISTING's order).
 from autoplace.placers import auto, baselines, cpsat, dp_split, pipeline, expert  # noqa: E402,F401,I001
 from autoplace.placers.learned import rl, gdp, hdp, htf_mpr  # noqa: E402,F401,I001
 from autoplace.placers import (  # noqa: E402,F401,I001

@@ -43,6 +43,11 @@ class PlacerInfo:
 
 _REGISTRY: dict[str, PlacerInfo] = {}
 
+#: the order placers are listed in (tables' columns, ``compare``'s rows, help): by module, as here, then by
+#: registration within a module; a placer of another module comes after these, in registration order
+LISTING = ("auto", "baselines", "cpsat", "dp_split", "pipeline", "expert", "learned.rl", "learned.gdp", "learned.hdp",
+           "learned.htf_mpr", "list_scheduling", "baechi", "local_search", "partitioning", "replicated")
+
 
 def register_placer(name: str, *, description: str, paper: str = "", memory_aware: bool = False,
                     learned: bool = False, search: Callable | None = None,
@@ -71,13 +76,19 @@ def get_placer(name: str) -> PlacerInfo:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise UnknownNameError(f"unknown placement method {name!r} (known: {', '.join(_REGISTRY)})") from None
+        raise UnknownNameError(f"unknown placement method {name!r} (known: {', '.join(available_placers())})") from None
 
 
 def available_placers(*, include_learned: bool = True, include_strategies: bool = True) -> list[str]:
-    """Registered placer names, in registration order; ``include_learned=False`` leaves out the learned ones,
-    ``include_strategies=False`` the strategies (placements of a replicated step)."""
-    return [n for n, info in _REGISTRY.items()
+    """Registered placer names, in :data:`LISTING` order (whichever module was imported first);
+    ``include_learned=False`` leaves out the learned ones, ``include_strategies=False`` the strategies
+    (placements of a replicated step)."""
+    def rank(item: tuple[int, tuple[str, PlacerInfo]]) -> tuple[int, int]:
+        k, (_, info) = item
+        module = info.fn.__module__.removeprefix("autoplace.placers.")
+        return (LISTING.index(module) if module in LISTING else len(LISTING), k)
+
+    return [n for _, (n, info) in sorted(enumerate(_REGISTRY.items()), key=rank)
             if (include_learned or not info.learned) and (include_strategies or not info.strategy)]
 
 
