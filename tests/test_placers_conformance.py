@@ -201,3 +201,14 @@ def test_strategy_needs_a_capture(method):
     """A graph read from a file has no micro-batch capture to replicate: the strategy says so."""
     with pytest.raises(InfeasibleError, match="micro_batches"):
         place(constrained_graph(), get_cluster("k80x2"), method)
+
+
+def test_placers_are_listed_in_the_registry_order_whatever_imported_them_first():
+    """Tables' columns and compare's rows follow ``registry.LISTING`` (by module, then registration), not the
+    order in which their modules happened to be imported."""
+    from autoplace.placers import available_placers
+
+    assert available_placers() == [
+        "auto", "single-cpu", "single-gpu", "cp-sat", "dp-split", "pipeline", "expert", "rl", "gdp", "hdp", "htf-mpr",
+        "tf-greedy", "heft", "m-topo", "m-etf", "m-sct", "local-search", "scotch", "mincut", "metis", "data-parallel",
+        "towers", "towers-async", "hybrid", "pipelined"]
