@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 
-TABLE1 = {"rnnlm-2": (8943, 188), "nmt-2": (22097, 280), "inception-v3": (31180, 83)}
+from autoplace.bench.published import MIRHOSEINI_TABLE1 as TABLE1
+
 RULESETS = [("colocation",), ("colocation", "gradient"), ("colocation", "structure"),
             ("colocation", "single-consumer"), ("colocation", "gradient", "single-consumer", "structure"),
             ("colocation", "gradient", "single-consumer", "structure", "structure-first")]

@@ -7,9 +7,15 @@ Figure 8) is summarised by the claims its text makes (:data:`GDP_FIGURE2_CLAIMS`
 
 from __future__ import annotations
 
-__all__ = ["MIRHOSEINI_TABLE2", "MIRHOSEINI_LARGE_RL", "GDP_TABLE1", "GDP_TABLE2", "GDP_FIGURE2_CLAIMS", "HTF_SPEEDUP",
-           "HTF_FIGURE8_CLAIM", "HTF_ENUMERATION_SHARE",
+__all__ = ["MIRHOSEINI_TABLE1", "HTF_TABLE1_OPS", "MIRHOSEINI_TABLE2", "MIRHOSEINI_LARGE_RL", "GDP_TABLE1",
+           "GDP_TABLE2", "GDP_FIGURE2_CLAIMS", "HTF_SPEEDUP", "HTF_FIGURE8_CLAIM", "HTF_ENUMERATION_SHARE",
            "mirhoseini_seconds", "gdp_table1_seconds"]
+
+#: Mirhoseini et al. 2017, Table 1: each model's TensorFlow graph, (ops, co-location groups).
+MIRHOSEINI_TABLE1 = {"rnnlm-2": (8943, 188), "nmt-2": (22097, 280), "inception-v3": (31180, 83)}
+
+#: HTF-MPR (Albaqsami et al.), Table I: each model's graph, ops.
+HTF_TABLE1_OPS = {"alexnet": 295, "vgg16": 376, "mnist-softmax": 99}
 
 #: Mirhoseini et al. 2017, Table 2 (seconds per step): single-CPU, single-GPU, then per number of GPUs
 #: (2, 4): Scotch, MinCut, Expert, RL.
