@@ -23,7 +23,8 @@ import time
 
 import numpy as np
 from _common import print_table, save_json
-from fidelity import MODELS, _scaled, anchor_of, kendall_tau, pairwise_order_accuracy, placements_for
+
+from autoplace.bench.fidelity import MODELS, anchor_of, kendall_tau, pairwise_order_accuracy, placements_for, scaled
 
 RUNTIMES = ("shm", "distributed")
 
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
                 sim = Simulator(profiled, clusters[rt])
                 med = np.median(runs[rt], axis=0)
                 anchor = anchor_of([med[j] for j in singles], [sim.run(placements[j]).step_time for j in singles])
-                sim = Simulator(_scaled(profiled, anchor), clusters[rt])
+                sim = Simulator(scaled(profiled, anchor), clusters[rt])
                 scored = [j for j in ok if j not in singles]
                 s = np.array([sim.run(placements[j]).step_time for j in scored])
                 m = med[scored]

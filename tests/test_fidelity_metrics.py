@@ -1,20 +1,11 @@
-"""The fidelity benchmark's metrics on hand-computed cases (benchmarks/fidelity.py)."""
+"""The fidelity benchmark's metrics on hand-computed cases (autoplace.bench.fidelity)."""
 
 from __future__ import annotations
-
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-_scripts = Path(__file__).parents[1] / "benchmarks"
-if str(_scripts) not in sys.path:
-    sys.path.append(str(_scripts))           # as when the script runs: its folder's _common.py importable
-_spec = importlib.util.spec_from_file_location("fidelity", _scripts / "fidelity.py")
-fidelity = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fidelity)
+import autoplace.bench.fidelity as fidelity
 
 
 def test_pairwise_order_accuracy_scores_only_pairs_clearly_apart():
