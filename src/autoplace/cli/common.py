@@ -15,7 +15,6 @@ from rich.progress import Progress
 from rich.text import Text
 
 from autoplace.cluster import Cluster
-from autoplace.comparison import failure_reason
 from autoplace.errors import AutoplaceError, FormatError
 from autoplace.formats import placement_from_dict, read_json
 from autoplace.formats.files import check_output_path
@@ -182,10 +181,6 @@ def with_progress(title: str, quiet: bool, work):
             return work()
 
 
-def failure(result: Any) -> str:
-    """Why a result is failing: the run's error, or the devices out of memory."""
-
-    return failure_reason(result)
 
 
 def jsonable(x: Any) -> Any:

@@ -26,7 +26,6 @@ from autoplace.cli.common import (
     check_output,
     console,
     env_kwargs,
-    failure,
     finite_or_none,
     granular,
     jsonable,
@@ -36,7 +35,7 @@ from autoplace.cli.common import (
     placement_or_map,
     print_json,
 )
-from autoplace.comparison import auto_choice, compare, row_note, speedup
+from autoplace.comparison import auto_choice, compare, failure_reason, row_note, speedup
 from autoplace.env import make_env
 from autoplace.placers import available_placers, get_placer
 from autoplace.plots import comparison_png
@@ -167,7 +166,7 @@ def _table(cluster, result) -> tuple[list[str], list[list[str]], str]:
             table_rows.append([r.method, "-", "-", "-", "-", "-", *["-"] * len(names), why_none,
                                fmt_time(r.search_time_s)])
             continue
-        status = failure(r.result) if not r.result.ok else "ok"
+        status = failure_reason(r.result) if not r.result.ok else "ok"
         rng = result.ranges.get(r.method)
         note = note_of(r)
         gap = result.gap(r)

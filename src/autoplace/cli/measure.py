@@ -25,7 +25,6 @@ from autoplace.cli.common import (
     check_output,
     console,
     exit_code,
-    failure,
     note_estimates,
     note_other_cluster,
     parse_params,
@@ -34,6 +33,7 @@ from autoplace.cli.common import (
     written,
 )
 from autoplace.cli.simulate import sim_table
+from autoplace.comparison import failure_reason
 from autoplace.formats import cluster_to_dict, save_cluster, save_graph
 from autoplace.replicas import strategy_graph
 from autoplace.resolve import resolve_cluster, resolve_graph
@@ -96,7 +96,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     con = console()
     if not result.ok:
         con.print(bold((graph.name, "bold"), " on ", (cluster.name, "bold"), f" ({placement.method}): ",
-                        ("FAILING", "bold red"), f": {failure(result)}"))
+                        ("FAILING", "bold red"), f": {failure_reason(result)}"))
         return exit_code(result)
     steps = np.asarray(result.step_times[1:] if len(result.step_times) > 1 else result.step_times)
     con.print(bold((graph.name, "bold"), " on ", (cluster.name, "bold"), f" ({placement.method}): measured step "

@@ -26,13 +26,13 @@ from autoplace.cli.common import (
     console,
     env_kwargs,
     exit_code,
-    failure,
     finite_or_none,
     granular,
     parse_params,
     print_json,
     with_progress,
 )
+from autoplace.comparison import failure_reason
 from autoplace.env import make_env
 from autoplace.errors import AutoplaceError, FormatError
 from autoplace.formats import save_placement
@@ -120,7 +120,7 @@ def cmd_place(args: argparse.Namespace) -> int:
         return exit_code(result)
     else:
         counts = ", ".join(f"{d}: {n}" for d, n in sorted(placement.counts().items()))
-        status = "ok" if result.ok else "FAILING (" + failure(result) + ")"
+        status = "ok" if result.ok else "FAILING (" + failure_reason(result) + ")"
         console(args.output == "-").print(f"{placement.method}: {args.env} step time {fmt_time(result.step_time)}, "
                          f"{status}; ops per device "
                          f"{counts}; written to {args.output}")
