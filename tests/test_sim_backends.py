@@ -9,6 +9,7 @@ from test_sim_properties import SETTINGS, cases
 
 from autoplace.schedule import NO_SCHEDULE, positions
 from autoplace.sim import BACKEND, Simulator, _kernel
+from autoplace.sim.results import Outputs
 
 pytestmark = pytest.mark.skipif(BACKEND != "c", reason="the C extension is not built here")
 
@@ -16,17 +17,16 @@ pytestmark = pytest.mark.skipif(BACKEND != "c", reason="the C extension is not b
 def numba_run(sim: Simulator, dev: np.ndarray, op_times: np.ndarray | None = None, spos: np.ndarray | None = None):
     g, c = sim.graph, sim.cluster
     n, D, P, S = g.n_ops, c.n_devices, g.n_edges, len(c.segments)
-    start, finish, lstart = np.empty(n), np.empty(n), np.empty(n)
-    busy, host, peak = np.zeros(D), np.zeros(D), np.zeros(D, np.int64)
-    lt, lb, st = np.zeros((D, D)), np.zeros((D, D), np.int64), np.zeros(S)
-    xf = [np.empty(P, np.int64) for _ in range(3)] + [np.empty(P), np.empty(P), np.empty(P)]
+    out = Outputs(1, n, D, P, S)
     op_times = sim.op_times if op_times is None else op_times
     spos = np.full(n, -1, np.int64) if spos is None else spos
-    step, nx, done = _kernel.simulate_one(dev, spos, op_times, *sim._graph_args, *sim._cluster_args,
-                                          len(c.launcher_names), start, finish, lstart, busy, host, peak, lt, lb, st,
-                                          *xf)
-    assert done == n
-    return step, start, finish, lstart, busy, host, peak, lt, lb, st, nx, [a[:nx] for a in xf]
+    _kernel.simulate(dev[None, :], spos[None, :], op_times, sim._graph_args, sim._cluster_args, out.trace, out.rows)
+    r, tr = out.rows, out.trace
+    nx = int(r.n_transfers[0])
+    assert r.n_finished[0] == n
+    return (r.step_time[0], tr.start, tr.finish, tr.lstart, r.busy_time[0], r.host_time[0], r.peak[0],
+            r.link_time[0], r.link_bytes[0], r.seg_time[0], nx,
+            [a[:nx] for a in (tr.xf_tensor, tr.xf_src, tr.xf_dst, tr.xf_start, tr.xf_end, tr.xf_land)])
 
 
 @SETTINGS

@@ -78,6 +78,7 @@ class Simulator:
                          else np.zeros(0, np.int64))
         self._lowered: dict[bytes, tuple[Lowered, GraphArrays]] = {}
         self._cluster_args = ClusterArrays(
+            n_devices=c.n_devices, n_segments=len(c.segments), n_launchers=len(c.launcher_names),
             bandwidth=f64(c.bandwidth), latency=f64(c.latency), overhead=f64(c.overhead), route_ptr=c.route_ptr,
             route_seg=c.route_seg, seg_bw=f64(c.segment_bandwidth), send_cap=c.send_engines,
             recv_cap=c.recv_engines, concurrency=c.concurrency, launcher=c.launcher, launch_cost=f64(c.op_overhead),
@@ -271,22 +272,15 @@ class Simulator:
         """The event loop (C if built, else numba) on every row of ``devs``; also each row's ops finished."""
         B, n = devs.shape
         D, P, S = self.cluster.n_devices, graph.n_edges, len(self.cluster.segments)
-        H = len(self.cluster.launcher_names)
         out = Outputs(B, n, D, P, S)
         if _cbackend.BACKEND == "c":
-            _cbackend.simulate(B, n, graph.n_tensors, P, D, S, H, (
-                devs, spos, op_times, *graph_args, *self._cluster_args, *out.timeline_arrays, *out.row_arrays))
+            _cbackend.simulate(devs, spos, op_times, graph_args, self._cluster_args, out.trace, out.rows)
         else:                           # the numba kernel (numba imported here: only where the C loop is not)
             from autoplace.sim import _kernel
 
-            for b in range(B):
-                out.step[b], out.nx[b], out.done[b] = _kernel.simulate_one(
-                    devs[b], spos[b], op_times, *graph_args, *self._cluster_args, H, *out.timeline_arrays,
-                    out.busy[b], out.host[b], out.peak[b], out.link_time[b], out.link_bytes[b], out.seg_time[b],
-                    *out.xf)
-        k = int(out.nx[-1]) if B else 0
-        timeline = Timeline(out.start, out.finish, devs[-1] if B else devs, *(a[:k] for a in out.xf), out.lstart)
-        return out.batch(self.cluster), timeline, out.done
+            _kernel.simulate(devs, spos, op_times, graph_args, self._cluster_args, out.trace, out.rows)
+        timeline = out.timeline(devs[-1] if B else devs)
+        return out.batch(self.cluster), timeline, out.rows.n_finished
 
     def run(self, placement: Placement | np.ndarray | Sequence[int], *, trace: bool = False,
             schedule: np.ndarray | Sequence[int] | None = None) -> SimResult:
@@ -341,7 +335,8 @@ def _graph_arrays(g: Graph, c: Cluster) -> GraphArrays:
     """The graph's argument bundle for both loops (index arrays as int32: half the memory traffic)."""
     i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
     return GraphArrays(
-        order=g.topological_order, tensor_src=g.tensor_src, tensor_bytes=g.tensor_bytes,
+        n_ops=g.n_ops, n_tensors=g.n_tensors, n_pairs=g.n_edges, order=g.topological_order,
+        tensor_src=g.tensor_src, tensor_bytes=g.tensor_bytes,
         tensor_alloc=g.tensor_alloc, tensor_out=g.tensor_out, op_tensor_ptr=i32(g.op_tensor_ptr),
         tensor_pair_ptr=i32(g.tensor_pair_ptr), pair_op=i32(g.pair_op), pair_tensor=g.pair_tensor,
         in_ptr=i32(g.in_ptr), in_pair=i32(g.in_pair), out_alloc_total=g.out_alloc_total,

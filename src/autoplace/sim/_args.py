@@ -1,9 +1,12 @@
-"""The simulator loops' arguments, named once.
+"""The simulator loops' arguments, named once: four structs.
 
-Both loops (the numba kernel ``_kernel.simulate_one`` and the C ``ap_simulate``) take the graph's and the
-cluster's arrays in the order of :class:`GraphArrays` and :class:`ClusterArrays`; :class:`Simulator`
-builds them by name. The C build states its argument list (``ap_arg_names``) and is refused when it differs
-from :data:`C_ARRAYS`; ``tests/test_sim_backends.py`` holds the numba kernel's parameters to the same names.
+Both loops (the numba kernel ``_kernel.simulate`` and the C ``ap_simulate``) take a batch of placements and
+their schedules, the op times, and four structs: the graph (:class:`GraphArrays`), the cluster
+(:class:`ClusterArrays`), the timeline they write (:class:`TraceArrays`) and the per-placement outputs
+(:class:`RowArrays`). numba takes the named tuples as they are; the C loop takes C structs with the same
+fields in the same order (sizes as 64-bit integers, arrays as pointers to their data), which
+``_cbackend`` builds with ctypes. The C build lists its structs' fields (``ap_struct_fields``) and is
+refused when they differ from these (:data:`STRUCTS`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["GraphArrays", "ClusterArrays", "C_ARRAYS", "COMM"]
+__all__ = ["GraphArrays", "ClusterArrays", "TraceArrays", "RowArrays", "STRUCTS", "COMM"]
 
 #: ``spos`` of a communication op (a collective's step, run by the communication library: never queued)
 COMM = -2
@@ -21,6 +24,9 @@ COMM = -2
 class GraphArrays(NamedTuple):
     """The graph as the loops read it (index arrays int32 where ``Simulator`` says so)."""
 
+    n_ops: int
+    n_tensors: int
+    n_pairs: int                  #: (tensor, reader) pairs: the graph's edges
     order: np.ndarray             #: a topological order of the ops
     tensor_src: np.ndarray        #: each tensor's producing op
     tensor_bytes: np.ndarray      #: each tensor's bytes (what a transfer moves)
@@ -44,6 +50,9 @@ class GraphArrays(NamedTuple):
 class ClusterArrays(NamedTuple):
     """The cluster as the loops read it."""
 
+    n_devices: int
+    n_segments: int
+    n_launchers: int              #: host threads that launch asynchronous devices' ops
     bandwidth: np.ndarray         #: ``[D, D]`` bytes/s
     latency: np.ndarray           #: ``[D, D]`` seconds
     overhead: np.ndarray          #: ``[D, D]`` a copy's submit overhead, seconds
@@ -58,8 +67,33 @@ class ClusterArrays(NamedTuple):
     qdepth: np.ndarray            #: each device's launch queue depth
 
 
-#: ``ap_simulate``'s array arguments, in order (after the sizes ``B, n, T, P, D, S, H``)
-C_ARRAYS = ("devs", "spos", "optime", *GraphArrays._fields, *ClusterArrays._fields,
-            "start", "finish", "lstart", "step_time", "busy_time", "host_time", "peak", "link_time", "link_bytes",
-            "seg_time", "n_transfers", "xf_tensor", "xf_src", "xf_dst", "xf_start", "xf_end", "xf_land",
-            "n_finished")
+class TraceArrays(NamedTuple):
+    """A run's timeline: scratch every row of a call writes (the last row's is left in it)."""
+
+    start: np.ndarray             #: ``[n]`` each op's (kernel's) start
+    finish: np.ndarray            #: ``[n]`` its end
+    lstart: np.ndarray            #: ``[n]`` its launch's start (its start on a synchronous device)
+    xf_tensor: np.ndarray         #: ``[P]`` each transfer's tensor (room for one per pair)
+    xf_src: np.ndarray
+    xf_dst: np.ndarray
+    xf_start: np.ndarray          #: when it started moving
+    xf_end: np.ndarray            #: when it moved its last byte
+    xf_land: np.ndarray           #: when it landed (a latency later)
+
+
+class RowArrays(NamedTuple):
+    """Per-placement outputs with a leading row axis (zeroed where the loops add to them)."""
+
+    step_time: np.ndarray         #: ``[B]``
+    busy_time: np.ndarray         #: ``[B, D]`` seconds each device computed
+    host_time: np.ndarray         #: ``[B, D]`` seconds its launcher spent on it
+    peak: np.ndarray              #: ``[B, D]`` peak bytes
+    link_time: np.ndarray         #: ``[B, D, D]`` seconds each link moved data
+    link_bytes: np.ndarray        #: ``[B, D, D]``
+    seg_time: np.ndarray          #: ``[B, S]`` seconds each shared segment carried a transfer
+    n_transfers: np.ndarray       #: ``[B]``
+    n_finished: np.ndarray        #: ``[B]`` ops finished (``n`` unless the loop stalled)
+
+
+#: the C structs' names in ``ap_struct_fields``, and the named tuples whose fields they hold
+STRUCTS = {"graph": GraphArrays, "cluster": ClusterArrays, "trace": TraceArrays, "rows": RowArrays}

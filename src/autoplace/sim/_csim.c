@@ -157,6 +157,48 @@ enum { L_FREE = 0, L_BUSY = 1, L_SYNC = 2, L_DEPTH = 3 };
 static inline i64 key_of(i64 kind, i64 id) { return (kind << KSHIFT) + id; }
 static inline double dmax(double a, double b) { return a > b ? a : b; }
 
+/* The entry points' arguments, a struct each: their fields are autoplace/sim/_args.py's named tuples
+ * (GraphArrays, ClusterArrays, TraceArrays, RowArrays) in order, which ap_struct_fields lists so that
+ * _cbackend refuses a build whose lists differ. The graph's index arrays are int32. */
+typedef struct {
+    i64 n_ops, n_tensors, n_pairs;
+    const i64 *order, *tensor_src, *tensor_bytes, *tensor_alloc, *tensor_out;
+    const i32 *op_tensor_ptr, *tensor_pair_ptr, *pair_op;
+    const i64 *pair_tensor;
+    const i32 *in_ptr, *in_pair;
+    const i64 *out_alloc_total, *unconsumed_alloc, *param_bytes;
+    const i32 *alias_pair, *op_pair_ptr, *op_group;
+    const i64 *group_launch;
+} ApGraph;
+
+typedef struct {
+    i64 n_devices, n_segments, n_launchers;
+    const double *bandwidth, *latency, *overhead;
+    const i64 *route_ptr, *route_seg;
+    const double *seg_bw;
+    const i64 *send_cap, *recv_cap, *concurrency, *launcher;
+    const double *launch_cost;
+    const i64 *qdepth;
+} ApCluster;
+
+/* A run's timeline: scratch that every row of a call writes (the last row's is left in it). */
+typedef struct {
+    double *start, *finish, *lstart;
+    i64 *xf_tensor, *xf_src, *xf_dst;
+    double *xf_start, *xf_end, *xf_land;
+} ApTrace;
+
+/* Per-placement outputs, each with a leading row axis (zeroed by the caller where runs add to them). */
+typedef struct {
+    double *step_time, *busy_time, *host_time;
+    i64 *peak;
+    double *link_time;
+    i64 *link_bytes;
+    double *seg_time;
+    i64 *n_transfers, *n_finished;
+} ApRows;
+
+/* What the loop reads: the graph's and cluster's arrays beside the sizes (G: launch groups). */
 typedef struct {
     /* graph */
     i64 n, T, P, D, S, H, G;
@@ -237,6 +279,32 @@ typedef struct {
     i64 iter;        /* events popped so far */
     double makespan; /* the latest FINISH so far */
 } Run;
+
+/* The loop's Problem for an entry point's graph, cluster and op times. */
+static Problem problem_of(const ApGraph *g, const ApCluster *c, const double *optime) {
+    i64 G = 0;
+    for (i64 i = 0; i < g->n_ops; i++)
+        if (g->op_group[i] + 1 > G) G = g->op_group[i] + 1;
+    Problem p = {g->n_ops, g->n_tensors, g->n_pairs, c->n_devices, c->n_segments, c->n_launchers, G, optime,
+                 g->order, g->tensor_src, g->tensor_bytes, g->tensor_alloc, g->tensor_out, g->pair_tensor,
+                 g->out_alloc_total, g->unconsumed_alloc, g->param_bytes, g->group_launch, g->op_tensor_ptr,
+                 g->tensor_pair_ptr, g->pair_op, g->in_ptr, g->in_pair, g->alias_pair, g->op_pair_ptr, g->op_group,
+                 c->bandwidth, c->latency, c->overhead, c->seg_bw, c->launch_cost, c->route_ptr, c->route_seg,
+                 c->send_cap, c->recv_cap, c->concurrency, c->launcher, c->qdepth};
+    return p;
+}
+
+/* Row b's outputs: its slices of rows, the timeline in trace. */
+static Out row_out(const Problem *p, const ApTrace *tr, const ApRows *rows, i64 b) {
+    const i64 D = p->D;
+    Out o = {tr->start, tr->finish, tr->lstart, rows->busy_time + b * D, rows->host_time + b * D,
+             rows->link_time + b * D * D, rows->seg_time + b * p->S, rows->peak + b * D, rows->link_bytes + b * D * D,
+             tr->xf_tensor, tr->xf_src, tr->xf_dst, tr->xf_start, tr->xf_end, tr->xf_land};
+    return o;
+}
+
+/* The graph is too large for int32 indices. */
+static int too_large(const ApGraph *g) { return g->n_ops >= INT32_MAX || g->n_tensors + g->n_pairs >= INT32_MAX; }
 
 struct Rec;
 static void snap_take(const Problem *p, Work *w, const Run *r, Out *o, struct Rec *rec);
@@ -1294,59 +1362,38 @@ static void inc_record(Inc *h, const i64 *devs) {
 }
 
 /* The recorded run's per-placement outputs (as ap_inc_run's, one row). */
-static void inc_result(const Inc *h, double *step_time, double *busy_time, double *host_time, i64 *peak,
-                       double *link_time, i64 *link_bytes, double *seg_time, i64 *n_transfers, i64 *n_finished) {
+static void inc_result(const Inc *h, const ApRows *rows, i64 b) {
     const i64 D = h->p.D, S = h->p.S;
-    step_time[0] = h->step;
-    memcpy(busy_time, h->busy, sizeof(double) * D);
-    memcpy(host_time, h->host, sizeof(double) * D);
-    memcpy(peak, h->peak, sizeof(i64) * D);
-    memcpy(link_time, h->link_time, sizeof(double) * D * D);
-    memcpy(link_bytes, h->link_bytes, sizeof(i64) * D * D);
-    memcpy(seg_time, h->seg_time, sizeof(double) * S);
-    *n_transfers = h->nx;
-    *n_finished = h->finished;
+    rows->step_time[b] = h->step;
+    memcpy(rows->busy_time + b * D, h->busy, sizeof(double) * D);
+    memcpy(rows->host_time + b * D, h->host, sizeof(double) * D);
+    memcpy(rows->peak + b * D, h->peak, sizeof(i64) * D);
+    memcpy(rows->link_time + b * D * D, h->link_time, sizeof(double) * D * D);
+    memcpy(rows->link_bytes + b * D * D, h->link_bytes, sizeof(i64) * D * D);
+    memcpy(rows->seg_time + b * S, h->seg_time, sizeof(double) * S);
+    rows->n_transfers[b] = h->nx;
+    rows->n_finished[b] = h->finished;
 }
 
 /* Record the run of placement devs in place of the handle's (its work space and snapshot blocks reused);
  * its outputs as ap_inc_run's. */
-void ap_inc_reset(void *handle, const i64 *devs, double *step_time, double *busy_time, double *host_time,
-                  i64 *peak, double *link_time, i64 *link_bytes, double *seg_time, i64 *n_transfers,
-                  i64 *n_finished) {
+void ap_inc_reset(void *handle, const i64 *devs, const ApRows *rows) {
     Inc *h = handle;
     inc_record(h, devs);
-    inc_result(h, step_time, busy_time, host_time, peak, link_time, link_bytes, seg_time, n_transfers, n_finished);
+    inc_result(h, rows, 0);
 }
 
 /* Record the run of placement devs[0] (no schedule, no communication op) with up to cap snapshots; its
  * results go to the outputs as ap_simulate's would. Returns the handle (ap_inc_run, ap_inc_free), or NULL
  * if memory could not be allocated or the graph is too large. The graph's and cluster's arrays must outlive
  * the handle. */
-void *ap_inc_new(i64 cap, i64 n, i64 T, i64 P, i64 D, i64 S, i64 H, const i64 *devs, const i64 *spos,
-                 const double *optime, const i64 *order, const i64 *tensor_src, const i64 *tensor_bytes,
-                 const i64 *tensor_alloc, const i64 *tensor_out, const i32 *op_tensor_ptr,
-                 const i32 *tensor_pair_ptr, const i32 *pair_op, const i64 *pair_tensor, const i32 *in_ptr,
-                 const i32 *in_pair, const i64 *out_alloc_total, const i64 *unconsumed_alloc,
-                 const i64 *param_bytes, const i32 *alias_pair, const i32 *op_pair_ptr, const i32 *op_group,
-                 const i64 *group_launch, const double *bandwidth, const double *latency, const double *overhead,
-                 const i64 *route_ptr, const i64 *route_seg, const double *seg_bw, const i64 *send_cap,
-                 const i64 *recv_cap, const i64 *concurrency, const i64 *launcher, const double *launch_cost,
-                 const i64 *qdepth, double *start, double *finish, double *lstart, double *step_time,
-                 double *busy_time, double *host_time, i64 *peak, double *link_time, i64 *link_bytes,
-                 double *seg_time, i64 *n_transfers, i64 *xf_tensor, i64 *xf_src, i64 *xf_dst, double *xf_start,
-                 double *xf_end, double *xf_land, i64 *n_finished) {
-    if (n >= INT32_MAX || T + P >= INT32_MAX || cap < 2) return NULL;
-    i64 G = 0;
-    for (i64 i = 0; i < n; i++)
-        if (op_group[i] + 1 > G) G = op_group[i] + 1;
+void *ap_inc_new(i64 cap, const i64 *devs, const double *optime, const ApGraph *g, const ApCluster *c,
+                 const ApTrace *tr, const ApRows *rows) {
+    if (too_large(g) || cap < 2) return NULL;
+    const i64 n = g->n_ops, P = g->n_pairs, D = c->n_devices, S = c->n_segments, H = c->n_launchers;
     Inc *h = calloc(1, sizeof(Inc));
     if (!h) return NULL;
-    Problem pr = {n, T, P, D, S, H, G, optime, order, tensor_src, tensor_bytes, tensor_alloc, tensor_out,
-                  pair_tensor, out_alloc_total, unconsumed_alloc, param_bytes, group_launch, op_tensor_ptr,
-                  tensor_pair_ptr, pair_op, in_ptr, in_pair, alias_pair, op_pair_ptr, op_group, bandwidth, latency,
-                  overhead, seg_bw, launch_cost, route_ptr, route_seg, send_cap, recv_cap, concurrency, launcher,
-                  qdepth};
-    h->p = pr;
+    h->p = problem_of(g, c, optime);
     size_t sz = sizeof(i64) * (size_t)(n * 5 + 2 * D + H + 4 * P + D + D * D) +
                 sizeof(double) * (size_t)(n * 6 + 3 * P + 2 * D + D * D + S) + sizeof(i32) * (size_t)(n + P);
     char *b = malloc(sz);
@@ -1393,16 +1440,16 @@ void *ap_inc_new(i64 cap, i64 n, i64 T, i64 P, i64 D, i64 S, i64 H, const i64 *d
     h->rec.cap = cap;
     inc_record(h, devs);
     /* the recorded run's results, as ap_simulate gives them */
-    memcpy(start, h->start, sizeof(double) * n);
-    memcpy(finish, h->finish, sizeof(double) * n);
-    memcpy(lstart, h->lstart, sizeof(double) * n);
-    memcpy(xf_tensor, h->xf_tensor, sizeof(i64) * h->nx);
-    memcpy(xf_src, h->xf_src, sizeof(i64) * h->nx);
-    memcpy(xf_dst, h->xf_dst, sizeof(i64) * h->nx);
-    memcpy(xf_start, h->xf_start, sizeof(double) * h->nx);
-    memcpy(xf_end, h->xf_end, sizeof(double) * h->nx);
-    memcpy(xf_land, h->xf_land, sizeof(double) * h->nx);
-    inc_result(h, step_time, busy_time, host_time, peak, link_time, link_bytes, seg_time, n_transfers, n_finished);
+    memcpy(tr->start, h->start, sizeof(double) * n);
+    memcpy(tr->finish, h->finish, sizeof(double) * n);
+    memcpy(tr->lstart, h->lstart, sizeof(double) * n);
+    memcpy(tr->xf_tensor, h->xf_tensor, sizeof(i64) * h->nx);
+    memcpy(tr->xf_src, h->xf_src, sizeof(i64) * h->nx);
+    memcpy(tr->xf_dst, h->xf_dst, sizeof(i64) * h->nx);
+    memcpy(tr->xf_start, h->xf_start, sizeof(double) * h->nx);
+    memcpy(tr->xf_end, h->xf_end, sizeof(double) * h->nx);
+    memcpy(tr->xf_land, h->xf_land, sizeof(double) * h->nx);
+    inc_result(h, rows, 0);
     return h;
 }
 
@@ -1431,37 +1478,35 @@ static i64 snapshot_before(const Inc *h, i64 tmin) {
  * schedule); the per-placement outputs as ap_simulate's (zeroed by the caller). Rows run latest snapshot
  * first, so that the write-once arrays are copied back at most once per call. Returns 0, -1 if memory could
  * not be allocated. */
-int ap_inc_run(void *handle, i64 B, const i64 *devs, double *step_time, double *busy_time, double *host_time,
-               i64 *peak, double *link_time, i64 *link_bytes, double *seg_time, i64 *n_transfers, i64 *n_finished) {
+int ap_inc_run(void *handle, i64 B, const i64 *devs, const ApRows *rows) {
     Inc *h = handle;
     const Problem *p = &h->p;
     Work *w = &h->w;
-    const i64 n = p->n, D = p->D, S = p->S;
-    i64 *rows = malloc(sizeof(i64) * (size_t)(2 * B + 1)), *snap = rows + B;
-    if (!rows) return -1;
+    const i64 n = p->n;
+    i64 *order = malloc(sizeof(i64) * (size_t)(2 * B + 1)), *snap = order + B;
+    if (!order) return -1;
     for (i64 b = 0; b < B; b++) {
         i64 tmin;
         snap[b] = moves(h, devs + b * n, &tmin) ? snapshot_before(h, tmin) : INT64_MAX;
-        rows[b] = b;
+        order[b] = b;
     }
     for (i64 a = 1; a < B; a++) { /* stable insertion sort, latest snapshot first (B is small) */
-        i64 b = rows[a], j = a;
-        while (j > 0 && snap[rows[j - 1]] < snap[b]) {
-            rows[j] = rows[j - 1];
+        i64 b = order[a], j = a;
+        while (j > 0 && snap[order[j - 1]] < snap[b]) {
+            order[j] = order[j - 1];
             j--;
         }
-        rows[j] = b;
+        order[j] = b;
     }
     for (i64 a = 0; a < B; a++) {
-        i64 b = rows[a], tmin;
+        i64 b = order[a], tmin;
         const i64 *dev = devs + b * n;
-        Out o = {h->start, h->finish, h->lstart, busy_time + b * D, host_time + b * D, link_time + b * D * D,
-                 seg_time + b * S, peak + b * D, link_bytes + b * D * D, h->xf_tensor, h->xf_src, h->xf_dst,
-                 h->xf_start, h->xf_end, h->xf_land};
+        ApTrace tr = {h->start, h->finish, h->lstart, h->xf_tensor, h->xf_src, h->xf_dst, h->xf_start, h->xf_end,
+                      h->xf_land};
+        Out o = row_out(p, &tr, rows, b);
         i64 nd = moves(h, dev, &tmin);
         if (nd == 0) { /* the recorded placement */
-            inc_result(h, step_time + b, o.busy_time, o.host_time, o.peak, o.link_time, o.link_bytes, o.seg_time,
-                       n_transfers + b, n_finished + b);
+            inc_result(h, rows, b);
             continue;
         }
         i64 k = snap[b];
@@ -1477,60 +1522,39 @@ int ap_inc_run(void *handle, i64 B, const i64 *devs, double *step_time, double *
             run_loop(p, w, &run, &o, 0, NULL);
             if (sn->iter < h->valid) h->valid = sn->iter;
         }
-        step_time[b] = run_outputs(p, w, &run, &o, n_transfers + b, n_finished + b);
+        rows->step_time[b] = run_outputs(p, w, &run, &o, rows->n_transfers + b, rows->n_finished + b);
         for (i64 j = 0; j < nd; j++) w->op[h->diff[j]].dev = (i32)h->base[h->diff[j]];
     }
-    free(rows);
+    free(order);
     return 0;
 }
 
-/* ap_simulate's array arguments by name, in order (autoplace/sim/_args.py's C_ARRAYS): _cbackend refuses a
- * build whose list differs (or that has none), so a stale build is never called with the wrong arguments. */
-const char *ap_arg_names(void) {
-    return
-           "devs,spos,optime,order,tensor_src,tensor_bytes,tensor_alloc,tensor_out,op_tensor_ptr,"
-           "tensor_pair_ptr,pair_op,pair_tensor,in_ptr,in_pair,out_alloc_total,unconsumed_alloc,"
-           "param_bytes,alias_pair,op_pair_ptr,op_group,group_launch,bandwidth,latency,overhead,"
-           "route_ptr,route_seg,seg_bw,send_cap,recv_cap,concurrency,launcher,launch_cost,qdepth,"
-           "start,finish,lstart,step_time,busy_time,host_time,peak,link_time,link_bytes,seg_time,"
-           "n_transfers,xf_tensor,xf_src,xf_dst,xf_start,xf_end,xf_land,n_finished";
+/* The argument structs' fields by name, in order (autoplace/sim/_args.py's named tuples): _cbackend refuses a
+ * build whose lists differ (or that has none), so a stale build is never called with the wrong arguments. */
+const char *ap_struct_fields(void) {
+    return "graph:n_ops,n_tensors,n_pairs,order,tensor_src,tensor_bytes,tensor_alloc,tensor_out,op_tensor_ptr,"
+           "tensor_pair_ptr,pair_op,pair_tensor,in_ptr,in_pair,out_alloc_total,unconsumed_alloc,param_bytes,"
+           "alias_pair,op_pair_ptr,op_group,group_launch;"
+           "cluster:n_devices,n_segments,n_launchers,bandwidth,latency,overhead,route_ptr,route_seg,seg_bw,"
+           "send_cap,recv_cap,concurrency,launcher,launch_cost,qdepth;"
+           "trace:start,finish,lstart,xf_tensor,xf_src,xf_dst,xf_start,xf_end,xf_land;"
+           "rows:step_time,busy_time,host_time,peak,link_time,link_bytes,seg_time,n_transfers,n_finished";
 }
 
 /* Simulate B placements (rows of devs[B, n]), each under its schedule (rows of spos[B, n]: each op's place in
- * its device's order, -1 on a device left in ready order). Per-placement outputs have a leading B axis;
- * start/finish/lstart/xf_* are scratch shared by all rows (the last row's timeline is left in them).
- * The graph's index arrays (op_tensor_ptr, tensor_pair_ptr, pair_op, in_ptr, in_pair, alias_pair,
- * op_pair_ptr, op_group) are int32. Returns 0, -1 if memory could not be allocated, -2 if the graph has
- * 2^31 - 1 ops, or tensors and pairs, or more. */
-int ap_simulate(i64 B, i64 n, i64 T, i64 P, i64 D, i64 S, i64 H, const i64 *devs, const i64 *spos,
-                const double *optime,
-                const i64 *order, const i64 *tensor_src, const i64 *tensor_bytes, const i64 *tensor_alloc,
-                const i64 *tensor_out, const i32 *op_tensor_ptr, const i32 *tensor_pair_ptr, const i32 *pair_op,
-                const i64 *pair_tensor, const i32 *in_ptr, const i32 *in_pair, const i64 *out_alloc_total,
-                const i64 *unconsumed_alloc, const i64 *param_bytes, const i32 *alias_pair, const i32 *op_pair_ptr,
-                const i32 *op_group, const i64 *group_launch, const double *bandwidth, const double *latency,
-                const double *overhead, const i64 *route_ptr, const i64 *route_seg, const double *seg_bw,
-                const i64 *send_cap, const i64 *recv_cap, const i64 *concurrency, const i64 *launcher,
-                const double *launch_cost, const i64 *qdepth, double *start, double *finish, double *lstart,
-                double *step_time, double *busy_time, double *host_time, i64 *peak, double *link_time,
-                i64 *link_bytes, double *seg_time, i64 *n_transfers, i64 *xf_tensor, i64 *xf_src, i64 *xf_dst,
-                double *xf_start, double *xf_end, double *xf_land, i64 *n_finished) {
-    if (n >= INT32_MAX || T + P >= INT32_MAX) return -2; /* indices are int32 */
-    i64 G = 0;
-    for (i64 i = 0; i < n; i++)
-        if (op_group[i] + 1 > G) G = op_group[i] + 1;
-    Problem p = {n, T, P, D, S, H, G, optime, order, tensor_src, tensor_bytes, tensor_alloc, tensor_out,
-                 pair_tensor, out_alloc_total, unconsumed_alloc, param_bytes, group_launch, op_tensor_ptr,
-                 tensor_pair_ptr, pair_op, in_ptr, in_pair, alias_pair, op_pair_ptr, op_group, bandwidth, latency,
-                 overhead, seg_bw, launch_cost, route_ptr, route_seg, send_cap, recv_cap, concurrency, launcher,
-                 qdepth};
+ * its device's order, -1 on a device left in ready order); optime[n, D]. Returns 0, -1 if memory could not
+ * be allocated, -2 if the graph has 2^31 - 1 ops, or tensors and pairs, or more. */
+int ap_simulate(i64 B, const i64 *devs, const i64 *spos, const double *optime, const ApGraph *g,
+                const ApCluster *c, const ApTrace *tr, const ApRows *rows) {
+    if (too_large(g)) return -2; /* indices are int32 */
+    const i64 n = g->n_ops;
+    Problem p = problem_of(g, c, optime);
     Work w;
     if (work_alloc(&w, &p) != 0) return -1;
     for (i64 b = 0; b < B; b++) {
-        Out o = {start, finish, lstart, busy_time + b * D, host_time + b * D, link_time + b * D * D,
-                 seg_time + b * S, peak + b * D, link_bytes + b * D * D, xf_tensor, xf_src, xf_dst,
-                 xf_start, xf_end, xf_land};
-        step_time[b] = run_one(&p, &w, devs + b * n, spos + b * n, &o, n_transfers + b, n_finished + b);
+        Out o = row_out(&p, tr, rows, b);
+        rows->step_time[b] = run_one(&p, &w, devs + b * n, spos + b * n, &o, rows->n_transfers + b,
+                                     rows->n_finished + b);
     }
     free(w.block);
     return 0;

@@ -53,11 +53,19 @@ bytes). A buffer is released when its last reader on that device has finished an
 have landed — readers of a view count as readers of its base. Outputs nobody reads are released when
 their op finishes.
 
+Arguments: :func:`simulate` takes the rows of placements and schedules, the op times and ``_args``'s four
+named tuples (graph, cluster, timeline, per-row outputs), as the C loop takes its structs. The helpers
+share two named tuples of the loop's state (:class:`_Ready`, :class:`_Transfers`) and are inlined into it
+(``inline="always"``): called through numba's calling convention, a tuple of arrays costs more per call than
+the work of a small helper.
+
 Size: it is one event loop, kept line for line beside the C loop (``_csim.c``) that
 must agree with it bit for bit; splitting it would split the side-by-side reading.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -82,6 +90,71 @@ FREE, BUSY, SYNC, DEPTH = 0, 1, 2, 3
 
 KSHIFT = 40
 KB = np.int64(1) << KSHIFT  # event key = kind * KB + id, ordered by (time, kind, id)
+
+
+class _Ready(NamedTuple):
+    """What releasing an op reads and writes: the placement, the schedule, the FIFOs and the dirty list."""
+
+    dev: np.ndarray
+    spos: np.ndarray
+    launcher: np.ndarray
+    cnt: np.ndarray       #: inputs each op still awaits
+    fq: np.ndarray
+    fbase: np.ndarray
+    ftail: np.ndarray
+    lq: np.ndarray
+    lbase: np.ndarray
+    ltail: np.ndarray
+    oseq: np.ndarray
+    sop: np.ndarray
+    turn: np.ndarray
+    held: np.ndarray
+    ist: np.ndarray
+    dirty: np.ndarray
+    isdirty: np.ndarray
+
+
+class _Transfers(NamedTuple):
+    """What moving a tensor reads and writes: the graph's tensors and the cluster's links, the transfers'
+    timeline, their copy queues, shared segments and rates, the row's link and segment times, and the event
+    heap they push to."""
+
+    n_tensors: int
+    n_devices: int
+    tensor_bytes: np.ndarray
+    tensor_alloc: np.ndarray
+    tensor_pair_ptr: np.ndarray
+    pair_op: np.ndarray
+    bandwidth: np.ndarray
+    latency: np.ndarray
+    route_ptr: np.ndarray
+    route_seg: np.ndarray
+    seg_bw: np.ndarray
+    xf_tensor: np.ndarray
+    xf_src: np.ndarray
+    xf_dst: np.ndarray
+    xf_start: np.ndarray
+    xf_end: np.ndarray
+    xf_land: np.ndarray
+    link_time: np.ndarray
+    seg_time: np.ndarray
+    xq: np.ndarray
+    xbuf: np.ndarray
+    qnext: np.ndarray
+    qh: np.ndarray
+    qt: np.ndarray
+    qcap: np.ndarray
+    quse: np.ndarray
+    nseg: np.ndarray
+    sbusy: np.ndarray
+    xrem: np.ndarray
+    xrate: np.ndarray
+    xtl: np.ndarray
+    xendp: np.ndarray
+    act: np.ndarray
+    ist: np.ndarray
+    et: np.ndarray
+    ek: np.ndarray
 
 
 @njit(cache=True, inline="always")
@@ -145,87 +218,99 @@ def _mark(dirty, isdirty, ist, k):
         ist[NDIRTY] += 1
 
 
-@njit(cache=True)
-def _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, spos, turn, held):
+@njit(cache=True, inline="always")
+def _release(c, rq):
     """Op ``c``'s last input has resolved. A communication op joins the communication queue (after the
     devices' FIFOs in ``fq``; dispatch entry ``D + H``). Under a schedule an op is held until its device's
     turn comes to it; else it joins its queue (:func:`_admit`)."""
-    if spos[c] == COMM:
-        D = fbase.shape[0] - 1
-        fq[fbase[D] + ist[NCOMM]] = c
-        ist[NCOMM] += 1
-        _mark(dirty, isdirty, ist, D + lbase.shape[0] - 1)
+    if rq.spos[c] == COMM:
+        D = rq.fbase.shape[0] - 1
+        rq.fq[rq.fbase[D] + rq.ist[NCOMM]] = c
+        rq.ist[NCOMM] += 1
+        _mark(rq.dirty, rq.isdirty, rq.ist, D + rq.lbase.shape[0] - 1)
         return
-    if spos[c] >= 0 and spos[c] != turn[dev[c]]:
-        held[c] = 1
+    if rq.spos[c] >= 0 and rq.spos[c] != rq.turn[rq.dev[c]]:
+        rq.held[c] = 1
         return
-    _admit(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, True)
-
-
-@njit(cache=True)
-def _admit(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, mark):
-    """Op ``c`` joins its launcher's FIFO (asynchronous device) or its device's; ``mark``: dispatch that
-    queue after this event (not needed when it is being dispatched)."""
-    dc = dev[c]
-    h = launcher[dc]
-    oseq[c] = ist[SEQ]
-    ist[SEQ] += 1
-    if h >= 0:
-        lq[lbase[h] + ltail[h]] = c
-        ltail[h] += 1
-        if mark:
-            _mark(dirty, isdirty, ist, fbase.shape[0] - 1 + h)  # D + h: fbase has D + 1 entries
-    else:
-        fq[fbase[dc] + ftail[dc]] = c
-        ftail[dc] += 1
-        if mark:
-            _mark(dirty, isdirty, ist, dc)
-
-
-@njit(cache=True)
-def _next_turn(d, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, sop, turn, held):
-    """Device ``d`` has taken the op whose turn it was (started it, or its launcher launched it): the turn
-    passes to the next op of its schedule, which joins the queue being dispatched if it was held."""
-    turn[d] += 1
-    k = fbase[d] + turn[d]
-    if k < fbase[d + 1]:
-        c = sop[k]
-        if held[c] == 1:
-            held[c] = 0
-            _admit(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, False)
+    _admit(c, rq, True)
 
 
 @njit(cache=True, inline="always")
-def _buffer_bytes(b, T, tensor_alloc, tensor_bytes, xf_tensor):
+def _admit(c, rq, mark):
+    """Op ``c`` joins its launcher's FIFO (asynchronous device) or its device's; ``mark``: dispatch that
+    queue after this event (not needed when it is being dispatched)."""
+    dc = rq.dev[c]
+    h = rq.launcher[dc]
+    rq.oseq[c] = rq.ist[SEQ]
+    rq.ist[SEQ] += 1
+    if h >= 0:
+        rq.lq[rq.lbase[h] + rq.ltail[h]] = c
+        rq.ltail[h] += 1
+        if mark:
+            _mark(rq.dirty, rq.isdirty, rq.ist, rq.fbase.shape[0] - 1 + h)  # D + h: rq.fbase has D + 1 entries
+    else:
+        rq.fq[rq.fbase[dc] + rq.ftail[dc]] = c
+        rq.ftail[dc] += 1
+        if mark:
+            _mark(rq.dirty, rq.isdirty, rq.ist, dc)
+
+
+@njit(cache=True, inline="always")
+def _next_turn(d, rq):
+    """Device ``d`` has taken the op whose turn it was (started it, or its launcher launched it): the turn
+    passes to the next op of its schedule, which joins the queue being dispatched if it was held."""
+    rq.turn[d] += 1
+    k = rq.fbase[d] + rq.turn[d]
+    if k < rq.fbase[d + 1]:
+        c = rq.sop[k]
+        if rq.held[c] == 1:
+            rq.held[c] = 0
+            _admit(c, rq, False)
+
+
+@njit(cache=True, inline="always")
+def _buffer_bytes(b, xs):
     """Bytes of buffer ``b``: tensor ``b``'s own allocation (``b < T``) or received copy ``b - T``."""
+    T = xs.n_tensors
     if b < T:
-        return tensor_alloc[b]
-    return tensor_bytes[xf_tensor[b - T]]
+        return xs.tensor_alloc[b]
+    return xs.tensor_bytes[xs.xf_tensor[b - T]]
 
 
 @njit(cache=True)
-def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_alloc, tensor_out, op_tensor_ptr,
-                 tensor_pair_ptr, pair_op, pair_tensor, in_ptr, in_pair, out_alloc_total, unconsumed_alloc,
-                 param_bytes, alias_pair, op_pair_ptr, op_group, group_launch,
-                 bandwidth, latency, overhead, route_ptr, route_seg, seg_bw, send_cap, recv_cap, concurrency,
-                 launcher, launch_cost, qdepth, n_launchers,
-                 start, finish, lstart, busy_time, host_time, peak, link_time, link_bytes, seg_time,
-                 xf_tensor, xf_src, xf_dst, xf_start, xf_end, xf_land):
-    """Simulate one placement ``dev`` (op -> device index) under its schedule ``spos`` (each op's place in its
-    device's order; -1 on a device the schedule leaves in ready order; :data:`COMM` for a communication
-    op). Fills the output arrays in place.
+def simulate(devs, spos, optime, graph, cluster, trace, rows):
+    """Simulate each placement, a row of ``devs`` (op -> device index), under its schedule (the row of
+    ``spos``): the batch :func:`simulate_one` runs a row of. ``optime[n, D]``; ``graph``, ``cluster``,
+    ``trace`` and ``rows`` are ``_args``'s named tuples (``rows`` zeroed by the caller)."""
+    for row in range(devs.shape[0]):
+        simulate_one(row, devs[row], spos[row], optime, graph, cluster, trace, rows)
 
-    Returns ``(step_time, n_transfers, ops finished)`` (the last is ``n`` unless the loop stalled). ``peak``,
-    ``busy_time``, ``host_time``, ``link_time``, ``link_bytes`` and ``seg_time`` must be zeroed by the caller;
-    ``xf_*`` need room for one transfer per (tensor, consumer) pair. ``bandwidth`` is each link's own;
-    ``seg_bw`` each segment's.
+
+@njit(cache=True)
+def simulate_one(row, dev, spos, optime, graph, cluster, trace, rows):
+    """Simulate row ``row``: placement ``dev`` (op -> device index) under its schedule ``spos`` (each op's place
+    in its device's order; -1 on a device the schedule leaves in ready order; :data:`COMM` for a
+    communication op). Writes the timeline to ``trace`` and row ``row`` of ``rows``.
     """
+    order, tensor_src, tensor_bytes = graph.order, graph.tensor_src, graph.tensor_bytes
+    tensor_out, op_tensor_ptr, tensor_pair_ptr = graph.tensor_out, graph.op_tensor_ptr, graph.tensor_pair_ptr
+    pair_op, pair_tensor, in_ptr, in_pair = graph.pair_op, graph.pair_tensor, graph.in_ptr, graph.in_pair
+    out_alloc_total, unconsumed_alloc, param_bytes = graph.out_alloc_total, graph.unconsumed_alloc, graph.param_bytes
+    alias_pair, op_group, group_launch = graph.alias_pair, graph.op_group, graph.group_launch
+    latency, overhead, send_cap, recv_cap = cluster.latency, cluster.overhead, cluster.send_cap, cluster.recv_cap
+    concurrency, launcher, launch_cost, qdepth = cluster.concurrency, cluster.launcher, cluster.launch_cost, \
+        cluster.qdepth
+    start, finish, lstart = trace.start, trace.finish, trace.lstart
+    xf_tensor, xf_src, xf_dst = trace.xf_tensor, trace.xf_src, trace.xf_dst
+    xf_start, xf_end, xf_land = trace.xf_start, trace.xf_end, trace.xf_land
+    busy_time, host_time, peak = rows.busy_time[row], rows.host_time[row], rows.peak[row]
+    link_time, link_bytes, seg_time = rows.link_time[row], rows.link_bytes[row], rows.seg_time[row]
     n = dev.shape[0]
     D = concurrency.shape[0]
     T = tensor_src.shape[0]
     P = pair_op.shape[0]
     S = seg_time.shape[0]
-    H = n_launchers
+    H = cluster.n_launchers
     G = group_launch.shape[0] // D
     NQ = 2 * D + D * D  # copy queues: send engines of d, receive engines of d, link s * D + d
 
@@ -307,6 +392,12 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
     nseg = np.zeros(max(1, S), np.int64)
     sbusy = np.zeros(max(1, S), np.float64)
     mem = np.zeros(D, np.int64)
+    rq = _Ready(dev, spos, launcher, cnt, fq, fbase, ftail, lq, lbase, ltail, oseq, sop, turn, held, ist, dirty,
+                isdirty)
+    xs = _Transfers(T, D, tensor_bytes, graph.tensor_alloc, tensor_pair_ptr, pair_op, cluster.bandwidth, latency,
+                    cluster.route_ptr, cluster.route_seg, cluster.seg_bw, xf_tensor, xf_src, xf_dst, xf_start, xf_end,
+                    xf_land, link_time, seg_time, xq, xbuf, qnext, qh, qt, qcap, quse, nseg, sbusy, xrem, xrate, xtl,
+                    xendp, act, ist, et, ek)
 
     for i in range(n):
         mem[dev[i]] += param_bytes[i]
@@ -317,8 +408,7 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
     for j in range(n):  # sources, in topological order
         i = order[j]
         if cnt[i] == 0:
-            _release(i, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, spos, turn,
-                     held)
+            _release(i, rq)
 
     makespan = 0.0
     t = 0.0
@@ -369,8 +459,7 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                                     ref[buf] += 1
                                 cnt[c] -= 1
                                 if cnt[c] == 0:
-                                    _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist,
-                                             dirty, isdirty, spos, turn, held)
+                                    _release(c, rq)
                             continue
                         if stamp[dc] != tt:
                             stamp[dc] = tt
@@ -431,9 +520,7 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                                 if at > t:
                                     _push(et, ek, ist, at, XQUEUE, x)
                                 elif at == t:
-                                    _join(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst,
-                                          xf_start, tensor_bytes, bandwidth, route_ptr, route_seg, nseg, sbusy,
-                                          xrem, xrate, xtl, xendp, act, ist, et, ek, D)
+                                    _join(x, t, xs)
                         x = xid_of[dc]
                         ref[T + x] += 1
                         pair_buf[p] = T + x
@@ -449,7 +536,7 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                     bq = pair_buf[in_pair[q]]
                     ref[bq] -= 1
                     if ref[bq] == 0:
-                        mem[d] -= _buffer_bytes(bq, T, tensor_alloc, tensor_bytes, xf_tensor)
+                        mem[d] -= _buffer_bytes(bq, xs)
                 mem[d] -= unconsumed_alloc[i]
                 _mark(dirty, isdirty, ist, d)
             elif kind == LAUNCHED:
@@ -474,8 +561,7 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                             if spos[c] != COMM:    # a communication op is released at FINISH (its buffer held)
                                 cnt[c] -= 1
                                 if cnt[c] == 0:
-                                    _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty,
-                                             isdirty, spos, turn, held)
+                                    _release(c, rq)
                         elif stamp2[dc] != tt:
                             stamp2[dc] = tt
                             if not ctrl:
@@ -497,13 +583,9 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                     lstate[h] = FREE
                     _mark(dirty, isdirty, ist, D + h)
             elif kind == XEND:
-                _end(ident, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, xf_end,
-                     xf_land, tensor_bytes, bandwidth, latency, route_ptr, route_seg, nseg, sbusy, seg_time,
-                     link_time, xrem, xrate, xtl, xendp, act, ist, et, ek, D)
+                _end(ident, t, xs)
                 if latency[xf_src[ident], xf_dst[ident]] == 0.0:
-                    _land(ident, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src, xf_dst,
-                          tensor_pair_ptr, pair_op, dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq,
-                          ist, dirty, isdirty, spos, turn, held)
+                    _land(ident, xs, rq, ref, mem)
             elif kind == SEGEND:
                 if ident == ist[GEN]:
                     while True:  # every shared transfer due by now, lowest id first
@@ -517,25 +599,18 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                         x = act[best]
                         ist[NACT] -= 1
                         act[best] = act[ist[NACT]]
-                        _end(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, xf_end,
-                             xf_land, tensor_bytes, bandwidth, latency, route_ptr, route_seg, nseg, sbusy,
-                             seg_time, link_time, xrem, xrate, xtl, xendp, act, ist, et, ek, D)
+                        _end(x, t, xs)
                         if latency[xf_src[x], xf_dst[x]] == 0.0:
-                            _land(x, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src, xf_dst,
-                                  tensor_pair_ptr, pair_op, dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail,
-                                  oseq, ist, dirty, isdirty, spos, turn, held)
+                            _land(x, xs, rq, ref, mem)
             elif kind == XLAND:
-                _land(ident, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src, xf_dst,
-                      tensor_pair_ptr, pair_op, dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq,
-                      ist, dirty, isdirty, spos, turn, held)
+                _land(ident, xs, rq, ref, mem)
             elif kind == XQUEUE:
                 x = ident
                 if xsub[x] == 1:
                     hd = launcher[xf_dst[x]]
                     lstate[hd] = FREE
                     _mark(dirty, isdirty, ist, D + hd)
-                _join(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, tensor_bytes,
-                      bandwidth, route_ptr, route_seg, nseg, sbusy, xrem, xrate, xtl, xendp, act, ist, et, ek, D)
+                _join(x, t, xs)
             else:  # LFREE
                 lstate[ident] = FREE
                 _mark(dirty, isdirty, ist, D + ident)
@@ -553,8 +628,7 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                     i = fq[fbase[d] + fhead[d]]
                     fhead[d] += 1
                     if not asyn and spos[i] >= 0:
-                        _next_turn(d, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty,
-                                   sop, turn, held)
+                        _next_turn(d, rq)
                     s = t
                     ot = optime[i, d]
                     m = launch_cost[d]
@@ -614,8 +688,7 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                             break
                         lhead[h] += 1
                         if spos[c] >= 0:
-                            _next_turn(dc, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty,
-                                       isdirty, sop, turn, held)
+                            _next_turn(dc, rq)
                         if op_group[c] >= 0 and group_launch[op_group[c] * D + dc] > 0:
                             g = op_group[c]
                             ln = 0.0
@@ -642,14 +715,13 @@ def simulate_one(dev, spos, optime, order, tensor_src, tensor_bytes, tensor_allo
                             lstate[h] = BUSY
                             _push(et, ek, ist, t + ov, XQUEUE, x)
                         else:
-                            _join(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start,
-                                  tensor_bytes, bandwidth, route_ptr, route_seg, nseg, sbusy, xrem, xrate, xtl, xendp,
-                                  act, ist, et, ek, D)
+                            _join(x, t, xs)
         if ist[RESHARE] == 1:
             ist[RESHARE] = 0
-            _reshare(t, act, xf_src, xf_dst, bandwidth, route_ptr, route_seg, seg_bw, nseg, xrem, xrate, xtl,
-                     xendp, ist, et, ek, D)
-    return makespan, ist[NX], finished
+            _reshare(t, xs)
+    rows.step_time[row] = makespan
+    rows.n_transfers[row] = ist[NX]
+    rows.n_finished[row] = finished
 
 
 @njit(cache=True, inline="always")
@@ -663,122 +735,114 @@ def _append(nxt, head, tail, k, x):
     tail[k] = x
 
 
-@njit(cache=True)
-def _join(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, tensor_bytes, bandwidth,
-          route_ptr, route_seg, nseg, sbusy, xrem, xrate, xtl, xendp, act, ist, et, ek, D):
+@njit(cache=True, inline="always")
+def _join(x, t, xs):
     """Transfer ``x`` joins the tail of its copy queue; the queue starts what it can."""
-    r = xq[x]
-    _append(qnext, qh, qt, r, x)
-    _serve(r, t, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, tensor_bytes, bandwidth,
-           route_ptr, route_seg, nseg, sbusy, xrem, xrate, xtl, xendp, act, ist, et, ek, D)
+    r = xs.xq[x]
+    _append(xs.qnext, xs.qh, xs.qt, r, x)
+    _serve(r, t, xs)
 
 
-@njit(cache=True)
-def _serve(r, t, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, tensor_bytes, bandwidth,
-           route_ptr, route_seg, nseg, sbusy, xrem, xrate, xtl, xendp, act, ist, et, ek, D):
+@njit(cache=True, inline="always")
+def _serve(r, t, xs):
     """Start transfers from the head of copy queue ``r`` while it has a free engine (0: no limit)."""
-    while qh[r] >= 0 and (qcap[r] == 0 or quse[r] < qcap[r]):
-        x = qh[r]
-        qh[r] = qnext[x]
-        if qh[r] < 0:
-            qt[r] = -1
-        quse[r] += 1
-        s = xf_src[x]
-        dc = xf_dst[x]
-        l = s * D + dc
-        xf_start[x] = t
-        b = tensor_bytes[xf_tensor[x]]
-        if route_ptr[l] == route_ptr[l + 1]:
-            _push(et, ek, ist, t + b / bandwidth[s, dc], XEND, x)
+    while xs.qh[r] >= 0 and (xs.qcap[r] == 0 or xs.quse[r] < xs.qcap[r]):
+        x = xs.qh[r]
+        xs.qh[r] = xs.qnext[x]
+        if xs.qh[r] < 0:
+            xs.qt[r] = -1
+        xs.quse[r] += 1
+        s = xs.xf_src[x]
+        dc = xs.xf_dst[x]
+        l = s * xs.n_devices + dc
+        xs.xf_start[x] = t
+        b = xs.tensor_bytes[xs.xf_tensor[x]]
+        if xs.route_ptr[l] == xs.route_ptr[l + 1]:
+            _push(xs.et, xs.ek, xs.ist, t + b / xs.bandwidth[s, dc], XEND, x)
         else:
-            for k in range(route_ptr[l], route_ptr[l + 1]):
-                g = route_seg[k]
-                if nseg[g] == 0:
-                    sbusy[g] = t
-                nseg[g] += 1
-            xrem[x] = b
-            xrate[x] = 0.0
-            xtl[x] = t
-            act[ist[NACT]] = x
-            ist[NACT] += 1
-            xendp[x] = np.inf  # until _reshare gives it a rate
-            ist[RESHARE] = 1
+            for k in range(xs.route_ptr[l], xs.route_ptr[l + 1]):
+                g = xs.route_seg[k]
+                if xs.nseg[g] == 0:
+                    xs.sbusy[g] = t
+                xs.nseg[g] += 1
+            xs.xrem[x] = b
+            xs.xrate[x] = 0.0
+            xs.xtl[x] = t
+            xs.act[xs.ist[NACT]] = x
+            xs.ist[NACT] += 1
+            xs.xendp[x] = np.inf  # until _reshare gives it a rate
+            xs.ist[RESHARE] = 1
 
 
-@njit(cache=True)
-def _end(x, t, xq, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, xf_end, xf_land, tensor_bytes,
-         bandwidth, latency, route_ptr, route_seg, nseg, sbusy, seg_time, link_time, xrem, xrate, xtl, xendp, act,
-         ist, et, ek, D):
+@njit(cache=True, inline="always")
+def _end(x, t, xs):
     """Transfer ``x`` has moved its last byte: it frees its engine and segments and lands a latency later
     (the caller lands it now when the latency is 0)."""
-    s = xf_src[x]
-    dc = xf_dst[x]
-    l = s * D + dc
-    xf_end[x] = t
-    xf_land[x] = t + latency[s, dc]
-    link_time[s, dc] += t - xf_start[x]
-    for k in range(route_ptr[l], route_ptr[l + 1]):
-        g = route_seg[k]
-        nseg[g] -= 1
-        if nseg[g] == 0:
-            seg_time[g] += t - sbusy[g]
-        ist[RESHARE] = 1
-    if latency[s, dc] != 0.0:
-        _push(et, ek, ist, xf_land[x], XLAND, x)
-    r = xq[x]
-    quse[r] -= 1
-    _serve(r, t, qnext, qh, qt, qcap, quse, xf_tensor, xf_src, xf_dst, xf_start, tensor_bytes, bandwidth,
-           route_ptr, route_seg, nseg, sbusy, xrem, xrate, xtl, xendp, act, ist, et, ek, D)
+    s = xs.xf_src[x]
+    dc = xs.xf_dst[x]
+    l = s * xs.n_devices + dc
+    xs.xf_end[x] = t
+    xs.xf_land[x] = t + xs.latency[s, dc]
+    xs.link_time[s, dc] += t - xs.xf_start[x]
+    for k in range(xs.route_ptr[l], xs.route_ptr[l + 1]):
+        g = xs.route_seg[k]
+        xs.nseg[g] -= 1
+        if xs.nseg[g] == 0:
+            xs.seg_time[g] += t - xs.sbusy[g]
+        xs.ist[RESHARE] = 1
+    if xs.latency[s, dc] != 0.0:
+        _push(xs.et, xs.ek, xs.ist, xs.xf_land[x], XLAND, x)
+    r = xs.xq[x]
+    xs.quse[r] -= 1
+    _serve(r, t, xs)
 
 
-@njit(cache=True)
-def _land(x, t, xbuf, ref, mem, T, tensor_alloc, tensor_bytes, xf_tensor, xf_src, xf_dst, tensor_pair_ptr, pair_op,
-          dev, cnt, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, spos, turn, held):
-    """Transfer ``x`` lands: the source may free its buffer; its readers on the destination may be released."""
-    bq = xbuf[x]
+@njit(cache=True, inline="always")
+def _land(x, xs, rq, ref, mem):
+    """Transfer ``x`` lands: the source may free its buffer (``ref``: each buffer's holders; ``mem``: each
+    device's bytes); its readers on the destination may be released."""
+    bq = xs.xbuf[x]
     if bq >= 0:
         ref[bq] -= 1
         if ref[bq] == 0:
-            mem[xf_src[x]] -= _buffer_bytes(bq, T, tensor_alloc, tensor_bytes, xf_tensor)
-    tt = xf_tensor[x]
-    dc = xf_dst[x]
-    for p in range(tensor_pair_ptr[tt], tensor_pair_ptr[tt + 1]):
-        c = pair_op[p]
-        if dev[c] == dc:
-            cnt[c] -= 1
-            if cnt[c] == 0:
-                _release(c, dev, launcher, fq, fbase, ftail, lq, lbase, ltail, oseq, ist, dirty, isdirty, spos, turn,
-                         held)
+            mem[xs.xf_src[x]] -= _buffer_bytes(bq, xs)
+    tt = xs.xf_tensor[x]
+    dc = xs.xf_dst[x]
+    for p in range(xs.tensor_pair_ptr[tt], xs.tensor_pair_ptr[tt + 1]):
+        c = xs.pair_op[p]
+        if rq.dev[c] == dc:
+            rq.cnt[c] -= 1
+            if rq.cnt[c] == 0:
+                _release(c, rq)
 
 
-@njit(cache=True)
-def _reshare(t, act, xf_src, xf_dst, bandwidth, route_ptr, route_seg, seg_bw, nseg, xrem, xrate, xtl, xendp, ist,
-             et, ek, D):
+@njit(cache=True, inline="always")
+def _reshare(t, xs):
     """Each active shared transfer moves at the least of its link's bandwidth and its equal share of every
     segment it crosses; those whose rate changes are brought up to date and get a new predicted end. One
     SEGEND event (a new generation) is due at the earliest predicted end."""
     best = np.inf
-    for k in range(ist[NACT]):
-        x = act[k]
-        s = xf_src[x]
-        dc = xf_dst[x]
-        l = s * D + dc
-        r = bandwidth[s, dc]
-        for j in range(route_ptr[l], route_ptr[l + 1]):
-            g = route_seg[j]
-            share = seg_bw[g] / nseg[g]
+    for k in range(xs.ist[NACT]):
+        x = xs.act[k]
+        s = xs.xf_src[x]
+        dc = xs.xf_dst[x]
+        l = s * xs.n_devices + dc
+        r = xs.bandwidth[s, dc]
+        for j in range(xs.route_ptr[l], xs.route_ptr[l + 1]):
+            g = xs.route_seg[j]
+            share = xs.seg_bw[g] / xs.nseg[g]
             if share < r:
                 r = share
-        if r != xrate[x]:
-            if xrate[x] > 0.0:
-                xrem[x] -= xrate[x] * (t - xtl[x])
-                if xrem[x] < 0.0:
-                    xrem[x] = 0.0
-            xtl[x] = t
-            xrate[x] = r
-            xendp[x] = t + xrem[x] / r
-        if xendp[x] < best:
-            best = xendp[x]
-    if ist[NACT] > 0:
-        ist[GEN] += 1
-        _push(et, ek, ist, best, SEGEND, ist[GEN])
+        if r != xs.xrate[x]:
+            if xs.xrate[x] > 0.0:
+                xs.xrem[x] -= xs.xrate[x] * (t - xs.xtl[x])
+                if xs.xrem[x] < 0.0:
+                    xs.xrem[x] = 0.0
+            xs.xtl[x] = t
+            xs.xrate[x] = r
+            xs.xendp[x] = t + xs.xrem[x] / r
+        if xs.xendp[x] < best:
+            best = xs.xendp[x]
+    if xs.ist[NACT] > 0:
+        xs.ist[GEN] += 1
+        _push(xs.et, xs.ek, xs.ist, best, SEGEND, xs.ist[GEN])

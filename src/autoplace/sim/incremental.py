@@ -55,13 +55,11 @@ class Incremental:
             return
         g, c = sim.graph, sim.cluster
         n, D, P, S = g.n_ops, c.n_devices, g.n_edges, len(c.segments)
-        H = len(c.launcher_names)
         out = Outputs(1, n, D, P, S)
         if snapshots is None:   # about 4 bytes per op, tensor and transfer each: at most SNAPSHOT_BYTES in all
             snapshots = max(2, min(32, SNAPSHOT_BYTES // (4 * (n + g.n_tensors + P))))
-        self._handle = _cbackend.record(int(snapshots), n, g.n_tensors, P, D, S, H, (
-            self.placement[None, :], np.full((1, n), -1, np.int64), sim.op_times, *sim._graph_args,
-            *sim._cluster_args, *out.timeline_arrays, *out.row_arrays))
+        self._handle = _cbackend.record(int(snapshots), self.placement, sim.op_times, sim._graph_args,
+                                        sim._cluster_args, out.trace, out.rows)
         self.result = self._result(out, self.placement[None, :])
 
     def _placement(self, placement: Placement | np.ndarray | Sequence[int]) -> np.ndarray:
@@ -77,7 +75,7 @@ class Incremental:
         sim = self.sim
         self.placement = self._placement(placement)
         out = Outputs(1, sim.graph.n_ops, sim.cluster.n_devices, 0, len(sim.cluster.segments), timeline=False)
-        _cbackend.rerecord(self._handle, self.placement, out.loop_rows)
+        _cbackend.rerecord(self._handle, self.placement, out.rows)
         self.result = self._result(out, self.placement[None, :])
 
     def run_batch(self, placements: np.ndarray | Sequence[int]) -> BatchResult:
@@ -92,12 +90,12 @@ class Incremental:
         B, n = devs.shape
         D, S = sim.cluster.n_devices, len(sim.cluster.segments)
         out = Outputs(B, n, D, 0, S, timeline=False)
-        _cbackend.run_recorded(self._handle, devs, out.loop_rows)
+        _cbackend.run_recorded(self._handle, devs, out.rows)
         return self._result(out, devs)
 
     def _result(self, out: Outputs, devs: np.ndarray) -> BatchResult:
         """The rows' :class:`BatchResult`, once every row has run every op."""
-        self.sim._check_done(out.done, devs.shape[1], devs, np.full(devs.shape, -1, np.int64), None)
+        self.sim._check_done(out.rows.n_finished, devs.shape[1], devs, np.full(devs.shape, -1, np.int64), None)
         return out.batch(self.sim.cluster)
 
     def close(self) -> None:

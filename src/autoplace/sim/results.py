@@ -10,6 +10,7 @@ import numpy as np
 from autoplace.cluster import Cluster
 from autoplace.errors import PlacementError
 from autoplace.result import StepResult
+from autoplace.sim._args import RowArrays, TraceArrays
 
 __all__ = ["Timeline", "SimResult", "BatchResult", "Outputs", "host_busy_share", "placement_array"]
 
@@ -103,37 +104,30 @@ class BatchResult:
 
 
 class Outputs:
-    """The loops' output arrays for ``B`` rows (zeroed where the loops add to them)."""
+    """The loops' output structs for ``B`` rows: ``rows`` (:class:`RowArrays`) and ``trace``
+    (:class:`TraceArrays`, the last row's timeline; ``None`` where none is kept)."""
 
     def __init__(self, B: int, n: int, D: int, P: int, S: int, *, timeline: bool = True):
-        self.step, self.nx, self.done = np.zeros(B), np.zeros(B, np.int64), np.zeros(B, np.int64)
-        self.busy, self.host, self.peak = np.zeros((B, D)), np.zeros((B, D)), np.zeros((B, D), np.int64)
-        self.link_time, self.link_bytes = np.zeros((B, D, D)), np.zeros((B, D, D), np.int64)
-        self.seg_time = np.zeros((B, S))
-        if timeline:
-            self.start, self.finish, self.lstart = np.empty(n), np.empty(n), np.empty(n)
-            self.xf = (np.empty(P, np.int64), np.empty(P, np.int64), np.empty(P, np.int64), np.empty(P),
-                       np.empty(P), np.empty(P))
+        self.rows = RowArrays(
+            step_time=np.zeros(B), busy_time=np.zeros((B, D)), host_time=np.zeros((B, D)),
+            peak=np.zeros((B, D), np.int64), link_time=np.zeros((B, D, D)), link_bytes=np.zeros((B, D, D), np.int64),
+            seg_time=np.zeros((B, S)), n_transfers=np.zeros(B, np.int64), n_finished=np.zeros(B, np.int64))
+        self.trace = TraceArrays(
+            start=np.empty(n), finish=np.empty(n), lstart=np.empty(n), xf_tensor=np.empty(P, np.int64),
+            xf_src=np.empty(P, np.int64), xf_dst=np.empty(P, np.int64), xf_start=np.empty(P), xf_end=np.empty(P),
+            xf_land=np.empty(P)) if timeline else None
 
-    @property
-    def timeline_arrays(self) -> tuple:
-        return self.start, self.finish, self.lstart
-
-    @property
-    def loop_rows(self) -> tuple:
-        """The per-row outputs in the incremental loop's order."""
-        return (self.step, self.busy, self.host, self.peak, self.link_time, self.link_bytes, self.seg_time, self.nx,
-                self.done)
-
-    @property
-    def row_arrays(self) -> tuple:
-        """The arrays after ``lstart`` in the C loop's argument order."""
-        return (self.step, self.busy, self.host, self.peak, self.link_time, self.link_bytes, self.seg_time,
-                self.nx, *self.xf, self.done)
+    def timeline(self, device: np.ndarray) -> Timeline:
+        """The last row's :class:`Timeline` (``device``: its placement)."""
+        tr = self.trace
+        k = int(self.rows.n_transfers[-1]) if len(self.rows.n_transfers) else 0
+        return Timeline(tr.start, tr.finish, device, tr.xf_tensor[:k], tr.xf_src[:k], tr.xf_dst[:k],
+                        tr.xf_start[:k], tr.xf_end[:k], tr.xf_land[:k], tr.lstart)
 
     def batch(self, cluster: Cluster) -> BatchResult:
-        return BatchResult(self.step, self.busy, self.peak, cluster.memory_bytes.copy(), self.link_time,
-                           self.link_bytes, self.nx, self.seg_time, self.host)
+        r = self.rows
+        return BatchResult(r.step_time, r.busy_time, r.peak, cluster.memory_bytes.copy(), r.link_time, r.link_bytes,
+                           r.n_transfers, r.seg_time, r.host_time)
 
 
 def _busy_curve(start: np.ndarray, finish: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
