@@ -2,19 +2,22 @@
 
     .venv/bin/python benchmarks/cut_costs.py
 
-For rnnlm-2, nmt-2 and inception-v3 on k80x2 and k80x4, the Scotch, MinCut and expert placements:
-simulated step beside single-GPU, how many transfers and bytes a step moves, how long all links
-together and the busiest link and segment are busy, and the busy time of the CPU and each GPU.
+For Mirhoseini et al.'s Table 2 models (rnnlm-2, nmt-2, inception-v3) on k80x2 and k80x4, the Scotch,
+MinCut and expert placements: simulated step beside single-GPU, how many transfers and bytes a step moves,
+how long all links together and the busiest link and segment are busy, and the busy time of the CPU and
+each GPU.
 """
 
 from __future__ import annotations
 
 import sys
 
+from _common import TableOut
+
+from autoplace.bench.published import MIRHOSEINI_TABLE2
+
 
 def main() -> int:
-    from _common import TableOut
-
     from autoplace.cluster import get_cluster
     from autoplace.placers import place
     from autoplace.sim import Simulator
@@ -22,7 +25,7 @@ def main() -> int:
 
     out = TableOut(["setting", "method", "step (s)", "single-GPU (s)", "transfers", "GB moved", "links busy, all (s)",
                     "busiest link (s)", "busiest segment (s)", "CPU busy (s)", "GPUs busy (s)"], "llrrrrrrrrl")
-    for model in ("rnnlm-2", "nmt-2", "inception-v3"):
+    for model in MIRHOSEINI_TABLE2:
         g = build_graph(model)
         for cname in ("k80x2", "k80x4"):
             c = get_cluster(cname)

@@ -31,16 +31,13 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from _common import note, print_table, save_json
 
-SETTINGS = {
-    "rl": [(m, f"k80x{g}") for m in ("rnnlm-2", "nmt-2", "inception-v3") for g in (2, 4)],
-    "hdp": [(m, f"k80x{g}") for m in ("rnnlm-2", "nmt-2", "inception-v3") for g in (2, 4)],
-}
+from autoplace.bench.published import GDP_TABLE1, HTF_SPEEDUP, MIRHOSEINI_TABLE2
 
-
-def _gdp_settings():
-    from autoplace.bench.published import GDP_TABLE1
-
-    return [(m, f"p100x{g}") for m, g in GDP_TABLE1]
+#: each placer's paper's settings: Mirhoseini et al.'s Table 2 (RL, and HDP, which its authors ran on it),
+#: GDP's Table 1, HTF-MPR's three models
+_MIRHOSEINI = [(m, f"k80x{g}") for m in MIRHOSEINI_TABLE2 for g in (2, 4)]
+SETTINGS = {"rl": _MIRHOSEINI, "hdp": _MIRHOSEINI, "gdp": [(m, f"p100x{g}") for m, g in GDP_TABLE1],
+            "htf-mpr": [(m, "gtx1050tix2") for m in HTF_SPEEDUP]}
 
 
 def run_one(kind: str, placer: str, model: str, cluster: str, seed: int, config: dict, budget: float,
@@ -92,7 +89,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     settings = ([tuple(s.split("@")) for s in args.settings.split(",")] if args.settings
-                else _gdp_settings() if args.placer == "gdp" else SETTINGS[args.placer])
+                else SETTINGS[args.placer])
     config = {}
     for kv in args.set:
         k, v = kv.split("=", 1)

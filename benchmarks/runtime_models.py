@@ -4,11 +4,12 @@
     .venv/bin/python benchmarks/runtime_models.py --from-json docs/results/runtime/models.json   # its table again
 
 A ResNet-style CNN with BatchNorm (SGD with momentum), a GPT-style decoder with a tied head (Adam at
-PyTorch's default, foreach on GPUs) and a U-Net (Adam), none of them in the zoo or the examples, are
-captured here and written to ``DIR`` (graph files). On ``p100x2`` and ``k80x4`` each gets ``single-gpu``
-and ``auto`` (budget ``--budget``), simulated: the step, ``auto``'s range over the cost model's
-uncertainty and its worst-case speedup over one GPU (docs/algorithms.md, Uncertainty), the share of the
-step that is launches and per-op overhead, and the ops on each device.
+PyTorch's default, foreach on GPUs) and a U-Net (Adam), none of them in the zoo or the examples
+(``autoplace.bench.user_models`` at its default sizes), are captured here and written to ``DIR`` (graph
+files). On ``p100x2`` and ``k80x4`` each gets ``single-gpu`` and ``auto`` (budget ``--budget``),
+simulated: the step, ``auto``'s range over the cost model's uncertainty and its worst-case speedup over one
+GPU (docs/algorithms.md, Uncertainty), the share of the step that is launches and per-op overhead, and the
+ops on each device.
 
 ``--before SRC`` also runs the same graph files through the autoplace source tree ``SRC`` (a checkout
 of an earlier commit, its C simulator built: ``git worktree add /tmp/before c1831c7 && cd /tmp/before &&
@@ -29,102 +30,18 @@ from pathlib import Path
 import numpy as np
 from _common import print_table
 
+from autoplace.bench import user_models
+
 CLUSTERS = ("p100x2", "k80x4")
 
 
-def resnet():
+def _optimizer(name: str, model):
+    """SGD with momentum for the CNN, Adam (PyTorch's defaults but the rate) for the others."""
     import torch
-    from torch import nn
 
-    class Block(nn.Module):
-        def __init__(self, c):
-            super().__init__()
-            self.a, self.bn_a = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
-            self.b, self.bn_b = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
-
-        def forward(self, x):
-            y = torch.relu(self.bn_a(self.a(x)))
-            return torch.relu(x + self.bn_b(self.b(y)))
-
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-                          *[Block(64) for _ in range(4)], nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
-    x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    return "resnet-bn", model, x, nn.functional.cross_entropy, opt, y
-
-
-def gpt():
-    import torch
-    from torch import nn
-
-    class Block(nn.Module):
-        def __init__(self, d, heads):
-            super().__init__()
-            self.heads = heads
-            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-            self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-        def forward(self, x, mask):
-            b, t, d = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-            q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-            att = torch.softmax(q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5 + mask, dim=-1)
-            x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
-            return x + self.ff(self.ln2(x))
-
-    class Decoder(nn.Module):
-        def __init__(self, vocab=2000, d=256, layers=4, heads=4, seq=64):
-            super().__init__()
-            self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
-            self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
-            self.norm = nn.LayerNorm(d)
-            self.head = nn.Linear(d, vocab, bias=False)
-            self.head.weight = self.tok.weight  # tied
-            self.register_buffer("mask", torch.triu(torch.full((seq, seq), float("-inf")), 1))
-            self.register_buffer("positions", torch.arange(seq))
-
-        def forward(self, idx):
-            h = self.tok(idx) + self.pos(self.positions)
-            for block in self.blocks:
-                h = block(h, self.mask)
-            return self.head(self.norm(h))
-
-    torch.manual_seed(0)
-    model = Decoder()
-    idx, tgt = torch.randint(0, 2000, (8, 64)), torch.randint(0, 2000, (8, 64))
-    opt = torch.optim.Adam(model.parameters(), lr=3e-4)
-    loss = lambda out, t: nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), t.reshape(-1))  # noqa: E731
-    return "gpt-tied", model, idx, loss, opt, tgt
-
-
-def unet():
-    import torch
-    from torch import nn
-
-    def conv(a, b):
-        return nn.Sequential(nn.Conv2d(a, b, 3, padding=1), nn.ReLU(), nn.Conv2d(b, b, 3, padding=1), nn.ReLU())
-
-    class UNet(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.d1, self.d2, self.d3 = conv(1, 32), conv(32, 64), conv(64, 128)
-            self.u2, self.c2 = nn.ConvTranspose2d(128, 64, 2, stride=2), conv(128, 64)
-            self.u1, self.c1 = nn.ConvTranspose2d(64, 32, 2, stride=2), conv(64, 32)
-            self.out = nn.Conv2d(32, 2, 1)
-
-        def forward(self, x):
-            a = self.d1(x)
-            b = self.d2(nn.functional.max_pool2d(a, 2))
-            c = self.d3(nn.functional.max_pool2d(b, 2))
-            b2 = self.c2(torch.cat([self.u2(c), b], 1))
-            return self.out(self.c1(torch.cat([self.u1(b2), a], 1)))
-
-    torch.manual_seed(0)
-    model = UNet()
-    x, y = torch.randn(8, 1, 64, 64), torch.randint(0, 2, (8, 64, 64))
-    return "unet", model, x, nn.functional.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-3), y
+    if name == "resnet":
+        return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return torch.optim.Adam(model.parameters(), lr=3e-4 if name == "gpt" else 1e-3)
 
 
 def capture_all(out: Path) -> list[Path]:
@@ -132,9 +49,9 @@ def capture_all(out: Path) -> list[Path]:
     from autoplace.formats import save_graph
 
     paths = []
-    for build in (resnet, gpt, unet):
-        name, model, x, loss, opt, y = build()
-        g = capture_training_step(model, x, loss, opt, targets=y, name=name)
+    for key, build in user_models.MODELS.items():
+        name, model, x, loss, y = build()
+        g = capture_training_step(model, x, loss, _optimizer(key, model), targets=y, name=name)
         path = out / f"{name}.json.gz"
         save_graph(g, path)
         paths.append(path)

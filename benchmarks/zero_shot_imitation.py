@@ -30,6 +30,7 @@ import numpy as np
 from _common import geo, note, print_table, save_json
 
 from autoplace.bench.jobs import Setting, place_job, robust_step
+from autoplace.bench.published import GDP_FIGURE2
 from autoplace.cluster import get_cluster
 from autoplace.placement import Placement
 from autoplace.placers import place
@@ -37,8 +38,7 @@ from autoplace.placers.learned.gdp import GDPConfig, GDPSearch, new_policy
 from autoplace.sim import simulate
 from autoplace.zoo import build_graph
 
-SETTINGS = [("transformer-xl-2", "p100x2"), ("transformer-xl-4", "p100x4"), ("wavenet-2x18", "p100x2"),
-            ("wavenet-4x36", "p100x4"), ("inception-v3", "p100x2"), ("amoebanet", "p100x4")]
+SETTINGS = [(m, f"p100x{g}") for m, g in GDP_FIGURE2]
 
 
 def canonical(devices: np.ndarray, cluster) -> np.ndarray:

@@ -8,8 +8,8 @@ Figure 8) is summarised by the claims its text makes (:data:`GDP_FIGURE2_CLAIMS`
 from __future__ import annotations
 
 __all__ = ["MIRHOSEINI_TABLE1", "HTF_TABLE1_OPS", "MIRHOSEINI_TABLE2", "MIRHOSEINI_LARGE_RL", "GDP_TABLE1",
-           "GDP_TABLE2", "GDP_FIGURE2_CLAIMS", "HTF_SPEEDUP", "HTF_FIGURE8_CLAIM", "HTF_ENUMERATION_SHARE",
-           "mirhoseini_seconds", "gdp_table1_seconds"]
+           "GDP_TABLE2", "GDP_FIGURE2", "GDP_FIGURE2_CLAIMS", "HTF_SPEEDUP", "HTF_FIGURE8_CLAIM",
+           "HTF_ENUMERATION_SHARE", "mirhoseini_seconds", "gdp_table1_seconds"]
 
 #: Mirhoseini et al. 2017, Table 1: each model's TensorFlow graph, (ops, co-location groups).
 MIRHOSEINI_TABLE1 = {"rnnlm-2": (8943, 188), "nmt-2": (22097, 280), "inception-v3": (31180, 83)}
@@ -59,6 +59,10 @@ GDP_TABLE2 = {
     ("transformer-xl-2", 2): 0.076, ("transformer-xl-4", 4): 0.03, ("transformer-xl-8", 8): 0.015,
     ("inception-v3", 2): 0.0, ("amoebanet", 4): -0.05, ("wavenet-4x36", 4): 0.033, ("wavenet-2x18", 2): 0.15,
 }
+
+#: GDP, Figure 2: its six hold-out settings, (model, number of GPUs) — graphs the policy never saw.
+GDP_FIGURE2 = (("transformer-xl-2", 2), ("transformer-xl-4", 4), ("wavenet-2x18", 2), ("wavenet-4x36", 4),
+               ("inception-v3", 2), ("amoebanet", 4))
 
 #: GDP, Figure 2 (hold-out graphs; the figure has no printed numbers): what its text claims.
 GDP_FIGURE2_CLAIMS = {

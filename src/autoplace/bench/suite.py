@@ -78,8 +78,7 @@ _GDP_METHODS = ("expert", "single-gpu", "metis", "hdp", "gdp", "auto")
 _MIRHOSEINI = tuple(_s(m, f"k80x{g}") for m in published.MIRHOSEINI_TABLE2 for g in (2, 4))
 _GDP_SETTINGS = tuple(_s(m, f"p100x{g}") for m, g in published.GDP_TABLE1)
 _GDP_BATCH = tuple(_s(m, f"p100x{g}") for m, g in published.GDP_TABLE2)
-_HOLDOUT = (_s("transformer-xl-2", "p100x2"), _s("transformer-xl-4", "p100x4"), _s("wavenet-2x18", "p100x2"),
-            _s("wavenet-4x36", "p100x4"), _s("inception-v3", "p100x2"), _s("amoebanet", "p100x4"))
+_HOLDOUT = tuple(_s(m, f"p100x{g}") for m, g in published.GDP_FIGURE2)
 _HTF = tuple(_s(m, "gtx1050tix2") for m in published.HTF_SPEEDUP)
 _FIELD = _MIRHOSEINI + _GDP_SETTINGS
 _FLEXFLOW_MODELS = ("alexnet", "inception-v3", "resnet-101", "rnntc", "rnnlm-2", "nmt-2")
