@@ -4,6 +4,7 @@ or inside a function), and no import cycle exists between modules."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import autoplace
@@ -92,6 +93,9 @@ HEAVY = {"torch", "ortools", "google", "ray", "matplotlib", "sklearn", "onnx", "
          "accelerate", "numba"}
 
 
+STDLIB = set(sys.stdlib_module_names)
+
+
 def _function_imports():
     """Every import statement inside a function: ``(module, line, statement, project modules it loads,
     third-party packages it loads, whether it is inside a try)``."""
@@ -162,10 +166,12 @@ def _heavy_at_import() -> set[str]:
 
 def test_imports_are_at_the_top_but_for_heavy_dependencies():
     """A function imports lazily only what is heavy to import (:data:`HEAVY`, or a module of the package that
-    loads one at its top), or inside a ``try`` (an optional dependency that may be missing)."""
+    loads one at its top), or, inside a ``try``, a third-party package (an optional dependency that may be
+    missing) — never the standard library or a light module of the package."""
     heavy = _heavy_at_import()
+    optional = lambda third, project: bool(third) and not (third & STDLIB) and not project  # noqa: E731
     light = [f"{name}:{line} {text}" for name, line, text, project, third, tried in _function_imports()
-             if not tried and not (third & HEAVY) and not (project & heavy)]
+             if not (tried and optional(third, project)) and not (third & HEAVY) and not (project & heavy)]
     assert not light, light
 
 

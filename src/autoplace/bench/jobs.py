@@ -192,8 +192,6 @@ def place_job(setting: Setting, method: str, budget: float | None = None, seed: 
     learned = None
     try:
         if info.learned:
-            from autoplace.search import SearchBudget
-
             check_runnable(graph, cluster)              # place()'s message for an op no device can run
             r = info.search(graph, cluster, budget=budget if time_s is None else SearchBudget(seconds=time_s),
                             seed=seed, **({"config": dict(config)} if config else {}))

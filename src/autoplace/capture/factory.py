@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -26,8 +27,6 @@ def load_factory(spec: str) -> Callable[[], Any]:
         if target.endswith(".py") or os.sep in target:
             if not os.path.exists(target):
                 raise CaptureError(f"factory {spec!r}: no such file {target!r}")
-            import sys
-
             mod_spec = importlib.util.spec_from_file_location(f"_autoplace_factory_{abs(hash(target))}", target)
             module = importlib.util.module_from_spec(mod_spec)
             folder = os.path.dirname(os.path.abspath(target))      # its sibling modules import, as python FILE
@@ -40,8 +39,6 @@ def load_factory(spec: str) -> Callable[[], Any]:
                 if added:
                     sys.path.remove(folder)
         else:
-            import sys
-
             here = os.getcwd()                     # a module in the current directory, as ``python -m`` finds it
             added = here not in sys.path
             if added:

@@ -39,6 +39,7 @@ from autoplace.comparison import auto_choice, compare, failure_reason, row_note,
 from autoplace.env import make_env
 from autoplace.placers import available_placers, get_placer
 from autoplace.plots import comparison_png
+from autoplace.progress import progress_to
 from autoplace.replicas import can_replicate
 from autoplace.resolve import resolve_cluster, resolve_graph
 from autoplace.units import fmt_bytes, fmt_ratio, fmt_time
@@ -94,8 +95,6 @@ def _run(args: argparse.Namespace):
 
             env = make_env("measured", graph, cluster, **env_kwargs(args))
         try:
-            from autoplace.progress import progress_to
-
             def done(row) -> None:                 # each row as it comes, above the bar (a terminal only)
                 if not bar.disable:
                     step = fmt_time(row.step_time) if row.error is None else (row.error or "")[:60]

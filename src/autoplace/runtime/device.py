@@ -8,6 +8,7 @@ messages over a pipe; :func:`in_environment` starts a worker with the driver's e
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import time
@@ -57,8 +58,6 @@ def driver_gone() -> bool:
 
 def die_with_parent() -> None:
     try:
-        import ctypes
-
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:  # pragma: no cover - not Linux

@@ -12,6 +12,8 @@ import sys
 import threading
 import time
 
+import numpy as np
+
 from autoplace.runtime.dist.control import (
     StoreChannel,
     control_store,
@@ -39,7 +41,8 @@ from autoplace.errors import AutoplaceError
 from autoplace.formats import graph_from_dict
 from autoplace.formats import load_cluster
 from autoplace.formats.state import cluster_hash
-from autoplace.runtime.pool import cores_of
+from autoplace.runtime.plan import plan_all
+from autoplace.runtime.pool import cores_of, transfer_layout
 from autoplace.runtime.program import ExecutionError
 from autoplace.runtime.program import torch_device
 from autoplace.validation import MAX_BUDGET_S, check_number
@@ -221,12 +224,7 @@ def _handle(ch: StoreChannel, rt: RankRuntime, msg, rank: int) -> int | None:
             rt.load(graph_from_dict(json.loads(msg[1]), "the driver's graph"))
             ch.send(("ok",))
         elif cmd == "setup":
-            from autoplace.runtime.plan import plan_all
-            from autoplace.runtime.pool import transfer_layout
-
             assignment, n_devices, seed, capacity, keep, values, ranks, priority = msg[1:]
-            import numpy as np
-
             plans = plan_all(rt.program, np.asarray(assignment, dtype=np.int64), n_devices,
                              None if priority is None else np.asarray(priority, dtype=np.int64))
             transfers, _ = transfer_layout(rt.program, plans)
