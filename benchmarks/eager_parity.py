@@ -1,4 +1,4 @@
-"""compile against eager PyTorch on this machine, for three user models (benchmarks/user_models.py).
+"""compile against eager PyTorch on this machine, for three user models (autoplace.bench.eager_models).
 
     .venv/bin/python benchmarks/eager_parity.py [--models llama,vit,cnn] [--rounds 15] [--steps 5]
         [--json docs/results/eager/parity.json]
@@ -45,9 +45,9 @@ from pathlib import Path
 
 import torch
 from _common import print_table
-from user_models import MODELS, make
 
 import autoplace
+from autoplace.bench.eager_models import MODELS, make
 from autoplace.runtime.verdict import race
 from autoplace.sim import simulate
 

@@ -11,13 +11,10 @@ way: this tells how much of a run's error its ``cluster detect`` accounts for.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location("fidelity", Path(__file__).with_name("fidelity.py"))
-fidelity = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fidelity)
+from autoplace.bench import fidelity
 
 
 def main(argv=None) -> int:
@@ -39,7 +36,7 @@ def main(argv=None) -> int:
         singles = [r for r in rows if r["anchor"]]
         anchor = fidelity.anchor_of([r["measured_s"] for r in singles],
                                     [sim.run(by_method[r["method"]]).step_time for r in singles])
-        sim = Simulator(fidelity._scaled(graph, anchor), cluster)
+        sim = Simulator(fidelity.scaled(graph, anchor), cluster)
         s = fidelity.summarise([{**r, "simulated_s": sim.run(by_method[r["method"]]).step_time} for r in rows])
         print(f"{model}: anchor {anchor:.3f}, MAPE {100 * s['mape']:.1f} %, Kendall tau {s['kendall_tau']:.3f}, "
               f"split-half tau {s['split_half_tau']:.3f}, pairwise order {100 * s['pairwise_order_accuracy']:.1f} %")

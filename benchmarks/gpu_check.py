@@ -49,13 +49,9 @@ def cmd_env(args) -> int:
     import autoplace
 
     print(f"autoplace {autoplace.__version__} from {autoplace.__file__}")
-    try:
-        from autoplace.sim import _cbackend
+    from autoplace.sim import BACKEND
 
-        lib = _cbackend.load()
-        print(f"C simulator: {'built: ' + lib._name if lib is not None else 'not built (numba is used)'}")
-    except Exception as e:  # noqa: BLE001
-        print(f"C simulator: cannot tell ({type(e).__name__}: {e})")
+    print(f"simulator loop: {'C (built)' if BACKEND == 'c' else 'numba (the C loop is not built)'}")
     bad = 0
     for mod in ("pymetis", "ortools.sat.python.cp_model", "ortools.linear_solver.pywraplp", "pandas",
                 "google.protobuf"):
@@ -296,13 +292,13 @@ def cmd_compile(args) -> int:
 
 
 def cmd_user_models(args) -> int:
-    """benchmarks/user_models.py's three models (a Llama-style LM, a ViT, a CNN) on CUDA: eager PyTorch, the
+    """autoplace.bench.eager_models's three models (a Llama-style LM, a ViT, a CNN) on CUDA: eager PyTorch, the
     default ``compile`` on the cluster (measured before it commits) and ``compile(method="single-gpu")``,
     interleaved rounds of timed steps each (``autoplace.runtime.verdict.race``), with what compile chose."""
     import torch
-    from user_models import MODELS, make
 
     import autoplace
+    from autoplace.bench.eager_models import MODELS, make
     from autoplace.runtime.verdict import race
 
     out = []

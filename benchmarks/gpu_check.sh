@@ -16,7 +16,7 @@
 #                           staging), each measured and simulated with a cluster detected on that runtime
 #   compile_check.json      autoplace.compile (cpu:0 + cuda:0) on both runtimes against eager PyTorch on CPU and
 #                           on CUDA
-#   user_models.json        benchmarks/user_models.py's LM, ViT and CNN on the GPU: eager, default compile and
+#   user_models.json        autoplace.bench.eager_models's LM, ViT and CNN on the GPU: eager, default compile and
 #                           compile(method="single-gpu"), interleaved rounds, with compile's report
 #   replicas.json           the CNN as data-parallel replicas on this machine's CPUs (torch.distributed, gloo)
 #                           against eager: measured per step() call, and simulated

@@ -1,5 +1,5 @@
 """Three training steps a PyTorch user writes, none from the zoo or the examples: what ``compile`` is
-judged on against eager PyTorch (benchmarks/eager_parity.py).
+judged on against eager PyTorch (``benchmarks/eager_parity.py``, and on a GPU ``benchmarks/gpu_check.py``).
 
 - ``llama``: a Llama-style decoder LM (RMSNorm, rotary position tables held by the root module, SwiGLU,
   tied embedding and head), AdamW with a cosine schedule;
@@ -8,7 +8,8 @@ judged on against eager PyTorch (benchmarks/eager_parity.py).
 - ``cnn``: a CNN with BatchNorm and dropout, Adam.
 
 Each ``make_<name>(scale)`` returns ``(model, inputs, loss_fn, optimizer, targets, scheduler)``; ``scale``
-"small" is a test-sized version (seconds to capture), ``"bench"`` the benchmark's.
+"small" is a test-sized version (seconds to capture), ``"bench"`` the benchmark's. torch is imported with
+this module (the package imports it nowhere else).
 """
 
 from __future__ import annotations
@@ -153,7 +154,3 @@ def make(name: str, scale: str = "bench", *, seed: int = 0, **optimizer_flags):
 
 
 MODELS = tuple(_SIZES)
-
-if __name__ == "__main__":          # their sizes
-    for n in MODELS:
-        print(n, sum(p.numel() for p in make(n)[0].parameters()), "parameters")
