@@ -19,6 +19,7 @@ import time
 import pytest
 
 torch = pytest.importorskip("torch")
+from conftest import wait_for  # noqa: E402
 from test_placed import Mixed, Normed, TinyLM, batches, eager, lm_loss, max_diff  # noqa: E402
 from test_runtime import _assert_same, _gone, _random_placement  # noqa: E402
 from torch import nn  # noqa: E402
@@ -312,7 +313,7 @@ def test_a_rank_killed_hung_or_out_of_memory_on_another_host_is_a_failing_result
             assert ("ran out of memory" if how == "out of memory" else "died or hung") in result.error
             assert time.monotonic() - t0 < 20                          # the heartbeat, not the 30 s timeout
         if how == "hung":
-            time.sleep(8)                                              # its peer has ended by now ...
+            wait_for(lambda: _gone(pids[0]), 60, "the hung rank's peer to end")   # its peer ends ...
             os.kill(pids[1], signal.SIGCONT)                           # ... and it ends once it runs again
         for p in procs:                                               # torchrun ends both hosts' ranks
             p.wait(60)

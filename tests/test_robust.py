@@ -349,12 +349,13 @@ def test_each_scenario_works_in_a_forked_child(monkeypatch):
     """The scenarios' thread pool is the parent's only: a child forked after it was made makes its own."""
     import os
     import signal
-    import time
+    import threading
 
     from autoplace.robust import each_scenario
 
     monkeypatch.setenv("AUTOPLACE_SIM_THREADS", "2")
-    assert each_scenario(lambda x: time.sleep(0.2) or x + 1, [1, 2]) == [2, 3]    # both threads started
+    both = threading.Barrier(2)                 # each scenario waits for the other: both threads started
+    assert each_scenario(lambda x: both.wait(timeout=20) * 0 + x + 1, [1, 2]) == [2, 3]
     pid = os.fork()
     if pid == 0:    # the child: ends within 20 s either way
         signal.alarm(20)
