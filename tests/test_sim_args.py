@@ -14,12 +14,12 @@ import numpy as np
 
 from autoplace.cluster import get_cluster
 from autoplace.sim import Simulator, _cbackend, _kernel
-from autoplace.sim._args import STRUCTS
+from autoplace.sim._args import C_LISTING, C_TYPES, STRUCTS, c_fields
 from autoplace.sim.results import Outputs
 from autoplace.zoo import build_graph
 
 C_SOURCE = (Path(_kernel.__file__).parent / "_csim.c").read_text()
-C_TYPES = {"i64": np.int64, "i32": np.int32, "double": np.float64}
+DTYPES = {"i64": np.int64, "i32": np.int32, "double": np.float64}
 
 
 def c_struct(name: str) -> list[tuple[str, str, bool]]:
@@ -42,20 +42,21 @@ def c_params(function: str) -> list[str]:
 
 
 def test_the_c_structs_are_the_named_tuples():
-    """Each C struct holds its named tuple's fields in order: sizes as int64, arrays as pointers (the C
-    loop's ``ap_struct_fields`` lists them, and ``_cbackend`` builds its ctypes structs from the tuples)."""
+    """Each C struct holds its named tuple's fields in order, of the C types ``_args.C_TYPES`` names: sizes as
+    int64, arrays as pointers (the C loop's ``ap_struct_fields`` lists them with their types, and
+    ``_cbackend`` builds its ctypes structs from the tuples)."""
     for key, nt in STRUCTS.items():
         fields, hints = c_struct("Ap" + key.title()), get_type_hints(nt)
         assert [f for f, _, _ in fields] == list(nt._fields), key
         for f, ctype, pointer in fields:
             assert pointer == (hints[f] is not int), f
-            assert pointer or ctype == "i64", f
+            assert ctype == C_TYPES.get(f, "i64"), f
+        assert [f"{ctype}{'*' if pointer else ''} {f}" for f, ctype, pointer in fields] == c_fields(nt)
         assert [t for _, t in _cbackend._C_STRUCTS[nt]._fields_] == [
             ctypes.c_void_p if pointer else ctypes.c_int64 for _, _, pointer in fields], key
     listed = "".join(re.findall(r'"([^"]*)"', re.search(r"ap_struct_fields\(void\) \{(.*?)\}", C_SOURCE,
                                                        re.S).group(1)))
-    assert listed == _cbackend._LISTING
-    assert listed == ";".join(f"{k}:{','.join(nt._fields)}" for k, nt in STRUCTS.items())
+    assert listed == C_LISTING
 
 
 def test_the_arrays_have_the_dtypes_the_c_structs_declare():
@@ -69,7 +70,7 @@ def test_the_arrays_have_the_dtypes_the_c_structs_declare():
         for f, ctype, pointer in c_struct("Ap" + key.title()):
             v = getattr(values, f)
             if pointer:
-                assert v.dtype == C_TYPES[ctype] and v.flags.c_contiguous, f
+                assert v.dtype == DTYPES[ctype] and v.flags.c_contiguous, f
             else:
                 assert isinstance(v, int), f
     g, c = sim._graph_args, sim._cluster_args

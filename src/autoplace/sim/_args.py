@@ -4,18 +4,18 @@ Both loops (the numba kernel ``_kernel.simulate`` and the C ``ap_simulate``) tak
 their schedules, the op times, and four structs: the graph (:class:`GraphArrays`), the cluster
 (:class:`ClusterArrays`), the timeline they write (:class:`TraceArrays`) and the per-placement outputs
 (:class:`RowArrays`). numba takes the named tuples as they are; the C loop takes C structs with the same
-fields in the same order (sizes as 64-bit integers, arrays as pointers to their data), which
-``_cbackend`` builds with ctypes. The C build lists its structs' fields (``ap_struct_fields``) and is
-refused when they differ from these (:data:`STRUCTS`).
+fields in the same order (sizes as 64-bit integers, arrays as pointers to their data of the type
+:data:`C_TYPES` names), which ``_cbackend`` builds with ctypes. The C build lists its structs' fields with
+their types (``ap_struct_fields``) and is refused when they differ from :data:`C_LISTING`.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, get_type_hints
 
 import numpy as np
 
-__all__ = ["GraphArrays", "ClusterArrays", "TraceArrays", "RowArrays", "STRUCTS", "COMM"]
+__all__ = ["GraphArrays", "ClusterArrays", "TraceArrays", "RowArrays", "STRUCTS", "C_TYPES", "C_LISTING", "COMM"]
 
 #: ``spos`` of a communication op (a collective's step, run by the communication library: never queued)
 COMM = -2
@@ -97,3 +97,22 @@ class RowArrays(NamedTuple):
 
 #: the C structs' names in ``ap_struct_fields``, and the named tuples whose fields they hold
 STRUCTS = {"graph": GraphArrays, "cluster": ClusterArrays, "trace": TraceArrays, "rows": RowArrays}
+
+#: the element type of each array the C loop reads as ``i32`` or ``double``; every other array, and every
+#: size, is ``i64`` (``Simulator`` builds the arrays with these dtypes)
+C_TYPES = {
+    **dict.fromkeys(("op_tensor_ptr", "tensor_pair_ptr", "pair_op", "in_ptr", "in_pair", "alias_pair", "op_pair_ptr",
+                     "op_group"), "i32"),
+    **dict.fromkeys(("bandwidth", "latency", "overhead", "seg_bw", "launch_cost", "start", "finish", "lstart",
+                     "xf_start", "xf_end", "xf_land", "step_time", "busy_time", "host_time", "link_time", "seg_time"),
+                    "double")}
+
+
+def c_fields(nt: type) -> list[str]:
+    """``nt``'s fields as the C struct declares them: ``"i64 n_ops"``, ``"i32* op_tensor_ptr"``."""
+    hints = get_type_hints(nt)
+    return [f"{C_TYPES.get(f, 'i64')}{'' if hints[f] is int else '*'} {f}" for f in nt._fields]
+
+
+#: what the C build's ``ap_struct_fields`` returns: each struct's fields with their C types
+C_LISTING = ";".join(f"{name}:{','.join(c_fields(nt))}" for name, nt in STRUCTS.items())

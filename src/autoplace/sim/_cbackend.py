@@ -16,7 +16,7 @@ from typing import NamedTuple, get_type_hints
 
 import numpy as np
 
-from autoplace.sim._args import STRUCTS
+from autoplace.sim._args import C_LISTING, STRUCTS
 
 __all__ = ["load", "BACKEND", "struct", "simulate", "record", "rerecord", "run_recorded", "free_recorded"]
 
@@ -29,7 +29,6 @@ def _c_struct(name: str, nt: type) -> type[ctypes.Structure]:
 
 #: the C structs, by the named tuple they mirror
 _C_STRUCTS = {nt: _c_struct(name, nt) for name, nt in STRUCTS.items()}
-_LISTING = ";".join(f"{name}:{','.join(nt._fields)}" for name, nt in STRUCTS.items())
 
 
 def struct(values: NamedTuple) -> ctypes.Structure:
@@ -56,7 +55,7 @@ def load() -> ctypes.CDLL | None:
         fields = getattr(lib, "ap_struct_fields", None)
         if fields is not None:
             fields.restype = ctypes.c_char_p
-        if fields is None or fields().decode() != _LISTING:
+        if fields is None or fields().decode() != C_LISTING:
             warnings.warn(f"{path.name} is a stale build of the C simulator (rebuild it: pip install -e . or "
                           "python setup.py build_ext --inplace); using the numba kernel", RuntimeWarning, stacklevel=2)
             continue
@@ -93,7 +92,7 @@ def simulate(devs, spos, optime, graph, cluster, trace, rows) -> None:
 def record(snapshots, devs, optime, graph, cluster, trace, rows) -> int:
     """Record placement ``devs[0]``'s run (no schedule) with up to ``snapshots`` snapshots; its results go to
     ``trace`` and ``rows`` as :func:`simulate`'s. Returns the handle for :func:`run_recorded` (the graph's and
-    cluster's arrays must outlive it; :func:`free_recorded` frees it)."""
+    cluster's arrays and ``optime`` must outlive it; :func:`free_recorded` frees it)."""
     structs = [struct(a) for a in (graph, cluster, trace, rows)]
     handle = _LIB.ap_inc_new(snapshots, devs.ctypes.data, optime.ctypes.data, *map(ctypes.byref, structs))
     if not handle:

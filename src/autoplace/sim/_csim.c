@@ -1385,8 +1385,8 @@ void ap_inc_reset(void *handle, const i64 *devs, const ApRows *rows) {
 
 /* Record the run of placement devs[0] (no schedule, no communication op) with up to cap snapshots; its
  * results go to the outputs as ap_simulate's would. Returns the handle (ap_inc_run, ap_inc_free), or NULL
- * if memory could not be allocated or the graph is too large. The graph's and cluster's arrays must outlive
- * the handle. */
+ * if memory could not be allocated or the graph is too large. The graph's and cluster's arrays and optime
+ * must outlive the handle. */
 void *ap_inc_new(i64 cap, const i64 *devs, const double *optime, const ApGraph *g, const ApCluster *c,
                  const ApTrace *tr, const ApRows *rows) {
     if (too_large(g) || cap < 2) return NULL;
@@ -1529,16 +1529,20 @@ int ap_inc_run(void *handle, i64 B, const i64 *devs, const ApRows *rows) {
     return 0;
 }
 
-/* The argument structs' fields by name, in order (autoplace/sim/_args.py's named tuples): _cbackend refuses a
- * build whose lists differ (or that has none), so a stale build is never called with the wrong arguments. */
+/* The argument structs' fields with their types, in order (autoplace/sim/_args.py's C_LISTING): _cbackend
+ * refuses a build whose list differs (or that has none), so a stale build is never called with the wrong
+ * arguments. */
 const char *ap_struct_fields(void) {
-    return "graph:n_ops,n_tensors,n_pairs,order,tensor_src,tensor_bytes,tensor_alloc,tensor_out,op_tensor_ptr,"
-           "tensor_pair_ptr,pair_op,pair_tensor,in_ptr,in_pair,out_alloc_total,unconsumed_alloc,param_bytes,"
-           "alias_pair,op_pair_ptr,op_group,group_launch;"
-           "cluster:n_devices,n_segments,n_launchers,bandwidth,latency,overhead,route_ptr,route_seg,seg_bw,"
-           "send_cap,recv_cap,concurrency,launcher,launch_cost,qdepth;"
-           "trace:start,finish,lstart,xf_tensor,xf_src,xf_dst,xf_start,xf_end,xf_land;"
-           "rows:step_time,busy_time,host_time,peak,link_time,link_bytes,seg_time,n_transfers,n_finished";
+    return "graph:i64 n_ops,i64 n_tensors,i64 n_pairs,i64* order,i64* tensor_src,i64* tensor_bytes,"
+           "i64* tensor_alloc,i64* tensor_out,i32* op_tensor_ptr,i32* tensor_pair_ptr,i32* pair_op,"
+           "i64* pair_tensor,i32* in_ptr,i32* in_pair,i64* out_alloc_total,i64* unconsumed_alloc,"
+           "i64* param_bytes,i32* alias_pair,i32* op_pair_ptr,i32* op_group,i64* group_launch;"
+           "cluster:i64 n_devices,i64 n_segments,i64 n_launchers,double* bandwidth,double* latency,"
+           "double* overhead,i64* route_ptr,i64* route_seg,double* seg_bw,i64* send_cap,i64* recv_cap,"
+           "i64* concurrency,i64* launcher,double* launch_cost,i64* qdepth;trace:double* start,"
+           "double* finish,double* lstart,i64* xf_tensor,i64* xf_src,i64* xf_dst,double* xf_start,"
+           "double* xf_end,double* xf_land;rows:double* step_time,double* busy_time,double* host_time,"
+           "i64* peak,double* link_time,i64* link_bytes,double* seg_time,i64* n_transfers,i64* n_finished";
 }
 
 /* Simulate B placements (rows of devs[B, n]), each under its schedule (rows of spos[B, n]: each op's place in
