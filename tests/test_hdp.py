@@ -151,9 +151,22 @@ def test_released_networks_forward_computed_by_hand():
         expected += logits[d] - np.log(np.exp(logits).sum())
         signal = p["device_embeddings"][d:d + 1]
     assert logp.item() == pytest.approx(expected, abs=1e-5)
-    # the placer's logits get the noise too: the same draw scores differently with it
-    gen = torch.Generator().manual_seed(1)
+    # the placer's logits get the noise after the tanh bound (the released decode): c·tanh(·) + N(0, (0.5·rms)²),
+    # rms over that step's bounded logits, one standard normal per device and step
+    gen, z = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
     noisy = placer.sample(emb, torch.zeros(1, 4, 3), devices=devices, noise=0.5, generator=gen)[1]
+    c, h = np.concatenate([cf, cb], axis=1), np.concatenate([hf, hb], axis=1)
+    signal, expected_noisy = p["device_go_embedding"], 0.0
+    for t, d in enumerate(devices[0].tolist()):
+        c, h = _np_lstm(signal, c, h, p["decoder_lstm"], p["decoder_forget_bias"])
+        score = (np.tanh(h @ p["attn_w_2"] + mem) @ p["attn_v"])[:, 0]
+        a = np.exp(score - score.max())
+        context = (mem * (a / a.sum())[:, None]).sum(0, keepdims=True)
+        logits = np.tanh(np.concatenate([h, context], axis=1) @ p["device_softmax"])[0]
+        logits = logits + 0.5 * np.sqrt(np.mean(logits ** 2)) * torch.randn((1, 3), generator=z).numpy()[0]
+        expected_noisy += logits[d] - np.log(np.exp(logits).sum())
+        signal = p["device_embeddings"][d:d + 1]
+    assert noisy.item() == pytest.approx(expected_noisy, abs=1e-5)
     assert abs(noisy.item() - logp.item()) > 1e-4
 
 
@@ -258,6 +271,26 @@ def test_after_500_updates_the_placer_scores_its_last_draw_and_noise_stops_after
         search.last_devices = quiet.last_devices = None
         a, b = search._sample(1)[2].item(), quiet._sample(1)[2].item()
         assert (a != b) == differs, updates
+
+
+def test_paper_mode_grouper_logits_get_the_noise_until_750_updates(monkeypatch):
+    """The released ``make_grouping_predictions`` adds the noise to the grouper's logits too (not only the
+    placer's): N(0, (0.5·RMS)²) on the [nodes, groups] logits while the update count is at most 750."""
+    import autoplace.policies.hierarchical as hierarchical
+
+    g, c = build_graph("layered-dag", ops=40, width=4), get_cluster("k80x2")
+    search = HDPSearch(g, c, HDPConfig(paper=True), seed=0)
+    calls = []
+    real = hierarchical.noisy_logits
+    monkeypatch.setattr(hierarchical, "noisy_logits", lambda x, sigma, gen: calls.append((tuple(x.shape), sigma))
+                        or real(x, sigma, gen))
+    grouper_shape = (search.node_embedding.shape[0], search.n_groups)
+    for updates, sigma in ((750, 0.5), (751, 0.0)):
+        calls.clear()
+        search.updates = updates
+        search._sample(1)
+        assert calls[0] == (grouper_shape, sigma), updates      # the grouper's, before the placer's steps
+        assert all(s == sigma for _, s in calls[1:]) and len(calls) > 1
 
 
 def test_hdp_learns_against_its_frozen_self():

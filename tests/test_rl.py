@@ -179,17 +179,37 @@ def test_by_default_the_baseline_starts_at_the_first_updates_mean_reward():
     assert s.baseline == pytest.approx(0.5 * p.mean_reward + 0.5 * q.mean_reward)
 
 
-def test_after_only_ok_after_updates_failed_placements_leave_the_update_out():
+def test_after_only_ok_after_updates_failed_placements_leave_the_update_out(monkeypatch):
+    """The paper's rule (§3.1: after 5,000 updates only placements that ran update the policy): a failed
+    placement's log-probability gets no gradient, a placement that ran gets (R - B) / (placements that ran);
+    and the baseline moves by the rewards of those that ran only."""
     g, c = three_groups(fast_bytes=10)                                # a group on gpu:0 fails
     s = RLSearch(g, c, RLConfig(baseline_decay=0.5, only_ok_after=0, samples_per_update=16,
-                                baseline_start="failing"), seed=0)
+                                baseline_start="failing", entropy_weight=0.0), seed=0)
     start = s.baseline
+    seen, forward = [], s.policy.forward
+
+    def spy(*args, **kwargs):                                          # d loss / d log p of each sample
+        devices, logp, entropy = forward(*args, **kwargs)
+        logp.register_hook(lambda grad: seen.append(grad.detach().cpu().numpy().copy()))
+        return devices, logp, entropy
+
+    monkeypatch.setattr(s.policy, "forward", spy)
+    evaluate, scored = s.evaluate, []
+    monkeypatch.setattr(s, "evaluate", lambda groups: scored.append(evaluate(groups)) or scored[-1])
     p = s.update()
-    ok_rewards = [np.sqrt(t) for t, ok in s.evaluate.cache.values() if ok]
-    assert ok_rewards and 0 < p.failed < 1                             # some ran, some failed
+    ok_rewards = np.sqrt(scored[0].step_time[scored[0].ok])
+    assert len(ok_rewards) and 0 < p.failed < 1                        # some ran, some failed
     assert s.baseline < 0.5 * start + 0.5 * p.mean_reward              # the failed ones' signal left out
     lo, hi = 0.5 * start + 0.5 * min(ok_rewards), 0.5 * start + 0.5 * max(ok_rewards)
     assert lo - 1e-12 <= s.baseline <= hi + 1e-12
+    baseline = s.baseline                   # no longer the failing signal: a failed sample's R - B is not 0
+    s.update()
+    ok = scored[1].ok
+    reward = np.sqrt(np.where(ok, scored[1].step_time, 1.0))
+    assert 0 < ok.sum() < len(ok) and baseline != s.failing_signal
+    assert np.all(seen[1][~ok] == 0)
+    assert seen[1][ok] == pytest.approx((reward[ok] - baseline) / ok.sum(), rel=1e-5)
 
 
 @pytest.mark.slow

@@ -31,7 +31,7 @@ What is adapted, and why:
 * *structured exploration* (not in the paper): each sample adds Gaussian noise to the logits, one draw per
   structural unit (a layer with its weights, at every time step) and device, and the logits are bounded
   (:attr:`RLConfig.exploration_noise`, :attr:`RLConfig.logit_clip`), so that a sample moves whole layers
-  (the paper's algorithm, ``paper=True``, ends at or behind the expert on nmt-2 after a minute of nominal
+  (the paper's algorithm, ``paper=True``, ends behind the expert on nmt-2 after a minute of nominal
   work: docs/benchmarks.md);
 * *the failing signal*: the paper sets it by hand per graph (:attr:`RLConfig.failing_step_s`); unset, it
   is ``sqrt`` of :attr:`RLConfig.failing_factor` times the graph's serial time on its slowest devices
@@ -139,11 +139,12 @@ class RLConfig(SearchConfig):
     #: applied recursively, and the per-model groups of §4.1: each LSTM cell, embedding lookup, attention and
     #: softmax step, each Inception branch), not coarsened; no exploration noise, no logit bound,
     #: temperature or entropy bonus, no gradient clipping, no convergence stop, Bahdanau's attention, a
-    #: decision per group, the baseline from the failing signal, K = 8 (a controller's workers)
+    #: decision per group, the baseline from the failing signal, K = 8 (a controller's workers), only
+    #: placements that ran in the updates after the first 5,000
     PAPER = {"groups": None, "group_rules": "colocation,gradient,single-consumer,structure,structure-first",
              "exploration_noise": 0.0, "logit_clip": None, "temperature": 1.0, "entropy_weight": 0.0,
              "grad_clip": None, "converged_updates": 0, "attention": "additive", "decide": "group",
-             "baseline_start": "failing", "samples_per_update": 8}
+             "baseline_start": "failing", "samples_per_update": 8, "only_ok_after": 5000}
 
     groups: int | None = 256
     """Groups the policy places: at most about this many (ours; see :func:`rl_grouping`; none: the rules'
