@@ -584,3 +584,33 @@ def test_deciding_per_unit_gdp_places_each_structural_unit_whole_and_paper_mode_
     assert GDPConfig(paper=True).decide == "node"
     with pytest.raises(AutoplaceError, match="paper=true fixes decide"):
         GDPConfig.from_dict({"paper": True, "decide": "unit"})
+
+
+def test_placing_op_by_op_makes_a_placement_that_splits_a_colocation_group_invalid():
+    """``nodes="ops"`` (§3: a node per op): the policy decides every op, and a placement that puts two ops of
+    one co-location group on different devices is invalid (§4.1), scored -10 without being run; one that
+    keeps every group whole is scored as the simulator scores it."""
+    g, c = build_graph("toy-mlp"), get_cluster("k80x2")
+    search = GDPSearch([g], [c], GDPConfig(nodes="ops", prior=None, samples_per_update=16), seed=0)
+    p = search.problems[0]
+    coloc = group_ops(g, rules=("colocation",)).group
+    assert p.features.n_nodes == g.n_ops and (p.grouping.group == np.arange(g.n_ops)).all()
+    whole = np.zeros((1, g.n_ops), dtype=np.int64) + 1                  # everything on gpu:0 (index 1)
+    split = whole.copy()
+    member = np.flatnonzero(np.bincount(coloc)[coloc] > 1)[0]           # an op of a group of two or more
+    split[0, member] = 2
+    runs_before = p.evaluate.evaluations
+    scores = p.evaluate(np.concatenate([whole, split]))
+    assert scores.ok.tolist() == [True, False] and math.isinf(scores.step_time[1])
+    assert scores.step_time[0] == pytest.approx(simulate(g, c, whole[0]).step_time)
+    assert p.evaluate.evaluations == runs_before + 1                    # the split one was not run
+    seen, evaluate = [], p.evaluate
+    p.evaluate = lambda groups: seen.append((groups.copy(), evaluate(groups))) or seen[-1][1]
+    search.update()
+    groups, scores = seen[0]
+    first = np.unique(coloc, return_index=True)[1][coloc]
+    kept = (groups == groups[:, first]).all(axis=1)
+    assert (~kept).any() and (scores.ok == kept).all()                   # a fresh network splits groups
+    assert p.reward_sum == pytest.approx(np.where(kept, -np.sqrt(np.where(kept, scores.step_time, 1.0)), -10.0).sum())
+    with pytest.raises(AutoplaceError, match="decide='node'"):
+        GDPConfig(nodes="ops", decide="unit")

@@ -75,7 +75,7 @@ from autoplace.env import BaseEnv, make_env
 from autoplace.errors import AutoplaceError, FormatError, InfeasibleError
 from autoplace.formats.state import StateFields, canonical, cluster_hash, graph_hash, read_state, write_state
 from autoplace.graph import Graph
-from autoplace.grouping import Grouping, grouped_graph, runnable_grouping
+from autoplace.grouping import Grouping, group_ops, grouped_graph, runnable_grouping
 from autoplace.placement import Placement
 from autoplace.placers.fast import FAST_PLACERS, best_fast
 from autoplace.placers.registry import place, register_placer
@@ -98,7 +98,7 @@ from autoplace.search.checkpoint import (
 from autoplace.search.config import Interval, Options, SearchConfig, TorchDevice, check_network_size
 from autoplace.search.curve import Curve, CurvePoint
 from autoplace.search.engine import policy_device, torch_threads
-from autoplace.search.evaluation import CachedScorer, Evaluator, check_params_fit, confirm_best
+from autoplace.search.evaluation import CachedScorer, Evaluator, Scores, check_params_fit, confirm_best
 from autoplace.search.runner import SearchOptions, SearchResult, learned_search
 from autoplace.stats import geomean
 from autoplace.validation import seed_int
@@ -130,12 +130,17 @@ class GDPConfig(SearchConfig):
         "invalid_reward": Interval("float", -1e6, 0), "grad_clip": Interval("float", 0, 1e6, lo_open=True, none=True),
         "node_moves": Interval("float", 0, 1e12, lo_open=True), "unit_moves": Interval("float", 0, 1e6),
         "zero_shot_samples": Interval("int", 1, 4096), "decide": Options(("node", "unit")),
+        "nodes": Options(("groups", "ops")),
         "ratio": Options(("node", "placement")), "features": Options(("ours", "paper")),
         "torch_device": TorchDevice(), "torch_threads": Interval("int", 1, 256),
     }
 
     group_rules: str = "colocation"
     """The nodes: groups of these rules (:mod:`autoplace.grouping`); ``colocation`` places op by op."""
+    nodes: str = "groups"
+    """What a node is: "groups" (the groups of :attr:`group_rules`: co-located ops are one node and never part;
+    ours) or "ops" (§3: every op a node of its own; a placement that puts two ops of one co-location group on
+    different devices is invalid, §4.1's "violation of co-location constraint": :attr:`invalid_reward`)."""
     decide: str = "node"
     """What one decision places: "node" (§3: every node, the groups of :attr:`group_rules`), or "unit":
     each structural unit whole — a layer with its weights at every time step, a branch, a cell (the units
@@ -234,6 +239,8 @@ class GDPConfig(SearchConfig):
                                  "samples_per_update", "ppo_epochs", "zero_shot_samples"), positive=("learning_rate",))
         if self.hidden % self.heads:
             raise AutoplaceError(f"GDPConfig.hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if self.nodes == "ops" and self.decide == "unit":
+            raise AutoplaceError("GDPConfig.nodes='ops' decides op by op: it takes decide='node', not 'unit'")
         for name in ("node_moves", "unit_moves"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
@@ -325,14 +332,40 @@ class _Problem:
 
 
 def gdp_nodes(graph: Graph, cluster: Cluster, config: GDPConfig) -> Grouping:
-    """The nodes GDP places: ``config.rules``' groups (co-location groups by default); with
-    ``decide="unit"``, those merged into their structural units where they can be
-    (:func:`~autoplace.policies.features.unit_nodes`)."""
+    """The nodes GDP places: ``config.rules``' groups (co-location groups by default), or with
+    ``nodes="ops"`` every op; with ``decide="unit"``, those merged into their structural units where they can
+    be (:func:`~autoplace.policies.features.unit_nodes`)."""
+    if config.nodes == "ops":
+        return Grouping(np.arange(graph.n_ops), tuple(op.name for op in graph.ops), ("op",))
     nodes = runnable_grouping(graph, config.rules, feasible_devices(graph, cluster))
     if config.decide == "unit":
 
         return unit_nodes(graph, cluster, nodes)
     return nodes
+
+
+class ColocationChecked:
+    """A scorer whose placements fail where they split a co-location group (``colocation[i]``: op ``i``'s
+    group): what placing op by op (``nodes="ops"``) is scored by. Everything else is the wrapped scorer's."""
+
+    def __init__(self, scorer, colocation: np.ndarray):
+        self.scorer = scorer
+        first = np.full(int(colocation.max()) + 1 if len(colocation) else 0, -1, dtype=np.int64)
+        for i in range(len(colocation) - 1, -1, -1):
+            first[colocation[i]] = i
+        self.first = first[colocation]                      # each op's group's first op
+
+    def __getattr__(self, name):
+        return getattr(self.scorer, name)
+
+    def __call__(self, group_devices: np.ndarray) -> Scores:
+        gd = np.atleast_2d(np.asarray(group_devices, dtype=np.int64))
+        kept = (gd == gd[:, self.first]).all(axis=1)
+        out = Scores(np.full(len(gd), np.inf), np.zeros(len(gd), dtype=bool), np.zeros(len(gd), dtype=bool))
+        if kept.any():                                      # a split placement is not run
+            scores = self.scorer(gd[kept])
+            out.step_time[kept], out.ok[kept], out.cached[kept] = scores.step_time, scores.ok, scores.cached
+        return out
 
 
 def _problem(graph: Graph, cluster: Cluster, config: GDPConfig, device, env, scorer=None, seed=0) -> _Problem:
@@ -351,8 +384,10 @@ def _problem(graph: Graph, cluster: Cluster, config: GDPConfig, device, env, sco
     m[:, :cluster.n_devices] = np.where(feasible, 0.0, -np.inf)
     own = scorer is None and not isinstance(env, BaseEnv)
     env_obj = (make_env(env, graph, cluster) if own else env) if scorer is None else None
-    p = _Problem(graph, cluster, grouping, f, torch.as_tensor(m, device=device),
-                 scorer if scorer is not None else Evaluator(env_obj, grouping), env_obj if own else None)
+    scorer = scorer if scorer is not None else Evaluator(env_obj, grouping)
+    if config.nodes == "ops":
+        scorer = ColocationChecked(scorer, group_ops(graph, rules=("colocation",)).group)
+    p = _Problem(graph, cluster, grouping, f, torch.as_tensor(m, device=device), scorer, env_obj if own else None)
     D, U = cluster.n_devices, int(f.unit.max()) + 1 if f.n_nodes else 1
     if config.prior is not None:
         t0 = time.monotonic()
