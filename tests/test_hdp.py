@@ -112,6 +112,23 @@ def _np_lstm(x, c, h, w, fb):
     return c, sig(o) * np.tanh(c)
 
 
+def _np_decode(p, mem, state, devices, noise=None) -> float:
+    """The released ``decode``'s log-probability of ``devices`` in NumPy: per step the LSTM, attention over
+    ``mem``, c·tanh of [h; context] W_softmax (c = 1), plus ``0.5 · rms · noise(D)`` where noise is given."""
+    (c, h), signal, total = state, p["device_go_embedding"], 0.0
+    for d in devices:
+        c, h = _np_lstm(signal, c, h, p["decoder_lstm"], p["decoder_forget_bias"])
+        score = (np.tanh(h @ p["attn_w_2"] + mem) @ p["attn_v"])[:, 0]
+        a = np.exp(score - score.max())
+        context = (mem * (a / a.sum())[:, None]).sum(0, keepdims=True)
+        logits = np.tanh(np.concatenate([h, context], axis=1) @ p["device_softmax"])[0]
+        if noise is not None:
+            logits = logits + 0.5 * np.sqrt(np.mean(logits ** 2)) * noise(len(logits))
+        total += logits[d] - np.log(np.exp(logits).sum())
+        signal = p["device_embeddings"][d:d + 1]
+    return total
+
+
 def test_released_networks_forward_computed_by_hand():
     """The grouper is x W_ff W_softmax (no activation); the placer's log-probability of given devices is
     the released encode/decode written out in NumPy: the bidirectional encoder pairing forward step i with
@@ -140,32 +157,15 @@ def test_released_networks_forward_computed_by_hand():
         cb, hb = _np_lstm(e[G - 1 - i:G - i], cb, hb, p["encoder_backward"], p["encoder_forget_bias"])
         outs.append(np.concatenate([hf, hb], axis=1)[0])
     mem = np.stack(outs) @ p["attn_w_1"]
-    c, h = np.concatenate([cf, cb], axis=1), np.concatenate([hf, hb], axis=1)
-    signal, expected = p["device_go_embedding"], 0.0
-    for t, d in enumerate(devices[0].tolist()):
-        c, h = _np_lstm(signal, c, h, p["decoder_lstm"], p["decoder_forget_bias"])
-        score = (np.tanh(h @ p["attn_w_2"] + mem) @ p["attn_v"])[:, 0]
-        a = np.exp(score - score.max())
-        context = (mem * (a / a.sum())[:, None]).sum(0, keepdims=True)
-        logits = np.tanh(np.concatenate([h, context], axis=1) @ p["device_softmax"])[0]
-        expected += logits[d] - np.log(np.exp(logits).sum())
-        signal = p["device_embeddings"][d:d + 1]
+    state = np.concatenate([cf, cb], axis=1), np.concatenate([hf, hb], axis=1)
+    expected = _np_decode(p, mem, state, devices[0].tolist())
     assert logp.item() == pytest.approx(expected, abs=1e-5)
     # the placer's logits get the noise after the tanh bound (the released decode): c·tanh(·) + N(0, (0.5·rms)²),
     # rms over that step's bounded logits, one standard normal per device and step
     gen, z = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
     noisy = placer.sample(emb, torch.zeros(1, 4, 3), devices=devices, noise=0.5, generator=gen)[1]
-    c, h = np.concatenate([cf, cb], axis=1), np.concatenate([hf, hb], axis=1)
-    signal, expected_noisy = p["device_go_embedding"], 0.0
-    for t, d in enumerate(devices[0].tolist()):
-        c, h = _np_lstm(signal, c, h, p["decoder_lstm"], p["decoder_forget_bias"])
-        score = (np.tanh(h @ p["attn_w_2"] + mem) @ p["attn_v"])[:, 0]
-        a = np.exp(score - score.max())
-        context = (mem * (a / a.sum())[:, None]).sum(0, keepdims=True)
-        logits = np.tanh(np.concatenate([h, context], axis=1) @ p["device_softmax"])[0]
-        logits = logits + 0.5 * np.sqrt(np.mean(logits ** 2)) * torch.randn((1, 3), generator=z).numpy()[0]
-        expected_noisy += logits[d] - np.log(np.exp(logits).sum())
-        signal = p["device_embeddings"][d:d + 1]
+    expected_noisy = _np_decode(p, mem, state, devices[0].tolist(), noise=lambda n: torch.randn((1, n), generator=z)
+                                .numpy()[0])
     assert noisy.item() == pytest.approx(expected_noisy, abs=1e-5)
     assert abs(noisy.item() - logp.item()) > 1e-4
 
