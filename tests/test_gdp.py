@@ -526,9 +526,15 @@ def test_paper_features_are_output_shapes_and_adjacent_node_ids_computed_by_hand
            5: [2, -1]}
     for p, nb in ids.items():
         assert f.dense[p, 25:].tolist() == nb + [0] * (20 - len(nb))
-    search = GDPSearch([g], [get_cluster("k80x2")], GDPConfig(paper=True, **SMALL), seed=0)
+    search = GDPSearch([g], [get_cluster("k80x2")], GDPConfig(features="paper", **SMALL), seed=0)
     assert (search.problems[0].features.dense == f.dense).all()
     assert search.policy.embed.inp.in_features == SMALL["type_dim"] + 45
+    # paper mode: every op a node (x, a1, ..., a6), each with its own output and its chain neighbours
+    paper = GDPSearch([g], [get_cluster("k80x2")], GDPConfig(paper=True, **SMALL), seed=0).problems[0].features
+    assert paper.dense.shape == (7, 45) and paper.dense[:, 0].tolist() == [256, 256, 512, 768, 1024, 1280, 1536]
+    ids = {0: [1, 1], **{k: [k - 1, -1, k + 1, 1] for k in range(1, 6)}, 6: [5, -1]}
+    for p, nb in ids.items():
+        assert paper.dense[p, 25:].tolist() == nb + [0] * (20 - len(nb))
 
 
 def test_ppo_clips_the_ratio_in_later_epochs_as_schulman_et_al():
@@ -581,7 +587,9 @@ def test_deciding_per_unit_gdp_places_each_structural_unit_whole_and_paper_mode_
     units.update()
     placement = p.placement("gdp").to_array(g, c)
     assert all(len(set(placement[unit_of_op == u])) == 1 for u in set(unit_of_op))
-    assert GDPConfig(paper=True).decide == "node"
+    assert (GDPConfig(paper=True).decide, GDPConfig(paper=True).nodes) == ("node", "ops")
+    with pytest.raises(AutoplaceError, match="paper=true fixes nodes"):
+        GDPConfig.from_dict({"paper": True, "nodes": "groups"})
     with pytest.raises(AutoplaceError, match="paper=true fixes decide"):
         GDPConfig.from_dict({"paper": True, "decide": "unit"})
 

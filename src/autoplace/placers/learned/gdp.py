@@ -7,7 +7,8 @@ GraphSAGE embedding of the nodes (§3.1, eq. 2–3, :mod:`autoplace.policies.gra
 placer with segment-level recurrence and superposition (§3.2–3.3, eq. 4,
 :mod:`autoplace.policies.transformer_xl`), whose output is a distribution over devices for every node. The
 nodes are the graph's co-location groups (:attr:`GDPConfig.group_rules`: the ``colocation`` rule alone places
-op by op, co-location enforced by placing a group's ops together); there is no grouping stage. One sample
+op by op, co-location enforced by placing a group's ops together), or with ``nodes="ops"`` (paper mode's) every
+op, a placement that splits a co-location group invalid; there is no grouping stage. One sample
 draws every node's device independently from its distribution.
 
 Training (§4.1) maximises eq. 1 over a set of graphs with PPO (Schulman et al. 2017): every update samples
@@ -139,8 +140,9 @@ class GDPConfig(SearchConfig):
     """The nodes: groups of these rules (:mod:`autoplace.grouping`); ``colocation`` places op by op."""
     nodes: str = "groups"
     """What a node is: "groups" (the groups of :attr:`group_rules`: co-located ops are one node and never part;
-    ours) or "ops" (§3: every op a node of its own; a placement that puts two ops of one co-location group on
-    different devices is invalid, §4.1's "violation of co-location constraint": :attr:`invalid_reward`)."""
+    ours, the default) or "ops" (§3, paper mode's: every op a node of its own; a placement that puts two ops of
+    one co-location group on different devices is invalid, §4.1's "violation of co-location constraint":
+    :attr:`invalid_reward`)."""
     decide: str = "node"
     """What one decision places: "node" (§3: every node, the groups of :attr:`group_rules`), or "unit":
     each structural unit whole — a layer with its weights at every time step, a branch, a cell (the units
@@ -224,10 +226,11 @@ class GDPConfig(SearchConfig):
 
     #: what the paper fixes (§3, §4.1): the network alone (no prior, no structured noise) over the meta
     #: features §3.1 names, PPO's ratio of the whole placement, the raw advantage (reward minus the mean of
-    #: the graph's previous rewards), no entropy bonus, no gradient clipping, -10 for a failing placement
+    #: the graph's previous rewards), no entropy bonus, no gradient clipping, -10 for a failing placement,
+    #: every op a node (§3's per-node granularity) with a placement that splits a co-location group invalid
     PAPER = {"prior": None, "unit_moves": 0.0, "normalize_advantage": False, "entropy_weight": 0.0,
              "grad_clip": None, "invalid_reward": -10.0, "decide": "node", "ratio": "placement",
-             "features": "paper"}
+             "features": "paper", "nodes": "ops"}
 
     #: the fields that shape the network: a saved policy keeps them
     ARCHITECTURE = ("hidden", "type_dim", "sage_layers", "placer_layers", "heads", "ff", "segment", "memory",
