@@ -20,6 +20,7 @@ from autoplace.graph import Graph, Op  # noqa: E402
 from autoplace.grouping import group_ops  # noqa: E402
 from autoplace.placers import place  # noqa: E402
 from autoplace.placers.learned.gdp import (  # noqa: E402
+    ColocationChecked,
     GDPConfig,
     GDPSearch,
     gdp_search,
@@ -532,6 +533,7 @@ def test_paper_features_are_output_shapes_and_adjacent_node_ids_computed_by_hand
     # paper mode: every op a node (x, a1, ..., a6), each with its own output and its chain neighbours
     paper = GDPSearch([g], [get_cluster("k80x2")], GDPConfig(paper=True, **SMALL), seed=0).problems[0].features
     assert paper.dense.shape == (7, 45) and paper.dense[:, 0].tolist() == [256, 256, 512, 768, 1024, 1280, 1536]
+    assert (paper.dense[:, 1:25] == -1).all()                          # one output of one dimension each
     ids = {0: [1, 1], **{k: [k - 1, -1, k + 1, 1] for k in range(1, 6)}, 6: [5, -1]}
     for p, nb in ids.items():
         assert paper.dense[p, 25:].tolist() == nb + [0] * (20 - len(nb))
@@ -620,5 +622,30 @@ def test_placing_op_by_op_makes_a_placement_that_splits_a_colocation_group_inval
     kept = (groups == groups[:, first]).all(axis=1)
     assert (~kept).any() and (scores.ok == kept).all()                   # a fresh network splits groups
     assert p.reward_sum == pytest.approx(np.where(kept, -np.sqrt(np.where(kept, scores.step_time, 1.0)), -10.0).sum())
+    # on a graph with one group of two ops (a2, a5) some samples keep it whole: the best is one of those,
+    # and a checkpoint whose cache holds a split placement as one that ran (with the step the simulator,
+    # which knows nothing of co-location, gives it) is refused: the placement is scored again as invalid
+    g = chain()
+    search = GDPSearch([g], [c], GDPConfig(nodes="ops", prior=None, samples_per_update=16), seed=0)
+    p = search.problems[0]
+    a2, a5 = g.index("a2"), g.index("a5")
+    while p.best_groups is None and search.updates < 20:
+        search.update()
+    assert p.best_groups[a2] == p.best_groups[a5]
+    split = p.best_groups.copy()[None]
+    split[0, a5] = (split[0, a2] + 1) % c.n_devices
+    step = simulate(g, c, split[0]).step_time
+    assert math.isfinite(step)
+    state = search.state()
+    cache = state["problems"][0]["cache"]
+    for key, value in (("groups", split), ("step", [step]), ("ok", [True]), ("runs", [1]), ("failed", [0])):
+        cache[key] = np.concatenate([np.asarray(cache[key]), np.asarray(value, dtype=np.asarray(cache[key]).dtype)])
+    fresh = GDPSearch([g], [c], GDPConfig(nodes="ops", prior=None, samples_per_update=16), seed=0)
+    with pytest.raises(FormatError, match="a step time its placement does not have"):
+        fresh.load(state)
     with pytest.raises(AutoplaceError, match="decide='node'"):
         GDPConfig(nodes="ops", decide="unit")
+    with pytest.raises(AutoplaceError, match="group_rules does not apply"):
+        GDPConfig(nodes="ops", group_rules="colocation,gradient")
+    assert isinstance(GDPSearch([g], [c], GDPConfig(paper=True, **SMALL), seed=0).problems[0].evaluate,
+                      ColocationChecked)                                # paper mode scores so

@@ -6,9 +6,10 @@ The policy (:class:`~autoplace.policies.gdp.GDPPolicy`, made by :func:`new_polic
 GraphSAGE embedding of the nodes (§3.1, eq. 2–3, :mod:`autoplace.policies.graphsage`) feeding a Transformer-XL
 placer with segment-level recurrence and superposition (§3.2–3.3, eq. 4,
 :mod:`autoplace.policies.transformer_xl`), whose output is a distribution over devices for every node. The
-nodes are the graph's co-location groups (:attr:`GDPConfig.group_rules`: the ``colocation`` rule alone places
-op by op, co-location enforced by placing a group's ops together), or with ``nodes="ops"`` (paper mode's) every
-op, a placement that splits a co-location group invalid; there is no grouping stage. One sample
+nodes are the graph's co-location groups (:attr:`GDPConfig.group_rules`: with the ``colocation`` rule alone an op
+co-located with no other is a node of its own; co-location enforced by placing a group's ops together), or with
+``nodes="ops"`` (paper mode's) every op, a placement that splits a co-location group invalid; there is no
+grouping stage. One sample
 draws every node's device independently from its distribution.
 
 Training (§4.1) maximises eq. 1 over a set of graphs with PPO (Schulman et al. 2017): every update samples
@@ -137,14 +138,15 @@ class GDPConfig(SearchConfig):
     }
 
     group_rules: str = "colocation"
-    """The nodes: groups of these rules (:mod:`autoplace.grouping`); ``colocation`` places op by op."""
+    """The nodes with ``nodes="groups"``: the groups of these rules (:mod:`autoplace.grouping`); with
+    ``colocation`` alone, the co-location groups (an op co-located with no other is a group of its own)."""
     nodes: str = "groups"
     """What a node is: "groups" (the groups of :attr:`group_rules`: co-located ops are one node and never part;
-    ours, the default) or "ops" (§3, paper mode's: every op a node of its own; a placement that puts two ops of
+    ours, the default) or "ops" (§1, §3, paper mode's: every op a node of its own; a placement that puts two ops of
     one co-location group on different devices is invalid, §4.1's "violation of co-location constraint":
     :attr:`invalid_reward`)."""
     decide: str = "node"
-    """What one decision places: "node" (§3: every node, the groups of :attr:`group_rules`), or "unit":
+    """What one decision places: "node" (§3: every node, as :attr:`nodes` says), or "unit":
     each structural unit whole — a layer with its weights at every time step, a branch, a cell (the units
     of :mod:`autoplace.policies.features`), where a device runs every unit whole and the units' parameters
     fit the devices together; else per node (ours)."""
@@ -227,7 +229,8 @@ class GDPConfig(SearchConfig):
     #: what the paper fixes (§3, §4.1): the network alone (no prior, no structured noise) over the meta
     #: features §3.1 names, PPO's ratio of the whole placement, the raw advantage (reward minus the mean of
     #: the graph's previous rewards), no entropy bonus, no gradient clipping, -10 for a failing placement,
-    #: every op a node (§3's per-node granularity) with a placement that splits a co-location group invalid
+    #: every op a node (§3's ops, §1's "per-node granularity") with a placement that splits a co-location
+    #: group invalid
     PAPER = {"prior": None, "unit_moves": 0.0, "normalize_advantage": False, "entropy_weight": 0.0,
              "grad_clip": None, "invalid_reward": -10.0, "decide": "node", "ratio": "placement",
              "features": "paper", "nodes": "ops"}
@@ -244,6 +247,9 @@ class GDPConfig(SearchConfig):
             raise AutoplaceError(f"GDPConfig.hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         if self.nodes == "ops" and self.decide == "unit":
             raise AutoplaceError("GDPConfig.nodes='ops' decides op by op: it takes decide='node', not 'unit'")
+        if self.nodes == "ops" and self.rules != ("colocation",):
+            raise AutoplaceError(f"GDPConfig.nodes='ops' makes every op a node: group_rules does not apply "
+                                 f"(got {self.group_rules!r}; leave it out)")
         for name in ("node_moves", "unit_moves"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
@@ -348,8 +354,10 @@ def gdp_nodes(graph: Graph, cluster: Cluster, config: GDPConfig) -> Grouping:
 
 
 class ColocationChecked:
-    """A scorer whose placements fail where they split a co-location group (``colocation[i]``: op ``i``'s
-    group): what placing op by op (``nodes="ops"``) is scored by. Everything else is the wrapped scorer's."""
+    """A scorer of op placements (its nodes are the ops: ``nodes="ops"``) whose placements fail where they
+    split a co-location group (``colocation[i]``: op ``i``'s group), without being run: in a search
+    (``__call__``) and when a checkpoint's cached scores are scored again (``score_ops``). Everything else is
+    the wrapped scorer's."""
 
     def __init__(self, scorer, colocation: np.ndarray):
         self.scorer = scorer
@@ -359,16 +367,30 @@ class ColocationChecked:
         self.first = first[colocation]                      # each op's group's first op
 
     def __getattr__(self, name):
+        if name in ("scorer", "first"):                     # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
         return getattr(self.scorer, name)
+
+    def whole(self, op_devices: np.ndarray) -> np.ndarray:
+        """Which rows of ``[B, n_ops]`` keep every co-location group on one device."""
+        return (op_devices == op_devices[:, self.first]).all(axis=1)
 
     def __call__(self, group_devices: np.ndarray) -> Scores:
         gd = np.atleast_2d(np.asarray(group_devices, dtype=np.int64))
-        kept = (gd == gd[:, self.first]).all(axis=1)
+        kept = self.whole(gd)
         out = Scores(np.full(len(gd), np.inf), np.zeros(len(gd), dtype=bool), np.zeros(len(gd), dtype=bool))
         if kept.any():                                      # a split placement is not run
             scores = self.scorer(gd[kept])
             out.step_time[kept], out.ok[kept], out.cached[kept] = scores.step_time, scores.ok, scores.cached
         return out
+
+    def score_ops(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        od = np.atleast_2d(np.asarray(op_devices, dtype=np.int64))
+        kept = self.whole(od)
+        step, ok = np.full(len(od), np.inf), np.zeros(len(od), dtype=bool)
+        if kept.any():
+            step[kept], ok[kept] = self.scorer.score_ops(od[kept])
+        return step, ok
 
 
 def _problem(graph: Graph, cluster: Cluster, config: GDPConfig, device, env, scorer=None, seed=0) -> _Problem:
