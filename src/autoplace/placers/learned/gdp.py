@@ -361,10 +361,8 @@ class ColocationChecked:
 
     def __init__(self, scorer, colocation: np.ndarray):
         self.scorer = scorer
-        first = np.full(int(colocation.max()) + 1 if len(colocation) else 0, -1, dtype=np.int64)
-        for i in range(len(colocation) - 1, -1, -1):
-            first[colocation[i]] = i
-        self.first = first[colocation]                      # each op's group's first op
+        _, first, inverse = np.unique(colocation, return_index=True, return_inverse=True)
+        self.first = first[inverse]                         # each op's group's first op
 
     def __getattr__(self, name):
         if name in ("scorer", "first"):                     # not set yet (copy, pickle): no recursion
