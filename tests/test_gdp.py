@@ -194,6 +194,9 @@ def test_zero_shot_and_fine_tune_keep_the_saved_settings_and_never_lose_to_the_p
               config=GDPConfig(prior=None, unit_moves=0, **SMALL))
     z = gdp_search(g, c, policy=tmp_path / "p.safetensors", zero_shot_only=True, seed=0, config={}).placement
     assert z.meta["prior"] is None and z.meta["prior_step_s"] is None
+    three = gdp_search(g, c, policy=tmp_path / "p.safetensors", zero_shot_only=True, seed=0,
+                       config={"zero_shot_samples": 3})
+    assert three.samples == three.evaluations == 4                 # the most likely placement and 3 samples
     tuned = gdp_search(g, c, policy=tmp_path / "p.safetensors", budget=SearchBudget(samples=8), seed=0)
     assert tuned.placement.meta["prior"] is None
     with pytest.raises(AutoplaceError, match="shapes the network"):

@@ -488,6 +488,20 @@ def test_paper_mode_is_eq_3_and_the_moving_average_baseline_computed_by_hand():
     assert len(set(d.tolist())) == 2                                   # both devices sampled: a real test
 
 
+def test_paper_mode_settings_are_the_papers_written_out():
+    """§3.1–§3.4 written out setting by setting, not read from ``RLConfig.PAPER``: no logit bound,
+    temperature, entropy bonus, noise or gradient clipping, no convergence stop (the paper trains to its
+    budget), a decision per group with Bahdanau's attention, K = 8, the baseline from the failing
+    signal, and only placements that ran in the updates after the first 5,000."""
+    cfg = RLConfig(paper=True)
+    assert cfg.logit_clip is None and cfg.temperature == 1.0 and cfg.entropy_weight == 0.0
+    assert cfg.exploration_noise == 0.0 and cfg.grad_clip is None and cfg.converged_updates == 0
+    assert (cfg.decide, cfg.attention, cfg.samples_per_update) == ("group", "additive", 8)
+    assert cfg.baseline_start == "failing" and cfg.only_ok_after == 5000 and cfg.groups is None
+    default = RLConfig()
+    assert default.logit_clip == 3.0 and default.converged_updates == 20 and default.decide == "unit"
+
+
 def test_paper_mode_groups_are_the_papers_rules_uncoarsened_with_the_consumer_only_merge():
     """§3.3: TensorFlow's co-location (each op's gradients with it), the consumer-only merge applied until
     nothing merges, and §4.1's per-model groups; no cap on their number (the paper's NMT has 280)."""

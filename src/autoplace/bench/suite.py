@@ -92,7 +92,7 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
                      _s("inception-v3", "k80x2"), _s("inception-v3", "k80x4")),
               jobs=b.placer_jobs, build=b.build_placer_table, methods=_MIRHOSEINI_METHODS,
               baseline="single-gpu", paper=_mirhoseini_paper,
-              versus=(("rl", "expert"), ("rl", "single-gpu"), ("rl+refine", "rl"), ("auto", "rl")),
+              versus=(("rl", "expert"), ("rl", "single-gpu"), ("rl+refine", "rl")),
               about="The paper's baselines and RL placer, then ours, on K80 machines; speedup over one GPU. "
                     "`rl+refine`: the RL placement refined by the local search."),
     TableSpec("mirhoseini-large", "Mirhoseini et al.'s models made too large for one GPU",
@@ -106,7 +106,7 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
     TableSpec("gdp-table1", "GDP (Zhou et al.), Table 1", full=_GDP_SETTINGS,
               quick=tuple(s for s in _GDP_SETTINGS if s.cluster == "p100x2" and s.model != "gnmt-2"),
               jobs=b.placer_jobs, build=b.build_placer_table, methods=_GDP_METHODS, baseline="expert",
-              paper=_gdp_paper, versus=(("gdp", "hdp"), ("auto", "gdp")),
+              paper=_gdp_paper, versus=(("gdp", "hdp"),),
               about="GDP-one (`gdp`), HDP, METIS and the human placement (`expert`) on P100s; speedup over the "
                     "expert."),
     TableSpec("gdp-table2", "GDP (Zhou et al.), Table 2: GDP-batch against GDP-one", full=_GDP_BATCH,
