@@ -10,7 +10,7 @@ import pytest
 
 from autoplace import bench
 from autoplace.bench import TABLES, published
-from autoplace.bench.jobs import Job, Setting, tight_cluster
+from autoplace.bench.jobs import LEARNED, Job, Setting, tight_cluster
 from autoplace.bench.store import Store
 from autoplace.cli import main
 
@@ -395,8 +395,6 @@ def test_no_table_sets_auto_head_to_head_against_a_learned_placer():
     """A head-to-head pair compares two steps at their own budgets: auto (the search placers' budget)
     against a learned placer (another budget, a mean over seeds) would be an unequal race; the learned
     placers meet auto at equal wall time in the seeds' sections instead."""
-    from autoplace.bench.jobs import LEARNED
-
     for spec in TABLES.values():
         for a, b in spec.versus:
             pair = {a.split("+")[0], b.split("+")[0]}
